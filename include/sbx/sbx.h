@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/* libsbx: sandboxes, persistent sessions and killable commands.
+ *
+ * Conventions
+ * - Fallible functions return int: >= 0 on success, -errno on failure. Constructors return
+ *   the object through a `ret` out-parameter, which they set only on success.
+ * - `*_free()` functions accept NULL and return NULL.
+ * - Everything is driven by one SbxContext, whose event loop (a single epoll set) must be
+ *   turned by the caller: sbx_context_run_once(), or embed sbx_context_fd() in your own loop.
+ *   No function blocks for long; sandbox creation waits (bounded) for the sandbox's init.
+ * - Callbacks run from sbx_context_run_once(); they may start or cancel runs but must not
+ *   free the sandbox or session that invoked them.
+ * - Not thread-safe: use a context from one thread.
+ *
+ * Ownership
+ * - A sandbox belongs to its context; sessions belong to their sandbox; runs belong to their
+ *   session. Freeing a sandbox cancels its runs (their done callbacks fire with CANCELLED)
+ *   and destroys its sessions, processes, mounts and cgroups.
+ * - Buffers inside an SbxResult are valid only during the done callback. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SBX_API __attribute__((visibility("default")))
+
+typedef struct SbxContext SbxContext;
+typedef struct SbxSandbox SbxSandbox;
+typedef struct SbxSession SbxSession;
+typedef struct SbxRun SbxRun;
+
+/* Limits of one sandbox. 0 means "the default" in options passed to sbx_sandbox_new. */
+typedef struct SbxLimits {
+        uint64_t stdout_bytes;  /* kept per command (default 1 MiB) */
+        uint64_t stderr_bytes;  /* kept per command (default 1 MiB) */
+        uint64_t command_bytes; /* longest command text (default 64 KiB) */
+        uint64_t fs_bytes;      /* writable filesystem size (default 256 MiB) */
+        uint64_t file_count;    /* writable filesystem inodes (default 10,000) */
+        uint64_t memory_bytes;  /* memory of all processes (default 512 MiB) */
+        uint32_t pids;          /* processes and threads (default 256) */
+} SbxLimits;
+
+typedef struct SbxSandboxOptions {
+        SbxLimits limits;
+        uint64_t timeout_ms;  /* default per-run timeout (default 30 s) */
+        bool network;         /* share the host's network; default: loopback only */
+        const char *rootfs;   /* a root filesystem tree to use instead of the host's dirs */
+        const char *const *env; /* extra NAME=VALUE entries, NULL-terminated, may be NULL */
+} SbxSandboxOptions;
+
+typedef enum SbxErrorClass {
+        SBX_ERROR_NONE = 0,
+        SBX_ERROR_TIMEOUT,        /* exit code 124 */
+        SBX_ERROR_CANCELLED,      /* exit code 125 */
+        SBX_ERROR_LIMIT_EXCEEDED, /* exit code 1, nothing ran */
+} SbxErrorClass;
+
+typedef enum SbxStream { SBX_STDOUT = 1, SBX_STDERR = 2 } SbxStream;
+
+typedef struct SbxRunOptions {
+        const char *command;   /* the shell text; command_len bytes (NUL not needed) */
+        size_t command_len;
+        const char *cwd;       /* this run only; NULL: the session's cwd */
+        const char *const *env; /* NAME=VALUE for this run only, NULL-terminated */
+        const void *stdin_data; /* bytes on stdin; NULL: /dev/null */
+        size_t stdin_len;
+        uint64_t timeout_ms;   /* 0: the sandbox's default */
+} SbxRunOptions;
+
+typedef struct SbxResult {
+        int exit_code;
+        SbxErrorClass error_class;
+        const uint8_t *stdout_data;
+        size_t stdout_len;
+        const uint8_t *stderr_data;
+        size_t stderr_len;
+        bool stdout_truncated, stderr_truncated;
+        uint64_t exec_time_us; /* from submission to result */
+} SbxResult;
+
+/* Output as it arrives, before caps are applied to the result. */
+typedef void (*SbxOutputFn)(void *userdata, SbxStream stream, const uint8_t *data, size_t len);
+/* The run's end. The SbxRun is freed right after this returns. */
+typedef void (*SbxDoneFn)(void *userdata, const SbxResult *result);
+
+SBX_API const char *sbx_version(void);
+SBX_API const char *sbx_error_class_name(SbxErrorClass c);
+
+/* The context: event loop, cgroup base, shared resources. Returns 0 or -errno. */
+SBX_API int sbx_context_new(SbxContext **ret);
+/* Destroys every sandbox left, then the context. */
+SBX_API SbxContext *sbx_context_free(SbxContext *ctx);
+/* The epoll fd to wait on when embedding; call sbx_context_run_once(ctx, 0) when readable. */
+SBX_API int sbx_context_fd(SbxContext *ctx);
+/* Waits up to timeout_ms (-1: forever) and handles one event. Returns 1, 0 on timeout, -errno. */
+SBX_API int sbx_context_run_once(SbxContext *ctx, int timeout_ms);
+
+/* Why the last sbx_sandbox_new() failed, in words ("" after a success). */
+SBX_API const char *sbx_context_last_error(const SbxContext *ctx);
+
+SBX_API void sbx_sandbox_options_init(SbxSandboxOptions *o);
+/* Creates a sandbox and waits until its root is built. Returns 0, -EINVAL for bad options,
+ * -ENOTSUP without cgroup v2, -EPERM without the privileges needed, or -errno. */
+SBX_API int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret);
+/* Kills every process of the sandbox and removes everything it had. */
+SBX_API SbxSandbox *sbx_sandbox_free(SbxSandbox *sb);
+/* The sandbox's unguessable id (32 hex digits). */
+SBX_API const char *sbx_sandbox_id(const SbxSandbox *sb);
+SBX_API const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb);
+/* Copies up to size bytes of the background log (newest kept) into buf; returns the length. */
+SBX_API size_t sbx_sandbox_background_log(const SbxSandbox *sb, uint8_t *buf, size_t size);
+/* The sandbox's pid 1 as the host sees it (for tests and tools). */
+SBX_API int sbx_sandbox_init_pid(const SbxSandbox *sb);
+
+/* The session named `name` (NULL or "default": the default session), created on first use.
+ * Returns 0, -EINVAL for a bad name, -EMFILE past SBX_MAX_SESSIONS, or -errno. */
+SBX_API int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret);
+/* Looks a session up without creating it; NULL if absent. */
+SBX_API SbxSession *sbx_session_find(SbxSandbox *sb, const char *name);
+/* Ends a session: its running command is cancelled, its shell killed. */
+SBX_API SbxSession *sbx_session_free(SbxSession *s);
+SBX_API const char *sbx_session_name(const SbxSession *s);
+/* Iterates sessions: pass NULL first; returns NULL at the end. */
+SBX_API SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev);
+
+/* Queues a command on the session (runs execute one at a time, in order). done fires exactly
+ * once, possibly before this returns for a command refused at once (LIMIT_EXCEEDED).
+ * ret (may be NULL) gets a handle valid until done fires. Returns 0, -EBUSY when the
+ * queue is full (SBX_MAX_QUEUED_RUNS), -EINVAL for bad options, or -errno. */
+SBX_API int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output,
+                            SbxDoneFn on_done, void *userdata, SbxRun **ret);
+/* Cancels a queued or running command: everything it started is killed, the session's state
+ * stays as before it, done fires with exit 125 / CANCELLED. Returns 0 or -ESRCH if done. */
+SBX_API int sbx_run_cancel(SbxRun *r);
+/* Stops (or resumes) reading the run's output pipes: backpressure for slow consumers. */
+SBX_API void sbx_run_pause_output(SbxRun *r, bool paused);
+
+/* Convenience: run one command and turn the loop until it ends. Output chunks go to
+ * on_output (may be NULL). The result's buffers are malloc'd copies owned by the caller:
+ * release them with sbx_result_clear(). Returns 0 or -errno (from sbx_session_run). */
+SBX_API int sbx_session_run_sync(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output,
+                                 void *userdata, SbxResult *ret);
+SBX_API void sbx_result_clear(SbxResult *r);
+
+#ifdef __cplusplus
+}
+#endif

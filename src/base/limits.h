@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* Every limit sbx enforces, in one place, each with why it exists. */
+#pragma once
+
+/* Bytes of stdout (and, separately, stderr) kept per command. Past it, output is still read
+ * from the pipe and thrown away, so the command never blocks and the daemon's memory stays
+ * flat; the result says `truncated`. Inherited from codepod. */
+#define SBX_DEFAULT_STDOUT_BYTES (1024ULL * 1024)
+#define SBX_DEFAULT_STDERR_BYTES (1024ULL * 1024)
+
+/* Largest command text accepted. A longer one is refused with LIMIT_EXCEEDED before anything
+ * runs: it bounds the message sent to the session and bash's parse time. */
+#define SBX_DEFAULT_COMMAND_BYTES (64ULL * 1024)
+
+/* Size of the writable filesystem (/tmp and /home/user share one tmpfs) and its inode count.
+ * The kernel enforces both; commands see ENOSPC. */
+#define SBX_DEFAULT_FS_BYTES (256ULL * 1024 * 1024)
+#define SBX_DEFAULT_FILE_COUNT 10000ULL
+
+/* Memory and process count of a whole sandbox, through cgroups (rlimits where none). The
+ * pids limit is what contains a fork bomb. */
+#define SBX_DEFAULT_MEMORY_BYTES (512ULL * 1024 * 1024)
+#define SBX_DEFAULT_PIDS 256U
+
+/* Default per-command timeout; a timed-out command ends with exit code 124. */
+#define SBX_DEFAULT_TIMEOUT_MS 30000ULL
+#define SBX_EXIT_TIMEOUT 124
+#define SBX_EXIT_CANCELLED 125
+
+/* Upper bounds on what a client may ask for, so a request cannot make the daemon allocate
+ * or promise without bound. */
+#define SBX_MAX_OUTPUT_BYTES (4ULL * 1024 * 1024 * 1024)
+#define SBX_MAX_COMMAND_BYTES (1024ULL * 1024)
+#define SBX_MAX_TIMEOUT_MS (24ULL * 3600 * 1000)
+
+/* Env overrides of one run: count and total bytes (they travel in the run message). */
+#define SBX_MAX_RUN_ENV 256
+#define SBX_MAX_RUN_ENV_BYTES (64U * 1024)
+#define SBX_MAX_PATH_BYTES 4096U
+
+/* Output left by background processes of a sandbox after their command ended: the newest
+ * bytes are kept in a ring of this size, the rest dropped. */
+#define SBX_BACKGROUND_LOG_BYTES (64U * 1024)
+
+/* Pipe capacity asked for command output; bigger pipes mean fewer wakeups at high volume. */
+#define SBX_PIPE_BYTES (1024U * 1024)
+
+/* Named sessions per sandbox and runs waiting in one session's queue. */
+#define SBX_MAX_SESSIONS 64U
+#define SBX_MAX_QUEUED_RUNS 16U
+
+/* Time a sandbox's init gets to build the root before creation fails. */
+#define SBX_CREATE_TIMEOUT_MS 10000

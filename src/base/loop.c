@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/* epoll loop with one event per wakeup and a deferred-call queue. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include "base/loop.h"
+#include "base/macro.h"
+
+typedef struct Deferred {
+        DeferFn fn;
+        void *data;
+} Deferred;
+
+struct Loop {
+        int epfd;
+        int wakefd; /* readable while deferred calls wait, so embedders see work to do */
+        Watch wake;
+        Deferred *defer;
+        size_t n_defer, cap_defer;
+};
+
+static void wake_event(Watch *w, uint32_t events) {
+        uint64_t v;
+        (void)!read(w->fd, &v, sizeof v);
+}
+
+int loop_new(Loop **ret) {
+        Loop *l = calloc(1, sizeof *l);
+        if (!l)
+                return -ENOMEM;
+        l->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (l->epfd < 0) {
+                int r = negerrno();
+                free(l);
+                return r;
+        }
+        l->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (l->wakefd < 0 || loop_add(l, &l->wake, l->wakefd, EPOLLIN, wake_event, l) < 0) {
+                int r = negerrno();
+                safe_close(l->wakefd);
+                safe_close(l->epfd);
+                free(l);
+                return r;
+        }
+        *ret = l;
+        return 0;
+}
+
+Loop *loop_free(Loop *l) {
+        if (!l)
+                return NULL;
+        safe_close(l->wakefd);
+        safe_close(l->epfd);
+        free(l->defer);
+        free(l);
+        return NULL;
+}
+
+int loop_fd(Loop *l) { return l->epfd; }
+
+int loop_add(Loop *l, Watch *w, int fd, uint32_t events, WatchFn fn, void *data) {
+        w->fd = fd;
+        w->events = events;
+        w->fn = fn;
+        w->data = data;
+        struct epoll_event ev = { .events = events, .data.ptr = w };
+        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+                return negerrno();
+        w->active = true;
+        return 0;
+}
+
+int loop_mod(Loop *l, Watch *w, uint32_t events) {
+        if (!w->active)
+                return -EINVAL;
+        struct epoll_event ev = { .events = events, .data.ptr = w };
+        if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0)
+                return negerrno();
+        w->events = events;
+        return 0;
+}
+
+void loop_del(Loop *l, Watch *w) {
+        if (!w->active)
+                return;
+        (void)epoll_ctl(l->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+        w->active = false;
+}
+
+int loop_defer(Loop *l, DeferFn fn, void *data) {
+        if (l->n_defer == l->cap_defer) {
+                size_t ncap = l->cap_defer ? l->cap_defer * 2 : 16;
+                Deferred *n = realloc(l->defer, ncap * sizeof *n);
+                if (!n)
+                        return -ENOMEM;
+                l->defer = n;
+                l->cap_defer = ncap;
+        }
+        if (l->n_defer == 0) {
+                uint64_t one = 1;
+                (void)!write(l->wakefd, &one, sizeof one);
+        }
+        l->defer[l->n_defer++] = (Deferred){ fn, data };
+        return 0;
+}
+
+void loop_cancel_defer(Loop *l, void *data) {
+        for (size_t i = 0; i < l->n_defer; i++)
+                if (l->defer[i].data == data)
+                        l->defer[i].fn = NULL;
+}
+
+static void run_deferred(Loop *l) {
+        /* A deferred call may defer more; index, never cache a pointer into the array. */
+        for (size_t i = 0; i < l->n_defer; i++) {
+                Deferred d = l->defer[i];
+                if (d.fn)
+                        d.fn(d.data);
+        }
+        l->n_defer = 0;
+}
+
+int loop_run_once(Loop *l, int timeout_ms) {
+        if (l->n_defer > 0) {
+                run_deferred(l);
+                timeout_ms = 0;
+        }
+        struct epoll_event ev;
+        int n = epoll_wait(l->epfd, &ev, 1, timeout_ms);
+        if (n < 0)
+                return errno == EINTR ? 1 : negerrno();
+        if (n == 0)
+                return 0;
+        Watch *w = ev.data.ptr;
+        w->fn(w, ev.events);
+        run_deferred(l);
+        return 1;
+}
+
+int timerfd_arm_ms(int fd, uint64_t ms) {
+        struct itimerspec its = { 0 };
+        its.it_value.tv_sec = (time_t)(ms / 1000);
+        its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+        if (timerfd_settime(fd, 0, &its, NULL) < 0)
+                return negerrno();
+        return 0;
+}

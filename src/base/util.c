@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/* fd, file and string helpers. */
+#include <ctype.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include "base/util.h"
+
+uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+int fd_set_nonblock(int fd, bool on) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0)
+                return negerrno();
+        int nfl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+        if (nfl != fl && fcntl(fd, F_SETFL, nfl) < 0)
+                return negerrno();
+        return 0;
+}
+
+int write_all(int fd, const void *buf, size_t len) {
+        const char *p = buf;
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negerrno();
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+int write_file_at(int dirfd, const char *path, const char *s) {
+        _cleanup_close_ int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return negerrno();
+        size_t len = strlen(s);
+        ssize_t n = write(fd, s, len);
+        if (n < 0)
+                return negerrno();
+        return (size_t)n == len ? 0 : -EIO;
+}
+
+ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size) {
+        _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return negerrno();
+        ssize_t n = read(fd, buf, size - 1);
+        if (n < 0)
+                return negerrno();
+        buf[n] = 0;
+        return n;
+}
+
+int random_hex(char *out, size_t nbytes) {
+        unsigned char raw[64];
+        if (nbytes > sizeof raw)
+                return -EINVAL;
+        if (getrandom(raw, nbytes, 0) != (ssize_t)nbytes)
+                return -EIO;
+        static const char hex[] = "0123456789abcdef";
+        for (size_t i = 0; i < nbytes; i++) {
+                out[2 * i] = hex[raw[i] >> 4];
+                out[2 * i + 1] = hex[raw[i] & 15];
+        }
+        out[2 * nbytes] = 0;
+        return 0;
+}
+
+bool env_name_valid(const char *s, size_t len) {
+        if (len == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+                return false;
+        for (size_t i = 1; i < len; i++)
+                if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
+                        return false;
+        return true;
+}
+
+int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
+        if (!s || !*s)
+                return -EINVAL;
+        uint64_t v = 0;
+        for (const char *p = s; *p; p++) {
+                if (*p < '0' || *p > '9')
+                        return -EINVAL;
+                uint64_t d = (uint64_t)(*p - '0');
+                if (v > (UINT64_MAX - d) / 10)
+                        return -ERANGE;
+                v = v * 10 + d;
+        }
+        if (v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+int parse_size(const char *s, uint64_t *ret) {
+        char num[32];
+        size_t len = s ? strlen(s) : 0;
+        if (len == 0 || len >= sizeof num)
+                return -EINVAL;
+        memcpy(num, s, len + 1);
+        uint64_t mult = 1;
+        switch (num[len - 1]) {
+        case 'k': case 'K': mult = 1ULL << 10; break;
+        case 'm': case 'M': mult = 1ULL << 20; break;
+        case 'g': case 'G': mult = 1ULL << 30; break;
+        default: break;
+        }
+        if (mult != 1)
+                num[--len] = 0;
+        uint64_t v;
+        int r = parse_u64(num, UINT64_MAX / mult, &v);
+        if (r < 0)
+                return r;
+        *ret = v * mult;
+        return 0;
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/* fd, file and string helpers with no OS side effects beyond the fds they are given. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "base/macro.h"
+
+uint64_t now_ns(void);
+static inline uint64_t now_ms(void) { return now_ns() / 1000000ULL; }
+
+/* Returns 0 or -errno. */
+int fd_set_nonblock(int fd, bool on);
+/* Writes all of buf to a blocking fd, retrying on EINTR. Returns 0 or -errno. */
+int write_all(int fd, const void *buf, size_t len);
+/* Writes the string to dirfd/path (O_WRONLY, no create): for cgroup and proc files.
+ * Returns 0 or -errno. */
+int write_file_at(int dirfd, const char *path, const char *s);
+/* Reads up to size-1 bytes of dirfd/path into buf and NUL-terminates it.
+ * Returns the length or -errno. */
+ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
+/* Fills out with 2*nbytes random hex digits and a NUL. Returns 0 or -errno. */
+int random_hex(char *out, size_t nbytes);
+/* True when s matches ^[A-Za-z_][A-Za-z0-9_]*$. */
+bool env_name_valid(const char *s, size_t len);
+/* Parses a whole decimal string into *ret; -EINVAL if not a number, -ERANGE if above max. */
+int parse_u64(const char *s, uint64_t max, uint64_t *ret);
+/* Parses "10", "10k", "64M", "1G" (powers of 1024). Returns 0 or -EINVAL/-ERANGE. */
+int parse_size(const char *s, uint64_t *ret);

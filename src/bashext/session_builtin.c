@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/* The session loop, running inside bash as the loadable builtin `sbx_session`.
+ *
+ * Why inside bash: a session's state (variables, arrays, functions, aliases, options, traps,
+ * cwd, umask, open fds) lives in a bash process's memory, and a fork copies all of it for
+ * free. So the process that holds the state (the holder) never runs a command itself. It
+ * forks a worker ahead of time; the worker tells the daemon it is ready (the daemon moves it
+ * into the next command's cgroup while it is idle) and blocks for a command. When the
+ * command ends normally, the worker reports the exit code and *becomes the holder*: its
+ * memory is exactly the new state, so there is nothing to serialise or replay. The daemon
+ * then kills the old holder. When the worker is killed (timeout, cancel) or dies, the old
+ * holder, untouched, reports that and forks a fresh worker from the state as it was before
+ * the command.
+ *
+ * `exit`, a `set -e` failure and fatal errors unwind through bash's top_level jump buffer;
+ * the worker catches that jump around parse_and_execute(), so the command ends there with
+ * its status and every change made before it is kept, like the rest of the session.
+ *
+ * This file is compiled against bash's own headers and uses bash internals, so it must be
+ * built for the bash it runs in (the sandbox uses the host's /bin/bash). */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "builtins.h"
+#include "shell.h"
+#include "bashjmp.h"
+#include "common.h"
+#include "execute_cmd.h"
+#include "variables.h"
+
+#include "session/wire.h"
+
+/* High fd numbers keep them out of the way of scripts that use small ones. Both are
+ * close-on-exec, so programs a command runs never inherit them. */
+#define SOCK_FD 1001
+#define NULL_FD 1002
+
+static sigset_t command_mask;
+static uint8_t *msg;
+
+static int send_hdr(uint32_t type, uint32_t seq, int32_t status) {
+        WireHdr h = { .type = type, .seq = seq, .status = status };
+        for (;;) {
+                ssize_t n = send(SOCK_FD, &h, sizeof h, MSG_NOSIGNAL);
+                if (n == (ssize_t)sizeof h)
+                        return 0;
+                if (n < 0 && errno == EINTR)
+                        continue;
+                return -1;
+        }
+}
+
+/* Receives one RUN message into msg; fds[] gets its three descriptors. Returns the message
+ * length, or -1 when the daemon is gone. Malformed messages are dropped. */
+static ssize_t recv_run(int fds[WIRE_RUN_FDS]) {
+        for (;;) {
+                union {
+                        struct cmsghdr align;
+                        char buf[CMSG_SPACE(sizeof(int) * WIRE_RUN_FDS)];
+                } cm;
+                struct iovec iov = { msg, WIRE_MAX_MSG };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                                     .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+                ssize_t n = recvmsg(SOCK_FD, &mh, MSG_CMSG_CLOEXEC);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return -1;
+                int nfds = 0;
+                for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+                        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                                continue;
+                        int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+                        int *p = (int *)CMSG_DATA(c);
+                        for (int i = 0; i < k; i++) {
+                                if (nfds < WIRE_RUN_FDS)
+                                        fds[nfds++] = p[i];
+                                else
+                                        close(p[i]);
+                        }
+                }
+                WireHdr *h = (WireHdr *)msg;
+                if (nfds == WIRE_RUN_FDS && (size_t)n >= sizeof *h && h->type == WIRE_RUN &&
+                    (uint64_t)h->cwd_len + h->env_len + h->cmd_len == (uint64_t)n - sizeof *h &&
+                    !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+                        return n;
+                for (int i = 0; i < nfds; i++)
+                        close(fds[i]);
+        }
+}
+
+/* Runs a command string in this shell, catching the top-level jumps of `exit`, `set -e`
+ * and fatal errors so that they end the command, not the process. */
+static int run_string(const char *cmd, size_t len) {
+        procenv_t saved;
+        volatile int status;
+        char *s = xmalloc(len + 1);
+        memcpy(s, cmd, len);
+        s[len] = 0;
+
+        memcpy(saved, top_level, sizeof saved);
+        if (sigsetjmp(top_level, 0) == 0) {
+                status = parse_and_execute(s, "bash", SEVAL_NOHIST | SEVAL_NOOPTIMIZE);
+        } else {
+                status = last_command_exit_value;
+                /* What reader_loop() would do before reading the next command. */
+                if (variable_context)
+                        reset_local_contexts();
+        }
+        memcpy(top_level, saved, sizeof saved);
+        loop_level = breaking = continuing = 0;
+        funcnest = evalnest = sourcenest = 0;
+        return_catch_flag = 0;
+        parse_and_execute_level = 0;
+        return status;
+}
+
+typedef struct Override {
+        char *name, *value; /* value this run set */
+        char *old;          /* value before, NULL when unset */
+        int old_exported;
+} Override;
+
+/* Applies NAME=VALUE\0 entries as exported variables for this run; records what to undo. */
+static int apply_env(char *env, size_t len, Override **ret) {
+        int n = 0;
+        for (size_t i = 0; i < len; i++)
+                if (env[i] == 0)
+                        n++;
+        Override *ov = xmalloc(sizeof *ov * (size_t)(n + 1));
+        int k = 0;
+        for (char *p = env; p < env + len && k < n; p += strlen(p) + 1) {
+                char *eq = strchr(p, '=');
+                if (!eq)
+                        continue;
+                *eq = 0;
+                SHELL_VAR *v = find_variable(p);
+                ov[k].name = p;
+                ov[k].value = eq + 1;
+                ov[k].old = v && !array_p(v) && !assoc_p(v) && value_cell(v) ? savestring(value_cell(v)) : NULL;
+                ov[k].old_exported = v ? exported_p(v) != 0 : 0;
+                SHELL_VAR *nv = bind_variable(p, eq + 1, 0);
+                if (nv) {
+                        VSETATTR(nv, att_exported);
+                        array_needs_making = 1;
+                        k++;
+                } else {
+                        free(ov[k].old);
+                }
+        }
+        *ret = ov;
+        return k;
+}
+
+/* Undoes an override unless the command itself changed the variable since. */
+static void restore_env(Override *ov, int n) {
+        for (int i = 0; i < n; i++) {
+                SHELL_VAR *v = find_variable(ov[i].name);
+                if (v && value_cell(v) && strcmp(value_cell(v), ov[i].value) == 0) {
+                        if (ov[i].old) {
+                                SHELL_VAR *nv = bind_variable(ov[i].name, ov[i].old, 0);
+                                if (nv && !ov[i].old_exported)
+                                        VUNSETATTR(nv, att_exported);
+                        } else {
+                                unbind_variable(ov[i].name);
+                        }
+                        array_needs_making = 1;
+                }
+                free(ov[i].old);
+        }
+        free(ov);
+}
+
+static void session_set_pwd(const char *path) {
+        set_working_directory((char *)path);
+        bind_variable("PWD", (char *)path, 0);
+}
+
+/* The worker's life: announce, take one command, run it, report. Returns when this process
+ * is to become the holder; exits when the daemon is gone. */
+static void worker(void) {
+        int fds[WIRE_RUN_FDS];
+
+        sigprocmask(SIG_SETMASK, &command_mask, NULL);
+        dollar_dollar_pid = getpid();
+        if (send_hdr(WIRE_READY, 0, 0) < 0)
+                _exit(0);
+        ssize_t n = recv_run(fds);
+        if (n < 0)
+                _exit(0);
+        WireHdr *h = (WireHdr *)msg;
+        char *cwd = (char *)msg + sizeof *h;
+        char *env = cwd + h->cwd_len;
+        char *cmd = env + h->env_len;
+
+        for (int i = 0; i < WIRE_RUN_FDS; i++) {
+                if (fds[i] != i) {
+                        dup2(fds[i], i);
+                        close(fds[i]);
+                } else {
+                        fcntl(i, F_SETFD, 0);
+                }
+        }
+        clearerr(stdout);
+        clearerr(stderr);
+
+        int status;
+        char *old_cwd = NULL, *run_cwd = NULL;
+        Override *ov = NULL;
+        int n_ov = 0;
+        if (h->cwd_len > 0) {
+                run_cwd = xmalloc(h->cwd_len + 1);
+                memcpy(run_cwd, cwd, h->cwd_len);
+                run_cwd[h->cwd_len] = 0;
+                old_cwd = getcwd(NULL, 0);
+                if (chdir(run_cwd) < 0) {
+                        fprintf(stderr, "sbx: cwd: %s: %s\n", run_cwd, strerror(errno));
+                        status = 1;
+                        goto done;
+                }
+                char *now = getcwd(NULL, 0);
+                if (now) {
+                        session_set_pwd(now);
+                        free(run_cwd);
+                        run_cwd = now;
+                }
+        }
+        n_ov = apply_env(env, h->env_len, &ov);
+        status = run_string(cmd, h->cmd_len);
+        restore_env(ov, n_ov);
+        if (run_cwd && old_cwd) {
+                char *now = getcwd(NULL, 0);
+                if (now && strcmp(now, run_cwd) == 0 && chdir(old_cwd) == 0)
+                        session_set_pwd(old_cwd);
+                free(now);
+        }
+done:
+        free(old_cwd);
+        free(run_cwd);
+        fflush(stdout);
+        fflush(stderr);
+        for (int i = 0; i < WIRE_RUN_FDS; i++)
+                dup2(NULL_FD, i);
+        if (send_hdr(WIRE_DONE, h->seq, status & 0xff) < 0)
+                _exit(status & 0xff);
+}
+
+/* The holder's life: fork a worker, wait for it. Returns only on a fatal setup error. */
+static int sbx_session_builtin(WORD_LIST *list) {
+        sigset_t chld;
+
+        if (!list || !list->word) {
+                builtin_error("usage: sbx_session FD");
+                return EX_USAGE;
+        }
+        int fd = atoi(list->word->word);
+        if (dup3(fd, SOCK_FD, O_CLOEXEC) < 0)
+                return EXECUTION_FAILURE;
+        close(fd);
+        int nfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (nfd < 0 || dup3(nfd, NULL_FD, O_CLOEXEC) < 0)
+                return EXECUTION_FAILURE;
+        close(nfd);
+        msg = xmalloc(WIRE_MAX_MSG);
+        unbind_variable("BASH_EXECUTION_STRING");
+
+        /* The holder reaps its worker itself; bash's SIGCHLD handler must not get there
+         * first, so SIGCHLD stays blocked in the holder and is unblocked in each worker. */
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &chld, &command_mask);
+        sigdelset(&command_mask, SIGCHLD);
+
+        if (send_hdr(WIRE_HELLO, 0, 0) < 0)
+                _exit(0);
+        for (;;) {
+                pid_t w = fork();
+                if (w < 0) {
+                        /* Most likely the pids limit, with a fork bomb still dying. */
+                        usleep(20000);
+                        continue;
+                }
+                if (w == 0) {
+                        worker();
+                        sigprocmask(SIG_BLOCK, &chld, NULL);
+                        continue; /* this process is now the holder */
+                }
+                int ws;
+                while (waitpid(w, &ws, 0) < 0)
+                        if (errno != EINTR)
+                                _exit(1);
+                if (send_hdr(WIRE_DIED, 0, ws) < 0)
+                        _exit(0);
+        }
+}
+
+static char *sbx_session_doc[] = {
+        "Run the sbx session loop on the given socket fd (internal to sbx).",
+        NULL,
+};
+
+__attribute__((visibility("default"))) struct builtin sbx_session_struct = {
+        "sbx_session", sbx_session_builtin, BUILTIN_ENABLED, sbx_session_doc,
+        "sbx_session FD", 0,
+};

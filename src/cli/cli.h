@@ -1,0 +1,5 @@
+/* SPDX-License-Identifier: MIT */
+/* Subcommands of the sbx binary, one file each. */
+#pragma once
+
+int cmd_run(int argc, char **argv);

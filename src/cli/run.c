@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/* `sbx run`: an ephemeral sandbox, one session, each CMD in turn, output streamed. */
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include "base/limits.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "cli/cli.h"
+#include "sbx/sbx.h"
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "Usage: sbx run [OPTIONS] -- CMD [CMD ...]\n"
+                "\n"
+                "Creates a sandbox, runs each CMD in order in one session (state such as cwd,\n"
+                "variables and functions carries from one to the next), streams their output,\n"
+                "destroys the sandbox and exits with the last command's exit code\n"
+                "(124 on timeout, 125 when interrupted).\n"
+                "\n"
+                "Options:\n"
+                "  -t, --timeout SECONDS    per-command timeout (default 30; fractions allowed)\n"
+                "  -C, --cwd DIR            working directory of each command (default /home/user)\n"
+                "  -e, --env NAME=VALUE     set an environment variable (repeatable)\n"
+                "  -n, --network            share the host's network (default: loopback only)\n"
+                "      --memory SIZE        memory limit (default 512M)\n"
+                "      --pids N             process limit (default 256)\n"
+                "      --fs-size SIZE       size of /tmp + /home/user (default 256M)\n"
+                "      --files N            inode limit of /tmp + /home/user (default 10000)\n"
+                "      --stdout-limit SIZE  stdout kept per command (default 1M)\n"
+                "      --stderr-limit SIZE  stderr kept per command (default 1M)\n"
+                "      --rootfs DIR         use DIR as the root filesystem instead of the host's\n"
+                "  -v, --verbose            debug logging on stderr\n"
+                "  -h, --help               show this help\n"
+                "\n"
+                "SIZE takes a k, M or G suffix (powers of 1024).\n");
+}
+
+typedef struct RunState {
+        bool done;
+        int exit_code;
+        SbxErrorClass ec;
+        bool truncated;
+} RunState;
+
+static void on_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
+        (void)write_all(st == SBX_STDOUT ? STDOUT_FILENO : STDERR_FILENO, d, n);
+}
+
+static void on_done(void *ud, const SbxResult *r) {
+        RunState *rs = ud;
+        rs->done = true;
+        rs->exit_code = r->exit_code;
+        rs->ec = r->error_class;
+        /* Refused commands never streamed: show why. */
+        if (r->error_class == SBX_ERROR_LIMIT_EXCEEDED)
+                (void)write_all(STDERR_FILENO, r->stderr_data, r->stderr_len);
+}
+
+static int parse_seconds(const char *s, uint64_t *ret_ms) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end == s || *end || v <= 0 || v * 1000 > (double)SBX_MAX_TIMEOUT_MS)
+                return -EINVAL;
+        *ret_ms = (uint64_t)(v * 1000 + 0.5);
+        return 0;
+}
+
+enum { OPT_MEMORY = 256, OPT_PIDS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS };
+
+int cmd_run(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "timeout", required_argument, NULL, 't' },
+                { "cwd", required_argument, NULL, 'C' },
+                { "env", required_argument, NULL, 'e' },
+                { "network", no_argument, NULL, 'n' },
+                { "memory", required_argument, NULL, OPT_MEMORY },
+                { "pids", required_argument, NULL, OPT_PIDS },
+                { "fs-size", required_argument, NULL, OPT_FS },
+                { "files", required_argument, NULL, OPT_FILES },
+                { "stdout-limit", required_argument, NULL, OPT_STDOUT },
+                { "stderr-limit", required_argument, NULL, OPT_STDERR },
+                { "rootfs", required_argument, NULL, OPT_ROOTFS },
+                { "verbose", no_argument, NULL, 'v' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        SbxSandboxOptions so;
+        uint64_t timeout_ms = 0, v;
+        const char *cwd = NULL;
+        _cleanup_free_ const char **env = calloc((size_t)argc + 1, sizeof *env);
+        size_t n_env = 0;
+        int c;
+
+        if (!env)
+                return 1;
+        sbx_sandbox_options_init(&so);
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "+t:C:e:nvh", opts, NULL)) != -1) {
+                int r = 0;
+                switch (c) {
+                case 't': r = parse_seconds(optarg, &timeout_ms); break;
+                case 'C': cwd = optarg; break;
+                case 'e':
+                        if (!strchr(optarg, '=') || !env_name_valid(optarg, (size_t)(strchr(optarg, '=') - optarg)))
+                                r = -EINVAL;
+                        env[n_env++] = optarg;
+                        break;
+                case 'n': so.network = true; break;
+                case OPT_MEMORY: r = parse_size(optarg, &so.limits.memory_bytes); break;
+                case OPT_PIDS: r = parse_u64(optarg, 1 << 22, &v); so.limits.pids = (uint32_t)v; break;
+                case OPT_FS: r = parse_size(optarg, &so.limits.fs_bytes); break;
+                case OPT_FILES: r = parse_u64(optarg, UINT32_MAX, &so.limits.file_count); break;
+                case OPT_STDOUT: r = parse_size(optarg, &so.limits.stdout_bytes); break;
+                case OPT_STDERR: r = parse_size(optarg, &so.limits.stderr_bytes); break;
+                case OPT_ROOTFS: so.rootfs = optarg; break;
+                case 'v': sbx_log_level = LOG_DEBUG; break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+                if (r < 0) {
+                        fprintf(stderr, "sbx run: invalid value for %s: '%s'\n\n", argv[optind - 1], optarg);
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (optind >= argc) {
+                fprintf(stderr, "sbx run: no command given\n\n");
+                usage(stderr);
+                return 2;
+        }
+        so.env = n_env ? env : NULL;
+        so.timeout_ms = timeout_ms;
+
+        /* Ctrl-C and SIGTERM cancel the running command (exit 125) instead of killing us,
+         * so the sandbox is always torn down. */
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGHUP);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        _cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
+        SbxContext *ctx = NULL;
+        SbxSandbox *sb = NULL;
+        SbxSession *s = NULL;
+        int r = sbx_context_new(&ctx);
+        if (r >= 0)
+                r = sbx_sandbox_new(ctx, &so, &sb);
+        if (r < 0) {
+                fprintf(stderr, "sbx run: cannot create sandbox: %s\n",
+                        ctx && *sbx_context_last_error(ctx) ? sbx_context_last_error(ctx) : strerror(-r));
+                sbx_context_free(ctx);
+                return 1;
+        }
+        r = sbx_session_get(sb, NULL, &s);
+        RunState rs = { .exit_code = 1 };
+        bool interrupted = false;
+        for (int i = optind; r >= 0 && i < argc && !interrupted; i++) {
+                SbxRunOptions ro = { .command = argv[i], .command_len = strlen(argv[i]), .cwd = cwd };
+                SbxRun *run = NULL;
+                rs = (RunState){ 0 };
+                r = sbx_session_run(s, &ro, on_output, on_done, &rs, &run);
+                if (r < 0)
+                        break;
+                while (!rs.done) {
+                        struct pollfd p[2] = { { sbx_context_fd(ctx), POLLIN, 0 }, { sfd, POLLIN, 0 } };
+                        if (poll(p, 2, -1) < 0 && errno != EINTR)
+                                break;
+                        if (p[1].revents) {
+                                struct signalfd_siginfo si;
+                                while (read(sfd, &si, sizeof si) > 0)
+                                        ;
+                                interrupted = true;
+                                if (run)
+                                        (void)sbx_run_cancel(run);
+                        }
+                        if (p[0].revents)
+                                (void)sbx_context_run_once(ctx, 0);
+                }
+        }
+        if (r < 0)
+                fprintf(stderr, "sbx run: %s\n", strerror(-r));
+        sbx_context_free(ctx);
+        return r < 0 ? 1 : rs.exit_code;
+}

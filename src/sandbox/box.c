@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: MIT */
+/* Creating and destroying sandboxes: clone3 into fresh namespaces and the sandbox's cgroup,
+ * pid 1 builds the root, the daemon waits for its word. */
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include "base/limits.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "sandbox/box.h"
+#include "sandbox/init.h"
+
+extern const unsigned char sbx_bashext[];
+extern const size_t sbx_bashext_len;
+
+#define SANDBOX_UID 1000U
+#define SANDBOX_GID 1000U
+
+static int builtin_memfd(void) {
+        _cleanup_close_ int fd = memfd_create("sbx-session.so", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0)
+                return negerrno();
+        int r = write_all(fd, sbx_bashext, sbx_bashext_len);
+        if (r < 0)
+                return r;
+        /* Every sandbox's bash loads this one file: nobody may change it. */
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
+                return negerrno();
+        return TAKE_FD(fd);
+}
+
+int box_shared_init(BoxShared *s) {
+        int r;
+        *s = (BoxShared){ .builtin_fd = -1 };
+        s->rootless = geteuid() != 0;
+        if (s->rootless) {
+                const char *rt = getenv("XDG_RUNTIME_DIR");
+                if (rt && *rt)
+                        snprintf(s->staging, sizeof s->staging, "%s/sbx", rt);
+                else
+                        snprintf(s->staging, sizeof s->staging, "/tmp/sbx-%u", (unsigned)geteuid());
+        } else {
+                snprintf(s->staging, sizeof s->staging, "/run/sbx");
+        }
+        if (mkdir(s->staging, 0700) < 0 && errno != EEXIST)
+                return negerrno();
+        r = cgroup_root_open(&s->cg);
+        if (r < 0)
+                return r;
+        s->cg_open = true;
+        s->builtin_fd = builtin_memfd();
+        if (s->builtin_fd < 0) {
+                r = s->builtin_fd;
+                box_shared_done(s);
+                return r;
+        }
+        r = seccomp_build(&s->seccomp);
+        if (r < 0) {
+                box_shared_done(s);
+                return r;
+        }
+        return 0;
+}
+
+void box_shared_done(BoxShared *s) {
+        if (s->cg_open)
+                cgroup_root_close(&s->cg);
+        s->cg_open = false;
+        s->builtin_fd = safe_close(s->builtin_fd);
+        free(s->seccomp.filter);
+        s->seccomp.filter = NULL;
+}
+
+static int write_id_maps(pid_t pid) {
+        char path[64], map[64];
+        snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_UID, (unsigned)geteuid());
+        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+        int r = write_file_at(AT_FDCWD, path, map);
+        if (r < 0)
+                return r;
+        snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
+        (void)write_file_at(AT_FDCWD, path, "deny");
+        snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_GID, (unsigned)getegid());
+        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+        return write_file_at(AT_FDCWD, path, map);
+}
+
+int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errlen) {
+        int sv[2] = { -1, -1 }, sync[2] = { -1, -1 };
+        int r;
+
+        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1 };
+        err[0] = 0;
+        r = random_hex(b->id, 16);
+        if (r < 0)
+                return r;
+        r = cgroup_sandbox_create(&s->cg, b->id, c->memory_bytes, c->pids, &b->cg);
+        if (r < 0) {
+                snprintf(err, errlen, "cgroup: %s", strerror(-r));
+                return r;
+        }
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
+            (s->rootless && pipe2(sync, O_CLOEXEC) < 0)) {
+                r = negerrno();
+                goto fail;
+        }
+
+        InitConfig ic = {
+                .mount = { .staging = s->staging, .rootfs = c->rootfs, .network = c->network,
+                           .fs_bytes = c->fs_bytes, .file_count = c->file_count,
+                           .uid = SANDBOX_UID, .gid = SANDBOX_GID },
+                .ctl_fd = sv[1], .builtin_fd = s->builtin_fd, .userns_sync_fd = sync[0],
+                .env = c->env, .uid = SANDBOX_UID, .gid = SANDBOX_GID, .network = c->network,
+                .seccomp = &s->seccomp,
+        };
+        int pidfd = -1;
+        struct clone_args ca = {
+                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
+                         CLONE_PIDFD | CLONE_INTO_CGROUP | (c->network ? 0 : CLONE_NEWNET) |
+                         (s->rootless ? CLONE_NEWUSER : 0),
+                .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                .exit_signal = SIGCHLD,
+                .cgroup = (uint64_t)b->cg.init,
+        };
+        long pid = syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid < 0) {
+                r = negerrno();
+                snprintf(err, errlen, "clone3: %s%s", strerror(-r),
+                         r == -EPERM || r == -ENOSPC ? " (are user namespaces allowed?)" : "");
+                goto fail;
+        }
+        if (pid == 0) {
+                close(sv[0]);
+                if (sync[1] >= 0)
+                        close(sync[1]);
+                init_main(&ic);
+        }
+        b->init_pid = (pid_t)pid;
+        b->init_pidfd = pidfd;
+        b->ctl_fd = TAKE_FD(sv[0]);
+        sv[1] = safe_close(sv[1]);
+        sync[0] = safe_close(sync[0]);
+
+        r = cgroup_sandbox_attach_v1(&b->cg, b->init_pid);
+        if (r < 0) {
+                snprintf(err, errlen, "cgroup v1 attach: %s", strerror(-r));
+                goto fail;
+        }
+        if (s->rootless) {
+                r = write_id_maps(b->init_pid);
+                if (r < 0) {
+                        snprintf(err, errlen, "uid/gid map: %s", strerror(-r));
+                        goto fail;
+                }
+                if (write(sync[1], "x", 1) != 1) {
+                        r = negerrno();
+                        goto fail;
+                }
+                sync[1] = safe_close(sync[1]);
+        }
+
+        struct pollfd p = { .fd = b->ctl_fd, .events = POLLIN };
+        r = poll(&p, 1, SBX_CREATE_TIMEOUT_MS);
+        if (r <= 0) {
+                r = r == 0 ? -ETIMEDOUT : negerrno();
+                snprintf(err, errlen, "sandbox init did not start: %s", strerror(-r));
+                goto fail;
+        }
+        InitMsg m;
+        ssize_t n = recv(b->ctl_fd, &m, sizeof m, 0);
+        if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
+                r = -EIO;
+                snprintf(err, errlen, "sandbox init exited during setup");
+                goto fail;
+        }
+        if (m.status < 0) {
+                r = m.status;
+                m.text[sizeof m.text - 1] = 0;
+                snprintf(err, errlen, "%s", m.text);
+                goto fail;
+        }
+        return 0;
+fail:
+        safe_close(sv[0]);
+        safe_close(sv[1]);
+        safe_close(sync[0]);
+        safe_close(sync[1]);
+        box_destroy(s, b);
+        return r < 0 ? r : -EIO;
+}
+
+int box_spawn_session(Box *b, int sock) {
+        InitMsg m = { .type = INIT_SPAWN };
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        struct iovec iov = { &m, sizeof m };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &sock, sizeof sock);
+        if (sendmsg(b->ctl_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+                return negerrno();
+        return 0;
+}
+
+void box_destroy(BoxShared *s, Box *b) {
+        b->ctl_fd = safe_close(b->ctl_fd);
+        if (b->init_pidfd >= 0) {
+                (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
+                siginfo_t si;
+                while (waitid(P_PIDFD, (id_t)b->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+                        ;
+                b->init_pidfd = safe_close(b->init_pidfd);
+        }
+        if (cgroup_sandbox_destroy(&s->cg, &b->cg, 2000) < 0)
+                log_warn("sandbox %s: cgroup not empty after kill", b->id);
+}

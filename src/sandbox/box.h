@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/* A sandbox as the kernel sees it, from the daemon's side: namespaces around a pid 1 (see
+ * init.h), its cgroups, and the control socket that asks it for session shells. Knows
+ * nothing of sessions or commands. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <linux/filter.h>
+#include "sandbox/cgroup.h"
+
+/* What every sandbox of one context shares. */
+typedef struct BoxShared {
+        CgroupRoot cg;
+        bool cg_open;
+        bool rootless;
+        int builtin_fd;            /* sealed memfd with the bash builtin */
+        struct sock_fprog seccomp; /* filter bytes, owned */
+        char staging[256];         /* host directory each sandbox builds its root on */
+} BoxShared;
+
+typedef struct BoxConfig {
+        uint64_t fs_bytes, file_count, memory_bytes;
+        uint32_t pids;
+        bool network;
+        const char *rootfs;
+        char **env; /* complete environment of session shells */
+} BoxConfig;
+
+typedef struct Box {
+        char id[33];
+        pid_t init_pid;
+        int init_pidfd;
+        int ctl_fd;
+        CgroupSandbox cg;
+} Box;
+
+/* Prepares the shared part. Returns 0 or -errno (-ENOTSUP: no cgroup v2). */
+int box_shared_init(BoxShared *s);
+void box_shared_done(BoxShared *s);
+
+/* Creates the sandbox and waits (bounded) for its root to be built. On failure err says
+ * what failed. Returns 0 or -errno. */
+int box_create(BoxShared *s, const BoxConfig *c, Box *ret, char *err, size_t errlen);
+/* Asks init for a session shell on `sock` (the bash end of a session socketpair; the caller
+ * keeps its own copy). Returns 0 or -errno. */
+int box_spawn_session(Box *b, int sock);
+/* Kills everything and removes the cgroups. Waits (bounded) for the processes to be gone. */
+void box_destroy(BoxShared *s, Box *b);

@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/* cgroup v2 containment and v1/v2 limits; see cgroup.h for the layout. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "base/log.h"
+#include "base/util.h"
+#include "sandbox/cgroup.h"
+
+/* Mount point of the cgroup2 fs and of the v1 hierarchies holding memory and pids,
+ * read from mountinfo: "... mountpoint opts ... - fstype source superopts". */
+static void find_mounts(char *v2, char *mem, char *pids, size_t size) {
+        v2[0] = mem[0] = pids[0] = 0;
+        FILE *f = fopen("/proc/self/mountinfo", "re");
+        if (!f)
+                return;
+        char line[4096];
+        while (fgets(line, sizeof line, f)) {
+                char mnt[1024], fstype[64], super[1024];
+                char *dash = strstr(line, " - ");
+                if (!dash || sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 ||
+                    sscanf(dash + 3, "%63s %*s %1023s", fstype, super) != 2)
+                        continue;
+                if (strcmp(fstype, "cgroup2") == 0 && !v2[0])
+                        snprintf(v2, size, "%s", mnt);
+                else if (strcmp(fstype, "cgroup") == 0) {
+                        char *save = NULL;
+                        for (char *t = strtok_r(super, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                                if (strcmp(t, "memory") == 0 && !mem[0])
+                                        snprintf(mem, size, "%s", mnt);
+                                if (strcmp(t, "pids") == 0 && !pids[0])
+                                        snprintf(pids, size, "%s", mnt);
+                        }
+                }
+        }
+        fclose(f);
+}
+
+/* This process's cgroup path in the v1 hierarchy with `controller`, "/" if unknown. */
+static void own_v1_path(const char *controller, char *out, size_t size) {
+        snprintf(out, size, "/");
+        FILE *f = fopen("/proc/self/cgroup", "re");
+        if (!f)
+                return;
+        char line[2048];
+        while (fgets(line, sizeof line, f)) {
+                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c2 = 0;
+                char *save = NULL;
+                for (char *t = strtok_r(c1 + 1, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                        if (strcmp(t, controller) == 0) {
+                                (c2 + 1)[strcspn(c2 + 1, "\n")] = 0;
+                                snprintf(out, size, "%s", c2 + 1);
+                        }
+        }
+        fclose(f);
+}
+
+static int open_dir_mkdir(const char *path) {
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+                return negerrno();
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return fd < 0 ? negerrno() : fd;
+}
+
+static int open_v1_base(const char *mnt, const char *controller, const char *leaf) {
+        char own[1024], path[2048];
+        if (!mnt[0])
+                return -ENOENT;
+        own_v1_path(controller, own, sizeof own);
+        snprintf(path, sizeof path, "%s%s/%s", mnt, strcmp(own, "/") == 0 ? "" : own, leaf);
+        return open_dir_mkdir(path);
+}
+
+int cgroup_root_open(CgroupRoot *r) {
+        char v2[1024], mem[1024], pids[1024], leaf[64];
+        *r = (CgroupRoot){ .v2 = -1, .v1_memory = -1, .v1_pids = -1 };
+        find_mounts(v2, mem, pids, sizeof v2);
+        if (!v2[0])
+                return -ENOTSUP;
+        snprintf(leaf, sizeof leaf, "sbx-%d", (int)getpid());
+        /* The v2 base sits at the hierarchy's root: a cgroup that holds processes (such as
+         * ours under systemd) may not enable controllers for its children. */
+        snprintf(r->v2_path, sizeof r->v2_path, "%s/%s", v2, leaf);
+        int fd = open_dir_mkdir(r->v2_path);
+        if (fd < 0)
+                return fd;
+        r->v2 = fd;
+        char ctl[256];
+        if (read_file_at(fd, "cgroup.controllers", ctl, sizeof ctl) >= 0) {
+                if (strstr(ctl, "memory") && write_file_at(fd, "cgroup.subtree_control", "+memory") == 0)
+                        r->v2_memory = true;
+                if (strstr(ctl, "pids") && write_file_at(fd, "cgroup.subtree_control", "+pids") == 0)
+                        r->v2_pids = true;
+        }
+        if (!r->v2_memory) {
+                int m = open_v1_base(mem, "memory", leaf);
+                r->v1_memory = m >= 0 ? m : -1;
+                if (m >= 0)
+                        (void)write_file_at(m, "memory.use_hierarchy", "1");
+        }
+        if (!r->v2_pids) {
+                int p = open_v1_base(pids, "pids", leaf);
+                r->v1_pids = p >= 0 ? p : -1;
+        }
+        log_debug("cgroup: v2 %s memory=%s pids=%s", r->v2_path,
+                  r->v2_memory ? "v2" : r->v1_memory >= 0 ? "v1" : "none",
+                  r->v2_pids ? "v2" : r->v1_pids >= 0 ? "v1" : "none");
+        return 0;
+}
+
+static void rmdir_base(int fd) {
+        char path[64], target[1024];
+        if (fd < 0)
+                return;
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        close(fd);
+        if (n > 0) {
+                target[n] = 0;
+                (void)rmdir(target);
+        }
+}
+
+void cgroup_root_close(CgroupRoot *r) {
+        rmdir_base(r->v2);
+        rmdir_base(r->v1_memory);
+        rmdir_base(r->v1_pids);
+        r->v2 = r->v1_memory = r->v1_pids = -1;
+}
+
+static int mkdirat_open(int dirfd, const char *name) {
+        if (mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST)
+                return negerrno();
+        int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return fd < 0 ? negerrno() : fd;
+}
+
+int cgroup_sandbox_create(CgroupRoot *r, const char *name, uint64_t memory_bytes, uint32_t pids,
+                          CgroupSandbox *s) {
+        char num[32];
+        int rr;
+        *s = (CgroupSandbox){ .dir = -1, .init = -1, .v1_memory = -1, .v1_pids = -1 };
+        snprintf(s->name, sizeof s->name, "%s", name);
+        s->dir = mkdirat_open(r->v2, name);
+        if (s->dir < 0)
+                return s->dir;
+        if (memory_bytes > 0) {
+                snprintf(num, sizeof num, "%llu", (unsigned long long)memory_bytes);
+                if (r->v2_memory) {
+                        if ((rr = write_file_at(s->dir, "memory.max", num)) < 0)
+                                goto fail;
+                        (void)write_file_at(s->dir, "memory.swap.max", "0");
+                } else if (r->v1_memory >= 0) {
+                        s->v1_memory = mkdirat_open(r->v1_memory, name);
+                        if (s->v1_memory < 0) {
+                                rr = s->v1_memory;
+                                goto fail;
+                        }
+                        if ((rr = write_file_at(s->v1_memory, "memory.limit_in_bytes", num)) < 0)
+                                goto fail;
+                        /* Where swap accounting exists, memory+swap gets the same cap. */
+                        (void)write_file_at(s->v1_memory, "memory.memsw.limit_in_bytes", num);
+                }
+        }
+        if (pids > 0) {
+                snprintf(num, sizeof num, "%u", pids);
+                if (r->v2_pids) {
+                        if ((rr = write_file_at(s->dir, "pids.max", num)) < 0)
+                                goto fail;
+                } else if (r->v1_pids >= 0) {
+                        s->v1_pids = mkdirat_open(r->v1_pids, name);
+                        if (s->v1_pids < 0) {
+                                rr = s->v1_pids;
+                                goto fail;
+                        }
+                        if ((rr = write_file_at(s->v1_pids, "pids.max", num)) < 0)
+                                goto fail;
+                }
+        }
+        s->init = mkdirat_open(s->dir, "init");
+        if (s->init < 0) {
+                rr = s->init;
+                goto fail;
+        }
+        return 0;
+fail:
+        (void)cgroup_sandbox_destroy(r, s, 0);
+        return rr;
+}
+
+int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid) {
+        int r;
+        if (s->v1_memory >= 0 && (r = cgroup_move(s->v1_memory, pid)) < 0)
+                return r;
+        if (s->v1_pids >= 0 && (r = cgroup_move(s->v1_pids, pid)) < 0)
+                return r;
+        return 0;
+}
+
+int cgroup_child_create(CgroupSandbox *s, const char *name) {
+        return mkdirat_open(s->dir, name);
+}
+
+int cgroup_child_remove(CgroupSandbox *s, const char *name) {
+        if (unlinkat(s->dir, name, AT_REMOVEDIR) < 0)
+                return negerrno();
+        return 0;
+}
+
+int cgroup_move(int dirfd, pid_t pid) {
+        char num[32];
+        snprintf(num, sizeof num, "%d", (int)pid);
+        return write_file_at(dirfd, "cgroup.procs", num);
+}
+
+int cgroup_kill(int dirfd) {
+        return write_file_at(dirfd, "cgroup.kill", "1");
+}
+
+int cgroup_populated(int dirfd) {
+        char buf[256];
+        ssize_t n = read_file_at(dirfd, "cgroup.events", buf, sizeof buf);
+        if (n < 0)
+                return (int)n;
+        return strstr(buf, "populated 1") ? 1 : 0;
+}
+
+int cgroup_events_open(int dirfd) {
+        int fd = openat(dirfd, "cgroup.events", O_RDONLY | O_CLOEXEC);
+        return fd < 0 ? negerrno() : fd;
+}
+
+/* Waits for a cgroup to be empty, up to timeout_ms, watching cgroup.events. */
+static int wait_empty(int dirfd, int timeout_ms) {
+        _cleanup_close_ int ev = cgroup_events_open(dirfd);
+        uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+        for (;;) {
+                int p = cgroup_populated(dirfd);
+                if (p <= 0)
+                        return p;
+                uint64_t now = now_ms();
+                if (ev < 0 || now >= deadline)
+                        return -EBUSY;
+                struct pollfd pfd = { .fd = ev, .events = POLLPRI };
+                (void)poll(&pfd, 1, (int)(deadline - now));
+        }
+}
+
+/* Removes every child cgroup of dirfd, then nothing else. */
+static void remove_children(int dirfd) {
+        int fd = dup(dirfd);
+        if (fd < 0)
+                return;
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return;
+        }
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (de->d_type == DT_DIR && de->d_name[0] != '.')
+                        (void)unlinkat(dirfd, de->d_name, AT_REMOVEDIR);
+        closedir(d);
+}
+
+int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms) {
+        int ret = 0;
+        if (s->dir >= 0) {
+                (void)cgroup_kill(s->dir);
+                if (wait_empty(s->dir, timeout_ms) != 0)
+                        ret = -EBUSY;
+                remove_children(s->dir);
+                s->init = safe_close(s->init);
+                s->dir = safe_close(s->dir);
+                if (unlinkat(r->v2, s->name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                        ret = negerrno();
+        }
+        s->init = safe_close(s->init);
+        if (s->v1_memory >= 0) {
+                s->v1_memory = safe_close(s->v1_memory);
+                (void)unlinkat(r->v1_memory, s->name, AT_REMOVEDIR);
+        }
+        if (s->v1_pids >= 0) {
+                s->v1_pids = safe_close(s->v1_pids);
+                (void)unlinkat(r->v1_pids, s->name, AT_REMOVEDIR);
+        }
+        return ret;
+}

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/* cgroups: containment of each command (cgroup v2, cgroup.kill), and memory and pids limits
+ * of each sandbox (v2 controllers where delegated, v1 memory and pids hierarchies otherwise).
+ *
+ * Layout, below one base directory per daemon in each hierarchy used:
+ *   v2:  <base>/<sandbox>/init      the sandbox's pid 1 and its session shells
+ *        <base>/<sandbox>/c<N>      the worker of command N and everything it starts
+ *   v1:  <base>/<sandbox>           memory.limit_in_bytes, pids.max for the whole sandbox
+ * A command's cgroup is created and its worker moved in while the worker is idle, before it
+ * has received the command, so no process of the command ever runs outside it. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct CgroupRoot {
+        int v2;            /* dir fd of the daemon's v2 base, -1 until opened */
+        int v1_memory;     /* dir fd of the daemon's v1 memory base, or -1 */
+        int v1_pids;       /* dir fd of the daemon's v1 pids base, or -1 */
+        bool v2_memory, v2_pids; /* limits set through v2 controllers */
+        char v2_path[512];
+} CgroupRoot;
+
+typedef struct CgroupSandbox {
+        int dir;     /* v2 <base>/<sandbox> */
+        int init;    /* v2 <base>/<sandbox>/init, for CLONE_INTO_CGROUP */
+        int v1_memory, v1_pids; /* v1 <base>/<sandbox>, or -1 */
+        char name[64];
+} CgroupSandbox;
+
+/* Finds the hierarchies and creates the daemon's base directories. Returns 0, -ENOTSUP when
+ * there is no usable cgroup v2 hierarchy (sbx cannot contain commands then), or -errno. */
+int cgroup_root_open(CgroupRoot *r);
+/* Removes the base directories (they must be empty). */
+void cgroup_root_close(CgroupRoot *r);
+
+/* Creates a sandbox's cgroups and sets its limits (0: no limit). Returns 0 or -errno. */
+int cgroup_sandbox_create(CgroupRoot *r, const char *name, uint64_t memory_bytes, uint32_t pids,
+                          CgroupSandbox *ret);
+/* Adds a process (host pid) to the sandbox's v1 hierarchies. Returns 0 or -errno. */
+int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid);
+/* Kills everything in the sandbox, waits up to timeout_ms for it to be empty, removes its
+ * directories. Returns 0, or -EBUSY if something was still alive at the deadline. */
+int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms);
+
+/* Creates the child cgroup `name` of a sandbox; returns its dir fd or -errno. */
+int cgroup_child_create(CgroupSandbox *s, const char *name);
+/* Removes it if empty: 0, -EBUSY while it has processes, or -errno. */
+int cgroup_child_remove(CgroupSandbox *s, const char *name);
+/* Moves a process (host pid) into the cgroup whose dir fd is given. Returns 0 or -errno. */
+int cgroup_move(int dirfd, pid_t pid);
+/* SIGKILLs every process in the cgroup and its descendants, forks racing it included. */
+int cgroup_kill(int dirfd);
+/* 1 if the cgroup has processes, 0 if empty, -errno on failure. */
+int cgroup_populated(int dirfd);
+/* An fd of cgroup.events for epoll (EPOLLPRI fires on every change), or -errno. */
+int cgroup_events_open(int dirfd);

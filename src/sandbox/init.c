@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/* The sandbox's pid 1. */
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/capability.h>
+#include <linux/seccomp.h>
+#include "sandbox/init.h"
+#include "session/wire.h"
+
+static void send_ready(int fd, int status, const char *text) {
+        InitMsg m = { .type = INIT_READY, .status = status };
+        snprintf(m.text, sizeof m.text, "%s", text ? text : "");
+        (void)send(fd, &m, sizeof m, MSG_NOSIGNAL);
+}
+
+static int loopback_up(void) {
+        _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+                return negerrno();
+        struct ifreq ifr = { 0 };
+        snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+        if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+                return negerrno();
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        return ioctl(s, SIOCSIFFLAGS, &ifr) < 0 ? negerrno() : 0;
+}
+
+int identity_drop(unsigned uid, unsigned gid, const struct sock_fprog *seccomp) {
+        for (int cap = 0; cap < 64; cap++)
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL)
+                        break;
+        (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        if (setgroups(0, NULL) < 0 && errno != EPERM)
+                return negerrno();
+        if (setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
+                return negerrno();
+        /* A uid change from 0 clears the permitted and effective sets; make sure. */
+        struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+        struct __user_cap_data_struct d[2] = { 0 };
+        if (syscall(SYS_capset, &h, d) < 0)
+                return negerrno();
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return negerrno();
+        if (seccomp && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, seccomp, 0, 0) < 0)
+                return negerrno();
+        return 0;
+}
+
+/* Starts a session shell: bash running the sbx_session builtin on the given socket. */
+static void spawn_session(const InitConfig *c, int sock) {
+        pid_t p = fork();
+        if (p != 0) {
+                close(sock);
+                return;
+        }
+        sigset_t all;
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        setsid();
+        int s = fcntl(sock, F_DUPFD, 10);
+        int b = fcntl(c->builtin_fd, F_DUPFD, 10);
+        int nul = open("/dev/null", O_RDWR);
+        if (s < 0 || b < 0 || nul < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0 ||
+            dup2(s, WIRE_SESSION_FD) < 0 || dup2(b, WIRE_BUILTIN_FD) < 0)
+                _exit(126);
+        close_range(WIRE_BUILTIN_FD + 1, ~0U, 0);
+        if (chdir("/home/user") < 0)
+                _exit(126);
+        umask(022);
+        if (identity_drop(c->uid, c->gid, c->seccomp) < 0)
+                _exit(126);
+        static char boot[] =
+                "shopt -s expand_aliases; "
+                "enable -f /proc/self/fd/4 sbx_session && exec 4<&- && sbx_session 3";
+        char *argv[] = { (char *)"bash", (char *)"--norc", (char *)"--noprofile", (char *)"-c", boot, NULL };
+        execve("/bin/bash", argv, c->env);
+        _exit(127);
+}
+
+static void reap(void) {
+        while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+                ;
+}
+
+void init_main(const InitConfig *c) {
+        char err[400] = "";
+        int r;
+
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
+        if (c->userns_sync_fd >= 0) {
+                char b;
+                if (read(c->userns_sync_fd, &b, 1) != 1)
+                        _exit(1);
+                close(c->userns_sync_fd);
+        }
+        /* Keep only the control socket and the builtin; everything else the daemon had
+         * open (other sandboxes' sockets, client connections) must not survive here. */
+        int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);
+        int lo = MIN(ctl, c->builtin_fd), hi = MAX(ctl, c->builtin_fd);
+        if (lo > 3)
+                close_range(3, (unsigned)lo - 1, 0);
+        if (hi > lo + 1)
+                close_range((unsigned)lo + 1, (unsigned)hi - 1, 0);
+        close_range((unsigned)hi + 1, ~0U, 0);
+        int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (nul >= 0) {
+                dup2(nul, 0);
+                dup2(nul, 1);
+                dup2(nul, 2);
+                if (nul > 2)
+                        close(nul);
+        }
+
+        r = mount_build_root(&c->mount, err, sizeof err);
+        if (r >= 0 && sethostname("sandbox", 7) < 0) {
+                r = negerrno();
+                snprintf(err, sizeof err, "sethostname: %s", strerror(-r));
+        }
+        if (r >= 0 && !c->network && (r = loopback_up()) < 0)
+                snprintf(err, sizeof err, "loopback up: %s", strerror(-r));
+        if (r < 0) {
+                send_ready(ctl, r, err);
+                _exit(1);
+        }
+
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        send_ready(ctl, 0, NULL);
+
+        for (;;) {
+                struct pollfd p[2] = { { .fd = ctl, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
+                if (poll(p, 2, -1) < 0)
+                        continue;
+                if (p[1].revents) {
+                        struct signalfd_siginfo si;
+                        while (read(sfd, &si, sizeof si) > 0)
+                                ;
+                        reap();
+                }
+                if (!p[0].revents)
+                        continue;
+                union {
+                        struct cmsghdr align;
+                        char buf[CMSG_SPACE(sizeof(int))];
+                } cm;
+                InitMsg m;
+                struct iovec iov = { &m, sizeof m };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                                     .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+                ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
+                if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                        _exit(0); /* daemon gone or sandbox destroyed: take everything down */
+                if (n < 0)
+                        continue;
+                int fd = -1;
+                struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
+                if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS)
+                        memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
+                if (fd >= 0 && (size_t)n >= sizeof m.type && m.type == INIT_SPAWN)
+                        spawn_session(c, fd);
+                else if (fd >= 0)
+                        close(fd);
+        }
+}

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/* The sandbox's pid 1: builds the root, reaps orphans, starts session shells on request.
+ * It runs the daemon's code image (forked by clone3, never exec'd) but keeps only the fds
+ * named here. When its control socket closes it exits, and the kernel kills every process
+ * of the pid namespace with it. */
+#pragma once
+#include <linux/filter.h>
+#include <stdint.h>
+#include "base/macro.h"
+#include "sandbox/mount.h"
+
+/* Control messages on the SOCK_SEQPACKET socket between the daemon and init. */
+enum {
+        INIT_READY = 1, /* init -> daemon: root built (status 0) or failed (-errno, text) */
+        INIT_SPAWN = 2, /* daemon -> init: start a session shell on the attached socket */
+};
+
+typedef struct InitMsg {
+        uint32_t type;
+        int32_t status;
+        char text[480];
+} InitMsg;
+
+typedef struct InitConfig {
+        MountConfig mount;
+        int ctl_fd;           /* control socket */
+        int builtin_fd;       /* sealed memfd holding the bash builtin */
+        int userns_sync_fd;   /* rootless: read one byte once the id maps are written; else -1 */
+        char **env;           /* environment of session shells */
+        unsigned uid, gid;    /* identity commands run as */
+        bool network;
+        const struct sock_fprog *seccomp; /* filter for session shells, NULL for none */
+} InitConfig;
+
+_noreturn_ void init_main(const InitConfig *c);
+
+/* Drops every capability, sets the ids and no_new_privs, loads the seccomp filter.
+ * Returns 0 or -errno. Used between fork and exec: no allocation. */
+int identity_drop(unsigned uid, unsigned gid, const struct sock_fprog *seccomp);
+
+/* Builds the seccomp filter applied to every command (see seccomp.c). The program is
+ * malloc'd and owned by the caller. Returns 0 or -errno. */
+int seccomp_build(struct sock_fprog *ret);

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/* The sandbox root: a read-only skeleton tmpfs holding read-only binds of the host's system
+ * directories, a generated /etc, a minimal /dev, a fresh /proc, and one size- and
+ * inode-limited tmpfs that backs both /tmp and /home/user. Nothing else of the host is
+ * reachable: the old root is detached after pivot_root. */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include "base/macro.h"
+#include "sandbox/mount.h"
+
+/* System directories taken from the host (or the given rootfs), read-only. A symlink on the
+ * host (merged /usr) is recreated as the same symlink. */
+static const char *const system_dirs[] = {
+        "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+};
+
+/* Files and directories of the host's /etc that programs need to work and that hold nothing
+ * about the host's users or secrets. passwd, group, hosts, hostname and nsswitch.conf are
+ * generated instead. */
+static const char *const etc_binds[] = {
+        "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf",
+        "debian_version", "gai.conf", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+        "localtime", "magic", "magic.mime", "mime.types", "os-release", "profile",
+        "protocols", "python3", "python3.11", "services", "ssl", "terminfo", "timezone",
+        "perl", "gitconfig", "vim", "xdg", "mailcap",
+};
+
+/* Device nodes bound from the host's /dev. */
+static const char *const dev_nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
+
+static _printf_(3, 4) int fail(char *err, size_t errlen, const char *fmt, ...) {
+        int r = negerrno();
+        char what[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        snprintf(err, errlen, "%s: %s", what, strerror(-r));
+        return r;
+}
+
+static int write_text(const char *path, const char *text, mode_t mode) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        if (fd < 0)
+                return negerrno();
+        size_t len = strlen(text);
+        return write(fd, text, len) == (ssize_t)len ? 0 : -EIO;
+}
+
+/* Bind-mounts src onto dst (created as a file or directory to match) read-only. Missing
+ * sources are skipped: returns 0, or -errno on a real failure. */
+static int bind_ro(const char *src, const char *dst, unsigned long extra) {
+        struct stat st;
+        if (lstat(src, &st) < 0)
+                return 0;
+        if (S_ISLNK(st.st_mode)) {
+                char target[4096];
+                ssize_t n = readlink(src, target, sizeof target - 1);
+                if (n < 0)
+                        return negerrno();
+                target[n] = 0;
+                return symlink(target, dst) < 0 ? negerrno() : 0;
+        }
+        if (S_ISDIR(st.st_mode)) {
+                if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+                        return negerrno();
+        } else {
+                int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+                if (fd < 0)
+                        return negerrno();
+                close(fd);
+        }
+        if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+                return negerrno();
+        if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra, NULL) < 0)
+                return negerrno();
+        return 0;
+}
+
+static int make_etc(const MountConfig *c, char *err, size_t errlen) {
+        char src[4096], dst[4096];
+        const char *base = c->rootfs ? c->rootfs : "";
+        if (mkdir("etc", 0755) < 0)
+                return fail(err, errlen, "mkdir /etc");
+        for (size_t i = 0; i < ELEMENTSOF(etc_binds); i++) {
+                snprintf(src, sizeof src, "%s/etc/%s", base, etc_binds[i]);
+                snprintf(dst, sizeof dst, "etc/%s", etc_binds[i]);
+                if (bind_ro(src, dst, 0) < 0)
+                        return fail(err, errlen, "bind %s", src);
+        }
+        char passwd[512], group[512];
+        snprintf(passwd, sizeof passwd,
+                 "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                 "user:x:%u:%u:user:/home/user:/bin/bash\n"
+                 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", c->uid, c->gid);
+        snprintf(group, sizeof group, "root:x:0:\nuser:x:%u:\nnogroup:x:65534:\n", c->gid);
+        if (write_text("etc/passwd", passwd, 0644) < 0 || write_text("etc/group", group, 0644) < 0 ||
+            write_text("etc/hostname", "sandbox\n", 0644) < 0 ||
+            write_text("etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0644) < 0 ||
+            write_text("etc/nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n", 0644) < 0)
+                return fail(err, errlen, "write /etc");
+        if (c->network) {
+                snprintf(src, sizeof src, "%s/etc/resolv.conf", base);
+                if (bind_ro(src, "etc/resolv.conf", 0) < 0)
+                        return fail(err, errlen, "bind resolv.conf");
+        } else if (write_text("etc/resolv.conf", "", 0644) < 0) {
+                return fail(err, errlen, "write resolv.conf");
+        }
+        return 0;
+}
+
+static int make_dev(char *err, size_t errlen) {
+        char src[64], dst[64];
+        if (mkdir("dev", 0755) < 0 || mkdir("dev/pts", 0755) < 0 || mkdir("dev/shm", 01777) < 0)
+                return fail(err, errlen, "mkdir /dev");
+        for (size_t i = 0; i < ELEMENTSOF(dev_nodes); i++) {
+                snprintf(src, sizeof src, "/dev/%s", dev_nodes[i]);
+                snprintf(dst, sizeof dst, "dev/%s", dev_nodes[i]);
+                int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+                if (fd < 0)
+                        return fail(err, errlen, "create %s", dst);
+                close(fd);
+                if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+                        return fail(err, errlen, "bind %s", src);
+                /* nosuid/noexec on a device node bind; the node stays usable. */
+                (void)mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC, NULL);
+        }
+        static const char *const links[][2] = {
+                { "/proc/self/fd", "dev/fd" }, { "/proc/self/fd/0", "dev/stdin" },
+                { "/proc/self/fd/1", "dev/stdout" }, { "/proc/self/fd/2", "dev/stderr" },
+                { "pts/ptmx", "dev/ptmx" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(links); i++)
+                if (symlink(links[i][0], links[i][1]) < 0)
+                        return fail(err, errlen, "symlink %s", links[i][1]);
+        if (mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                  "newinstance,ptmxmode=0666,mode=0620") < 0)
+                return fail(err, errlen, "mount devpts");
+        return 0;
+}
+
+int mount_build_root(const MountConfig *c, char *err, size_t errlen) {
+        char src[4096], opts[128];
+
+        /* Nothing mounted here may propagate back to the host. */
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return fail(err, errlen, "make / private");
+        if (mount("sbx-root", c->staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m,nr_inodes=4096") < 0)
+                return fail(err, errlen, "mount tmpfs on %s", c->staging);
+        if (chdir(c->staging) < 0)
+                return fail(err, errlen, "chdir %s", c->staging);
+
+        const char *base = c->rootfs ? c->rootfs : "";
+        for (size_t i = 0; i < ELEMENTSOF(system_dirs); i++) {
+                snprintf(src, sizeof src, "%s/%s", base, system_dirs[i]);
+                if (bind_ro(src, system_dirs[i], 0) < 0)
+                        return fail(err, errlen, "bind %s", src);
+        }
+        int r = make_etc(c, err, errlen);
+        if (r < 0)
+                return r;
+        if (make_dev(err, errlen) < 0)
+                return negerrno();
+        if (mkdir("proc", 0555) < 0 || mkdir("tmp", 01777) < 0 || mkdir("home", 0755) < 0 ||
+            mkdir("home/user", 0755) < 0 || mkdir("root", 0700) < 0 || mkdir("run", 0755) < 0 ||
+            mkdir("var", 0755) < 0 || symlink("../tmp", "var/tmp") < 0 || mkdir(".w", 0700) < 0)
+                return fail(err, errlen, "mkdir skeleton");
+
+        /* One tmpfs backs /tmp, /home/user and /dev/shm, so the byte and inode limits hold
+         * for the sandbox as a whole. */
+        snprintf(opts, sizeof opts, "mode=0755,size=%llu,nr_inodes=%llu",
+                 (unsigned long long)c->fs_bytes, (unsigned long long)c->file_count + 4);
+        if (mount("sbx-fs", ".w", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+                return fail(err, errlen, "mount writable tmpfs (%s)", opts);
+        if (mkdir(".w/tmp", 01777) < 0 || chmod(".w/tmp", 01777) < 0 || mkdir(".w/home", 0755) < 0 ||
+            chown(".w/home", c->uid, c->gid) < 0 || mkdir(".w/shm", 01777) < 0 || chmod(".w/shm", 01777) < 0)
+                return fail(err, errlen, "prepare writable tmpfs");
+        if (mount(".w/tmp", "tmp", NULL, MS_BIND, NULL) < 0 ||
+            mount(".w/home", "home/user", NULL, MS_BIND, NULL) < 0 ||
+            mount(".w/shm", "dev/shm", NULL, MS_BIND, NULL) < 0)
+                return fail(err, errlen, "bind writable dirs");
+        if (umount2(".w", MNT_DETACH) < 0)
+                return fail(err, errlen, "detach writable tmpfs");
+        if (rmdir(".w") < 0)
+                return fail(err, errlen, "rmdir .w");
+
+        /* We are pid 1 of the new pid namespace, so this /proc shows only the sandbox. */
+        if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                return fail(err, errlen, "mount /proc");
+
+        if (syscall(SYS_pivot_root, ".", ".") < 0)
+                return fail(err, errlen, "pivot_root");
+        if (umount2(".", MNT_DETACH) < 0)
+                return fail(err, errlen, "detach old root");
+        if (chdir("/") < 0)
+                return fail(err, errlen, "chdir /");
+        if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+                return fail(err, errlen, "remount / read-only");
+        return 0;
+}

@@ -1,0 +1,1203 @@
+/* SPDX-License-Identifier: MIT */
+/* libsbx's public API: contexts, sandboxes, sessions and runs.
+ *
+ * A session is a holder bash (the state) plus, most of the time, one idle worker forked
+ * from it (see bashext/session_builtin.c). Its state machine, driven by messages on the
+ * session socket:
+ *
+ *   STARTING --HELLO--> WAIT_READY --READY--> IDLE --run--> RUNNING
+ *   RUNNING --DONE--> WAIT_READY        (worker became the holder; old holder is killed)
+ *   RUNNING --DIED--> WAIT_READY        (worker died on its own; holder forks a new one)
+ *   RUNNING --timeout/cancel--> KILLING --DIED--> WAIT_READY
+ *
+ * On READY the daemon creates the next command's cgroup and moves the idle worker into it,
+ * so containment costs nothing when the command arrives. A killed run ends when its cgroup
+ * is empty (cgroup.events), which is the proof that every process it started is gone. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include "base/buf.h"
+#include "base/limits.h"
+#include "base/log.h"
+#include "base/loop.h"
+#include "base/util.h"
+#include "sandbox/box.h"
+#include "session/wire.h"
+#include "sbx/sbx.h"
+
+typedef enum SessionState {
+        SS_STARTING, SS_WAIT_READY, SS_IDLE, SS_RUNNING, SS_KILLING,
+} SessionState;
+
+/* A pipe whose command ended while something it started still writes to it: read into the
+ * sandbox's background log until EOF, never closed early (no SIGPIPE for the writer). */
+typedef struct BgPipe {
+        struct BgPipe *next, *prev;
+        SbxSandbox *sb;
+        int fd;
+        Watch w;
+} BgPipe;
+
+/* A command cgroup that still holds processes after its command ended. Removed when empty. */
+typedef struct BgCgroup {
+        struct BgCgroup *next, *prev;
+        SbxSandbox *sb;
+        char name[24];
+        int dir, events;
+        Watch w;
+} BgCgroup;
+
+struct SbxContext {
+        Loop *loop;
+        char last_error[512];
+        BoxShared shared;
+        bool shared_ready;
+        int devnull;
+        SbxSandbox *sandboxes;
+};
+
+struct SbxSandbox {
+        SbxSandbox *next, *prev;
+        SbxContext *ctx;
+        Box box;
+        SbxLimits limits;
+        uint64_t timeout_ms;
+        char **env;
+        SbxSession *sessions;
+        unsigned n_sessions;
+        Ring bglog;
+        BgPipe *bg_pipes;
+        BgCgroup *bg_cgroups;
+        uint64_t next_cmd;
+        Watch init_w;
+        bool dying;
+};
+
+struct SbxSession {
+        SbxSession *next, *prev;
+        SbxSandbox *sb;
+        char *name;
+        SessionState state;
+        int sock;
+        Watch sock_w;
+        pid_t holder_pid, worker_pid;
+        int holder_pidfd;
+        Watch holder_w;
+        int cg;           /* cgroup of the next (or current) command, worker inside */
+        char cg_name[24];
+        SbxRun *queue, *queue_tail;
+        unsigned n_queued;
+        SbxRun *current;
+        uint32_t seq;
+        bool pump_pending;
+};
+
+struct SbxRun {
+        SbxRun *next;
+        SbxSession *s;
+        char *command;
+        size_t command_len;
+        char *cwd;
+        char *env;
+        size_t env_len;
+        uint8_t *stdin_data;
+        size_t stdin_len, stdin_off;
+        uint64_t timeout_ms;
+        SbxOutputFn on_output;
+        SbxDoneFn on_done;
+        void *ud;
+        uint32_t seq;
+        uint64_t t_start;
+        int out_fd, err_fd, in_fd, timer_fd, cg, cg_events;
+        char cg_name[24];
+        Watch out_w, err_w, in_w, timer_w, cg_w;
+        Buf out, err;
+        bool sent, killed, paused, finished;
+        int exit_code;
+        SbxErrorClass error_class;
+};
+
+static const char *const default_env[] = {
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/home/user", "USER=user", "LOGNAME=user", "LANG=C.UTF-8", "TERM=dumb",
+        "PAGER=cat", "GIT_PAGER=cat", "SHELL=/bin/bash", "HOSTNAME=sandbox",
+};
+
+const char *sbx_version(void) { return SBX_VERSION; }
+
+const char *sbx_error_class_name(SbxErrorClass c) {
+        switch (c) {
+        case SBX_ERROR_TIMEOUT: return "TIMEOUT";
+        case SBX_ERROR_CANCELLED: return "CANCELLED";
+        case SBX_ERROR_LIMIT_EXCEEDED: return "LIMIT_EXCEEDED";
+        case SBX_ERROR_NONE:
+        default: return NULL;
+        }
+}
+
+static int pidfd_open(pid_t pid) {
+        long fd = syscall(SYS_pidfd_open, pid, 0);
+        if (fd < 0)
+                return negerrno();
+        if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0) {
+                close((int)fd);
+                return -EIO;
+        }
+        return (int)fd;
+}
+
+static void pidfd_kill(int pidfd) {
+        if (pidfd >= 0)
+                (void)syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+}
+
+#define LIST_LINK(head, item)                           \
+        do {                                            \
+                (item)->prev = NULL;                    \
+                (item)->next = (head);                  \
+                if (head)                               \
+                        (head)->prev = (item);          \
+                (head) = (item);                        \
+        } while (0)
+#define LIST_UNLINK(head, item)                         \
+        do {                                            \
+                if ((item)->prev) {                     \
+                        (item)->prev->next = (item)->next; \
+                } else {                                \
+                        (head) = (item)->next;          \
+                }                                       \
+                if ((item)->next)                       \
+                        (item)->next->prev = (item)->prev; \
+                (item)->next = (item)->prev = NULL;     \
+        } while (0)
+
+/* ---------------------------------------------------------------- background log */
+
+static void bg_pipe_free(BgPipe *p) {
+        loop_del(p->sb->ctx->loop, &p->w);
+        safe_close(p->fd);
+        LIST_UNLINK(p->sb->bg_pipes, p);
+        free(p);
+}
+
+static void bg_pipe_event(Watch *w, uint32_t events) {
+        BgPipe *p = w->data;
+        uint8_t buf[65536];
+        for (int i = 0; i < 16; i++) {
+                ssize_t n = read(p->fd, buf, sizeof buf);
+                if (n > 0) {
+                        ring_append(&p->sb->bglog, buf, (size_t)n);
+                        continue;
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return;
+                bg_pipe_free(p);
+                return;
+        }
+}
+
+/* Takes ownership of fd, a pipe's read end. */
+static void bg_pipe_adopt(SbxSandbox *sb, int fd) {
+        BgPipe *p = calloc(1, sizeof *p);
+        if (!p || loop_add(sb->ctx->loop, &p->w, fd, EPOLLIN, bg_pipe_event, p) < 0) {
+                /* Out of memory: closing is the only option left; a writer may see EPIPE. */
+                free(p);
+                close(fd);
+                return;
+        }
+        p->sb = sb;
+        p->fd = fd;
+        LIST_LINK(sb->bg_pipes, p);
+}
+
+static void bg_cgroup_free(BgCgroup *c) {
+        loop_del(c->sb->ctx->loop, &c->w);
+        safe_close(c->events);
+        safe_close(c->dir);
+        (void)cgroup_child_remove(&c->sb->box.cg, c->name);
+        LIST_UNLINK(c->sb->bg_cgroups, c);
+        free(c);
+}
+
+static void bg_cgroup_event(Watch *w, uint32_t events) {
+        BgCgroup *c = w->data;
+        if (cgroup_populated(c->dir) == 0)
+                bg_cgroup_free(c);
+}
+
+/* A command cgroup whose command ended: removed now if empty, else watched until it is. */
+static void cgroup_retire(SbxSandbox *sb, int dir, const char *name) {
+        if (cgroup_child_remove(&sb->box.cg, name) == 0) {
+                safe_close(dir);
+                return;
+        }
+        BgCgroup *c = calloc(1, sizeof *c);
+        int ev = cgroup_events_open(dir);
+        if (!c || ev < 0 || loop_add(sb->ctx->loop, &c->w, ev, EPOLLPRI, bg_cgroup_event, c) < 0) {
+                free(c);
+                safe_close(ev);
+                safe_close(dir);
+                return; /* removed with the sandbox */
+        }
+        c->sb = sb;
+        c->dir = dir;
+        c->events = ev;
+        snprintf(c->name, sizeof c->name, "%s", name);
+        LIST_LINK(sb->bg_cgroups, c);
+        if (cgroup_populated(dir) == 0)
+                bg_cgroup_free(c);
+}
+
+size_t sbx_sandbox_background_log(const SbxSandbox *sb, uint8_t *buf, size_t size) {
+        if (size < sb->bglog.len) {
+                uint8_t *all = malloc(sb->bglog.len);
+                if (!all)
+                        return 0;
+                size_t n = ring_copy(&sb->bglog, all);
+                memcpy(buf, all + (n - size), size);
+                free(all);
+                return size;
+        }
+        return ring_copy(&sb->bglog, buf);
+}
+
+/* ---------------------------------------------------------------- runs */
+
+static void session_pump(SbxSession *s);
+static void session_pump_deferred(void *data);
+static int session_start_shell(SbxSession *s);
+
+static void schedule_pump(SbxSession *s) {
+        if (!s->pump_pending && loop_defer(s->sb->ctx->loop, session_pump_deferred, s) == 0)
+                s->pump_pending = true;
+}
+
+static void run_close_io(SbxRun *r) {
+        Loop *l = r->s->sb->ctx->loop;
+        loop_del(l, &r->in_w);
+        r->in_fd = safe_close(r->in_fd);
+        loop_del(l, &r->timer_w);
+        r->timer_fd = safe_close(r->timer_fd);
+        loop_del(l, &r->cg_w);
+        r->cg_events = safe_close(r->cg_events);
+}
+
+static void run_free(SbxRun *r) {
+        Loop *l = r->s->sb->ctx->loop;
+        loop_del(l, &r->out_w);
+        loop_del(l, &r->err_w);
+        safe_close(r->out_fd);
+        safe_close(r->err_fd);
+        run_close_io(r);
+        safe_close(r->cg);
+        buf_done(&r->out);
+        buf_done(&r->err);
+        free(r->command);
+        free(r->cwd);
+        free(r->env);
+        free(r->stdin_data);
+        free(r);
+}
+
+/* Reads what a pipe has now. Returns false at EOF or error. */
+static bool run_read(SbxRun *r, int fd, SbxStream stream, size_t budget) {
+        uint8_t buf[65536];
+        Buf *b = stream == SBX_STDOUT ? &r->out : &r->err;
+        while (budget > 0) {
+                ssize_t n = read(fd, buf, sizeof buf);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return true;
+                if (n <= 0)
+                        return false;
+                if (r->on_output)
+                        r->on_output(r->ud, stream, buf, (size_t)n);
+                (void)buf_append(b, buf, (size_t)n);
+                budget = budget > (size_t)n ? budget - (size_t)n : 0;
+        }
+        return true;
+}
+
+static void run_output_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        bool is_out = w == &r->out_w;
+        int *fd = is_out ? &r->out_fd : &r->err_fd;
+        /* A bounded amount per wakeup keeps one noisy command from starving the loop. */
+        if (!run_read(r, *fd, is_out ? SBX_STDOUT : SBX_STDERR, 4 * SBX_PIPE_BYTES)) {
+                loop_del(r->s->sb->ctx->loop, w);
+                *fd = safe_close(*fd);
+        }
+}
+
+static void run_stdin_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        while (r->stdin_off < r->stdin_len) {
+                ssize_t n = write(r->in_fd, r->stdin_data + r->stdin_off, r->stdin_len - r->stdin_off);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n < 0)
+                        break; /* EPIPE: the command closed stdin */
+                r->stdin_off += (size_t)n;
+        }
+        loop_del(r->s->sb->ctx->loop, &r->in_w);
+        r->in_fd = safe_close(r->in_fd);
+}
+
+/* Ends a run: result to the caller, pipes and cgroup handed over or released. */
+static void run_finish(SbxRun *r) {
+        SbxSession *s = r->s;
+        SbxSandbox *sb = s->sb;
+        if (r->finished)
+                return;
+        r->finished = true;
+        if (s->current == r)
+                s->current = NULL;
+
+        /* Everything the command wrote before it ended is in the pipes now. */
+        if (r->out_fd >= 0 && !run_read(r, r->out_fd, SBX_STDOUT, SIZE_MAX)) {
+                loop_del(sb->ctx->loop, &r->out_w);
+                r->out_fd = safe_close(r->out_fd);
+        }
+        if (r->err_fd >= 0 && !run_read(r, r->err_fd, SBX_STDERR, SIZE_MAX)) {
+                loop_del(sb->ctx->loop, &r->err_w);
+                r->err_fd = safe_close(r->err_fd);
+        }
+        run_close_io(r);
+        if (r->out_fd >= 0) {
+                loop_del(sb->ctx->loop, &r->out_w);
+                bg_pipe_adopt(sb, TAKE_FD(r->out_fd));
+        }
+        if (r->err_fd >= 0) {
+                loop_del(sb->ctx->loop, &r->err_w);
+                bg_pipe_adopt(sb, TAKE_FD(r->err_fd));
+        }
+        if (r->cg >= 0)
+                cgroup_retire(sb, TAKE_FD(r->cg), r->cg_name);
+
+        SbxResult res = {
+                .exit_code = r->exit_code,
+                .error_class = r->error_class,
+                .stdout_data = r->out.data, .stdout_len = r->out.len,
+                .stderr_data = r->err.data, .stderr_len = r->err.len,
+                .stdout_truncated = r->out.truncated, .stderr_truncated = r->err.truncated,
+                .exec_time_us = r->t_start ? (now_ns() - r->t_start) / 1000 : 0,
+        };
+        if (r->on_done)
+                r->on_done(r->ud, &res);
+        run_free(r);
+        schedule_pump(s);
+}
+
+static void run_cgroup_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        if (cgroup_populated(r->cg) == 0)
+                run_finish(r);
+}
+
+/* Timeout or cancel. A run that has not reached a worker simply ends; a running one has its
+ * cgroup killed and ends when the cgroup is empty. */
+static void run_kill(SbxRun *r, SbxErrorClass why) {
+        SbxSession *s = r->s;
+        if (r->finished || r->killed)
+                return;
+        r->killed = true;
+        r->error_class = why;
+        r->exit_code = why == SBX_ERROR_TIMEOUT ? SBX_EXIT_TIMEOUT : SBX_EXIT_CANCELLED;
+        if (!r->sent) {
+                if (s->current == r)
+                        s->current = NULL;
+                else {
+                        SbxRun **pp = &s->queue;
+                        while (*pp && *pp != r)
+                                pp = &(*pp)->next;
+                        if (*pp) {
+                                *pp = r->next;
+                                if (s->queue_tail == r) {
+                                        s->queue_tail = NULL;
+                                        for (SbxRun *q = s->queue; q; q = q->next)
+                                                s->queue_tail = q;
+                                }
+                                s->n_queued--;
+                        }
+                }
+                run_finish(r);
+                return;
+        }
+        s->state = SS_KILLING;
+        (void)cgroup_kill(r->cg);
+        loop_del(s->sb->ctx->loop, &r->timer_w);
+        r->cg_events = cgroup_events_open(r->cg);
+        if (r->cg_events < 0 ||
+            loop_add(s->sb->ctx->loop, &r->cg_w, r->cg_events, EPOLLPRI, run_cgroup_event, r) < 0) {
+                run_finish(r);
+                return;
+        }
+        if (cgroup_populated(r->cg) == 0)
+                run_finish(r);
+}
+
+static void run_timer_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        uint64_t x;
+        (void)!read(r->timer_fd, &x, sizeof x);
+        run_kill(r, SBX_ERROR_TIMEOUT);
+}
+
+static int make_pipe(int *rd, int *wr) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negerrno();
+        (void)fcntl(p[0], F_SETPIPE_SZ, (int)SBX_PIPE_BYTES);
+        *rd = p[0];
+        *wr = p[1];
+        return 0;
+}
+
+/* Sends the current run to the idle worker. */
+static int run_send(SbxSession *s, SbxRun *r) {
+        SbxContext *ctx = s->sb->ctx;
+        int fds[WIRE_RUN_FDS] = { -1, -1, -1 };
+        int r_in = -1, rr;
+
+        if ((rr = make_pipe(&r->out_fd, &fds[1])) < 0 || (rr = make_pipe(&r->err_fd, &fds[2])) < 0)
+                goto out;
+        if (r->stdin_len > 0) {
+                if ((rr = make_pipe(&r_in, &r->in_fd)) < 0)
+                        goto out;
+                fds[0] = r_in;
+        } else {
+                fds[0] = ctx->devnull;
+        }
+        WireHdr h = { .type = WIRE_RUN, .seq = r->seq,
+                      .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
+                      .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len };
+        struct iovec iov[4] = {
+                { &h, sizeof h }, { r->cwd, h.cwd_len }, { r->env, r->env_len },
+                { r->command, r->command_len },
+        };
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * WIRE_RUN_FDS)];
+        } cm;
+        struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 4,
+                             .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof fds);
+        memcpy(CMSG_DATA(c), fds, sizeof fds);
+        if (sendmsg(s->sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+                rr = negerrno();
+                goto out;
+        }
+        (void)fd_set_nonblock(r->out_fd, true);
+        (void)fd_set_nonblock(r->err_fd, true);
+        if ((rr = loop_add(ctx->loop, &r->out_w, r->out_fd, EPOLLIN, run_output_event, r)) < 0 ||
+            (rr = loop_add(ctx->loop, &r->err_w, r->err_fd, EPOLLIN, run_output_event, r)) < 0)
+                goto out;
+        if (r->in_fd >= 0) {
+                (void)fd_set_nonblock(r->in_fd, true);
+                if ((rr = loop_add(ctx->loop, &r->in_w, r->in_fd, EPOLLOUT, run_stdin_event, r)) < 0)
+                        goto out;
+        }
+        rr = 0;
+out:
+        safe_close(fds[1]);
+        safe_close(fds[2]);
+        safe_close(r_in);
+        return rr;
+}
+
+static void session_pump(SbxSession *s) {
+        s->pump_pending = false;
+        if (!s->current && s->queue) {
+                SbxRun *r = s->queue;
+                s->queue = r->next;
+                if (!s->queue)
+                        s->queue_tail = NULL;
+                s->n_queued--;
+                r->next = NULL;
+                s->current = r;
+                r->t_start = now_ns();
+                r->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (r->timer_fd < 0 ||
+                    loop_add(s->sb->ctx->loop, &r->timer_w, r->timer_fd, EPOLLIN, run_timer_event, r) < 0 ||
+                    timerfd_arm_ms(r->timer_fd, r->timeout_ms) < 0) {
+                        r->exit_code = 1;
+                        run_finish(r);
+                        return;
+                }
+        }
+        SbxRun *r = s->current;
+        if (!r || r->sent || s->state != SS_IDLE)
+                return;
+        r->cg = TAKE_FD(s->cg);
+        memcpy(r->cg_name, s->cg_name, sizeof r->cg_name);
+        if (run_send(s, r) < 0) {
+                log_debug("session %s: cannot send run", s->name);
+                r->exit_code = 1;
+                run_finish(r);
+                return;
+        }
+        r->sent = true;
+        s->state = SS_RUNNING;
+}
+
+static void session_pump_deferred(void *data) { session_pump(data); }
+
+/* ---------------------------------------------------------------- session messages */
+
+static void holder_event(Watch *w, uint32_t events);
+
+static void set_holder(SbxSession *s, pid_t pid) {
+        Loop *l = s->sb->ctx->loop;
+        loop_del(l, &s->holder_w);
+        s->holder_pidfd = safe_close(s->holder_pidfd);
+        s->holder_pid = pid;
+        int fd = pidfd_open(pid);
+        if (fd >= 0 && loop_add(l, &s->holder_w, fd, EPOLLIN, holder_event, s) == 0)
+                s->holder_pidfd = fd;
+        else
+                safe_close(fd);
+}
+
+static void on_ready(SbxSession *s, pid_t pid) {
+        SbxSandbox *sb = s->sb;
+        if (s->state != SS_WAIT_READY) {
+                log_debug("session %s: unexpected READY from %d", s->name, (int)pid);
+                return;
+        }
+        snprintf(s->cg_name, sizeof s->cg_name, "c%llu", (unsigned long long)++sb->next_cmd);
+        int dir = cgroup_child_create(&sb->box.cg, s->cg_name);
+        if (dir < 0 || cgroup_move(dir, pid) < 0) {
+                /* Without its cgroup the worker must not run anything: kill it; the holder
+                 * reports the death and forks another. */
+                log_warn("session %s: cannot contain worker: %s", s->name, strerror(dir < 0 ? -dir : errno));
+                safe_close(dir);
+                (void)cgroup_child_remove(&sb->box.cg, s->cg_name);
+                (void)kill(pid, SIGKILL);
+                return;
+        }
+        s->cg = dir;
+        s->worker_pid = pid;
+        s->state = SS_IDLE;
+        session_pump(s);
+}
+
+static void on_done(SbxSession *s, pid_t pid, uint32_t seq, int status) {
+        SbxRun *r = s->current;
+        if (s->state != SS_RUNNING || !r || r->seq != seq || pid != s->worker_pid)
+                return; /* a stale DONE from a worker we killed */
+        /* The worker is the new holder: out of the command's cgroup, old holder gone. */
+        (void)cgroup_move(s->sb->box.cg.init, pid);
+        int old = TAKE_FD(s->holder_pidfd);
+        loop_del(s->sb->ctx->loop, &s->holder_w);
+        pidfd_kill(old);
+        safe_close(old);
+        set_holder(s, pid);
+        s->worker_pid = 0;
+        s->state = SS_WAIT_READY;
+        r->exit_code = status;
+        run_finish(r);
+}
+
+static void on_died(SbxSession *s, int wstatus) {
+        SbxRun *r = s->current;
+        SessionState was = s->state;
+        s->state = SS_WAIT_READY;
+        s->worker_pid = 0;
+        if (was == SS_IDLE) {
+                /* The idle worker died (killed from inside the sandbox): drop its cgroup. */
+                if (s->cg >= 0)
+                        cgroup_retire(s->sb, TAKE_FD(s->cg), s->cg_name);
+                return;
+        }
+        if (was == SS_RUNNING && r && r->sent && !r->killed) {
+                r->exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus)
+                             : WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : 1;
+                run_finish(r);
+        }
+}
+
+static void session_reset(SbxSession *s);
+
+static void session_event(Watch *w, uint32_t events) {
+        SbxSession *s = w->data;
+        for (int i = 0; i < 8; i++) {
+                WireHdr h;
+                union {
+                        struct cmsghdr align;
+                        char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int) * 4)];
+                } cm;
+                struct iovec iov = { &h, sizeof h };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                                     .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+                ssize_t n = recvmsg(s->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return;
+                if (n <= 0) {
+                        session_reset(s);
+                        return;
+                }
+                pid_t pid = 0;
+                for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+                        if (c->cmsg_level != SOL_SOCKET)
+                                continue;
+                        if (c->cmsg_type == SCM_CREDENTIALS) {
+                                struct ucred uc;
+                                memcpy(&uc, CMSG_DATA(c), sizeof uc);
+                                pid = uc.pid;
+                        } else if (c->cmsg_type == SCM_RIGHTS) {
+                                /* Nothing from inside the sandbox may plant fds here. */
+                                int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+                                for (int j = 0; j < k; j++) {
+                                        int fd;
+                                        memcpy(&fd, CMSG_DATA(c) + (size_t)j * sizeof fd, sizeof fd);
+                                        close(fd);
+                                }
+                        }
+                }
+                if (n != (ssize_t)sizeof h || pid <= 0)
+                        continue;
+                switch (h.type) {
+                case WIRE_HELLO:
+                        if (s->state == SS_STARTING) {
+                                set_holder(s, pid);
+                                s->state = SS_WAIT_READY;
+                        }
+                        break;
+                case WIRE_READY:
+                        on_ready(s, pid);
+                        break;
+                case WIRE_DONE:
+                        on_done(s, pid, h.seq, h.status);
+                        break;
+                case WIRE_DIED:
+                        if (pid == s->holder_pid)
+                                on_died(s, h.status);
+                        break;
+                default:
+                        break;
+                }
+        }
+}
+
+/* The holder died without being told to: the session's state is lost. The running command
+ * (if any) is killed and answered, and a fresh shell takes over for what is queued. */
+static void holder_event(Watch *w, uint32_t events) {
+        SbxSession *s = w->data;
+        log_debug("session %s: holder %d died", s->name, (int)s->holder_pid);
+        session_reset(s);
+}
+
+static void session_close_shell(SbxSession *s) {
+        Loop *l = s->sb->ctx->loop;
+        loop_del(l, &s->sock_w);
+        s->sock = safe_close(s->sock);
+        loop_del(l, &s->holder_w);
+        pidfd_kill(s->holder_pidfd);
+        s->holder_pidfd = safe_close(s->holder_pidfd);
+        if (s->worker_pid > 0)
+                (void)kill(s->worker_pid, SIGKILL);
+        if (s->cg >= 0)
+                cgroup_retire(s->sb, TAKE_FD(s->cg), s->cg_name);
+        s->holder_pid = s->worker_pid = 0;
+}
+
+static void session_reset(SbxSession *s) {
+        SbxRun *r = s->current;
+        session_close_shell(s);
+        if (r && r->sent && !r->killed) {
+                r->exit_code = 137;
+                (void)cgroup_kill(r->cg);
+                run_finish(r);
+        }
+        if (s->sb->dying)
+                return;
+        if (session_start_shell(s) < 0)
+                log_warn("session %s: cannot restart shell", s->name);
+}
+
+static int session_start_shell(SbxSession *s) {
+        int sv[2];
+        s->state = SS_STARTING;
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return negerrno();
+        int one = 1, sndbuf = (int)WIRE_MAX_MSG * 2;
+        (void)setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
+        (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        (void)setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &sndbuf, sizeof sndbuf);
+        int r = box_spawn_session(&s->sb->box, sv[1]);
+        close(sv[1]);
+        if (r < 0 || (r = loop_add(s->sb->ctx->loop, &s->sock_w, sv[0], EPOLLIN, session_event, s)) < 0) {
+                close(sv[0]);
+                return r;
+        }
+        s->sock = sv[0];
+        return 0;
+}
+
+/* ---------------------------------------------------------------- public: sessions */
+
+static bool session_name_valid(const char *name) {
+        size_t n = strlen(name);
+        if (n == 0 || n > 64)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = name[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '-' || c == '.'))
+                        return false;
+        }
+        return true;
+}
+
+SbxSession *sbx_session_find(SbxSandbox *sb, const char *name) {
+        if (!name)
+                name = "default";
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                if (strcmp(s->name, name) == 0)
+                        return s;
+        return NULL;
+}
+
+int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
+        if (!name)
+                name = "default";
+        if (!session_name_valid(name))
+                return -EINVAL;
+        SbxSession *s = sbx_session_find(sb, name);
+        if (s) {
+                *ret = s;
+                return 0;
+        }
+        if (sb->n_sessions >= SBX_MAX_SESSIONS)
+                return -EMFILE;
+        s = calloc(1, sizeof *s);
+        if (!s || !(s->name = strdup(name))) {
+                free(s);
+                return -ENOMEM;
+        }
+        s->sb = sb;
+        s->sock = s->holder_pidfd = s->cg = -1;
+        int r = session_start_shell(s);
+        if (r < 0) {
+                free(s->name);
+                free(s);
+                return r;
+        }
+        LIST_LINK(sb->sessions, s);
+        sb->n_sessions++;
+        *ret = s;
+        return 0;
+}
+
+const char *sbx_session_name(const SbxSession *s) { return s->name; }
+
+SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev) {
+        return prev ? prev->next : sb->sessions;
+}
+
+SbxSession *sbx_session_free(SbxSession *s) {
+        if (!s)
+                return NULL;
+        SbxSandbox *sb = s->sb;
+        loop_cancel_defer(sb->ctx->loop, s);
+        while (s->queue)
+                run_kill(s->queue, SBX_ERROR_CANCELLED);
+        if (s->current) {
+                SbxRun *r = s->current;
+                if (r->sent && r->cg >= 0)
+                        (void)cgroup_kill(r->cg);
+                r->killed = true;
+                r->exit_code = SBX_EXIT_CANCELLED;
+                r->error_class = SBX_ERROR_CANCELLED;
+                run_finish(r);
+        }
+        session_close_shell(s);
+        loop_cancel_defer(sb->ctx->loop, s);
+        LIST_UNLINK(sb->sessions, s);
+        sb->n_sessions--;
+        free(s->name);
+        free(s);
+        return NULL;
+}
+
+/* ---------------------------------------------------------------- public: runs */
+
+static void run_refuse(SbxRun *r, SbxErrorClass ec, const char *msg) {
+        r->exit_code = 1;
+        r->error_class = ec;
+        (void)buf_append(&r->err, msg, strlen(msg));
+}
+
+int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output,
+                    SbxDoneFn on_done_fn, void *ud, SbxRun **ret) {
+        SbxSandbox *sb = s->sb;
+        if (!o || (!o->command && o->command_len > 0) || o->timeout_ms > SBX_MAX_TIMEOUT_MS)
+                return -EINVAL;
+        if (o->cwd && (strlen(o->cwd) == 0 || strlen(o->cwd) >= SBX_MAX_PATH_BYTES))
+                return -EINVAL;
+        if (s->n_queued >= SBX_MAX_QUEUED_RUNS)
+                return -EBUSY;
+
+        size_t env_len = 0, n_env = 0;
+        for (const char *const *e = o->env; e && *e; e++, n_env++) {
+                const char *eq = strchr(*e, '=');
+                if (!eq || !env_name_valid(*e, (size_t)(eq - *e)) || n_env >= SBX_MAX_RUN_ENV)
+                        return -EINVAL;
+                env_len += strlen(*e) + 1;
+        }
+        if (env_len > SBX_MAX_RUN_ENV_BYTES)
+                return -E2BIG;
+
+        SbxRun *r = calloc(1, sizeof *r);
+        if (!r)
+                return -ENOMEM;
+        r->s = s;
+        r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = -1;
+        buf_init(&r->out, sb->limits.stdout_bytes);
+        buf_init(&r->err, sb->limits.stderr_bytes);
+        r->on_output = on_output;
+        r->on_done = on_done_fn;
+        r->ud = ud;
+        r->seq = ++s->seq;
+        r->timeout_ms = o->timeout_ms ? o->timeout_ms : sb->timeout_ms;
+
+        if (o->command_len > sb->limits.command_bytes) {
+                /* Refused before it reaches the shell: answered here and now. */
+                char msg[128];
+                snprintf(msg, sizeof msg, "sbx: command is %zu bytes, the limit is %llu\n",
+                         o->command_len, (unsigned long long)sb->limits.command_bytes);
+                run_refuse(r, SBX_ERROR_LIMIT_EXCEEDED, msg);
+                SbxResult res = { .exit_code = r->exit_code, .error_class = r->error_class,
+                                  .stderr_data = r->err.data, .stderr_len = r->err.len,
+                                  .stdout_data = (const uint8_t *)"" };
+                if (ret)
+                        *ret = NULL;
+                if (on_done_fn)
+                        on_done_fn(ud, &res);
+                run_free(r);
+                return 0;
+        }
+        r->command = malloc(o->command_len + 1);
+        r->cwd = o->cwd ? strdup(o->cwd) : NULL;
+        r->env = env_len ? malloc(env_len) : NULL;
+        r->stdin_data = o->stdin_len ? malloc(o->stdin_len) : NULL;
+        if (!r->command || (o->cwd && !r->cwd) || (env_len && !r->env) || (o->stdin_len && !r->stdin_data)) {
+                run_free(r);
+                return -ENOMEM;
+        }
+        memcpy(r->command, o->command, o->command_len);
+        r->command_len = o->command_len;
+        size_t off = 0;
+        for (const char *const *e = o->env; e && *e; e++) {
+                size_t l = strlen(*e) + 1;
+                memcpy(r->env + off, *e, l);
+                off += l;
+        }
+        r->env_len = env_len;
+        if (o->stdin_len)
+                memcpy(r->stdin_data, o->stdin_data, o->stdin_len);
+        r->stdin_len = o->stdin_len;
+
+        if (s->queue_tail)
+                s->queue_tail->next = r;
+        else
+                s->queue = r;
+        s->queue_tail = r;
+        s->n_queued++;
+        schedule_pump(s);
+        if (ret)
+                *ret = r;
+        return 0;
+}
+
+int sbx_run_cancel(SbxRun *r) {
+        if (!r || r->finished || r->killed)
+                return -ESRCH;
+        run_kill(r, SBX_ERROR_CANCELLED);
+        return 0;
+}
+
+void sbx_run_pause_output(SbxRun *r, bool paused) {
+        Loop *l = r->s->sb->ctx->loop;
+        if (r->paused == paused)
+                return;
+        r->paused = paused;
+        if (r->out_w.active)
+                (void)loop_mod(l, &r->out_w, paused ? 0 : EPOLLIN);
+        if (r->err_w.active)
+                (void)loop_mod(l, &r->err_w, paused ? 0 : EPOLLIN);
+}
+
+typedef struct SyncRun {
+        bool done;
+        SbxResult *res;
+        SbxOutputFn fn;
+        void *ud;
+} SyncRun;
+
+static void sync_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
+        SyncRun *sr = ud;
+        if (sr->fn)
+                sr->fn(sr->ud, st, d, n);
+}
+
+static uint8_t *dup_bytes(const uint8_t *d, size_t n) {
+        uint8_t *p = malloc(n + 1);
+        if (p) {
+                if (n)
+                        memcpy(p, d, n);
+                p[n] = 0;
+        }
+        return p;
+}
+
+static void sync_done(void *ud, const SbxResult *r) {
+        SyncRun *sr = ud;
+        *sr->res = *r;
+        sr->res->stdout_data = dup_bytes(r->stdout_data, r->stdout_len);
+        sr->res->stderr_data = dup_bytes(r->stderr_data, r->stderr_len);
+        sr->done = true;
+}
+
+int sbx_session_run_sync(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output, void *ud,
+                         SbxResult *ret) {
+        SyncRun sr = { .res = ret, .fn = on_output, .ud = ud };
+        int r = sbx_session_run(s, o, sync_output, sync_done, &sr, NULL);
+        if (r < 0)
+                return r;
+        while (!sr.done) {
+                r = loop_run_once(s->sb->ctx->loop, -1);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+void sbx_result_clear(SbxResult *r) {
+        free((void *)r->stdout_data);
+        free((void *)r->stderr_data);
+        r->stdout_data = r->stderr_data = NULL;
+}
+
+/* ---------------------------------------------------------------- public: sandboxes */
+
+void sbx_sandbox_options_init(SbxSandboxOptions *o) {
+        *o = (SbxSandboxOptions){ 0 };
+}
+
+static void fill_limits(SbxLimits *l) {
+        if (!l->stdout_bytes) l->stdout_bytes = SBX_DEFAULT_STDOUT_BYTES;
+        if (!l->stderr_bytes) l->stderr_bytes = SBX_DEFAULT_STDERR_BYTES;
+        if (!l->command_bytes) l->command_bytes = SBX_DEFAULT_COMMAND_BYTES;
+        if (!l->fs_bytes) l->fs_bytes = SBX_DEFAULT_FS_BYTES;
+        if (!l->file_count) l->file_count = SBX_DEFAULT_FILE_COUNT;
+        if (!l->memory_bytes) l->memory_bytes = SBX_DEFAULT_MEMORY_BYTES;
+        if (!l->pids) l->pids = SBX_DEFAULT_PIDS;
+}
+
+/* The session shells' environment: the fixed defaults, then the caller's entries (a name
+ * given again replaces the default). Nothing of the daemon's own environment. */
+static char **build_env(const char *const *extra) {
+        size_t n = ELEMENTSOF(default_env), k = 0;
+        for (const char *const *e = extra; e && *e; e++)
+                n++;
+        char **env = calloc(n + 1, sizeof *env);
+        if (!env)
+                return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(default_env); i++)
+                env[k++] = strdup(default_env[i]);
+        for (const char *const *e = extra; e && *e; e++) {
+                size_t name_len = (size_t)(strchr(*e, '=') - *e) + 1;
+                size_t j;
+                for (j = 0; j < k; j++)
+                        if (strncmp(env[j], *e, name_len) == 0)
+                                break;
+                if (j < k)
+                        free(env[j]);
+                env[j] = strdup(*e);
+                if (j == k)
+                        k++;
+        }
+        for (size_t i = 0; i < k; i++)
+                if (!env[i]) {
+                        for (size_t j = 0; j < k; j++)
+                                free(env[j]);
+                        free(env);
+                        return NULL;
+                }
+        return env;
+}
+
+static void free_env(char **env) {
+        for (char **e = env; e && *e; e++)
+                free(*e);
+        free(env);
+}
+
+static void init_event(Watch *w, uint32_t events) {
+        SbxSandbox *sb = w->data;
+        /* pid 1 died (OOM killer, or it was killed from outside): every process of the
+         * sandbox is gone with it. Sessions answer their runs and stop restarting. */
+        log_warn("sandbox %s: init exited", sb->box.id);
+        loop_del(sb->ctx->loop, &sb->init_w);
+        sb->dying = true;
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                session_reset(s);
+}
+
+static int validate_options(const SbxSandboxOptions *o) {
+        const SbxLimits *l = &o->limits;
+        if (l->stdout_bytes > SBX_MAX_OUTPUT_BYTES || l->stderr_bytes > SBX_MAX_OUTPUT_BYTES ||
+            l->command_bytes > SBX_MAX_COMMAND_BYTES || o->timeout_ms > SBX_MAX_TIMEOUT_MS)
+                return -EINVAL;
+        if (l->fs_bytes && l->fs_bytes < 64 * 1024)
+                return -EINVAL;
+        for (const char *const *e = o->env; e && *e; e++) {
+                const char *eq = strchr(*e, '=');
+                if (!eq || !env_name_valid(*e, (size_t)(eq - *e)))
+                        return -EINVAL;
+        }
+        if (o->rootfs && o->rootfs[0] != '/')
+                return -EINVAL;
+        return 0;
+}
+
+static int sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret, char *err, size_t errlen) {
+        int r = validate_options(o);
+        if (r < 0) {
+                snprintf(err, errlen, "invalid sandbox options");
+                return r;
+        }
+        if (!ctx->shared_ready) {
+                r = box_shared_init(&ctx->shared);
+                if (r < 0) {
+                        snprintf(err, errlen, "%s", r == -ENOTSUP ? "no cgroup v2 hierarchy: sbx needs one to contain commands"
+                                                                  : "cannot prepare sandboxes");
+                        return r;
+                }
+                ctx->shared_ready = true;
+        }
+        SbxSandbox *sb = calloc(1, sizeof *sb);
+        if (!sb)
+                return -ENOMEM;
+        sb->ctx = ctx;
+        sb->limits = o->limits;
+        fill_limits(&sb->limits);
+        sb->timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
+        sb->env = build_env(o->env);
+        if (!sb->env || ring_init(&sb->bglog, SBX_BACKGROUND_LOG_BYTES) < 0) {
+                free_env(sb->env);
+                free(sb);
+                return -ENOMEM;
+        }
+        BoxConfig bc = {
+                .fs_bytes = sb->limits.fs_bytes, .file_count = sb->limits.file_count,
+                .memory_bytes = sb->limits.memory_bytes, .pids = sb->limits.pids,
+                .network = o->network, .rootfs = o->rootfs, .env = sb->env,
+        };
+        r = box_create(&ctx->shared, &bc, &sb->box, err, errlen);
+        if (r < 0) {
+                ring_done(&sb->bglog);
+                free_env(sb->env);
+                free(sb);
+                return r;
+        }
+        (void)loop_add(ctx->loop, &sb->init_w, sb->box.init_pidfd, EPOLLIN, init_event, sb);
+        LIST_LINK(ctx->sandboxes, sb);
+        *ret = sb;
+        return 0;
+}
+
+int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret) {
+        ctx->last_error[0] = 0;
+        int r = sandbox_new(ctx, o, ret, ctx->last_error, sizeof ctx->last_error);
+        if (r < 0 && !ctx->last_error[0])
+                snprintf(ctx->last_error, sizeof ctx->last_error, "%s", strerror(-r));
+        return r;
+}
+
+SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
+        if (!sb)
+                return NULL;
+        SbxContext *ctx = sb->ctx;
+        sb->dying = true;
+        while (sb->sessions)
+                sbx_session_free(sb->sessions);
+        loop_del(ctx->loop, &sb->init_w);
+        while (sb->bg_pipes)
+                bg_pipe_free(sb->bg_pipes);
+        while (sb->bg_cgroups) {
+                BgCgroup *c = sb->bg_cgroups;
+                loop_del(ctx->loop, &c->w);
+                safe_close(c->events);
+                safe_close(c->dir);
+                LIST_UNLINK(sb->bg_cgroups, c);
+                free(c);
+        }
+        box_destroy(&ctx->shared, &sb->box);
+        ring_done(&sb->bglog);
+        free_env(sb->env);
+        LIST_UNLINK(ctx->sandboxes, sb);
+        free(sb);
+        return NULL;
+}
+
+const char *sbx_sandbox_id(const SbxSandbox *sb) { return sb->box.id; }
+const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb) { return &sb->limits; }
+int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->box.init_pid; }
+
+/* ---------------------------------------------------------------- public: context */
+
+int sbx_context_new(SbxContext **ret) {
+        SbxContext *ctx = calloc(1, sizeof *ctx);
+        if (!ctx)
+                return -ENOMEM;
+        int r = loop_new(&ctx->loop);
+        if (r < 0) {
+                free(ctx);
+                return r;
+        }
+        ctx->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (ctx->devnull < 0) {
+                r = negerrno();
+                loop_free(ctx->loop);
+                free(ctx);
+                return r;
+        }
+        /* Output and stdin pipes may lose their reader at any time; that must be EPIPE for
+         * the daemon, never a signal. */
+        signal(SIGPIPE, SIG_IGN);
+        *ret = ctx;
+        return 0;
+}
+
+SbxContext *sbx_context_free(SbxContext *ctx) {
+        if (!ctx)
+                return NULL;
+        while (ctx->sandboxes)
+                sbx_sandbox_free(ctx->sandboxes);
+        if (ctx->shared_ready)
+                box_shared_done(&ctx->shared);
+        safe_close(ctx->devnull);
+        loop_free(ctx->loop);
+        free(ctx);
+        return NULL;
+}
+
+int sbx_context_fd(SbxContext *ctx) { return loop_fd(ctx->loop); }
+
+const char *sbx_context_last_error(const SbxContext *ctx) { return ctx->last_error; }
+
+int sbx_context_run_once(SbxContext *ctx, int timeout_ms) {
+        return loop_run_once(ctx->loop, timeout_ms);
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/* Messages on a session's SOCK_SEQPACKET socket, between the daemon and the bash processes of
+ * that session (the holder and its worker). Shared by libsbx and the bash builtin; plain
+ * C types only, since the builtin is compiled against bash's headers.
+ *
+ * Every message starts with WireHdr. The daemon's end has SO_PASSCRED, so the kernel attaches
+ * the sender's pid (translated into the daemon's pid namespace) to each message: that is how
+ * the daemon learns the host pid of a worker to move into a cgroup, and no message can claim
+ * another process's identity. */
+#pragma once
+#include <stdint.h>
+
+enum {
+        WIRE_HELLO = 1, /* holder -> daemon: a session shell started (sender = holder) */
+        WIRE_READY = 2, /* worker -> daemon: forked, idle, waiting for WIRE_RUN */
+        WIRE_RUN = 3,   /* daemon -> worker: payload cwd, env, command; fds stdin, stdout, stderr */
+        WIRE_DONE = 4,  /* worker -> daemon: command ended, `status` is its exit code; the
+                           worker is now the session's holder */
+        WIRE_DIED = 5,  /* holder -> daemon: the worker died, `status` is its wait status */
+};
+
+typedef struct WireHdr {
+        uint32_t type;
+        uint32_t seq;
+        int32_t status;
+        uint32_t cwd_len; /* RUN: bytes of cwd override (0: none), no NUL */
+        uint32_t env_len; /* RUN: bytes of "NAME=VALUE\0" entries */
+        uint32_t cmd_len; /* RUN: bytes of command text */
+} WireHdr;
+
+#define WIRE_RUN_FDS 3
+/* Largest RUN message: header + cwd + env + command (limits.h bounds each). */
+#define WIRE_MAX_MSG (sizeof(WireHdr) + 4096 + 64 * 1024 + 1024 * 1024)
+/* fd numbers the holder bash is started with. */
+#define WIRE_SESSION_FD 3
+#define WIRE_BUILTIN_FD 4
