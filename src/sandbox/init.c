@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <linux/capability.h>
 #include <linux/seccomp.h>
+#include "base/util.h"
 #include "sandbox/init.h"
 #include "session/wire.h"
 
@@ -90,6 +91,29 @@ static void spawn_session(const InitConfig *c, int sock) {
         _exit(127);
 }
 
+/* Overwrites this process's argument area (inherited from the daemon) with "sbx-init",
+ * so /proc/1/cmdline, which everyone in the sandbox can read, says nothing of the daemon.
+ * PR_SET_MM would be cleaner but needs CONFIG_CHECKPOINT_RESTORE. */
+static void hide_cmdline(void) {
+        char stat[4096];
+        ssize_t n = read_file_at(AT_FDCWD, "/proc/self/stat", stat, sizeof stat);
+        char *p = n > 0 ? strrchr(stat, ')') : NULL;
+        unsigned long start = 0, end = 0;
+        if (!p)
+                return;
+        /* After "pid (comm)": field 3 onwards; arg_start and arg_end are fields 48, 49. */
+        p += 2;
+        for (int field = 3; field < 48 && p; field++) {
+                p = strchr(p, ' ');
+                if (p)
+                        p++;
+        }
+        if (!p || sscanf(p, "%lu %lu", &start, &end) != 2 || end <= start + 9)
+                return;
+        memset((void *)start, 0, end - start);
+        memcpy((void *)start, "sbx-init", 8);
+}
+
 static void reap(void) {
         while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
                 ;
@@ -101,6 +125,10 @@ void init_main(const InitConfig *c) {
 
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
+        /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
+         * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. */
+        (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        hide_cmdline();
         if (c->userns_sync_fd >= 0) {
                 char b;
                 if (read(c->userns_sync_fd, &b, 1) != 1)

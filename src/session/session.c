@@ -315,9 +315,12 @@ static bool run_read(SbxRun *r, int fd, SbxStream stream, size_t budget) {
                         return true;
                 if (n <= 0)
                         return false;
-                if (r->on_output)
-                        r->on_output(r->ud, stream, buf, (size_t)n);
+                /* Only what the cap keeps is streamed, so a consumer never sees bytes the
+                 * result does not have. */
+                size_t before = b->len;
                 (void)buf_append(b, buf, (size_t)n);
+                if (r->on_output && b->len > before)
+                        r->on_output(r->ud, stream, b->data + before, b->len - before);
                 budget = budget > (size_t)n ? budget - (size_t)n : 0;
         }
         return true;
