@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests of the base layer: capped buffers, rings, parsers, the loop's deferred calls. */
+#include "base/buf.h"
+#include "base/loop.h"
+#include "base/util.h"
+#include "tap.h"
+
+static void test_buf(void) {
+        Buf b;
+        buf_init(&b, 10);
+        CHECK(buf_append(&b, "hello", 5) == 0 && b.len == 5 && !b.truncated, "buf keeps bytes under the cap");
+        CHECK(buf_append(&b, "world!!", 7) == 0 && b.len == 10 && b.truncated && b.dropped == 2,
+              "buf stops at the cap, sets truncated, counts dropped");
+        CHECK(memcmp(b.data, "helloworld", 10) == 0, "buf content exact");
+        CHECK(buf_append(&b, "x", 1) == 0 && b.len == 10 && b.dropped == 3, "buf past the cap stores nothing");
+        size_t n;
+        uint8_t *d = buf_steal(&b, &n);
+        CHECK(n == 10 && d && b.len == 0 && !b.data, "buf_steal hands over and resets");
+        free(d);
+        buf_done(&b);
+        Buf z;
+        buf_init(&z, 0);
+        CHECK(buf_append(&z, "abc", 3) == 0 && z.len == 0 && z.truncated, "zero cap keeps nothing");
+        buf_done(&z);
+}
+
+static void test_ring(void) {
+        Ring r;
+        uint8_t out[16];
+        CHECK(ring_init(&r, 8) == 0, "ring init");
+        ring_append(&r, "abc", 3);
+        CHECK(ring_copy(&r, out) == 3 && memcmp(out, "abc", 3) == 0, "ring under capacity");
+        ring_append(&r, "defgh", 5);
+        CHECK(ring_copy(&r, out) == 8 && memcmp(out, "abcdefgh", 8) == 0, "ring exactly full");
+        ring_append(&r, "XY", 2);
+        CHECK(ring_copy(&r, out) == 8 && memcmp(out, "cdefghXY", 8) == 0, "ring keeps the newest bytes");
+        ring_append(&r, "0123456789", 10);
+        CHECK(ring_copy(&r, out) == 8 && memcmp(out, "23456789", 8) == 0, "ring with a write larger than itself");
+        CHECK(r.total == 20, "ring counts every byte offered");
+        ring_done(&r);
+}
+
+static void test_parse(void) {
+        uint64_t v;
+        CHECK(parse_u64("12345", 100000, &v) == 0 && v == 12345, "parse_u64 decimal");
+        CHECK(parse_u64("12a", 1000, &v) == -EINVAL, "parse_u64 rejects junk");
+        CHECK(parse_u64("", 1000, &v) == -EINVAL, "parse_u64 rejects empty");
+        CHECK(parse_u64("1001", 1000, &v) == -ERANGE, "parse_u64 enforces max");
+        CHECK(parse_u64("99999999999999999999999", UINT64_MAX, &v) == -ERANGE, "parse_u64 overflow");
+        CHECK(parse_size("64M", &v) == 0 && v == 64ULL << 20, "parse_size M");
+        CHECK(parse_size("1k", &v) == 0 && v == 1024, "parse_size k");
+        CHECK(parse_size("3G", &v) == 0 && v == 3ULL << 30, "parse_size G");
+        CHECK(parse_size("12", &v) == 0 && v == 12, "parse_size plain");
+        CHECK(parse_size("M", &v) == -EINVAL && parse_size("1x", &v) == -EINVAL, "parse_size rejects junk");
+        CHECK(env_name_valid("PATH", 4) && env_name_valid("_x1", 3), "env names valid");
+        CHECK(!env_name_valid("1X", 2) && !env_name_valid("A-B", 3) && !env_name_valid("", 0), "env names invalid");
+        char hex[33];
+        CHECK(random_hex(hex, 16) == 0 && strlen(hex) == 32 && strspn(hex, "0123456789abcdef") == 32, "random_hex");
+}
+
+static int deferred_count;
+static void bump(void *data) { deferred_count += *(int *)data; }
+
+static void test_loop(void) {
+        Loop *l = NULL;
+        int one = 1, ten = 10;
+        CHECK(loop_new(&l) == 0, "loop_new");
+        CHECK(loop_defer(l, bump, &one) == 0 && loop_defer(l, bump, &ten) == 0, "defer two calls");
+        loop_cancel_defer(l, &ten);
+        CHECK(loop_run_once(l, 100) >= 0 && deferred_count == 1, "deferred call ran, cancelled one did not");
+        uint64_t t0 = now_ms();
+        CHECK(loop_run_once(l, 50) >= 0, "idle loop returns");
+        CHECK(loop_run_once(l, 50) == 0 && now_ms() - t0 >= 40, "idle loop times out");
+        loop_free(l);
+}
+
+int main(void) {
+        test_buf();
+        test_ring();
+        test_parse();
+        test_loop();
+        return tap_done();
+}

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/* Tests of the public session API against real sandboxes: what the CLI does not expose
+ * (stdin, per-run cwd and env, named sessions, truncation flags, cancel, queueing,
+ * LIMIT_EXCEEDED, streaming callbacks) and that destroy leaves nothing behind. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "base/util.h"
+#include "sbx/sbx.h"
+#include "tap.h"
+
+static SbxContext *ctx;
+
+static SbxResult run_opts(SbxSession *s, SbxRunOptions *o) {
+        SbxResult r = { 0 };
+        int rc = sbx_session_run_sync(s, o, NULL, NULL, &r);
+        if (rc < 0) {
+                r.exit_code = -1000 + rc;
+                r.stdout_data = (const uint8_t *)strdup("");
+                r.stderr_data = (const uint8_t *)strdup("");
+        }
+        return r;
+}
+
+static SbxResult run(SbxSession *s, const char *cmd) {
+        SbxRunOptions o = { .command = cmd, .command_len = strlen(cmd) };
+        return run_opts(s, &o);
+}
+
+static bool out_is(const SbxResult *r, const char *want) {
+        return r->stdout_len == strlen(want) && memcmp(r->stdout_data, want, r->stdout_len) == 0;
+}
+
+static int count_dir(const char *path) {
+        DIR *d = opendir(path);
+        int n = 0;
+        if (!d)
+                return -1;
+        for (struct dirent *de; (de = readdir(d));)
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(d);
+        return n;
+}
+
+static void test_basics(SbxSession *s) {
+        SbxResult r = run(s, "echo hi");
+        CHECK(r.exit_code == 0 && out_is(&r, "hi\n") && r.error_class == SBX_ERROR_NONE, "echo hi");
+        sbx_result_clear(&r);
+        r = run(s, "x=1; declare -A m=([k]=v); cd /tmp; f() { echo f$1; }");
+        sbx_result_clear(&r);
+        r = run(s, "echo $x ${m[k]}; pwd; f 2");
+        CHECK(out_is(&r, "1 v\n/tmp\nf2\n"), "state carries to the next run");
+        sbx_result_clear(&r);
+        r = run(s, "printf 'a\\0b\\377'; echo err >&2");
+        CHECK(r.stdout_len == 4 && memcmp(r.stdout_data, "a\0b\377", 4) == 0, "binary stdout exact");
+        CHECK(r.stderr_len == 4 && memcmp(r.stderr_data, "err\n", 4) == 0, "stderr separate");
+        sbx_result_clear(&r);
+        r = run(s, "cat");
+        CHECK(r.exit_code == 0 && r.stdout_len == 0, "stdin defaults to /dev/null");
+        sbx_result_clear(&r);
+}
+
+static void test_stdin(SbxSession *s) {
+        SbxRunOptions o = { .command = "cat", .command_len = 3, .stdin_data = "ab\0cd", .stdin_len = 5 };
+        SbxResult r = run_opts(s, &o);
+        CHECK(r.stdout_len == 5 && memcmp(r.stdout_data, "ab\0cd", 5) == 0, "stdin bytes reach the command");
+        sbx_result_clear(&r);
+        size_t big = 3 * 1024 * 1024 + 7;
+        char *data = malloc(big);
+        memset(data, 'z', big);
+        o = (SbxRunOptions){ .command = "wc -c", .command_len = 5, .stdin_data = data, .stdin_len = big };
+        r = run_opts(s, &o);
+        CHECK(r.exit_code == 0 && atol((const char *)r.stdout_data) == (long)big, "3 MiB of stdin arrives whole");
+        sbx_result_clear(&r);
+        o = (SbxRunOptions){ .command = "true", .command_len = 4, .stdin_data = data, .stdin_len = big };
+        r = run_opts(s, &o);
+        CHECK(r.exit_code == 0, "stdin the command never reads does not block");
+        sbx_result_clear(&r);
+        free(data);
+}
+
+static void test_overrides(SbxSession *s) {
+        SbxResult r = run(s, "cd /home/user");
+        sbx_result_clear(&r);
+        SbxRunOptions o = { .command = "pwd", .command_len = 3, .cwd = "/tmp" };
+        r = run_opts(s, &o);
+        CHECK(out_is(&r, "/tmp\n"), "cwd override applies");
+        sbx_result_clear(&r);
+        r = run(s, "pwd");
+        CHECK(out_is(&r, "/home/user\n"), "cwd override does not persist");
+        sbx_result_clear(&r);
+        o = (SbxRunOptions){ .command = "echo ran", .command_len = 8, .cwd = "/nonexistent" };
+        r = run_opts(s, &o);
+        CHECK(r.exit_code == 1 && r.stdout_len == 0 && r.stderr_len > 0 &&
+              strstr((const char *)r.stderr_data, "No such file"), "missing cwd: exit 1, says why, nothing ran");
+        sbx_result_clear(&r);
+        r = run(s, "pwd");
+        CHECK(out_is(&r, "/home/user\n"), "session fine after a bad cwd");
+        sbx_result_clear(&r);
+
+        const char *env[] = { "FOO=bar", "HOME=/tmp", NULL };
+        o = (SbxRunOptions){ .command = "echo $FOO $HOME; env | grep -c '^FOO=bar$'", .command_len = 0, .env = env };
+        o.command_len = strlen(o.command);
+        r = run_opts(s, &o);
+        CHECK(out_is(&r, "bar /tmp\n1\n"), "env override applies and is exported");
+        sbx_result_clear(&r);
+        r = run(s, "echo ${FOO-unset} $HOME");
+        CHECK(out_is(&r, "unset /home/user\n"), "env override does not persist");
+        sbx_result_clear(&r);
+        const char *env2[] = { "FOO=bar", NULL };
+        o = (SbxRunOptions){ .command = "FOO=mine", .command_len = 8, .env = env2 };
+        r = run_opts(s, &o);
+        sbx_result_clear(&r);
+        r = run(s, "echo $FOO");
+        CHECK(out_is(&r, "mine\n"), "a change the command made to an overridden name persists");
+        sbx_result_clear(&r);
+        const char *bad[] = { "1BAD=x", NULL };
+        o = (SbxRunOptions){ .command = "true", .command_len = 4, .env = bad };
+        CHECK(sbx_session_run(s, &o, NULL, NULL, NULL, NULL) == -EINVAL, "bad env name refused");
+        o = (SbxRunOptions){ .command = "true", .command_len = 4, .cwd = "" };
+        CHECK(sbx_session_run(s, &o, NULL, NULL, NULL, NULL) == -EINVAL, "empty cwd refused");
+}
+
+static void test_exit_paths(SbxSession *s) {
+        SbxResult r = run(s, "y=1; exit 7");
+        CHECK(r.exit_code == 7, "exit N gives N");
+        sbx_result_clear(&r);
+        r = run(s, "set -e; y=2; false; y=3");
+        CHECK(r.exit_code == 1, "set -e failure gives its status");
+        sbx_result_clear(&r);
+        r = run(s, "set +e; echo $y");
+        CHECK(out_is(&r, "2\n"), "changes before exit / set -e persist");
+        sbx_result_clear(&r);
+        r = run(s, "if true; then echo x");
+        CHECK(r.exit_code == 2 && r.stderr_len > 0 && strstr((const char *)r.stderr_data, "syntax error"),
+              "syntax error: exit 2 with bash's message");
+        sbx_result_clear(&r);
+        r = run(s, "nosuchcommand_xyz");
+        CHECK(r.exit_code == 127, "unknown command: 127");
+        sbx_result_clear(&r);
+        r = run(s, "kill -9 $BASHPID");
+        CHECK(r.exit_code == 137, "worker killed by a signal: 128+N");
+        sbx_result_clear(&r);
+        r = run(s, "echo $y");
+        CHECK(out_is(&r, "2\n"), "session survives its worker's death");
+        sbx_result_clear(&r);
+        r = run(s, "kill -9 $(ps -o ppid= -p $BASHPID)");
+        sbx_result_clear(&r);
+        r = run(s, "echo alive");
+        CHECK(r.exit_code == 0 && out_is(&r, "alive\n"), "killing the session's holder gives a fresh shell");
+        sbx_result_clear(&r);
+}
+
+static void test_timeout(SbxSession *s) {
+        SbxResult r = run(s, "t=1");
+        sbx_result_clear(&r);
+        SbxRunOptions o = { .command = "t=2; echo partial; sleep 100 & setsid sleep 100 & while :; do :; done",
+                            .timeout_ms = 300 };
+        o.command_len = strlen(o.command);
+        uint64_t t0 = now_ms();
+        r = run_opts(s, &o);
+        uint64_t took = now_ms() - t0;
+        CHECK(r.exit_code == 124 && r.error_class == SBX_ERROR_TIMEOUT, "timeout: 124 TIMEOUT");
+        CHECK(out_is(&r, "partial\n"), "timeout keeps the output so far");
+        CHECK(took < 2000, "timeout answered promptly (%llu ms)", (unsigned long long)took);
+        sbx_result_clear(&r);
+        r = run(s, "echo $t; ps -eo comm | grep -c '^sleep$'");
+        CHECK(out_is(&r, "1\n0\n"), "after a timeout: state as before, no process left");
+        sbx_result_clear(&r);
+}
+
+typedef struct Async {
+        SbxRun *run;
+        bool done, cancel_on_output;
+        SbxResult res;
+        char out[256];
+        size_t out_len;
+        int order;
+} Async;
+
+static int done_counter;
+
+static void async_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
+        Async *a = ud;
+        if (st == SBX_STDOUT && a->out_len + n < sizeof a->out) {
+                memcpy(a->out + a->out_len, d, n);
+                a->out_len += n;
+        }
+        if (a->cancel_on_output && a->run) {
+                CHECK(sbx_run_cancel(a->run) == 0, "cancel from the output callback");
+                a->cancel_on_output = false;
+        }
+}
+
+static void async_done(void *ud, const SbxResult *r) {
+        Async *a = ud;
+        a->done = true;
+        a->res = *r;
+        a->res.stdout_data = NULL;
+        a->res.stderr_data = NULL;
+        a->order = ++done_counter;
+        a->run = NULL;
+}
+
+static void spin_until(bool *flag, int ms) {
+        uint64_t end = now_ms() + (uint64_t)ms;
+        while (!*flag && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
+}
+
+static void test_cancel_and_queue(SbxSession *s) {
+        Async a = { .cancel_on_output = true };
+        SbxRunOptions o = { .command = "c=9; echo started; sleep 30" };
+        o.command_len = strlen(o.command);
+        CHECK(sbx_session_run(s, &o, async_output, async_done, &a, &a.run) == 0, "async run submitted");
+        spin_until(&a.done, 5000);
+        CHECK(a.done && a.res.exit_code == 125 && a.res.error_class == SBX_ERROR_CANCELLED, "cancel: 125 CANCELLED");
+        CHECK(a.out_len == 8 && memcmp(a.out, "started\n", 8) == 0, "streamed output before the cancel");
+        SbxResult r = run(s, "echo ${c-unset}");
+        CHECK(out_is(&r, "unset\n"), "cancelled run left no state");
+        sbx_result_clear(&r);
+
+        Async q[3] = { 0 };
+        const char *cmds[3] = { "q=1", "q=$((q+1))", "echo $q" };
+        for (int i = 0; i < 3; i++) {
+                o = (SbxRunOptions){ .command = cmds[i], .command_len = strlen(cmds[i]) };
+                CHECK(sbx_session_run(s, &o, async_output, async_done, &q[i], &q[i].run) == 0, "queued run %d", i);
+        }
+        spin_until(&q[2].done, 5000);
+        CHECK(q[0].order < q[1].order && q[1].order < q[2].order, "queued runs finish in order");
+        CHECK(q[2].out_len == 2 && memcmp(q[2].out, "2\n", 2) == 0, "each queued run sees the previous one's state");
+
+        Async many[17] = { 0 };
+        int accepted = 0, busy = 0;
+        for (int i = 0; i < 17; i++) {
+                o = (SbxRunOptions){ .command = "true", .command_len = 4 };
+                int rc = sbx_session_run(s, &o, NULL, async_done, &many[i], &many[i].run);
+                accepted += rc == 0;
+                busy += rc == -EBUSY;
+        }
+        CHECK(accepted == 16 && busy == 1, "queue holds 16 runs, the 17th gets EBUSY");
+        /* Cancel a queued (not yet running) run: answered at once, others unaffected. */
+        CHECK(sbx_run_cancel(many[15].run) == 0 && many[15].done && many[15].res.exit_code == 125,
+              "cancelling a queued run answers it CANCELLED");
+        spin_until(&many[14].done, 10000);
+        CHECK(many[14].done && many[14].res.exit_code == 0, "the rest of the queue still runs");
+}
+
+static void test_limits(void) {
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        so.limits.stdout_bytes = 100;
+        so.limits.command_bytes = 1000;
+        SbxSandbox *sb = NULL;
+        SbxSession *s = NULL;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == 0 && sbx_session_get(sb, NULL, &s) == 0, "sandbox with small caps");
+        if (!s)
+                return;
+        SbxResult r = run(s, "head -c 1000 /dev/zero; echo e >&2");
+        CHECK(r.stdout_len == 100 && r.stdout_truncated && !r.stderr_truncated && r.stderr_len == 2,
+              "stdout capped and flagged, stderr not");
+        sbx_result_clear(&r);
+        char cmd[1100];
+        memset(cmd, ' ', sizeof cmd);
+        memcpy(cmd, "touch /tmp/ran", 14);
+        cmd[sizeof cmd - 1] = 0;
+        r = run(s, cmd);
+        CHECK(r.exit_code == 1 && r.error_class == SBX_ERROR_LIMIT_EXCEEDED, "over-long command: LIMIT_EXCEEDED");
+        sbx_result_clear(&r);
+        r = run(s, "test -e /tmp/ran && echo ran || echo no");
+        CHECK(out_is(&r, "no\n"), "over-long command did not run");
+        sbx_result_clear(&r);
+        sbx_sandbox_free(sb);
+
+        so.limits.stdout_bytes = UINT64_MAX;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == -EINVAL, "absurd stdout cap refused");
+        sbx_sandbox_options_init(&so);
+        so.rootfs = "relative/path";
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == -EINVAL, "relative rootfs refused");
+        sbx_sandbox_options_init(&so);
+        const char *env[] = { "OK=1", "bad name=2", NULL };
+        so.env = env;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == -EINVAL, "bad env name refused at create");
+}
+
+static void test_sessions(SbxSandbox *sb) {
+        SbxSession *a = NULL, *b = NULL, *again = NULL;
+        CHECK(sbx_session_get(sb, "a", &a) == 0 && sbx_session_get(sb, "b", &b) == 0, "named sessions");
+        CHECK(sbx_session_get(sb, "a", &again) == 0 && again == a, "same name, same session");
+        CHECK(sbx_session_get(sb, "bad name", &again) == -EINVAL, "bad session name refused");
+        SbxResult r = run(a, "only_a=1; echo shared > /tmp/shared");
+        sbx_result_clear(&r);
+        r = run(b, "echo ${only_a-none}; cat /tmp/shared");
+        CHECK(out_is(&r, "none\nshared\n"), "sessions have their own state, share files");
+        sbx_result_clear(&r);
+        int n = 0;
+        for (SbxSession *it = sbx_session_next(sb, NULL); it; it = sbx_session_next(sb, it))
+                n++;
+        CHECK(n == 3, "three sessions listed (default, a, b)");
+        Async x = { 0 };
+        SbxRunOptions o = { .command = "sleep 30", .command_len = 8 };
+        CHECK(sbx_session_run(b, &o, NULL, async_done, &x, &x.run) == 0, "run in session b");
+        spin_until(&x.done, 300);
+        sbx_session_free(b);
+        CHECK(x.done && x.res.exit_code == 125, "freeing a session cancels its run");
+        CHECK(sbx_session_find(sb, "b") == NULL && sbx_session_find(sb, "a") == a, "session b gone, a stays");
+}
+
+static void test_background(SbxSandbox *sb, SbxSession *s) {
+        SbxResult r = run(s, "(sleep 0.2; echo late-output) & sleep 300 & echo started");
+        CHECK(out_is(&r, "started\n"), "run returns while background processes live");
+        sbx_result_clear(&r);
+        bool never = false;
+        spin_until(&never, 600);
+        uint8_t log[4096];
+        size_t n = sbx_sandbox_background_log(sb, log, sizeof log);
+        CHECK(n >= 12 && memmem(log, n, "late-output", 11), "background output lands in the background log");
+        r = run(s, "ps -eo comm | grep -c '^sleep$'");
+        CHECK(out_is(&r, "1\n"), "background process still running");
+        sbx_result_clear(&r);
+}
+
+int main(void) {
+        if (geteuid() != 0) {
+                printf("1..0 # SKIP needs root\n");
+                return 0;
+        }
+        int fds_before = count_dir("/proc/self/fd");
+        CHECK(sbx_context_new(&ctx) == 0, "context");
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        SbxSandbox *sb = NULL;
+        int rc = sbx_sandbox_new(ctx, &so, &sb);
+        if (rc == -ENOTSUP) {
+                printf("1..0 # SKIP no cgroup v2\n");
+                return 0;
+        }
+        CHECK(rc == 0, "sandbox created (%s)", sbx_context_last_error(ctx));
+        SbxSession *s = NULL;
+        CHECK(sbx_session_get(sb, NULL, &s) == 0, "default session");
+        if (!s)
+                return tap_done();
+        test_basics(s);
+        test_stdin(s);
+        test_overrides(s);
+        test_exit_paths(s);
+        test_timeout(s);
+        test_cancel_and_queue(s);
+        test_sessions(sb);
+        test_background(sb, s);
+        test_limits();
+
+        char cgdir[256];
+        snprintf(cgdir, sizeof cgdir, "/sys/fs/cgroup/unified/sbx-%d", (int)getpid());
+        sbx_sandbox_free(sb);
+        int sub = 0;
+        DIR *d = opendir(cgdir);
+        for (struct dirent *de; d && (de = readdir(d));)
+                if (de->d_type == DT_DIR && de->d_name[0] != '.')
+                        sub++;
+        if (d)
+                closedir(d);
+        CHECK(sub == 0, "no sandbox cgroup left after destroy");
+        sbx_context_free(ctx);
+        struct stat st;
+        CHECK(stat(cgdir, &st) < 0, "cgroup base removed with the context");
+        CHECK(count_dir("/proc/self/fd") == fds_before, "no fd leaked (%d before, %d after)", fds_before,
+              count_dir("/proc/self/fd"));
+        return tap_done();
+}
