@@ -193,6 +193,11 @@ static void worker(void) {
 
         sigprocmask(SIG_SETMASK, &command_mask, NULL);
         dollar_dollar_pid = getpid();
+        int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (adj >= 0) {
+                (void)!write(adj, "0", 1);
+                close(adj);
+        }
         if (send_hdr(WIRE_READY, 0, 0) < 0)
                 _exit(0);
         ssize_t n = recv_run(fds);

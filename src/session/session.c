@@ -571,9 +571,24 @@ static void set_holder(SbxSession *s, pid_t pid) {
                 safe_close(fd);
 }
 
+/* The parent of a process, as the host sees it; -1 if unknown. */
+static pid_t parent_of(pid_t pid) {
+        char path[64], stat[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        if (read_file_at(AT_FDCWD, path, stat, sizeof stat) <= 0)
+                return -1;
+        char *p = strrchr(stat, ')');
+        int ppid;
+        if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
+                return -1;
+        return (pid_t)ppid;
+}
+
 static void on_ready(SbxSession *s, pid_t pid) {
         SbxSandbox *sb = s->sb;
-        if (s->state != SS_WAIT_READY) {
+        /* Anything inside the sandbox can write to the session socket; only a child of the
+         * current holder is that holder's worker. */
+        if (s->state != SS_WAIT_READY || parent_of(pid) != s->holder_pid) {
                 log_debug("session %s: unexpected READY from %d", s->name, (int)pid);
                 return;
         }
