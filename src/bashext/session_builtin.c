@@ -186,6 +186,14 @@ static void session_set_pwd(const char *path) {
         bind_variable("PWD", (char *)path, 0);
 }
 
+static void set_oom_score_adj(const char *v) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                (void)!write(fd, v, strlen(v));
+                close(fd);
+        }
+}
+
 /* The worker's life: announce, take one command, run it, report. Returns when this process
  * is to become the holder; exits when the daemon is gone. */
 static void worker(void) {
@@ -193,11 +201,10 @@ static void worker(void) {
 
         sigprocmask(SIG_SETMASK, &command_mask, NULL);
         dollar_dollar_pid = getpid();
-        int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-        if (adj >= 0) {
-                (void)!write(adj, "0", 1);
-                close(adj);
-        }
+        /* When the sandbox runs out of memory the OOM killer must take a command, not the
+         * shell that holds the session's state. Raising one's own score needs no privilege
+         * (lowering the holder's would need CAP_SYS_RESOURCE, which hosts may not have). */
+        set_oom_score_adj("500");
         if (send_hdr(WIRE_READY, 0, 0) < 0)
                 _exit(0);
         ssize_t n = recv_run(fds);
@@ -258,6 +265,7 @@ done:
                 dup2(NULL_FD, i);
         if (send_hdr(WIRE_DONE, h->seq, status & 0xff) < 0)
                 _exit(status & 0xff);
+        set_oom_score_adj("0"); /* holder again: back to the default */
 }
 
 /* The holder's life: fork a worker, wait for it. Returns only on a fatal setup error. */
