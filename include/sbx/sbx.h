@@ -70,6 +70,7 @@ typedef struct SbxRunOptions {
         const void *stdin_data; /* bytes on stdin; NULL: /dev/null */
         size_t stdin_len;
         uint64_t timeout_ms;   /* 0: the sandbox's default */
+        bool persist_env;      /* env entries stay set (exported) in the session afterwards */
 } SbxRunOptions;
 
 typedef struct SbxResult {
@@ -137,6 +138,8 @@ SBX_API int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn o
 /* Cancels a queued or running command: everything it started is killed, the session's state
  * stays as before it, done fires with exit 125 / CANCELLED. Returns 0 or -ESRCH if done. */
 SBX_API int sbx_run_cancel(SbxRun *r);
+/* True once the run has been handed to a worker (it is running, not queued). */
+SBX_API bool sbx_run_started(const SbxRun *r);
 /* Stops (or resumes) reading the run's output pipes: backpressure for slow consumers. */
 SBX_API void sbx_run_pause_output(SbxRun *r, bool paused);
 

@@ -249,7 +249,13 @@ static void worker(void) {
         }
         n_ov = apply_env(env, h->env_len, &ov);
         status = run_string(cmd, h->cmd_len);
-        restore_env(ov, n_ov);
+        if (h->flags & WIRE_F_PERSIST_ENV) {
+                for (int i = 0; i < n_ov; i++)
+                        free(ov[i].old);
+                free(ov);
+        } else {
+                restore_env(ov, n_ov);
+        }
         if (run_cwd && old_cwd) {
                 char *now = getcwd(NULL, 0);
                 if (now && strcmp(now, run_cwd) == 0 && chdir(old_cwd) == 0)

@@ -3,3 +3,4 @@
 #pragma once
 
 int cmd_run(int argc, char **argv);
+int cmd_serve(int argc, char **argv);

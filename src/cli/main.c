@@ -13,6 +13,7 @@ static void usage(FILE *f) {
                 "\n"
                 "Commands:\n"
                 "  run [OPTIONS] -- CMD [CMD ...]   run commands in one session of a fresh sandbox\n"
+                "  serve (--stdio | --socket PATH)  the JSON-RPC daemon\n"
                 "\n"
                 "Options:\n"
                 "  -h, --help       show this help\n"
@@ -37,6 +38,8 @@ int main(int argc, char **argv) {
         }
         if (strcmp(cmd, "run") == 0)
                 return cmd_run(argc - 1, argv + 1);
+        if (strcmp(cmd, "serve") == 0)
+                return cmd_serve(argc - 1, argv + 1);
         fprintf(stderr, "sbx: unknown command '%s'\n\n", cmd);
         usage(stderr);
         return 2;

@@ -61,6 +61,47 @@ static void own_v1_path(const char *controller, char *out, size_t size) {
         fclose(f);
 }
 
+/* Removes a cgroup directory tree bottom-up; only empty cgroups can go, so this never
+ * touches a cgroup that still has processes. */
+static void remove_tree(int parent, const char *name, int depth) {
+        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        DIR *d = depth < 4 ? fdopendir(fd) : NULL;
+        if (d) {
+                struct dirent *de;
+                while ((de = readdir(d)))
+                        if (de->d_type == DT_DIR && de->d_name[0] != '.')
+                                remove_tree(dirfd(d), de->d_name, depth + 1);
+                closedir(d);
+        } else {
+                close(fd);
+        }
+        (void)unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+/* A daemon killed with SIGKILL cannot remove its cgroups (its sandboxes died with it, through
+ * their pid namespaces). The next daemon removes base directories whose daemon is gone. */
+static void sweep_stale(const char *dir) {
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                safe_close(fd);
+                return;
+        }
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                int pid;
+                char proc[64];
+                if (de->d_type != DT_DIR || sscanf(de->d_name, "sbx-%d", &pid) != 1 || pid <= 0)
+                        continue;
+                snprintf(proc, sizeof proc, "/proc/%d", pid);
+                if (pid != getpid() && access(proc, F_OK) < 0 && errno == ENOENT)
+                        remove_tree(dirfd(d), de->d_name, 0);
+        }
+        closedir(d);
+}
+
 static int open_dir_mkdir(const char *path) {
         if (mkdir(path, 0755) < 0 && errno != EEXIST)
                 return negerrno();
@@ -73,6 +114,8 @@ static int open_v1_base(const char *mnt, const char *controller, const char *lea
         if (!mnt[0])
                 return -ENOENT;
         own_v1_path(controller, own, sizeof own);
+        snprintf(path, sizeof path, "%s%s", mnt, strcmp(own, "/") == 0 ? "" : own);
+        sweep_stale(path);
         snprintf(path, sizeof path, "%s%s/%s", mnt, strcmp(own, "/") == 0 ? "" : own, leaf);
         return open_dir_mkdir(path);
 }
@@ -84,6 +127,7 @@ int cgroup_root_open(CgroupRoot *r) {
         if (!v2[0])
                 return -ENOTSUP;
         snprintf(leaf, sizeof leaf, "sbx-%d", (int)getpid());
+        sweep_stale(v2);
         /* The v2 base sits at the hierarchy's root: a cgroup that holds processes (such as
          * ours under systemd) may not enable controllers for its children. */
         snprintf(r->v2_path, sizeof r->v2_path, "%s/%s", v2, leaf);

@@ -26,6 +26,7 @@
 #include "base/loop.h"
 #include "base/util.h"
 #include "sandbox/box.h"
+#include "session/internal.h"
 #include "session/wire.h"
 #include "sbx/sbx.h"
 
@@ -116,7 +117,7 @@ struct SbxRun {
         char cg_name[24];
         Watch out_w, err_w, in_w, timer_w, cg_w;
         Buf out, err;
-        bool sent, killed, paused, finished;
+        bool sent, killed, paused, finished, persist_env;
         int exit_code;
         SbxErrorClass error_class;
 };
@@ -480,7 +481,8 @@ static int run_send(SbxSession *s, SbxRun *r) {
         }
         WireHdr h = { .type = WIRE_RUN, .seq = r->seq,
                       .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
-                      .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len };
+                      .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len,
+                      .flags = r->persist_env ? WIRE_F_PERSIST_ENV : 0 };
         struct iovec iov[4] = {
                 { &h, sizeof h }, { r->cwd, h.cwd_len }, { r->env, r->env_len },
                 { r->command, r->command_len },
@@ -888,6 +890,7 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         r->ud = ud;
         r->seq = ++s->seq;
         r->timeout_ms = o->timeout_ms ? o->timeout_ms : sb->timeout_ms;
+        r->persist_env = o->persist_env;
 
         if (o->command_len > sb->limits.command_bytes) {
                 /* Refused before it reaches the shell: answered here and now. */
@@ -944,6 +947,8 @@ int sbx_run_cancel(SbxRun *r) {
         run_kill(r, SBX_ERROR_CANCELLED);
         return 0;
 }
+
+bool sbx_run_started(const SbxRun *r) { return r->sent; }
 
 void sbx_run_pause_output(SbxRun *r, bool paused) {
         Loop *l = r->s->sb->ctx->loop;
@@ -1213,6 +1218,8 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
 }
 
 int sbx_context_fd(SbxContext *ctx) { return loop_fd(ctx->loop); }
+
+Loop *sbx_context_loop(SbxContext *ctx) { return ctx->loop; }
 
 const char *sbx_context_last_error(const SbxContext *ctx) { return ctx->last_error; }
 

@@ -26,7 +26,11 @@ typedef struct WireHdr {
         uint32_t cwd_len; /* RUN: bytes of cwd override (0: none), no NUL */
         uint32_t env_len; /* RUN: bytes of "NAME=VALUE\0" entries */
         uint32_t cmd_len; /* RUN: bytes of command text */
+        uint32_t flags;   /* RUN: WIRE_F_* */
 } WireHdr;
+
+/* RUN flag: the env entries are set in the session for good (exported), not for this run. */
+#define WIRE_F_PERSIST_ENV 1u
 
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* base64 and UTF-8 validation. */
+#include <errno.h>
+#include <stdlib.h>
+#include "base/text.h"
+
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *b64_encode(const uint8_t *d, size_t len, size_t *ret_len) {
+        size_t out_len = 4 * ((len + 2) / 3);
+        char *out = malloc(out_len + 1), *p = out;
+        if (!out)
+                return NULL;
+        size_t i = 0;
+        for (; i + 2 < len; i += 3) {
+                uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
+                *p++ = b64chars[v >> 18];
+                *p++ = b64chars[(v >> 12) & 63];
+                *p++ = b64chars[(v >> 6) & 63];
+                *p++ = b64chars[v & 63];
+        }
+        if (i < len) {
+                uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < len ? (uint32_t)d[i + 1] << 8 : 0);
+                *p++ = b64chars[v >> 18];
+                *p++ = b64chars[(v >> 12) & 63];
+                *p++ = i + 1 < len ? b64chars[(v >> 6) & 63] : '=';
+                *p++ = '=';
+        }
+        *p = 0;
+        if (ret_len)
+                *ret_len = out_len;
+        return out;
+}
+
+static int b64val(unsigned char c) {
+        if (c >= 'A' && c <= 'Z') return c - 'A';
+        if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+        if (c >= '0' && c <= '9') return c - '0' + 52;
+        if (c == '+') return 62;
+        if (c == '/') return 63;
+        return -1;
+}
+
+uint8_t *b64_decode(const char *s, size_t len, size_t *ret_len) {
+        while (len > 0 && s[len - 1] == '=')
+                len--;
+        if (len % 4 == 1) {
+                errno = EINVAL;
+                return NULL;
+        }
+        uint8_t *out = malloc(len / 4 * 3 + 3 + 1), *p = out;
+        if (!out) {
+                errno = ENOMEM;
+                return NULL;
+        }
+        uint32_t acc = 0;
+        int bits = 0;
+        for (size_t i = 0; i < len; i++) {
+                int v = b64val((unsigned char)s[i]);
+                if (v < 0) {
+                        free(out);
+                        errno = EINVAL;
+                        return NULL;
+                }
+                acc = acc << 6 | (uint32_t)v;
+                bits += 6;
+                if (bits >= 8) {
+                        bits -= 8;
+                        *p++ = (uint8_t)(acc >> bits);
+                }
+        }
+        *ret_len = (size_t)(p - out);
+        return out;
+}
+
+bool utf8_valid(const uint8_t *s, size_t len) {
+        size_t i = 0;
+        while (i < len) {
+                uint8_t c = s[i];
+                if (c == 0)
+                        return false;
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                }
+                size_t n;
+                uint32_t cp;
+                if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
+                else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
+                else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
+                else return false;
+                if (i + n >= len)
+                        return false;
+                for (size_t k = 1; k <= n; k++) {
+                        if ((s[i + k] & 0xc0) != 0x80)
+                                return false;
+                        cp = cp << 6 | (s[i + k] & 0x3f);
+                }
+                if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+                    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+                        return false;
+                i += n + 1;
+        }
+        return true;
+}

@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/* Byte/text conversions for the protocol: base64 and UTF-8 validation. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Encodes len bytes; returns a malloc'd NUL-terminated string (ret_len without the NUL), or
+ * NULL on allocation failure. */
+char *b64_encode(const uint8_t *data, size_t len, size_t *ret_len);
+/* Decodes standard base64 (padding optional, no whitespace). Returns a malloc'd buffer, or
+ * NULL with errno EINVAL (bad input) or ENOMEM. */
+uint8_t *b64_decode(const char *s, size_t len, size_t *ret_len);
+/* True when the bytes are well-formed UTF-8 (no overlongs, surrogates or NUL bytes, which
+ * JSON strings from jansson cannot carry reliably). */
+bool utf8_valid(const uint8_t *s, size_t len);

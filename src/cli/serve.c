@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* `sbx serve`: the JSON-RPC daemon on stdio or a Unix socket. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include "base/log.h"
+#include "cli/cli.h"
+#include "server/server.h"
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "Usage: sbx serve (--stdio | --socket PATH) [OPTIONS]\n"
+                "\n"
+                "Serves newline-delimited JSON-RPC 2.0 (see docs/PROTOCOL.md).\n"
+                "\n"
+                "Options:\n"
+                "      --stdio          one client on stdin/stdout; exits when stdin closes\n"
+                "      --socket PATH    many clients on a Unix socket (mode 0600, same uid or root)\n"
+                "      --protocol       print the protocol reference (Markdown) and exit\n"
+                "  -v, --verbose        debug logging on stderr\n"
+                "  -h, --help           show this help\n");
+}
+
+int cmd_serve(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "stdio", no_argument, NULL, 's' },
+                { "socket", required_argument, NULL, 'S' },
+                { "protocol", no_argument, NULL, 'P' },
+                { "verbose", no_argument, NULL, 'v' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        bool stdio = false;
+        const char *path = NULL;
+        int c;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+                switch (c) {
+                case 's': stdio = true; break;
+                case 'S': path = optarg; break;
+                case 'P': print_protocol(stdout); return 0;
+                case 'v': sbx_log_level = LOG_DEBUG; break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        }
+        if (optind < argc || stdio == (path != NULL)) {
+                fprintf(stderr, "sbx serve: give exactly one of --stdio or --socket PATH\n\n");
+                usage(stderr);
+                return 2;
+        }
+        Server *s = NULL;
+        int r = server_new(&s);
+        if (r >= 0)
+                r = stdio ? server_add_stdio(s) : server_listen(s, path);
+        if (r < 0) {
+                fprintf(stderr, "sbx serve: %s%s%s\n", path ? path : "", path ? ": " : "", strerror(-r));
+                server_free(s);
+                return 1;
+        }
+        if (path)
+                log_info("listening on %s", path);
+        r = server_run(s);
+        server_free(s);
+        return r;
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/* Bounded newline framing. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "rpc/framer.h"
+
+void framer_init(Framer *f, size_t max) {
+        *f = (Framer){ .max = max };
+}
+
+void framer_done(Framer *f) {
+        free(f->buf);
+        f->buf = NULL;
+        f->len = f->cap = 0;
+}
+
+static int append(Framer *f, const uint8_t *d, size_t n) {
+        if (f->len + n > f->cap) {
+                size_t ncap = f->cap ? f->cap : 4096;
+                while (ncap < f->len + n)
+                        ncap *= 2;
+                uint8_t *b = realloc(f->buf, ncap);
+                if (!b)
+                        return -ENOMEM;
+                f->buf = b;
+                f->cap = ncap;
+        }
+        memcpy(f->buf + f->len, d, n);
+        f->len += n;
+        return 0;
+}
+
+static void release_if_big(Framer *f) {
+        /* One huge line must not pin its buffer for the connection's lifetime. */
+        if (f->cap > 65536) {
+                free(f->buf);
+                f->buf = NULL;
+                f->cap = 0;
+        }
+}
+
+int framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *ud) {
+        while (len > 0) {
+                const uint8_t *nl = memchr(data, '\n', len);
+                size_t seg = nl ? (size_t)(nl - data) : len;
+                if (f->skipping) {
+                        /* discard */
+                } else if (f->len + seg > f->max) {
+                        f->skipping = true;
+                        f->len = 0;
+                        release_if_big(f);
+                        fn(ud, NULL, 0, true);
+                } else if (nl && f->len == 0) {
+                        fn(ud, (const char *)data, seg, false);
+                } else {
+                        int r = append(f, data, seg);
+                        if (r < 0)
+                                return r;
+                        if (nl) {
+                                fn(ud, (const char *)f->buf, f->len, false);
+                                f->len = 0;
+                                release_if_big(f);
+                        }
+                }
+                if (nl)
+                        f->skipping = false;
+                data += seg + (nl ? 1 : 0);
+                len -= seg + (nl ? 1 : 0);
+        }
+        return 0;
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* JSON-RPC 2.0 vocabulary: error codes, message builders, typed parameter access. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+        RPC_PARSE_ERROR = -32700,
+        RPC_INVALID_REQUEST = -32600,
+        RPC_METHOD_NOT_FOUND = -32601,
+        RPC_INVALID_PARAMS = -32602,
+        RPC_INTERNAL_ERROR = -32603,
+        /* A cap of the server was reached (sandboxes per server, runs queued per session);
+         * retry later. The predecessor's WORKER_UNAVAILABLE. */
+        RPC_WORKER_UNAVAILABLE = -32001,
+        /* A sandbox or file operation failed; the message starts with the errno name. */
+        RPC_SANDBOX_ERROR = 1,
+};
+
+typedef struct RpcError {
+        int code;
+        char message[512];
+} RpcError;
+
+/* Sets e and returns -1, for `return rpc_fail(e, ...)`. */
+int rpc_fail(RpcError *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* "ENOENT: No such file or directory" style error from a -errno. */
+int rpc_fail_errno(RpcError *e, int neg_errno, const char *what);
+
+/* Serialises {"jsonrpc":"2.0","id":id,"result":result} (steals result) to a compact line
+ * with a trailing newline; NULL on allocation failure. */
+char *rpc_result_line(json_t *id, json_t *result, size_t *ret_len);
+char *rpc_error_line(json_t *id, const RpcError *e, size_t *ret_len);
+/* A notification {"jsonrpc":"2.0","method":m,"params":params} (steals params). */
+char *rpc_notification_line(const char *method, json_t *params, size_t *ret_len);
+
+/* Typed parameter access. Each returns 1 if present, 0 if absent (and not required), or -1
+ * with e set (-32602 naming the param) if of the wrong type or required and missing. */
+int param_string(json_t *params, const char *key, bool required, const char **ret, size_t *ret_len, RpcError *e);
+int param_u64(json_t *params, const char *key, bool required, uint64_t max, uint64_t *ret, RpcError *e);
+int param_bool(json_t *params, const char *key, bool *ret, RpcError *e);
+int param_object(json_t *params, const char *key, json_t **ret, RpcError *e);
+
+/* Bytes as a JSON string if valid UTF-8, else base64 with "<key>Encoding": "base64" set on
+ * obj. Returns 0 or -ENOMEM. */
+int json_set_bytes(json_t *obj, const char *key, const uint8_t *data, size_t len);

@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT */
+/* Client connections: bounded input framing, a bounded output queue with backpressure. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "base/limits.h"
+#include "base/log.h"
+#include "base/macro.h"
+#include "base/util.h"
+#include "server/server.h"
+
+#define DEFAULT_RPC_BYTES (8U * 1024 * 1024)
+
+static size_t out_pending(const Conn *c) { return c->out_len - c->out_off; }
+
+static void set_paused(Conn *c, bool paused) {
+        if (c->paused == paused)
+                return;
+        c->paused = paused;
+        for (Pending *p = c->pending; p; p = p->next)
+                if (p->run && p->stream)
+                        sbx_run_pause_output(p->run, paused);
+        /* A client that does not read its answers gets no more requests read either. */
+        if (c->rw.active)
+                (void)loop_mod(c->srv->loop, &c->rw, paused ? 0 : EPOLLIN);
+}
+
+static void flush(Conn *c) {
+        while (out_pending(c) > 0) {
+                ssize_t n = write(c->wfd, c->out + c->out_off, out_pending(c));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        break;
+                if (n <= 0) {
+                        /* The client is gone; drop what it will never read. */
+                        c->out_off = c->out_len;
+                        c->closing = true;
+                        break;
+                }
+                c->out_off += (size_t)n;
+        }
+        if (c->out_off == c->out_len)
+                c->out_off = c->out_len = 0;
+        bool want_out = out_pending(c) > 0;
+        if (want_out && !c->ww.active)
+                (void)loop_add(c->srv->loop, &c->ww, c->wfd, EPOLLOUT, c->ww.fn, c);
+        else if (!want_out && c->ww.active)
+                loop_del(c->srv->loop, &c->ww);
+        if (c->paused && out_pending(c) < SERVER_OUT_LOW)
+                set_paused(c, false);
+        else if (!c->paused && out_pending(c) > SERVER_OUT_HIGH)
+                set_paused(c, true);
+}
+
+static void close_deferred(void *data) { conn_close(data); }
+
+void conn_send(Conn *c, char *line, size_t len) {
+        if (!line)
+                return;
+        if (c->closing) {
+                free(line);
+                return;
+        }
+        if (c->out_off > 0 && c->out_off == c->out_len)
+                c->out_off = c->out_len = 0;
+        if (c->out_len + len > c->out_cap) {
+                /* Compact before growing. */
+                if (c->out_off > 0) {
+                        memmove(c->out, c->out + c->out_off, out_pending(c));
+                        c->out_len -= c->out_off;
+                        c->out_off = 0;
+                }
+                size_t ncap = c->out_cap ? c->out_cap : 65536;
+                while (ncap < c->out_len + len)
+                        ncap *= 2;
+                uint8_t *n = realloc(c->out, ncap);
+                if (!n) {
+                        free(line);
+                        c->closing = true;
+                        (void)loop_defer(c->srv->loop, close_deferred, c);
+                        return;
+                }
+                c->out = n;
+                c->out_cap = ncap;
+        }
+        memcpy(c->out + c->out_len, line, len);
+        c->out_len += len;
+        free(line);
+        flush(c);
+        if (c->closing)
+                (void)loop_defer(c->srv->loop, close_deferred, c);
+}
+
+void conn_reply(Conn *c, json_t *id, json_t *result) {
+        size_t n;
+        char *line = rpc_result_line(id, result, &n);
+        if (c)
+                conn_send(c, line, n);
+        else
+                free(line);
+}
+
+void conn_reply_error(Conn *c, json_t *id, const RpcError *e) {
+        size_t n;
+        char *line = rpc_error_line(id, e, &n);
+        conn_send(c, line, n);
+}
+
+void conn_notify(Conn *c, const char *method, json_t *params) {
+        size_t n;
+        char *line = rpc_notification_line(method, params, &n);
+        conn_send(c, line, n);
+}
+
+static void frame(void *ud, const char *line, size_t len, bool too_large) {
+        Conn *c = ud;
+        if (!c->closing)
+                dispatch_line(c, line, len, too_large);
+}
+
+static void read_event(Watch *w, uint32_t events) {
+        Conn *c = w->data;
+        uint8_t buf[65536];
+        for (int i = 0; i < 16 && !c->closing && !c->paused; i++) {
+                ssize_t n = read(c->rfd, buf, sizeof buf);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n <= 0) {
+                        /* EOF. On stdio that is the signal to shut down, after answering. */
+                        loop_del(c->srv->loop, &c->rw);
+                        c->read_off = true;
+                        if (c->is_stdio)
+                                server_shutdown(c->srv);
+                        else
+                                conn_close(c);
+                        return;
+                }
+                if (framer_feed(&c->framer, buf, (size_t)n, frame, c) < 0) {
+                        conn_close(c);
+                        return;
+                }
+        }
+}
+
+static void write_event(Watch *w, uint32_t events) {
+        Conn *c = w->data;
+        flush(c);
+        if (c->closing)
+                conn_close(c);
+}
+
+int conn_new(Server *s, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret) {
+        Conn *c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        c->srv = s;
+        c->rfd = rfd;
+        c->wfd = wfd;
+        c->is_stdio = is_stdio;
+        c->uid = uid;
+        framer_init(&c->framer, DEFAULT_RPC_BYTES);
+        (void)fd_set_nonblock(rfd, true);
+        (void)fd_set_nonblock(wfd, true);
+        c->ww.fn = write_event;
+        int r = loop_add(s->loop, &c->rw, rfd, EPOLLIN, read_event, c);
+        if (r < 0) {
+                free(c);
+                return r;
+        }
+        c->next = s->conns;
+        if (s->conns)
+                s->conns->prev = c;
+        s->conns = c;
+        *ret = c;
+        return 0;
+}
+
+void conn_close(Conn *c) {
+        Server *s = c->srv;
+        loop_cancel_defer(s->loop, c);
+        pending_detach_all(c);
+        /* Its sandboxes go with it, persistent ones excepted. */
+        for (SrvSandbox *sb = s->sandboxes, *next; sb; sb = next) {
+                next = sb->next;
+                if (sb->owner == c)
+                        srv_sandbox_destroy(sb);
+        }
+        loop_del(s->loop, &c->rw);
+        loop_del(s->loop, &c->ww);
+        if (c->is_stdio) {
+                (void)fd_set_nonblock(c->wfd, false);
+        } else {
+                close(c->rfd);
+        }
+        framer_done(&c->framer);
+        free(c->out);
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                s->conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        free(c);
+}

@@ -1,0 +1,898 @@
+/* SPDX-License-Identifier: MIT */
+/* The method table and its handlers. The table is the single source for dispatch, parameter
+ * validation and docs/PROTOCOL.md (print_protocol; a test keeps the file in sync). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include "base/limits.h"
+#include "base/log.h"
+#include "base/text.h"
+#include "base/util.h"
+#include "server/server.h"
+
+typedef struct Req {
+        Conn *conn;
+        json_t *id;
+        json_t *params;
+        SrvSandbox *sb; /* resolved for methods that take sandboxId */
+} Req;
+
+/* Returns 0 with *ret set (sync reply), 1 when the handler answers later, -1 with e set. */
+typedef int (*Handler)(Req *r, json_t **ret, RpcError *e);
+
+typedef enum ParamType { P_STRING, P_INT, P_BOOL, P_OBJECT, P_ANY } ParamType;
+
+typedef struct Param {
+        const char *name;
+        ParamType type;
+        bool required;
+        const char *doc;
+} Param;
+
+enum { M_SANDBOX = 1 }; /* takes sandboxId and needs a sandbox */
+
+typedef struct Method {
+        const char *name;
+        Handler fn;
+        unsigned flags;
+        const Param *params;
+        const char *result;
+        const char *doc;
+} Method;
+
+static uint64_t wall_ms(void) {
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+static json_t *iso_time(uint64_t ms) {
+        time_t t = (time_t)(ms / 1000);
+        struct tm tm;
+        char buf[64];
+        gmtime_r(&t, &tm);
+        snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+        return json_string(buf);
+}
+
+static json_t *ok(void) { return json_pack("{s:b}", "ok", 1); }
+
+/* ---------------------------------------------------------------- sandboxes */
+
+static History *history_for(SrvSandbox *sb, const char *session, bool create) {
+        for (History *h = sb->history; h; h = h->next)
+                if (strcmp(h->session, session) == 0)
+                        return h;
+        if (!create)
+                return NULL;
+        History *h = calloc(1, sizeof *h);
+        if (!h || !(h->session = strdup(session)) ||
+            !(h->entries = calloc(SERVER_HISTORY_MAX, sizeof *h->entries))) {
+                if (h)
+                        free(h->session);
+                free(h);
+                return NULL;
+        }
+        h->next = sb->history;
+        sb->history = h;
+        return h;
+}
+
+static void history_clear(History *h) {
+        for (size_t i = 0; i < h->n; i++)
+                free(h->entries[(h->start + i) % SERVER_HISTORY_MAX].command);
+        h->n = h->start = 0;
+        h->total = 0;
+}
+
+static void history_add(SrvSandbox *sb, const char *session, const char *cmd, size_t len) {
+        History *h = history_for(sb, session, true);
+        char *copy = h ? strndup(cmd, len) : NULL;
+        if (!copy)
+                return;
+        if (h->n == SERVER_HISTORY_MAX) {
+                free(h->entries[h->start].command);
+                h->start = (h->start + 1) % SERVER_HISTORY_MAX;
+                h->n--;
+        }
+        h->entries[(h->start + h->n) % SERVER_HISTORY_MAX] = (HistoryEntry){ copy, wall_ms() };
+        h->n++;
+        h->total++;
+}
+
+void srv_sandbox_destroy(SrvSandbox *sb) {
+        Server *s = sb->srv;
+        if (sb->owner && sb->owner->root == sb)
+                sb->owner->root = NULL;
+        sbx_sandbox_free(sb->sb);
+        while (sb->history) {
+                History *h = sb->history;
+                sb->history = h->next;
+                history_clear(h);
+                free(h->entries);
+                free(h->session);
+                free(h);
+        }
+        if (sb->prev)
+                sb->prev->next = sb->next;
+        else
+                s->sandboxes = sb->next;
+        if (sb->next)
+                sb->next->prev = sb->prev;
+        s->n_sandboxes--;
+        free(sb->label);
+        free(sb);
+}
+
+static SrvSandbox *find_sandbox(Conn *c, const char *id) {
+        for (SrvSandbox *sb = c->srv->sandboxes; sb; sb = sb->next)
+                if (strcmp(sbx_sandbox_id(sb->sb), id) == 0 &&
+                    (sb->owner == c || (sb->persist && (sb->uid == c->uid || c->uid == 0))))
+                        return sb;
+        return NULL;
+}
+
+/* Reads the sandbox options shared by create and sandbox.create. */
+static int parse_sandbox_options(Conn *c, json_t *p, SbxSandboxOptions *o, const char ***ret_env, RpcError *e) {
+        json_t *limits = NULL, *env = NULL;
+        uint64_t v;
+        sbx_sandbox_options_init(o);
+        *ret_env = NULL;
+        if (param_u64(p, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &o->timeout_ms, e) < 0 ||
+            param_u64(p, "fsLimitBytes", false, 1ULL << 40, &o->limits.fs_bytes, e) < 0 ||
+            param_bool(p, "network", &o->network, e) < 0 || param_object(p, "limits", &limits, e) < 0 ||
+            param_object(p, "env", &env, e) < 0)
+                return -1;
+        if (limits) {
+                if (param_u64(limits, "stdoutBytes", false, SBX_MAX_OUTPUT_BYTES, &o->limits.stdout_bytes, e) < 0 ||
+                    param_u64(limits, "stderrBytes", false, SBX_MAX_OUTPUT_BYTES, &o->limits.stderr_bytes, e) < 0 ||
+                    param_u64(limits, "commandBytes", false, SBX_MAX_COMMAND_BYTES, &o->limits.command_bytes, e) < 0 ||
+                    param_u64(limits, "fileCount", false, 1ULL << 32, &o->limits.file_count, e) < 0 ||
+                    param_u64(limits, "memoryBytes", false, 1ULL << 44, &o->limits.memory_bytes, e) < 0 ||
+                    param_u64(limits, "fsBytes", false, 1ULL << 40, &o->limits.fs_bytes, e) < 0)
+                        return -1;
+                if (param_u64(limits, "pids", false, 1 << 22, &v, e) < 0)
+                        return -1;
+                o->limits.pids = (uint32_t)v;
+                if (param_u64(limits, "rpcBytes", false, 1ULL << 30, &v, e) < 0)
+                        return -1;
+                if (v >= 1024)
+                        c->framer.max = (size_t)v;
+                else if (json_object_get(limits, "rpcBytes"))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "limits.rpcBytes must be at least 1024");
+        }
+        if (env) {
+                size_t n = json_object_size(env), k = 0;
+                const char **list = calloc(n + 1, sizeof *list);
+                const char *key;
+                json_t *val;
+                if (!list)
+                        return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+                json_object_foreach(env, key, val) {
+                        if (!env_name_valid(key, strlen(key)) || !json_is_string(val)) {
+                                for (size_t i = 0; i < k; i++)
+                                        free((void *)list[i]);
+                                free(list);
+                                return rpc_fail(e, RPC_INVALID_PARAMS,
+                                                "env: names must match ^[A-Za-z_][A-Za-z0-9_]*$ and values be strings (%s)", key);
+                        }
+                        size_t len = strlen(key) + json_string_length(val) + 2;
+                        char *kv = malloc(len);
+                        if (kv)
+                                snprintf(kv, len, "%s=%s", key, json_string_value(val));
+                        list[k++] = kv;
+                }
+                o->env = list;
+                *ret_env = list;
+        }
+        return 0;
+}
+
+static void free_env_list(const char **list) {
+        for (const char **p = list; p && *p; p++)
+                free((void *)*p);
+        free(list);
+}
+
+static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
+        Conn *c = r->conn;
+        Server *s = c->srv;
+        SbxSandboxOptions o;
+        const char **env = NULL;
+        const char *label = NULL;
+        bool persist = false;
+        if (s->n_sandboxes >= SERVER_MAX_SANDBOXES)
+                return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "WORKER_UNAVAILABLE: Maximum of %u concurrent sandboxes reached",
+                                SERVER_MAX_SANDBOXES);
+        if (parse_sandbox_options(c, r->params, &o, &env, e) < 0 ||
+            param_string(r->params, "label", false, &label, NULL, e) < 0 ||
+            param_bool(r->params, "persist", &persist, e) < 0) {
+                free_env_list(env);
+                return -1;
+        }
+        if (persist && (c->is_stdio || root)) {
+                free_env_list(env);
+                return rpc_fail(e, RPC_INVALID_PARAMS, "persist is only for sandbox.create on a socket server");
+        }
+        SrvSandbox *sb = calloc(1, sizeof *sb);
+        if (!sb) {
+                free_env_list(env);
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        }
+        int rr = sbx_sandbox_new(s->ctx, &o, &sb->sb);
+        free_env_list(env);
+        if (rr < 0) {
+                free(sb);
+                if (rr == -EINVAL)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "invalid sandbox options: %s", sbx_context_last_error(s->ctx));
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot create sandbox: %s", sbx_context_last_error(s->ctx));
+        }
+        sb->srv = s;
+        sb->owner = persist ? NULL : c;
+        sb->persist = persist;
+        sb->uid = c->uid;
+        sb->label = label ? strdup(label) : NULL;
+        sb->created_ms = wall_ms();
+        sb->next = s->sandboxes;
+        if (s->sandboxes)
+                s->sandboxes->prev = sb;
+        s->sandboxes = sb;
+        s->n_sandboxes++;
+        *ret = sb;
+        return 0;
+}
+
+static int m_create(Req *r, json_t **ret, RpcError *e) {
+        SrvSandbox *sb;
+        if (r->conn->root)
+                return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox already created");
+        if (new_sandbox(r, true, &sb, e) < 0)
+                return -1;
+        r->conn->root = sb;
+        *ret = json_pack("{s:b, s:s}", "ok", 1, "sandboxId", sbx_sandbox_id(sb->sb));
+        return 0;
+}
+
+static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
+        SrvSandbox *sb;
+        if (new_sandbox(r, false, &sb, e) < 0)
+                return -1;
+        *ret = json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb));
+        return 0;
+}
+
+static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
+        json_t *list = json_array();
+        for (SrvSandbox *sb = r->conn->srv->sandboxes; sb; sb = sb->next) {
+                if (find_sandbox(r->conn, sbx_sandbox_id(sb->sb)) != sb)
+                        continue;
+                json_t *o = json_pack("{s:s, s:o, s:b, s:b}", "sandboxId", sbx_sandbox_id(sb->sb), "createdAt",
+                                      iso_time(sb->created_ms), "persist", sb->persist, "root",
+                                      sb == r->conn->root);
+                if (sb->label)
+                        json_object_set_new(o, "label", json_string(sb->label));
+                json_array_append_new(list, o);
+        }
+        *ret = json_pack("{s:o}", "sandboxes", list);
+        return 0;
+}
+
+static int m_sandbox_destroy(Req *r, json_t **ret, RpcError *e) {
+        srv_sandbox_destroy(r->sb);
+        *ret = ok();
+        return 0;
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+static int get_session(Req *r, bool create, SbxSession **ret, const char **ret_name, RpcError *e) {
+        const char *name = "default";
+        if (param_string(r->params, "session", false, &name, NULL, e) < 0)
+                return -1;
+        *ret_name = name;
+        SbxSession *s = sbx_session_find(r->sb->sb, name);
+        if (s) {
+                *ret = s;
+                return 0;
+        }
+        if (!create && strcmp(name, "default") != 0)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown session: %s", name);
+        int rr = sbx_session_get(r->sb->sb, name, ret);
+        if (rr == -EINVAL)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Invalid session name: %s (1-64 of [A-Za-z0-9_.-])", name);
+        if (rr == -EMFILE)
+                return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "WORKER_UNAVAILABLE: Maximum of %u sessions reached", SBX_MAX_SESSIONS);
+        if (rr < 0)
+                return rpc_fail_errno(e, rr, "session");
+        return 0;
+}
+
+static int m_session_create(Req *r, json_t **ret, RpcError *e) {
+        const char *name;
+        SbxSession *s;
+        if (param_string(r->params, "name", true, &name, NULL, e) < 0)
+                return -1;
+        if (sbx_session_find(r->sb->sb, name))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Session already exists: %s", name);
+        json_object_set(r->params, "session", json_object_get(r->params, "name"));
+        if (get_session(r, true, &s, &name, e) < 0)
+                return -1;
+        *ret = json_pack("{s:b, s:s}", "ok", 1, "name", name);
+        return 0;
+}
+
+static int m_session_list(Req *r, json_t **ret, RpcError *e) {
+        json_t *list = json_array();
+        for (SbxSession *s = sbx_session_next(r->sb->sb, NULL); s; s = sbx_session_next(r->sb->sb, s))
+                json_array_append_new(list, json_pack("{s:s}", "name", sbx_session_name(s)));
+        *ret = json_pack("{s:o}", "sessions", list);
+        return 0;
+}
+
+static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
+        const char *name;
+        if (param_string(r->params, "name", true, &name, NULL, e) < 0)
+                return -1;
+        SbxSession *s = sbx_session_find(r->sb->sb, name);
+        if (!s)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown session: %s", name);
+        sbx_session_free(s);
+        *ret = ok();
+        return 0;
+}
+
+/* ---------------------------------------------------------------- runs */
+
+static void pending_unlink(Pending *p) {
+        Conn *c = p->conn;
+        if (!c)
+                return;
+        if (p->prev)
+                p->prev->next = p->next;
+        else
+                c->pending = p->next;
+        if (p->next)
+                p->next->prev = p->prev;
+        p->next = p->prev = NULL;
+        p->conn = NULL;
+}
+
+static void pending_free(Pending *p) {
+        pending_unlink(p);
+        json_decref(p->id);
+        free(p->key);
+        free(p);
+}
+
+void pending_detach_all(Conn *c) {
+        while (c->pending) {
+                Pending *p = c->pending;
+                pending_unlink(p);
+                /* The run's done callback frees p; cancel makes it come soon. */
+                if (p->run)
+                        (void)sbx_run_cancel(p->run);
+        }
+}
+
+static void run_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
+        Pending *p = ud;
+        if (!p->conn || !p->stream)
+                return;
+        json_t *params = json_pack("{s:O, s:s, s:I}", "requestId", p->id, "stream",
+                                   st == SBX_STDOUT ? "stdout" : "stderr", "seq", (json_int_t)p->seq++);
+        if (!params || json_set_bytes(params, "data", d, n) < 0) {
+                json_decref(params);
+                return;
+        }
+        json_t *enc = json_object_get(params, "dataEncoding");
+        if (enc) {
+                json_object_set(params, "encoding", enc);
+                json_object_del(params, "dataEncoding");
+        }
+        conn_notify(p->conn, "output", params);
+}
+
+static void count_result(Server *s, const SbxResult *res) {
+        s->totals.completed++;
+        s->totals.exec_ms_sum += res->exec_time_us / 1000;
+        if (res->error_class == SBX_ERROR_TIMEOUT)
+                s->totals.timed_out++;
+        else if (res->error_class == SBX_ERROR_CANCELLED)
+                s->totals.cancelled++;
+        else if (res->exit_code != 0)
+                s->totals.failed++;
+}
+
+static void run_done(void *ud, const SbxResult *res) {
+        Pending *p = ud;
+        p->run = NULL;
+        if (p->kind == PENDING_RUN)
+                count_result(p->srv, res);
+        if (p->conn && !p->replied) {
+                json_t *out = NULL;
+                if (p->kind == PENDING_ENV_SET) {
+                        out = ok();
+                } else if (p->kind == PENDING_ENV_GET) {
+                        size_t n = res->stdout_len;
+                        if (res->exit_code == 0 && n > 0 && res->stdout_data[n - 1] == '\n')
+                                n--;
+                        out = json_pack("{s:o}", "value", res->exit_code == 0 ? json_stringn((const char *)res->stdout_data, n)
+                                                                            : json_null());
+                } else {
+                        out = json_pack("{s:i, s:I}", "exitCode", res->exit_code, "executionTimeMs",
+                                        (json_int_t)(res->exec_time_us / 1000));
+                        if (json_set_bytes(out, "stdout", res->stdout_data, res->stdout_len) < 0 ||
+                            json_set_bytes(out, "stderr", res->stderr_data, res->stderr_len) < 0) {
+                                json_decref(out);
+                                out = NULL;
+                        }
+                        if (out && (res->stdout_truncated || res->stderr_truncated))
+                                json_object_set_new(out, "truncated", json_pack("{s:b, s:b}", "stdout", res->stdout_truncated,
+                                                                                "stderr", res->stderr_truncated));
+                        if (out && res->error_class != SBX_ERROR_NONE)
+                                json_object_set_new(out, "errorClass", json_string(sbx_error_class_name(res->error_class)));
+                }
+                if (out) {
+                        conn_reply(p->conn, p->id, out);
+                } else {
+                        RpcError e;
+                        rpc_fail(&e, RPC_INTERNAL_ERROR, "out of memory building the result");
+                        conn_reply_error(p->conn, p->id, &e);
+                }
+        }
+        pending_free(p);
+}
+
+static char *id_key(json_t *id) {
+        return json_dumps(id ? id : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+/* Queues a run and registers it as pending on the connection. */
+static int start_run(Req *r, SbxSession *s, const SbxRunOptions *o, int kind, bool stream, RpcError *e) {
+        Pending *p = calloc(1, sizeof *p);
+        if (!p)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        p->srv = r->conn->srv;
+        p->id = json_incref(r->id);
+        p->key = id_key(r->id);
+        p->kind = kind;
+        p->stream = stream;
+        p->conn = r->conn;
+        p->next = r->conn->pending;
+        if (p->next)
+                p->next->prev = p;
+        r->conn->pending = p;
+        int rr = sbx_session_run(s, o, run_output, run_done, p, &p->run);
+        if (rr < 0) {
+                pending_free(p);
+                if (rr == -EBUSY)
+                        return rpc_fail(e, RPC_WORKER_UNAVAILABLE,
+                                        "WORKER_UNAVAILABLE: %u runs already queued in session %s", SBX_MAX_QUEUED_RUNS,
+                                        sbx_session_name(s));
+                if (rr == -EINVAL || rr == -E2BIG)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "invalid run options (cwd, env or timeoutMs)");
+                return rpc_fail_errno(e, rr, "run");
+        }
+        /* A refused run (LIMIT_EXCEEDED) has already been answered and freed. */
+        return 1;
+}
+
+static int m_run(Req *r, json_t **ret, RpcError *e) {
+        const char *cmd, *cwd = NULL, *stdin_b64 = NULL, *sname;
+        size_t cmd_len, stdin_len = 0;
+        json_t *env = NULL;
+        bool stream = false;
+        SbxSession *s;
+        SbxRunOptions o = { 0 };
+        if (param_string(r->params, "command", true, &cmd, &cmd_len, e) < 0 ||
+            param_string(r->params, "cwd", false, &cwd, NULL, e) < 0 ||
+            param_string(r->params, "stdin", false, &stdin_b64, &stdin_len, e) < 0 ||
+            param_u64(r->params, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &o.timeout_ms, e) < 0 ||
+            param_bool(r->params, "stream", &stream, e) < 0 || param_object(r->params, "env", &env, e) < 0)
+                return -1;
+        if (cwd && (!*cwd || strlen(cwd) >= SBX_MAX_PATH_BYTES))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "cwd must be a non-empty path");
+        size_t n_env = env ? json_object_size(env) : 0;
+        if (n_env > SBX_MAX_RUN_ENV)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "env: at most %d entries", SBX_MAX_RUN_ENV);
+        if (get_session(r, true, &s, &sname, e) < 0)
+                return -1;
+        uint8_t *in = NULL;
+        if (stdin_b64) {
+                in = b64_decode(stdin_b64, stdin_len, &o.stdin_len);
+                if (!in)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "stdin must be base64");
+        }
+        const char **envl = calloc(n_env + 1, sizeof *envl);
+        const char *key;
+        json_t *val;
+        size_t k = 0;
+        int rr = 0;
+        json_object_foreach(env, key, val) {
+                if (!json_is_string(val) || !env_name_valid(key, strlen(key))) {
+                        rr = rpc_fail(e, RPC_INVALID_PARAMS, "env: names must match ^[A-Za-z_][A-Za-z0-9_]*$ and values be strings (%s)", key);
+                        break;
+                }
+                size_t len = strlen(key) + json_string_length(val) + 2;
+                char *kv = malloc(len);
+                if (kv)
+                        snprintf(kv, len, "%s=%s", key, json_string_value(val));
+                envl[k++] = kv;
+        }
+        if (rr == 0) {
+                o.command = cmd;
+                o.command_len = cmd_len;
+                o.cwd = cwd;
+                o.env = envl;
+                o.stdin_data = in;
+                history_add(r->sb, sname, cmd, cmd_len);
+                rr = start_run(r, s, &o, PENDING_RUN, stream, e);
+        }
+        free(in);
+        free_env_list(envl);
+        return rr;
+}
+
+static int m_cancel(Req *r, json_t **ret, RpcError *e) {
+        json_t *rid = json_object_get(r->params, "requestId");
+        if (!rid)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Missing required param: requestId");
+        char *key = id_key(rid);
+        Pending *p = r->conn->pending;
+        while (p && !(p->kind == PENDING_RUN && key && strcmp(p->key, key) == 0))
+                p = p->next;
+        free(key);
+        if (!p || !p->run)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "No running request with that requestId (unknown or already finished)");
+        (void)sbx_run_cancel(p->run);
+        *ret = ok();
+        return 0;
+}
+
+static int m_env_set(Req *r, json_t **ret, RpcError *e) {
+        const char *name, *value, *sname;
+        SbxSession *s;
+        if (param_string(r->params, "name", true, &name, NULL, e) < 0 ||
+            param_string(r->params, "value", true, &value, NULL, e) < 0)
+                return -1;
+        if (!env_name_valid(name, strlen(name)))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "name must match ^[A-Za-z_][A-Za-z0-9_]*$");
+        if (get_session(r, true, &s, &sname, e) < 0)
+                return -1;
+        size_t len = strlen(name) + strlen(value) + 2;
+        char *kv = malloc(len);
+        if (!kv)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        snprintf(kv, len, "%s=%s", name, value);
+        const char *env[] = { kv, NULL };
+        SbxRunOptions o = { .command = "", .command_len = 0, .env = env, .persist_env = true };
+        int rr = start_run(r, s, &o, PENDING_ENV_SET, false, e);
+        free(kv);
+        return rr;
+}
+
+static int m_env_get(Req *r, json_t **ret, RpcError *e) {
+        const char *name, *sname;
+        SbxSession *s;
+        char cmd[512];
+        if (param_string(r->params, "name", true, &name, NULL, e) < 0)
+                return -1;
+        if (!env_name_valid(name, strlen(name)) || strlen(name) > 256)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "name must match ^[A-Za-z_][A-Za-z0-9_]*$");
+        if (get_session(r, true, &s, &sname, e) < 0)
+                return -1;
+        /* An absolute path: no shell function can stand in for it. */
+        snprintf(cmd, sizeof cmd, "/usr/bin/printenv %s", name);
+        SbxRunOptions o = { .command = cmd, .command_len = strlen(cmd) };
+        return start_run(r, s, &o, PENDING_ENV_GET, false, e);
+}
+
+static int m_history_list(Req *r, json_t **ret, RpcError *e) {
+        const char *name = "default";
+        if (param_string(r->params, "session", false, &name, NULL, e) < 0)
+                return -1;
+        History *h = history_for(r->sb, name, false);
+        json_t *list = json_array();
+        for (size_t i = 0; h && i < h->n; i++) {
+                HistoryEntry *he = &h->entries[(h->start + i) % SERVER_HISTORY_MAX];
+                json_array_append_new(list, json_pack("{s:I, s:s, s:o}", "index", (json_int_t)(h->total - h->n + i + 1),
+                                                      "command", he->command, "timestamp", iso_time(he->timestamp_ms)));
+        }
+        *ret = json_pack("{s:o}", "entries", list);
+        return 0;
+}
+
+static int m_history_clear(Req *r, json_t **ret, RpcError *e) {
+        const char *name = "default";
+        if (param_string(r->params, "session", false, &name, NULL, e) < 0)
+                return -1;
+        History *h = history_for(r->sb, name, false);
+        if (h)
+                history_clear(h);
+        *ret = ok();
+        return 0;
+}
+
+static int m_health(Req *r, json_t **ret, RpcError *e) {
+        Server *s = r->conn->srv;
+        unsigned sessions = 0, running = 0, queued = 0;
+        for (SrvSandbox *sb = s->sandboxes; sb; sb = sb->next)
+                for (SbxSession *ss = sbx_session_next(sb->sb, NULL); ss; ss = sbx_session_next(sb->sb, ss))
+                        sessions++;
+        for (Conn *c = s->conns; c; c = c->next)
+                for (Pending *p = c->pending; p; p = p->next)
+                        if (p->run && sbx_run_started(p->run))
+                                running++;
+                        else if (p->run)
+                                queued++;
+        const Totals *t = &s->totals;
+        *ret = json_pack("{s:I, s:i, s:i, s:i, s:i, s:{s:I, s:I, s:I, s:I, s:f}}", "uptimeMs",
+                         (json_int_t)(now_ms() - s->start_ms), "sandboxes", (int)s->n_sandboxes, "sessions",
+                         (int)sessions, "running", (int)running, "queued", (int)queued, "totals", "completed",
+                         (json_int_t)t->completed, "failed", (json_int_t)t->failed, "timedOut",
+                         (json_int_t)t->timed_out, "cancelled", (json_int_t)t->cancelled, "avgExecMs",
+                         t->completed ? (double)t->exec_ms_sum / (double)t->completed : 0.0);
+        return 0;
+}
+
+static int m_ping(Req *r, json_t **ret, RpcError *e) {
+        *ret = json_pack("{s:b}", "pong", 1);
+        return 0;
+}
+
+static int m_kill(Req *r, json_t **ret, RpcError *e) {
+        *ret = ok();
+        server_shutdown(r->conn->srv);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- the table */
+
+#define SANDBOX_ID { "sandboxId", P_STRING, false, "target sandbox; missing or null: the connection's root sandbox" }
+#define SESSION { "session", P_STRING, false, "session name (default \"default\"), created on first use" }
+#define SANDBOX_OPTIONS \
+        { "timeoutMs", P_INT, false, "default per-run timeout (30000)" }, \
+        { "fsLimitBytes", P_INT, false, "size of /tmp + /home/user (256 MiB)" }, \
+        { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids}" }, \
+        { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
+        { "network", P_BOOL, false, "share the host's network (default: loopback only)" }
+
+static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
+static const Param p_sandbox_create[] = {
+        { "label", P_STRING, false, "free text shown by sandbox.list" },
+        { "persist", P_BOOL, false, "socket server only: outlive this connection (listed to the same uid)" },
+        SANDBOX_OPTIONS, { 0 } };
+static const Param p_none[] = { { 0 } };
+static const Param p_sandbox_only[] = { SANDBOX_ID, { 0 } };
+static const Param p_sandbox_destroy[] = { { "sandboxId", P_STRING, true, "the sandbox to destroy" }, { 0 } };
+static const Param p_run[] = {
+        { "command", P_STRING, true, "bash source text (at most limits.commandBytes)" },
+        SANDBOX_ID, SESSION,
+        { "cwd", P_STRING, false, "working directory for this run only" },
+        { "env", P_OBJECT, false, "{NAME: value} for this run only" },
+        { "stdin", P_STRING, false, "base64 bytes on stdin (default: /dev/null)" },
+        { "timeoutMs", P_INT, false, "this run's timeout (default: the sandbox's)" },
+        { "stream", P_BOOL, false, "send `output` notifications as output arrives" },
+        { 0 } };
+static const Param p_cancel[] = { { "requestId", P_ANY, true, "the id of a pending `run` on this connection" }, { 0 } };
+static const Param p_session_name[] = { SANDBOX_ID, { "name", P_STRING, true, "session name, 1-64 of [A-Za-z0-9_.-]" }, { 0 } };
+static const Param p_env_set[] = { SANDBOX_ID, SESSION,
+        { "name", P_STRING, true, "^[A-Za-z_][A-Za-z0-9_]*$" }, { "value", P_STRING, true, "the value" }, { 0 } };
+static const Param p_env_get[] = { SANDBOX_ID, SESSION, { "name", P_STRING, true, "^[A-Za-z_][A-Za-z0-9_]*$" }, { 0 } };
+static const Param p_history[] = { SANDBOX_ID, SESSION, { 0 } };
+
+static const Method methods[] = {
+        { "create", m_create, 0, p_create, "{ok: true, sandboxId}",
+          "Creates the connection's root sandbox (the one used when sandboxId is missing)." },
+        { "sandbox.create", m_sandbox_create, 0, p_sandbox_create, "{sandboxId}",
+          "Creates another sandbox owned by this connection (or persistent)." },
+        { "sandbox.list", m_sandbox_list, 0, p_none, "{sandboxes: [{sandboxId, label?, createdAt, persist, root}]}",
+          "Sandboxes this connection may use." },
+        { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX, p_sandbox_destroy, "{ok: true}",
+          "Kills every process of the sandbox and removes it." },
+        { "run", m_run, M_SANDBOX, p_run,
+          "{exitCode, stdout, stderr, executionTimeMs, truncated?: {stdout, stderr}, errorClass?, stdoutEncoding?, stderrEncoding?}",
+          "Runs a command in a session. stdout/stderr are strings when valid UTF-8, else base64 with "
+          "`stdoutEncoding`/`stderrEncoding: \"base64\"`. errorClass: TIMEOUT (exit 124), CANCELLED (125), "
+          "LIMIT_EXCEEDED (1, nothing ran)." },
+        { "cancel", m_cancel, 0, p_cancel, "{ok: true}",
+          "Cancels a pending run of this connection; that run answers exit 125, errorClass CANCELLED." },
+        { "session.create", m_session_create, M_SANDBOX, p_session_name, "{ok: true, name}", "Creates a named session." },
+        { "session.list", m_session_list, M_SANDBOX, p_sandbox_only, "{sessions: [{name}]}", "Sessions of the sandbox." },
+        { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",
+          "Ends a session; its running command is cancelled." },
+        { "env.set", m_env_set, M_SANDBOX, p_env_set, "{ok: true}", "Exports a variable in the session." },
+        { "env.get", m_env_get, M_SANDBOX, p_env_get, "{value: string | null}",
+          "An exported variable of the session, null when unset." },
+        { "shell.history.list", m_history_list, M_SANDBOX, p_history, "{entries: [{index, command, timestamp}]}",
+          "Commands run in the session (the newest 1000)." },
+        { "shell.history.clear", m_history_clear, M_SANDBOX, p_history, "{ok: true}", "Forgets the session's history." },
+        { "health", m_health, 0, p_none,
+          "{uptimeMs, sandboxes, sessions, running, queued, totals: {completed, failed, timedOut, cancelled, avgExecMs}}",
+          "Server statistics." },
+        { "ping", m_ping, 0, p_none, "{pong: true}", "Liveness." },
+        { "kill", m_kill, 0, p_none, "{ok: true}",
+          "Answers, then shuts the server down: queued runs get an error, running ones 125, every sandbox is destroyed." },
+};
+
+static const char *type_name(ParamType t) {
+        switch (t) {
+        case P_STRING: return "string";
+        case P_INT: return "integer";
+        case P_BOOL: return "boolean";
+        case P_OBJECT: return "object";
+        case P_ANY:
+        default: return "any";
+        }
+}
+
+static bool type_ok(ParamType t, json_t *v) {
+        switch (t) {
+        case P_STRING: return json_is_string(v);
+        case P_INT: return json_is_integer(v) && json_integer_value(v) >= 0;
+        case P_BOOL: return json_is_boolean(v);
+        case P_OBJECT: return json_is_object(v);
+        case P_ANY:
+        default: return true;
+        }
+}
+
+/* Checks every declared parameter's presence and type; unknown ones are ignored. */
+static int validate(const Method *m, json_t *params, RpcError *e) {
+        for (const Param *p = m->params; p->name; p++) {
+                json_t *v = json_object_get(params, p->name);
+                if (!v || (json_is_null(v) && p->type != P_ANY)) {
+                        if (p->required)
+                                return rpc_fail(e, RPC_INVALID_PARAMS, "Missing required param: %s", p->name);
+                        continue;
+                }
+                if (!type_ok(p->type, v))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "%s must be %s %s", p->name,
+                                        p->type == P_INT ? "a non-negative" : p->type == P_OBJECT ? "an" : "a",
+                                        type_name(p->type));
+        }
+        return 0;
+}
+
+static int resolve_sandbox(Req *r, RpcError *e) {
+        json_t *v = json_object_get(r->params, "sandboxId");
+        if (!v || json_is_null(v)) {
+                if (!r->conn->root)
+                        return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox not created. Call \"create\" first.");
+                r->sb = r->conn->root;
+                return 0;
+        }
+        if (!json_is_string(v))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "sandboxId must be a string");
+        r->sb = find_sandbox(r->conn, json_string_value(v));
+        if (!r->sb)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown sandboxId: %.64s", json_string_value(v));
+        return 0;
+}
+
+void dispatch_line(Conn *c, const char *line, size_t len, bool too_large) {
+        RpcError e = { 0 };
+        json_error_t jerr;
+        Req r = { .conn = c };
+        json_t *msg = NULL, *result = NULL;
+
+        if (too_large) {
+                rpc_fail(&e, RPC_PARSE_ERROR, "Request too large (limit %zu bytes)", c->framer.max);
+                goto error;
+        }
+        while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+                len--;
+        if (len == 0)
+                return; /* blank lines are keep-alives */
+        msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!msg) {
+                rpc_fail(&e, RPC_PARSE_ERROR, "Parse error: %s", jerr.text);
+                goto error;
+        }
+        json_t *id = json_object_get(msg, "id");
+        if (json_is_object(msg) && id && !(json_is_string(id) || json_is_integer(id) || json_is_null(id)))
+                id = NULL;
+        r.id = id;
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        if (!json_is_object(msg) || !method ||
+            !json_is_string(json_object_get(msg, "jsonrpc")) ||
+            strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") != 0 ||
+            (json_object_get(msg, "id") && !(json_is_string(id) || json_is_integer(id) || json_is_null(id)))) {
+                rpc_fail(&e, RPC_INVALID_REQUEST, "Invalid Request: need {\"jsonrpc\": \"2.0\", \"method\": string, \"id\": string|integer}");
+                goto error;
+        }
+        json_t *params = json_object_get(msg, "params");
+        if (params && !json_is_object(params) && !json_is_null(params)) {
+                rpc_fail(&e, RPC_INVALID_PARAMS, "params must be an object");
+                goto error;
+        }
+        r.params = params && json_is_object(params) ? json_incref(params) : json_object();
+        const Method *m = NULL;
+        for (size_t i = 0; i < ELEMENTSOF(methods); i++)
+                if (strcmp(methods[i].name, method) == 0)
+                        m = &methods[i];
+        if (!m) {
+                rpc_fail(&e, RPC_METHOD_NOT_FOUND, "Method not found: %.128s", method);
+                goto error;
+        }
+        if (c->srv->shutting_down && strcmp(method, "ping") != 0 && strcmp(method, "health") != 0) {
+                rpc_fail(&e, RPC_INTERNAL_ERROR, "Server shutting down");
+                goto error;
+        }
+        if (validate(m, r.params, &e) < 0)
+                goto error;
+        if ((m->flags & M_SANDBOX) && resolve_sandbox(&r, &e) < 0)
+                goto error;
+        int rr = m->fn(&r, &result, &e);
+        if (rr < 0)
+                goto error;
+        if (rr == 0 && json_object_get(msg, "id"))
+                conn_reply(c, r.id, result);
+        else
+                json_decref(result);
+        json_decref(r.params);
+        json_decref(msg);
+        return;
+error:
+        /* Requests without an id are notifications: no answer, unless the line was so broken
+         * that we cannot tell (then id null, as JSON-RPC says). */
+        if (!msg || !json_is_object(msg) || json_object_get(msg, "id") || e.code == RPC_INVALID_REQUEST)
+                conn_reply_error(c, r.id, &e);
+        json_decref(r.params);
+        json_decref(msg);
+}
+
+static void print_params(FILE *f, const Param *p) {
+        if (!p->name) {
+                fprintf(f, "Params: none.\n\n");
+                return;
+        }
+        fprintf(f, "| param | type | required | meaning |\n|---|---|---|---|\n");
+        for (; p->name; p++)
+                fprintf(f, "| `%s` | %s | %s | %s |\n", p->name, type_name(p->type), p->required ? "yes" : "no", p->doc);
+        fprintf(f, "\n");
+}
+
+void print_protocol(FILE *f) {
+        fprintf(f,
+                "# sbx protocol\n\n"
+                "<!-- Generated by `sbx serve --protocol` from the method table in src/server/methods.c;\n"
+                "     tests/unit fails when this file and the table disagree. -->\n\n"
+                "Newline-delimited JSON-RPC 2.0 over stdio (`sbx serve --stdio`) or a Unix socket\n"
+                "(`sbx serve --socket PATH`, mode 0600, peers checked with SO_PEERCRED: same uid or root).\n"
+                "Each request is one line `{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"run\",\"params\":{...}}`; each\n"
+                "answer one line with the same id. Requests are handled concurrently: answers may come\n"
+                "out of order. Runs in one session execute one at a time, in order.\n\n"
+                "## Routing\n\n"
+                "Every per-sandbox method takes an optional `sandboxId`. Missing or null: the connection's\n"
+                "root sandbox (made by `create`). A non-string: -32602 `sandboxId must be a string`. An id\n"
+                "this connection may not use, or that does not exist: -32602 `Unknown sandboxId: X`. Ids are\n"
+                "32 random hex digits. A sandbox is destroyed when the connection that made it closes,\n"
+                "unless made with `persist: true` on a socket server.\n\n"
+                "## Notifications\n\n"
+                "With `stream: true`, `run` sends `{\"jsonrpc\":\"2.0\",\"method\":\"output\",\"params\":{requestId,\n"
+                "stream: \"stdout\"|\"stderr\", seq, data, encoding?}}` in order as output arrives (`encoding:\n"
+                "\"base64\"` when a chunk is not valid UTF-8); the result still carries the whole capped output.\n"
+                "A client that stops reading gets its streaming runs paused (their pipes are no longer\n"
+                "read) once %u MiB wait for it, and resumed below %u MiB.\n\n"
+                "## Errors\n\n"
+                "| code | when |\n|---|---|\n"
+                "| -32700 | parse error; `Request too large` for a line over `limits.rpcBytes` (default 8 MiB), which is skipped without being buffered |\n"
+                "| -32600 | invalid request; `Sandbox already created`; `Sandbox not created. Call \"create\" first.` |\n"
+                "| -32601 | `Method not found: X` |\n"
+                "| -32602 | invalid params, naming the param (`Missing required param: X`, `X must be a string`, `Unknown sandboxId: X`) |\n"
+                "| -32603 | internal error (sandbox creation failed, server shutting down) |\n"
+                "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (%u sandboxes, %u queued runs per session, %u sessions per sandbox); retry later |\n"
+                "| 1 | sandbox or file error: `ERRNO: message` |\n\n"
+                "## Methods\n\n",
+                SERVER_OUT_HIGH >> 20, SERVER_OUT_LOW >> 20, SERVER_MAX_SANDBOXES, SBX_MAX_QUEUED_RUNS, SBX_MAX_SESSIONS);
+        for (size_t i = 0; i < ELEMENTSOF(methods); i++) {
+                const Method *m = &methods[i];
+                fprintf(f, "### `%s`\n\n%s\n\n", m->name, m->doc);
+                print_params(f, m->params);
+                fprintf(f, "Result: `%s`\n\n", m->result);
+        }
+}

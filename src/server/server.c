@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/* The server: listening socket, stdio connection, signals and orderly shutdown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include "base/log.h"
+#include "base/util.h"
+#include "server/server.h"
+#include "session/internal.h"
+
+static void signal_event(Watch *w, uint32_t events) {
+        Server *s = w->data;
+        struct signalfd_siginfo si;
+        while (read(s->sig_fd, &si, sizeof si) > 0)
+                ;
+        server_shutdown(s);
+}
+
+int server_new(Server **ret) {
+        Server *s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->listen_fd = s->sig_fd = -1;
+        int r = sbx_context_new(&s->ctx);
+        if (r < 0) {
+                free(s);
+                return r;
+        }
+        s->loop = sbx_context_loop(s->ctx);
+        s->start_ms = now_ms();
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        s->sig_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (s->sig_fd < 0 || loop_add(s->loop, &s->sw, s->sig_fd, EPOLLIN, signal_event, s) < 0) {
+                r = negerrno();
+                server_free(s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+static void accept_event(Watch *w, uint32_t events) {
+        Server *s = w->data;
+        for (;;) {
+                int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd < 0)
+                        return;
+                struct ucred uc;
+                socklen_t len = sizeof uc;
+                /* Only our own uid (or root) may drive sandboxes: the socket's mode says the
+                 * same, this holds even if the mode was loosened. */
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 ||
+                    (uc.uid != geteuid() && uc.uid != 0)) {
+                        log_warn("refused a connection from uid %u", (unsigned)uc.uid);
+                        close(fd);
+                        continue;
+                }
+                Conn *c;
+                if (conn_new(s, fd, fd, false, uc.uid, &c) < 0)
+                        close(fd);
+        }
+}
+
+int server_listen(Server *s, const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        if (strlen(path) >= sizeof sa.sun_path)
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, path);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return negerrno();
+        /* A socket file left by a dead server is replaced; a live one is not. */
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+                int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                bool live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+                safe_close(probe);
+                if (live) {
+                        close(fd);
+                        return -EADDRINUSE;
+                }
+                (void)unlink(path);
+        }
+        mode_t old = umask(0177);
+        int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+        umask(old);
+        if (r < 0 || chmod(path, 0600) < 0 || listen(fd, 128) < 0) {
+                r = negerrno();
+                close(fd);
+                return r;
+        }
+        s->listen_fd = fd;
+        s->socket_path = strdup(path);
+        r = loop_add(s->loop, &s->lw, fd, EPOLLIN, accept_event, s);
+        return r;
+}
+
+int server_add_stdio(Server *s) {
+        Conn *c;
+        return conn_new(s, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);
+}
+
+void server_shutdown(Server *s) {
+        if (s->shutting_down)
+                return;
+        s->shutting_down = true;
+        s->stop = true;
+        if (s->listen_fd >= 0) {
+                loop_del(s->loop, &s->lw);
+                s->listen_fd = safe_close(s->listen_fd);
+                if (s->socket_path)
+                        (void)unlink(s->socket_path);
+        }
+}
+
+/* Queued runs get an error, running ones are cancelled (their answers say 125), then every
+ * sandbox goes. What is left to say is flushed to clients for a bounded time. */
+static void finish(Server *s) {
+        RpcError e;
+        rpc_fail(&e, RPC_INTERNAL_ERROR, "Server shutting down");
+        for (Conn *c = s->conns; c; c = c->next)
+                for (Pending *p = c->pending; p; p = p->next)
+                        if (p->run && !sbx_run_started(p->run)) {
+                                conn_reply_error(c, p->id, &e);
+                                p->replied = true;
+                        }
+        while (s->sandboxes)
+                srv_sandbox_destroy(s->sandboxes);
+        uint64_t deadline = now_ms() + SERVER_FLUSH_MS;
+        for (Conn *c = s->conns; c; c = c->next) {
+                (void)fd_set_nonblock(c->wfd, true);
+                while (c->out_len > c->out_off && now_ms() < deadline) {
+                        ssize_t n = write(c->wfd, c->out + c->out_off, c->out_len - c->out_off);
+                        if (n > 0) {
+                                c->out_off += (size_t)n;
+                                continue;
+                        }
+                        if (n < 0 && errno == EAGAIN) {
+                                struct pollfd p = { .fd = c->wfd, .events = POLLOUT };
+                                (void)poll(&p, 1, (int)(deadline - now_ms()));
+                                continue;
+                        }
+                        break;
+                }
+        }
+        while (s->conns)
+                conn_close(s->conns);
+}
+
+int server_run(Server *s) {
+        while (!s->stop) {
+                int r = sbx_context_run_once(s->ctx, -1);
+                if (r < 0 && r != -EINTR) {
+                        log_error("event loop: %s", strerror(-r));
+                        break;
+                }
+        }
+        finish(s);
+        return 0;
+}
+
+Server *server_free(Server *s) {
+        if (!s)
+                return NULL;
+        while (s->sandboxes)
+                srv_sandbox_destroy(s->sandboxes);
+        while (s->conns)
+                conn_close(s->conns);
+        if (s->sw.active)
+                loop_del(s->loop, &s->sw);
+        safe_close(s->sig_fd);
+        if (s->listen_fd >= 0) {
+                loop_del(s->loop, &s->lw);
+                close(s->listen_fd);
+                if (s->socket_path)
+                        (void)unlink(s->socket_path);
+        }
+        free(s->socket_path);
+        sbx_context_free(s->ctx);
+        free(s);
+        return NULL;
+}

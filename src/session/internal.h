@@ -1,0 +1,8 @@
+/* SPDX-License-Identifier: MIT */
+/* What libsbx shares with the layers above it in this tree (the server), but not with the
+ * world: the context's event loop, so the server's own fds join the same epoll set. */
+#pragma once
+#include "base/loop.h"
+#include "sbx/sbx.h"
+
+Loop *sbx_context_loop(SbxContext *ctx);
