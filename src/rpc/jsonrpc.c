@@ -125,3 +125,38 @@ int json_set_bytes(json_t *obj, const char *key, const uint8_t *data, size_t len
                 return -ENOMEM;
         return 0;
 }
+
+int rpc_parse_request(const char *line, size_t len, RpcRequest *req, RpcError *e) {
+        json_error_t jerr;
+        *req = (RpcRequest){ 0 };
+        req->msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!req->msg)
+                return rpc_fail(e, RPC_PARSE_ERROR, "Parse error: %s", jerr.text);
+        if (!json_is_object(req->msg))
+                return rpc_fail(e, RPC_INVALID_REQUEST, "Invalid Request: not an object");
+        json_t *id = json_object_get(req->msg, "id");
+        req->has_id = id != NULL;
+        if (id && (json_is_string(id) || json_is_integer(id) || json_is_null(id)))
+                req->id = id;
+        json_t *ver = json_object_get(req->msg, "jsonrpc");
+        req->method = json_string_value(json_object_get(req->msg, "method"));
+        if (!json_is_string(ver) || strcmp(json_string_value(ver), "2.0") != 0 || !req->method ||
+            (id && !req->id))
+                return rpc_fail(e, RPC_INVALID_REQUEST,
+                                "Invalid Request: need {\"jsonrpc\": \"2.0\", \"method\": string, \"id\": string|integer}");
+        json_t *params = json_object_get(req->msg, "params");
+        if (params && !json_is_object(params) && !json_is_null(params))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "params must be an object");
+        req->params = params && json_is_object(params) ? json_incref(params) : json_object();
+        return req->params ? 0 : rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+}
+
+void rpc_request_done(RpcRequest *req) {
+        json_decref(req->params);
+        json_decref(req->msg);
+        *req = (RpcRequest){ 0 };
+}
+
+bool rpc_request_wants_error(const RpcRequest *req, const RpcError *e) {
+        return !req->msg || !json_is_object(req->msg) || req->has_id || e->code == RPC_INVALID_REQUEST;
+}

@@ -36,6 +36,24 @@ char *rpc_error_line(json_t *id, const RpcError *e, size_t *ret_len);
 /* A notification {"jsonrpc":"2.0","method":m,"params":params} (steals params). */
 char *rpc_notification_line(const char *method, json_t *params, size_t *ret_len);
 
+/* One request line, parsed and checked for JSON-RPC 2.0 shape. */
+typedef struct RpcRequest {
+        json_t *msg;        /* the whole message (owned), NULL if unparseable */
+        json_t *id;         /* borrowed from msg; NULL for notifications or broken ids */
+        bool has_id;        /* the message carries an "id" member */
+        const char *method; /* borrowed from msg */
+        json_t *params;     /* owned: the params object, or a new empty one */
+} RpcRequest;
+
+/* Parses a line. Returns 0, or -1 with e set (-32700 parse error, -32600 invalid request,
+ * -32602 params not an object); req is filled as far as possible either way and must be
+ * released with rpc_request_done(). */
+int rpc_parse_request(const char *line, size_t len, RpcRequest *req, RpcError *e);
+void rpc_request_done(RpcRequest *req);
+/* True when an error about this request must be answered (it has an id, or it was too broken
+ * to tell: JSON-RPC answers those with id null). */
+bool rpc_request_wants_error(const RpcRequest *req, const RpcError *e);
+
 /* Typed parameter access. Each returns 1 if present, 0 if absent (and not required), or -1
  * with e set (-32602 naming the param) if of the wrong type or required and missing. */
 int param_string(json_t *params, const char *key, bool required, const char **ret, size_t *ret_len, RpcError *e);

@@ -773,11 +773,26 @@ static int resolve_sandbox(Req *r, RpcError *e) {
         return 0;
 }
 
+static const Method *find_method(const char *name) {
+        for (size_t i = 0; i < ELEMENTSOF(methods); i++)
+                if (strcmp(methods[i].name, name) == 0)
+                        return &methods[i];
+        return NULL;
+}
+
+int method_check(const char *name, json_t *params, RpcError *e) {
+        const Method *m = find_method(name);
+        if (!m)
+                return rpc_fail(e, RPC_METHOD_NOT_FOUND, "Method not found: %.128s", name);
+        return validate(m, params, e);
+}
+
 void dispatch_line(Conn *c, const char *line, size_t len, bool too_large) {
         RpcError e = { 0 };
-        json_error_t jerr;
+        RpcRequest q = { 0 };
+        json_t *result = NULL;
+        const Method *m;
         Req r = { .conn = c };
-        json_t *msg = NULL, *result = NULL;
 
         if (too_large) {
                 rpc_fail(&e, RPC_PARSE_ERROR, "Request too large (limit %zu bytes)", c->framer.max);
@@ -787,62 +802,34 @@ void dispatch_line(Conn *c, const char *line, size_t len, bool too_large) {
                 len--;
         if (len == 0)
                 return; /* blank lines are keep-alives */
-        msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!msg) {
-                rpc_fail(&e, RPC_PARSE_ERROR, "Parse error: %s", jerr.text);
+        if (rpc_parse_request(line, len, &q, &e) < 0)
                 goto error;
-        }
-        json_t *id = json_object_get(msg, "id");
-        if (json_is_object(msg) && id && !(json_is_string(id) || json_is_integer(id) || json_is_null(id)))
-                id = NULL;
-        r.id = id;
-        const char *method = json_string_value(json_object_get(msg, "method"));
-        if (!json_is_object(msg) || !method ||
-            !json_is_string(json_object_get(msg, "jsonrpc")) ||
-            strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") != 0 ||
-            (json_object_get(msg, "id") && !(json_is_string(id) || json_is_integer(id) || json_is_null(id)))) {
-                rpc_fail(&e, RPC_INVALID_REQUEST, "Invalid Request: need {\"jsonrpc\": \"2.0\", \"method\": string, \"id\": string|integer}");
+        r.id = q.id;
+        r.params = q.params;
+        if (method_check(q.method, q.params, &e) < 0)
                 goto error;
-        }
-        json_t *params = json_object_get(msg, "params");
-        if (params && !json_is_object(params) && !json_is_null(params)) {
-                rpc_fail(&e, RPC_INVALID_PARAMS, "params must be an object");
-                goto error;
-        }
-        r.params = params && json_is_object(params) ? json_incref(params) : json_object();
-        const Method *m = NULL;
-        for (size_t i = 0; i < ELEMENTSOF(methods); i++)
-                if (strcmp(methods[i].name, method) == 0)
-                        m = &methods[i];
-        if (!m) {
-                rpc_fail(&e, RPC_METHOD_NOT_FOUND, "Method not found: %.128s", method);
-                goto error;
-        }
-        if (c->srv->shutting_down && strcmp(method, "ping") != 0 && strcmp(method, "health") != 0) {
+        m = find_method(q.method);
+        if (c->srv->shutting_down && strcmp(m->name, "ping") != 0 && strcmp(m->name, "health") != 0) {
                 rpc_fail(&e, RPC_INTERNAL_ERROR, "Server shutting down");
                 goto error;
         }
-        if (validate(m, r.params, &e) < 0)
-                goto error;
         if ((m->flags & M_SANDBOX) && resolve_sandbox(&r, &e) < 0)
                 goto error;
         int rr = m->fn(&r, &result, &e);
         if (rr < 0)
                 goto error;
-        if (rr == 0 && json_object_get(msg, "id"))
+        if (rr == 0 && q.has_id)
                 conn_reply(c, r.id, result);
         else
                 json_decref(result);
-        json_decref(r.params);
-        json_decref(msg);
+        rpc_request_done(&q);
         return;
 error:
         /* Requests without an id are notifications: no answer, unless the line was so broken
          * that we cannot tell (then id null, as JSON-RPC says). */
-        if (!msg || !json_is_object(msg) || json_object_get(msg, "id") || e.code == RPC_INVALID_REQUEST)
-                conn_reply_error(c, r.id, &e);
-        json_decref(r.params);
-        json_decref(msg);
+        if (too_large || rpc_request_wants_error(&q, &e))
+                conn_reply_error(c, q.id, &e);
+        rpc_request_done(&q);
 }
 
 static void print_params(FILE *f, const Param *p) {

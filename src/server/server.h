@@ -126,6 +126,9 @@ void conn_notify(Conn *c, const char *method, json_t *params);
 
 /* methods.c */
 void dispatch_line(Conn *c, const char *line, size_t len, bool too_large);
+/* Looks the method up and checks its params against the table (no side effects).
+ * Returns 0 or -1 with e set. */
+int method_check(const char *name, json_t *params, RpcError *e);
 void srv_sandbox_destroy(SrvSandbox *sb);
 void pending_detach_all(Conn *c);
 void print_protocol(FILE *f);

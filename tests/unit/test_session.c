@@ -117,6 +117,13 @@ static void test_overrides(SbxSession *s) {
         r = run(s, "echo $FOO");
         CHECK(out_is(&r, "mine\n"), "a change the command made to an overridden name persists");
         sbx_result_clear(&r);
+        const char *env3[] = { "KEPT=yes it is", NULL };
+        o = (SbxRunOptions){ .command = "", .command_len = 0, .env = env3, .persist_env = true };
+        r = run_opts(s, &o);
+        sbx_result_clear(&r);
+        r = run(s, "echo \"$KEPT\"; /usr/bin/printenv KEPT");
+        CHECK(out_is(&r, "yes it is\nyes it is\n"), "persist_env leaves the variable set and exported");
+        sbx_result_clear(&r);
         const char *bad[] = { "1BAD=x", NULL };
         o = (SbxRunOptions){ .command = "true", .command_len = 4, .env = bad };
         CHECK(sbx_session_run(s, &o, NULL, NULL, NULL, NULL) == -EINVAL, "bad env name refused");
