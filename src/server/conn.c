@@ -45,8 +45,10 @@ static void flush(Conn *c) {
         if (c->out_off == c->out_len)
                 c->out_off = c->out_len = 0;
         bool want_out = out_pending(c) > 0;
-        if (want_out && !c->ww.active)
-                (void)loop_add(c->srv->loop, &c->ww, c->wfd, EPOLLOUT, c->ww.fn, c);
+        if (want_out && !c->ww.active && loop_add(c->srv->loop, &c->ww, c->wfd, EPOLLOUT, c->ww.fn, c) < 0) {
+                log_warn("connection: cannot wait for the client to read: %s", strerror(errno));
+                c->closing = true;
+        }
         else if (!want_out && c->ww.active)
                 loop_del(c->srv->loop, &c->ww);
         if (c->paused && out_pending(c) < SERVER_OUT_LOW)
@@ -196,6 +198,7 @@ void conn_close(Conn *c) {
                 (void)fd_set_nonblock(c->wfd, false);
         } else {
                 close(c->rfd);
+                close(c->wfd);
         }
         framer_done(&c->framer);
         free(c->out);

@@ -67,9 +67,14 @@ static void accept_event(Watch *w, uint32_t events) {
                         close(fd);
                         continue;
                 }
+                /* Reading and writing are separate epoll registrations, which need separate
+                 * fd numbers. */
+                int wfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
                 Conn *c;
-                if (conn_new(s, fd, fd, false, uc.uid, &c) < 0)
+                if (wfd < 0 || conn_new(s, fd, wfd, false, uc.uid, &c) < 0) {
                         close(fd);
+                        safe_close(wfd);
+                }
         }
 }
 
