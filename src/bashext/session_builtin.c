@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,8 +49,8 @@
 static sigset_t command_mask;
 static uint8_t *msg;
 
-static int send_hdr(uint32_t type, uint32_t seq, int32_t status) {
-        WireHdr h = { .type = type, .seq = seq, .status = status };
+static int send_hdr(uint32_t type, uint32_t seq, int32_t status, uint64_t nonce) {
+        WireHdr h = { .type = type, .seq = seq, .status = status, .nonce = nonce };
         for (;;) {
                 ssize_t n = send(SOCK_FD, &h, sizeof h, MSG_NOSIGNAL);
                 if (n == (ssize_t)sizeof h)
@@ -201,16 +202,22 @@ static void worker(void) {
 
         sigprocmask(SIG_SETMASK, &command_mask, NULL);
         dollar_dollar_pid = getpid();
+        /* No other process may read this one's memory (the nonce), ptrace it or take its fds. */
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         /* When the sandbox runs out of memory the OOM killer must take a command, not the
          * shell that holds the session's state. Raising one's own score needs no privilege
          * (lowering the holder's would need CAP_SYS_RESOURCE, which hosts may not have). */
         set_oom_score_adj("500");
-        if (send_hdr(WIRE_READY, 0, 0) < 0)
+        if (send_hdr(WIRE_READY, 0, 0, 0) < 0)
                 _exit(0);
         ssize_t n = recv_run(fds);
         if (n < 0)
                 _exit(0);
         WireHdr *h = (WireHdr *)msg;
+        /* Kept off the message buffer, which the command could overwrite no more easily but
+         * which a later RUN would reuse. */
+        uint64_t nonce = h->nonce;
+        uint32_t seq = h->seq;
         char *cwd = (char *)msg + sizeof *h;
         char *env = cwd + h->cwd_len;
         char *cmd = env + h->env_len;
@@ -269,7 +276,7 @@ done:
         fflush(stderr);
         for (int i = 0; i < WIRE_RUN_FDS; i++)
                 dup2(NULL_FD, i);
-        if (send_hdr(WIRE_DONE, h->seq, status & 0xff) < 0)
+        if (send_hdr(WIRE_DONE, seq, status & 0xff, nonce) < 0)
                 _exit(status & 0xff);
         set_oom_score_adj("0"); /* holder again: back to the default */
 }
@@ -292,6 +299,9 @@ static int sbx_session_builtin(WORD_LIST *list) {
         close(nfd);
         msg = xmalloc(WIRE_MAX_MSG);
         unbind_variable("BASH_EXECUTION_STRING");
+        /* Not `bash -c` any more: otherwise bash execs the last simple command of a string in
+         * place of the worker instead of forking it. */
+        startup_state = 1;
 
         /* The holder reaps its worker itself; bash's SIGCHLD handler must not get there
          * first, so SIGCHLD stays blocked in the holder and is unblocked in each worker. */
@@ -300,7 +310,7 @@ static int sbx_session_builtin(WORD_LIST *list) {
         sigprocmask(SIG_BLOCK, &chld, &command_mask);
         sigdelset(&command_mask, SIGCHLD);
 
-        if (send_hdr(WIRE_HELLO, 0, 0) < 0)
+        if (send_hdr(WIRE_HELLO, 0, 0, 0) < 0)
                 _exit(0);
         for (;;) {
                 pid_t w = fork();
@@ -318,7 +328,7 @@ static int sbx_session_builtin(WORD_LIST *list) {
                 while (waitpid(w, &ws, 0) < 0)
                         if (errno != EINTR)
                                 _exit(1);
-                if (send_hdr(WIRE_DIED, 0, ws) < 0)
+                if (send_hdr(WIRE_DIED, 0, ws, 0) < 0)
                         _exit(0);
         }
 }

@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include "base/limits.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -40,25 +43,120 @@ static void usage(FILE *f) {
                 "SIZE takes a k, M or G suffix (powers of 1024).\n");
 }
 
+/* Output waiting for our stdout or stderr. The loop never blocks on a slow consumer (the
+ * timeout must keep ticking): bytes are queued and written only as much as the fd takes;
+ * past OUT_HIGH queued bytes the run's pipes are no longer read until we are below OUT_LOW. */
+#define OUT_HIGH (4U << 20)
+#define OUT_LOW (1U << 20)
+
+typedef struct OutQueue {
+        int fd;
+        uint8_t *data;
+        size_t len, off, cap;
+        bool is_pipe, dead;
+} OutQueue;
+
 typedef struct RunState {
         bool done;
         int exit_code;
         SbxErrorClass ec;
-        bool truncated;
+        SbxRun *run;
+        bool paused;
+        OutQueue q[2];
 } RunState;
 
+static size_t queued(const RunState *rs) {
+        return rs->q[0].len - rs->q[0].off + rs->q[1].len - rs->q[1].off;
+}
+
+static void queue_push(OutQueue *q, const uint8_t *d, size_t n) {
+        if (q->dead)
+                return;
+        if (q->off == q->len)
+                q->off = q->len = 0;
+        if (q->len + n > q->cap) {
+                if (q->off) {
+                        memmove(q->data, q->data + q->off, q->len - q->off);
+                        q->len -= q->off;
+                        q->off = 0;
+                }
+                size_t ncap = q->cap ? q->cap : 65536;
+                while (ncap < q->len + n)
+                        ncap *= 2;
+                uint8_t *nd = realloc(q->data, ncap);
+                if (!nd) {
+                        q->dead = true;
+                        return;
+                }
+                q->data = nd;
+                q->cap = ncap;
+        }
+        memcpy(q->data + q->len, d, n);
+        q->len += n;
+}
+
+/* Writes what the fd can take now without blocking: all of it to a file, the free space of a
+ * pipe, else PIPE_BUF-sized pieces (a poll()ed POLLOUT guarantees that much). */
+static void queue_write(OutQueue *q) {
+        while (q->off < q->len && !q->dead) {
+                size_t n = q->len - q->off, room = 4096;
+                if (!q->is_pipe) {
+                        struct stat st;
+                        if (fstat(q->fd, &st) == 0 && S_ISREG(st.st_mode))
+                                room = n;
+                } else {
+                        int size = fcntl(q->fd, F_GETPIPE_SZ), unread = 0;
+                        if (size > 0 && ioctl(q->fd, FIONREAD, &unread) == 0)
+                                room = (size_t)(size - unread);
+                }
+                if (room == 0)
+                        return;
+                ssize_t w = write(q->fd, q->data + q->off, MIN(n, room));
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0) {
+                        /* EPIPE or worse: nobody will read it. */
+                        if (w < 0 && errno == EAGAIN)
+                                return;
+                        q->dead = true;
+                        q->off = q->len;
+                        return;
+                }
+                q->off += (size_t)w;
+                if (q->is_pipe || room == 4096)
+                        return; /* wait for the next POLLOUT */
+        }
+}
+
+static void update_pause(RunState *rs) {
+        bool want = queued(rs) > OUT_HIGH || (rs->paused && queued(rs) > OUT_LOW);
+        if (want != rs->paused && rs->run && !rs->done) {
+                rs->paused = want;
+                sbx_run_pause_output(rs->run, want);
+        }
+}
+
 static void on_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
-        (void)write_all(st == SBX_STDOUT ? STDOUT_FILENO : STDERR_FILENO, d, n);
+        RunState *rs = ud;
+        queue_push(&rs->q[st == SBX_STDOUT ? 0 : 1], d, n);
+        update_pause(rs);
 }
 
 static void on_done(void *ud, const SbxResult *r) {
         RunState *rs = ud;
         rs->done = true;
+        rs->run = NULL;
         rs->exit_code = r->exit_code;
         rs->ec = r->error_class;
         /* Refused commands never streamed: show why. */
         if (r->error_class == SBX_ERROR_LIMIT_EXCEEDED)
-                (void)write_all(STDERR_FILENO, r->stderr_data, r->stderr_len);
+                queue_push(&rs->q[1], r->stderr_data, r->stderr_len);
+}
+
+static void queue_init(OutQueue *q, int fd) {
+        struct stat st;
+        *q = (OutQueue){ .fd = fd };
+        q->is_pipe = fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
 static int parse_seconds(const char *s, uint64_t *ret_ms) {
@@ -100,7 +198,8 @@ int cmd_run(int argc, char **argv) {
                 return 1;
         sbx_sandbox_options_init(&so);
         optind = 1;
-        while ((c = getopt_long(argc, argv, "+t:C:e:nvh", opts, NULL)) != -1) {
+        int li = -1;
+        while ((c = getopt_long(argc, argv, "+t:C:e:nvh", opts, &li)) != -1) {
                 int r = 0;
                 switch (c) {
                 case 't': r = parse_seconds(optarg, &timeout_ms); break;
@@ -123,10 +222,14 @@ int cmd_run(int argc, char **argv) {
                 default: usage(stderr); return 2;
                 }
                 if (r < 0) {
-                        fprintf(stderr, "sbx run: invalid value for %s: '%s'\n\n", argv[optind - 1], optarg);
+                        if (li >= 0)
+                                fprintf(stderr, "sbx run: invalid value for --%s: '%s'\n\n", opts[li].name, optarg);
+                        else
+                                fprintf(stderr, "sbx run: invalid value for -%c: '%s'\n\n", c, optarg);
                         usage(stderr);
                         return 2;
                 }
+                li = -1;
         }
         if (optind >= argc) {
                 fprintf(stderr, "sbx run: no command given\n\n");
@@ -160,30 +263,48 @@ int cmd_run(int argc, char **argv) {
         }
         r = sbx_session_get(sb, NULL, &s);
         RunState rs = { .exit_code = 1 };
+        queue_init(&rs.q[0], STDOUT_FILENO);
+        queue_init(&rs.q[1], STDERR_FILENO);
         bool interrupted = false;
         for (int i = optind; r >= 0 && i < argc && !interrupted; i++) {
                 SbxRunOptions ro = { .command = argv[i], .command_len = strlen(argv[i]), .cwd = cwd };
-                SbxRun *run = NULL;
-                rs = (RunState){ 0 };
-                r = sbx_session_run(s, &ro, on_output, on_done, &rs, &run);
+                rs.done = false;
+                rs.paused = false;
+                r = sbx_session_run(s, &ro, on_output, on_done, &rs, &rs.run);
                 if (r < 0)
                         break;
-                while (!rs.done) {
-                        struct pollfd p[2] = { { sbx_context_fd(ctx), POLLIN, 0 }, { sfd, POLLIN, 0 } };
-                        if (poll(p, 2, -1) < 0 && errno != EINTR)
+                /* Until the command ended and everything it said is written. */
+                while (!rs.done || queued(&rs) > 0) {
+                        struct pollfd p[4] = {
+                                { sbx_context_fd(ctx), POLLIN, 0 }, { sfd, POLLIN, 0 },
+                                { STDOUT_FILENO, rs.q[0].off < rs.q[0].len ? POLLOUT : 0, 0 },
+                                { STDERR_FILENO, rs.q[1].off < rs.q[1].len ? POLLOUT : 0, 0 },
+                        };
+                        if (poll(p, 4, -1) < 0 && errno != EINTR)
                                 break;
                         if (p[1].revents) {
                                 struct signalfd_siginfo si;
                                 while (read(sfd, &si, sizeof si) > 0)
                                         ;
                                 interrupted = true;
-                                if (run)
-                                        (void)sbx_run_cancel(run);
+                                if (rs.run)
+                                        (void)sbx_run_cancel(rs.run);
+                                /* Whoever interrupted us may not read any more. */
+                                rs.q[0].dead = rs.q[1].dead = true;
+                                rs.q[0].off = rs.q[0].len;
+                                rs.q[1].off = rs.q[1].len;
                         }
+                        if (p[2].revents)
+                                queue_write(&rs.q[0]);
+                        if (p[3].revents)
+                                queue_write(&rs.q[1]);
                         if (p[0].revents)
                                 (void)sbx_context_run_once(ctx, 0);
+                        update_pause(&rs);
                 }
         }
+        free(rs.q[0].data);
+        free(rs.q[1].data);
         if (r < 0)
                 fprintf(stderr, "sbx run: %s\n", strerror(-r));
         sbx_context_free(ctx);

@@ -128,7 +128,6 @@ void init_main(const InitConfig *c) {
         /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
          * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        hide_cmdline();
         if (c->userns_sync_fd >= 0) {
                 char b;
                 if (read(c->userns_sync_fd, &b, 1) != 1)
@@ -154,6 +153,8 @@ void init_main(const InitConfig *c) {
         }
 
         r = mount_build_root(&c->mount, err, sizeof err);
+        /* Only now: the config's strings (the rootfs path) may point into that memory. */
+        hide_cmdline();
         if (r >= 0 && sethostname("sandbox", 7) < 0) {
                 r = negerrno();
                 snprintf(err, sizeof err, "sethostname: %s", strerror(-r));

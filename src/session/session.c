@@ -17,7 +17,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include "base/buf.h"
@@ -94,7 +96,9 @@ struct SbxSession {
         unsigned n_queued;
         SbxRun *current;
         uint32_t seq;
+        uint64_t nonce_state;
         bool pump_pending;
+        bool broken; /* the shell could not start; retried on the next run */
 };
 
 struct SbxRun {
@@ -112,6 +116,7 @@ struct SbxRun {
         SbxDoneFn on_done;
         void *ud;
         uint32_t seq;
+        uint64_t nonce;
         uint64_t t_start;
         int out_fd, err_fd, in_fd, timer_fd, cg, cg_events;
         char cg_name[24];
@@ -464,6 +469,16 @@ static int make_pipe(int *rd, int *wr) {
         return 0;
 }
 
+/* An unpredictable 64-bit value per run: xorshift64* seeded from getrandom per session. */
+static uint64_t next_nonce(SbxSession *s) {
+        if (s->nonce_state == 0 && getrandom(&s->nonce_state, sizeof s->nonce_state, 0) != sizeof s->nonce_state)
+                s->nonce_state = now_ns() | 1;
+        s->nonce_state ^= s->nonce_state >> 12;
+        s->nonce_state ^= s->nonce_state << 25;
+        s->nonce_state ^= s->nonce_state >> 27;
+        return s->nonce_state * 0x2545F4914F6CDD1DULL;
+}
+
 /* Sends the current run to the idle worker. */
 static int run_send(SbxSession *s, SbxRun *r) {
         SbxContext *ctx = s->sb->ctx;
@@ -479,7 +494,8 @@ static int run_send(SbxSession *s, SbxRun *r) {
         } else {
                 fds[0] = ctx->devnull;
         }
-        WireHdr h = { .type = WIRE_RUN, .seq = r->seq,
+        r->nonce = next_nonce(s);
+        WireHdr h = { .type = WIRE_RUN, .seq = r->seq, .nonce = r->nonce,
                       .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
                       .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len,
                       .flags = r->persist_env ? WIRE_F_PERSIST_ENV : 0 };
@@ -522,6 +538,11 @@ out:
 
 static void session_pump(SbxSession *s) {
         s->pump_pending = false;
+        if (s->broken && s->queue && !s->sb->dying) {
+                s->broken = false;
+                if (session_start_shell(s) < 0)
+                        s->broken = true;
+        }
         if (!s->current && s->queue) {
                 SbxRun *r = s->queue;
                 s->queue = r->next;
@@ -611,10 +632,11 @@ static void on_ready(SbxSession *s, pid_t pid) {
         session_pump(s);
 }
 
-static void on_done(SbxSession *s, pid_t pid, uint32_t seq, int status) {
+static void on_done(SbxSession *s, pid_t pid, uint32_t seq, uint64_t nonce, int status) {
         SbxRun *r = s->current;
-        if (s->state != SS_RUNNING || !r || r->seq != seq || pid != s->worker_pid)
-                return; /* a stale DONE from a worker we killed */
+        /* Stale (a worker we killed) or forged (written by the command itself). */
+        if (s->state != SS_RUNNING || !r || r->seq != seq || pid != s->worker_pid || nonce != r->nonce)
+                return;
         /* The worker is the new holder: out of the command's cgroup, old holder gone. */
         (void)cgroup_move(s->sb->box.cg.init, pid);
         int old = TAKE_FD(s->holder_pidfd);
@@ -697,7 +719,7 @@ static void session_event(Watch *w, uint32_t events) {
                         on_ready(s, pid);
                         break;
                 case WIRE_DONE:
-                        on_done(s, pid, h.seq, h.status);
+                        on_done(s, pid, h.seq, h.nonce, h.status);
                         break;
                 case WIRE_DIED:
                         if (pid == s->holder_pid)
@@ -733,7 +755,29 @@ static void session_close_shell(SbxSession *s) {
 
 static void session_reset(SbxSession *s) {
         SbxRun *r = s->current;
+        bool never_started = s->state == SS_STARTING;
         session_close_shell(s);
+        if (never_started) {
+                /* The shell died before saying hello: it cannot start at all (no bash in the
+                 * root, exec refused). Answer what waits instead of retrying in a loop; the
+                 * next run tries again. */
+                static const char msg[] = "sbx: the session shell could not start (is /bin/bash usable in this root?)\n";
+                s->broken = true;
+                while ((r = s->current ? s->current : s->queue)) {
+                        if (r == s->current)
+                                s->current = NULL;
+                        else {
+                                s->queue = r->next;
+                                if (!s->queue)
+                                        s->queue_tail = NULL;
+                                s->n_queued--;
+                        }
+                        r->exit_code = 127;
+                        (void)buf_append(&r->err, msg, sizeof msg - 1);
+                        run_finish(r);
+                }
+                return;
+        }
         if (r && r->sent && !r->killed) {
                 r->exit_code = 137;
                 (void)cgroup_kill(r->cg);
@@ -1090,15 +1134,20 @@ static int validate_options(const SbxSandboxOptions *o) {
                 if (!eq || !env_name_valid(*e, (size_t)(eq - *e)))
                         return -EINVAL;
         }
-        if (o->rootfs && o->rootfs[0] != '/')
-                return -EINVAL;
+        if (o->rootfs) {
+                struct stat st;
+                char bash[4096];
+                snprintf(bash, sizeof bash, "%s/bin/bash", o->rootfs);
+                if (o->rootfs[0] != '/' || stat(o->rootfs, &st) < 0 || !S_ISDIR(st.st_mode) || access(bash, X_OK) < 0)
+                        return -EINVAL;
+        }
         return 0;
 }
 
 static int sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret, char *err, size_t errlen) {
         int r = validate_options(o);
         if (r < 0) {
-                snprintf(err, errlen, "invalid sandbox options");
+                snprintf(err, errlen, "invalid sandbox options%s", o->rootfs ? " (rootfs must be an absolute path to a directory with bin/bash)" : "");
                 return r;
         }
         if (!ctx->shared_ready) {

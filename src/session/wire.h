@@ -6,7 +6,12 @@
  * Every message starts with WireHdr. The daemon's end has SO_PASSCRED, so the kernel attaches
  * the sender's pid (translated into the daemon's pid namespace) to each message: that is how
  * the daemon learns the host pid of a worker to move into a cgroup, and no message can claim
- * another process's identity. */
+ * another process's identity.
+ *
+ * The command runs inside the worker process, so it could write a message with the worker's
+ * identity (e.g. `printf ... >&1001`). A DONE therefore counts only if it echoes the RUN's
+ * random nonce, which lives in the builtin's memory; the worker is made non-dumpable so no
+ * other process of the sandbox can read that memory either. */
 #pragma once
 #include <stdint.h>
 
@@ -27,6 +32,7 @@ typedef struct WireHdr {
         uint32_t env_len; /* RUN: bytes of "NAME=VALUE\0" entries */
         uint32_t cmd_len; /* RUN: bytes of command text */
         uint32_t flags;   /* RUN: WIRE_F_* */
+        uint64_t nonce;   /* RUN: random; DONE must echo it */
 } WireHdr;
 
 /* RUN flag: the env entries are set in the session for good (exported), not for this run. */

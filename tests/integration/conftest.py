@@ -1,0 +1,341 @@
+"""Shared helpers for the sbx integration tests.
+
+The tests drive the real `sbx run` binary. They need root and a cgroup v2 hierarchy; when
+either (or the binary) is missing, every test here is skipped with the reason.
+
+The binary is $SBX_BIN, else <repo>/build/src/cli/sbx.
+"""
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SBX_BIN = os.environ.get("SBX_BIN") or str(REPO / "build" / "src" / "cli" / "sbx")
+
+
+def _cgroup2_mounts():
+    out = []
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[2] == "cgroup2":
+                    out.append(parts[1])
+    except OSError:
+        pass
+    return out
+
+
+def _v1_mount(controller):
+    """Mount point of the cgroup v1 hierarchy holding `controller`, or None."""
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 4 and parts[2] == "cgroup" and controller in parts[3].split(","):
+                    return parts[1]
+    except OSError:
+        pass
+    return None
+
+
+def _v1_own_path(controller, pid="self"):
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                if controller in ctrls.split(","):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+CGROUP2_MOUNTS = _cgroup2_mounts()
+CGROUP2 = CGROUP2_MOUNTS[0] if CGROUP2_MOUNTS else None
+
+
+def _skip_reason():
+    if not os.path.isfile(SBX_BIN) or not os.access(SBX_BIN, os.X_OK):
+        return f"sbx binary not found at {SBX_BIN} (build it, or set SBX_BIN)"
+    if os.geteuid() != 0:
+        return "the sbx integration tests need root"
+    if not CGROUP2:
+        return "no cgroup2 hierarchy mounted"
+    return None
+
+
+SKIP_REASON = _skip_reason()
+
+
+def pytest_collection_modifyitems(config, items):
+    if not SKIP_REASON:
+        return
+    here = Path(__file__).resolve().parent
+    mark = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if here in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(mark)
+
+
+# ------------------------------------------------------------------ running sbx
+
+# Host pids of every sbx process these tests started. Other sbx instances may run on the same
+# host at the same time: leftover checks only look at what belongs to these.
+SPAWNED = []
+
+
+def _communicate(p, argv, input, timeout):
+    try:
+        stdout, stderr = p.communicate(input=input, timeout=timeout)
+    except BaseException:
+        p.kill()
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, p.returncode, stdout, stderr)
+
+
+def sbx(*cmds, opts=(), timeout=60, env=None, input=None):
+    """Runs `sbx run OPTS -- CMD...` and returns the CompletedProcess (bytes stdout/stderr).
+
+    The result has an extra attribute `elapsed` (seconds, wall clock). stdin is /dev/null
+    unless `input` is given. `env` is the environment of sbx itself (default: ours).
+    """
+    argv = [SBX_BIN, "run", *opts, "--", *cmds]
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    SPAWNED.append(p.pid)
+    cp = _communicate(p, argv, input, timeout)
+    cp.elapsed = time.monotonic() - t0
+    return cp
+
+
+def sbx_raw(*args, timeout=30, env=None):
+    """Runs `sbx ARGS...` verbatim (for CLI parsing tests)."""
+    argv = [SBX_BIN, *args]
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env)
+    SPAWNED.append(p.pid)
+    cp = _communicate(p, argv, None, timeout)
+    cp.elapsed = time.monotonic() - t0
+    return cp
+
+
+def sbx_popen(*cmds, opts=(), stdout=subprocess.PIPE):
+    """Starts `sbx run` in the background; stdout (by default) and stderr are pipes."""
+    p = subprocess.Popen([SBX_BIN, "run", *opts, "--", *cmds], stdin=subprocess.DEVNULL,
+                         stdout=stdout, stderr=subprocess.PIPE)
+    SPAWNED.append(p.pid)
+    return p
+
+
+def read_line(p, timeout=10):
+    """Reads one line of a Popen's stdout with a deadline (raw fd, no buffering games)."""
+    import select
+    fd = p.stdout.fileno()
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no line from sbx within {timeout}s (got {buf!r})")
+        r, _, _ = select.select([fd], [], [], left)
+        if not r:
+            continue
+        chunk = os.read(fd, 1)
+        if not chunk:
+            raise EOFError(f"sbx closed stdout (got {buf!r})")
+        buf += chunk
+    return buf
+
+
+def finish(p, timeout=10):
+    """Waits for a Popen'ed sbx (killing it if it overstays) and returns (rc, stdout, stderr)."""
+    try:
+        o, e = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        o, e = p.communicate()
+        raise
+    return p.returncode, o, e
+
+
+@pytest.fixture(name="sbx")
+def sbx_fixture():
+    return sbx
+
+
+def out(cp):
+    return cp.stdout.decode("utf-8", "replace")
+
+
+def err(cp):
+    return cp.stderr.decode("utf-8", "replace")
+
+
+def describe(cp):
+    return (f"exit={cp.returncode} elapsed={getattr(cp, 'elapsed', 0):.2f}s\n"
+            f"--- stdout ---\n{cp.stdout[-3000:]!r}\n--- stderr ---\n{cp.stderr[-3000:]!r}")
+
+
+# ------------------------------------------------------------------ host-side leftovers
+
+
+def cgroup_bases():
+    """Directories under which sbx creates its sbx-<pid> cgroups: the cgroup2 mount(s) and,
+    for v1 memory and pids, this process's own cgroup in those hierarchies."""
+    bases = list(CGROUP2_MOUNTS)
+    for ctrl in ("memory", "pids"):
+        mnt = _v1_mount(ctrl)
+        own = _v1_own_path(ctrl)
+        if mnt and own is not None:
+            bases.append(os.path.normpath(mnt + own))
+    return bases
+
+
+def sbx_cgroup_dirs(pids=None):
+    """sbx-<pid> cgroup directories of the given sbx pids (default: all these tests started)."""
+    pids = SPAWNED if pids is None else pids
+    found = []
+    for base in cgroup_bases():
+        for pid in set(pids):
+            d = os.path.join(base, f"sbx-{pid}")
+            if os.path.isdir(d):
+                found.append(d)
+    return sorted(found)
+
+
+def _v2_cgroup(pid):
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return None
+
+
+def sbx_processes(pids=None):
+    """Host processes that belong to a sandbox of the given sbx pids (default: all these tests
+    started): anything in their cgroup trees, or one of those sbx processes still alive."""
+    pids = set(SPAWNED if pids is None else pids)
+    prefixes = tuple(f"/sbx-{p}/" for p in pids) + tuple(f"/sbx-{p}" for p in pids)
+    me = os.getpid()
+    procs = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        cg = _v2_cgroup(d)
+        alive_sbx = int(d) in pids
+        if alive_sbx:
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    alive_sbx = f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                alive_sbx = False
+        if alive_sbx or (cg and (cg + "/").startswith(prefixes)):
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").strip()[:200]
+            except OSError:
+                continue
+            procs.append((int(d), cmd))
+    return procs
+
+
+def mount_set():
+    """The host's mounts as (mount point, fs type, source) triples."""
+    s = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            rfields = right.split()
+            s.add((fields[4], rfields[0] if rfields else "", rfields[1] if len(rfields) > 1 else ""))
+    return s
+
+
+def sbx_related_mounts(mounts):
+    """Mounts that could only come from sbx: its staging dir, its tmpfs names, or the kinds of
+    mounts it makes for a sandbox root."""
+    hits = []
+    for mp, fstype, src in mounts:
+        if ("sbx" in mp or "sbx" in src or mp.startswith("/run/sbx")
+                or fstype in ("proc", "devpts") or (fstype == "tmpfs" and src.startswith("sbx"))):
+            hits.append((mp, fstype, src))
+    return sorted(hits)
+
+
+def remove_cgroup_tree(path):
+    """rmdir a cgroup directory tree, deepest first (best effort)."""
+    p = Path(path)
+    if not p.exists():
+        return
+    dirs = sorted((d for d in p.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True)
+    for d in dirs + [p]:
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+def wait_until(pred, timeout=3.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(step)
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(request):
+    """After every test: no process, cgroup directory or mount of the sandboxes this test
+    created may be left on the host."""
+    if SKIP_REASON:
+        yield
+        return
+    mounts_before = mount_set()
+    first = len(SPAWNED)
+    yield
+    mine = SPAWNED[first:]
+    if not mine:
+        return
+    wait_until(lambda: not sbx_processes(mine), timeout=3)
+    leftover_procs = sbx_processes(mine)
+    leftover_cg = sbx_cgroup_dirs(mine)
+    new_mounts = sbx_related_mounts(mount_set() - mounts_before)
+    # Do not let one test's leak cascade into the next ones.
+    for pid, _ in leftover_procs:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if leftover_procs:
+        wait_until(lambda: not sbx_processes(mine), timeout=3)
+    for d in leftover_cg:
+        remove_cgroup_tree(d)
+    assert not leftover_procs, f"sandbox processes left on the host: {leftover_procs}"
+    assert not leftover_cg, f"cgroup directories left on the host: {leftover_cg}"
+    assert not new_mounts, f"new mounts left on the host: {new_mounts}"
+
+
+def host_ipv4():
+    """A non-loopback IPv4 address of this host, or None."""
+    try:
+        cp = subprocess.run(["hostname", "-I"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for tok in cp.stdout.decode().split():
+        if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", tok) and not tok.startswith("127."):
+            return tok
+    return None

@@ -1,0 +1,157 @@
+"""Nothing of a sandbox is left on the host after `sbx run`: no cgroup directory, no process,
+no mount; and while it runs, its mounts are invisible to the host."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import (CGROUP2, SBX_BIN, SPAWNED, describe, finish, mount_set,
+                      read_line, sbx_cgroup_dirs, sbx_popen, sbx_processes, sbx_related_mounts)
+
+
+def _assert_clean(pids, mounts_before):
+    assert not sbx_cgroup_dirs(pids), sbx_cgroup_dirs(pids)
+    assert not sbx_processes(pids), sbx_processes(pids)
+    new = mount_set() - mounts_before
+    assert not sbx_related_mounts(new), sorted(new)
+
+
+@pytest.mark.parametrize("cmds,opts,rc", [
+    pytest.param(["echo hi"], [], 0, id="plain"),
+    pytest.param(["sleep 300 &", "python3 -m http.server 8001 >/dev/null 2>&1 &", "true"], [], 0,
+                 id="background-left-running"),
+    pytest.param(["setsid sleep 300 & (sleep 300 &); sleep 300"], ["-t", "1"], 124, id="timed-out"),
+    pytest.param(["sleep 300 &", "sleep 300"], ["-t", "1"], 124, id="background-then-timeout"),
+    pytest.param(["head -c 2M /dev/zero > /tmp/f; exit 3"], ["--fs-size", "1M"], 3, id="fs-full"),
+])
+def test_nothing_left_after_run(sbx, cmds, opts, rc):
+    mounts_before = mount_set()
+    first = len(SPAWNED)
+    cp = sbx(*cmds, opts=opts, timeout=30)
+    assert cp.returncode == rc, describe(cp)
+    _assert_clean(SPAWNED[first:], mounts_before)
+
+
+def test_no_sbx_processes_by_cmdline_after_run(sbx):
+    cp = sbx("sleep 300 &", "setsid sleep 300 &", "echo done")
+    assert cp.stdout == b"done\n", describe(cp)
+    # Processes carrying the sandbox's names, whatever cgroup they are in, and that are
+    # descendants of nothing we know: none may belong to the run that just ended.
+    pid = SPAWNED[-1]
+    leftovers = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{d}/cgroup") as f:
+                cg = f.read()
+        except OSError:
+            continue
+        if (b"sbx_session" in cmd or cmd.split(b"\0")[0] == b"sbx-init") and f"/sbx-{pid}/" in cg:
+            leftovers.append((d, cmd))
+    assert not leftovers
+
+
+def test_while_running_host_sees_no_sandbox_mounts():
+    mounts_before = mount_set()
+    p = sbx_popen("echo ready; sleep 30", opts=["--fs-size", "8M"])
+    try:
+        assert read_line(p) == b"ready\n"
+        during = mount_set()
+        with open("/proc/self/mountinfo") as f:
+            raw = f.read()
+        p.send_signal(signal.SIGTERM)
+        rc, _, _ = finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert rc == 125
+    assert not sbx_related_mounts(during - mounts_before), sorted(during - mounts_before)
+    assert "sbx-fs" not in raw and "sbx-root" not in raw
+    assert " /run/sbx " not in raw and " /run/sbx/" not in raw
+    _assert_clean([p.pid], mounts_before)
+
+
+def test_while_running_cgroups_exist_and_are_removed_after():
+    p = sbx_popen("echo ready; sleep 30")
+    try:
+        assert read_line(p) == b"ready\n"
+        during = sbx_cgroup_dirs([p.pid])
+        procs = sbx_processes([p.pid])
+        p.send_signal(signal.SIGINT)
+        rc, _, _ = finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert rc == 125
+    assert os.path.join(CGROUP2, f"sbx-{p.pid}") in during
+    cmds = b"\n".join(c for _, c in procs)
+    assert b"sbx-init" in cmds and b"sbx_session" in cmds and b"sleep 30" in cmds
+    assert not sbx_cgroup_dirs([p.pid])
+    assert not sbx_processes([p.pid])
+
+
+def test_many_sequential_runs_leave_nothing(sbx):
+    first = len(SPAWNED)
+    mounts_before = mount_set()
+    for i in range(8):
+        cp = sbx(f"echo {i}", "sleep 300 &")
+        assert cp.returncode == 0 and cp.stdout == f"{i}\n".encode(), describe(cp)
+    _assert_clean(SPAWNED[first:], mounts_before)
+
+
+# ------------------------------------------------------------------ --rootfs (optional)
+
+
+@pytest.fixture
+def rootfs_dir():
+    if not shutil.which("unshare") or not shutil.which("mount"):
+        pytest.skip("needs unshare(1) and mount(1)")
+    d = tempfile.mkdtemp(prefix="sbx-test-rootfs-")
+    try:
+        os.makedirs(f"{d}/usr")
+        os.makedirs(f"{d}/etc")
+        for name, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"),
+                             ("lib64", "usr/lib64")):
+            if os.path.lexists(f"/{name}"):
+                os.symlink(target, f"{d}/{name}")
+        for f in ("ld.so.cache", "ld.so.conf"):
+            if os.path.exists(f"/etc/{f}"):
+                shutil.copy(f"/etc/{f}", f"{d}/etc/{f}")
+        if os.path.isdir("/etc/ld.so.conf.d"):
+            shutil.copytree("/etc/ld.so.conf.d", f"{d}/etc/ld.so.conf.d")
+        with open(f"{d}/etc/os-release", "w") as f:
+            f.write("ID=sbx-test-rootfs\n")
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_rootfs_option_uses_the_given_tree(rootfs_dir):
+    # /usr of the tree is a bind of the host's /usr, made in a private mount namespace so the
+    # host never sees it; everything else comes from the tree.
+    p = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         'mount --bind /usr "$1/usr" && exec "$2" run --rootfs "$1" -- '
+         '"cat /etc/os-release; test -e /lib32 && echo HOST-LIB32; test -e /etc/bash.bashrc && '
+         'echo HOST-ETC; echo ok"',
+         "sh", rootfs_dir, SBX_BIN],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    SPAWNED.append(p.pid)  # unshare execs sh, which execs sbx: same pid
+    o, e = p.communicate(timeout=30)
+    assert p.returncode == 0, (o, e)
+    assert o == b"ID=sbx-test-rootfs\nok\n", (o, e)
+
+
+def test_rootfs_must_be_absolute(sbx):
+    cp = sbx("echo SHOULD-NOT-RUN", opts=["--rootfs", "relative/dir"])
+    assert cp.returncode == 1, describe(cp)
+    assert b"SHOULD-NOT-RUN" not in cp.stdout
+    assert b"cannot create sandbox" in cp.stderr

@@ -1,0 +1,292 @@
+"""The `sbx` command line: help, version, argument errors, options, exit codes, output."""
+import hashlib
+import os
+import subprocess
+
+import pytest
+
+from conftest import SBX_BIN, describe, err, out, sbx_raw
+
+
+# ------------------------------------------------------------------ help / version / usage
+
+
+def test_run_help_exits_0_with_usage():
+    cp = sbx_raw("run", "--help")
+    assert cp.returncode == 0, describe(cp)
+    text = out(cp)
+    assert text.startswith("Usage: sbx run [OPTIONS] -- CMD [CMD ...]")
+    for opt in ("--timeout", "--cwd", "--env", "--network", "--memory", "--pids", "--fs-size",
+                "--files", "--stdout-limit", "--stderr-limit", "--rootfs"):
+        assert opt in text, opt
+    assert cp.stderr == b""
+
+
+def test_run_short_help():
+    cp = sbx_raw("run", "-h")
+    assert cp.returncode == 0
+    assert out(cp).startswith("Usage: sbx run")
+
+
+def test_top_level_help():
+    cp = sbx_raw("--help")
+    assert cp.returncode == 0, describe(cp)
+    assert "Usage: sbx COMMAND" in out(cp)
+    assert "run" in out(cp)
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version(flag):
+    cp = sbx_raw(flag)
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout == b"sbx 0.1.0\n"
+
+
+def test_no_subcommand_is_usage_error():
+    cp = sbx_raw()
+    assert cp.returncode == 2, describe(cp)
+    assert "Usage: sbx COMMAND" in err(cp)
+
+
+def test_unknown_subcommand_is_usage_error():
+    cp = sbx_raw("frobnicate")
+    assert cp.returncode == 2, describe(cp)
+    assert "Usage:" in err(cp)
+
+
+@pytest.mark.parametrize("args", [
+    ["--bogus", "--", "true"],
+    ["-Z", "--", "true"],
+    ["--timeout"],
+])
+def test_bad_flag_exits_2_with_usage(args):
+    cp = sbx_raw("run", *args)
+    assert cp.returncode == 2, describe(cp)
+    assert "Usage: sbx run" in err(cp)
+    assert cp.stdout == b""
+
+
+@pytest.mark.parametrize("args", [[], ["--"], ["-t", "5"], ["-t", "5", "--"]])
+def test_run_without_command_exits_2(args):
+    cp = sbx_raw("run", *args)
+    assert cp.returncode == 2, describe(cp)
+    assert "no command given" in err(cp)
+    assert "Usage: sbx run" in err(cp)
+
+
+@pytest.mark.parametrize("args", [
+    ["-t", "0"], ["-t", "-1"], ["-t", "abc"], ["--timeout", "1x"],
+    ["--memory", "12X"], ["--memory", ""], ["--pids", "many"], ["--fs-size", "lots"],
+    ["--files", "-3"], ["--stdout-limit", "1Q"], ["--stderr-limit", "x"],
+    ["-e", "NOEQUALS"], ["-e", "1BAD=x"], ["-e", "=x"],
+])
+def test_invalid_option_values_exit_2(args):
+    cp = sbx_raw("run", *args, "--", "echo SHOULD-NOT-RUN")
+    assert cp.returncode == 2, describe(cp)
+    assert b"SHOULD-NOT-RUN" not in cp.stdout
+    assert "invalid value" in err(cp)
+    assert "Usage: sbx run" in err(cp)
+
+
+def test_invalid_value_message_names_the_option():
+    cp = sbx_raw("run", "-t", "0", "--", "true")
+    assert cp.returncode == 2
+    first = err(cp).splitlines()[0]
+    assert "-t" in first or "--timeout" in first, first
+
+
+# ------------------------------------------------------------------ exit codes
+
+
+def test_exit_code_is_last_commands(sbx):
+    cp = sbx("exit 3", "exit 4", "exit 42")
+    assert cp.returncode == 42, describe(cp)
+    cp = sbx("false", "true")
+    assert cp.returncode == 0, describe(cp)
+    cp = sbx("true", "false")
+    assert cp.returncode == 1, describe(cp)
+
+
+def test_all_commands_run_in_order_even_after_failures(sbx):
+    cp = sbx("echo one; false", "echo two; exit 9", "nosuchcommand_zz", "echo four")
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout == b"one\ntwo\nfour\n"
+
+
+def test_single_command_basic_output(sbx):
+    cp = sbx("echo hello; echo oops >&2; exit 5")
+    assert cp.returncode == 5
+    assert cp.stdout == b"hello\n"
+    assert cp.stderr == b"oops\n"
+
+
+# ------------------------------------------------------------------ options
+
+
+def test_env_option_sets_variables(sbx):
+    cp = sbx('printf "%s|%s|%s\\n" "$FOO" "$SPACED" "$EMPTY"; env | grep -c "^FOO=bar$"',
+             opts=["-e", "FOO=bar", "--env", "SPACED=a b  c", "-e", "EMPTY="])
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout == b"bar|a b  c|\n1\n"
+
+
+def test_env_option_overrides_a_default(sbx):
+    cp = sbx('echo "$LANG $PAGER"', opts=["-e", "LANG=C", "-e", "PAGER=less"])
+    assert cp.stdout == b"C less\n", describe(cp)
+
+
+def test_caller_environment_does_not_leak(sbx):
+    env = dict(os.environ, SBX_TEST_MARKER_7f3a="leaked-secret", AWS_SECRET_ACCESS_KEY="xyz")
+    cp = sbx('echo "${SBX_TEST_MARKER_7f3a-unset}"; env', env=env)
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout.startswith(b"unset\n")
+    assert b"leaked-secret" not in cp.stdout
+    assert b"SBX_TEST_MARKER" not in cp.stdout
+    assert b"AWS_SECRET" not in cp.stdout
+
+
+def test_default_environment_is_exactly_the_documented_set(sbx):
+    cp = sbx("env -0")
+    assert cp.returncode == 0, describe(cp)
+    env = dict(e.split("=", 1) for e in out(cp).split("\0") if e)
+    # bash itself adds PWD, SHLVL, _ (and OLDPWD); everything else must be sbx's defaults.
+    names = set(env) - {"PWD", "SHLVL", "_", "OLDPWD"}
+    assert names == {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM", "PAGER", "GIT_PAGER",
+                     "SHELL", "HOSTNAME"}, env
+    assert env["HOME"] == "/home/user"
+    assert env["USER"] == env["LOGNAME"] == "user"
+    assert env["LANG"] == "C.UTF-8"
+    assert env["TERM"] == "dumb"
+    assert env["PAGER"] == env["GIT_PAGER"] == "cat"
+    assert env["SHELL"] == "/bin/bash"
+    assert env["HOSTNAME"] == "sandbox"
+    assert "/usr/bin" in env["PATH"].split(":") and "/bin" in env["PATH"].split(":")
+
+
+def test_identity_hostname_and_home(sbx):
+    cp = sbx("id -u; id -g; id -un; hostname; uname -n; pwd; echo $HOME; ls -A ~ | wc -l")
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout == b"1000\n1000\nuser\nsandbox\nsandbox\n/home/user\n/home/user\n0\n"
+
+
+def test_cwd_option_applies_to_each_command(sbx):
+    cp = sbx("pwd", "cd /; pwd", "pwd", opts=["-C", "/tmp"])
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout == b"/tmp\n/\n/tmp\n"
+
+
+def test_cwd_option_nonexistent_dir_fails(sbx):
+    cp = sbx("echo SHOULD-NOT-RUN", opts=["--cwd", "/does/not/exist"])
+    assert cp.returncode != 0, describe(cp)
+    assert b"SHOULD-NOT-RUN" not in cp.stdout
+    assert b"/does/not/exist" in cp.stderr
+
+
+def test_stdin_is_dev_null(sbx):
+    # sbx run never forwards its own stdin: a command reading stdin sees EOF at once.
+    cp = sbx("cat; echo cat=$?; read -r x; echo read=$?", input=b"host data\n", timeout=20)
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout == b"cat=0\nread=1\n"
+    assert cp.elapsed < 10
+
+
+def test_fractional_timeout_is_accepted(sbx):
+    cp = sbx("sleep 5", opts=["-t", "0.3"])
+    assert cp.returncode == 124, describe(cp)
+    assert cp.elapsed < 3
+
+
+def test_command_longer_than_limit_is_refused(sbx):
+    big = "true " + "#" * (70 * 1024)
+    cp = sbx("echo first", big + "; echo SHOULD-NOT-RUN")
+    assert cp.returncode == 1, describe(cp)
+    assert cp.stdout == b"first\n"
+    assert b"command is" in cp.stderr and b"limit" in cp.stderr
+
+
+# ------------------------------------------------------------------ output
+
+
+def test_binary_stdout_is_byte_exact(sbx):
+    cp = sbx(r"printf 'a\0b\377c'")
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout == b"a\x00b\xffc"
+    assert cp.stderr == b""
+
+
+def test_binary_stderr_is_byte_exact(sbx):
+    cp = sbx(r"printf '\0\001\376\377end' >&2")
+    assert cp.stderr == b"\x00\x01\xfe\xffend"
+    assert cp.stdout == b""
+
+
+def test_no_trailing_newline_added_between_commands(sbx):
+    cp = sbx("printf a", "printf b", r"printf 'c\0'")
+    assert cp.stdout == b"abc\x00", describe(cp)
+
+
+def test_large_random_output_is_exact(sbx):
+    cp = sbx("head -c 300000 /dev/urandom > /tmp/r; sha256sum < /tmp/r | cut -d' ' -f1 >&2; cat /tmp/r")
+    assert cp.returncode == 0, describe(cp)
+    assert len(cp.stdout) == 300000
+    assert hashlib.sha256(cp.stdout).hexdigest() == cp.stderr.decode().strip()
+
+
+def test_stdout_limit_with_yes_under_inner_timeout(sbx):
+    cp = sbx("timeout 2 yes", opts=["--stdout-limit", "1k"], timeout=30)
+    assert len(cp.stdout) == 1024, describe(cp)
+    assert cp.stdout == b"y\n" * 512
+    assert cp.elapsed < 6, describe(cp)
+
+
+def test_stdout_limit_with_yes_under_sbx_timeout(sbx):
+    cp = sbx("yes", opts=["--stdout-limit", "1k", "-t", "1"], timeout=30)
+    assert cp.returncode == 124, describe(cp)
+    assert cp.stdout == b"y\n" * 512
+    assert cp.elapsed < 5, describe(cp)
+
+
+def test_stdout_limit_is_per_command(sbx):
+    cp = sbx("head -c 5000 /dev/zero", "echo after", opts=["--stdout-limit", "1k"])
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout == b"\0" * 1024 + b"after\n"
+
+
+def test_stderr_limit(sbx):
+    cp = sbx("head -c 5000 /dev/zero | tr '\\0' e >&2; echo out", opts=["--stderr-limit", "1k"])
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stderr == b"e" * 1024
+    assert cp.stdout == b"out\n"
+
+
+def test_stdout_limit_does_not_block_the_writer(sbx):
+    # 20 MB written through a 1 KiB cap must finish at full speed: the excess is drained.
+    cp = sbx("head -c 20000000 /dev/zero; echo done >&2", opts=["--stdout-limit", "1k", "-t", "20"])
+    assert cp.returncode == 0, describe(cp)
+    assert len(cp.stdout) == 1024
+    assert cp.stderr == b"done\n"
+    assert cp.elapsed < 10
+
+
+def test_output_under_default_limit_is_complete(sbx):
+    cp = sbx("head -c 900000 /dev/zero | tr '\\0' x")
+    assert cp.stdout == b"x" * 900000, describe(cp)
+
+
+def test_closed_stdout_of_sbx_does_not_leave_anything_behind():
+    # sbx's own stdout is a pipe whose reader goes away: sbx must neither die of SIGPIPE
+    # halfway (leaking the sandbox) nor hang.
+    r, w = os.pipe()
+    p = subprocess.Popen([SBX_BIN, "run", "-t", "1", "--", "yes"], stdin=subprocess.DEVNULL,
+                         stdout=w, stderr=subprocess.PIPE)
+    os.close(w)
+    os.read(r, 10)
+    os.close(r)
+    try:
+        rc = p.wait(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert rc == 124, (rc, p.stderr.read())
+    p.stderr.close()
