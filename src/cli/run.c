@@ -148,9 +148,6 @@ static void on_done(void *ud, const SbxResult *r) {
         rs->run = NULL;
         rs->exit_code = r->exit_code;
         rs->ec = r->error_class;
-        /* Refused commands never streamed: show why. */
-        if (r->error_class == SBX_ERROR_LIMIT_EXCEEDED)
-                queue_push(&rs->q[1], r->stderr_data, r->stderr_len);
 }
 
 static void queue_init(OutQueue *q, int fd) {

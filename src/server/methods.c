@@ -136,11 +136,15 @@ static SrvSandbox *find_sandbox(Conn *c, const char *id) {
 }
 
 /* Reads the sandbox options shared by create and sandbox.create. */
-static int parse_sandbox_options(Conn *c, json_t *p, SbxSandboxOptions *o, const char ***ret_env, RpcError *e) {
+/* Reads the options; *ret_rpc_bytes gets limits.rpcBytes (0 if absent), which the caller
+ * applies to the connection only once the sandbox exists. */
+static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***ret_env, size_t *ret_rpc_bytes,
+                                 RpcError *e) {
         json_t *limits = NULL, *env = NULL;
         uint64_t v;
         sbx_sandbox_options_init(o);
         *ret_env = NULL;
+        *ret_rpc_bytes = 0;
         if (param_u64(p, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &o->timeout_ms, e) < 0 ||
             param_u64(p, "fsLimitBytes", false, 1ULL << 40, &o->limits.fs_bytes, e) < 0 ||
             param_bool(p, "network", &o->network, e) < 0 || param_object(p, "limits", &limits, e) < 0 ||
@@ -157,12 +161,12 @@ static int parse_sandbox_options(Conn *c, json_t *p, SbxSandboxOptions *o, const
                 if (param_u64(limits, "pids", false, 1 << 22, &v, e) < 0)
                         return -1;
                 o->limits.pids = (uint32_t)v;
+                v = 0;
                 if (param_u64(limits, "rpcBytes", false, 1ULL << 30, &v, e) < 0)
                         return -1;
-                if (v >= 1024)
-                        c->framer.max = (size_t)v;
-                else if (json_object_get(limits, "rpcBytes"))
+                if (json_object_get(limits, "rpcBytes") && v < 1024)
                         return rpc_fail(e, RPC_INVALID_PARAMS, "limits.rpcBytes must be at least 1024");
+                *ret_rpc_bytes = (size_t)v;
         }
         if (env) {
                 size_t n = json_object_size(env), k = 0;
@@ -207,7 +211,8 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         if (s->n_sandboxes >= SERVER_MAX_SANDBOXES)
                 return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "WORKER_UNAVAILABLE: Maximum of %u concurrent sandboxes reached",
                                 SERVER_MAX_SANDBOXES);
-        if (parse_sandbox_options(c, r->params, &o, &env, e) < 0 ||
+        size_t rpc_bytes;
+        if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
             param_bool(r->params, "persist", &persist, e) < 0) {
                 free_env_list(env);
@@ -230,6 +235,8 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                         return rpc_fail(e, RPC_INVALID_PARAMS, "invalid sandbox options: %s", sbx_context_last_error(s->ctx));
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot create sandbox: %s", sbx_context_last_error(s->ctx));
         }
+        if (rpc_bytes)
+                c->framer.max = rpc_bytes;
         sb->srv = s;
         sb->owner = persist ? NULL : c;
         sb->persist = persist;
@@ -528,7 +535,9 @@ static int m_run(Req *r, json_t **ret, RpcError *e) {
                 o.cwd = cwd;
                 o.env = envl;
                 o.stdin_data = in;
-                history_add(r->sb, sname, cmd, cmd_len);
+                /* A command refused for its size never ran: not history. */
+                if (cmd_len <= sbx_sandbox_limits(r->sb->sb)->command_bytes)
+                        history_add(r->sb, sname, cmd, cmd_len);
                 rr = start_run(r, s, &o, PENDING_RUN, stream, e);
         }
         free(in);

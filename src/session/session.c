@@ -947,6 +947,8 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
                                   .stdout_data = (const uint8_t *)"" };
                 if (ret)
                         *ret = NULL;
+                if (on_output)
+                        on_output(ud, SBX_STDERR, r->err.data, r->err.len);
                 if (on_done_fn)
                         on_done_fn(ud, &res);
                 run_free(r);

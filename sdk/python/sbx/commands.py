@@ -1,0 +1,355 @@
+"""Running commands: results, handles, and named sessions."""
+from __future__ import annotations
+
+import base64
+import codecs
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+
+from ._client import INTERNAL_ERROR, Client, PendingCall, SbxError, as_object
+
+__all__ = ["CommandResult", "CommandHandle", "Commands", "Session", "OutputCallback"]
+
+#: Called with each piece of streamed output, decoded as UTF-8 (invalid bytes replaced).
+OutputCallback = Callable[[str], None]
+
+# Code the server answers for invalid params, among them "cancel" of a finished run.
+_INVALID_PARAMS = -32602
+
+
+def _wire_bytes(obj: Mapping[str, Any], key: str, encoding_key: str) -> bytes:
+    value = obj.get(key) or ""
+    if obj.get(encoding_key) == "base64":
+        return base64.b64decode(value)
+    return str(value).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The outcome of one command.
+
+    A command that exits non-zero is *not* an error: unlike E2B, which raises
+    ``CommandExitException``, the result is returned and ``exit_code`` tells. Timeouts and
+    cancellation are results too (``error_class``).
+
+    Attributes:
+        stdout: standard output decoded as UTF-8 (invalid bytes replaced by U+FFFD).
+        stderr: standard error, decoded the same way.
+        exit_code: the command's exit status; 124 on timeout, 125 when cancelled.
+        execution_time_ms: how long the command ran, in milliseconds.
+        truncated: ``{"stdout": bool, "stderr": bool}`` when an output hit its cap
+            (``limits.stdoutBytes`` / ``stderrBytes``), else None.
+        error_class: ``"TIMEOUT"`` (exit 124), ``"CANCELLED"`` (125),
+            ``"LIMIT_EXCEEDED"`` (1, nothing ran), or None.
+        stdout_bytes: standard output, exactly as the command wrote it.
+        stderr_bytes: standard error, exactly as the command wrote it.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    execution_time_ms: int
+    truncated: Optional[Dict[str, bool]]
+    error_class: Optional[str]
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+
+    @classmethod
+    def from_wire(cls, result: Mapping[str, Any]) -> "CommandResult":
+        """Builds a result from the ``run`` method's JSON result."""
+        out = _wire_bytes(result, "stdout", "stdoutEncoding")
+        err = _wire_bytes(result, "stderr", "stderrEncoding")
+        truncated = as_object(result.get("truncated"))
+        return cls(
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            exit_code=int(result.get("exitCode", -1)),
+            execution_time_ms=int(result.get("executionTimeMs", 0)),
+            truncated={str(k): bool(v) for k, v in truncated.items()} if truncated is not None else None,
+            error_class=result.get("errorClass"),
+            stdout_bytes=out,
+            stderr_bytes=err,
+        )
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0."""
+        return self.exit_code == 0
+
+
+class _Streams:
+    """Turns ``output`` notifications into on_stdout/on_stderr calls.
+
+    Each stream has its own incremental UTF-8 decoder, so a character split between two
+    chunks reaches the callback whole.
+    """
+
+    def __init__(self, on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback]) -> None:
+        self._callbacks: Dict[str, Optional[OutputCallback]] = {"stdout": on_stdout, "stderr": on_stderr}
+        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in self._callbacks}
+        self._lock = threading.Lock()
+        self._flushed = False
+
+    def __call__(self, params: Dict[str, Any]) -> None:
+        name = params.get("stream")
+        if name not in self._callbacks:
+            return
+        callback = self._callbacks[name]
+        if callback is None:
+            return
+        data = _wire_bytes(params, "data", "encoding")
+        text = self._decoders[name].decode(data)
+        if text:
+            callback(text)
+
+    def flush(self) -> None:
+        """Delivers what the decoders still hold (an incomplete character at the end)."""
+        with self._lock:
+            if self._flushed:
+                return
+            self._flushed = True
+        for name, callback in self._callbacks.items():
+            text = self._decoders[name].decode(b"", final=True)
+            if text and callback is not None:
+                callback(text)
+
+
+class CommandHandle:
+    """A command that was sent to the server and may still be running.
+
+    Get one from :meth:`Commands.start` or :meth:`Session.start`. Any thread may
+    :meth:`cancel` it while another :meth:`wait` s for it.
+    """
+
+    def __init__(self, client: Client, call: PendingCall, streams: Optional[_Streams]) -> None:
+        self._client = client
+        self._call = call
+        self._streams = streams
+        self._result: Optional[CommandResult] = None
+
+    @property
+    def request_id(self) -> int:
+        """The JSON-RPC id of the ``run`` request (what ``cancel`` names)."""
+        return self._call.request_id
+
+    def done(self) -> bool:
+        """True once the server answered (the command finished or was refused)."""
+        return self._call.done()
+
+    def wait(self, timeout: Optional[float] = None) -> CommandResult:
+        """Waits for the command to finish and returns its result.
+
+        A non-zero exit status is returned, not raised. Streaming callbacks have all been
+        called by the time this returns.
+
+        Args:
+            timeout: seconds to wait at most (None: as long as it takes). This does not
+                stop the command; use the run's own ``timeout`` or :meth:`cancel` for that.
+
+        Raises:
+            SbxError: the server refused the run (e.g. invalid params, code -32602) or
+                went away (-32603).
+            TimeoutError: ``timeout`` passed first.
+            Exception: whatever an output callback raised (the first one; the command's
+                later output was then no longer passed to callbacks).
+        """
+        if self._result is not None:
+            return self._result
+        if self._client.on_reader_thread() and not self._call.done():
+            raise RuntimeError("sbx: cannot wait for a command inside an output callback")
+        raw = self._call.wait(timeout)
+        if self._streams is not None:
+            self._streams.flush()
+        result = as_object(raw)
+        if result is None:
+            raise SbxError(INTERNAL_ERROR, f"malformed run result: {raw!r}")
+        self._result = CommandResult.from_wire(result)
+        return self._result
+
+    def cancel(self) -> bool:
+        """Asks the server to cancel the command (``cancel {requestId}``).
+
+        The waiter then gets exit code 125 and error_class ``"CANCELLED"``. Safe to call
+        from any thread, also from inside an output callback (then it does not wait for
+        the server's answer).
+
+        Returns:
+            True when the cancel was accepted, False when the command had already finished.
+
+        Raises:
+            SbxError: the connection is gone while the command is still pending.
+        """
+        if self._call.done():
+            return False
+        params = {"requestId": self._call.request_id}
+        if self._client.on_reader_thread():
+            self._client.send("cancel", params)
+            return True
+        try:
+            self._client.request("cancel", params)
+        except SbxError as e:
+            # The answer to the run precedes the refusal on the wire, so a finished run is
+            # already marked done here; a dead connection fails the run too.
+            if self._call.event.wait(1 if e.code == INTERNAL_ERROR else 0):
+                return False
+            raise
+        return True
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "pending"
+        return f"<sbx.CommandHandle request {self.request_id} {state}>"
+
+
+def _run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs: Optional[Mapping[str, str]],
+                timeout: Optional[float], stdin: Union[bytes, str, None], stream: bool,
+                session: Optional[str]) -> Dict[str, Any]:
+    params: Dict[str, Any] = {"command": cmd}
+    if sandbox_id is not None:
+        params["sandboxId"] = sandbox_id
+    if session is not None:
+        params["session"] = session
+    if cwd is not None:
+        params["cwd"] = cwd
+    if envs is not None:
+        params["env"] = dict(envs)
+    if timeout is not None:
+        params["timeoutMs"] = seconds_to_ms(timeout)
+    if stdin is not None:
+        data = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
+        params["stdin"] = base64.b64encode(data).decode("ascii")
+    if stream:
+        params["stream"] = True
+    return params
+
+
+def seconds_to_ms(seconds: float) -> int:
+    """A timeout in seconds as the protocol's whole milliseconds."""
+    if seconds < 0:
+        raise ValueError(f"timeout must not be negative: {seconds!r}")
+    return int(round(seconds * 1000))
+
+
+def start_command(client: Client, sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str] = None,
+                  envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+                  stdin: Union[bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
+                  on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None) -> CommandHandle:
+    """Sends a ``run`` request; the shared body of every ``start``."""
+    stream = on_stdout is not None or on_stderr is not None
+    params = _run_params(sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, stream=stream,
+                         session=session)
+    streams = _Streams(on_stdout, on_stderr) if stream else None
+    call = client.send("run", params, on_notification=streams)
+    return CommandHandle(client, call, streams)
+
+
+class Commands:
+    """``sandbox.commands``: runs commands in a sandbox (by default in session "default")."""
+
+    def __init__(self, client: Client, sandbox_id: Optional[str]) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
+              timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
+              on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
+              session: Optional[str] = None) -> CommandHandle:
+        """Starts a command and returns at once; see :meth:`run` for the arguments.
+
+        Returns:
+            A :class:`CommandHandle`: ``.wait()`` for the result, ``.cancel()`` to stop it.
+        """
+        return start_command(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
+                             stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=session)
+
+    def run(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
+            timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
+            on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
+            session: Optional[str] = None) -> CommandResult:
+        """Runs a bash command in the sandbox's persistent session and waits for it.
+
+        State (working directory, exported variables, functions, background jobs)
+        persists from one run to the next in the same session.
+
+        Args:
+            cmd: bash source text.
+            cwd: working directory for this run only.
+            envs: extra environment variables for this run only.
+            timeout: seconds before the command is killed (exit 124, error_class
+                ``"TIMEOUT"``); default: the sandbox's timeout.
+            stdin: bytes (or text, sent as UTF-8) on the command's standard input;
+                default: /dev/null.
+            on_stdout: called with each piece of standard output as it arrives.
+            on_stderr: called with each piece of standard error as it arrives.
+                Callbacks run on the SDK's reader thread: keep them short and do not make
+                blocking SDK calls from them (``handle.cancel()`` is fine).
+            session: session name (default ``"default"``; created on first use).
+
+        Returns:
+            The :class:`CommandResult`. A non-zero exit status does **not** raise (E2B
+            raises ``CommandExitException``; sbx returns the result): check
+            ``result.exit_code``.
+
+        Raises:
+            SbxError: a protocol error, e.g. an invalid env name (code -32602), or the
+                server went away (-32603).
+        """
+        return self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
+                          on_stderr=on_stderr, session=session).wait()
+
+
+class Session:
+    """A named shell session of a sandbox, with its own working directory, variables and
+    history. Get one from ``sandbox.sessions.create(name)`` or ``.get(name)``."""
+
+    def __init__(self, client: Client, sandbox_id: Optional[str], name: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+        self.name: str = name
+        """The session's name."""
+
+    def _params(self, **extra: Any) -> Dict[str, Any]:
+        params: Dict[str, Any] = {"session": self.name}
+        if self._sandbox_id is not None:
+            params["sandboxId"] = self._sandbox_id
+        params.update(extra)
+        return params
+
+    def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
+              timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
+              on_stdout: Optional[OutputCallback] = None,
+              on_stderr: Optional[OutputCallback] = None) -> CommandHandle:
+        """Starts a command in this session; see :meth:`Commands.run` for the arguments."""
+        return start_command(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
+                             stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=self.name)
+
+    def run(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
+            timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
+            on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
+            session: Optional[str] = None) -> CommandResult:
+        """Runs a command in this session and waits for it; see :meth:`Commands.run`.
+
+        ``session``, if given, must be this session's name (it is accepted only so that
+        the signature matches ``commands.run``).
+        """
+        if session is not None and session != self.name:
+            raise ValueError(f"this is session {self.name!r}, not {session!r}")
+        return self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
+                          on_stderr=on_stderr).wait()
+
+    def delete(self) -> None:
+        """Ends the session; its running command is cancelled."""
+        params = self._params(name=self.name)
+        del params["session"]
+        self._client.request("session.delete", params)
+
+    def history(self) -> List[Dict[str, Any]]:
+        """Commands run in this session: ``[{index, command, timestamp}]``, oldest first."""
+        return list(self._client.request("shell.history.list", self._params())["entries"])
+
+    def clear_history(self) -> None:
+        """Forgets this session's history."""
+        self._client.request("shell.history.clear", self._params())
+
+    def __repr__(self) -> str:
+        return f"<sbx.Session {self.name!r}>"

@@ -1,0 +1,333 @@
+"""The Sandbox handle and its per-sandbox namespaces (sessions, env, sandboxes)."""
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Type, Union
+
+from ._client import Client, SbxError, as_object
+from .commands import Commands, Session, seconds_to_ms
+
+__all__ = ["Sandbox", "Sessions", "Env", "Sandboxes"]
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
+                     limits: Optional[Mapping[str, int]], envs: Optional[Mapping[str, str]],
+                     network: bool) -> Dict[str, Any]:
+    """The ``create`` / ``sandbox.create`` params for these options."""
+    params: Dict[str, Any] = {}
+    if timeout is not None:
+        params["timeoutMs"] = seconds_to_ms(timeout)
+    if fs_limit_bytes is not None:
+        params["fsLimitBytes"] = int(fs_limit_bytes)
+    if limits:
+        # Both the protocol's names (stdoutBytes) and snake_case (stdout_bytes) are accepted.
+        params["limits"] = {_camel(k): v for k, v in limits.items()}
+    if envs:
+        params["env"] = dict(envs)
+    if network:
+        params["network"] = True
+    return params
+
+
+class Sandbox:
+    """One sbx sandbox: an isolated Linux environment with persistent bash sessions.
+
+    ``Sandbox()`` starts a private ``sbx serve --stdio`` server and creates the sandbox;
+    :meth:`connect` uses a shared ``sbx serve --socket`` server instead. Either way the
+    object is a handle on (connection, sandbox id); :attr:`sandboxes` makes more sandboxes
+    on the same connection.
+
+    Use it as a context manager, or call :meth:`kill` when done::
+
+        with Sandbox(timeout=10) as sb:
+            print(sb.commands.run("echo hi").stdout)
+
+    Args:
+        timeout: default per-command timeout in seconds (server default: 30).
+        fs_limit_bytes: size of /tmp + /home/user (server default: 256 MiB).
+        limits: resource limits, by protocol name or snake_case: stdoutBytes,
+            stderrBytes, commandBytes, fileCount, memoryBytes, pids, rpcBytes.
+        envs: extra environment variables for every command.
+        network: share the host's network (default: loopback only).
+        binary: the sbx binary; default ``$SBX_BIN``, else ``sbx`` on ``$PATH``, else the
+            repository's ``build/src/cli/sbx``.
+
+    Raises:
+        SbxError: the server refused the options or could not create the sandbox.
+        FileNotFoundError: no sbx binary was found.
+    """
+
+    _client: Client
+    _sandbox_id: str
+    _root: bool
+    _owns_server: bool
+    _killed: bool
+
+    def __init__(self, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
+                 limits: Optional[Mapping[str, int]] = None, envs: Optional[Mapping[str, str]] = None,
+                 network: bool = False, binary: Optional[str] = None) -> None:
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network)
+        client = Client.spawn(binary)
+        try:
+            result = client.request("create", params)
+        except BaseException:
+            client.close(wait_process=1)
+            raise
+        self._setup(client, str(result["sandboxId"]), root=True, owns_server=True)
+
+    @classmethod
+    def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
+                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, int]] = None,
+                envs: Optional[Mapping[str, str]] = None, network: bool = False) -> "Sandbox":
+        """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
+        sandbox there (options as for the constructor).
+
+        :meth:`kill` on it closes the connection, which destroys the sandboxes it made
+        (except persistent ones); the server keeps running.
+        """
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network)
+        client = Client.connect(os.fspath(socket_path))
+        try:
+            result = client.request("create", params)
+        except BaseException:
+            client.close()
+            raise
+        return _attach(cls, client, str(result["sandboxId"]), root=True)
+
+    def _setup(self, client: Client, sandbox_id: str, *, root: bool, owns_server: bool) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+        self._root = root
+        self._owns_server = owns_server
+        self._killed = False
+        self.commands: Commands = Commands(client, sandbox_id)
+        """Runs commands: ``run``, ``start``."""
+        self.sessions: Sessions = Sessions(client, sandbox_id)
+        """Named sessions: ``create``, ``get``, ``list``, ``delete``."""
+        self.env: Env = Env(client, sandbox_id)
+        """Session environment variables: ``set``, ``get``."""
+        self.sandboxes: Sandboxes = Sandboxes(client)
+        """More sandboxes on this connection: ``create``, ``list``, ``get``."""
+
+    # ------------------------------------------------------------ identity
+
+    @property
+    def sandbox_id(self) -> str:
+        """The sandbox's id (32 hex digits)."""
+        return self._sandbox_id
+
+    @property
+    def is_root(self) -> bool:
+        """True for the connection's root sandbox (made by ``Sandbox()`` or ``connect``)."""
+        return self._root
+
+    @property
+    def client(self) -> Client:
+        """The JSON-RPC connection this sandbox is reached through."""
+        return self._client
+
+    def _params(self, **extra: Any) -> Dict[str, Any]:
+        params: Dict[str, Any] = {"sandboxId": self._sandbox_id}
+        params.update({k: v for k, v in extra.items() if v is not None})
+        return params
+
+    # ------------------------------------------------------------ history, server
+
+    def history(self, session: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Commands run in a session (default "default"), oldest first: a list of
+        ``{index, command, timestamp}`` (the newest 1000)."""
+        return list(self._client.request("shell.history.list", self._params(session=session))["entries"])
+
+    def clear_history(self, session: Optional[str] = None) -> None:
+        """Forgets a session's history (default "default")."""
+        self._client.request("shell.history.clear", self._params(session=session))
+
+    def health(self) -> Dict[str, Any]:
+        """Server statistics: ``{uptimeMs, sandboxes, sessions, running, queued,
+        totals: {completed, failed, timedOut, cancelled, avgExecMs}}``."""
+        return dict(self._client.request("health"))
+
+    def ping(self) -> bool:
+        """True when the server answers; False when the connection is gone."""
+        try:
+            result = self._client.request("ping")
+        except SbxError:
+            if self._client.closed:
+                return False
+            raise
+        answer = as_object(result)
+        return answer is not None and answer.get("pong") is True
+
+    # ------------------------------------------------------------ ending
+
+    def destroy(self) -> None:
+        """Destroys this sandbox (``sandbox.destroy``): kills its processes and removes it.
+
+        On a root sandbox this is :meth:`kill`.
+        """
+        if self._root:
+            self.kill()
+            return
+        if self._killed:
+            return
+        self._client.request("sandbox.destroy", {"sandboxId": self._sandbox_id})
+        self._killed = True
+
+    def kill(self) -> None:
+        """Ends the sandbox. Idempotent.
+
+        * Spawned server (``Sandbox()``): sends ``kill``, which destroys every sandbox of
+          that server, then waits for the process to exit (terminated after 5 s).
+        * Socket connection (:meth:`connect`): closes the connection, which destroys the
+          sandboxes this connection made (not persistent ones); the server keeps running.
+        * A sandbox made with ``sandboxes.create``: :meth:`destroy`.
+        """
+        if self._killed:
+            return
+        if not self._root:
+            try:
+                self.destroy()
+            except SbxError:
+                if not self._client.closed:
+                    raise
+                self._killed = True
+            return
+        self._killed = True
+        if self._owns_server:
+            try:
+                # Not waited for: the reader keeps routing answers (pending runs get theirs)
+                # until the server closes its stdout; close() waits for the process.
+                self._client.send("kill")
+            except SbxError:
+                pass  # already gone: close() below cleans up
+        self._client.close(wait_process=5)
+
+    def close(self) -> None:
+        """Alias of :meth:`kill`."""
+        self.kill()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.kill()
+
+    def __repr__(self) -> str:
+        kind = "root" if self._root else "child"
+        state = " killed" if self._killed else ""
+        return f"<sbx.Sandbox {self._sandbox_id} {kind}{state}>"
+
+
+def _attach(cls: Type[Sandbox], client: Client, sandbox_id: str, *, root: bool) -> Sandbox:
+    """A Sandbox handle on an existing sandbox of ``client`` (no server call)."""
+    obj = cls.__new__(cls)
+    obj._setup(client, sandbox_id, root=root, owns_server=False)  # pyright: ignore[reportPrivateUsage]
+    return obj
+
+
+class Sessions:
+    """``sandbox.sessions``: named sessions, each with its own shell state and history."""
+
+    def __init__(self, client: Client, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    def create(self, name: str) -> Session:
+        """Creates a session (name: 1-64 of ``[A-Za-z0-9_.-]``).
+
+        Raises:
+            SbxError: it exists already, or the name is invalid (-32602).
+        """
+        result = self._client.request("session.create", {"sandboxId": self._sandbox_id, "name": name})
+        return Session(self._client, self._sandbox_id, str(result.get("name", name)))
+
+    def get(self, name: str) -> Session:
+        """A handle on a session by name, without asking the server (runs create it on
+        first use)."""
+        return Session(self._client, self._sandbox_id, name)
+
+    def list(self) -> List[str]:
+        """The names of the sandbox's sessions."""
+        result = self._client.request("session.list", {"sandboxId": self._sandbox_id})
+        return [str(s["name"]) for s in result["sessions"]]
+
+    def delete(self, name: str) -> None:
+        """Ends a session; its running command is cancelled.
+
+        Raises:
+            SbxError: no such session (-32602).
+        """
+        self._client.request("session.delete", {"sandboxId": self._sandbox_id, "name": name})
+
+
+class Env:
+    """``sandbox.env``: variables exported in a session's shell (they persist)."""
+
+    def __init__(self, client: Client, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    def _params(self, name: str, session: Optional[str]) -> Dict[str, Any]:
+        params: Dict[str, Any] = {"sandboxId": self._sandbox_id, "name": name}
+        if session is not None:
+            params["session"] = session
+        return params
+
+    def set(self, name: str, value: str, session: Optional[str] = None) -> None:
+        """Exports ``name=value`` in a session (default "default").
+
+        Raises:
+            SbxError: the name does not match ``^[A-Za-z_][A-Za-z0-9_]*$`` (-32602).
+        """
+        params = self._params(name, session)
+        params["value"] = value
+        self._client.request("env.set", params)
+
+    def get(self, name: str, session: Optional[str] = None) -> Optional[str]:
+        """The value of an exported variable of a session, or None when it is unset."""
+        value = self._client.request("env.get", self._params(name, session)).get("value")
+        return None if value is None else str(value)
+
+
+class Sandboxes:
+    """``sandbox.sandboxes``: more sandboxes on the same connection."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
+               fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, int]] = None,
+               envs: Optional[Mapping[str, str]] = None, network: bool = False) -> Sandbox:
+        """Creates another sandbox (``sandbox.create``) and returns its handle.
+
+        It lives until :meth:`Sandbox.destroy`, or until this connection closes, unless
+        ``persist`` (socket servers only) keeps it past the connection's end.
+
+        Args:
+            label: free text shown by :meth:`list`.
+            persist: outlive this connection (socket server only).
+            timeout, fs_limit_bytes, limits, envs, network: as for :class:`Sandbox`.
+        """
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network)
+        if label is not None:
+            params["label"] = label
+        if persist:
+            params["persist"] = True
+        result = self._client.request("sandbox.create", params)
+        return _attach(Sandbox, self._client, str(result["sandboxId"]), root=False)
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """A handle on an existing sandbox this connection may use (one of its own, or a
+        persistent one), without asking the server."""
+        return _attach(Sandbox, self._client, sandbox_id, root=False)
+
+    def list(self) -> List[Dict[str, Any]]:
+        """Sandboxes this connection may use: ``[{sandboxId, label?, createdAt, persist,
+        root}]``."""
+        return list(self._client.request("sandbox.list")["sandboxes"])
