@@ -121,6 +121,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 .ctl_fd = sv[1], .builtin_fd = s->builtin_fd, .userns_sync_fd = sync[0],
                 .env = c->env, .uid = SANDBOX_UID, .gid = SANDBOX_GID, .network = c->network,
                 .seccomp = &s->seccomp,
+                .rlimit_as = s->cg.v2_memory || s->cg.v1_memory >= 0 ? 0 : c->memory_bytes,
+                .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 ? 0 : c->pids,
         };
         int pidfd = -1;
         struct clone_args ca = {

@@ -127,9 +127,13 @@ int cgroup_root_open(CgroupRoot *r) {
         if (!v2[0])
                 return -ENOTSUP;
         snprintf(leaf, sizeof leaf, "sbx-%d", (int)getpid());
+        /* The v2 base sits at the hierarchy's root (a cgroup that holds processes, such as
+         * ours under systemd, may not enable controllers for its children), or below a
+         * delegated directory the caller names: what an unprivileged user needs. */
+        const char *parent = getenv("SBX_CGROUP_PARENT");
+        if (parent && *parent)
+                snprintf(v2, sizeof v2, "%s", parent);
         sweep_stale(v2);
-        /* The v2 base sits at the hierarchy's root: a cgroup that holds processes (such as
-         * ours under systemd) may not enable controllers for its children. */
         snprintf(r->v2_path, sizeof r->v2_path, "%s/%s", v2, leaf);
         int fd = open_dir_mkdir(r->v2_path);
         if (fd < 0)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -81,6 +82,16 @@ static void spawn_session(const InitConfig *c, int sock) {
         if (chdir("/home/user") < 0)
                 _exit(126);
         umask(022);
+        /* Without cgroup controllers (rootless, no delegation of memory or pids), rlimits
+         * are the fallback. RLIMIT_NPROC counts per user namespace, so per sandbox. */
+        if (c->rlimit_nproc) {
+                struct rlimit rl = { c->rlimit_nproc, c->rlimit_nproc };
+                (void)setrlimit(RLIMIT_NPROC, &rl);
+        }
+        if (c->rlimit_as) {
+                struct rlimit rl = { c->rlimit_as, c->rlimit_as };
+                (void)setrlimit(RLIMIT_AS, &rl);
+        }
         if (identity_drop(c->uid, c->gid, c->seccomp) < 0)
                 _exit(126);
         static char boot[] =

@@ -30,6 +30,8 @@ typedef struct InitConfig {
         unsigned uid, gid;    /* identity commands run as */
         bool network;
         const struct sock_fprog *seccomp; /* filter for session shells, NULL for none */
+        uint64_t rlimit_as;    /* fallback when no memory cgroup: per-process bytes, 0 none */
+        uint64_t rlimit_nproc; /* fallback when no pids cgroup: processes, 0 none */
 } InitConfig;
 
 _noreturn_ void init_main(const InitConfig *c);
