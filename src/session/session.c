@@ -258,6 +258,14 @@ static void cgroup_retire(SbxSandbox *sb, int dir, const char *name) {
                 bg_cgroup_free(c);
 }
 
+unsigned sbx_sandbox_kill_background(SbxSandbox *sb) {
+        unsigned n = 0;
+        for (BgCgroup *c = sb->bg_cgroups; c; c = c->next)
+                if (cgroup_kill(c->dir) == 0)
+                        n++;
+        return n;
+}
+
 size_t sbx_sandbox_background_log(const SbxSandbox *sb, uint8_t *buf, size_t size) {
         if (size < sb->bglog.len) {
                 uint8_t *all = malloc(sb->bglog.len);
@@ -420,6 +428,20 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         r->error_class = why;
         r->exit_code = why == SBX_ERROR_TIMEOUT ? SBX_EXIT_TIMEOUT : SBX_EXIT_CANCELLED;
         if (!r->sent) {
+                if (s->current == r && why == SBX_ERROR_TIMEOUT && s->state == SS_WAIT_READY) {
+                        /* The whole timeout passed without a worker: the holder cannot fork,
+                         * which means the sandbox's process limit is held by what earlier
+                         * commands left running (a backgrounded fork bomb). Those processes
+                         * starve the session, so they go; otherwise it would stay bricked. */
+                        static const char msg[] = "sbx: no worker could start in time (process limit reached?); "
+                                                  "background processes of earlier commands were killed\n";
+                        unsigned n = sbx_sandbox_kill_background(s->sb);
+                        size_t before = r->err.len;
+                        if (n > 0)
+                                (void)buf_append(&r->err, msg, sizeof msg - 1);
+                        if (r->on_output && r->err.len > before)
+                                r->on_output(r->ud, SBX_STDERR, r->err.data + before, r->err.len - before);
+                }
                 if (s->current == r)
                         s->current = NULL;
                 else {

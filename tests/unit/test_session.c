@@ -328,6 +328,11 @@ static void test_background(SbxSandbox *sb, SbxSession *s) {
         r = run(s, "ps -eo comm | grep -c '^sleep$'");
         CHECK(out_is(&r, "1\n"), "background process still running");
         sbx_result_clear(&r);
+        CHECK(sbx_sandbox_kill_background(sb) >= 1, "kill_background reports the command cgroup it killed");
+        spin_until(&never, 200);
+        r = run(s, "ps -eo comm | grep -c '^sleep$'; echo $?");
+        CHECK(out_is(&r, "0\n1\n"), "background processes gone, the session fine");
+        sbx_result_clear(&r);
 }
 
 int main(void) {
