@@ -1,0 +1,95 @@
+#!/bin/bash
+# Builds sbx, installs what the benchmarks compare against (bubblewrap, the npm package
+# just-bash), runs sbx-bench and prints a Markdown report on stdout (also saved to
+# bench/.results/). Progress goes to stderr.
+#
+# Usage: bench/run.sh [sbx-bench options]      e.g. bench/run.sh --quick
+# Needs root (sandboxes, cgroups) and takes about 2-3 minutes with the defaults.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JB_VERSION=${JB_VERSION:-3.4.2}
+JB_PREFIX=$ROOT/bench/.npm
+log() { echo "run.sh: $*" >&2; }
+
+# --- build
+if [ ! -f build/build.ninja ]; then
+        meson setup build >&2
+fi
+ninja -C build >&2
+
+# --- bubblewrap (benchmark c); sbx-bench skips it with a note when it is missing or fails
+if ! command -v bwrap >/dev/null 2>&1; then
+        log "installing bubblewrap"
+        { apt-get install -y bubblewrap || { apt-get update && apt-get install -y bubblewrap; }; } >&2 ||
+                log "bubblewrap could not be installed: benchmark c will be skipped"
+fi
+
+# --- just-bash (benchmark d), into a gitignored folder
+JB_ARGS=()
+if ! command -v node >/dev/null 2>&1; then
+        log "node is missing: benchmark d (just-bash) will be skipped"
+else
+        if [ ! -f "$JB_PREFIX/node_modules/just-bash/package.json" ]; then
+                log "installing just-bash@$JB_VERSION into $JB_PREFIX"
+                npm install --prefix "$JB_PREFIX" --no-audit --no-fund --loglevel=error \
+                        "just-bash@$JB_VERSION" >&2 || log "npm install just-bash failed: benchmark d will be skipped"
+        fi
+        if [ -f "$JB_PREFIX/node_modules/just-bash/package.json" ]; then
+                JB_ARGS=(--justbash "node $ROOT/bench/justbash.mjs --n 500 --modules $JB_PREFIX/node_modules")
+        fi
+fi
+
+# --- run
+mkdir -p bench/.results
+OUT=bench/.results/$(date +%Y%m%d-%H%M%S).md
+mem_gib=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+{
+        echo "# sbx benchmarks"
+        echo
+        echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+        echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $mem_gib RAM, kernel $(uname -r)"
+        echo "- sbx: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (modified)'), $(ninja -C build -t query bench/sbx-bench >/dev/null 2>&1 && echo 'build/bench/sbx-bench')"
+        echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "- command: bench/run.sh $*"
+        echo
+} | tee "$OUT"
+
+# CPU time of the whole machine (/proc/stat, busy = all but idle and iowait) against the CPU
+# time of the benchmark's own process tree: what is left was used by something else running
+# at the same time, which inflates the numbers.
+busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
+b0=$(busy_jiffies)
+t0=$(date +%s.%N)
+TIMECMD=()
+rm -f bench/.results/.time
+if [ -x /usr/bin/time ]; then
+        TIMECMD=(/usr/bin/time -f '%U %S' -o bench/.results/.time)
+fi
+"${TIMECMD[@]}" ./build/bench/sbx-bench "${JB_ARGS[@]}" "$@" | tee -a "$OUT"
+b1=$(busy_jiffies)
+t1=$(date +%s.%N)
+hz=$(getconf CLK_TCK)
+read -r own_u own_s < bench/.results/.time 2>/dev/null || { own_u=0; own_s=0; }
+awk -v b0="$b0" -v b1="$b1" -v hz="$hz" -v u="$own_u" -v s="$own_s" -v t0="$t0" -v t1="$t1" 'BEGIN {
+        all = (b1 - b0) / hz; own = u + s; other = all - own; if (other < 0) other = 0
+        printf "\nCPU during the run: %.1f s wall, %.1f CPU-s used in all, %.1f CPU-s by the benchmark and its children, %.1f CPU-s (%.0f%% of one CPU) by other processes.\n",
+               t1 - t0, all, own, other, 100 * other / (t1 - t0)
+}' | tee -a "$OUT"
+
+# The same throughput runs with glibc's malloc asked to back large allocations with
+# transparent huge pages: it shows how much of the gap is page-fault cost of the 1 GiB
+# result buffer (see docs/BENCHMARKS.md).
+if [ "${SBX_BENCH_HUGETLB:-1}" = 1 ]; then
+        log "throughput again with GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
+        {
+                echo
+                echo "## Throughput again, with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (THP for malloc)"
+                echo
+                GLIBC_TUNABLES=glibc.malloc.hugetlb=1 ./build/bench/sbx-bench "$@" --only g --tp-reps 1 |
+                        awk '/^## Throughput/ { on = 1; next } /^## / { on = 0 } on'
+        } | tee -a "$OUT"
+fi
+echo | tee -a "$OUT"
+echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"
+log "report saved to $OUT"
