@@ -3,10 +3,45 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/macro.h"
 #include "base/buf.h"
 
 void buf_init(Buf *b, size_t limit) {
         *b = (Buf){ .limit = limit };
+}
+
+static int grow(Buf *b, size_t need) {
+        size_t ncap = b->cap ? b->cap : 4096;
+        while (ncap < need)
+                ncap *= 2;
+        if (ncap > b->limit)
+                ncap = b->limit;
+        uint8_t *n = realloc(b->data, ncap);
+        if (!n)
+                return -ENOMEM;
+        b->data = n;
+        b->cap = ncap;
+        return 0;
+}
+
+long buf_reserve(Buf *b, size_t want) {
+        size_t room = b->limit - b->len;
+        if (want > room)
+                want = room;
+        if (want == 0)
+                return 0;
+        if (b->len + want > b->cap && grow(b, b->len + want) < 0)
+                return -ENOMEM;
+        return (long)MIN(want, b->cap - b->len);
+}
+
+void buf_commit(Buf *b, size_t n) {
+        b->len += n;
+}
+
+void buf_drop(Buf *b, size_t n) {
+        b->truncated = true;
+        b->dropped += n;
 }
 
 int buf_append(Buf *b, const void *data, size_t len) {
@@ -18,18 +53,8 @@ int buf_append(Buf *b, const void *data, size_t len) {
         }
         if (take == 0)
                 return 0;
-        if (b->len + take > b->cap) {
-                size_t ncap = b->cap ? b->cap : 4096;
-                while (ncap < b->len + take)
-                        ncap *= 2;
-                if (ncap > b->limit)
-                        ncap = b->limit;
-                uint8_t *n = realloc(b->data, ncap);
-                if (!n)
-                        return -ENOMEM;
-                b->data = n;
-                b->cap = ncap;
-        }
+        if (b->len + take > b->cap && grow(b, b->len + take) < 0)
+                return -ENOMEM;
         memcpy(b->data + b->len, data, take);
         b->len += take;
         return 0;

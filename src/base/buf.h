@@ -18,6 +18,13 @@ typedef struct Buf {
 void buf_init(Buf *b, size_t limit);
 /* Appends what fits under the limit. Returns 0 or -ENOMEM (then nothing was stored). */
 int buf_append(Buf *b, const void *data, size_t len);
+/* Makes room for up to `want` more bytes (never past the limit) and returns how many can be
+ * written at b->data + b->len: 0 at the cap, -ENOMEM if it cannot grow. */
+long buf_reserve(Buf *b, size_t want);
+/* Counts n bytes written into the reserved room. */
+void buf_commit(Buf *b, size_t n);
+/* Counts n bytes that were offered past the cap and thrown away. */
+void buf_drop(Buf *b, size_t n);
 /* Gives the bytes to the caller (malloc'd, may be NULL when empty); the buffer is reset. */
 uint8_t *buf_steal(Buf *b, size_t *ret_len);
 void buf_done(Buf *b);

@@ -317,24 +317,31 @@ static void run_free(SbxRun *r) {
         free(r);
 }
 
-/* Reads what a pipe has now. Returns false at EOF or error. */
+/* Reads what a pipe has now, straight into the result buffer while under the cap, into a
+ * scratch buffer past it (read and dropped). Returns false at EOF or error. */
 static bool run_read(SbxRun *r, int fd, SbxStream stream, size_t budget) {
-        uint8_t buf[65536];
+        static uint8_t discard[SBX_PIPE_BYTES]; /* one thread: one scratch buffer */
         Buf *b = stream == SBX_STDOUT ? &r->out : &r->err;
         while (budget > 0) {
-                ssize_t n = read(fd, buf, sizeof buf);
+                long room = buf_reserve(b, MIN(budget, (size_t)SBX_PIPE_BYTES));
+                uint8_t *dst = room > 0 ? b->data + b->len : discard;
+                size_t len = room > 0 ? (size_t)room : MIN(budget, sizeof discard);
+                ssize_t n = read(fd, dst, len);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == EAGAIN)
                         return true;
                 if (n <= 0)
                         return false;
-                /* Only what the cap keeps is streamed, so a consumer never sees bytes the
-                 * result does not have. */
-                size_t before = b->len;
-                (void)buf_append(b, buf, (size_t)n);
-                if (r->on_output && b->len > before)
-                        r->on_output(r->ud, stream, b->data + before, b->len - before);
+                if (room > 0) {
+                        buf_commit(b, (size_t)n);
+                        /* Only what the cap keeps is streamed, so a consumer never sees bytes
+                         * the result does not have. */
+                        if (r->on_output)
+                                r->on_output(r->ud, stream, dst, (size_t)n);
+                } else {
+                        buf_drop(b, (size_t)n);
+                }
                 budget = budget > (size_t)n ? budget - (size_t)n : 0;
         }
         return true;
