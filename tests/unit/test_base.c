@@ -24,6 +24,24 @@ static void test_buf(void) {
         buf_done(&z);
 }
 
+static void test_buf_reserve(void) {
+        Buf b;
+        buf_init(&b, 10);
+        long room = buf_reserve(&b, 4);
+        CHECK(room == 4 && b.cap >= 4, "reserve under the cap");
+        memcpy(b.data + b.len, "abcd", 4);
+        buf_commit(&b, 4);
+        room = buf_reserve(&b, 100);
+        CHECK(room == 6 && b.len == 4, "reserve never passes the cap");
+        memcpy(b.data + b.len, "efghij", 6);
+        buf_commit(&b, 6);
+        CHECK(buf_reserve(&b, 1) == 0, "no room at the cap");
+        buf_drop(&b, 5);
+        CHECK(b.truncated && b.dropped == 5 && b.len == 10 && memcmp(b.data, "abcdefghij", 10) == 0,
+              "drop past the cap sets truncated, keeps the bytes");
+        buf_done(&b);
+}
+
 static void test_ring(void) {
         Ring r;
         uint8_t out[16];
@@ -76,6 +94,7 @@ static void test_loop(void) {
 
 int main(void) {
         test_buf();
+        test_buf_reserve();
         test_ring();
         test_parse();
         test_loop();
