@@ -104,6 +104,11 @@ SBX_API int sbx_context_run_once(SbxContext *ctx, int timeout_ms);
 /* Why the last sbx_sandbox_new() failed, in words ("" after a success). */
 SBX_API const char *sbx_context_last_error(const SbxContext *ctx);
 
+/* Keeps n sandboxes (at most 8) with default options and a started default session ready
+ * ahead of time: sbx_sandbox_new() with default options then takes one at once and the
+ * loop prepares the next. 0 (the default) turns it off. */
+SBX_API void sbx_context_set_pool(SbxContext *ctx, unsigned n);
+
 SBX_API void sbx_sandbox_options_init(SbxSandboxOptions *o);
 /* Creates a sandbox and waits until its root is built. Returns 0, -EINVAL for bad options,
  * -ENOTSUP without cgroup v2, -EPERM without the privileges needed, or -errno. */

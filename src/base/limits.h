@@ -49,5 +49,9 @@
 #define SBX_MAX_SESSIONS 64U
 #define SBX_MAX_QUEUED_RUNS 16U
 
+/* Sandboxes a context keeps ready ahead of time, at most (each holds a pid 1, a bash and
+ * its worker, and its tmpfs). */
+#define SBX_MAX_POOL 8U
+
 /* Time a sandbox's init gets to build the root before creation fails. */
 #define SBX_CREATE_TIMEOUT_MS 10000

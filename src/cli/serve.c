@@ -2,6 +2,7 @@
 /* `sbx serve`: the JSON-RPC daemon on stdio or a Unix socket. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "base/log.h"
 #include "cli/cli.h"
@@ -16,6 +17,8 @@ static void usage(FILE *f) {
                 "Options:\n"
                 "      --stdio          one client on stdin/stdout; exits when stdin closes\n"
                 "      --socket PATH    many clients on a Unix socket (mode 0600, same uid or root)\n"
+                "      --pool N         sandboxes kept ready for `create` with default options\n"
+                "                       (default 2 with --socket, 0 with --stdio; at most 8)\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n");
@@ -26,12 +29,14 @@ int cmd_serve(int argc, char **argv) {
                 { "stdio", no_argument, NULL, 's' },
                 { "socket", required_argument, NULL, 'S' },
                 { "protocol", no_argument, NULL, 'P' },
+                { "pool", required_argument, NULL, 'p' },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
         bool stdio = false;
         const char *path = NULL;
+        long pool = -1;
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -39,6 +44,15 @@ int cmd_serve(int argc, char **argv) {
                 case 's': stdio = true; break;
                 case 'S': path = optarg; break;
                 case 'P': print_protocol(stdout); return 0;
+                case 'p': {
+                        char *end;
+                        pool = strtol(optarg, &end, 10);
+                        if (*end || pool < 0 || pool > 8) {
+                                fprintf(stderr, "sbx serve: --pool takes 0 to 8\n");
+                                return 2;
+                        }
+                        break;
+                }
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -58,6 +72,9 @@ int cmd_serve(int argc, char **argv) {
                 server_free(s);
                 return 1;
         }
+        if (pool < 0)
+                pool = path ? 2 : 0;
+        server_set_pool(s, (unsigned)pool);
         if (path)
                 log_info("listening on %s", path);
         r = server_run(s);

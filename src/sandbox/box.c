@@ -219,6 +219,25 @@ int box_spawn_session(Box *b, int sock) {
         return 0;
 }
 
+void box_kill(Box *b) {
+        b->ctl_fd = safe_close(b->ctl_fd);
+        if (b->init_pidfd >= 0)
+                (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
+        if (b->cg.dir >= 0)
+                (void)cgroup_kill(b->cg.dir);
+}
+
+int box_try_finish(BoxShared *s, Box *b) {
+        if (b->init_pidfd >= 0) {
+                siginfo_t si = { 0 };
+                int w = waitid(P_PIDFD, (id_t)b->init_pidfd, &si, WEXITED | WNOHANG);
+                if ((w < 0 && errno != ECHILD) || (w == 0 && si.si_pid == 0))
+                        return 0; /* still exiting */
+                b->init_pidfd = safe_close(b->init_pidfd);
+        }
+        return cgroup_sandbox_try_remove(&s->cg, &b->cg) == -EBUSY ? 0 : 1;
+}
+
 void box_destroy(BoxShared *s, Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         if (b->init_pidfd >= 0) {

@@ -47,3 +47,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *ret, char *err, size_t err
 int box_spawn_session(Box *b, int sock);
 /* Kills everything and removes the cgroups. Waits (bounded) for the processes to be gone. */
 void box_destroy(BoxShared *s, Box *b);
+/* The same in two steps that never block: box_kill() sends the kills; box_try_finish()
+ * reaps pid 1 and removes the cgroups once everything is gone, returning 1 when done and 0
+ * while something is still dying (wait on b->init_pidfd or the sandbox's cgroup.events). */
+void box_kill(Box *b);
+int box_try_finish(BoxShared *s, Box *b);

@@ -317,6 +317,12 @@ static void remove_children(int dirfd) {
         closedir(d);
 }
 
+int cgroup_sandbox_try_remove(CgroupRoot *r, CgroupSandbox *s) {
+        if (s->dir >= 0 && cgroup_populated(s->dir) > 0)
+                return -EBUSY;
+        return cgroup_sandbox_destroy(r, s, 0);
+}
+
 int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms) {
         int ret = 0;
         if (s->dir >= 0) {

@@ -43,6 +43,10 @@ int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid);
  * directories. Returns 0, or -EBUSY if something was still alive at the deadline. */
 int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms);
 
+/* Removes the sandbox's cgroups if nothing is left in them: 0, -EBUSY while processes
+ * remain (call again later), or -errno. */
+int cgroup_sandbox_try_remove(CgroupRoot *r, CgroupSandbox *s);
+
 /* Creates the child cgroup `name` of a sandbox; returns its dir fd or -errno. */
 int cgroup_child_create(CgroupSandbox *s, const char *name);
 /* Removes it if empty: 0, -EBUSY while it has processes, or -errno. */

@@ -112,6 +112,10 @@ int server_listen(Server *s, const char *path) {
         return r;
 }
 
+void server_set_pool(Server *s, unsigned n) {
+        sbx_context_set_pool(s->ctx, n);
+}
+
 int server_add_stdio(Server *s) {
         Conn *c;
         return conn_new(s, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);

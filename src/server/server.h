@@ -111,6 +111,8 @@ int server_new(Server **ret);
 Server *server_free(Server *s);
 int server_listen(Server *s, const char *path);
 int server_add_stdio(Server *s);
+/* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
+void server_set_pool(Server *s, unsigned n);
 /* Runs until shutdown; returns the process exit code. */
 int server_run(Server *s);
 void server_shutdown(Server *s);

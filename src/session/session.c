@@ -54,6 +54,16 @@ typedef struct BgCgroup {
         Watch w;
 } BgCgroup;
 
+/* A destroyed sandbox whose processes are still dying; freed from the loop once pid 1 is
+ * reaped and its cgroups are removed, so destroying never waits. */
+typedef struct Corpse {
+        struct Corpse *next, *prev;
+        SbxContext *ctx;
+        Box box;
+        int events;
+        Watch init_w, cg_w;
+} Corpse;
+
 struct SbxContext {
         Loop *loop;
         char last_error[512];
@@ -61,6 +71,13 @@ struct SbxContext {
         bool shared_ready;
         int devnull;
         SbxSandbox *sandboxes;
+        /* Sandboxes made ahead of time with default options and a started default session:
+         * a default sbx_sandbox_new() takes one, and the loop makes the next. */
+        SbxSandbox *pool;
+        unsigned n_pool, pool_target;
+        int pool_timer;
+        Watch pool_w;
+        Corpse *corpses;
 };
 
 struct SbxSandbox {
@@ -77,7 +94,7 @@ struct SbxSandbox {
         BgCgroup *bg_cgroups;
         uint64_t next_cmd;
         Watch init_w;
-        bool dying;
+        bool dying, pooled;
 };
 
 struct SbxSession {
@@ -1148,6 +1165,10 @@ static void init_event(Watch *w, uint32_t events) {
          * sandbox is gone with it. Sessions answer their runs and stop restarting. */
         log_warn("sandbox %s: init exited", sb->box.id);
         loop_del(sb->ctx->loop, &sb->init_w);
+        if (sb->pooled) {
+                sbx_sandbox_free(sb);
+                return;
+        }
         sb->dying = true;
         for (SbxSession *s = sb->sessions; s; s = s->next)
                 session_reset(s);
@@ -1221,12 +1242,71 @@ static int sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox *
         return 0;
 }
 
+static bool options_default(const SbxSandboxOptions *o) {
+        static const SbxLimits zero;
+        return memcmp(&o->limits, &zero, sizeof zero) == 0 && o->timeout_ms == 0 && !o->network && !o->rootfs &&
+               (!o->env || !o->env[0]);
+}
+
+static void pool_arm(SbxContext *ctx, uint64_t ms) {
+        if (ctx->pool_timer >= 0 && ctx->n_pool < ctx->pool_target)
+                (void)timerfd_arm_ms(ctx->pool_timer, ms);
+}
+
 int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret) {
         ctx->last_error[0] = 0;
+        if (ctx->pool && options_default(o)) {
+                SbxSandbox *sb = ctx->pool;
+                LIST_UNLINK(ctx->pool, sb);
+                ctx->n_pool--;
+                sb->pooled = false;
+                LIST_LINK(ctx->sandboxes, sb);
+                /* Refill later, not in the middle of the caller's first run. */
+                pool_arm(ctx, 50);
+                *ret = sb;
+                return 0;
+        }
         int r = sandbox_new(ctx, o, ret, ctx->last_error, sizeof ctx->last_error);
         if (r < 0 && !ctx->last_error[0])
                 snprintf(ctx->last_error, sizeof ctx->last_error, "%s", strerror(-r));
         return r;
+}
+
+static void corpse_free(Corpse *c) {
+        Loop *l = c->ctx->loop;
+        loop_del(l, &c->init_w);
+        loop_del(l, &c->cg_w);
+        safe_close(c->events);
+        LIST_UNLINK(c->ctx->corpses, c);
+        free(c);
+}
+
+static void corpse_event(Watch *w, uint32_t events) {
+        Corpse *c = w->data;
+        if (box_try_finish(&c->ctx->shared, &c->box))
+                corpse_free(c);
+}
+
+/* Kills a sandbox's processes and lets the loop finish the cleanup. */
+static void corpse_add(SbxContext *ctx, Box *b) {
+        Corpse *c = calloc(1, sizeof *c);
+        box_kill(b);
+        if (!c) {
+                box_destroy(&ctx->shared, b);
+                return;
+        }
+        c->ctx = ctx;
+        c->box = *b;
+        c->events = c->box.cg.dir >= 0 ? cgroup_events_open(c->box.cg.dir) : -1;
+        LIST_LINK(ctx->corpses, c);
+        if ((c->box.init_pidfd >= 0 && loop_add(ctx->loop, &c->init_w, c->box.init_pidfd, EPOLLIN, corpse_event, c) < 0) ||
+            (c->events >= 0 && loop_add(ctx->loop, &c->cg_w, c->events, EPOLLPRI, corpse_event, c) < 0)) {
+                box_destroy(&ctx->shared, &c->box);
+                corpse_free(c);
+                return;
+        }
+        if (box_try_finish(&ctx->shared, &c->box))
+                corpse_free(c);
 }
 
 SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
@@ -1247,10 +1327,15 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
                 LIST_UNLINK(sb->bg_cgroups, c);
                 free(c);
         }
-        box_destroy(&ctx->shared, &sb->box);
+        corpse_add(ctx, &sb->box);
         ring_done(&sb->bglog);
         free_env(sb->env);
-        LIST_UNLINK(ctx->sandboxes, sb);
+        if (sb->pooled) {
+                LIST_UNLINK(ctx->pool, sb);
+                ctx->n_pool--;
+        } else {
+                LIST_UNLINK(ctx->sandboxes, sb);
+        }
         free(sb);
         return NULL;
 }
@@ -1260,6 +1345,31 @@ const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb) { return &sb->limits; 
 int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->box.init_pid; }
 
 /* ---------------------------------------------------------------- public: context */
+
+/* Makes one pooled sandbox per tick, so the loop stays responsive in between. */
+static void pool_event(Watch *w, uint32_t events) {
+        SbxContext *ctx = w->data;
+        uint64_t x;
+        (void)!read(ctx->pool_timer, &x, sizeof x);
+        if (ctx->n_pool >= ctx->pool_target)
+                return;
+        SbxSandboxOptions o;
+        SbxSandbox *sb;
+        SbxSession *s;
+        char err[512];
+        sbx_sandbox_options_init(&o);
+        if (sandbox_new(ctx, &o, &sb, err, sizeof err) < 0) {
+                log_debug("pool: %s", err);
+                (void)timerfd_arm_ms(ctx->pool_timer, 1000);
+                return;
+        }
+        LIST_UNLINK(ctx->sandboxes, sb);
+        LIST_LINK(ctx->pool, sb);
+        sb->pooled = true;
+        ctx->n_pool++;
+        (void)sbx_session_get(sb, NULL, &s);
+        pool_arm(ctx, 5);
+}
 
 int sbx_context_new(SbxContext **ret) {
         SbxContext *ctx = calloc(1, sizeof *ctx);
@@ -1277,6 +1387,15 @@ int sbx_context_new(SbxContext **ret) {
                 free(ctx);
                 return r;
         }
+        ctx->pool_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (ctx->pool_timer < 0 || loop_add(ctx->loop, &ctx->pool_w, ctx->pool_timer, EPOLLIN, pool_event, ctx) < 0) {
+                r = negerrno();
+                safe_close(ctx->pool_timer);
+                safe_close(ctx->devnull);
+                loop_free(ctx->loop);
+                free(ctx);
+                return r;
+        }
         /* Output and stdin pipes may lose their reader at any time; that must be EPIPE for
          * the daemon, never a signal. */
         signal(SIGPIPE, SIG_IGN);
@@ -1284,11 +1403,27 @@ int sbx_context_new(SbxContext **ret) {
         return 0;
 }
 
+void sbx_context_set_pool(SbxContext *ctx, unsigned n) {
+        ctx->pool_target = MIN(n, SBX_MAX_POOL);
+        while (ctx->n_pool > ctx->pool_target)
+                sbx_sandbox_free(ctx->pool);
+        pool_arm(ctx, 1);
+}
+
 SbxContext *sbx_context_free(SbxContext *ctx) {
         if (!ctx)
                 return NULL;
         while (ctx->sandboxes)
                 sbx_sandbox_free(ctx->sandboxes);
+        while (ctx->pool)
+                sbx_sandbox_free(ctx->pool);
+        /* What is still dying is waited for here: nothing may outlive the context. */
+        while (ctx->corpses) {
+                box_destroy(&ctx->shared, &ctx->corpses->box);
+                corpse_free(ctx->corpses);
+        }
+        loop_del(ctx->loop, &ctx->pool_w);
+        safe_close(ctx->pool_timer);
         if (ctx->shared_ready)
                 box_shared_done(&ctx->shared);
         safe_close(ctx->devnull);

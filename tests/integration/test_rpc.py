@@ -106,7 +106,7 @@ def server():
     d = tempfile.mkdtemp(prefix="sbx-rpc-")
     os.chmod(d, 0o755)
     path = os.path.join(d, "sbx.sock")
-    proc = subprocess.Popen([SBX, "serve", "--socket", path], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.PIPE)
     for _ in range(200):
         if os.path.exists(path):
             break
@@ -366,6 +366,11 @@ def test_disconnect_mid_run_cleans_up(server):
     h = b.result("health")
     assert h["sandboxes"] == 0 and h["running"] == 0
     base = Path(f"/sys/fs/cgroup/unified/sbx-{server.pid}")
+    # Destroy kills at once; the loop removes the cgroups as soon as the processes are gone.
+    for _ in range(100):
+        if not [d for d in base.iterdir() if d.is_dir()]:
+            break
+        time.sleep(0.02)
     assert not [d for d in base.iterdir() if d.is_dir()], "cgroups left after disconnect"
 
 
@@ -428,3 +433,30 @@ def test_backpressure_bounded(server):
     assert r["exitCode"] == 0 and len(r["stdout"]) == 40000000
     streamed = sum(len(n["params"]["data"]) for n in a.notes if n.get("method") == "output")
     assert streamed == 40000000
+
+
+def test_pool_serves_default_creates(tmp_path):
+    path = str(tmp_path / "pool.sock")
+    proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "2"], stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if os.path.exists(path):
+                break
+            time.sleep(0.01)
+        base = Path(f"/sys/fs/cgroup/unified/sbx-{proc.pid}")
+        for _ in range(100):
+            if base.exists() and len([d for d in base.iterdir() if d.is_dir()]) == 2:
+                break
+            time.sleep(0.05)
+        assert len([d for d in base.iterdir() if d.is_dir()]) == 2, "pool not prepared"
+        a = connect(path)
+        ids = {a.result("create")["sandboxId"], a.result("sandbox.create")["sandboxId"],
+               a.result("sandbox.create", {"limits": {"pids": 50}})["sandboxId"]}
+        assert len(ids) == 3
+        assert a.result("health")["sandboxes"] == 3  # prepared ones are not counted
+        assert a.result("run", {"command": "echo ok; x=1"})["stdout"] == "ok\n"
+        assert a.result("run", {"command": "echo $x"})["stdout"] == "1\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    assert not cgroup_dirs(proc.pid)

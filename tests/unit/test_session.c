@@ -45,6 +45,50 @@ static int count_dir(const char *path) {
         return n;
 }
 
+static int count_subdirs(const char *path) {
+        int n = 0;
+        DIR *d = opendir(path);
+        for (struct dirent *de; d && (de = readdir(d));)
+                if (de->d_type == DT_DIR && de->d_name[0] != '.')
+                        n++;
+        if (d)
+                closedir(d);
+        return n;
+}
+
+static void spin_ms(int ms) {
+        uint64_t end = now_ms() + (uint64_t)ms;
+        while (now_ms() < end)
+                sbx_context_run_once(ctx, 20);
+}
+
+static void test_pool(const char *cgdir) {
+        sbx_context_set_pool(ctx, 1);
+        spin_ms(500);
+        CHECK(count_subdirs(cgdir) == 1, "pool: one sandbox prepared");
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        SbxSandbox *a = NULL, *b = NULL;
+        SbxSession *s = NULL;
+        CHECK(sbx_sandbox_new(ctx, &so, &a) == 0 && sbx_session_get(a, NULL, &s) == 0, "pool: default sandbox taken");
+        SbxResult r = run(s, "echo pooled; x=1");
+        CHECK(out_is(&r, "pooled\n"), "pool: the taken sandbox runs commands");
+        sbx_result_clear(&r);
+        spin_ms(500);
+        CHECK(count_subdirs(cgdir) == 2, "pool: refilled after a take");
+        so.limits.pids = 99;
+        CHECK(sbx_sandbox_new(ctx, &so, &b) == 0, "pool: non-default options create a fresh sandbox");
+        CHECK(b && sbx_sandbox_limits(b)->pids == 99, "pool: ... with those options");
+        CHECK(count_subdirs(cgdir) == 3, "pool: left untouched by a non-default create");
+        sbx_sandbox_free(b);
+        sbx_sandbox_free(a);
+        sbx_context_set_pool(ctx, 0);
+        uint64_t end = now_ms() + 3000;
+        while (count_subdirs(cgdir) > 0 && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
+        CHECK(count_subdirs(cgdir) == 0, "pool: emptied when turned off");
+}
+
 static void test_basics(SbxSession *s) {
         SbxResult r = run(s, "echo hi");
         CHECK(r.exit_code == 0 && out_is(&r, "hi\n") && r.error_class == SBX_ERROR_NONE, "echo hi");
@@ -368,14 +412,12 @@ int main(void) {
         char cgdir[256];
         snprintf(cgdir, sizeof cgdir, "/sys/fs/cgroup/unified/sbx-%d", (int)getpid());
         sbx_sandbox_free(sb);
-        int sub = 0;
-        DIR *d = opendir(cgdir);
-        for (struct dirent *de; d && (de = readdir(d));)
-                if (de->d_type == DT_DIR && de->d_name[0] != '.')
-                        sub++;
-        if (d)
-                closedir(d);
-        CHECK(sub == 0, "no sandbox cgroup left after destroy");
+        /* Destroy kills at once; the loop reaps and removes the cgroups. */
+        uint64_t end = now_ms() + 3000;
+        while (count_subdirs(cgdir) > 0 && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
+        CHECK(count_subdirs(cgdir) == 0, "no sandbox cgroup left after destroy");
+        test_pool(cgdir);
         sbx_context_free(ctx);
         struct stat st;
         CHECK(stat(cgdir, &st) < 0, "cgroup base removed with the context");
