@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include "base/limits.h"
 #include "base/log.h"
+#include "base/queue.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "sbx/sbx.h"
@@ -51,8 +52,7 @@ static void usage(FILE *f) {
 
 typedef struct OutQueue {
         int fd;
-        uint8_t *data;
-        size_t len, off, cap;
+        ByteQueue q;
         bool is_pipe, dead;
 } OutQueue;
 
@@ -66,40 +66,19 @@ typedef struct RunState {
 } RunState;
 
 static size_t queued(const RunState *rs) {
-        return rs->q[0].len - rs->q[0].off + rs->q[1].len - rs->q[1].off;
+        return bq_pending(&rs->q[0].q) + bq_pending(&rs->q[1].q);
 }
 
 static void queue_push(OutQueue *q, const uint8_t *d, size_t n) {
-        if (q->dead)
-                return;
-        if (q->off == q->len)
-                q->off = q->len = 0;
-        if (q->len + n > q->cap) {
-                if (q->off) {
-                        memmove(q->data, q->data + q->off, q->len - q->off);
-                        q->len -= q->off;
-                        q->off = 0;
-                }
-                size_t ncap = q->cap ? q->cap : 65536;
-                while (ncap < q->len + n)
-                        ncap *= 2;
-                uint8_t *nd = realloc(q->data, ncap);
-                if (!nd) {
-                        q->dead = true;
-                        return;
-                }
-                q->data = nd;
-                q->cap = ncap;
-        }
-        memcpy(q->data + q->len, d, n);
-        q->len += n;
+        if (!q->dead && bq_push(&q->q, d, n) < 0)
+                q->dead = true;
 }
 
 /* Writes what the fd can take now without blocking: all of it to a file, the free space of a
  * pipe, else PIPE_BUF-sized pieces (a poll()ed POLLOUT guarantees that much). */
 static void queue_write(OutQueue *q) {
-        while (q->off < q->len && !q->dead) {
-                size_t n = q->len - q->off, room = 4096;
+        while (bq_pending(&q->q) > 0 && !q->dead) {
+                size_t n = bq_pending(&q->q), room = 4096;
                 if (!q->is_pipe) {
                         struct stat st;
                         if (fstat(q->fd, &st) == 0 && S_ISREG(st.st_mode))
@@ -111,7 +90,7 @@ static void queue_write(OutQueue *q) {
                 }
                 if (room == 0)
                         return;
-                ssize_t w = write(q->fd, q->data + q->off, MIN(n, room));
+                ssize_t w = write(q->fd, bq_head(&q->q), MIN(n, room));
                 if (w < 0 && errno == EINTR)
                         continue;
                 if (w <= 0) {
@@ -119,10 +98,10 @@ static void queue_write(OutQueue *q) {
                         if (w < 0 && errno == EAGAIN)
                                 return;
                         q->dead = true;
-                        q->off = q->len;
+                        bq_clear(&q->q);
                         return;
                 }
-                q->off += (size_t)w;
+                bq_consume(&q->q, (size_t)w);
                 if (q->is_pipe || room == 4096)
                         return; /* wait for the next POLLOUT */
         }
@@ -274,8 +253,8 @@ int cmd_run(int argc, char **argv) {
                 while (!rs.done || queued(&rs) > 0) {
                         struct pollfd p[4] = {
                                 { sbx_context_fd(ctx), POLLIN, 0 }, { sfd, POLLIN, 0 },
-                                { STDOUT_FILENO, rs.q[0].off < rs.q[0].len ? POLLOUT : 0, 0 },
-                                { STDERR_FILENO, rs.q[1].off < rs.q[1].len ? POLLOUT : 0, 0 },
+                                { STDOUT_FILENO, bq_pending(&rs.q[0].q) ? POLLOUT : 0, 0 },
+                                { STDERR_FILENO, bq_pending(&rs.q[1].q) ? POLLOUT : 0, 0 },
                         };
                         if (poll(p, 4, -1) < 0 && errno != EINTR)
                                 break;
@@ -288,8 +267,8 @@ int cmd_run(int argc, char **argv) {
                                         (void)sbx_run_cancel(rs.run);
                                 /* Whoever interrupted us may not read any more. */
                                 rs.q[0].dead = rs.q[1].dead = true;
-                                rs.q[0].off = rs.q[0].len;
-                                rs.q[1].off = rs.q[1].len;
+                                bq_clear(&rs.q[0].q);
+                                bq_clear(&rs.q[1].q);
                         }
                         if (p[2].revents)
                                 queue_write(&rs.q[0]);
@@ -300,8 +279,8 @@ int cmd_run(int argc, char **argv) {
                         update_pause(&rs);
                 }
         }
-        free(rs.q[0].data);
-        free(rs.q[1].data);
+        bq_done(&rs.q[0].q);
+        bq_done(&rs.q[1].q);
         if (r < 0)
                 fprintf(stderr, "sbx run: %s\n", strerror(-r));
         sbx_context_free(ctx);

@@ -13,7 +13,7 @@
 
 #define DEFAULT_RPC_BYTES (8U * 1024 * 1024)
 
-static size_t out_pending(const Conn *c) { return c->out_len - c->out_off; }
+static size_t out_pending(const Conn *c) { return bq_pending(&c->out); }
 
 static void set_paused(Conn *c, bool paused) {
         if (c->paused == paused)
@@ -29,21 +29,19 @@ static void set_paused(Conn *c, bool paused) {
 
 static void flush(Conn *c) {
         while (out_pending(c) > 0) {
-                ssize_t n = write(c->wfd, c->out + c->out_off, out_pending(c));
+                ssize_t n = write(c->wfd, bq_head(&c->out), out_pending(c));
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == EAGAIN)
                         break;
                 if (n <= 0) {
                         /* The client is gone; drop what it will never read. */
-                        c->out_off = c->out_len;
+                        bq_clear(&c->out);
                         c->closing = true;
                         break;
                 }
-                c->out_off += (size_t)n;
+                bq_consume(&c->out, (size_t)n);
         }
-        if (c->out_off == c->out_len)
-                c->out_off = c->out_len = 0;
         bool want_out = out_pending(c) > 0;
         if (want_out && !c->ww.active && loop_add(c->srv->loop, &c->ww, c->wfd, EPOLLOUT, c->ww.fn, c) < 0) {
                 log_warn("connection: cannot wait for the client to read: %s", strerror(errno));
@@ -66,30 +64,12 @@ void conn_send(Conn *c, char *line, size_t len) {
                 free(line);
                 return;
         }
-        if (c->out_off > 0 && c->out_off == c->out_len)
-                c->out_off = c->out_len = 0;
-        if (c->out_len + len > c->out_cap) {
-                /* Compact before growing. */
-                if (c->out_off > 0) {
-                        memmove(c->out, c->out + c->out_off, out_pending(c));
-                        c->out_len -= c->out_off;
-                        c->out_off = 0;
-                }
-                size_t ncap = c->out_cap ? c->out_cap : 65536;
-                while (ncap < c->out_len + len)
-                        ncap *= 2;
-                uint8_t *n = realloc(c->out, ncap);
-                if (!n) {
-                        free(line);
-                        c->closing = true;
-                        (void)loop_defer(c->srv->loop, close_deferred, c);
-                        return;
-                }
-                c->out = n;
-                c->out_cap = ncap;
+        if (bq_push(&c->out, line, len) < 0) {
+                free(line);
+                c->closing = true;
+                (void)loop_defer(c->srv->loop, close_deferred, c);
+                return;
         }
-        memcpy(c->out + c->out_len, line, len);
-        c->out_len += len;
         free(line);
         flush(c);
         if (c->closing)
@@ -201,7 +181,7 @@ void conn_close(Conn *c) {
                 close(c->wfd);
         }
         framer_done(&c->framer);
-        free(c->out);
+        bq_done(&c->out);
         if (c->prev)
                 c->prev->next = c->next;
         else

@@ -150,10 +150,10 @@ static void finish(Server *s) {
         uint64_t deadline = now_ms() + SERVER_FLUSH_MS;
         for (Conn *c = s->conns; c; c = c->next) {
                 (void)fd_set_nonblock(c->wfd, true);
-                while (c->out_len > c->out_off && now_ms() < deadline) {
-                        ssize_t n = write(c->wfd, c->out + c->out_off, c->out_len - c->out_off);
+                while (bq_pending(&c->out) > 0 && now_ms() < deadline) {
+                        ssize_t n = write(c->wfd, bq_head(&c->out), bq_pending(&c->out));
                         if (n > 0) {
-                                c->out_off += (size_t)n;
+                                bq_consume(&c->out, (size_t)n);
                                 continue;
                         }
                         if (n < 0 && errno == EAGAIN) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 #include "base/loop.h"
+#include "base/queue.h"
 #include "rpc/framer.h"
 #include "rpc/jsonrpc.h"
 #include "sbx/sbx.h"
@@ -80,8 +81,7 @@ struct Conn {
         bool is_stdio, closing, paused, read_off;
         uid_t uid;
         Framer framer;
-        uint8_t *out;
-        size_t out_len, out_off, out_cap;
+        ByteQueue out;
         SrvSandbox *root;
         Pending *pending;
 };

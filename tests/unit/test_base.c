@@ -2,6 +2,7 @@
 /* Unit tests of the base layer: capped buffers, rings, parsers, the loop's deferred calls. */
 #include "base/buf.h"
 #include "base/loop.h"
+#include "base/queue.h"
 #include "base/util.h"
 #include "tap.h"
 
@@ -40,6 +41,25 @@ static void test_buf_reserve(void) {
         CHECK(b.truncated && b.dropped == 5 && b.len == 10 && memcmp(b.data, "abcdefghij", 10) == 0,
               "drop past the cap sets truncated, keeps the bytes");
         buf_done(&b);
+}
+
+static void test_queue(void) {
+        ByteQueue q = { 0 };
+        CHECK(bq_push(&q, "hello", 5) == 0 && bq_pending(&q) == 5, "queue push");
+        bq_consume(&q, 2);
+        CHECK(bq_pending(&q) == 3 && memcmp(bq_head(&q), "llo", 3) == 0, "queue consume from the head");
+        size_t cap = q.cap;
+        char big[70000];
+        memset(big, 'x', sizeof big);
+        CHECK(bq_push(&q, big, cap - 4) == 0 && q.off == 0 && q.cap == cap, "queue compacts before growing");
+        CHECK(memcmp(bq_head(&q), "llo", 3) == 0 && bq_pending(&q) == cap - 1, "queue keeps order across compaction");
+        CHECK(bq_push(&q, big, sizeof big) == 0 && bq_pending(&q) == cap - 1 + sizeof big, "queue grows");
+        bq_consume(&q, bq_pending(&q));
+        CHECK(bq_pending(&q) == 0 && q.off == 0, "queue resets when drained");
+        bq_push(&q, "ab", 2);
+        bq_clear(&q);
+        CHECK(bq_pending(&q) == 0, "queue clear");
+        bq_done(&q);
 }
 
 static void test_ring(void) {
@@ -95,6 +115,7 @@ static void test_loop(void) {
 int main(void) {
         test_buf();
         test_buf_reserve();
+        test_queue();
         test_ring();
         test_parse();
         test_loop();
