@@ -153,6 +153,43 @@ SBX_API bool sbx_run_started(const SbxRun *r);
 /* Stops (or resumes) reading the run's output pipes: backpressure for slow consumers. */
 SBX_API void sbx_run_pause_output(SbxRun *r, bool paused);
 
+/* ---- Files, as the sandbox sees them (relative paths start at /home/user). Jailed in the
+ * sandbox's root by the kernel (openat2 RESOLVE_IN_ROOT), done with the sandbox user's
+ * identity, so permissions, read-only mounts and the filesystem limits apply as to a
+ * command. Each call is synchronous and bounded (at most 4 MiB read per call). All return
+ * 0 or -errno. */
+typedef enum SbxFileType { SBX_FILE_REGULAR, SBX_FILE_DIR, SBX_FILE_SYMLINK, SBX_FILE_OTHER } SbxFileType;
+
+typedef struct SbxFileInfo {
+        char *name;      /* basename */
+        char *path;      /* absolute, as the sandbox sees it */
+        SbxFileType type;
+        uint64_t size;
+        uint32_t mode;   /* permission bits */
+        int64_t mtime_ms; /* since the epoch */
+        char *target;    /* symlinks: where they point */
+} SbxFileInfo;
+
+/* Reads up to `length` bytes from `offset` (length 0: the rest, which must fit in 4 MiB, else
+ * -EFBIG). *ret_data is malloc'd; *ret_size is the file's size. -EISDIR, -EINVAL for
+ * non-regular files (a fifo would block). */
+SBX_API int sbx_file_read(SbxSandbox *sb, const char *path, uint64_t offset, uint64_t length,
+                          uint8_t **ret_data, size_t *ret_len, uint64_t *ret_size);
+/* Writes atomically (temp file + rename; no reader ever sees half a file), or appends.
+ * Missing parent directories are created. mode < 0: 0644. */
+SBX_API int sbx_file_write(SbxSandbox *sb, const char *path, const void *data, size_t len, int mode,
+                           bool append);
+SBX_API int sbx_file_stat(SbxSandbox *sb, const char *path, SbxFileInfo *ret);
+/* Entries below a directory, `depth` levels (1: its own entries). Free with
+ * sbx_file_list_free(). */
+SBX_API int sbx_file_list(SbxSandbox *sb, const char *path, unsigned depth, SbxFileInfo **ret,
+                          size_t *ret_n);
+SBX_API int sbx_file_mkdir(SbxSandbox *sb, const char *path, bool parents);
+SBX_API int sbx_file_remove(SbxSandbox *sb, const char *path, bool recursive);
+SBX_API int sbx_file_rename(SbxSandbox *sb, const char *from, const char *to);
+SBX_API void sbx_file_info_clear(SbxFileInfo *i);
+SBX_API void sbx_file_list_free(SbxFileInfo *v, size_t n);
+
 /* Convenience: run one command and turn the loop until it ends. Output chunks go to
  * on_output (may be NULL). The result's buffers are malloc'd copies owned by the caller:
  * release them with sbx_result_clear(). Returns 0 or -errno (from sbx_session_run). */

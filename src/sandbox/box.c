@@ -42,6 +42,8 @@ int box_shared_init(BoxShared *s) {
         int r;
         *s = (BoxShared){ .builtin_fd = -1 };
         s->rootless = geteuid() != 0;
+        s->user_uid = s->rootless ? geteuid() : SANDBOX_UID;
+        s->user_gid = s->rootless ? getegid() : SANDBOX_GID;
         if (s->rootless) {
                 const char *rt = getenv("XDG_RUNTIME_DIR");
                 if (rt && *rt)
@@ -98,7 +100,7 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         int sv[2] = { -1, -1 }, sync[2] = { -1, -1 };
         int r;
 
-        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1 };
+        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1 };
         err[0] = 0;
         r = random_hex(b->id, 16);
         if (r < 0)
@@ -178,7 +180,16 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 goto fail;
         }
         InitMsg m;
-        ssize_t n = recv(b->ctl_fd, &m, sizeof m, 0);
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        struct iovec iov = { &m, sizeof m };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC);
+        struct cmsghdr *cmh = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS)
+                memcpy(&b->root_fd, CMSG_DATA(cmh), sizeof b->root_fd);
         if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
                 r = -EIO;
                 snprintf(err, errlen, "sandbox init exited during setup");
@@ -221,6 +232,7 @@ int box_spawn_session(Box *b, int sock) {
 
 void box_kill(Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
+        b->root_fd = safe_close(b->root_fd);
         if (b->init_pidfd >= 0)
                 (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
         if (b->cg.dir >= 0)
@@ -240,6 +252,7 @@ int box_try_finish(BoxShared *s, Box *b) {
 
 void box_destroy(BoxShared *s, Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
+        b->root_fd = safe_close(b->root_fd);
         if (b->init_pidfd >= 0) {
                 (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
                 siginfo_t si;

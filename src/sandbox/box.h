@@ -17,6 +17,8 @@ typedef struct BoxShared {
         int builtin_fd;            /* sealed memfd with the bash builtin */
         struct sock_fprog seccomp; /* filter bytes, owned */
         char staging[256];         /* host directory each sandbox builds its root on */
+        uid_t user_uid;            /* the sandbox's user as the host sees it */
+        gid_t user_gid;
 } BoxShared;
 
 typedef struct BoxConfig {
@@ -32,6 +34,7 @@ typedef struct Box {
         pid_t init_pid;
         int init_pidfd;
         int ctl_fd;
+        int root_fd;   /* O_PATH fd of the sandbox's / (from its pid 1) */
         CgroupSandbox cg;
 } Box;
 

@@ -21,10 +21,29 @@
 #include "sandbox/init.h"
 #include "session/wire.h"
 
+/* Says how setup went; on success hands over an O_PATH fd of the new root, through which
+ * the daemon's files API reaches the sandbox's filesystem. */
 static void send_ready(int fd, int status, const char *text) {
         InitMsg m = { .type = INIT_READY, .status = status };
         snprintf(m.text, sizeof m.text, "%s", text ? text : "");
-        (void)send(fd, &m, sizeof m, MSG_NOSIGNAL);
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        struct iovec iov = { &m, sizeof m };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        int root = status == 0 ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (root >= 0) {
+                mh.msg_control = cm.buf;
+                mh.msg_controllen = sizeof cm.buf;
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(c), &root, sizeof root);
+        }
+        (void)sendmsg(fd, &mh, MSG_NOSIGNAL);
+        safe_close(root);
 }
 
 static int loopback_up(void) {

@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "base/loop.h"
 #include "base/util.h"
+#include "fs/files.h"
 #include "sandbox/box.h"
 #include "session/internal.h"
 #include "session/wire.h"
@@ -1343,6 +1344,56 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
 const char *sbx_sandbox_id(const SbxSandbox *sb) { return sb->box.id; }
 const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb) { return &sb->limits; }
 int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->box.init_pid; }
+
+/* ---------------------------------------------------------------- public: files */
+
+static FsCtx fs_ctx(const SbxSandbox *sb) {
+        return (FsCtx){ .root = sb->box.root_fd, .uid = sb->ctx->shared.user_uid, .gid = sb->ctx->shared.user_gid };
+}
+
+int sbx_file_read(SbxSandbox *sb, const char *path, uint64_t offset, uint64_t length, uint8_t **ret_data,
+                  size_t *ret_len, uint64_t *ret_size) {
+        FsCtx c = fs_ctx(sb);
+        return c.root < 0 ? -ESRCH : fs_read(&c, path, offset, length, ret_data, ret_len, ret_size);
+}
+
+int sbx_file_write(SbxSandbox *sb, const char *path, const void *data, size_t len, int mode, bool append) {
+        FsCtx c = fs_ctx(sb);
+        return c.root < 0 ? -ESRCH : fs_write(&c, path, data, len, mode, append);
+}
+
+int sbx_file_stat(SbxSandbox *sb, const char *path, SbxFileInfo *ret) {
+        FsCtx c = fs_ctx(sb);
+        return c.root < 0 ? -ESRCH : fs_stat(&c, path, ret);
+}
+
+int sbx_file_list(SbxSandbox *sb, const char *path, unsigned depth, SbxFileInfo **ret, size_t *ret_n) {
+        FsCtx c = fs_ctx(sb);
+        return c.root < 0 ? -ESRCH : fs_list(&c, path, depth, ret, ret_n);
+}
+
+int sbx_file_mkdir(SbxSandbox *sb, const char *path, bool parents) {
+        FsCtx c = fs_ctx(sb);
+        return c.root < 0 ? -ESRCH : fs_mkdir(&c, path, parents);
+}
+
+int sbx_file_remove(SbxSandbox *sb, const char *path, bool recursive) {
+        FsCtx c = fs_ctx(sb);
+        return c.root < 0 ? -ESRCH : fs_remove(&c, path, recursive);
+}
+
+int sbx_file_rename(SbxSandbox *sb, const char *from, const char *to) {
+        FsCtx c = fs_ctx(sb);
+        return c.root < 0 ? -ESRCH : fs_rename(&c, from, to);
+}
+
+void sbx_file_info_clear(SbxFileInfo *i) { fs_info_clear(i); }
+
+void sbx_file_list_free(SbxFileInfo *v, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                fs_info_clear(&v[i]);
+        free(v);
+}
 
 /* ---------------------------------------------------------------- public: context */
 
