@@ -729,3 +729,27 @@ def _sbx_server_pids():
         if argv and argv[0] == SBX_BIN.encode() and b"--stdio" in argv:
             pids.append(int(d))
     return pids
+
+
+def test_files(sb):
+    import hashlib as _h
+    from sbx import EntryInfo
+    sb.files.write("notes/a.txt", "hello\n", mode=0o640)
+    assert sb.files.read("notes/a.txt") == "hello\n"
+    assert sb.commands.run("cat notes/a.txt; stat -c %a notes/a.txt").stdout == "hello\n640\n"
+    blob = bytes(range(256)) * 40000  # ~10 MiB: chunked both ways
+    sb.files.write("/tmp/blob", blob)
+    assert sb.files.read("/tmp/blob", format="bytes") == blob
+    assert sb.commands.run("sha256sum < /tmp/blob").stdout.split()[0] == _h.sha256(blob).hexdigest()
+    info = sb.files.get_info("notes/a.txt")
+    assert isinstance(info, EntryInfo) and info.type == "file" and info.size == 6 and info.path == "/home/user/notes/a.txt"
+    assert [e.name for e in sb.files.list("notes")] == ["a.txt"]
+    assert sb.files.exists("notes") and not sb.files.exists("nope")
+    sb.files.make_dir("x/y/z")
+    sb.files.rename("notes/a.txt", "x/y/z/b.txt")
+    assert sb.files.read("x/y/z/b.txt") == "hello\n"
+    sb.files.remove("x")
+    assert not sb.files.exists("x")
+    with pytest.raises(SbxError) as ei:
+        sb.files.write("/usr/evil", "x")
+    assert ei.value.code == 1 and "EROFS" in str(ei.value)

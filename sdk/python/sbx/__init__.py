@@ -12,6 +12,7 @@ Standard library only. See docs/PROTOCOL.md in the sbx repository for the wire p
 """
 from ._client import Client, SbxError, find_binary
 from .commands import CommandHandle, CommandResult, Commands, OutputCallback, Session
+from .files import EntryInfo, Files
 from .sandbox import Env, Sandbox, Sandboxes, Sessions
 
 __version__ = "0.1.0"
@@ -26,6 +27,8 @@ __all__ = [
     "Sessions",
     "Env",
     "Sandboxes",
+    "Files",
+    "EntryInfo",
     "Client",
     "OutputCallback",
     "find_binary",

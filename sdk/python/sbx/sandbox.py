@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Mapping, Optional, Type, Union
 
 from ._client import Client, SbxError, as_object
 from .commands import Commands, Session, seconds_to_ms
+from .files import Files
 
 __all__ = ["Sandbox", "Sessions", "Env", "Sandboxes"]
 
@@ -111,6 +112,9 @@ class Sandbox:
         """Named sessions: ``create``, ``get``, ``list``, ``delete``."""
         self.env: Env = Env(client, sandbox_id)
         """Session environment variables: ``set``, ``get``."""
+        self.files: Files = Files(client, sandbox_id)
+        """The filesystem: ``read``, ``write``, ``list``, ``get_info``, ``exists``, ``make_dir``,
+        ``remove``, ``rename``."""
         self.sandboxes: Sandboxes = Sandboxes(client)
         """More sandboxes on this connection: ``create``, ``list``, ``get``."""
 
