@@ -9,7 +9,9 @@
 #include <string.h>
 #include <sys/fsuid.h>
 #include <sys/random.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "base/macro.h"
@@ -81,15 +83,35 @@ static int resolve(const FsCtx *c, const char *abs, uint64_t flags, uint64_t mod
                 .mode = mode,
                 .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
         };
-        long fd;
-        do
-                fd = syscall(SYS_openat2, c->root, abs, &how, sizeof how);
-        while (fd < 0 && errno == EAGAIN);
+        /* No retry on EAGAIN: with O_NONBLOCK it means a lease held from inside the sandbox. */
+        long fd = syscall(SYS_openat2, c->root, abs, &how, sizeof how);
         return fd < 0 ? negerrno() : (int)fd;
 }
 
 static int open_parent(const FsCtx *c, const char *dir) {
         return resolve(c, dir, O_PATH | O_DIRECTORY, 0);
+}
+
+/* A parent directory whose entries may be changed: on the writable tmpfs, else EROFS (the
+ * read-only system binds, /proc, /dev and the skeleton all land here). */
+static int open_parent_writable(const FsCtx *c, const char *dir) {
+        int fd = open_parent(c, dir);
+        struct stat st;
+        if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_dev != c->writable)) {
+                close(fd);
+                return -EROFS;
+        }
+        return fd;
+}
+
+/* Kernel file systems whose files act on the kernel when read (or whose permission checks
+ * look at the caller's effective ids, which are root's): never read through the API. */
+static bool readable_fs(int fd) {
+        struct statfs sf;
+        if (fstatfs(fd, &sf) < 0)
+                return false;
+        return sf.f_type != PROC_SUPER_MAGIC && sf.f_type != SYSFS_MAGIC && sf.f_type != DEVPTS_SUPER_MAGIC &&
+               sf.f_type != CGROUP2_SUPER_MAGIC && sf.f_type != CGROUP_SUPER_MAGIC;
 }
 
 static void fill_info(FsInfo *i, const struct stat *st) {
@@ -140,6 +162,8 @@ int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, 
                 r = negerrno();
         } else if (!S_ISREG(st.st_mode)) {
                 r = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL; /* a fifo or device would block */
+        } else if (!readable_fs(fd)) {
+                r = -EACCES;
         } else {
                 uint64_t size = (uint64_t)st.st_size, off = MIN(offset, size), n = size - off;
                 if (length)
@@ -187,6 +211,12 @@ static int mkdir_parents(const FsCtx *c, const char *abs) {
                 _cleanup_close_ int pfd = open_parent(c, dir);
                 if (pfd < 0)
                         return pfd;
+                struct stat st;
+                if (fstatat(pfd, base, &st, 0) == 0 && S_ISDIR(st.st_mode))
+                        continue;
+                struct stat pst;
+                if (fstat(pfd, &pst) < 0 || pst.st_dev != c->writable)
+                        return -EROFS;
                 if (mkdirat(pfd, base, 0755) < 0 && errno != EEXIST)
                         return negerrno();
         }
@@ -203,16 +233,18 @@ int fs_write(const FsCtx *c, const char *path, const void *data, size_t len, int
                 return -EINVAL;
         as_user(c);
         r = mkdir_parents(c, dir);
-        _cleanup_close_ int pfd = r < 0 ? -1 : open_parent(c, dir);
+        _cleanup_close_ int pfd = r < 0 ? -1 : open_parent_writable(c, dir);
         if (r == 0 && pfd < 0)
                 r = pfd;
         if (r == 0 && append) {
-                _cleanup_close_ int fd = resolve(c, abs, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_NOCTTY,
-                                                 mode >= 0 ? (uint64_t)mode : 0644);
+                /* Relative to the checked parent, never following the last component: a
+                 * symlink planted there (to /proc/sys/..., say) is refused with ELOOP. */
+                _cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_NOCTTY |
+                                                O_NOFOLLOW | O_CLOEXEC, mode >= 0 ? (mode_t)mode : 0644);
                 struct stat st;
                 if (fd < 0)
-                        r = fd;
-                else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+                        r = negerrno();
+                else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != c->writable)
                         r = -EINVAL;
                 else
                         r = write_all(fd, data, len);
@@ -266,8 +298,9 @@ static int list_dir(int dfd, const char *path, unsigned depth, List *l) {
         int fd = dup(dfd);
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
         if (!d) {
+                int r = negerrno();
                 safe_close(fd);
-                return -ENOMEM;
+                return r;
         }
         int r = 0;
         for (struct dirent *de; r == 0 && (de = readdir(d));) {
@@ -333,7 +366,7 @@ int fs_mkdir(const FsCtx *c, const char *path, bool parents) {
         if (parents) {
                 r = mkdir_parents(c, abs);
         } else {
-                _cleanup_close_ int pfd = open_parent(c, dir);
+                _cleanup_close_ int pfd = open_parent_writable(c, dir);
                 r = pfd < 0 ? pfd : mkdirat(pfd, base, 0755) < 0 ? negerrno() : 0;
         }
         as_daemon();
@@ -373,7 +406,7 @@ int fs_remove(const FsCtx *c, const char *path, bool recursive) {
         if (r < 0 || (r = split(abs, dir, base)) < 0)
                 return r;
         as_user(c);
-        _cleanup_close_ int pfd = open_parent(c, dir);
+        _cleanup_close_ int pfd = open_parent_writable(c, dir);
         struct stat st;
         if (pfd < 0)
                 r = pfd;
@@ -396,8 +429,8 @@ int fs_rename(const FsCtx *c, const char *from, const char *to) {
         if (r < 0 || (r = normalize(to, a2)) < 0 || (r = split(a1, d1, b1)) < 0 || (r = split(a2, d2, b2)) < 0)
                 return r;
         as_user(c);
-        _cleanup_close_ int p1 = open_parent(c, d1);
-        _cleanup_close_ int p2 = p1 < 0 ? -1 : open_parent(c, d2);
+        _cleanup_close_ int p1 = open_parent_writable(c, d1);
+        _cleanup_close_ int p2 = p1 < 0 ? -1 : open_parent_writable(c, d2);
         if (p1 < 0)
                 r = p1;
         else if (p2 < 0)

@@ -8,7 +8,11 @@
  * so a symlink swapped in meanwhile changes nothing. Every operation runs with the file-system
  * identity of the sandbox's user (setfsuid/setfsgid): permissions, read-only mounts and the
  * tmpfs size and inode limits apply exactly as to a command, and what is created belongs to
- * the user. Relative paths are relative to /home/user. */
+ * the user. setfsuid() leaves the daemon's effective uid and capabilities in place, and some
+ * kernel files (procfs, sysctls) check those, so on top: nothing outside the sandbox's
+ * writable tmpfs is ever changed (checked on the parent directory's fd, and the last
+ * component is never followed when writing), and procfs and devpts are never read.
+ * Relative paths are relative to /home/user. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,6 +24,7 @@ typedef struct FsCtx {
         int root;        /* O_PATH fd of the sandbox's / */
         uid_t uid;       /* the sandbox user as the host sees it */
         gid_t gid;
+        dev_t writable;  /* st_dev of the sandbox's writable tmpfs: the only place changed */
 } FsCtx;
 
 /* The public SbxFileInfo, so the API hands results over without copying. */

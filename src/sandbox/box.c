@@ -195,6 +195,14 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 snprintf(err, errlen, "sandbox init exited during setup");
                 goto fail;
         }
+        struct stat wst;
+        if (m.status == 0 && (b->root_fd < 0 || fstatat(b->root_fd, "tmp", &wst, 0) < 0)) {
+                r = -EIO;
+                snprintf(err, errlen, "sandbox init sent no root");
+                goto fail;
+        }
+        if (m.status == 0)
+                b->writable_dev = wst.st_dev;
         if (m.status < 0) {
                 r = m.status;
                 m.text[sizeof m.text - 1] = 0;

@@ -35,6 +35,7 @@ typedef struct Box {
         int init_pidfd;
         int ctl_fd;
         int root_fd;   /* O_PATH fd of the sandbox's / (from its pid 1) */
+        dev_t writable_dev; /* st_dev of its writable tmpfs (/tmp, /home/user, /dev/shm) */
         CgroupSandbox cg;
 } Box;
 

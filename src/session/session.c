@@ -17,7 +17,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1348,7 +1350,8 @@ int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->box.init_pid; }
 /* ---------------------------------------------------------------- public: files */
 
 static FsCtx fs_ctx(const SbxSandbox *sb) {
-        return (FsCtx){ .root = sb->box.root_fd, .uid = sb->ctx->shared.user_uid, .gid = sb->ctx->shared.user_gid };
+        return (FsCtx){ .root = sb->box.root_fd, .uid = sb->ctx->shared.user_uid, .gid = sb->ctx->shared.user_gid,
+                        .writable = sb->box.writable_dev };
 }
 
 int sbx_file_read(SbxSandbox *sb, const char *path, uint64_t offset, uint64_t length, uint8_t **ret_data,
@@ -1422,6 +1425,15 @@ static void pool_event(Watch *w, uint32_t events) {
         pool_arm(ctx, 5);
 }
 
+/* Every pipe, pidfd and socket is an fd of the daemon: take the hard limit. */
+static void raise_fd_limit(void) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
+        }
+}
+
 int sbx_context_new(SbxContext **ret) {
         SbxContext *ctx = calloc(1, sizeof *ctx);
         if (!ctx)
@@ -1450,6 +1462,11 @@ int sbx_context_new(SbxContext **ret) {
         /* Output and stdin pipes may lose their reader at any time; that must be EPIPE for
          * the daemon, never a signal. */
         signal(SIGPIPE, SIG_IGN);
+        /* The files API acts with the sandbox user's fs ids; root's supplementary groups
+         * must not come along. */
+        if (geteuid() == 0)
+                (void)setgroups(0, NULL);
+        raise_fd_limit();
         *ret = ctx;
         return 0;
 }

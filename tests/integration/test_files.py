@@ -190,3 +190,26 @@ def test_large_file_in_chunks(sb):
         assert r["size"] == len(data)
         got += part
     assert hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_kernel_files_never_touched(sb):
+    # setfsuid() leaves the daemon's euid 0 and capabilities; /proc/sys checks those. Nothing
+    # the API writes may reach a kernel file, whatever link a command planted.
+    before = open("/proc/sys/fs/lease-break-time").read()
+    sb.sh("ln -s /proc/sys/fs/lease-break-time upload.bin; ln -s /proc/sys/fs sysdir; "
+          "ln -s /proc/self/oom_score_adj adj; ln -s /dev/null devnull")
+    new = b64(b"46\n")
+    assert err(sb, "files.write", {"path": "upload.bin", "data": new, "append": True})[1].startswith("ELOOP")
+    assert err(sb, "files.write", {"path": "sysdir/lease-break-time", "data": new, "append": True})[1].startswith("EROFS")
+    assert err(sb, "files.write", {"path": "sysdir/lease-break-time", "data": new})[1].startswith("EROFS")
+    assert err(sb, "files.write", {"path": "/proc/sys/fs/lease-break-time", "data": new})[1].startswith("EROFS")
+    assert err(sb, "files.mkdir", {"path": "/proc/sys/x"})[1].startswith("EROFS")
+    assert err(sb, "files.rm", {"path": "/proc/sys/fs/lease-break-time"})[1].startswith("EROFS")
+    assert err(sb, "files.read", {"path": "upload.bin"})[1].startswith("EACCES")
+    assert err(sb, "files.read", {"path": "/proc/1/status"})[1].startswith("EACCES")
+    assert err(sb, "files.write", {"path": "devnull", "data": new, "append": True})[0] == 1
+    assert open("/proc/sys/fs/lease-break-time").read() == before
+    # The replacing write turns the planted link into a plain file, inside the sandbox.
+    assert sb.result("files.write", {"path": "upload.bin", "data": new}) == {"ok": True}
+    assert sb.sh("test -L upload.bin || cat upload.bin")["stdout"] == "46\n"
+    assert open("/proc/sys/fs/lease-break-time").read() == before
