@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -281,6 +282,29 @@ done:
         set_oom_score_adj("0"); /* holder again: back to the default */
 }
 
+/* Tells the daemon which process is the new worker, by a pidfd (the daemon cannot tell it
+ * from a sibling by the sender's credentials alone). */
+static void announce_worker(pid_t w) {
+        int pfd = (int)syscall(SYS_pidfd_open, w, 0);
+        if (pfd < 0)
+                return; /* the daemon then never trusts a READY: the run times out cleanly */
+        WireHdr h = { .type = WIRE_SPAWNED };
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        struct iovec iov = { &h, sizeof h };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pfd, sizeof pfd);
+        while (sendmsg(SOCK_FD, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR)
+                ;
+        close(pfd);
+}
+
 /* The holder's life: fork a worker, wait for it. Returns only on a fatal setup error. */
 static int sbx_session_builtin(WORD_LIST *list) {
         sigset_t chld;
@@ -324,6 +348,7 @@ static int sbx_session_builtin(WORD_LIST *list) {
                         sigprocmask(SIG_BLOCK, &chld, NULL);
                         continue; /* this process is now the holder */
                 }
+                announce_worker(w);
                 int ws;
                 while (waitpid(w, &ws, 0) < 0)
                         if (errno != EINTR)

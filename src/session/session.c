@@ -109,6 +109,9 @@ struct SbxSession {
         Watch sock_w;
         pid_t holder_pid, worker_pid;
         int holder_pidfd;
+        int worker_pidfd;     /* from the holder's SPAWNED: the only worker we trust */
+        pid_t spawned_pid;    /* host pid of that worker */
+        pid_t ready_pid;      /* a READY that came before its SPAWNED */
         Watch holder_w;
         int cg;           /* cgroup of the next (or current) command, worker inside */
         char cg_name[24];
@@ -643,25 +646,48 @@ static void set_holder(SbxSession *s, pid_t pid) {
                 safe_close(fd);
 }
 
-/* The parent of a process, as the host sees it; -1 if unknown. */
-static pid_t parent_of(pid_t pid) {
-        char path[64], stat[512];
-        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-        if (read_file_at(AT_FDCWD, path, stat, sizeof stat) <= 0)
-                return -1;
-        char *p = strrchr(stat, ')');
-        int ppid;
-        if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
-                return -1;
-        return (pid_t)ppid;
+/* The pid a pidfd refers to, as the daemon sees it; 0 if unknown. */
+static pid_t pidfd_pid(int fd) {
+        char path[64], info[512];
+        snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+        if (read_file_at(AT_FDCWD, path, info, sizeof info) <= 0)
+                return 0;
+        const char *p = strstr(info, "\nPid:");
+        int pid;
+        return p && sscanf(p + 5, "%d", &pid) == 1 && pid > 0 ? (pid_t)pid : 0;
+}
+
+static void on_ready(SbxSession *s, pid_t pid);
+
+static void forget_worker(SbxSession *s) {
+        s->worker_pidfd = safe_close(s->worker_pidfd);
+        s->spawned_pid = s->ready_pid = 0;
+}
+
+static void on_spawned(SbxSession *s, int fd) {
+        pid_t pid = pidfd_pid(fd);
+        if (s->state != SS_WAIT_READY || !pid) {
+                close(fd);
+                return;
+        }
+        pid_t early = s->ready_pid; /* a READY that overtook this SPAWNED */
+        forget_worker(s);
+        s->worker_pidfd = fd;
+        s->spawned_pid = pid;
+        if (early == pid)
+                on_ready(s, pid);
 }
 
 static void on_ready(SbxSession *s, pid_t pid) {
         SbxSandbox *sb = s->sb;
-        /* Anything inside the sandbox can write to the session socket; only a child of the
-         * current holder is that holder's worker. */
-        if (s->state != SS_WAIT_READY || parent_of(pid) != s->holder_pid) {
-                log_debug("session %s: unexpected READY from %d", s->name, (int)pid);
+        /* Anything inside the sandbox can write to the session socket; only the process the
+         * holder announced (SPAWNED) is the worker. Its READY may overtake the SPAWNED. */
+        if (s->state != SS_WAIT_READY)
+                return;
+        if (s->spawned_pid != pid) {
+                if (!s->spawned_pid)
+                        s->ready_pid = pid;
+                log_debug("session %s: READY from %d, not (yet) the announced worker", s->name, (int)pid);
                 return;
         }
         snprintf(s->cg_name, sizeof s->cg_name, "c%llu", (unsigned long long)++sb->next_cmd);
@@ -672,7 +698,7 @@ static void on_ready(SbxSession *s, pid_t pid) {
                 log_warn("session %s: cannot contain worker: %s", s->name, strerror(dir < 0 ? -dir : errno));
                 safe_close(dir);
                 (void)cgroup_child_remove(&sb->box.cg, s->cg_name);
-                (void)kill(pid, SIGKILL);
+                pidfd_kill(s->worker_pidfd);
                 return;
         }
         s->cg = dir;
@@ -694,6 +720,7 @@ static void on_done(SbxSession *s, pid_t pid, uint32_t seq, uint64_t nonce, int 
         safe_close(old);
         set_holder(s, pid);
         s->worker_pid = 0;
+        forget_worker(s);
         s->state = SS_WAIT_READY;
         r->exit_code = status;
         run_finish(r);
@@ -704,6 +731,7 @@ static void on_died(SbxSession *s, int wstatus) {
         SessionState was = s->state;
         s->state = SS_WAIT_READY;
         s->worker_pid = 0;
+        forget_worker(s);
         if (was == SS_IDLE) {
                 /* The idle worker died (killed from inside the sandbox): drop its cgroup. */
                 if (s->cg >= 0)
@@ -738,6 +766,7 @@ static void session_event(Watch *w, uint32_t events) {
                         return;
                 }
                 pid_t pid = 0;
+                int fds[4], n_fds = 0;
                 for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
                         if (c->cmsg_level != SOL_SOCKET)
                                 continue;
@@ -746,15 +775,24 @@ static void session_event(Watch *w, uint32_t events) {
                                 memcpy(&uc, CMSG_DATA(c), sizeof uc);
                                 pid = uc.pid;
                         } else if (c->cmsg_type == SCM_RIGHTS) {
-                                /* Nothing from inside the sandbox may plant fds here. */
                                 int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
                                 for (int j = 0; j < k; j++) {
                                         int fd;
                                         memcpy(&fd, CMSG_DATA(c) + (size_t)j * sizeof fd, sizeof fd);
-                                        close(fd);
+                                        if (n_fds < (int)ELEMENTSOF(fds))
+                                                fds[n_fds++] = fd;
+                                        else
+                                                close(fd);
                                 }
                         }
                 }
+                /* Only the holder may hand us an fd, and only a worker's pidfd. */
+                if (n == (ssize_t)sizeof h && h.type == WIRE_SPAWNED && pid > 0 && pid == s->holder_pid && n_fds == 1) {
+                        on_spawned(s, fds[0]);
+                        continue;
+                }
+                for (int j = 0; j < n_fds; j++)
+                        close(fds[j]);
                 if (n != (ssize_t)sizeof h || pid <= 0)
                         continue;
                 switch (h.type) {
@@ -795,8 +833,8 @@ static void session_close_shell(SbxSession *s) {
         loop_del(l, &s->holder_w);
         pidfd_kill(s->holder_pidfd);
         s->holder_pidfd = safe_close(s->holder_pidfd);
-        if (s->worker_pid > 0)
-                (void)kill(s->worker_pid, SIGKILL);
+        pidfd_kill(s->worker_pidfd);
+        forget_worker(s);
         if (s->cg >= 0)
                 cgroup_retire(s->sb, TAKE_FD(s->cg), s->cg_name);
         s->holder_pid = s->worker_pid = 0;
@@ -899,7 +937,7 @@ int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
                 return -ENOMEM;
         }
         s->sb = sb;
-        s->sock = s->holder_pidfd = s->cg = -1;
+        s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = -1;
         int r = session_start_shell(s);
         if (r < 0) {
                 free(s->name);

@@ -22,6 +22,9 @@ enum {
         WIRE_DONE = 4,  /* worker -> daemon: command ended, `status` is its exit code; the
                            worker is now the session's holder */
         WIRE_DIED = 5,  /* holder -> daemon: the worker died, `status` is its wait status */
+        WIRE_SPAWNED = 6, /* holder -> daemon: a pidfd of the worker it just forked; only
+                             that process's READY counts (its siblings, background jobs of
+                             earlier commands, could otherwise pose as the worker) */
 };
 
 typedef struct WireHdr {

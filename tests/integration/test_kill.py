@@ -261,3 +261,21 @@ def test_timeout_enforced_while_stdout_reader_stalls():
     assert rc == 124
     assert len(o) == 1024 * 1024
     assert not running, "the command was still running 2.5 s past its 1 s timeout"
+
+
+def test_background_job_cannot_pose_as_the_worker(sbx):
+    # A background job of an earlier command is also a child of the session's holder. Spamming
+    # READY (every plausible header size) must not make the daemon take it for the worker:
+    # later commands still run in their own cgroup, and a timeout still kills them.
+    cmds = []
+    for size in range(12, 64, 4):
+        raw = struct.pack("<I", 2) + bytes(size - 4)
+        cmds.append("printf '" + "".join(f"\\x{b:02x}" for b in raw) + "' >&1001")
+    spam = "( while :; do " + "; ".join(cmds) + "; done ) 2>/dev/null &"
+    cp = sbx(spam, "sleep 0.3; echo two", "echo three; grep '^0::' /proc/self/cgroup",
+             "sleep 30", "echo five", opts=["-t", "3"], timeout=60)
+    assert cp.returncode == 0, describe(cp)
+    lines = cp.stdout.decode().splitlines()
+    assert lines[:2] == ["two", "three"], describe(cp)
+    assert lines[2].startswith("0::/../c"), describe(cp)
+    assert lines[3] == "five", describe(cp)
