@@ -2,6 +2,7 @@
 /* base64 and UTF-8 validation. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include "base/text.h"
 
 static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -73,33 +74,53 @@ uint8_t *b64_decode(const char *s, size_t len, size_t *ret_len) {
         return out;
 }
 
+/* Length of the well-formed UTF-8 sequence at s (0 if none). */
+static size_t utf8_seq(const uint8_t *s, size_t len) {
+        if (len == 0 || s[0] == 0)
+                return 0;
+        if (s[0] < 0x80)
+                return 1;
+        size_t n;
+        uint32_t cp;
+        if ((s[0] & 0xe0) == 0xc0) { n = 1; cp = s[0] & 0x1f; }
+        else if ((s[0] & 0xf0) == 0xe0) { n = 2; cp = s[0] & 0x0f; }
+        else if ((s[0] & 0xf8) == 0xf0) { n = 3; cp = s[0] & 0x07; }
+        else return 0;
+        if (n >= len)
+                return 0;
+        for (size_t k = 1; k <= n; k++) {
+                if ((s[k] & 0xc0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (s[k] & 0x3f);
+        }
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+                return 0;
+        return n + 1;
+}
+
+bool utf8_sanitize(char *str) {
+        uint8_t *s = (uint8_t *)str;
+        size_t len = strlen(str);
+        bool changed = false;
+        for (size_t i = 0; i < len;) {
+                size_t n = utf8_seq(s + i, len - i);
+                if (n == 0) {
+                        s[i++] = '?';
+                        changed = true;
+                } else {
+                        i += n;
+                }
+        }
+        return changed;
+}
+
 bool utf8_valid(const uint8_t *s, size_t len) {
-        size_t i = 0;
-        while (i < len) {
-                uint8_t c = s[i];
-                if (c == 0)
+        for (size_t i = 0; i < len;) {
+                size_t n = utf8_seq(s + i, len - i);
+                if (n == 0)
                         return false;
-                if (c < 0x80) {
-                        i++;
-                        continue;
-                }
-                size_t n;
-                uint32_t cp;
-                if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
-                else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
-                else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
-                else return false;
-                if (i + n >= len)
-                        return false;
-                for (size_t k = 1; k <= n; k++) {
-                        if ((s[i + k] & 0xc0) != 0x80)
-                                return false;
-                        cp = cp << 6 | (s[i + k] & 0x3f);
-                }
-                if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-                    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-                        return false;
-                i += n + 1;
+                i += n;
         }
         return true;
 }

@@ -14,3 +14,6 @@ uint8_t *b64_decode(const char *s, size_t len, size_t *ret_len);
 /* True when the bytes are well-formed UTF-8 (no overlongs, surrogates or NUL bytes, which
  * JSON strings from jansson cannot carry reliably). */
 bool utf8_valid(const uint8_t *s, size_t len);
+/* Replaces every byte that is not part of well-formed UTF-8 (and NULs) with '?', in place:
+ * for text that must become a JSON string whatever it contains. Returns true if it changed. */
+bool utf8_sanitize(char *s);

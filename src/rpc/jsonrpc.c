@@ -14,6 +14,9 @@ int rpc_fail(RpcError *e, int code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(e->message, sizeof e->message, fmt, ap);
         va_end(ap);
+        /* Messages quote client and sandbox text, cut at a byte limit: keep them valid
+         * UTF-8, or the answer could not be encoded at all. */
+        utf8_sanitize(e->message);
         return -1;
 }
 
@@ -40,8 +43,13 @@ static char *dump_line(json_t *msg, size_t *ret_len) {
 }
 
 char *rpc_result_line(json_t *id, json_t *result, size_t *ret_len) {
-        json_t *m = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? id : json_null(), "result",
-                              result ? result : json_null());
+        if (!result) {
+                /* Building the result failed (memory, or text jansson refused): still answer. */
+                RpcError e;
+                rpc_fail(&e, RPC_INTERNAL_ERROR, "could not encode the result");
+                return rpc_error_line(id, &e, ret_len);
+        }
+        json_t *m = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? id : json_null(), "result", result);
         return dump_line(m, ret_len);
 }
 

@@ -671,13 +671,18 @@ static int param_path(Req *r, const char *key, const char **ret, RpcError *e) {
         return 0;
 }
 
-static json_t *info_json(const SbxFileInfo *i) {
+/* File names are bytes; JSON strings are UTF-8. Names that are not get '?' for each bad byte
+ * and "lossy": true (the bytes themselves are reachable through a command). */
+static json_t *info_json(SbxFileInfo *i) {
         static const char *const types[] = { "file", "dir", "symlink", "other" };
+        bool lossy = utf8_sanitize(i->name) | utf8_sanitize(i->path) | (i->target && utf8_sanitize(i->target));
         json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:i, s:o}", "name", i->name, "path", i->path, "type",
                               types[i->type <= SBX_FILE_OTHER ? i->type : SBX_FILE_OTHER], "size",
                               (json_int_t)i->size, "mode", (int)i->mode, "mtime", iso_time((uint64_t)i->mtime_ms));
         if (o && i->target)
                 json_object_set_new(o, "target", json_string(i->target));
+        if (o && lossy)
+                json_object_set_new(o, "lossy", json_true());
         return o;
 }
 
@@ -739,8 +744,11 @@ static int m_files_list(Req *r, json_t **ret, RpcError *e) {
         if (rr < 0)
                 return rpc_fail_errno(e, rr, path);
         json_t *list = json_array();
-        for (size_t i = 0; i < n; i++)
-                json_array_append_new(list, info_json(&v[i]));
+        for (size_t i = 0; i < n; i++) {
+                json_t *e1 = info_json(&v[i]);
+                if (e1)
+                        json_array_append_new(list, e1);
+        }
         sbx_file_list_free(v, n);
         *ret = json_pack("{s:o}", "entries", list);
         return 0;

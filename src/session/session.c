@@ -325,6 +325,7 @@ static void run_close_io(SbxRun *r) {
 
 static void run_free(SbxRun *r) {
         Loop *l = r->s->sb->ctx->loop;
+        loop_cancel_defer(l, r);
         loop_del(l, &r->out_w);
         loop_del(l, &r->err_w);
         safe_close(r->out_fd);
@@ -442,6 +443,8 @@ static void run_finish(SbxRun *r) {
         schedule_pump(s);
 }
 
+static void run_finish_deferred(void *data) { run_finish(data); }
+
 static void run_cgroup_event(Watch *w, uint32_t events) {
         SbxRun *r = w->data;
         if (cgroup_populated(r->cg) == 0)
@@ -495,13 +498,12 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         (void)cgroup_kill(r->cg);
         loop_del(s->sb->ctx->loop, &r->timer_w);
         r->cg_events = cgroup_events_open(r->cg);
+        /* Finished from the loop, never here: the caller may be this run's own output
+         * callback, with the run still on its stack. */
         if (r->cg_events < 0 ||
-            loop_add(s->sb->ctx->loop, &r->cg_w, r->cg_events, EPOLLPRI, run_cgroup_event, r) < 0) {
-                run_finish(r);
-                return;
-        }
-        if (cgroup_populated(r->cg) == 0)
-                run_finish(r);
+            loop_add(s->sb->ctx->loop, &r->cg_w, r->cg_events, EPOLLPRI, run_cgroup_event, r) < 0 ||
+            cgroup_populated(r->cg) == 0)
+                (void)loop_defer(s->sb->ctx->loop, run_finish_deferred, r);
 }
 
 static void run_timer_event(Watch *w, uint32_t events) {

@@ -474,3 +474,16 @@ def test_sandbox_cap(stdio):
     stdio.result("sandbox.destroy", {"sandboxId": made[0]["result"]["sandboxId"]})
     assert "sandboxId" in stdio.result("sandbox.create")
     assert stdio.result("health")["sandboxes"] == 64
+
+
+def test_non_utf8_safe_answers(stdio):
+    stdio.result("create")
+    # Error messages quote client text cut at a byte limit: never mid-character, never lost.
+    e = stdio.error("run", {"command": "true", "sandboxId": "a" + "é" * 40})
+    assert e["code"] == -32602 and e["message"].startswith("Unknown sandboxId: a")
+    assert stdio.error("x" + "é" * 100)["code"] == -32601
+    # File names are bytes: a name that is not UTF-8 is listed lossily, not dropped.
+    stdio.result("run", {"command": "touch $'bad\\xff' good"})
+    entries = {e["name"]: e for e in stdio.result("files.list", {"path": "."})["entries"]}
+    assert "good" in entries and "bad?" in entries and entries["bad?"]["lossy"] is True
+    assert stdio.result("ping") == {"pong": True}
