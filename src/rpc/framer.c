@@ -40,33 +40,38 @@ static void release_if_big(Framer *f) {
         }
 }
 
-int framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *ud) {
-        while (len > 0) {
-                const uint8_t *nl = memchr(data, '\n', len);
-                size_t seg = nl ? (size_t)(nl - data) : len;
+long framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *ud) {
+        size_t used = 0;
+        while (used < len) {
+                const uint8_t *p = data + used;
+                size_t left = len - used;
+                const uint8_t *nl = memchr(p, '\n', left);
+                size_t seg = nl ? (size_t)(nl - p) : left;
+                bool go = true;
                 if (f->skipping) {
                         /* discard */
                 } else if (f->len + seg > f->max) {
                         f->skipping = true;
                         f->len = 0;
                         release_if_big(f);
-                        fn(ud, NULL, 0, true);
+                        go = fn(ud, NULL, 0, true);
                 } else if (nl && f->len == 0) {
-                        fn(ud, (const char *)data, seg, false);
+                        go = fn(ud, (const char *)p, seg, false);
                 } else {
-                        int r = append(f, data, seg);
+                        int r = append(f, p, seg);
                         if (r < 0)
                                 return r;
                         if (nl) {
-                                fn(ud, (const char *)f->buf, f->len, false);
+                                go = fn(ud, (const char *)f->buf, f->len, false);
                                 f->len = 0;
                                 release_if_big(f);
                         }
                 }
                 if (nl)
                         f->skipping = false;
-                data += seg + (nl ? 1 : 0);
-                len -= seg + (nl ? 1 : 0);
+                used += seg + (nl ? 1 : 0);
+                if (!go)
+                        break;
         }
-        return 0;
+        return (long)used;
 }

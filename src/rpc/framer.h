@@ -13,10 +13,12 @@ typedef struct Framer {
         bool skipping; /* inside a line already reported too large */
 } Framer;
 
-/* line is not NUL-terminated; too_large lines come with line == NULL, len 0. */
-typedef void (*FrameFn)(void *ud, const char *line, size_t len, bool too_large);
+/* line is not NUL-terminated; too_large lines come with line == NULL, len 0. Returns false
+ * to stop after this line (the consumer is busy). */
+typedef bool (*FrameFn)(void *ud, const char *line, size_t len, bool too_large);
 
 void framer_init(Framer *f, size_t max);
 void framer_done(Framer *f);
-/* Feeds bytes; calls fn for each complete line. Returns 0 or -ENOMEM. */
-int framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *ud);
+/* Feeds bytes; calls fn for each complete line until fn says stop. Returns how many bytes
+ * were consumed (the rest must be fed again later), or -ENOMEM. */
+long framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *ud);

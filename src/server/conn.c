@@ -15,6 +15,8 @@
 
 static size_t out_pending(const Conn *c) { return bq_pending(&c->out); }
 
+static void resume_input(void *data);
+
 static void set_paused(Conn *c, bool paused) {
         if (c->paused == paused)
                 return;
@@ -22,9 +24,11 @@ static void set_paused(Conn *c, bool paused) {
         for (Pending *p = c->pending; p; p = p->next)
                 if (p->run && p->stream)
                         sbx_run_pause_output(p->run, paused);
-        /* A client that does not read its answers gets no more requests read either. */
+        /* A client that does not read its answers gets no more requests read, nor handled. */
         if (c->rw.active)
                 (void)loop_mod(c->srv->loop, &c->rw, paused ? 0 : EPOLLIN);
+        if (!paused && bq_pending(&c->in) > 0)
+                (void)loop_defer(c->srv->loop, resume_input, c);
 }
 
 static void flush(Conn *c) {
@@ -97,10 +101,35 @@ void conn_notify(Conn *c, const char *method, json_t *params) {
         conn_send(c, line, n);
 }
 
-static void frame(void *ud, const char *line, size_t len, bool too_large) {
+static bool frame(void *ud, const char *line, size_t len, bool too_large) {
         Conn *c = ud;
         if (!c->closing)
                 dispatch_line(c, line, len, too_large);
+        return !c->closing && !c->paused;
+}
+
+/* Frames bytes; what the paused client's requests did not get to stays in c->in.
+ * Returns false if the connection must close. */
+static bool feed(Conn *c, const uint8_t *data, size_t len) {
+        long used = framer_feed(&c->framer, data, len, frame, c);
+        if (used < 0)
+                return false;
+        if ((size_t)used < len && !c->closing && bq_push(&c->in, data + used, len - (size_t)used) < 0)
+                return false;
+        return true;
+}
+
+static void resume_input(void *data) {
+        Conn *c = data;
+        size_t n = bq_pending(&c->in);
+        if (c->paused || c->closing || n == 0)
+                return;
+        ByteQueue held = c->in;
+        c->in = (ByteQueue){ 0 };
+        bool ok = feed(c, bq_head(&held), n);
+        bq_done(&held);
+        if (!ok)
+                conn_close(c);
 }
 
 static void read_event(Watch *w, uint32_t events) {
@@ -122,7 +151,7 @@ static void read_event(Watch *w, uint32_t events) {
                                 conn_close(c);
                         return;
                 }
-                if (framer_feed(&c->framer, buf, (size_t)n, frame, c) < 0) {
+                if (!feed(c, buf, (size_t)n)) {
                         conn_close(c);
                         return;
                 }
@@ -182,6 +211,7 @@ void conn_close(Conn *c) {
         }
         framer_done(&c->framer);
         bq_done(&c->out);
+        bq_done(&c->in);
         if (c->prev)
                 c->prev->next = c->next;
         else

@@ -82,6 +82,7 @@ struct Conn {
         uid_t uid;
         Framer framer;
         ByteQueue out;
+        ByteQueue in;   /* read but not yet framed: held while the client is paused */
         SrvSandbox *root;
         Pending *pending;
 };

@@ -14,14 +14,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 typedef struct Trace {
         uint64_t hash;
         size_t lines, too_large;
+        bool stop; /* ask the framer to stop after each line */
 } Trace;
 
-static void on_line(void *ud, const char *line, size_t len, bool too_large) {
+static bool on_line(void *ud, const char *line, size_t len, bool too_large) {
         Trace *t = ud;
         if (too_large) {
                 t->too_large++;
                 t->hash = t->hash * 31 + 7;
-                return;
+                return !t->stop;
         }
         t->lines++;
         for (size_t i = 0; i < len; i++)
@@ -54,6 +55,7 @@ static void on_line(void *ud, const char *line, size_t len, bool too_large) {
         (void)utf8_valid((const uint8_t *)line, len);
         uint8_t *junk = b64_decode(line, len, &dec_len);
         free(junk);
+        return !t->stop;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -65,8 +67,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t step = size ? (size_t)data[0] % 13 + 1 : 1;
         for (size_t off = 0; off < size; off += step)
                 (void)framer_feed(&chunked, data + off, size - off < step ? size - off : step, on_line, &b);
+        /* A consumer that stops after every line and feeds the rest again sees the same. */
+        Framer stopping;
+        Trace c = { .stop = true };
+        framer_init(&stopping, 256);
+        for (size_t off = 0; off < size;) {
+                long used = framer_feed(&stopping, data + off, size - off, on_line, &c);
+                if (used <= 0 && off < size)
+                        abort(); /* no progress */
+                off += (size_t)used;
+        }
+        framer_done(&stopping);
         /* Framing must not depend on how reads split the stream. */
-        if (a.hash != b.hash || a.lines != b.lines || a.too_large != b.too_large)
+        if (a.hash != b.hash || a.lines != b.lines || a.too_large != b.too_large ||
+            c.hash != a.hash || c.lines != a.lines || c.too_large != a.too_large)
                 abort();
         framer_done(&whole);
         framer_done(&chunked);

@@ -487,3 +487,16 @@ def test_non_utf8_safe_answers(stdio):
     entries = {e["name"]: e for e in stdio.result("files.list", {"path": "."})["entries"]}
     assert "good" in entries and "bad?" in entries and entries["bad?"]["lossy"] is True
     assert stdio.result("ping") == {"pong": True}
+
+
+def test_client_that_never_reads_is_bounded(server):
+    a = connect(server.path)
+    a.result("create")
+    a.result("files.write", {"path": "big", "data": base64.b64encode(os.urandom(4 * 1024 * 1024)).decode()})
+    with a.cond:  # the reader thread cannot take answers: the client stops reading
+        ids = [a.send("files.read", {"path": "big"}) for _ in range(100)]
+        time.sleep(2)
+        rss = int([l for l in open(f"/proc/{server.pid}/status") if l.startswith("VmRSS")][0].split()[1])
+    assert rss < 64 * 1024, f"server RSS {rss} kB for a client that does not read"
+    answers = [a.wait(i, timeout=120) for i in ids]
+    assert all(len(base64.b64decode(x["result"]["data"])) == 4 * 1024 * 1024 for x in answers)
