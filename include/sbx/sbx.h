@@ -71,6 +71,8 @@ typedef struct SbxRunOptions {
         size_t stdin_len;
         uint64_t timeout_ms;   /* 0: the sandbox's default */
         bool persist_env;      /* env entries stay set (exported) in the session afterwards */
+        bool get_env;          /* no command: `command` is a variable name; stdout gets its
+                                  value, exit 0 if set and exported, else 1 (no shell code runs) */
 } SbxRunOptions;
 
 typedef struct SbxResult {

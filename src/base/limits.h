@@ -42,6 +42,10 @@
  * bytes are kept in a ring of this size, the rest dropped. */
 #define SBX_BACKGROUND_LOG_BYTES (64U * 1024)
 
+/* Pipes of ended commands still held open by their background processes, per sandbox. Each
+ * is a daemon fd; past this many the oldest is closed (its writers then get EPIPE). */
+#define SBX_MAX_BACKGROUND_PIPES 128U
+
 /* Pipe capacity asked for command output; bigger pipes mean fewer wakeups at high volume. */
 #define SBX_PIPE_BYTES (1024U * 1024)
 

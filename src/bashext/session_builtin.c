@@ -44,6 +44,7 @@
 
 /* High fd numbers keep them out of the way of scripts that use small ones. Both are
  * close-on-exec, so programs a command runs never inherit them. */
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SOCK_FD 1001
 #define NULL_FD 1002
 
@@ -254,6 +255,18 @@ static void worker(void) {
                         free(run_cwd);
                         run_cwd = now;
                 }
+        }
+        if (h->flags & WIRE_F_GETENV) {
+                char name[256];
+                snprintf(name, sizeof name, "%.*s", (int)MIN(h->cmd_len, 255u), cmd);
+                SHELL_VAR *v = find_variable(name);
+                status = 1;
+                if (v && exported_p(v) && !array_p(v) && !assoc_p(v) && value_cell(v)) {
+                        const char *val = value_cell(v);
+                        size_t len = strlen(val);
+                        status = write(1, val, len) == (ssize_t)len ? 0 : 1;
+                }
+                goto done;
         }
         n_ov = apply_env(env, h->env_len, &ov);
         status = run_string(cmd, h->cmd_len);

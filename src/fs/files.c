@@ -57,8 +57,16 @@ static int normalize(const char *in, char *out) {
                 return -ENAMETOOLONG;
         snprintf(out, PATH_MAX_BYTES + 16, "%s%s", in[0] == '/' ? "" : "/home/user/", in);
         size_t n = strlen(out);
-        while (n > 1 && out[n - 1] == '/')
-                out[--n] = 0;
+        for (;;) {
+                if (n > 1 && out[n - 1] == '/')
+                        out[--n] = 0;
+                else if (n > 2 && out[n - 1] == '.' && out[n - 2] == '/')
+                        out[n -= 2] = 0; /* "dir/." is "dir" */
+                else
+                        break;
+        }
+        if (n == 0)
+                strcpy(out, "/");
         return 0;
 }
 

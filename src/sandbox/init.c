@@ -155,15 +155,17 @@ void init_main(const InitConfig *c) {
 
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
-        /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
-         * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. */
-        (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         if (c->userns_sync_fd >= 0) {
                 char b;
                 if (read(c->userns_sync_fd, &b, 1) != 1)
                         _exit(1);
                 close(c->userns_sync_fd);
         }
+        /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
+         * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. Only after
+         * the id maps are written: a non-dumpable process's /proc files belong to root,
+         * and an unprivileged parent could no longer write them. */
+        (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         /* Keep only the control socket and the builtin; everything else the daemon had
          * open (other sandboxes' sockets, client connections) must not survive here. */
         int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -77,6 +78,11 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
         }
         if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
                 return negerrno();
+        /* Read-only, nosuid, nodev for the whole tree, submounts included (a remount covers
+         * only the top mount); the remount remains for kernels without mount_setattr. */
+        struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+        if (syscall(SYS_mount_setattr, AT_FDCWD, dst, AT_RECURSIVE, &attr, sizeof attr) == 0)
+                return 0;
         if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra, NULL) < 0)
                 return negerrno();
         return 0;

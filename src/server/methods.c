@@ -425,8 +425,6 @@ static void run_done(void *ud, const SbxResult *res) {
                         out = ok();
                 } else if (p->kind == PENDING_ENV_GET) {
                         size_t n = res->stdout_len;
-                        if (res->exit_code == 0 && n > 0 && res->stdout_data[n - 1] == '\n')
-                                n--;
                         out = json_pack("{s:o}", "value", res->exit_code == 0 ? json_stringn((const char *)res->stdout_data, n)
                                                                             : json_null());
                 } else {
@@ -594,9 +592,10 @@ static int m_env_get(Req *r, json_t **ret, RpcError *e) {
                 return rpc_fail(e, RPC_INVALID_PARAMS, "name must match ^[A-Za-z_][A-Za-z0-9_]*$");
         if (get_session(r, true, &s, &sname, e) < 0)
                 return -1;
-        /* An absolute path: no shell function can stand in for it. */
-        snprintf(cmd, sizeof cmd, "/usr/bin/printenv %s", name);
-        SbxRunOptions o = { .command = cmd, .command_len = strlen(cmd) };
+        /* Read by the session's builtin itself: no shell code runs, so nothing defined in the
+         * session (bash even allows a function named /usr/bin/printenv) can answer instead. */
+        snprintf(cmd, sizeof cmd, "%s", name);
+        SbxRunOptions o = { .command = cmd, .command_len = strlen(cmd), .get_env = true };
         return start_run(r, s, &o, PENDING_ENV_GET, false, e);
 }
 

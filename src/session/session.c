@@ -14,6 +14,7 @@
  * so containment costs nothing when the command arrives. A killed run ends when its cgroup
  * is empty (cgroup.events), which is the proof that every process it started is gone. */
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -145,7 +146,7 @@ struct SbxRun {
         char cg_name[24];
         Watch out_w, err_w, in_w, timer_w, cg_w;
         Buf out, err;
-        bool sent, killed, paused, finished, persist_env;
+        bool sent, killed, paused, finished, persist_env, get_env;
         int exit_code;
         SbxErrorClass error_class;
 };
@@ -177,6 +178,11 @@ static int pidfd_open(pid_t pid) {
                 return -EIO;
         }
         return (int)fd;
+}
+
+static bool pidfd_dead(int pidfd) {
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        return poll(&p, 1, 0) != 0;
 }
 
 static void pidfd_kill(int pidfd) {
@@ -231,6 +237,12 @@ static void bg_pipe_event(Watch *w, uint32_t events) {
 
 /* Takes ownership of fd, a pipe's read end. */
 static void bg_pipe_adopt(SbxSandbox *sb, int fd) {
+        unsigned n = 0;
+        BgPipe *oldest = NULL;
+        for (BgPipe *p = sb->bg_pipes; p; p = p->next, n++)
+                oldest = p; /* the list is newest first */
+        if (n >= SBX_MAX_BACKGROUND_PIPES && oldest)
+                bg_pipe_free(oldest);
         BgPipe *p = calloc(1, sizeof *p);
         if (!p || loop_add(sb->ctx->loop, &p->w, fd, EPOLLIN, bg_pipe_event, p) < 0) {
                 /* Out of memory: closing is the only option left; a writer may see EPIPE. */
@@ -408,12 +420,13 @@ static void run_finish(SbxRun *r) {
         if (s->current == r)
                 s->current = NULL;
 
-        /* Everything the command wrote before it ended is in the pipes now. */
-        if (r->out_fd >= 0 && !run_read(r, r->out_fd, SBX_STDOUT, SIZE_MAX)) {
+        /* Everything the command wrote before it ended is in the pipes now (a bounded drain:
+         * background writers could keep a pipe full forever; their bytes go to the log). */
+        if (r->out_fd >= 0 && !run_read(r, r->out_fd, SBX_STDOUT, 2 * SBX_PIPE_BYTES)) {
                 loop_del(sb->ctx->loop, &r->out_w);
                 r->out_fd = safe_close(r->out_fd);
         }
-        if (r->err_fd >= 0 && !run_read(r, r->err_fd, SBX_STDERR, SIZE_MAX)) {
+        if (r->err_fd >= 0 && !run_read(r, r->err_fd, SBX_STDERR, 2 * SBX_PIPE_BYTES)) {
                 loop_del(sb->ctx->loop, &r->err_w);
                 r->err_fd = safe_close(r->err_fd);
         }
@@ -552,7 +565,7 @@ static int run_send(SbxSession *s, SbxRun *r) {
         WireHdr h = { .type = WIRE_RUN, .seq = r->seq, .nonce = r->nonce,
                       .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
                       .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len,
-                      .flags = r->persist_env ? WIRE_F_PERSIST_ENV : 0 };
+                      .flags = (r->persist_env ? WIRE_F_PERSIST_ENV : 0) | (r->get_env ? WIRE_F_GETENV : 0) };
         struct iovec iov[4] = {
                 { &h, sizeof h }, { r->cwd, h.cwd_len }, { r->env, r->env_len },
                 { r->command, r->command_len },
@@ -574,8 +587,9 @@ static int run_send(SbxSession *s, SbxRun *r) {
         }
         (void)fd_set_nonblock(r->out_fd, true);
         (void)fd_set_nonblock(r->err_fd, true);
-        if ((rr = loop_add(ctx->loop, &r->out_w, r->out_fd, EPOLLIN, run_output_event, r)) < 0 ||
-            (rr = loop_add(ctx->loop, &r->err_w, r->err_fd, EPOLLIN, run_output_event, r)) < 0)
+        uint32_t ev = r->paused ? 0 : EPOLLIN;
+        if ((rr = loop_add(ctx->loop, &r->out_w, r->out_fd, ev, run_output_event, r)) < 0 ||
+            (rr = loop_add(ctx->loop, &r->err_w, r->err_fd, ev, run_output_event, r)) < 0)
                 goto out;
         if (r->in_fd >= 0) {
                 (void)fd_set_nonblock(r->in_fd, true);
@@ -763,6 +777,8 @@ static void session_event(Watch *w, uint32_t events) {
                 ssize_t n = recvmsg(s->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
                         return;
+                if (n == 0 && s->holder_pidfd >= 0 && !pidfd_dead(s->holder_pidfd))
+                        continue; /* an empty datagram (written from inside), not the end */
                 if (n <= 0) {
                         session_reset(s);
                         return;
@@ -872,10 +888,24 @@ static void session_reset(SbxSession *s) {
                 (void)cgroup_kill(r->cg);
                 run_finish(r);
         }
-        if (s->sb->dying)
+        if (s->sb->dying) {
+                /* The sandbox is gone: what waits would only time out. */
+                static const char msg[] = "sbx: the sandbox is gone (its pid 1 exited)\n";
+                while ((r = s->queue)) {
+                        s->queue = r->next;
+                        if (!s->queue)
+                                s->queue_tail = NULL;
+                        s->n_queued--;
+                        r->exit_code = 1;
+                        (void)buf_append(&r->err, msg, sizeof msg - 1);
+                        run_finish(r);
+                }
                 return;
-        if (session_start_shell(s) < 0)
+        }
+        if (session_start_shell(s) < 0) {
                 log_warn("session %s: cannot restart shell", s->name);
+                s->broken = true;
+        }
 }
 
 static int session_start_shell(SbxSession *s) {
@@ -1024,6 +1054,7 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         r->seq = ++s->seq;
         r->timeout_ms = o->timeout_ms ? o->timeout_ms : sb->timeout_ms;
         r->persist_env = o->persist_env;
+        r->get_env = o->get_env;
 
         if (o->command_len > sb->limits.command_bytes) {
                 /* Refused before it reaches the shell: answered here and now. */
@@ -1324,10 +1355,17 @@ static void corpse_free(Corpse *c) {
         free(c);
 }
 
-static void corpse_event(Watch *w, uint32_t events) {
-        Corpse *c = w->data;
+/* box_try_finish() closes the pidfd once pid 1 is reaped: out of epoll first, so that no
+ * later EPOLL_CTL_DEL can hit a reused fd number. */
+static void corpse_try(Corpse *c) {
+        if (c->init_w.active && pidfd_dead(c->box.init_pidfd))
+                loop_del(c->ctx->loop, &c->init_w);
         if (box_try_finish(&c->ctx->shared, &c->box))
                 corpse_free(c);
+}
+
+static void corpse_event(Watch *w, uint32_t events) {
+        corpse_try(w->data);
 }
 
 /* Kills a sandbox's processes and lets the loop finish the cleanup. */
@@ -1348,8 +1386,7 @@ static void corpse_add(SbxContext *ctx, Box *b) {
                 corpse_free(c);
                 return;
         }
-        if (box_try_finish(&ctx->shared, &c->box))
-                corpse_free(c);
+        corpse_try(c);
 }
 
 SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {

@@ -40,6 +40,10 @@ typedef struct WireHdr {
 
 /* RUN flag: the env entries are set in the session for good (exported), not for this run. */
 #define WIRE_F_PERSIST_ENV 1u
+/* RUN flag: no command; the text is a variable name, whose value (if set and exported) the
+ * worker writes to stdout itself, status 0, else status 1. No shell code runs, so no function
+ * of the session can answer in its place. */
+#define WIRE_F_GETENV 2u
 
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */
