@@ -500,3 +500,12 @@ def test_client_that_never_reads_is_bounded(server):
     assert rss < 64 * 1024, f"server RSS {rss} kB for a client that does not read"
     answers = [a.wait(i, timeout=120) for i in ids]
     assert all(len(base64.b64decode(x["result"]["data"])) == 4 * 1024 * 1024 for x in answers)
+
+
+def test_env_get_cannot_be_forged(stdio):
+    stdio.result("create")
+    stdio.result("env.set", {"name": "REAL", "value": "value\nwith newline\n"})
+    stdio.result("run", {"command": "function /usr/bin/printenv { echo fake; }; printenv() { echo fake; }; "
+                                    "declare() { echo fake; }; NOTEXPORTED=1"})
+    assert stdio.result("env.get", {"name": "REAL"}) == {"value": "value\nwith newline\n"}
+    assert stdio.result("env.get", {"name": "NOTEXPORTED"}) == {"value": None}
