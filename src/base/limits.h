@@ -53,6 +53,12 @@
 #define SBX_MAX_SESSIONS 64U
 #define SBX_MAX_QUEUED_RUNS 16U
 
+/* As root, each sandbox's user (uid 1000 inside) is a host uid of its own, from this range,
+ * so sandboxes share no per-user kernel limit (processes, inotify, pipes, signals) with each
+ * other or with a real account, and no host user owns their processes. */
+#define SBX_HOST_UID_BASE 1600000000U
+#define SBX_HOST_UID_SLOTS 65536U
+
 /* Sandboxes a context keeps ready ahead of time, at most (each holds a pid 1, a bash and
  * its worker, and its tmpfs). */
 #define SBX_MAX_POOL 8U

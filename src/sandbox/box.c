@@ -42,8 +42,15 @@ int box_shared_init(BoxShared *s) {
         int r;
         *s = (BoxShared){ .builtin_fd = -1 };
         s->rootless = geteuid() != 0;
-        s->user_uid = s->rootless ? geteuid() : SANDBOX_UID;
-        s->user_gid = s->rootless ? getegid() : SANDBOX_GID;
+        s->user_uid = geteuid();
+        s->user_gid = getegid();
+        if (!s->rootless) {
+                s->slots = calloc(SBX_HOST_UID_SLOTS / 8, 1);
+                if (!s->slots)
+                        return -ENOMEM;
+                /* Start where another daemon on this host is unlikely to be. */
+                s->next_slot = (uint32_t)getpid() * 97 % SBX_HOST_UID_SLOTS;
+        }
         if (s->rootless) {
                 const char *rt = getenv("XDG_RUNTIME_DIR");
                 if (rt && *rt)
@@ -74,6 +81,8 @@ int box_shared_init(BoxShared *s) {
 }
 
 void box_shared_done(BoxShared *s) {
+        free(s->slots);
+        s->slots = NULL;
         if (s->cg_open)
                 cgroup_root_close(&s->cg);
         s->cg_open = false;
@@ -82,25 +91,64 @@ void box_shared_done(BoxShared *s) {
         s->seccomp.filter = NULL;
 }
 
-static int write_id_maps(pid_t pid) {
-        char path[64], map[64];
-        snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_UID, (unsigned)geteuid());
-        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+/* Rootless: uid 1000 inside is the caller. Root: 0 inside is pid 1 (host root, as without a
+ * user namespace) and 1000 inside is the sandbox's own host uid. */
+static int write_id_maps(const BoxShared *s, const Box *b) {
+        char path[64], map[128];
+        if (s->rootless)
+                snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_UID, (unsigned)b->host_uid);
+        else
+                snprintf(map, sizeof map, "0 0 1\n%u %u 1\n", SANDBOX_UID, (unsigned)b->host_uid);
+        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)b->init_pid);
         int r = write_file_at(AT_FDCWD, path, map);
         if (r < 0)
                 return r;
-        snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
-        (void)write_file_at(AT_FDCWD, path, "deny");
-        snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_GID, (unsigned)getegid());
-        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+        if (s->rootless) {
+                snprintf(path, sizeof path, "/proc/%d/setgroups", (int)b->init_pid);
+                (void)write_file_at(AT_FDCWD, path, "deny");
+                snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_GID, (unsigned)b->host_gid);
+        } else {
+                snprintf(map, sizeof map, "0 0 1\n%u %u 1\n", SANDBOX_GID, (unsigned)b->host_gid);
+        }
+        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)b->init_pid);
         return write_file_at(AT_FDCWD, path, map);
+}
+
+static int slot_take(BoxShared *s) {
+        for (uint32_t i = 0; i < SBX_HOST_UID_SLOTS; i++) {
+                uint32_t k = (s->next_slot + i) % SBX_HOST_UID_SLOTS;
+                if (!(s->slots[k / 8] & (1u << (k % 8)))) {
+                        s->slots[k / 8] |= (uint8_t)(1u << (k % 8));
+                        s->next_slot = k + 1;
+                        return (int)k;
+                }
+        }
+        return -EUSERS;
+}
+
+static void slot_release(BoxShared *s, Box *b) {
+        if (b->slot >= 0 && s->slots)
+                s->slots[b->slot / 8] &= (uint8_t) ~(1u << (b->slot % 8));
+        b->slot = -1;
 }
 
 int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errlen) {
         int sv[2] = { -1, -1 }, sync[2] = { -1, -1 };
         int r;
 
-        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1 };
+        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .slot = -1 };
+        if (s->rootless) {
+                b->host_uid = s->user_uid;
+                b->host_gid = s->user_gid;
+        } else {
+                int slot = slot_take(s);
+                if (slot < 0) {
+                        snprintf(err, errlen, "no free host uid for the sandbox's user");
+                        return slot;
+                }
+                b->slot = slot;
+                b->host_uid = b->host_gid = SBX_HOST_UID_BASE + (unsigned)slot;
+        }
         err[0] = 0;
         r = random_hex(b->id, 16);
         if (r < 0)
@@ -111,7 +159,7 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 return r;
         }
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
-            (s->rootless && pipe2(sync, O_CLOEXEC) < 0)) {
+            pipe2(sync, O_CLOEXEC) < 0) {
                 r = negerrno();
                 goto fail;
         }
@@ -129,8 +177,7 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         int pidfd = -1;
         struct clone_args ca = {
                 .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
-                         CLONE_PIDFD | CLONE_INTO_CGROUP | (c->network ? 0 : CLONE_NEWNET) |
-                         (s->rootless ? CLONE_NEWUSER : 0),
+                         CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_NEWUSER | (c->network ? 0 : CLONE_NEWNET),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .exit_signal = SIGCHLD,
                 .cgroup = (uint64_t)b->cg.init,
@@ -159,8 +206,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 snprintf(err, errlen, "cgroup v1 attach: %s", strerror(-r));
                 goto fail;
         }
-        if (s->rootless) {
-                r = write_id_maps(b->init_pid);
+        {
+                r = write_id_maps(s, b);
                 if (r < 0) {
                         snprintf(err, errlen, "uid/gid map: %s", strerror(-r));
                         goto fail;
@@ -255,7 +302,10 @@ int box_try_finish(BoxShared *s, Box *b) {
                         return 0; /* still exiting */
                 b->init_pidfd = safe_close(b->init_pidfd);
         }
-        return cgroup_sandbox_try_remove(&s->cg, &b->cg) == -EBUSY ? 0 : 1;
+        if (cgroup_sandbox_try_remove(&s->cg, &b->cg) == -EBUSY)
+                return 0;
+        slot_release(s, b);
+        return 1;
 }
 
 void box_destroy(BoxShared *s, Box *b) {
@@ -270,4 +320,6 @@ void box_destroy(BoxShared *s, Box *b) {
         }
         if (cgroup_sandbox_destroy(&s->cg, &b->cg, 2000) < 0)
                 log_warn("sandbox %s: cgroup not empty after kill", b->id);
+        /* Its uid may be reused only once none of its processes is left. */
+        slot_release(s, b);
 }

@@ -17,8 +17,10 @@ typedef struct BoxShared {
         int builtin_fd;            /* sealed memfd with the bash builtin */
         struct sock_fprog seccomp; /* filter bytes, owned */
         char staging[256];         /* host directory each sandbox builds its root on */
-        uid_t user_uid;            /* the sandbox's user as the host sees it */
+        uid_t user_uid;            /* rootless: the sandbox's user as the host sees it */
         gid_t user_gid;
+        uint32_t next_slot;        /* root: next host uid slot to try */
+        uint8_t *slots;            /* root: SBX_HOST_UID_SLOTS bits, host uids in use */
 } BoxShared;
 
 typedef struct BoxConfig {
@@ -35,6 +37,9 @@ typedef struct Box {
         int init_pidfd;
         int ctl_fd;
         int root_fd;   /* O_PATH fd of the sandbox's / (from its pid 1) */
+        uid_t host_uid; /* the sandbox's user (uid 1000 inside) as the host sees it */
+        gid_t host_gid;
+        int slot;       /* root: its host uid slot, else -1 */
         dev_t writable_dev; /* st_dev of its writable tmpfs (/tmp, /home/user, /dev/shm) */
         CgroupSandbox cg;
 } Box;

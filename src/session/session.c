@@ -1427,7 +1427,7 @@ int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->box.init_pid; }
 /* ---------------------------------------------------------------- public: files */
 
 static FsCtx fs_ctx(const SbxSandbox *sb) {
-        return (FsCtx){ .root = sb->box.root_fd, .uid = sb->ctx->shared.user_uid, .gid = sb->ctx->shared.user_gid,
+        return (FsCtx){ .root = sb->box.root_fd, .uid = sb->box.host_uid, .gid = sb->box.host_gid,
                         .writable = sb->box.writable_dev };
 }
 

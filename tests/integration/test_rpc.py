@@ -509,3 +509,27 @@ def test_env_get_cannot_be_forged(stdio):
                                     "declare() { echo fake; }; NOTEXPORTED=1"})
     assert stdio.result("env.get", {"name": "REAL"}) == {"value": "value\nwith newline\n"}
     assert stdio.result("env.get", {"name": "NOTEXPORTED"}) == {"value": None}
+
+
+def test_each_sandbox_user_is_its_own_host_uid(stdio):
+    a = stdio.result("create")["sandboxId"]
+    b = stdio.result("sandbox.create")["sandboxId"]
+    for sid in (a, b):
+        stdio.result("run", {"command": "sleep 60 &", "sandboxId": sid})
+    uids = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            if (p / "comm").read_text().strip() != "sleep":
+                continue
+            cg = (p / "cgroup").read_text()
+            uid = int([l for l in (p / "status").read_text().splitlines() if l.startswith("Uid:")][0].split()[1])
+        except OSError:
+            continue
+        for sid in (a, b):
+            if sid in cg:
+                uids[sid] = uid
+    assert set(uids) == {a, b}
+    assert uids[a] != uids[b], "two sandboxes share a host uid"
+    assert min(uids.values()) >= 1600000000, "a sandbox runs as an ordinary host uid"
