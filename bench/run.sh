@@ -1,10 +1,12 @@
 #!/bin/bash
 # Builds sbx, installs what the benchmarks compare against (bubblewrap, the npm package
-# just-bash), runs sbx-bench and prints a Markdown report on stdout (also saved to
-# bench/.results/). Progress goes to stderr.
+# just-bash), runs sbx-bench, then sbx-bench-rpc (the daemon over its Unix socket), and prints
+# a Markdown report on stdout (also saved to bench/.results/). Progress goes to stderr.
 #
 # Usage: bench/run.sh [sbx-bench options]      e.g. bench/run.sh --quick
-# Needs root (sandboxes, cgroups) and takes about 2-3 minutes with the defaults.
+# --quick is passed on to sbx-bench-rpc too; other sbx-bench-rpc options go in
+# SBX_BENCH_RPC_ARGS, and SBX_BENCH_RPC=0 skips it.
+# Needs root (sandboxes, cgroups) and takes about 3-4 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -59,23 +61,28 @@ mem_gib=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
 # time of the benchmark's own process tree: what is left was used by something else running
 # at the same time, which inflates the numbers.
 busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
-b0=$(busy_jiffies)
-t0=$(date +%s.%N)
 TIMECMD=()
-rm -f bench/.results/.time
 if [ -x /usr/bin/time ]; then
         TIMECMD=(/usr/bin/time -f '%U %S' -o bench/.results/.time)
 fi
-"${TIMECMD[@]}" ./build/bench/sbx-bench "${JB_ARGS[@]}" "$@" | tee -a "$OUT"
-b1=$(busy_jiffies)
-t1=$(date +%s.%N)
-hz=$(getconf CLK_TCK)
-read -r own_u own_s < bench/.results/.time 2>/dev/null || { own_u=0; own_s=0; }
-awk -v b0="$b0" -v b1="$b1" -v hz="$hz" -v u="$own_u" -v s="$own_s" -v t0="$t0" -v t1="$t1" 'BEGIN {
-        all = (b1 - b0) / hz; own = u + s; other = all - own; if (other < 0) other = 0
-        printf "\nCPU during the run: %.1f s wall, %.1f CPU-s used in all, %.1f CPU-s by the benchmark and its children, %.1f CPU-s (%.0f%% of one CPU) by other processes.\n",
-               t1 - t0, all, own, other, 100 * other / (t1 - t0)
-}' | tee -a "$OUT"
+# Runs a benchmark, appending its report to $OUT, then the CPU line for that run.
+run_accounted() {
+        local b0 b1 t0 t1 hz own_u own_s
+        rm -f bench/.results/.time
+        b0=$(busy_jiffies)
+        t0=$(date +%s.%N)
+        "${TIMECMD[@]}" "$@" | tee -a "$OUT"
+        b1=$(busy_jiffies)
+        t1=$(date +%s.%N)
+        hz=$(getconf CLK_TCK)
+        read -r own_u own_s < bench/.results/.time 2>/dev/null || { own_u=0; own_s=0; }
+        awk -v b0="$b0" -v b1="$b1" -v hz="$hz" -v u="$own_u" -v s="$own_s" -v t0="$t0" -v t1="$t1" 'BEGIN {
+                all = (b1 - b0) / hz; own = u + s; other = all - own; if (other < 0) other = 0
+                printf "\nCPU during the run: %.1f s wall, %.1f CPU-s used in all, %.1f CPU-s by the benchmark and its children, %.1f CPU-s (%.0f%% of one CPU) by other processes.\n",
+                       t1 - t0, all, own, other, 100 * other / (t1 - t0)
+        }' | tee -a "$OUT"
+}
+run_accounted ./build/bench/sbx-bench "${JB_ARGS[@]}" "$@"
 
 # The same throughput runs with glibc's malloc asked to back large allocations with
 # transparent huge pages: it shows how much of the gap is page-fault cost of the 1 GiB
@@ -89,6 +96,25 @@ if [ "${SBX_BENCH_HUGETLB:-1}" = 1 ]; then
                 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 ./build/bench/sbx-bench "$@" --only g --tp-reps 1 |
                         awk '/^## Throughput/ { on = 1; next } /^## / { on = 0 } on'
         } | tee -a "$OUT"
+fi
+
+# The daemon: sbx-bench-rpc starts its own `sbx serve --socket` in a fresh /tmp directory and
+# shuts it down at the end (see docs/BENCHMARKS.md, "The daemon").
+if [ "${SBX_BENCH_RPC:-1}" = 1 ]; then
+        RPC_ARGS=()
+        for a in "$@"; do
+                if [ "$a" = --quick ]; then RPC_ARGS+=(--quick); fi
+        done
+        read -r -a RPC_EXTRA <<< "${SBX_BENCH_RPC_ARGS:-}"
+        log "the daemon: build/bench/sbx-bench-rpc ${RPC_ARGS[*]} ${RPC_EXTRA[*]}"
+        {
+                echo
+                echo "# The daemon (JSON-RPC over a Unix socket)"
+                echo
+                echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+                echo
+        } | tee -a "$OUT"
+        run_accounted ./build/bench/sbx-bench-rpc "${RPC_ARGS[@]}" "${RPC_EXTRA[@]}"
 fi
 echo | tee -a "$OUT"
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"

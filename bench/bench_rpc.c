@@ -1,0 +1,1493 @@
+/* SPDX-License-Identifier: MIT */
+/* sbx-bench-rpc: what the daemon (`sbx serve --socket`, newline-delimited JSON-RPC 2.0 over a
+ * Unix socket) adds on top of the library, and how it holds up under load.
+ *
+ * Benchmarks (select with --only, letters as in docs/BENCHMARKS.md):
+ *   r  `run` of `echo hi` over the socket, request written -> response line read, idle session,
+ *      interleaved with the same run through the C API (bench.c's "a") and with `ping`
+ *   p  `ping` round trips while N sandboxes each run a CPU-bound loop, against an idle server
+ *   c  N clients at once (one poll loop, one socket each): `create`, then M `echo $i` runs each,
+ *      every output checked
+ *
+ * The benchmark starts its own server (`sbx serve --socket` in a fresh directory under /tmp)
+ * and shuts it down with `kill` at the end. Responses are parsed minimally with strstr: the
+ * server writes compact JSON (jansson, JSON_COMPACT), and a quote inside a string is always
+ * escaped, so a raw `"key":` can only be a key. Progress goes to stderr, the Markdown report to
+ * stdout. Times are CLOCK_MONOTONIC; percentiles interpolate linearly between ranks. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "sbx/sbx.h"
+
+/* ------------------------------------------------------------------ configuration */
+
+typedef struct Config {
+        const char *sbx;      /* the sbx binary */
+        const char *only;
+        unsigned warm_n;      /* r: interleaved iterations */
+        unsigned warmup;      /* r: warm-up iterations */
+        unsigned quiet_ms;    /* r: pause after each run so the session's next worker is ready */
+        unsigned pings;       /* p: pings under load (and as many idle) */
+        unsigned ping_gap_us; /* p: pause between pings */
+        unsigned busy;        /* p: sandboxes running a CPU-bound loop */
+        unsigned settle_ms;   /* p: wait after the loops have started */
+        const char *busy_cmd; /* p */
+        unsigned clients;     /* c */
+        unsigned cmds;        /* c: commands per client */
+        bool host_busy;       /* p: also the same loops as host processes, for comparison */
+        unsigned load_reps;   /* p: series under load, each with fresh sandboxes */
+        int pool;             /* the server's --pool (-1: its default) */
+        int srv_nice;         /* the server's own autogroup at this nice value (setsid first) */
+        bool srv_nice_set;
+} Config;
+
+static Config cfg = {
+        .sbx = NULL, .only = "rpc", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
+        .ping_gap_us = 1000, .busy = 8, .settle_ms = 1000, .busy_cmd = "while :; do :; done",
+        .clients = 64, .cmds = 100, .host_busy = true, .load_reps = 5,
+        .pool = -1,
+};
+
+static bool want(char letter) { return strchr(cfg.only, letter) != NULL; }
+
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void progress(const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        fputs("sbx-bench-rpc: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static double ms_between(uint64_t t0, uint64_t t1) { return (double)(t1 - t0) / 1e6; }
+
+static void sleep_us(unsigned us) {
+        struct timespec ts = { .tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000 };
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+/* ------------------------------------------------------------------ statistics */
+
+typedef struct Samples {
+        double *v;
+        size_t n, cap;
+} Samples;
+
+typedef struct Summary {
+        size_t n;
+        double p50, p90, p99, mean, min, max;
+} Summary;
+
+static void samples_add(Samples *s, double x) {
+        if (s->n == s->cap) {
+                size_t ncap = s->cap ? s->cap * 2 : 64;
+                double *nv = realloc(s->v, ncap * sizeof *nv);
+                if (!nv)
+                        die("out of memory");
+                s->v = nv;
+                s->cap = ncap;
+        }
+        s->v[s->n++] = x;
+}
+
+static void samples_free(Samples *s) {
+        free(s->v);
+        *s = (Samples){ 0 };
+}
+
+static int cmp_double(const void *a, const void *b) {
+        double x = *(const double *)a, y = *(const double *)b;
+        return x < y ? -1 : x > y ? 1 : 0;
+}
+
+static double pct(const double *sorted, size_t n, double p) {
+        if (n == 0)
+                return 0;
+        double pos = p * (double)(n - 1);
+        size_t lo = (size_t)pos;
+        if (lo + 1 >= n)
+                return sorted[n - 1];
+        double f = pos - (double)lo;
+        return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * f;
+}
+
+static Summary summarize(const Samples *s) {
+        Summary r = { .n = s->n };
+        if (s->n == 0)
+                return r;
+        double *c = malloc(s->n * sizeof *c);
+        if (!c)
+                die("out of memory");
+        memcpy(c, s->v, s->n * sizeof *c);
+        qsort(c, s->n, sizeof *c, cmp_double);
+        double sum = 0;
+        for (size_t i = 0; i < s->n; i++)
+                sum += c[i];
+        r.p50 = pct(c, s->n, 0.50);
+        r.p90 = pct(c, s->n, 0.90);
+        r.p99 = pct(c, s->n, 0.99);
+        r.mean = sum / (double)s->n;
+        r.min = c[0];
+        r.max = c[s->n - 1];
+        free(c);
+        return r;
+}
+
+/* ------------------------------------------------------------------ report */
+
+typedef struct Row {
+        char key[16];
+        char name[200];
+        Summary s;
+        bool have;
+        char note[300];
+} Row;
+
+static Row rows[32];
+static size_t n_rows;
+
+static void md_cell(char *dst, size_t size, const char *src) {
+        size_t o = 0;
+        for (; *src && o + 3 < size; src++) {
+                if (*src == '|')
+                        dst[o++] = '\\';
+                dst[o++] = *src;
+        }
+        dst[o] = 0;
+}
+
+static void row_add(const char *key, const char *name, const Summary *s, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static void row_add(const char *key, const char *name, const Summary *s, const char *fmt, ...) {
+        if (n_rows >= sizeof rows / sizeof rows[0])
+                return;
+        Row *r = &rows[n_rows++];
+        snprintf(r->key, sizeof r->key, "%s", key);
+        md_cell(r->name, sizeof r->name, name);
+        if (s && s->n) {
+                r->s = *s;
+                r->have = true;
+        }
+        char buf[sizeof r->note];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        md_cell(r->note, sizeof r->note, buf);
+}
+
+static const Row *row_find(const char *key) {
+        for (size_t i = 0; i < n_rows; i++)
+                if (strcmp(rows[i].key, key) == 0 && rows[i].have)
+                        return &rows[i];
+        return NULL;
+}
+
+static char notes[24][400];
+static size_t n_notes;
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...) {
+        if (n_notes >= sizeof notes / sizeof notes[0])
+                return;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(notes[n_notes++], sizeof notes[0], fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "sbx-bench-rpc: note: %s\n", notes[n_notes - 1]);
+}
+
+/* Results of c, kept for the report. */
+static struct {
+        bool have;
+        unsigned clients, cmds, created, completed, errors;
+        double create_wall_ms, cmd_wall_s, cmds_per_s, destroy_ms;
+        Summary create_lat, lat_all, lat_steady, lat_first;
+        double srv_cpu_s, cpu_busy, srv_run_s, srv_wait_s;
+        char first_error[300];
+} conc;
+
+/* Results of p, kept for the report. */
+static struct {
+        double cpu_busy; /* fraction of all CPUs busy during the pings under load */
+        char reps[200];  /* p99 of each series */
+} load;
+
+/* ------------------------------------------------------------------ /proc */
+
+/* Busy and total jiffies of the whole machine (busy = all but idle and iowait). */
+static void cpu_jiffies(uint64_t *busy, uint64_t *total) {
+        unsigned long long v[10] = { 0 };
+        FILE *f = fopen("/proc/stat", "re");
+        *busy = *total = 0;
+        if (!f)
+                return;
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5], &v[6], &v[7], &v[8], &v[9]) >= 8) {
+                for (int i = 0; i < 8; i++)
+                        *total += v[i];
+                *busy = *total - v[3] - v[4];
+        }
+        fclose(f);
+}
+
+/* utime + stime of a process, in seconds. */
+static double proc_cpu_s(pid_t pid) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return 0;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *p = strrchr(buf, ')');
+        unsigned long long ut = 0, st = 0;
+        /* After the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+                return 0;
+        return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* /proc/PID/schedstat: time on a CPU and time waiting on a run queue, in seconds. */
+static void proc_schedstat(pid_t pid, double *run_s, double *wait_s) {
+        char path[64];
+        unsigned long long run = 0, wait = 0;
+        snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
+        FILE *f = fopen(path, "re");
+        if (f) {
+                if (fscanf(f, "%llu %llu", &run, &wait) != 2)
+                        run = wait = 0;
+                fclose(f);
+        }
+        *run_s = (double)run / 1e9;
+        *wait_s = (double)wait / 1e9;
+}
+
+/* ------------------------------------------------------------------ the server */
+
+static pid_t srv_pid = -1;
+static char srv_dir[64], srv_sock[96], srv_log[96];
+
+static void server_log_dump(void) {
+        FILE *f = fopen(srv_log, "re");
+        if (!f)
+                return;
+        char line[512];
+        fprintf(stderr, "sbx-bench-rpc: server log (%s):\n", srv_log);
+        while (fgets(line, sizeof line, f))
+                fprintf(stderr, "  %s", line);
+        fclose(f);
+}
+
+static void server_cleanup(void) {
+        if (srv_pid > 0) {
+                kill(srv_pid, SIGTERM);
+                int st;
+                for (int i = 0; i < 500 && waitpid(srv_pid, &st, WNOHANG) == 0; i++)
+                        sleep_us(10000);
+                if (waitpid(srv_pid, &st, WNOHANG) == 0) {
+                        kill(srv_pid, SIGKILL);
+                        (void)waitpid(srv_pid, &st, 0);
+                }
+                srv_pid = -1;
+        }
+        if (srv_dir[0]) {
+                (void)unlink(srv_sock);
+                (void)unlink(srv_log);
+                (void)rmdir(srv_dir);
+                srv_dir[0] = 0;
+        }
+}
+
+static void on_signal(int sig) {
+        if (srv_pid > 0)
+                kill(srv_pid, SIGTERM);
+        signal(sig, SIG_DFL);
+        raise(sig);
+}
+
+static void die(const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        fputs("sbx-bench-rpc: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+        if (srv_pid > 0)
+                server_log_dump();
+        server_cleanup();
+        exit(1);
+}
+
+static int sock_connect(bool nonblock) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", srv_sock);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+                int e = errno;
+                close(fd);
+                return -e;
+        }
+        if (nonblock)
+                (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        else {
+                /* A safety net: no answer within 2 minutes means the server is stuck. */
+                struct timeval tv = { .tv_sec = 120 };
+                (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        }
+        return fd;
+}
+
+/* The directory of this executable + rel, when that file exists. */
+static char *next_to_self(const char *rel) {
+        static char buf[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+        if (n <= 0)
+                return NULL;
+        buf[n] = 0;
+        char *slash = strrchr(buf, '/');
+        if (!slash || (size_t)(slash - buf) + 1 + strlen(rel) + 1 > sizeof buf)
+                return NULL;
+        strcpy(slash + 1, rel);
+        return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
+static void server_start(void) {
+        snprintf(srv_dir, sizeof srv_dir, "/tmp/sbx-bench-rpc.XXXXXX");
+        if (!mkdtemp(srv_dir)) {
+                srv_dir[0] = 0;
+                die("mkdtemp: %s", strerror(errno));
+        }
+        snprintf(srv_sock, sizeof srv_sock, "%s/sock", srv_dir);
+        snprintf(srv_log, sizeof srv_log, "%s/server.log", srv_dir);
+        int logfd = open(srv_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (logfd < 0)
+                die("%s: %s", srv_log, strerror(errno));
+        fflush(NULL);
+        srv_pid = fork();
+        if (srv_pid < 0)
+                die("fork: %s", strerror(errno));
+        if (srv_pid == 0) {
+                /* The server (and with it every sandbox) goes when the benchmark dies. */
+                (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (cfg.srv_nice_set) {
+                        /* A session of its own is an autogroup of its own (sched(7)); its nice
+                         * value weighs the server against the sandboxes, which are each their
+                         * own autogroup (sbx-init calls setsid) and start at nice 0. */
+                        char v[16];
+                        int fd;
+                        setsid();
+                        snprintf(v, sizeof v, "%d", cfg.srv_nice);
+                        if ((fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC)) < 0 ||
+                            write(fd, v, strlen(v)) < 0)
+                                fprintf(stderr, "sbx-bench-rpc: /proc/self/autogroup: %s\n", strerror(errno));
+                        if (fd >= 0)
+                                close(fd);
+                }
+                int nul = open("/dev/null", O_RDWR);
+                dup2(nul, 0);
+                dup2(nul, 1);
+                dup2(logfd, 2);
+                char pool[16];
+                snprintf(pool, sizeof pool, "%d", cfg.pool);
+                if (cfg.pool >= 0)
+                        execl(cfg.sbx, "sbx", "serve", "--socket", srv_sock, "--pool", pool, (char *)NULL);
+                else
+                        execl(cfg.sbx, "sbx", "serve", "--socket", srv_sock, (char *)NULL);
+                fprintf(stderr, "exec %s: %s\n", cfg.sbx, strerror(errno));
+                _exit(127);
+        }
+        close(logfd);
+        for (int i = 0; i < 1000; i++) {
+                int st;
+                if (waitpid(srv_pid, &st, WNOHANG) == srv_pid) {
+                        srv_pid = -1;
+                        server_log_dump();
+                        die("the server exited at start (status 0x%x)", st);
+                }
+                int fd = sock_connect(false);
+                if (fd >= 0) {
+                        close(fd);
+                        progress("server %s (pid %d) listening on %s", cfg.sbx, (int)srv_pid, srv_sock);
+                        return;
+                }
+                sleep_us(10000);
+        }
+        die("the server did not listen on %s within 10 s", srv_sock);
+}
+
+/* ------------------------------------------------------------------ a client connection */
+
+typedef struct Conn {
+        int fd;
+        char *buf;
+        size_t start, len, cap; /* unread data is buf[start, len) */
+        long next_id;
+} Conn;
+
+static void conn_open(Conn *c, bool nonblock) {
+        *c = (Conn){ .next_id = 1 };
+        c->fd = sock_connect(nonblock);
+        if (c->fd < 0)
+                die("connect %s: %s", srv_sock, strerror(-c->fd));
+}
+
+static void conn_close(Conn *c) {
+        if (c->fd >= 0)
+                close(c->fd);
+        free(c->buf);
+        *c = (Conn){ .fd = -1 };
+}
+
+/* Writes all of it; on a non-blocking socket, waits for room with poll. */
+static int conn_write(Conn *c, const char *d, size_t n) {
+        while (n > 0) {
+                ssize_t k = write(c->fd, d, n);
+                if (k > 0) {
+                        d += k;
+                        n -= (size_t)k;
+                        continue;
+                }
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0 && errno == EAGAIN) {
+                        struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+                        (void)poll(&p, 1, 1000);
+                        continue;
+                }
+                return k < 0 ? -errno : -EPIPE;
+        }
+        return 0;
+}
+
+/* One read(): >0 bytes read, 0 at EOF, -errno (-EAGAIN on an empty non-blocking socket). */
+static ssize_t conn_fill(Conn *c) {
+        if (c->start > 0) {
+                memmove(c->buf, c->buf + c->start, c->len - c->start);
+                c->len -= c->start;
+                c->start = 0;
+        }
+        if (c->cap - c->len < 4096) {
+                size_t ncap = c->cap ? c->cap * 2 : 65536;
+                char *nb = realloc(c->buf, ncap);
+                if (!nb)
+                        die("out of memory");
+                c->buf = nb;
+                c->cap = ncap;
+        }
+        for (;;) {
+                ssize_t k = read(c->fd, c->buf + c->len, c->cap - c->len - 1);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return -errno;
+                c->len += (size_t)k;
+                return k;
+        }
+}
+
+/* The next complete line (NUL-terminated, without '\n'), or NULL. Valid until the next fill. */
+static char *conn_take_line(Conn *c) {
+        if (c->start >= c->len)
+                return NULL;
+        char *s = c->buf + c->start;
+        char *nl = memchr(s, '\n', c->len - c->start);
+        if (!nl)
+                return NULL;
+        *nl = 0;
+        c->start = (size_t)(nl - c->buf) + 1;
+        return s;
+}
+
+/* Blocking: the next line, or NULL at EOF or error. */
+static char *conn_read_line(Conn *c) {
+        for (;;) {
+                char *l = conn_take_line(c);
+                if (l)
+                        return l;
+                if (conn_fill(c) <= 0)
+                        return NULL;
+        }
+}
+
+/* Sends {"jsonrpc":"2.0","id":N,"method":M,"params":P}; params_json may be NULL. Returns N,
+ * or -errno when the write fails. */
+static long rpc_send_try(Conn *c, const char *method, const char *params_json) {
+        char line[1024];
+        long id = c->next_id++;
+        int n = snprintf(line, sizeof line, "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"%s\"%s%s}\n", id, method,
+                         params_json ? ",\"params\":" : "", params_json ? params_json : "");
+        if (n < 0 || (size_t)n >= sizeof line)
+                die("request too long");
+        int r = conn_write(c, line, (size_t)n);
+        return r < 0 ? r : id;
+}
+
+static long rpc_send(Conn *c, const char *method, const char *params_json) {
+        long id = rpc_send_try(c, method, params_json);
+        if (id < 0)
+                die("write to the server: %s", strerror((int)-id));
+        return id;
+}
+
+/* The id of a response line, or -1 (a notification, or an id we did not send). */
+static long resp_id(const char *line) {
+        const char *p = strstr(line, "\"id\":");
+        if (!p)
+                return -1;
+        char *end;
+        long v = strtol(p + 5, &end, 10);
+        return end == p + 5 ? -1 : v;
+}
+
+/* Blocking: reads lines until the response to id (other lines are skipped). */
+static char *rpc_wait(Conn *c, long id) {
+        for (;;) {
+                char *l = conn_read_line(c);
+                if (!l || resp_id(l) == id)
+                        return l;
+        }
+}
+
+static char *rpc_call(Conn *c, const char *method, const char *params_json) {
+        long id = rpc_send(c, method, params_json);
+        char *l = rpc_wait(c, id);
+        if (!l)
+                die("no answer to %s: the connection closed", method);
+        return l;
+}
+
+static bool resp_is_error(const char *line) { return strstr(line, "\"error\":{") != NULL; }
+
+static bool json_int(const char *line, const char *key, long *ret) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "\"%s\":", key);
+        const char *p = strstr(line, pat);
+        if (!p)
+                return false;
+        p += strlen(pat);
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+                return false;
+        *ret = v;
+        return true;
+}
+
+/* The raw (still escaped) string value of key, copied into buf. */
+static bool json_str(const char *line, const char *key, char *buf, size_t size) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "\"%s\":\"", key);
+        const char *p = strstr(line, pat);
+        if (!p)
+                return false;
+        p += strlen(pat);
+        size_t o = 0;
+        for (; *p && *p != '"' && o + 2 < size; p++) {
+                if (*p == '\\' && p[1])
+                        buf[o++] = *p++;
+                buf[o++] = *p;
+        }
+        buf[o] = 0;
+        return true;
+}
+
+/* exitCode 0, stdout exactly `want` (raw JSON, e.g. "hi\\n"), stderr empty, no errorClass. */
+static bool run_ok(const char *line, const char *want_raw) {
+        long ec;
+        char out[128];
+        if (resp_is_error(line) || !json_int(line, "exitCode", &ec) || ec != 0 || strstr(line, "\"errorClass\":"))
+                return false;
+        if (!json_str(line, "stdout", out, sizeof out) || strcmp(out, want_raw) != 0)
+                return false;
+        return strstr(line, "\"stderr\":\"\"") != NULL;
+}
+
+static void describe(char *dst, size_t size, const char *line) {
+        snprintf(dst, size, "%.240s", line ? line : "(connection closed)");
+}
+
+/* health's "sandboxes" or "running". */
+static long health_field(Conn *c, const char *key) {
+        char *l = rpc_call(c, "health", NULL);
+        long v = -1;
+        if (!json_int(l, key, &v))
+                die("health without %s: %.200s", key, l);
+        return v;
+}
+
+/* Waits until the server has destroyed every sandbox of the connections closed before. */
+static double wait_no_sandboxes(Conn *c, unsigned timeout_ms) {
+        uint64_t t0 = now_ns();
+        while (health_field(c, "sandboxes") != 0) {
+                if (ms_between(t0, now_ns()) > timeout_ms) {
+                        note("the server still had sandboxes %u ms after their connections closed", timeout_ms);
+                        break;
+                }
+                sleep_us(1000);
+        }
+        return ms_between(t0, now_ns());
+}
+
+/* ------------------------------------------------------------------ the C API side (r) */
+
+typedef struct Run {
+        bool done, said_hi;
+        int exit_code;
+        uint64_t t_done;
+} Run;
+
+static void capi_done(void *ud, const SbxResult *res) {
+        Run *r = ud;
+        r->t_done = now_ns();
+        r->done = true;
+        r->exit_code = res->exit_code;
+        r->said_hi = res->exit_code == 0 && res->error_class == SBX_ERROR_NONE && res->stdout_len == 3 &&
+                     memcmp(res->stdout_data, "hi\n", 3) == 0 && res->stderr_len == 0;
+}
+
+/* As bench.c: submit -> done callback, in ms; < 0 on failure. */
+static double capi_run(SbxContext *ctx, SbxSession *s) {
+        Run r = { 0 };
+        SbxRunOptions o = { .command = "echo hi", .command_len = 7 };
+        uint64_t t0 = now_ns();
+        if (sbx_session_run(s, &o, NULL, capi_done, &r, NULL) < 0)
+                return -1;
+        while (!r.done)
+                if (sbx_context_run_once(ctx, -1) < 0)
+                        return -1;
+        return r.said_hi ? ms_between(t0, r.t_done) : -1;
+}
+
+/* Turns the loop until nothing has happened for quiet_ms: the session's next worker is ready. */
+static void loop_quiet(SbxContext *ctx, int quiet_ms) {
+        for (int i = 0; i < 100000; i++)
+                if (sbx_context_run_once(ctx, quiet_ms) <= 0)
+                        return;
+}
+
+/* ------------------------------------------------------------------ r */
+
+/* One `run` of `echo hi` over the socket: request written -> response line read, in ms. */
+static double rpc_run_hi(Conn *c) {
+        uint64_t t0 = now_ns();
+        long id = rpc_send(c, "run", "{\"command\":\"echo hi\"}");
+        char *l = rpc_wait(c, id);
+        uint64_t t1 = now_ns();
+        return l && run_ok(l, "hi\\n") ? ms_between(t0, t1) : -1;
+}
+
+static double rpc_ping(Conn *c) {
+        uint64_t t0 = now_ns();
+        long id = rpc_send(c, "ping", NULL);
+        char *l = rpc_wait(c, id);
+        uint64_t t1 = now_ns();
+        return l && strstr(l, "\"result\":{\"pong\":true}") ? ms_between(t0, t1) : -1;
+}
+
+static void bench_roundtrip(Conn *ctl) {
+        SbxContext *ctx = NULL;
+        int k = sbx_context_new(&ctx);
+        if (k < 0)
+                die("sbx_context_new: %s", strerror(-k));
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        SbxSandbox *sb = NULL;
+        SbxSession *s = NULL;
+        if (sbx_sandbox_new(ctx, &so, &sb) < 0)
+                die("sbx_sandbox_new: %s", sbx_context_last_error(ctx));
+        if ((k = sbx_session_get(sb, NULL, &s)) < 0)
+                die("sbx_session_get: %s", strerror(-k));
+
+        Conn c;
+        conn_open(&c, false);
+        char *l = rpc_call(&c, "create", NULL);
+        if (resp_is_error(l) || !strstr(l, "\"sandboxId\":"))
+                die("create: %.200s", l);
+
+        progress("r: %u warm-up iterations", cfg.warmup);
+        for (unsigned i = 0; i < cfg.warmup; i++) {
+                (void)rpc_run_hi(&c);
+                sleep_us(cfg.quiet_ms * 1000);
+                (void)capi_run(ctx, s);
+                loop_quiet(ctx, (int)cfg.quiet_ms);
+                (void)rpc_ping(&c);
+        }
+
+        Samples srpc = { 0 }, scapi = { 0 }, sping = { 0 }, sb2b = { 0 };
+        unsigned bad_rpc = 0, bad_capi = 0, bad_ping = 0, bad_b2b = 0;
+        progress("r: %u interleaved iterations (rpc run, C API run, rpc ping)", cfg.warm_n);
+        double cpu_rpc = 0, cpu_capi = 0;
+        for (unsigned i = 0; i < cfg.warm_n; i++) {
+                for (unsigned j = 0; j < 3; j++) {
+                        double ms;
+                        double r0, w0, r1, w1;
+                        switch ((i + j) % 3) {
+                        case 0:
+                                proc_schedstat(srv_pid, &r0, &w0);
+                                ms = rpc_run_hi(&c);
+                                if (ms < 0)
+                                        bad_rpc++;
+                                else
+                                        samples_add(&srpc, ms);
+                                /* The server turns its own loop: the next worker gets ready while we sleep. */
+                                sleep_us(cfg.quiet_ms * 1000);
+                                proc_schedstat(srv_pid, &r1, &w1);
+                                cpu_rpc += r1 - r0;
+                                break;
+                        case 1:
+                                proc_schedstat(getpid(), &r0, &w0);
+                                ms = capi_run(ctx, s);
+                                if (ms < 0)
+                                        bad_capi++;
+                                else
+                                        samples_add(&scapi, ms);
+                                loop_quiet(ctx, (int)cfg.quiet_ms);
+                                proc_schedstat(getpid(), &r1, &w1);
+                                cpu_capi += r1 - r0;
+                                break;
+                        default:
+                                ms = rpc_ping(&c);
+                                if (ms < 0)
+                                        bad_ping++;
+                                else
+                                        samples_add(&sping, ms);
+                                break;
+                        }
+                }
+        }
+        progress("r: %u back-to-back rpc runs", cfg.warm_n);
+        for (unsigned i = 0; i < cfg.warm_n; i++) {
+                double ms = rpc_run_hi(&c);
+                if (ms < 0)
+                        bad_b2b++;
+                else
+                        samples_add(&sb2b, ms);
+        }
+        Summary xr = summarize(&srpc), xc = summarize(&scapi), xp = summarize(&sping), xb = summarize(&sb2b);
+        row_add("r_rpc", "`run` `echo hi` over the socket, idle session (request written → response line read)", &xr,
+                "interleaved with r_capi and r_ping; the server process on a CPU %.0f µs per run, next worker "
+                "included (/proc/PID/schedstat); %u failed",
+                cfg.warm_n ? 1e6 * cpu_rpc / cfg.warm_n : 0, bad_rpc);
+        row_add("r_capi", "the same through the C API (bench.c's a: submit → done callback)", &xc,
+                "interleaved; this process on a CPU %.0f µs per run, next worker included; %u failed",
+                cfg.warm_n ? 1e6 * cpu_capi / cfg.warm_n : 0, bad_capi);
+        row_add("r_ping", "`ping` over the socket, idle server", &xp, "interleaved; %u failed", bad_ping);
+        row_add("r_b2b", "`run` `echo hi` over the socket, back-to-back", &xb,
+                "next request sent as soon as the answer is in (waits for the next worker); %u failed", bad_b2b);
+        samples_free(&srpc);
+        samples_free(&scapi);
+        samples_free(&sping);
+        samples_free(&sb2b);
+        conn_close(&c);
+        sbx_sandbox_free(sb);
+        sbx_context_free(ctx);
+        (void)wait_no_sandboxes(ctl, 10000);
+}
+
+/* ------------------------------------------------------------------ p */
+
+/* The slowest pings of a series and where in it they came (the first pings after a pause
+ * are the slow ones). */
+typedef struct Slowest {
+        double ms[3];
+        unsigned idx[3];
+} Slowest;
+
+static void ping_series(Conn *c, unsigned n, Samples *out, unsigned *bad, Slowest *sl) {
+        if (sl)
+                *sl = (Slowest){ 0 };
+        for (unsigned i = 0; i < n; i++) {
+                double ms = rpc_ping(c);
+                if (ms < 0)
+                        (*bad)++;
+                else
+                        samples_add(out, ms);
+                for (int k = 0; sl && k < 3; k++)
+                        if (ms > sl->ms[k]) {
+                                for (int j = 2; j > k; j--) {
+                                        sl->ms[j] = sl->ms[j - 1];
+                                        sl->idx[j] = sl->idx[j - 1];
+                                }
+                                sl->ms[k] = ms;
+                                sl->idx[k] = i + 1;
+                                break;
+                        }
+                if (cfg.ping_gap_us)
+                        sleep_us(cfg.ping_gap_us);
+        }
+}
+
+static void slowest_str(char *dst, size_t size, const Slowest *sl) {
+        snprintf(dst, size, "slowest: #%u %.1f ms, #%u %.1f ms, #%u %.1f ms", sl->idx[0], sl->ms[0], sl->idx[1],
+                 sl->ms[1], sl->idx[2], sl->ms[2]);
+}
+
+static void json_escape(char *dst, size_t size, const char *src) {
+        size_t o = 0;
+        for (; *src && o + 7 < size; src++) {
+                unsigned char ch = (unsigned char)*src;
+                if (ch == '"' || ch == '\\') {
+                        dst[o++] = '\\';
+                        dst[o++] = (char)ch;
+                } else if (ch < 0x20) {
+                        o += (size_t)snprintf(dst + o, size - o, "\\u%04x", ch);
+                } else {
+                        dst[o++] = (char)ch;
+                }
+        }
+        dst[o] = 0;
+}
+
+/* One series under load: `busy` sandboxes (one connection: its root + sandbox.create), each
+ * running the CPU-bound command with a long timeout; pings once all run and settle_ms passed;
+ * then every run cancelled (exit 125 expected) and the sandboxes destroyed. */
+static void load_series(Conn *ctl, Conn *pc, unsigned rep, Samples *out, unsigned *bad, Slowest *sl, double *cpu_busy) {
+        progress("p: series %u/%u: starting `%s` in %u sandboxes", rep + 1, cfg.load_reps, cfg.busy_cmd, cfg.busy);
+        Conn lc;
+        conn_open(&lc, false);
+        char (*ids)[40] = calloc(cfg.busy ? cfg.busy : 1, sizeof *ids);
+        long *run_ids = calloc(cfg.busy ? cfg.busy : 1, sizeof *run_ids);
+        if (!ids || !run_ids)
+                die("out of memory");
+        for (unsigned i = 0; i < cfg.busy; i++) {
+                char *l = rpc_call(&lc, i == 0 ? "create" : "sandbox.create", NULL);
+                if (resp_is_error(l) || !json_str(l, "sandboxId", ids[i], sizeof ids[i]))
+                        die("%s: %.200s", i == 0 ? "create" : "sandbox.create", l);
+        }
+        char esc[256], params[512];
+        json_escape(esc, sizeof esc, cfg.busy_cmd);
+        for (unsigned i = 0; i < cfg.busy; i++) {
+                snprintf(params, sizeof params, "{\"sandboxId\":\"%s\",\"command\":\"%s\",\"timeoutMs\":600000}", ids[i], esc);
+                run_ids[i] = rpc_send(&lc, "run", params);
+        }
+        uint64_t t0 = now_ns();
+        long running = 0;
+        while ((running = health_field(pc, "running")) < (long)cfg.busy) {
+                if (ms_between(t0, now_ns()) > 20000)
+                        die("only %ld of %u busy runs started within 20 s", running, cfg.busy);
+                sleep_us(10000);
+        }
+        sleep_us(cfg.settle_ms * 1000);
+
+        progress("p: series %u/%u: %u pings with %u CPU-bound runs going", rep + 1, cfg.load_reps, cfg.pings, cfg.busy);
+        uint64_t b0, tot0, b1, tot1;
+        cpu_jiffies(&b0, &tot0);
+        ping_series(pc, cfg.pings, out, bad, sl);
+        cpu_jiffies(&b1, &tot1);
+        *cpu_busy = tot1 > tot0 ? (double)(b1 - b0) / (double)(tot1 - tot0) : 0;
+        unsigned still = (unsigned)health_field(pc, "running");
+        if (still != cfg.busy)
+                note("p: series %u: only %u of %u busy runs were still running after the pings", rep + 1, still, cfg.busy);
+
+        /* Stop the loops: cancel each run, expect exit 125. */
+        unsigned cancelled = 0;
+        for (unsigned i = 0; i < cfg.busy; i++) {
+                snprintf(params, sizeof params, "{\"requestId\":%ld}", run_ids[i]);
+                (void)rpc_send(&lc, "cancel", params);
+        }
+        for (unsigned answered = 0; answered < cfg.busy;) {
+                char *l = conn_read_line(&lc);
+                if (!l)
+                        die("the load connection closed before the busy runs answered");
+                long id = resp_id(l), ec;
+                for (unsigned i = 0; i < cfg.busy; i++)
+                        if (id == run_ids[i]) {
+                                answered++;
+                                if (json_int(l, "exitCode", &ec) && ec == 125)
+                                        cancelled++;
+                        }
+        }
+        if (cancelled != cfg.busy)
+                note("p: series %u: %u of %u busy runs answered exit 125 after cancel", rep + 1, cancelled, cfg.busy);
+        conn_close(&lc);
+        (void)wait_no_sandboxes(ctl, 10000);
+        free(ids);
+        free(run_ids);
+}
+
+static void bench_ping_load(Conn *ctl) {
+        Conn pc;
+        conn_open(&pc, false);
+        Samples idle = { 0 };
+        unsigned bad_idle = 0;
+
+        progress("p: %u pings, idle server (gap %u µs)", cfg.pings, cfg.ping_gap_us);
+        Slowest sl_idle, sl_host;
+        ping_series(&pc, cfg.pings / 10, &idle, &bad_idle, NULL); /* warm-up */
+        samples_free(&idle);
+        bad_idle = 0;
+        ping_series(&pc, cfg.pings, &idle, &bad_idle, &sl_idle);
+
+        Samples pooled = { 0 };
+        Slowest sl_busy = { 0 };
+        char reps_txt[200] = "";
+        size_t reps_len = 0;
+        unsigned bad_busy = 0;
+        double busy_sum = 0;
+        for (unsigned rep = 0; rep < cfg.load_reps; rep++) {
+                Samples one = { 0 };
+                Slowest sl;
+                double cpu_busy;
+                load_series(ctl, &pc, rep, &one, &bad_busy, &sl, &cpu_busy);
+                busy_sum += cpu_busy;
+                Summary x = summarize(&one);
+                reps_len += (size_t)snprintf(reps_txt + reps_len, sizeof reps_txt - reps_len, "%s%.2f",
+                                             rep ? ", " : "", x.p99);
+                if (reps_len >= sizeof reps_txt)
+                        reps_len = sizeof reps_txt - 1;
+                for (size_t i = 0; i < one.n; i++)
+                        samples_add(&pooled, one.v[i]);
+                if (sl.ms[0] > sl_busy.ms[0])
+                        sl_busy = sl;
+                samples_free(&one);
+        }
+        load.cpu_busy = cfg.load_reps ? busy_sum / cfg.load_reps : 0;
+
+        /* For comparison: the same loops as plain processes outside any sandbox, in this
+         * program's session, which is the server's autogroup unless --server-autogroup-nice. */
+        Samples host = { 0 };
+        unsigned bad_host = 0;
+        double host_busy = 0;
+        if (cfg.host_busy) {
+                progress("p: %u pings with %u CPU-bound host processes in the server's session", cfg.pings, cfg.busy);
+                pid_t *kids = calloc(cfg.busy ? cfg.busy : 1, sizeof *kids);
+                if (!kids)
+                        die("out of memory");
+                for (unsigned i = 0; i < cfg.busy; i++) {
+                        kids[i] = fork();
+                        if (kids[i] == 0) {
+                                (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+                                execl("/bin/sh", "sh", "-c", cfg.busy_cmd, (char *)NULL);
+                                _exit(127);
+                        }
+                }
+                sleep_us(cfg.settle_ms * 1000);
+                uint64_t b0, tot0, b1, tot1;
+                cpu_jiffies(&b0, &tot0);
+                ping_series(&pc, cfg.pings, &host, &bad_host, &sl_host);
+                cpu_jiffies(&b1, &tot1);
+                host_busy = tot1 > tot0 ? (double)(b1 - b0) / (double)(tot1 - tot0) : 0;
+                for (unsigned i = 0; i < cfg.busy; i++)
+                        if (kids[i] > 0)
+                                kill(kids[i], SIGKILL);
+                for (unsigned i = 0; i < cfg.busy; i++)
+                        if (kids[i] > 0)
+                                (void)waitpid(kids[i], NULL, 0);
+                free(kids);
+        }
+
+        Summary xi = summarize(&idle), xb = summarize(&pooled), xh = summarize(&host);
+        char s1[96], s2[96], s3[96] = "";
+        slowest_str(s1, sizeof s1, &sl_idle);
+        slowest_str(s2, sizeof s2, &sl_busy);
+        if (cfg.host_busy)
+                slowest_str(s3, sizeof s3, &sl_host);
+        row_add("p_idle", "`ping`, idle server", &xi, "gap %u µs between pings; %s; %u failed", cfg.ping_gap_us, s1,
+                bad_idle);
+        row_add("p_load", "`ping` while CPU-bound runs execute", &xb,
+                "%u series of %u pings, each with %u fresh sandboxes running `%s`, pings from %u ms after all "
+                "started; p99 per series: %s ms; CPUs %.0f %% busy; worst series' %s; %u failed",
+                cfg.load_reps, cfg.pings, cfg.busy, cfg.busy_cmd, cfg.settle_ms, reps_txt, 100 * load.cpu_busy, s2,
+                bad_busy);
+        snprintf(load.reps, sizeof load.reps, "%s", reps_txt);
+        if (cfg.host_busy)
+                row_add("p_host", "  for comparison: the same loops outside any sandbox, in the server's autogroup", &xh,
+                        "%u host processes `sh -c '%s'`%s; CPUs %.0f %% busy; %s; %u failed", cfg.busy, cfg.busy_cmd,
+                        cfg.srv_nice_set ? " (the server has its own autogroup here)" : "", 100 * host_busy, s3, bad_host);
+        samples_free(&host);
+        samples_free(&idle);
+        samples_free(&pooled);
+        conn_close(&pc);
+}
+
+/* ------------------------------------------------------------------ c */
+
+typedef struct Agent {
+        Conn c;
+        unsigned k;      /* client number */
+        unsigned j;      /* commands answered */
+        long want_id;
+        uint64_t t_sent;
+        bool active, failed;
+} Agent;
+
+static void agent_fail(Agent *a, const char *what, const char *line) {
+        a->failed = true;
+        a->active = false;
+        conc.errors++;
+        if (!conc.first_error[0]) {
+                char d[260];
+                describe(d, sizeof d, line);
+                snprintf(conc.first_error, sizeof conc.first_error, "client %u %s: %s", a->k, what, d);
+        }
+}
+
+static void agent_send_cmd(Agent *a) {
+        char params[128];
+        snprintf(params, sizeof params, "{\"command\":\"echo %u\"}", a->k * cfg.cmds + a->j);
+        a->t_sent = now_ns();
+        a->want_id = rpc_send_try(&a->c, "run", params);
+        if (a->want_id < 0)
+                agent_fail(a, "could not send its command", NULL);
+}
+
+typedef void (*LineFn)(Agent *a, char *line, uint64_t t);
+
+/* One poll loop over the active agents until none is active (or the deadline passes). */
+static void agents_loop(Agent *ag, unsigned n, LineFn fn, unsigned timeout_s) {
+        struct pollfd *pf = calloc(n, sizeof *pf);
+        unsigned *map = calloc(n, sizeof *map);
+        if (!pf || !map)
+                die("out of memory");
+        uint64_t deadline = now_ns() + (uint64_t)timeout_s * 1000000000ULL;
+        for (;;) {
+                unsigned m = 0;
+                for (unsigned i = 0; i < n; i++)
+                        if (ag[i].active) {
+                                pf[m] = (struct pollfd){ .fd = ag[i].c.fd, .events = POLLIN };
+                                map[m++] = i;
+                        }
+                if (m == 0)
+                        break;
+                if (now_ns() > deadline) {
+                        for (unsigned i = 0; i < m; i++)
+                                agent_fail(&ag[map[i]], "timed out", "(no answer in time)");
+                        break;
+                }
+                int r = poll(pf, m, 1000);
+                if (r < 0 && errno != EINTR)
+                        die("poll: %s", strerror(errno));
+                for (unsigned i = 0; r > 0 && i < m; i++) {
+                        if (!pf[i].revents)
+                                continue;
+                        Agent *a = &ag[map[i]];
+                        ssize_t k = conn_fill(&a->c);
+                        uint64_t t = now_ns();
+                        if (k == 0 || (k < 0 && k != -EAGAIN)) {
+                                agent_fail(a, "lost its connection", NULL);
+                                continue;
+                        }
+                        char *l;
+                        while (a->active && (l = conn_take_line(&a->c)))
+                                fn(a, l, t);
+                }
+        }
+        free(pf);
+        free(map);
+}
+
+static Samples create_lat, lat_all, lat_steady, lat_first;
+static uint64_t create_t0;
+static unsigned n_created, n_completed;
+
+static void on_create(Agent *a, char *l, uint64_t t) {
+        if (resp_id(l) != a->want_id)
+                return;
+        a->active = false;
+        if (resp_is_error(l) || !strstr(l, "\"sandboxId\":")) {
+                agent_fail(a, "create", l);
+                return;
+        }
+        n_created++;
+        samples_add(&create_lat, ms_between(create_t0, t));
+}
+
+static void on_run(Agent *a, char *l, uint64_t t) {
+        if (resp_id(l) != a->want_id) {
+                agent_fail(a, "got an unexpected line", l);
+                return;
+        }
+        char want[32];
+        snprintf(want, sizeof want, "%u\\n", a->k * cfg.cmds + a->j);
+        if (!run_ok(l, want)) {
+                agent_fail(a, "run", l);
+                return;
+        }
+        double ms = ms_between(a->t_sent, t);
+        samples_add(&lat_all, ms);
+        samples_add(a->j == 0 ? &lat_first : &lat_steady, ms);
+        n_completed++;
+        if (++a->j < cfg.cmds)
+                agent_send_cmd(a);
+        else
+                a->active = false;
+}
+
+/* A pinger on its own connection and thread while the clients work: how long the server's
+ * loop is unavailable to everyone else. Phases: 0 creates, 1 commands, 2 disconnects, 3 stop. */
+static atomic_int ping_phase;
+static Samples ping_lat[3];
+static unsigned ping_bad;
+
+static void *pinger(void *arg) {
+        Conn *c = arg;
+        for (;;) {
+                int ph = atomic_load(&ping_phase);
+                if (ph >= 3)
+                        break;
+                double ms = rpc_ping(c);
+                /* Attributed to the phase it started in. */
+                if (ms < 0)
+                        ping_bad++;
+                else
+                        samples_add(&ping_lat[ph], ms);
+                sleep_us(cfg.ping_gap_us);
+        }
+        return NULL;
+}
+
+static void bench_clients(Conn *ctl) {
+        unsigned n = cfg.clients;
+        Agent *ag = calloc(n, sizeof *ag);
+        if (!ag)
+                die("out of memory");
+        progress("c: %u clients connect", n);
+        for (unsigned i = 0; i < n; i++) {
+                conn_open(&ag[i].c, true);
+                ag[i].k = i;
+        }
+        Conn pc;
+        pthread_t pt;
+        conn_open(&pc, false);
+        atomic_store(&ping_phase, 0);
+        if (pthread_create(&pt, NULL, pinger, &pc) != 0)
+                die("pthread_create failed");
+        sleep_us(20000);
+
+        progress("c: %u creates at once", n);
+        create_t0 = now_ns();
+        for (unsigned i = 0; i < n; i++) {
+                ag[i].active = true;
+                ag[i].want_id = rpc_send_try(&ag[i].c, "create", NULL);
+                if (ag[i].want_id < 0)
+                        agent_fail(&ag[i], "could not send create", NULL);
+        }
+        agents_loop(ag, n, on_create, 120);
+        conc.create_wall_ms = ms_between(create_t0, now_ns());
+        conc.created = n_created;
+
+        progress("c: %u clients × %u commands", n, cfg.cmds);
+        atomic_store(&ping_phase, 1);
+        double run0, wait0, run1, wait1;
+        uint64_t b0, tot0, b1, tot1;
+        double srv0 = proc_cpu_s(srv_pid);
+        cpu_jiffies(&b0, &tot0);
+        proc_schedstat(srv_pid, &run0, &wait0);
+        uint64_t t1 = now_ns();
+        for (unsigned i = 0; i < n; i++)
+                if (!ag[i].failed) {
+                        ag[i].active = true;
+                        agent_send_cmd(&ag[i]);
+                }
+        agents_loop(ag, n, on_run, 600);
+        uint64_t t2 = now_ns();
+        proc_schedstat(srv_pid, &run1, &wait1);
+        conc.srv_run_s = run1 - run0;
+        conc.srv_wait_s = wait1 - wait0;
+        cpu_jiffies(&b1, &tot1);
+        double srv1 = proc_cpu_s(srv_pid);
+
+        conc.have = true;
+        conc.clients = n;
+        conc.cmds = cfg.cmds;
+        conc.completed = n_completed;
+        conc.cmd_wall_s = (double)(t2 - t1) / 1e9;
+        conc.cmds_per_s = conc.cmd_wall_s > 0 ? n_completed / conc.cmd_wall_s : 0;
+        conc.create_lat = summarize(&create_lat);
+        conc.lat_all = summarize(&lat_all);
+        conc.lat_steady = summarize(&lat_steady);
+        conc.lat_first = summarize(&lat_first);
+        conc.srv_cpu_s = srv1 - srv0;
+        conc.cpu_busy = tot1 > tot0 ? (double)(b1 - b0) / (double)(tot1 - tot0) : 0;
+
+        progress("c: %u clients disconnect", n);
+        atomic_store(&ping_phase, 2);
+        uint64_t t3 = now_ns();
+        for (unsigned i = 0; i < n; i++)
+                conn_close(&ag[i].c);
+        (void)wait_no_sandboxes(ctl, 60000);
+        conc.destroy_ms = ms_between(t3, now_ns());
+        atomic_store(&ping_phase, 3);
+        pthread_join(pt, NULL);
+        conn_close(&pc);
+        row_add("c_create", "`create`, all clients at once (from the moment all were sent)", &conc.create_lat,
+                "%u of %u created; all done after %.1f ms", n_created, n, conc.create_wall_ms);
+        row_add("c_run", "`run` `echo $i`, per command (request written → response read)", &conc.lat_all,
+                "%u clients × %u commands, closed loop", n, cfg.cmds);
+        row_add("c_run_first", "  the first command of each client (starts its session)", &conc.lat_first, "%s", "");
+        row_add("c_run_rest", "  the other commands", &conc.lat_steady, "%s", "");
+        static const char *const phase_name[3] = { "creates", "commands", "disconnects (sandboxes destroyed)" };
+        static const char *const phase_key[3] = { "c_ping_cr", "c_ping_run", "c_ping_close" };
+        for (int i = 0; i < 3; i++) {
+                char name[160];
+                Summary x = summarize(&ping_lat[i]);
+                snprintf(name, sizeof name, "`ping` on another connection during the %s", phase_name[i]);
+                row_add(phase_key[i], name, &x, "gap %u µs; %u failed in all phases", cfg.ping_gap_us, ping_bad);
+                samples_free(&ping_lat[i]);
+        }
+        samples_free(&create_lat);
+        samples_free(&lat_all);
+        samples_free(&lat_steady);
+        samples_free(&lat_first);
+        free(ag);
+}
+
+/* ------------------------------------------------------------------ report */
+
+static char pool_txt[16];
+
+static const char *verdict(bool have, bool ok) { return !have ? "not measured" : ok ? "**met**" : "**missed**"; }
+
+static void report(void) {
+        printf("Server: `%s serve --socket PATH%s%s`%s.\n\n", cfg.sbx, cfg.pool >= 0 ? " --pool " : "",
+               cfg.pool >= 0 ? pool_txt : "", cfg.srv_nice_set ? ", in a session of its own (autogroup nice set)" : "");
+        printf("## The daemon: latency (ms)\n\n");
+        printf("| | Benchmark | N | p50 | p90 | p99 | max | mean | Notes |\n|---|---|---|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < n_rows; i++) {
+                const Row *r = &rows[i];
+                if (!r->have)
+                        printf("| %s | %s | – | – | – | – | – | – | %s |\n", r->key, r->name, r->note);
+                else
+                        printf("| %s | %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %s |\n", r->key, r->name, r->s.n,
+                               r->s.p50, r->s.p90, r->s.p99, r->s.max, r->s.mean, r->note);
+        }
+        if (conc.have) {
+                printf("\n## The daemon: %u concurrent clients\n\n| | |\n|---|---|\n", conc.clients);
+                printf("| sandboxes created | %u of %u, all answered after %.1f ms (p50 %.1f ms, p99 %.1f ms) |\n",
+                       conc.created, conc.clients, conc.create_wall_ms, conc.create_lat.p50, conc.create_lat.p99);
+                printf("| commands completed and checked | %u of %u, %u errors |\n", conc.completed,
+                       conc.clients * conc.cmds, conc.errors);
+                printf("| throughput | **%.0f commands/s** (%u in %.2f s) |\n", conc.cmds_per_s, conc.completed,
+                       conc.cmd_wall_s);
+                printf("| per-command latency | p50 %.2f ms, p99 %.2f ms, max %.2f ms |\n", conc.lat_all.p50,
+                       conc.lat_all.p99, conc.lat_all.max);
+                printf("| CPU during the commands | %.0f %% of all CPUs busy; the server process itself %.2f CPU-s (%.0f µs per command) |\n",
+                       100 * conc.cpu_busy, conc.srv_cpu_s,
+                       conc.completed ? 1e6 * conc.srv_cpu_s / conc.completed : 0);
+                printf("| the server process during the commands (/proc/PID/schedstat) | on a CPU %.2f s, waiting for a CPU %.2f s, blocked or idle %.2f s, of %.2f s |\n",
+                       conc.srv_run_s, conc.srv_wait_s, conc.cmd_wall_s - conc.srv_run_s - conc.srv_wait_s, conc.cmd_wall_s);
+                printf("| all connections closed → server has no sandbox | %.1f ms |\n", conc.destroy_ms);
+                if (conc.first_error[0])
+                        printf("| first error | %s |\n", conc.first_error);
+        }
+
+        printf("\n## The daemon: targets\n\n| Target | Measured | Verdict |\n|---|---|---|\n");
+        const Row *rr = row_find("r_rpc"), *rc = row_find("r_capi");
+        if (rr && rc)
+                printf("| `run` `echo hi` over the socket p50 ≤ 1.2× the C API | %.3f ms / %.3f ms = %.2f× | %s |\n",
+                       rr->s.p50, rc->s.p50, rr->s.p50 / rc->s.p50, verdict(true, rr->s.p50 <= 1.2 * rc->s.p50));
+        else
+                printf("| `run` `echo hi` over the socket p50 ≤ 1.2× the C API | – | not measured |\n");
+        const Row *pl = row_find("p_load");
+        if (pl)
+                printf("| `ping` p99 ≤ 5 ms with %u CPU-bound runs | all %zu pings: p50 %.3f ms, p99 %.3f ms, max %.3f ms; "
+                       "p99 of each series of %u: %s ms | %s |\n",
+                       cfg.busy, pl->s.n, pl->s.p50, pl->s.p99, pl->s.max, cfg.pings, load.reps,
+                       verdict(true, pl->s.p99 <= 5));
+        else
+                printf("| `ping` p99 ≤ 5 ms with CPU-bound runs | – | not measured |\n");
+        if (conc.have) {
+                bool okc = conc.errors == 0 && conc.completed == conc.clients * conc.cmds;
+                printf("| %u clients × %u commands, all complete, zero errors | %u/%u, %u errors; %.0f commands/s, p50 %.2f ms, p99 %.2f ms; %u creates %.0f ms | %s |\n",
+                       conc.clients, conc.cmds, conc.completed, conc.clients * conc.cmds, conc.errors, conc.cmds_per_s,
+                       conc.lat_all.p50, conc.lat_all.p99, conc.clients, conc.create_wall_ms, verdict(true, okc));
+        } else {
+                printf("| N clients × M commands, zero errors | – | not measured |\n");
+        }
+        if (n_notes) {
+                printf("\n## Notes\n\n");
+                for (size_t i = 0; i < n_notes; i++)
+                        printf("- %s\n", notes[i]);
+        }
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "Usage: sbx-bench-rpc [OPTIONS]\n"
+                "  --sbx PATH         the sbx binary (default: ../src/cli/sbx next to this program)\n"
+                "  --only LETTERS     r (run round trip vs C API), p (ping under load), c (clients); default rpc\n"
+                "  -n, --iterations N r: interleaved iterations (default %u)\n"
+                "  --warmup N         r: warm-up iterations (default %u)\n"
+                "  --quiet-ms MS      r: pause after each run so the next worker is ready (default %u)\n"
+                "  --pings N          p: pings idle and under load (default %u)\n"
+                "  --ping-gap-us US   p: pause between pings (default %u)\n"
+                "  --busy N           p: sandboxes running the CPU-bound command (default %u)\n"
+                "  --busy-cmd CMD     p: the command (default `%s`)\n"
+                "  --settle-ms MS     p: wait after the busy runs have started (default %u)\n"
+                "  --clients N        c: concurrent clients, one sandbox each (default %u)\n"
+                "  --cmds N           c: commands per client (default %u)\n"
+                "  --load-reps N      p: series under load, each with fresh sandboxes (default %u)\n"
+                "  --no-host-busy     p: skip the comparison with busy loops outside any sandbox\n"
+                "  --pool N           start the server with --pool N (default: the server's default)\n"
+                "  --server-autogroup-nice N  start the server in a session (autogroup) of its own\n"
+                "                     with this nice value (-20..19); default: the caller's session\n"
+                "  --quick            small N everywhere (a smoke test)\n",
+                cfg.warm_n, cfg.warmup, cfg.quiet_ms, cfg.pings, cfg.ping_gap_us, cfg.busy, cfg.busy_cmd,
+                cfg.settle_ms, cfg.clients, cfg.cmds, cfg.load_reps);
+}
+
+static unsigned parse_uint(const char *s, const char *what) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(s, &end, 10);
+        if (errno || end == s || *end || v > 100000000UL) {
+                fprintf(stderr, "sbx-bench-rpc: bad %s: %s\n", what, s);
+                exit(2);
+        }
+        return (unsigned)v;
+}
+
+int main(int argc, char **argv) {
+        enum { O_SBX = 256, O_ONLY, O_WARMUP, O_QUIET, O_PINGS, O_GAP, O_BUSY, O_BUSYCMD, O_SETTLE, O_CLIENTS, O_CMDS, O_QUICK, O_NICE, O_NOHOST, O_REPS, O_POOL };
+        static const struct option opts[] = {
+                { "sbx", required_argument, NULL, O_SBX },
+                { "only", required_argument, NULL, O_ONLY },
+                { "iterations", required_argument, NULL, 'n' },
+                { "warmup", required_argument, NULL, O_WARMUP },
+                { "quiet-ms", required_argument, NULL, O_QUIET },
+                { "pings", required_argument, NULL, O_PINGS },
+                { "ping-gap-us", required_argument, NULL, O_GAP },
+                { "busy", required_argument, NULL, O_BUSY },
+                { "busy-cmd", required_argument, NULL, O_BUSYCMD },
+                { "settle-ms", required_argument, NULL, O_SETTLE },
+                { "clients", required_argument, NULL, O_CLIENTS },
+                { "cmds", required_argument, NULL, O_CMDS },
+                { "quick", no_argument, NULL, O_QUICK },
+                { "server-autogroup-nice", required_argument, NULL, O_NICE },
+                { "no-host-busy", no_argument, NULL, O_NOHOST },
+                { "load-reps", required_argument, NULL, O_REPS },
+                { "pool", required_argument, NULL, O_POOL },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        int c;
+        while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+                switch (c) {
+                case O_SBX: cfg.sbx = optarg; break;
+                case O_ONLY: cfg.only = optarg; break;
+                case 'n': cfg.warm_n = parse_uint(optarg, "iterations"); break;
+                case O_WARMUP: cfg.warmup = parse_uint(optarg, "warmup"); break;
+                case O_QUIET: cfg.quiet_ms = parse_uint(optarg, "quiet-ms"); break;
+                case O_PINGS: cfg.pings = parse_uint(optarg, "pings"); break;
+                case O_GAP: cfg.ping_gap_us = parse_uint(optarg, "ping-gap-us"); break;
+                case O_BUSY: cfg.busy = parse_uint(optarg, "busy"); break;
+                case O_BUSYCMD: cfg.busy_cmd = optarg; break;
+                case O_SETTLE: cfg.settle_ms = parse_uint(optarg, "settle-ms"); break;
+                case O_CLIENTS: cfg.clients = parse_uint(optarg, "clients"); break;
+                case O_CMDS: cfg.cmds = parse_uint(optarg, "cmds"); break;
+                case O_NOHOST: cfg.host_busy = false; break;
+                case O_REPS: cfg.load_reps = parse_uint(optarg, "load-reps"); break;
+                case O_POOL:
+                        cfg.pool = (int)parse_uint(optarg, "pool");
+                        snprintf(pool_txt, sizeof pool_txt, "%d", cfg.pool);
+                        break;
+                case O_NICE: {
+                        char *end;
+                        long v = strtol(optarg, &end, 10);
+                        if (*end || end == optarg || v < -20 || v > 19) {
+                                fprintf(stderr, "sbx-bench-rpc: bad server-autogroup-nice: %s\n", optarg);
+                                return 2;
+                        }
+                        cfg.srv_nice = (int)v;
+                        cfg.srv_nice_set = true;
+                        break;
+                }
+                case O_QUICK:
+                        cfg.warm_n = 30;
+                        cfg.warmup = 3;
+                        cfg.pings = 200;
+                        cfg.settle_ms = 300;
+                        cfg.load_reps = 2;
+                        cfg.cmds = 10;
+                        break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        }
+        if (optind < argc || cfg.clients == 0 || cfg.cmds == 0) {
+                usage(stderr);
+                return 2;
+        }
+        if (!cfg.sbx)
+                cfg.sbx = next_to_self("../src/cli/sbx");
+        if (!cfg.sbx)
+                cfg.sbx = "build/src/cli/sbx";
+        if (access(cfg.sbx, X_OK) < 0) {
+                fprintf(stderr, "sbx-bench-rpc: %s: %s (give --sbx PATH)\n", cfg.sbx, strerror(errno));
+                return 1;
+        }
+        static char sbx_real[PATH_MAX];
+        if (realpath(cfg.sbx, sbx_real))
+                cfg.sbx = sbx_real;
+        signal(SIGPIPE, SIG_IGN);
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        signal(SIGHUP, on_signal);
+
+        uint64_t t0 = now_ns();
+        server_start();
+        Conn ctl;
+        conn_open(&ctl, false);
+        if (want('r'))
+                bench_roundtrip(&ctl);
+        if (want('p'))
+                bench_ping_load(&ctl);
+        if (want('c'))
+                bench_clients(&ctl);
+
+        /* Shut the server down the way a client would, then make sure it is gone. */
+        char *l = rpc_call(&ctl, "kill", NULL);
+        if (resp_is_error(l))
+                note("kill: %.200s", l);
+        conn_close(&ctl);
+        int st = 0;
+        pid_t w = 0;
+        uint64_t tk = now_ns();
+        while ((w = waitpid(srv_pid, &st, WNOHANG)) == 0 && ms_between(tk, now_ns()) < 10000)
+                sleep_us(5000);
+        if (w == srv_pid) {
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                        note("the server ended with status 0x%x", st);
+                srv_pid = -1;
+        } else {
+                note("the server did not exit within 10 s of `kill`");
+        }
+        server_cleanup();
+        progress("done in %.1f s", ms_between(t0, now_ns()) / 1000);
+        report();
+        return 0;
+}
