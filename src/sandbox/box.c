@@ -219,43 +219,6 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 sync[1] = safe_close(sync[1]);
         }
 
-        struct pollfd p = { .fd = b->ctl_fd, .events = POLLIN };
-        r = poll(&p, 1, SBX_CREATE_TIMEOUT_MS);
-        if (r <= 0) {
-                r = r == 0 ? -ETIMEDOUT : negerrno();
-                snprintf(err, errlen, "sandbox init did not start: %s", strerror(-r));
-                goto fail;
-        }
-        InitMsg m;
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
-        } cm;
-        struct iovec iov = { &m, sizeof m };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
-        ssize_t n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC);
-        struct cmsghdr *cmh = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS)
-                memcpy(&b->root_fd, CMSG_DATA(cmh), sizeof b->root_fd);
-        if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
-                r = -EIO;
-                snprintf(err, errlen, "sandbox init exited during setup");
-                goto fail;
-        }
-        struct stat wst;
-        if (m.status == 0 && (b->root_fd < 0 || fstatat(b->root_fd, "tmp", &wst, 0) < 0)) {
-                r = -EIO;
-                snprintf(err, errlen, "sandbox init sent no root");
-                goto fail;
-        }
-        if (m.status == 0)
-                b->writable_dev = wst.st_dev;
-        if (m.status < 0) {
-                r = m.status;
-                m.text[sizeof m.text - 1] = 0;
-                snprintf(err, errlen, "%s", m.text);
-                goto fail;
-        }
         return 0;
 fail:
         safe_close(sv[0]);
@@ -264,6 +227,55 @@ fail:
         safe_close(sync[1]);
         box_destroy(s, b);
         return r < 0 ? r : -EIO;
+}
+
+int box_ready(Box *b, char *err, size_t errlen) {
+        if (b->ready)
+                return 1;
+        InitMsg m;
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        struct iovec iov = { &m, sizeof m };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return 0;
+        int fd = -1;
+        struct cmsghdr *cmh = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS)
+                memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
+        struct stat wst;
+        if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
+                snprintf(err, errlen, "sandbox init exited during setup");
+        } else if (m.status < 0) {
+                m.text[sizeof m.text - 1] = 0;
+                snprintf(err, errlen, "%s", m.text);
+        } else if (fd < 0 || fstatat(fd, "tmp", &wst, 0) < 0) {
+                snprintf(err, errlen, "sandbox init sent no root");
+        } else {
+                b->root_fd = fd;
+                b->writable_dev = wst.st_dev;
+                b->ready = true;
+                return 1;
+        }
+        safe_close(fd);
+        return n == (ssize_t)sizeof m && m.status < 0 ? m.status : -EIO;
+}
+
+int box_wait_ready(Box *b, int timeout_ms, char *err, size_t errlen) {
+        uint64_t end = now_ms() + (uint64_t)timeout_ms;
+        for (;;) {
+                int r = box_ready(b, err, errlen);
+                if (r != 0)
+                        return r;
+                uint64_t now = now_ms();
+                if (b->ctl_fd < 0 || now >= end)
+                        return -ETIMEDOUT;
+                struct pollfd p = { .fd = b->ctl_fd, .events = POLLIN };
+                (void)poll(&p, 1, (int)(end - now));
+        }
 }
 
 int box_spawn_session(Box *b, int sock) {

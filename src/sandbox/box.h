@@ -40,6 +40,7 @@ typedef struct Box {
         uid_t host_uid; /* the sandbox's user (uid 1000 inside) as the host sees it */
         gid_t host_gid;
         int slot;       /* root: its host uid slot, else -1 */
+        bool ready;     /* pid 1 reported its root built (root_fd valid) */
         dev_t writable_dev; /* st_dev of its writable tmpfs (/tmp, /home/user, /dev/shm) */
         CgroupSandbox cg;
 } Box;
@@ -48,9 +49,15 @@ typedef struct Box {
 int box_shared_init(BoxShared *s);
 void box_shared_done(BoxShared *s);
 
-/* Creates the sandbox and waits (bounded) for its root to be built. On failure err says
- * what failed. Returns 0 or -errno. */
+/* Creates the sandbox and returns at once; its pid 1 builds the root meanwhile (session
+ * shells may already be asked for: pid 1 starts them after). On failure err says what
+ * failed. Returns 0 or -errno. */
 int box_create(BoxShared *s, const BoxConfig *c, Box *ret, char *err, size_t errlen);
+/* Takes pid 1's word when it has come (wait on ctl_fd): 1 ready, 0 not yet, -errno if setup
+ * failed (err says why; pid 1 then exits). */
+int box_ready(Box *b, char *err, size_t errlen);
+/* The same, waiting up to timeout_ms. */
+int box_wait_ready(Box *b, int timeout_ms, char *err, size_t errlen);
 /* Asks init for a session shell on `sock` (the bash end of a session socketpair; the caller
  * keeps its own copy). Returns 0 or -errno. */
 int box_spawn_session(Box *b, int sock);

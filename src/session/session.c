@@ -97,7 +97,7 @@ struct SbxSandbox {
         BgPipe *bg_pipes;
         BgCgroup *bg_cgroups;
         uint64_t next_cmd;
-        Watch init_w;
+        Watch init_w, ctl_w;
         bool dying, pooled;
 };
 
@@ -1239,6 +1239,7 @@ static void init_event(Watch *w, uint32_t events) {
          * sandbox is gone with it. Sessions answer their runs and stop restarting. */
         log_warn("sandbox %s: init exited", sb->box.id);
         loop_del(sb->ctx->loop, &sb->init_w);
+        loop_del(sb->ctx->loop, &sb->ctl_w);
         if (sb->pooled) {
                 sbx_sandbox_free(sb);
                 return;
@@ -1246,6 +1247,30 @@ static void init_event(Watch *w, uint32_t events) {
         sb->dying = true;
         for (SbxSession *s = sb->sessions; s; s = s->next)
                 session_reset(s);
+}
+
+/* pid 1's word on its setup, taken from the loop: creating a sandbox never waits for it. */
+static void ctl_event(Watch *w, uint32_t events) {
+        SbxSandbox *sb = w->data;
+        char err[512];
+        int r = box_ready(&sb->box, err, sizeof err);
+        if (r == 0)
+                return;
+        loop_del(sb->ctx->loop, &sb->ctl_w);
+        /* On failure pid 1 exits; init_event answers what waits. */
+        if (r < 0)
+                log_warn("sandbox %s: setup failed: %s", sb->box.id, err);
+}
+
+/* The files API needs the root: wait for it in the rare case of a call right after create. */
+static int ensure_ready(SbxSandbox *sb) {
+        char err[512];
+        if (sb->box.ready)
+                return 0;
+        int r = box_wait_ready(&sb->box, SBX_CREATE_TIMEOUT_MS, err, sizeof err);
+        if (r > 0)
+                loop_del(sb->ctx->loop, &sb->ctl_w);
+        return r > 0 ? 0 : r < 0 ? r : -ESRCH;
 }
 
 static int validate_options(const SbxSandboxOptions *o) {
@@ -1311,6 +1336,7 @@ static int sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox *
                 return r;
         }
         (void)loop_add(ctx->loop, &sb->init_w, sb->box.init_pidfd, EPOLLIN, init_event, sb);
+        (void)loop_add(ctx->loop, &sb->ctl_w, sb->box.ctl_fd, EPOLLIN, ctl_event, sb);
         LIST_LINK(ctx->sandboxes, sb);
         *ret = sb;
         return 0;
@@ -1397,6 +1423,7 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         while (sb->sessions)
                 sbx_session_free(sb->sessions);
         loop_del(ctx->loop, &sb->init_w);
+        loop_del(ctx->loop, &sb->ctl_w);
         while (sb->bg_pipes)
                 bg_pipe_free(sb->bg_pipes);
         while (sb->bg_cgroups) {
@@ -1426,7 +1453,9 @@ int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->box.init_pid; }
 
 /* ---------------------------------------------------------------- public: files */
 
-static FsCtx fs_ctx(const SbxSandbox *sb) {
+static FsCtx fs_ctx(SbxSandbox *sb) {
+        if (ensure_ready(sb) < 0)
+                return (FsCtx){ .root = -1 };
         return (FsCtx){ .root = sb->box.root_fd, .uid = sb->box.host_uid, .gid = sb->box.host_gid,
                         .writable = sb->box.writable_dev };
 }
