@@ -27,9 +27,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common.h"
 #include "sbx/sbx.h"
 
 extern char **environ;
+
+const char bench_prog[] = "sbx-bench";
 
 #define MIB (1024ULL * 1024)
 #define GIB (1024ULL * 1024 * 1024)
@@ -61,146 +64,7 @@ static Config cfg = {
 
 static bool want(char letter) { return strchr(cfg.only, letter) != NULL; }
 
-static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void progress(const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        fputs("sbx-bench: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-        va_end(ap);
-}
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static double ms_since(uint64_t t0) { return (double)(now_ns() - t0) / 1e6; }
-
-/* ------------------------------------------------------------------ statistics */
-
-typedef struct Samples {
-        double *v;
-        size_t n, cap;
-} Samples;
-
-typedef struct Summary {
-        size_t n;
-        double p50, p90, p99, mean, min, max;
-} Summary;
-
-static void samples_add(Samples *s, double x) {
-        if (s->n == s->cap) {
-                size_t ncap = s->cap ? s->cap * 2 : 64;
-                double *nv = realloc(s->v, ncap * sizeof *nv);
-                if (!nv) {
-                        perror("realloc");
-                        exit(1);
-                }
-                s->v = nv;
-                s->cap = ncap;
-        }
-        s->v[s->n++] = x;
-}
-
-static void samples_free(Samples *s) {
-        free(s->v);
-        *s = (Samples){ 0 };
-}
-
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return x < y ? -1 : x > y ? 1 : 0;
-}
-
-static double pct(const double *sorted, size_t n, double p) {
-        if (n == 0)
-                return 0;
-        double pos = p * (double)(n - 1);
-        size_t lo = (size_t)pos;
-        if (lo + 1 >= n)
-                return sorted[n - 1];
-        double f = pos - (double)lo;
-        return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * f;
-}
-
-static Summary summarize(const Samples *s) {
-        Summary r = { .n = s->n };
-        if (s->n == 0)
-                return r;
-        double *c = malloc(s->n * sizeof *c);
-        if (!c) {
-                perror("malloc");
-                exit(1);
-        }
-        memcpy(c, s->v, s->n * sizeof *c);
-        qsort(c, s->n, sizeof *c, cmp_double);
-        double sum = 0;
-        for (size_t i = 0; i < s->n; i++)
-                sum += c[i];
-        r.p50 = pct(c, s->n, 0.50);
-        r.p90 = pct(c, s->n, 0.90);
-        r.p99 = pct(c, s->n, 0.99);
-        r.mean = sum / (double)s->n;
-        r.min = c[0];
-        r.max = c[s->n - 1];
-        free(c);
-        return r;
-}
-
-/* ------------------------------------------------------------------ report */
-
-typedef struct Row {
-        char key[16];
-        char name[200];
-        Summary s;
-        bool have;
-        char note[300];
-} Row;
-
-/* Copies src into a Markdown table cell: '|' becomes "\\|" (code spans included). */
-static void md_cell(char *dst, size_t size, const char *src) {
-        size_t o = 0;
-        for (; *src && o + 3 < size; src++) {
-                if (*src == '|')
-                        dst[o++] = '\\';
-                dst[o++] = *src;
-        }
-        dst[o] = 0;
-}
-
-static Row rows[40];
-static size_t n_rows;
-
-static Row *row_add(const char *key, const char *name, const Summary *s, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-static Row *row_add(const char *key, const char *name, const Summary *s, const char *fmt, ...) {
-        if (n_rows >= sizeof rows / sizeof rows[0])
-                return &rows[n_rows - 1];
-        Row *r = &rows[n_rows++];
-        snprintf(r->key, sizeof r->key, "%s", key);
-        md_cell(r->name, sizeof r->name, name);
-        if (s && s->n) {
-                r->s = *s;
-                r->have = true;
-        }
-        char buf[sizeof r->note];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(buf, sizeof buf, fmt, ap);
-        va_end(ap);
-        md_cell(r->note, sizeof r->note, buf);
-        return r;
-}
-
-static const Row *row_find(const char *key) {
-        for (size_t i = 0; i < n_rows; i++)
-                if (strcmp(rows[i].key, key) == 0 && rows[i].have)
-                        return &rows[i];
-        return NULL;
-}
+/* ------------------------------------------------------------------ report data */
 
 typedef struct TpRow {
         char gen[48];
@@ -227,20 +91,6 @@ static void mem_line(const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(mem_lines[n_mem++], sizeof mem_lines[0], fmt, ap);
         va_end(ap);
-}
-
-static char notes[24][400];
-static size_t n_notes;
-
-static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void note(const char *fmt, ...) {
-        if (n_notes >= sizeof notes / sizeof notes[0])
-                return;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(notes[n_notes++], sizeof notes[0], fmt, ap);
-        va_end(ap);
-        fprintf(stderr, "sbx-bench: note: %s\n", notes[n_notes - 1]);
 }
 
 /* ------------------------------------------------------------------ hashing */
@@ -446,7 +296,7 @@ static void run_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
 
 static void run_done(void *ud, const SbxResult *res) {
         Run *r = ud;
-        r->t_done = now_ns();
+        r->t_done = bench_now_ns();
         r->done = true;
         r->exit_code = res->exit_code;
         r->ec = res->error_class;
@@ -474,7 +324,7 @@ static int run_submit(SbxSession *s, const char *cmd, uint64_t timeout_ms, bool 
         SbxRunOptions o = { .command = cmd, .command_len = strlen(cmd), .timeout_ms = timeout_ms };
         if (r->stream_hash)
                 wh_init(&r->wh);
-        r->t_submit = now_ns();
+        r->t_submit = bench_now_ns();
         return sbx_session_run(s, &o, stream ? run_output : NULL, run_done, r, NULL);
 }
 
@@ -493,34 +343,21 @@ static int run_cmd(SbxContext *ctx, SbxSession *s, const char *cmd, uint64_t tim
         return k < 0 ? k : run_wait(ctx, r);
 }
 
-/* Turns the loop until nothing has happened for quiet_ms: after a result, the session's next
- * worker is forked, reports READY and is moved into its cgroup; once the loop is quiet, the
- * session is idle and the next command goes straight to a waiting worker. */
-static void loop_quiet(SbxContext *ctx, int quiet_ms) {
-        for (int i = 0; i < 100000; i++)
-                if (sbx_context_run_once(ctx, quiet_ms) <= 0)
-                        return;
-}
-
 static double run_ms(const Run *r) { return (double)(r->t_done - r->t_submit) / 1e6; }
 
 static SbxSandbox *sandbox_new_or_die(SbxContext *ctx, const SbxSandboxOptions *o) {
         SbxSandbox *sb = NULL;
         int r = sbx_sandbox_new(ctx, o, &sb);
-        if (r < 0) {
-                fprintf(stderr, "sbx-bench: cannot create a sandbox: %s\n", sbx_context_last_error(ctx));
-                exit(1);
-        }
+        if (r < 0)
+                bench_die("cannot create a sandbox: %s", sbx_context_last_error(ctx));
         return sb;
 }
 
 static SbxSession *session_or_die(SbxSandbox *sb) {
         SbxSession *s = NULL;
         int r = sbx_session_get(sb, NULL, &s);
-        if (r < 0) {
-                fprintf(stderr, "sbx-bench: cannot start a session: %s\n", strerror(-r));
-                exit(1);
-        }
+        if (r < 0)
+                bench_die("cannot start a session: %s", strerror(-r));
         return s;
 }
 
@@ -546,13 +383,13 @@ static void bench_warm(SbxContext *ctx) {
         if (do_bwrap) {
                 int r = access(bwrap_argv[0], X_OK) == 0 ? spawn_read(bwrap_argv, 0, NULL, NULL, &so_out) : -ENOENT;
                 if (r < 0 || !spawn_said_hi(&so_out)) {
-                        note("bwrap skipped: %s", r < 0 ? strerror(-r) : "it did not print 'hi' with exit 0 (see stderr above)");
+                        bench_note("bwrap skipped: %s", r < 0 ? strerror(-r) : "it did not print 'hi' with exit 0 (see stderr above)");
                         row_add("c", "`bwrap --unshare-all ... bash -c 'echo hi'`", NULL, "skipped: bwrap failed");
                         do_bwrap = false;
                 }
         }
 
-        progress("a/b/c: %u warm-up runs", cfg.warmup);
+        bench_progress("a/b/c: %u warm-up runs", cfg.warmup);
         for (unsigned i = 0; i < cfg.warmup; i++) {
                 Run r = { 0 };
                 (void)run_cmd(ctx, s, "echo hi", 0, &r);
@@ -563,7 +400,7 @@ static void bench_warm(SbxContext *ctx) {
                         (void)spawn_read(bwrap_argv, 0, NULL, NULL, &so_out);
         }
 
-        progress("a/b/c: %u interleaved iterations (bwrap in the first %u)", cfg.warm_n,
+        bench_progress("a/b/c: %u interleaved iterations (bwrap in the first %u)", cfg.warm_n,
                  do_bwrap ? cfg.bwrap_n : 0);
         for (unsigned i = 0; i < cfg.warm_n; i++) {
                 /* Rotate the order so that neither side always follows the other. */
@@ -579,17 +416,17 @@ static void bench_warm(SbxContext *ctx) {
                                 }
                                 loop_quiet(ctx, (int)cfg.quiet_ms);
                         } else if (which == 1 && do_bash) {
-                                uint64_t t0 = now_ns();
+                                uint64_t t0 = bench_now_ns();
                                 int rr = spawn_read(bash_argv, 0, NULL, NULL, &so_out);
-                                double ms = ms_since(t0);
+                                double ms = bench_ms_since(t0);
                                 if (rr < 0 || !spawn_said_hi(&so_out))
                                         bad_bash++;
                                 else
                                         samples_add(&sbash, ms);
                         } else if (which == 2 && do_bwrap && i < cfg.bwrap_n) {
-                                uint64_t t0 = now_ns();
+                                uint64_t t0 = bench_now_ns();
                                 int rr = spawn_read(bwrap_argv, 0, NULL, NULL, &so_out);
-                                double ms = ms_since(t0);
+                                double ms = bench_ms_since(t0);
                                 if (rr < 0 || !spawn_said_hi(&so_out))
                                         bad_bwrap++;
                                 else
@@ -600,7 +437,7 @@ static void bench_warm(SbxContext *ctx) {
 
         /* Back-to-back: the next command is submitted the moment the previous result is in,
          * so it also waits for the session's next worker (fork + READY + cgroup move). */
-        progress("a: %u back-to-back runs", cfg.warm_n);
+        bench_progress("a: %u back-to-back runs", cfg.warm_n);
         unsigned bad_b2b = 0;
         for (unsigned i = 0; i < cfg.warm_n; i++) {
                 Run r = { 0 };
@@ -652,11 +489,11 @@ static bool json_num(const char *js, const char *key, double *ret) {
 
 static void bench_justbash(void) {
         if (!cfg.justbash) {
-                note("just-bash skipped: no --justbash command given (bench/run.sh passes one)");
+                bench_note("just-bash skipped: no --justbash command given (bench/run.sh passes one)");
                 row_add("d", "just-bash `exec('echo hi')`", NULL, "skipped: not run");
                 return;
         }
-        progress("d: %s", cfg.justbash);
+        bench_progress("d: %s", cfg.justbash);
         FILE *f = popen(cfg.justbash, "re");
         char js[4096] = "";
         size_t n = f ? fread(js, 1, sizeof js - 1, f) : 0;
@@ -665,7 +502,7 @@ static void bench_justbash(void) {
         Summary s = { 0 };
         double v;
         if (st != 0 || !json_num(js, "n", &v)) {
-                note("just-bash skipped: `%s` failed (status %d): %.200s", cfg.justbash, st, js);
+                bench_note("just-bash skipped: `%s` failed (status %d): %.200s", cfg.justbash, st, js);
                 row_add("d", "just-bash `exec('echo hi')`", NULL, "skipped: the node script failed");
                 return;
         }
@@ -688,23 +525,23 @@ static void bench_justbash(void) {
 
 /* Turns the loop for ms milliseconds, whatever happens. */
 static void spin(SbxContext *ctx, int ms) {
-        uint64_t end = now_ns() + (uint64_t)ms * 1000000ULL;
-        while (now_ns() < end)
+        uint64_t end = bench_now_ns() + (uint64_t)ms * 1000000ULL;
+        while (bench_now_ns() < end)
                 (void)sbx_context_run_once(ctx, 5);
 }
 
 static void bench_create(SbxContext *ctx) {
         Samples tot = { 0 }, cr = { 0 }, first = { 0 }, de = { 0 };
         unsigned bad = 0;
-        progress("e: create + first result + destroy, %u times (+3 warm-up)", cfg.create_n);
+        bench_progress("e: create + first result + destroy, %u times (+3 warm-up)", cfg.create_n);
         for (unsigned i = 0; i < cfg.create_n + 3; i++) {
                 SbxSandboxOptions so;
                 sbx_sandbox_options_init(&so);
                 SbxSandbox *sb = NULL;
                 SbxSession *s = NULL;
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 int r = sbx_sandbox_new(ctx, &so, &sb);
-                uint64_t t1 = now_ns();
+                uint64_t t1 = bench_now_ns();
                 if (r < 0) {
                         bad++;
                         continue;
@@ -713,9 +550,9 @@ static void bench_create(SbxContext *ctx) {
                 Run run = { 0 };
                 if (r >= 0)
                         r = run_cmd(ctx, s, "echo hi", 0, &run);
-                uint64_t t2 = now_ns();
+                uint64_t t2 = bench_now_ns();
                 sbx_sandbox_free(sb);
-                uint64_t t3 = now_ns();
+                uint64_t t3 = bench_now_ns();
                 if (r < 0 || !run.said_hi) {
                         bad++;
                         continue;
@@ -738,11 +575,11 @@ static void bench_create(SbxContext *ctx) {
                         snprintf(name, sizeof name, "s%u", i);
                         SbxSession *s = NULL;
                         Run run = { 0 };
-                        uint64_t t0 = now_ns();
+                        uint64_t t0 = bench_now_ns();
                         int r = sbx_session_get(sb, name, &s);
                         if (r >= 0)
                                 r = run_cmd(ctx, s, "echo hi", 0, &run);
-                        double ms = ms_since(t0);
+                        double ms = bench_ms_since(t0);
                         if (s)
                                 sbx_session_free(s);
                         if (r < 0 || !run.said_hi)
@@ -764,7 +601,7 @@ static void bench_create(SbxContext *ctx) {
                 SbxSandbox *sb = NULL;
                 SbxSession *s = NULL;
                 Run run = { 0 };
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 int r = sbx_sandbox_new(ctx, &so, &sb);
                 if (r >= 0)
                         r = sbx_session_get(sb, NULL, &s);
@@ -772,7 +609,7 @@ static void bench_create(SbxContext *ctx) {
                         r = run_cmd(ctx, s, "echo hi", 0, &run);
                 if (sb)
                         sbx_sandbox_free(sb);
-                double ms = ms_since(t0);
+                double ms = bench_ms_since(t0);
                 if (r < 0 || !run.said_hi)
                         bad++;
                 else if (i >= 3)
@@ -812,12 +649,12 @@ static void bench_kill_one(SbxContext *ctx, const char *key, const char *name, c
         Run w = { 0 };
         (void)run_cmd(ctx, s, "echo hi", 0, &w);
         loop_quiet(ctx, (int)cfg.quiet_ms);
-        progress("f: %s, %u runs with T = %u ms", name, cfg.kill_n, cfg.kill_t_ms);
+        bench_progress("f: %s, %u runs with T = %u ms", name, cfg.kill_n, cfg.kill_t_ms);
         for (unsigned i = 0; i < cfg.kill_n; i++) {
                 Run r = { 0 };
                 if (run_cmd(ctx, s, cmd, cfg.kill_t_ms, &r) < 0 || r.ec != SBX_ERROR_TIMEOUT) {
                         if (bad++ == 0)
-                                note("%s: run %u ended with exit %d class %s, not TIMEOUT", name, i,
+                                bench_note("%s: run %u ended with exit %d class %s, not TIMEOUT", name, i,
                                      r.exit_code, sbx_error_class_name(r.ec) ? sbx_error_class_name(r.ec) : "NONE");
                 } else {
                         samples_add(&lat, run_ms(&r) - (double)cfg.kill_t_ms);
@@ -844,7 +681,7 @@ static void bench_bomb_free(SbxContext *ctx) {
         Samples fr = { 0 };
         unsigned ended_fast = 0, later_fail = 0;
         double cmd_ms_max = 0;
-        progress("f: literal fork bomb, then sbx_sandbox_free, %u times", cfg.bomb_free_n);
+        bench_progress("f: literal fork bomb, then sbx_sandbox_free, %u times", cfg.bomb_free_n);
         for (unsigned i = 0; i < cfg.bomb_free_n; i++) {
                 SbxSandboxOptions so;
                 sbx_sandbox_options_init(&so);
@@ -859,7 +696,7 @@ static void bench_bomb_free(SbxContext *ctx) {
                         cmd_ms_max = run_ms(&r);
                 /* Let it run into the pids limit until the deadline T would have passed. */
                 uint64_t until = r.t_submit + (uint64_t)cfg.kill_t_ms * 1000000ULL;
-                while (now_ns() < until)
+                while (bench_now_ns() < until)
                         (void)sbx_context_run_once(ctx, 5);
                 if (i == 0) {
                         /* Does the session still run commands that need a process? */
@@ -868,16 +705,16 @@ static void bench_bomb_free(SbxContext *ctx) {
                         if (t.ec != SBX_ERROR_NONE)
                                 later_fail++;
                 }
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 sbx_sandbox_free(sb);
-                samples_add(&fr, ms_since(t0));
+                samples_add(&fr, bench_ms_since(t0));
         }
         Summary x = summarize(&fr);
         row_add("f_bomb_free", "literal `f(){ f|f & }; f`: sbx_sandbox_free with the bomb at the pids limit", &x,
                 "the command itself ended with exit 0 in %u/%u runs (max %.1f ms): the bomb outlives it", ended_fast,
                 cfg.bomb_free_n, cmd_ms_max);
         if (ended_fast)
-                note("the literal fork bomb `f(){ f|f & }; f` is not stopped at its deadline: the command returns at "
+                bench_note("the literal fork bomb `f(){ f|f & }; f` is not stopped at its deadline: the command returns at "
                      "once (exit 0) and the bomb keeps running in the background cgroup until the sandbox is freed%s",
                      later_fail ? "; a following `/bin/true` (1 s timeout) timed out because the pids limit is full" : "");
         samples_free(&fr);
@@ -926,7 +763,7 @@ static void bench_throughput(SbxContext *ctx) {
                  "n=%" PRIu64 "; w=sys.stdout.buffer.write; [w(b) for _ in range(n//65536)]; w(b[:n%%65536])'",
                  n);
         if (n % MIB)
-                note("throughput size %" PRIu64 " is not a multiple of 1 MiB: the dd generator writes less", n);
+                bench_note("throughput size %" PRIu64 " is not a multiple of 1 MiB: the dd generator writes less", n);
 
         /* How fast the streaming hash is on its own, over memory. */
         {
@@ -937,10 +774,10 @@ static void bench_throughput(SbxContext *ctx) {
                                 m[i] = (uint8_t)(i * 131 + (i >> 9));
                         WHash h;
                         wh_init(&h);
-                        uint64_t t0 = now_ns();
+                        uint64_t t0 = bench_now_ns();
                         for (int k = 0; k < 8; k++)
                                 wh_update(&h, m, bl);
-                        double ms = ms_since(t0);
+                        double ms = bench_ms_since(t0);
                         volatile uint64_t sink = wh_final(&h);
                         (void)sink;
                         TpRow *t = &tp_rows[n_tp++];
@@ -957,14 +794,14 @@ static void bench_throughput(SbxContext *ctx) {
          * a run whose cap is above 1 GiB grows into fresh pages. */
         {
                 size_t bl = 256 * MIB;
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 uint8_t *m = mmap(NULL, bl, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
                 if (m != MAP_FAILED) {
                         memset(m, 1, bl);
-                        double ms = ms_since(t0);
-                        uint64_t t1 = now_ns();
+                        double ms = bench_ms_since(t0);
+                        uint64_t t1 = bench_now_ns();
                         memset(m, 2, bl);
-                        double ms2 = ms_since(t1);
+                        double ms2 = bench_ms_since(t1);
                         munmap(m, bl);
                         TpRow *t = &tp_rows[n_tp++];
                         snprintf(t->gen, sizeof t->gen, "(memory)");
@@ -986,7 +823,7 @@ static void bench_throughput(SbxContext *ctx) {
                 (void)run_cmd(ctx, s, "echo hi", 0, &w);
                 loop_quiet(ctx, (int)cfg.quiet_ms);
                 for (size_t g = 0; g < sizeof gens / sizeof gens[0]; g++) {
-                        progress("g: %s: sbx run with the default 1 MiB cap (drain)", gens[g].name);
+                        bench_progress("g: %s: sbx run with the default 1 MiB cap (drain)", gens[g].name);
                         Run r = { 0 };
                         int k = run_submit(s, gens[g].cmd, 120000, true, &r);
                         if (k >= 0)
@@ -1019,19 +856,19 @@ static void bench_throughput(SbxContext *ctx) {
                 char *argv[] = { "/bin/bash", "-c", gen->cmd, NULL };
                 SpawnOut out;
                 /* Reference outside the sandbox: the same command into a pipe of sbx's size. */
-                progress("g: %s: reference outside the sandbox", gen->name);
+                bench_progress("g: %s: reference outside the sandbox", gen->name);
                 WHash ref;
                 wh_init(&ref);
-                uint64_t t0 = now_ns();
+                uint64_t t0 = bench_now_ns();
                 int rr = spawn_read(argv, (int)MIB, whash_chunk, &ref, &out);
-                double ref_ms = ms_since(t0);
+                double ref_ms = bench_ms_since(t0);
                 uint64_t ref_wh = wh_final(&ref), ref_bytes = out.total;
                 FnvState fs = { FNV_OFFSET };
                 SpawnOut out2;
                 if (rr == 0)
                         rr = spawn_read(argv, (int)MIB, fnv_chunk, &fs, &out2);
                 if (rr < 0 || out.status != 0) {
-                        note("throughput generator '%s' failed outside the sandbox: skipped", gen->name);
+                        bench_note("throughput generator '%s' failed outside the sandbox: skipped", gen->name);
                         continue;
                 }
                 TpRow *t = &tp_rows[n_tp++];
@@ -1047,7 +884,7 @@ static void bench_throughput(SbxContext *ctx) {
                 unsigned len_ok = 0, fnv_done = 0, fnv_ok = 0;
                 for (unsigned rep = 0; rep < runs; rep++) {
                         bool hashing = rep < cfg.tp_reps;
-                        progress("g: %s: sbx run %u/%u (%s callback)", gen->name, rep + 1, runs,
+                        bench_progress("g: %s: sbx run %u/%u (%s callback)", gen->name, rep + 1, runs,
                                  hashing ? "hashing" : "counting");
                         Run r = { .stream_hash = hashing, .fnv_result = rep == 0 };
                         int k = run_submit(s, gen->cmd, 120000, true, &r);
@@ -1055,7 +892,7 @@ static void bench_throughput(SbxContext *ctx) {
                                 k = run_wait(ctx, &r);
                         loop_quiet(ctx, (int)cfg.quiet_ms);
                         if (k < 0 || r.exit_code != 0) {
-                                note("throughput '%s' in sbx: exit %d class %s: %s", gen->name, r.exit_code,
+                                bench_note("throughput '%s' in sbx: exit %d class %s: %s", gen->name, r.exit_code,
                                      sbx_error_class_name(r.ec) ? sbx_error_class_name(r.ec) : "NONE", r.err_head);
                                 failed++;
                                 continue;
@@ -1112,18 +949,18 @@ static void bench_memory(SbxContext *ctx) {
 
         bool reset = hwm_reset();
         Mem before = mem_now();
-        progress("h: `yes` for %u ms with the default cap (RSS %ld kB)", cfg.yes_ms, before.rss_kb);
+        bench_progress("h: `yes` for %u ms with the default cap (RSS %ld kB)", cfg.yes_ms, before.rss_kb);
         Run r = { 0 };
         long rss_max = before.rss_kb;
         int k = run_submit(s, "yes", cfg.yes_ms, true, &r);
-        uint64_t next = now_ns();
+        uint64_t next = bench_now_ns();
         while (k >= 0 && !r.done) {
                 k = sbx_context_run_once(ctx, 50);
-                if (now_ns() >= next) {
+                if (bench_now_ns() >= next) {
                         Mem m = mem_now();
                         if (m.rss_kb > rss_max)
                                 rss_max = m.rss_kb;
-                        next = now_ns() + 100 * 1000000ULL;
+                        next = bench_now_ns() + 100 * 1000000ULL;
                 }
         }
         Mem after_run = mem_now();
@@ -1153,14 +990,12 @@ static void print_summary_row(const Row *r) {
                r->s.p99, r->s.mean, r->note);
 }
 
-static const char *verdict(bool have, bool ok) { return !have ? "not measured" : ok ? "**met**" : "**missed**"; }
-
 static void report(void) {
         printf("## Latency (ms)\n\n");
         printf("| | Benchmark | N | p50 | p90 | p99 | mean | Notes |\n|---|---|---|---|---|---|---|---|\n");
-        for (size_t i = 0; i < n_rows; i++)
-                if (strcmp(rows[i].key, "h") != 0)
-                        print_summary_row(&rows[i]);
+        for (size_t i = 0; i < row_count(); i++)
+                if (strcmp(row_at(i)->key, "h") != 0)
+                        print_summary_row(row_at(i));
 
         const Row *a = row_find("a"), *b = row_find("b"), *c = row_find("c"), *d = row_find("d");
         if (a) {
@@ -1191,12 +1026,12 @@ static void report(void) {
         printf("\n## Targets\n\n| Target | Measured | Verdict |\n|---|---|---|\n");
         if (a && b)
                 printf("| warm `echo hi` p50 ≤ 0.5× `bash -c` p50 | %.3f ms vs %.3f ms = %.2f× | %s |\n", a->s.p50,
-                       b->s.p50, a->s.p50 / b->s.p50, verdict(true, a->s.p50 <= 0.5 * b->s.p50));
+                       b->s.p50, a->s.p50 / b->s.p50, bench_verdict(true, a->s.p50 <= 0.5 * b->s.p50));
         else
                 printf("| warm `echo hi` p50 ≤ 0.5× `bash -c` p50 | – | not measured |\n");
         const Row *e = row_find("e");
         printf("| create + first result + destroy p50 ≤ 10 ms | %s%.3f ms | %s |\n", e ? "" : "–", e ? e->s.p50 : 0,
-               verdict(e != NULL, e && e->s.p50 <= 10));
+               bench_verdict(e != NULL, e && e->s.p50 <= 10));
         const Row *fb = row_find("f_busy"), *fk = row_find("f_bomb"), *ff = row_find("f_bomb_free");
         double worst = 0;
         if (fb && fb->s.p99 > worst)
@@ -1209,7 +1044,7 @@ static void report(void) {
                fb ? fb->s.p99 : -1, fk ? fk->s.p99 : -1,
                escaped ? "; the literal `f(){ f\\|f & }; f` ends at once and is not killed at its deadline "
                          "(only sbx_sandbox_free ends it)" : "",
-               verdict(fb && fk, worst <= 100), escaped && worst <= 100 ? " for a command still running at its deadline" : "");
+               bench_verdict(fb && fk, worst <= 100), escaped && worst <= 100 ? " for a command still running at its deadline" : "");
         double best_sbx = 0;
         bool all_exact = n_tp > 0;
         for (size_t i = 0; i < n_tp; i++) {
@@ -1220,19 +1055,14 @@ static void report(void) {
                         all_exact = false;
         }
         printf("| ≥ 1 GB/s byte-exact through stdout | best generator %.2f GB/s, %s | %s |\n", best_sbx,
-               all_exact ? "all byte-exact" : "NOT all byte-exact", verdict(n_tp > 0, best_sbx >= 1 && all_exact));
+               all_exact ? "all byte-exact" : "NOT all byte-exact", bench_verdict(n_tp > 0, best_sbx >= 1 && all_exact));
         const Row *h = NULL;
-        for (size_t i = 0; i < n_rows; i++)
-                if (strcmp(rows[i].key, "h") == 0)
-                        h = &rows[i];
+        for (size_t i = 0; i < row_count(); i++)
+                if (strcmp(row_at(i)->key, "h") == 0)
+                        h = row_at(i);
         printf("| RSS flat with the default cap | %s | %s |\n", h ? h->note : "–",
-               verdict(h != NULL, h && mem_growth_kb < 8 * 1024));
-
-        if (n_notes) {
-                printf("\n## Notes\n\n");
-                for (size_t i = 0; i < n_notes; i++)
-                        printf("- %s\n", notes[i]);
-        }
+               bench_verdict(h != NULL, h && mem_growth_kb < 8 * 1024));
+        bench_notes_print();
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1257,17 +1087,6 @@ static void usage(FILE *f) {
                 "  --quick            small N everywhere (a smoke test)\n",
                 cfg.warm_n, cfg.warmup, cfg.bwrap_n, cfg.create_n, cfg.kill_n, cfg.bomb_free_n, cfg.kill_t_ms,
                 (unsigned long long)cfg.tp_bytes, cfg.tp_reps, cfg.yes_ms, cfg.quiet_ms);
-}
-
-static unsigned parse_uint(const char *s, const char *what) {
-        char *end;
-        errno = 0;
-        unsigned long v = strtoul(s, &end, 10);
-        if (errno || end == s || *end || v > 100000000UL) {
-                fprintf(stderr, "sbx-bench: bad %s: %s\n", what, s);
-                exit(2);
-        }
-        return (unsigned)v;
 }
 
 int main(int argc, char **argv) {
@@ -1295,13 +1114,13 @@ int main(int argc, char **argv) {
         while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
                 switch (c) {
                 case O_ONLY: cfg.only = optarg; break;
-                case 'n': cfg.warm_n = parse_uint(optarg, "iterations"); break;
-                case O_WARMUP: cfg.warmup = parse_uint(optarg, "warmup"); break;
-                case O_BWRAP: cfg.bwrap_n = parse_uint(optarg, "bwrap-n"); break;
-                case O_CREATE: cfg.create_n = parse_uint(optarg, "create-n"); break;
-                case O_KILL: cfg.kill_n = parse_uint(optarg, "kill-n"); break;
-                case O_BOMB: cfg.bomb_free_n = parse_uint(optarg, "bomb-free-n"); break;
-                case O_KT: cfg.kill_t_ms = parse_uint(optarg, "kill-timeout"); break;
+                case 'n': cfg.warm_n = bench_parse_uint(optarg, "iterations"); break;
+                case O_WARMUP: cfg.warmup = bench_parse_uint(optarg, "warmup"); break;
+                case O_BWRAP: cfg.bwrap_n = bench_parse_uint(optarg, "bwrap-n"); break;
+                case O_CREATE: cfg.create_n = bench_parse_uint(optarg, "create-n"); break;
+                case O_KILL: cfg.kill_n = bench_parse_uint(optarg, "kill-n"); break;
+                case O_BOMB: cfg.bomb_free_n = bench_parse_uint(optarg, "bomb-free-n"); break;
+                case O_KT: cfg.kill_t_ms = bench_parse_uint(optarg, "kill-timeout"); break;
                 case O_TPB: {
                         char *end;
                         cfg.tp_bytes = strtoull(optarg, &end, 10);
@@ -1311,9 +1130,9 @@ int main(int argc, char **argv) {
                         }
                         break;
                 }
-                case O_TPR: cfg.tp_reps = parse_uint(optarg, "tp-reps"); break;
-                case O_YES: cfg.yes_ms = parse_uint(optarg, "yes-ms"); break;
-                case O_QUIET: cfg.quiet_ms = parse_uint(optarg, "quiet-ms"); break;
+                case O_TPR: cfg.tp_reps = bench_parse_uint(optarg, "tp-reps"); break;
+                case O_YES: cfg.yes_ms = bench_parse_uint(optarg, "yes-ms"); break;
+                case O_QUIET: cfg.quiet_ms = bench_parse_uint(optarg, "quiet-ms"); break;
                 case O_JB: cfg.justbash = optarg; break;
                 case O_TPC: cfg.tp_count = true; break;
                 case O_QUICK:
@@ -1342,7 +1161,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "sbx-bench: sbx_context_new: %s\n", strerror(-r));
                 return 1;
         }
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         if (want('a') || want('b') || want('c'))
                 bench_warm(ctx);
         if (want('d'))
@@ -1357,7 +1176,7 @@ int main(int argc, char **argv) {
         if (want('g'))
                 bench_throughput(ctx);
         sbx_context_free(ctx);
-        progress("done in %.1f s", ms_since(t0) / 1000);
+        bench_progress("done in %.1f s", bench_ms_since(t0) / 1000);
         report();
         return 0;
 }

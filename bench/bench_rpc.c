@@ -23,7 +23,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common.h"
 #include "sbx/sbx.h"
+
+const char bench_prog[] = "sbx-bench-rpc";
 
 /* ------------------------------------------------------------------ configuration */
 
@@ -68,162 +70,13 @@ static Config cfg = {
 
 static bool want(char letter) { return strchr(cfg.only, letter) != NULL; }
 
-static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void progress(const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        fputs("sbx-bench-rpc: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-        va_end(ap);
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static double ms_between(uint64_t t0, uint64_t t1) { return (double)(t1 - t0) / 1e6; }
-
 static void sleep_us(unsigned us) {
         struct timespec ts = { .tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000 };
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
 }
 
-/* ------------------------------------------------------------------ statistics */
-
-typedef struct Samples {
-        double *v;
-        size_t n, cap;
-} Samples;
-
-typedef struct Summary {
-        size_t n;
-        double p50, p90, p99, mean, min, max;
-} Summary;
-
-static void samples_add(Samples *s, double x) {
-        if (s->n == s->cap) {
-                size_t ncap = s->cap ? s->cap * 2 : 64;
-                double *nv = realloc(s->v, ncap * sizeof *nv);
-                if (!nv)
-                        die("out of memory");
-                s->v = nv;
-                s->cap = ncap;
-        }
-        s->v[s->n++] = x;
-}
-
-static void samples_free(Samples *s) {
-        free(s->v);
-        *s = (Samples){ 0 };
-}
-
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return x < y ? -1 : x > y ? 1 : 0;
-}
-
-static double pct(const double *sorted, size_t n, double p) {
-        if (n == 0)
-                return 0;
-        double pos = p * (double)(n - 1);
-        size_t lo = (size_t)pos;
-        if (lo + 1 >= n)
-                return sorted[n - 1];
-        double f = pos - (double)lo;
-        return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * f;
-}
-
-static Summary summarize(const Samples *s) {
-        Summary r = { .n = s->n };
-        if (s->n == 0)
-                return r;
-        double *c = malloc(s->n * sizeof *c);
-        if (!c)
-                die("out of memory");
-        memcpy(c, s->v, s->n * sizeof *c);
-        qsort(c, s->n, sizeof *c, cmp_double);
-        double sum = 0;
-        for (size_t i = 0; i < s->n; i++)
-                sum += c[i];
-        r.p50 = pct(c, s->n, 0.50);
-        r.p90 = pct(c, s->n, 0.90);
-        r.p99 = pct(c, s->n, 0.99);
-        r.mean = sum / (double)s->n;
-        r.min = c[0];
-        r.max = c[s->n - 1];
-        free(c);
-        return r;
-}
-
-/* ------------------------------------------------------------------ report */
-
-typedef struct Row {
-        char key[16];
-        char name[200];
-        Summary s;
-        bool have;
-        char note[300];
-} Row;
-
-static Row rows[32];
-static size_t n_rows;
-
-static void md_cell(char *dst, size_t size, const char *src) {
-        size_t o = 0;
-        for (; *src && o + 3 < size; src++) {
-                if (*src == '|')
-                        dst[o++] = '\\';
-                dst[o++] = *src;
-        }
-        dst[o] = 0;
-}
-
-static void row_add(const char *key, const char *name, const Summary *s, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-static void row_add(const char *key, const char *name, const Summary *s, const char *fmt, ...) {
-        if (n_rows >= sizeof rows / sizeof rows[0])
-                return;
-        Row *r = &rows[n_rows++];
-        snprintf(r->key, sizeof r->key, "%s", key);
-        md_cell(r->name, sizeof r->name, name);
-        if (s && s->n) {
-                r->s = *s;
-                r->have = true;
-        }
-        char buf[sizeof r->note];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(buf, sizeof buf, fmt, ap);
-        va_end(ap);
-        md_cell(r->note, sizeof r->note, buf);
-}
-
-static const Row *row_find(const char *key) {
-        for (size_t i = 0; i < n_rows; i++)
-                if (strcmp(rows[i].key, key) == 0 && rows[i].have)
-                        return &rows[i];
-        return NULL;
-}
-
-static char notes[24][400];
-static size_t n_notes;
-
-static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void note(const char *fmt, ...) {
-        if (n_notes >= sizeof notes / sizeof notes[0])
-                return;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(notes[n_notes++], sizeof notes[0], fmt, ap);
-        va_end(ap);
-        fprintf(stderr, "sbx-bench-rpc: note: %s\n", notes[n_notes - 1]);
-}
+/* ------------------------------------------------------------------ report data */
 
 /* Results of c, kept for the report. */
 static struct {
@@ -335,17 +188,11 @@ static void on_signal(int sig) {
         raise(sig);
 }
 
-static void die(const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        fputs("sbx-bench-rpc: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-        va_end(ap);
+/* bench_die's hook: the server's log, then the server and its directory go. */
+static void on_die(void) {
         if (srv_pid > 0)
                 server_log_dump();
         server_cleanup();
-        exit(1);
 }
 
 static int sock_connect(bool nonblock) {
@@ -387,17 +234,17 @@ static void server_start(void) {
         snprintf(srv_dir, sizeof srv_dir, "/tmp/sbx-bench-rpc.XXXXXX");
         if (!mkdtemp(srv_dir)) {
                 srv_dir[0] = 0;
-                die("mkdtemp: %s", strerror(errno));
+                bench_die("mkdtemp: %s", strerror(errno));
         }
         snprintf(srv_sock, sizeof srv_sock, "%s/sock", srv_dir);
         snprintf(srv_log, sizeof srv_log, "%s/server.log", srv_dir);
         int logfd = open(srv_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (logfd < 0)
-                die("%s: %s", srv_log, strerror(errno));
+                bench_die("%s: %s", srv_log, strerror(errno));
         fflush(NULL);
         srv_pid = fork();
         if (srv_pid < 0)
-                die("fork: %s", strerror(errno));
+                bench_die("fork: %s", strerror(errno));
         if (srv_pid == 0) {
                 /* The server (and with it every sandbox) goes when the benchmark dies. */
                 (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -434,17 +281,17 @@ static void server_start(void) {
                 if (waitpid(srv_pid, &st, WNOHANG) == srv_pid) {
                         srv_pid = -1;
                         server_log_dump();
-                        die("the server exited at start (status 0x%x)", st);
+                        bench_die("the server exited at start (status 0x%x)", st);
                 }
                 int fd = sock_connect(false);
                 if (fd >= 0) {
                         close(fd);
-                        progress("server %s (pid %d) listening on %s", cfg.sbx, (int)srv_pid, srv_sock);
+                        bench_progress("server %s (pid %d) listening on %s", cfg.sbx, (int)srv_pid, srv_sock);
                         return;
                 }
                 sleep_us(10000);
         }
-        die("the server did not listen on %s within 10 s", srv_sock);
+        bench_die("the server did not listen on %s within 10 s", srv_sock);
 }
 
 /* ------------------------------------------------------------------ a client connection */
@@ -460,7 +307,7 @@ static void conn_open(Conn *c, bool nonblock) {
         *c = (Conn){ .next_id = 1 };
         c->fd = sock_connect(nonblock);
         if (c->fd < 0)
-                die("connect %s: %s", srv_sock, strerror(-c->fd));
+                bench_die("connect %s: %s", srv_sock, strerror(-c->fd));
 }
 
 static void conn_close(Conn *c) {
@@ -502,7 +349,7 @@ static ssize_t conn_fill(Conn *c) {
                 size_t ncap = c->cap ? c->cap * 2 : 65536;
                 char *nb = realloc(c->buf, ncap);
                 if (!nb)
-                        die("out of memory");
+                        bench_die("out of memory");
                 c->buf = nb;
                 c->cap = ncap;
         }
@@ -549,7 +396,7 @@ static long rpc_send_try(Conn *c, const char *method, const char *params_json) {
         int n = snprintf(line, sizeof line, "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"%s\"%s%s}\n", id, method,
                          params_json ? ",\"params\":" : "", params_json ? params_json : "");
         if (n < 0 || (size_t)n >= sizeof line)
-                die("request too long");
+                bench_die("request too long");
         int r = conn_write(c, line, (size_t)n);
         return r < 0 ? r : id;
 }
@@ -557,7 +404,7 @@ static long rpc_send_try(Conn *c, const char *method, const char *params_json) {
 static long rpc_send(Conn *c, const char *method, const char *params_json) {
         long id = rpc_send_try(c, method, params_json);
         if (id < 0)
-                die("write to the server: %s", strerror((int)-id));
+                bench_die("write to the server: %s", strerror((int)-id));
         return id;
 }
 
@@ -584,7 +431,7 @@ static char *rpc_call(Conn *c, const char *method, const char *params_json) {
         long id = rpc_send(c, method, params_json);
         char *l = rpc_wait(c, id);
         if (!l)
-                die("no answer to %s: the connection closed", method);
+                bench_die("no answer to %s: the connection closed", method);
         return l;
 }
 
@@ -643,21 +490,21 @@ static long health_field(Conn *c, const char *key) {
         char *l = rpc_call(c, "health", NULL);
         long v = -1;
         if (!json_int(l, key, &v))
-                die("health without %s: %.200s", key, l);
+                bench_die("health without %s: %.200s", key, l);
         return v;
 }
 
 /* Waits until the server has destroyed every sandbox of the connections closed before. */
 static double wait_no_sandboxes(Conn *c, unsigned timeout_ms) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         while (health_field(c, "sandboxes") != 0) {
-                if (ms_between(t0, now_ns()) > timeout_ms) {
-                        note("the server still had sandboxes %u ms after their connections closed", timeout_ms);
+                if (bench_ms_between(t0, bench_now_ns()) > timeout_ms) {
+                        bench_note("the server still had sandboxes %u ms after their connections closed", timeout_ms);
                         break;
                 }
                 sleep_us(1000);
         }
-        return ms_between(t0, now_ns());
+        return bench_ms_between(t0, bench_now_ns());
 }
 
 /* ------------------------------------------------------------------ the C API side (r) */
@@ -670,7 +517,7 @@ typedef struct Run {
 
 static void capi_done(void *ud, const SbxResult *res) {
         Run *r = ud;
-        r->t_done = now_ns();
+        r->t_done = bench_now_ns();
         r->done = true;
         r->exit_code = res->exit_code;
         r->said_hi = res->exit_code == 0 && res->error_class == SBX_ERROR_NONE && res->stdout_len == 3 &&
@@ -681,62 +528,55 @@ static void capi_done(void *ud, const SbxResult *res) {
 static double capi_run(SbxContext *ctx, SbxSession *s) {
         Run r = { 0 };
         SbxRunOptions o = { .command = "echo hi", .command_len = 7 };
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         if (sbx_session_run(s, &o, NULL, capi_done, &r, NULL) < 0)
                 return -1;
         while (!r.done)
                 if (sbx_context_run_once(ctx, -1) < 0)
                         return -1;
-        return r.said_hi ? ms_between(t0, r.t_done) : -1;
-}
-
-/* Turns the loop until nothing has happened for quiet_ms: the session's next worker is ready. */
-static void loop_quiet(SbxContext *ctx, int quiet_ms) {
-        for (int i = 0; i < 100000; i++)
-                if (sbx_context_run_once(ctx, quiet_ms) <= 0)
-                        return;
+        return r.said_hi ? bench_ms_between(t0, r.t_done) : -1;
 }
 
 /* ------------------------------------------------------------------ r */
 
 /* One `run` of `echo hi` over the socket: request written -> response line read, in ms. */
 static double rpc_run_hi(Conn *c) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         long id = rpc_send(c, "run", "{\"command\":\"echo hi\"}");
         char *l = rpc_wait(c, id);
-        uint64_t t1 = now_ns();
-        return l && run_ok(l, "hi\\n") ? ms_between(t0, t1) : -1;
+        uint64_t t1 = bench_now_ns();
+        return l && run_ok(l, "hi\\n") ? bench_ms_between(t0, t1) : -1;
 }
 
 static double rpc_ping(Conn *c) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         long id = rpc_send(c, "ping", NULL);
         char *l = rpc_wait(c, id);
-        uint64_t t1 = now_ns();
-        return l && strstr(l, "\"result\":{\"pong\":true}") ? ms_between(t0, t1) : -1;
+        uint64_t t1 = bench_now_ns();
+        return l && strstr(l, "\"result\":{\"pong\":true}") ? bench_ms_between(t0, t1) : -1;
 }
 
 static void bench_roundtrip(Conn *ctl) {
         SbxContext *ctx = NULL;
         int k = sbx_context_new(&ctx);
         if (k < 0)
-                die("sbx_context_new: %s", strerror(-k));
+                bench_die("sbx_context_new: %s", strerror(-k));
         SbxSandboxOptions so;
         sbx_sandbox_options_init(&so);
         SbxSandbox *sb = NULL;
         SbxSession *s = NULL;
         if (sbx_sandbox_new(ctx, &so, &sb) < 0)
-                die("sbx_sandbox_new: %s", sbx_context_last_error(ctx));
+                bench_die("sbx_sandbox_new: %s", sbx_context_last_error(ctx));
         if ((k = sbx_session_get(sb, NULL, &s)) < 0)
-                die("sbx_session_get: %s", strerror(-k));
+                bench_die("sbx_session_get: %s", strerror(-k));
 
         Conn c;
         conn_open(&c, false);
         char *l = rpc_call(&c, "create", NULL);
         if (resp_is_error(l) || !strstr(l, "\"sandboxId\":"))
-                die("create: %.200s", l);
+                bench_die("create: %.200s", l);
 
-        progress("r: %u warm-up iterations", cfg.warmup);
+        bench_progress("r: %u warm-up iterations", cfg.warmup);
         for (unsigned i = 0; i < cfg.warmup; i++) {
                 (void)rpc_run_hi(&c);
                 sleep_us(cfg.quiet_ms * 1000);
@@ -747,7 +587,7 @@ static void bench_roundtrip(Conn *ctl) {
 
         Samples srpc = { 0 }, scapi = { 0 }, sping = { 0 }, sb2b = { 0 };
         unsigned bad_rpc = 0, bad_capi = 0, bad_ping = 0, bad_b2b = 0;
-        progress("r: %u interleaved iterations (rpc run, C API run, rpc ping)", cfg.warm_n);
+        bench_progress("r: %u interleaved iterations (rpc run, C API run, rpc ping)", cfg.warm_n);
         double cpu_rpc = 0, cpu_capi = 0;
         for (unsigned i = 0; i < cfg.warm_n; i++) {
                 for (unsigned j = 0; j < 3; j++) {
@@ -787,7 +627,7 @@ static void bench_roundtrip(Conn *ctl) {
                         }
                 }
         }
-        progress("r: %u back-to-back rpc runs", cfg.warm_n);
+        bench_progress("r: %u back-to-back rpc runs", cfg.warm_n);
         for (unsigned i = 0; i < cfg.warm_n; i++) {
                 double ms = rpc_run_hi(&c);
                 if (ms < 0)
@@ -874,17 +714,17 @@ static void json_escape(char *dst, size_t size, const char *src) {
  * running the CPU-bound command with a long timeout; pings once all run and settle_ms passed;
  * then every run cancelled (exit 125 expected) and the sandboxes destroyed. */
 static void load_series(Conn *ctl, Conn *pc, unsigned rep, Samples *out, unsigned *bad, Slowest *sl, double *cpu_busy) {
-        progress("p: series %u/%u: starting `%s` in %u sandboxes", rep + 1, cfg.load_reps, cfg.busy_cmd, cfg.busy);
+        bench_progress("p: series %u/%u: starting `%s` in %u sandboxes", rep + 1, cfg.load_reps, cfg.busy_cmd, cfg.busy);
         Conn lc;
         conn_open(&lc, false);
         char (*ids)[40] = calloc(cfg.busy ? cfg.busy : 1, sizeof *ids);
         long *run_ids = calloc(cfg.busy ? cfg.busy : 1, sizeof *run_ids);
         if (!ids || !run_ids)
-                die("out of memory");
+                bench_die("out of memory");
         for (unsigned i = 0; i < cfg.busy; i++) {
                 char *l = rpc_call(&lc, i == 0 ? "create" : "sandbox.create", NULL);
                 if (resp_is_error(l) || !json_str(l, "sandboxId", ids[i], sizeof ids[i]))
-                        die("%s: %.200s", i == 0 ? "create" : "sandbox.create", l);
+                        bench_die("%s: %.200s", i == 0 ? "create" : "sandbox.create", l);
         }
         char esc[256], params[512];
         json_escape(esc, sizeof esc, cfg.busy_cmd);
@@ -892,16 +732,16 @@ static void load_series(Conn *ctl, Conn *pc, unsigned rep, Samples *out, unsigne
                 snprintf(params, sizeof params, "{\"sandboxId\":\"%s\",\"command\":\"%s\",\"timeoutMs\":600000}", ids[i], esc);
                 run_ids[i] = rpc_send(&lc, "run", params);
         }
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         long running = 0;
         while ((running = health_field(pc, "running")) < (long)cfg.busy) {
-                if (ms_between(t0, now_ns()) > 20000)
-                        die("only %ld of %u busy runs started within 20 s", running, cfg.busy);
+                if (bench_ms_between(t0, bench_now_ns()) > 20000)
+                        bench_die("only %ld of %u busy runs started within 20 s", running, cfg.busy);
                 sleep_us(10000);
         }
         sleep_us(cfg.settle_ms * 1000);
 
-        progress("p: series %u/%u: %u pings with %u CPU-bound runs going", rep + 1, cfg.load_reps, cfg.pings, cfg.busy);
+        bench_progress("p: series %u/%u: %u pings with %u CPU-bound runs going", rep + 1, cfg.load_reps, cfg.pings, cfg.busy);
         uint64_t b0, tot0, b1, tot1;
         cpu_jiffies(&b0, &tot0);
         ping_series(pc, cfg.pings, out, bad, sl);
@@ -909,7 +749,7 @@ static void load_series(Conn *ctl, Conn *pc, unsigned rep, Samples *out, unsigne
         *cpu_busy = tot1 > tot0 ? (double)(b1 - b0) / (double)(tot1 - tot0) : 0;
         unsigned still = (unsigned)health_field(pc, "running");
         if (still != cfg.busy)
-                note("p: series %u: only %u of %u busy runs were still running after the pings", rep + 1, still, cfg.busy);
+                bench_note("p: series %u: only %u of %u busy runs were still running after the pings", rep + 1, still, cfg.busy);
 
         /* Stop the loops: cancel each run, expect exit 125. */
         unsigned cancelled = 0;
@@ -920,7 +760,7 @@ static void load_series(Conn *ctl, Conn *pc, unsigned rep, Samples *out, unsigne
         for (unsigned answered = 0; answered < cfg.busy;) {
                 char *l = conn_read_line(&lc);
                 if (!l)
-                        die("the load connection closed before the busy runs answered");
+                        bench_die("the load connection closed before the busy runs answered");
                 long id = resp_id(l), ec;
                 for (unsigned i = 0; i < cfg.busy; i++)
                         if (id == run_ids[i]) {
@@ -930,7 +770,7 @@ static void load_series(Conn *ctl, Conn *pc, unsigned rep, Samples *out, unsigne
                         }
         }
         if (cancelled != cfg.busy)
-                note("p: series %u: %u of %u busy runs answered exit 125 after cancel", rep + 1, cancelled, cfg.busy);
+                bench_note("p: series %u: %u of %u busy runs answered exit 125 after cancel", rep + 1, cancelled, cfg.busy);
         conn_close(&lc);
         (void)wait_no_sandboxes(ctl, 10000);
         free(ids);
@@ -943,7 +783,7 @@ static void bench_ping_load(Conn *ctl) {
         Samples idle = { 0 };
         unsigned bad_idle = 0;
 
-        progress("p: %u pings, idle server (gap %u µs)", cfg.pings, cfg.ping_gap_us);
+        bench_progress("p: %u pings, idle server (gap %u µs)", cfg.pings, cfg.ping_gap_us);
         Slowest sl_idle, sl_host;
         ping_series(&pc, cfg.pings / 10, &idle, &bad_idle, NULL); /* warm-up */
         samples_free(&idle);
@@ -981,10 +821,10 @@ static void bench_ping_load(Conn *ctl) {
         unsigned bad_host = 0;
         double host_busy = 0;
         if (cfg.host_busy) {
-                progress("p: %u pings with %u CPU-bound host processes in the server's session", cfg.pings, cfg.busy);
+                bench_progress("p: %u pings with %u CPU-bound host processes in the server's session", cfg.pings, cfg.busy);
                 pid_t *kids = calloc(cfg.busy ? cfg.busy : 1, sizeof *kids);
                 if (!kids)
-                        die("out of memory");
+                        bench_die("out of memory");
                 for (unsigned i = 0; i < cfg.busy; i++) {
                         kids[i] = fork();
                         if (kids[i] == 0) {
@@ -1057,7 +897,7 @@ static void agent_fail(Agent *a, const char *what, const char *line) {
 static void agent_send_cmd(Agent *a) {
         char params[128];
         snprintf(params, sizeof params, "{\"command\":\"echo %u\"}", a->k * cfg.cmds + a->j);
-        a->t_sent = now_ns();
+        a->t_sent = bench_now_ns();
         a->want_id = rpc_send_try(&a->c, "run", params);
         if (a->want_id < 0)
                 agent_fail(a, "could not send its command", NULL);
@@ -1070,8 +910,8 @@ static void agents_loop(Agent *ag, unsigned n, LineFn fn, unsigned timeout_s) {
         struct pollfd *pf = calloc(n, sizeof *pf);
         unsigned *map = calloc(n, sizeof *map);
         if (!pf || !map)
-                die("out of memory");
-        uint64_t deadline = now_ns() + (uint64_t)timeout_s * 1000000000ULL;
+                bench_die("out of memory");
+        uint64_t deadline = bench_now_ns() + (uint64_t)timeout_s * 1000000000ULL;
         for (;;) {
                 unsigned m = 0;
                 for (unsigned i = 0; i < n; i++)
@@ -1081,20 +921,20 @@ static void agents_loop(Agent *ag, unsigned n, LineFn fn, unsigned timeout_s) {
                         }
                 if (m == 0)
                         break;
-                if (now_ns() > deadline) {
+                if (bench_now_ns() > deadline) {
                         for (unsigned i = 0; i < m; i++)
                                 agent_fail(&ag[map[i]], "timed out", "(no answer in time)");
                         break;
                 }
                 int r = poll(pf, m, 1000);
                 if (r < 0 && errno != EINTR)
-                        die("poll: %s", strerror(errno));
+                        bench_die("poll: %s", strerror(errno));
                 for (unsigned i = 0; r > 0 && i < m; i++) {
                         if (!pf[i].revents)
                                 continue;
                         Agent *a = &ag[map[i]];
                         ssize_t k = conn_fill(&a->c);
-                        uint64_t t = now_ns();
+                        uint64_t t = bench_now_ns();
                         if (k == 0 || (k < 0 && k != -EAGAIN)) {
                                 agent_fail(a, "lost its connection", NULL);
                                 continue;
@@ -1121,7 +961,7 @@ static void on_create(Agent *a, char *l, uint64_t t) {
                 return;
         }
         n_created++;
-        samples_add(&create_lat, ms_between(create_t0, t));
+        samples_add(&create_lat, bench_ms_between(create_t0, t));
 }
 
 static void on_run(Agent *a, char *l, uint64_t t) {
@@ -1135,7 +975,7 @@ static void on_run(Agent *a, char *l, uint64_t t) {
                 agent_fail(a, "run", l);
                 return;
         }
-        double ms = ms_between(a->t_sent, t);
+        double ms = bench_ms_between(a->t_sent, t);
         samples_add(&lat_all, ms);
         samples_add(a->j == 0 ? &lat_first : &lat_steady, ms);
         n_completed++;
@@ -1172,8 +1012,8 @@ static void bench_clients(Conn *ctl) {
         unsigned n = cfg.clients;
         Agent *ag = calloc(n, sizeof *ag);
         if (!ag)
-                die("out of memory");
-        progress("c: %u clients connect", n);
+                bench_die("out of memory");
+        bench_progress("c: %u clients connect", n);
         for (unsigned i = 0; i < n; i++) {
                 conn_open(&ag[i].c, true);
                 ag[i].k = i;
@@ -1183,11 +1023,11 @@ static void bench_clients(Conn *ctl) {
         conn_open(&pc, false);
         atomic_store(&ping_phase, 0);
         if (pthread_create(&pt, NULL, pinger, &pc) != 0)
-                die("pthread_create failed");
+                bench_die("pthread_create failed");
         sleep_us(20000);
 
-        progress("c: %u creates at once", n);
-        create_t0 = now_ns();
+        bench_progress("c: %u creates at once", n);
+        create_t0 = bench_now_ns();
         for (unsigned i = 0; i < n; i++) {
                 ag[i].active = true;
                 ag[i].want_id = rpc_send_try(&ag[i].c, "create", NULL);
@@ -1195,24 +1035,24 @@ static void bench_clients(Conn *ctl) {
                         agent_fail(&ag[i], "could not send create", NULL);
         }
         agents_loop(ag, n, on_create, 120);
-        conc.create_wall_ms = ms_between(create_t0, now_ns());
+        conc.create_wall_ms = bench_ms_between(create_t0, bench_now_ns());
         conc.created = n_created;
 
-        progress("c: %u clients × %u commands", n, cfg.cmds);
+        bench_progress("c: %u clients × %u commands", n, cfg.cmds);
         atomic_store(&ping_phase, 1);
         double run0, wait0, run1, wait1;
         uint64_t b0, tot0, b1, tot1;
         double srv0 = proc_cpu_s(srv_pid);
         cpu_jiffies(&b0, &tot0);
         proc_schedstat(srv_pid, &run0, &wait0);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = bench_now_ns();
         for (unsigned i = 0; i < n; i++)
                 if (!ag[i].failed) {
                         ag[i].active = true;
                         agent_send_cmd(&ag[i]);
                 }
         agents_loop(ag, n, on_run, 600);
-        uint64_t t2 = now_ns();
+        uint64_t t2 = bench_now_ns();
         proc_schedstat(srv_pid, &run1, &wait1);
         conc.srv_run_s = run1 - run0;
         conc.srv_wait_s = wait1 - wait0;
@@ -1232,13 +1072,13 @@ static void bench_clients(Conn *ctl) {
         conc.srv_cpu_s = srv1 - srv0;
         conc.cpu_busy = tot1 > tot0 ? (double)(b1 - b0) / (double)(tot1 - tot0) : 0;
 
-        progress("c: %u clients disconnect", n);
+        bench_progress("c: %u clients disconnect", n);
         atomic_store(&ping_phase, 2);
-        uint64_t t3 = now_ns();
+        uint64_t t3 = bench_now_ns();
         for (unsigned i = 0; i < n; i++)
                 conn_close(&ag[i].c);
         (void)wait_no_sandboxes(ctl, 60000);
-        conc.destroy_ms = ms_between(t3, now_ns());
+        conc.destroy_ms = bench_ms_between(t3, bench_now_ns());
         atomic_store(&ping_phase, 3);
         pthread_join(pt, NULL);
         conn_close(&pc);
@@ -1268,15 +1108,13 @@ static void bench_clients(Conn *ctl) {
 
 static char pool_txt[16];
 
-static const char *verdict(bool have, bool ok) { return !have ? "not measured" : ok ? "**met**" : "**missed**"; }
-
 static void report(void) {
         printf("Server: `%s serve --socket PATH%s%s`%s.\n\n", cfg.sbx, cfg.pool >= 0 ? " --pool " : "",
                cfg.pool >= 0 ? pool_txt : "", cfg.srv_nice_set ? ", in a session of its own (autogroup nice set)" : "");
         printf("## The daemon: latency (ms)\n\n");
         printf("| | Benchmark | N | p50 | p90 | p99 | max | mean | Notes |\n|---|---|---|---|---|---|---|---|---|\n");
-        for (size_t i = 0; i < n_rows; i++) {
-                const Row *r = &rows[i];
+        for (size_t i = 0; i < row_count(); i++) {
+                const Row *r = row_at(i);
                 if (!r->have)
                         printf("| %s | %s | – | – | – | – | – | – | %s |\n", r->key, r->name, r->note);
                 else
@@ -1307,7 +1145,7 @@ static void report(void) {
         const Row *rr = row_find("r_rpc"), *rc = row_find("r_capi");
         if (rr && rc)
                 printf("| `run` `echo hi` over the socket p50 ≤ 1.2× the C API | %.3f ms / %.3f ms = %.2f× | %s |\n",
-                       rr->s.p50, rc->s.p50, rr->s.p50 / rc->s.p50, verdict(true, rr->s.p50 <= 1.2 * rc->s.p50));
+                       rr->s.p50, rc->s.p50, rr->s.p50 / rc->s.p50, bench_verdict(true, rr->s.p50 <= 1.2 * rc->s.p50));
         else
                 printf("| `run` `echo hi` over the socket p50 ≤ 1.2× the C API | – | not measured |\n");
         const Row *pl = row_find("p_load");
@@ -1315,22 +1153,18 @@ static void report(void) {
                 printf("| `ping` p99 ≤ 5 ms with %u CPU-bound runs | all %zu pings: p50 %.3f ms, p99 %.3f ms, max %.3f ms; "
                        "p99 of each series of %u: %s ms | %s |\n",
                        cfg.busy, pl->s.n, pl->s.p50, pl->s.p99, pl->s.max, cfg.pings, load.reps,
-                       verdict(true, pl->s.p99 <= 5));
+                       bench_verdict(true, pl->s.p99 <= 5));
         else
                 printf("| `ping` p99 ≤ 5 ms with CPU-bound runs | – | not measured |\n");
         if (conc.have) {
                 bool okc = conc.errors == 0 && conc.completed == conc.clients * conc.cmds;
                 printf("| %u clients × %u commands, all complete, zero errors | %u/%u, %u errors; %.0f commands/s, p50 %.2f ms, p99 %.2f ms; %u creates %.0f ms | %s |\n",
                        conc.clients, conc.cmds, conc.completed, conc.clients * conc.cmds, conc.errors, conc.cmds_per_s,
-                       conc.lat_all.p50, conc.lat_all.p99, conc.clients, conc.create_wall_ms, verdict(true, okc));
+                       conc.lat_all.p50, conc.lat_all.p99, conc.clients, conc.create_wall_ms, bench_verdict(true, okc));
         } else {
                 printf("| N clients × M commands, zero errors | – | not measured |\n");
         }
-        if (n_notes) {
-                printf("\n## Notes\n\n");
-                for (size_t i = 0; i < n_notes; i++)
-                        printf("- %s\n", notes[i]);
-        }
+        bench_notes_print();
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1360,18 +1194,8 @@ static void usage(FILE *f) {
                 cfg.settle_ms, cfg.clients, cfg.cmds, cfg.load_reps);
 }
 
-static unsigned parse_uint(const char *s, const char *what) {
-        char *end;
-        errno = 0;
-        unsigned long v = strtoul(s, &end, 10);
-        if (errno || end == s || *end || v > 100000000UL) {
-                fprintf(stderr, "sbx-bench-rpc: bad %s: %s\n", what, s);
-                exit(2);
-        }
-        return (unsigned)v;
-}
-
 int main(int argc, char **argv) {
+        bench_die_hook = on_die;
         enum { O_SBX = 256, O_ONLY, O_WARMUP, O_QUIET, O_PINGS, O_GAP, O_BUSY, O_BUSYCMD, O_SETTLE, O_CLIENTS, O_CMDS, O_QUICK, O_NICE, O_NOHOST, O_REPS, O_POOL };
         static const struct option opts[] = {
                 { "sbx", required_argument, NULL, O_SBX },
@@ -1399,20 +1223,20 @@ int main(int argc, char **argv) {
                 switch (c) {
                 case O_SBX: cfg.sbx = optarg; break;
                 case O_ONLY: cfg.only = optarg; break;
-                case 'n': cfg.warm_n = parse_uint(optarg, "iterations"); break;
-                case O_WARMUP: cfg.warmup = parse_uint(optarg, "warmup"); break;
-                case O_QUIET: cfg.quiet_ms = parse_uint(optarg, "quiet-ms"); break;
-                case O_PINGS: cfg.pings = parse_uint(optarg, "pings"); break;
-                case O_GAP: cfg.ping_gap_us = parse_uint(optarg, "ping-gap-us"); break;
-                case O_BUSY: cfg.busy = parse_uint(optarg, "busy"); break;
+                case 'n': cfg.warm_n = bench_parse_uint(optarg, "iterations"); break;
+                case O_WARMUP: cfg.warmup = bench_parse_uint(optarg, "warmup"); break;
+                case O_QUIET: cfg.quiet_ms = bench_parse_uint(optarg, "quiet-ms"); break;
+                case O_PINGS: cfg.pings = bench_parse_uint(optarg, "pings"); break;
+                case O_GAP: cfg.ping_gap_us = bench_parse_uint(optarg, "ping-gap-us"); break;
+                case O_BUSY: cfg.busy = bench_parse_uint(optarg, "busy"); break;
                 case O_BUSYCMD: cfg.busy_cmd = optarg; break;
-                case O_SETTLE: cfg.settle_ms = parse_uint(optarg, "settle-ms"); break;
-                case O_CLIENTS: cfg.clients = parse_uint(optarg, "clients"); break;
-                case O_CMDS: cfg.cmds = parse_uint(optarg, "cmds"); break;
+                case O_SETTLE: cfg.settle_ms = bench_parse_uint(optarg, "settle-ms"); break;
+                case O_CLIENTS: cfg.clients = bench_parse_uint(optarg, "clients"); break;
+                case O_CMDS: cfg.cmds = bench_parse_uint(optarg, "cmds"); break;
                 case O_NOHOST: cfg.host_busy = false; break;
-                case O_REPS: cfg.load_reps = parse_uint(optarg, "load-reps"); break;
+                case O_REPS: cfg.load_reps = bench_parse_uint(optarg, "load-reps"); break;
                 case O_POOL:
-                        cfg.pool = (int)parse_uint(optarg, "pool");
+                        cfg.pool = (int)bench_parse_uint(optarg, "pool");
                         snprintf(pool_txt, sizeof pool_txt, "%d", cfg.pool);
                         break;
                 case O_NICE: {
@@ -1458,7 +1282,7 @@ int main(int argc, char **argv) {
         signal(SIGTERM, on_signal);
         signal(SIGHUP, on_signal);
 
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         server_start();
         Conn ctl;
         conn_open(&ctl, false);
@@ -1472,22 +1296,22 @@ int main(int argc, char **argv) {
         /* Shut the server down the way a client would, then make sure it is gone. */
         char *l = rpc_call(&ctl, "kill", NULL);
         if (resp_is_error(l))
-                note("kill: %.200s", l);
+                bench_note("kill: %.200s", l);
         conn_close(&ctl);
         int st = 0;
         pid_t w = 0;
-        uint64_t tk = now_ns();
-        while ((w = waitpid(srv_pid, &st, WNOHANG)) == 0 && ms_between(tk, now_ns()) < 10000)
+        uint64_t tk = bench_now_ns();
+        while ((w = waitpid(srv_pid, &st, WNOHANG)) == 0 && bench_ms_between(tk, bench_now_ns()) < 10000)
                 sleep_us(5000);
         if (w == srv_pid) {
                 if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-                        note("the server ended with status 0x%x", st);
+                        bench_note("the server ended with status 0x%x", st);
                 srv_pid = -1;
         } else {
-                note("the server did not exit within 10 s of `kill`");
+                bench_note("the server did not exit within 10 s of `kill`");
         }
         server_cleanup();
-        progress("done in %.1f s", ms_between(t0, now_ns()) / 1000);
+        bench_progress("done in %.1f s", bench_ms_between(t0, bench_now_ns()) / 1000);
         report();
         return 0;
 }
