@@ -517,19 +517,24 @@ def test_each_sandbox_user_is_its_own_host_uid(stdio):
     for sid in (a, b):
         stdio.result("run", {"command": "sleep 60 &", "sandboxId": sid})
     uids = {}
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            if (p / "comm").read_text().strip() != "sleep":
+    # The backgrounded sleep may still be a forked shell for a moment: look until both show.
+    for _ in range(100):
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
                 continue
-            cg = (p / "cgroup").read_text()
-            uid = int([l for l in (p / "status").read_text().splitlines() if l.startswith("Uid:")][0].split()[1])
-        except OSError:
-            continue
-        for sid in (a, b):
-            if sid in cg:
-                uids[sid] = uid
+            try:
+                if (p / "comm").read_text().strip() != "sleep":
+                    continue
+                cg = (p / "cgroup").read_text()
+                uid = int([l for l in (p / "status").read_text().splitlines() if l.startswith("Uid:")][0].split()[1])
+            except OSError:
+                continue
+            for sid in (a, b):
+                if sid in cg:
+                    uids[sid] = uid
+        if len(uids) == 2:
+            break
+        time.sleep(0.02)
     assert set(uids) == {a, b}
     assert uids[a] != uids[b], "two sandboxes share a host uid"
     assert min(uids.values()) >= 1600000000, "a sandbox runs as an ordinary host uid"
