@@ -49,13 +49,12 @@ typedef struct BgPipe {
         Watch w;
 } BgPipe;
 
-/* A command cgroup that still holds processes after its command ended. Removed when empty. */
+/* A command cgroup that still holds processes after its command ended. Kept by name only
+ * (no fds: their number is bounded by the pids limit, not by the daemon's fd budget) and
+ * removed by a periodic sweep once empty. */
 typedef struct BgCgroup {
         struct BgCgroup *next, *prev;
-        SbxSandbox *sb;
         char name[24];
-        int dir, events;
-        Watch w;
 } BgCgroup;
 
 /* A destroyed sandbox whose processes are still dying; freed from the loop once pid 1 is
@@ -96,6 +95,8 @@ struct SbxSandbox {
         Ring bglog;
         BgPipe *bg_pipes;
         BgCgroup *bg_cgroups;
+        int bg_timer;        /* sweeps bg_cgroups while there are any */
+        Watch bg_w;
         uint64_t next_cmd;
         Watch init_w, ctl_w;
         bool dying, pooled;
@@ -255,49 +256,50 @@ static void bg_pipe_adopt(SbxSandbox *sb, int fd) {
         LIST_LINK(sb->bg_pipes, p);
 }
 
-static void bg_cgroup_free(BgCgroup *c) {
-        loop_del(c->sb->ctx->loop, &c->w);
-        safe_close(c->events);
-        safe_close(c->dir);
-        (void)cgroup_child_remove(&c->sb->box.cg, c->name);
-        LIST_UNLINK(c->sb->bg_cgroups, c);
+#define BG_SWEEP_MS 1000
+
+static void bg_cgroup_free(SbxSandbox *sb, BgCgroup *c) {
+        LIST_UNLINK(sb->bg_cgroups, c);
         free(c);
 }
 
-static void bg_cgroup_event(Watch *w, uint32_t events) {
-        BgCgroup *c = w->data;
-        if (cgroup_populated(c->dir) == 0)
-                bg_cgroup_free(c);
+/* Removes the retired cgroups that have emptied; comes back while any is left. */
+static void bg_sweep(Watch *w, uint32_t events) {
+        SbxSandbox *sb = w->data;
+        uint64_t x;
+        (void)!read(sb->bg_timer, &x, sizeof x);
+        for (BgCgroup *c = sb->bg_cgroups, *next; c; c = next) {
+                next = c->next;
+                if (cgroup_child_remove(&sb->box.cg, c->name) == 0)
+                        bg_cgroup_free(sb, c);
+        }
+        if (sb->bg_cgroups)
+                (void)timerfd_arm_ms(sb->bg_timer, BG_SWEEP_MS);
 }
 
-/* A command cgroup whose command ended: removed now if empty, else watched until it is. */
+/* A command cgroup whose command ended: removed now if empty, else swept later. */
 static void cgroup_retire(SbxSandbox *sb, int dir, const char *name) {
-        if (cgroup_child_remove(&sb->box.cg, name) == 0) {
-                safe_close(dir);
+        safe_close(dir);
+        if (cgroup_child_remove(&sb->box.cg, name) == 0)
                 return;
-        }
         BgCgroup *c = calloc(1, sizeof *c);
-        int ev = cgroup_events_open(dir);
-        if (!c || ev < 0 || loop_add(sb->ctx->loop, &c->w, ev, EPOLLPRI, bg_cgroup_event, c) < 0) {
-                free(c);
-                safe_close(ev);
-                safe_close(dir);
+        if (!c)
                 return; /* removed with the sandbox */
-        }
-        c->sb = sb;
-        c->dir = dir;
-        c->events = ev;
         snprintf(c->name, sizeof c->name, "%s", name);
         LIST_LINK(sb->bg_cgroups, c);
-        if (cgroup_populated(dir) == 0)
-                bg_cgroup_free(c);
+        if (sb->bg_timer >= 0)
+                (void)timerfd_arm_ms(sb->bg_timer, BG_SWEEP_MS);
 }
 
 unsigned sbx_sandbox_kill_background(SbxSandbox *sb) {
         unsigned n = 0;
-        for (BgCgroup *c = sb->bg_cgroups; c; c = c->next)
-                if (cgroup_kill(c->dir) == 0)
+        for (BgCgroup *c = sb->bg_cgroups; c; c = c->next) {
+                _cleanup_close_ int dir = openat(sb->box.cg.dir, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dir >= 0 && cgroup_kill(dir) == 0)
                         n++;
+        }
+        if (n > 0 && sb->bg_timer >= 0)
+                (void)timerfd_arm_ms(sb->bg_timer, 50);
         return n;
 }
 
@@ -1335,6 +1337,9 @@ static int sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox *
                 free(sb);
                 return r;
         }
+        sb->bg_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (sb->bg_timer >= 0 && loop_add(ctx->loop, &sb->bg_w, sb->bg_timer, EPOLLIN, bg_sweep, sb) < 0)
+                sb->bg_timer = safe_close(sb->bg_timer);
         (void)loop_add(ctx->loop, &sb->init_w, sb->box.init_pidfd, EPOLLIN, init_event, sb);
         (void)loop_add(ctx->loop, &sb->ctl_w, sb->box.ctl_fd, EPOLLIN, ctl_event, sb);
         LIST_LINK(ctx->sandboxes, sb);
@@ -1426,14 +1431,10 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         loop_del(ctx->loop, &sb->ctl_w);
         while (sb->bg_pipes)
                 bg_pipe_free(sb->bg_pipes);
-        while (sb->bg_cgroups) {
-                BgCgroup *c = sb->bg_cgroups;
-                loop_del(ctx->loop, &c->w);
-                safe_close(c->events);
-                safe_close(c->dir);
-                LIST_UNLINK(sb->bg_cgroups, c);
-                free(c);
-        }
+        while (sb->bg_cgroups)
+                bg_cgroup_free(sb, sb->bg_cgroups);
+        loop_del(ctx->loop, &sb->bg_w);
+        sb->bg_timer = safe_close(sb->bg_timer);
         corpse_add(ctx, &sb->box);
         ring_done(&sb->bglog);
         free_env(sb->env);

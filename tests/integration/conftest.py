@@ -5,6 +5,7 @@ either (or the binary) is missing, every test here is skipped with the reason.
 
 The binary is $SBX_BIN, else <repo>/build/src/cli/sbx.
 """
+import contextlib
 import os
 import re
 import signal
@@ -154,6 +155,18 @@ def read_line(p, timeout=10):
             raise EOFError(f"sbx closed stdout (got {buf!r})")
         buf += chunk
     return buf
+
+
+@contextlib.contextmanager
+def killing(p):
+    """Runs the body with a Popen'ed sbx; if it is still alive afterwards (a failed check),
+    kills it, so no test leaves one behind."""
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def finish(p, timeout=10):

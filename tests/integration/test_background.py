@@ -2,7 +2,6 @@
 stays out of later commands' output, and they die with the sandbox."""
 import os
 
-import pytest
 
 from conftest import describe, sbx_processes, wait_until
 

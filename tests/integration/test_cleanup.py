@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from conftest import (CGROUP2, SBX_BIN, SPAWNED, describe, finish, mount_set,
+from conftest import (killing, CGROUP2, SBX_BIN, SPAWNED, describe, finish, mount_set,
                       read_line, sbx_cgroup_dirs, sbx_popen, sbx_processes, sbx_related_mounts)
 
 
@@ -60,17 +60,13 @@ def test_no_sbx_processes_by_cmdline_after_run(sbx):
 def test_while_running_host_sees_no_sandbox_mounts():
     mounts_before = mount_set()
     p = sbx_popen("echo ready; sleep 30", opts=["--fs-size", "8M"])
-    try:
+    with killing(p):
         assert read_line(p) == b"ready\n"
         during = mount_set()
         with open("/proc/self/mountinfo") as f:
             raw = f.read()
         p.send_signal(signal.SIGTERM)
         rc, _, _ = finish(p)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert rc == 125
     assert not sbx_related_mounts(during - mounts_before), sorted(during - mounts_before)
     assert "sbx-fs" not in raw and "sbx-root" not in raw
@@ -80,16 +76,12 @@ def test_while_running_host_sees_no_sandbox_mounts():
 
 def test_while_running_cgroups_exist_and_are_removed_after():
     p = sbx_popen("echo ready; sleep 30")
-    try:
+    with killing(p):
         assert read_line(p) == b"ready\n"
         during = sbx_cgroup_dirs([p.pid])
         procs = sbx_processes([p.pid])
         p.send_signal(signal.SIGINT)
         rc, _, _ = finish(p)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert rc == 125
     assert os.path.join(CGROUP2, f"sbx-{p.pid}") in during
     cmds = b"\n".join(c for _, c in procs)

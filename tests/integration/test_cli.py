@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import SBX_BIN, describe, err, out, sbx_raw
+from conftest import killing, SBX_BIN, describe, err, out, sbx_raw
 
 
 # ------------------------------------------------------------------ help / version / usage
@@ -282,11 +282,7 @@ def test_closed_stdout_of_sbx_does_not_leave_anything_behind():
     os.close(w)
     os.read(r, 10)
     os.close(r)
-    try:
+    with killing(p):
         rc = p.wait(timeout=15)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert rc == 124, (rc, p.stderr.read())
     p.stderr.close()

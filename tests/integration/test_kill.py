@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import (describe, finish, read_line, remove_cgroup_tree, sbx_cgroup_dirs,
+from conftest import (killing, describe, finish, read_line, remove_cgroup_tree, sbx_cgroup_dirs,
                       sbx_popen, sbx_processes, wait_until)
 
 # Run after a killed command: every process of the sandbox, one per line, "PID CMD".
@@ -149,17 +149,13 @@ def test_timeout_while_output_floods(sbx):
 def test_signal_to_sbx_cancels_with_125_and_leaves_nothing(sig):
     p = sbx_popen("x=1", "echo started; setsid sleep 312 & (sleep 312 &); trap '' INT TERM; sleep 312",
                   "echo SHOULD-NOT-RUN", opts=["-t", "60"])
-    try:
+    with killing(p):
         assert read_line(p) == b"started\n"
         time.sleep(0.2)
         t0 = time.monotonic()
         p.send_signal(sig)
         rc = p.wait(timeout=10)
         elapsed = time.monotonic() - t0
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     rest = p.stdout.read()
     p.stdout.close()
     p.stderr.close()
@@ -182,14 +178,10 @@ def _cmdline(pid):
 def test_sigint_while_idle_between_commands_is_125():
     # The signal lands while a quick command runs: the remaining commands are skipped.
     p = sbx_popen("echo started; sleep 1", "sleep 5", "echo SHOULD-NOT-RUN", opts=["-t", "30"])
-    try:
+    with killing(p):
         assert read_line(p) == b"started\n"
         p.send_signal(signal.SIGINT)
         rc = p.wait(timeout=10)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     rest = p.stdout.read()
     p.stdout.close()
     p.stderr.close()
@@ -201,14 +193,10 @@ def test_sigkill_of_sbx_kills_the_sandbox_and_next_run_sweeps_its_cgroups(sbx):
     # sbx cannot clean up after SIGKILL, but the sandbox's processes must not outlive it
     # (init has PDEATHSIG), and the next sbx removes the dead one's cgroup directories.
     p = sbx_popen("setsid sleep 313 & echo started; sleep 313")
-    try:
+    with killing(p):
         assert read_line(p) == b"started\n"
         p.kill()
         p.wait(timeout=10)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     p.stdout.close()
     p.stderr.close()
     try:
@@ -250,14 +238,10 @@ def test_command_cannot_forge_its_own_completion(sbx):
 
 def test_timeout_enforced_while_stdout_reader_stalls():
     p = sbx_popen("yes", opts=["-t", "1"])
-    try:
+    with killing(p):
         time.sleep(3.5)  # read nothing: sbx's stdout pipe fills up
         running = [c for _, c in sbx_processes([p.pid]) if c == b"yes"]
         rc, o, _ = finish(p, timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert rc == 124
     assert len(o) == 1024 * 1024
     assert not running, "the command was still running 2.5 s past its 1 s timeout"

@@ -3,7 +3,7 @@ import os
 import re
 import signal
 
-from conftest import (CGROUP2, _v1_mount, _v1_own_path, describe, err, finish, out, read_line,
+from conftest import (killing, CGROUP2, _v1_mount, _v1_own_path, describe, err, finish, out, read_line,
                       sbx_popen)
 
 
@@ -118,7 +118,7 @@ def _find_one(base, pattern):
 
 def test_cgroup_layout_and_limits_while_running():
     p = sbx_popen("echo ready; sleep 30", opts=["--memory", "64M", "--pids", "77"])
-    try:
+    with killing(p):
         assert read_line(p) == b"ready\n"
         root = os.path.join(CGROUP2, f"sbx-{p.pid}")
         assert os.path.isdir(root), f"no {root}"
@@ -145,9 +145,5 @@ def test_cgroup_layout_and_limits_while_running():
                 assert int(f.read()) == want, (d, fname)
         p.send_signal(signal.SIGTERM)
         rc, _, _ = finish(p)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert rc == 125
     assert not os.path.exists(root)

@@ -1,5 +1,4 @@
 """One bash session per `sbx run`: state carries from one CMD to the next."""
-import pytest
 
 from conftest import describe, err
 

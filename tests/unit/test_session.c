@@ -300,6 +300,32 @@ static void test_cancel_and_queue(SbxSession *s) {
         CHECK(many[14].done && many[14].res.exit_code == 0, "the rest of the queue still runs");
 }
 
+static void test_background_pipe_cap(void) {
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        so.limits.pids = 1000;
+        SbxSandbox *sb = NULL;
+        SbxSession *s = NULL;
+        if (sbx_sandbox_new(ctx, &so, &sb) < 0 || sbx_session_get(sb, NULL, &s) < 0) {
+                CHECK(false, "sandbox for the background pipe cap");
+                return;
+        }
+        SbxResult r = run(s, "true");
+        sbx_result_clear(&r);
+        int before = count_dir("/proc/self/fd");
+        /* Each run leaves a sleeper holding its stdout and stderr: 2 pipes a run. */
+        for (int i = 0; i < 130; i++) {
+                r = run(s, "sleep 60 &");
+                sbx_result_clear(&r);
+        }
+        int held = count_dir("/proc/self/fd") - before;
+        CHECK(held <= 128 + 8, "260 held pipes cost the daemon at most the cap in fds (%d)", held);
+        r = run(s, "echo alive");
+        CHECK(out_is(&r, "alive\n"), "session fine past the cap");
+        sbx_result_clear(&r);
+        sbx_sandbox_free(sb);
+}
+
 static void test_limits(void) {
         SbxSandboxOptions so;
         sbx_sandbox_options_init(&so);
@@ -408,6 +434,7 @@ int main(void) {
         test_sessions(sb);
         test_background(sb, s);
         test_limits();
+        test_background_pipe_cap();
 
         char cgdir[256];
         snprintf(cgdir, sizeof cgdir, "/sys/fs/cgroup/unified/sbx-%d", (int)getpid());
