@@ -144,7 +144,7 @@ SBX_API SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev);
 /* Queues a command on the session (runs execute one at a time, in order). done fires exactly
  * once, possibly before this returns for a command refused at once (LIMIT_EXCEEDED).
  * ret (may be NULL) gets a handle valid until done fires. Returns 0, -EBUSY when the
- * queue is full (SBX_MAX_QUEUED_RUNS), -EINVAL for bad options, or -errno. */
+ * session already holds SBX_MAX_QUEUED_RUNS runs, running or queued, -EINVAL for bad options, or -errno. */
 SBX_API int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output,
                             SbxDoneFn on_done, void *userdata, SbxRun **ret);
 /* Cancels a queued or running command: everything it started is killed, the session's state

@@ -49,7 +49,8 @@
 /* Pipe capacity asked for command output; bigger pipes mean fewer wakeups at high volume. */
 #define SBX_PIPE_BYTES (1024U * 1024)
 
-/* Named sessions per sandbox and runs waiting in one session's queue. */
+/* Named sessions per sandbox, and runs one session holds at once: the running one and those
+ * waiting behind it (counting the running one keeps the cap independent of timing). */
 #define SBX_MAX_SESSIONS 64U
 #define SBX_MAX_QUEUED_RUNS 16U
 

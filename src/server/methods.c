@@ -476,8 +476,8 @@ static int start_run(Req *r, SbxSession *s, const SbxRunOptions *o, int kind, bo
                 pending_free(p);
                 if (rr == -EBUSY)
                         return rpc_fail(e, RPC_WORKER_UNAVAILABLE,
-                                        "WORKER_UNAVAILABLE: %u runs already queued in session %s", SBX_MAX_QUEUED_RUNS,
-                                        sbx_session_name(s));
+                                        "WORKER_UNAVAILABLE: session %s already holds %u runs", sbx_session_name(s),
+                                        SBX_MAX_QUEUED_RUNS);
                 if (rr == -EINVAL || rr == -E2BIG)
                         return rpc_fail(e, RPC_INVALID_PARAMS, "invalid run options (cwd, env or timeoutMs)");
                 return rpc_fail_errno(e, rr, "run");
@@ -1063,7 +1063,7 @@ void print_protocol(FILE *f) {
                 "| -32601 | `Method not found: X` |\n"
                 "| -32602 | invalid params, naming the param (`Missing required param: X`, `X must be a string`, `Unknown sandboxId: X`) |\n"
                 "| -32603 | internal error (sandbox creation failed, server shutting down) |\n"
-                "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (%u sandboxes, %u queued runs per session, %u sessions per sandbox); retry later |\n"
+                "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (%u sandboxes, %u running or queued runs per session, %u sessions per sandbox); retry later |\n"
                 "| 1 | sandbox or file error: `ERRNO: message` |\n\n"
                 "## Methods\n\n",
                 SERVER_OUT_HIGH >> 20, SERVER_OUT_LOW >> 20, SERVER_MAX_SANDBOXES, SBX_MAX_QUEUED_RUNS, SBX_MAX_SESSIONS);

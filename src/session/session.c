@@ -1030,7 +1030,7 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
                 return -EINVAL;
         if (o->cwd && (strlen(o->cwd) == 0 || strlen(o->cwd) >= SBX_MAX_PATH_BYTES))
                 return -EINVAL;
-        if (s->n_queued >= SBX_MAX_QUEUED_RUNS)
+        if (s->n_queued + (s->current != NULL) >= SBX_MAX_QUEUED_RUNS)
                 return -EBUSY;
 
         size_t env_len = 0, n_env = 0;
