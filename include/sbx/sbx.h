@@ -192,6 +192,53 @@ SBX_API int sbx_file_rename(SbxSandbox *sb, const char *from, const char *to);
 SBX_API void sbx_file_info_clear(SbxFileInfo *i);
 SBX_API void sbx_file_list_free(SbxFileInfo *v, size_t n);
 
+/* ---------------------------------------------------------------- fork, snapshots, export
+ *
+ * These take a point-in-time image of a sandbox: its writable filesystem (/tmp, /home/user,
+ * /dev/shm) and the state of every session. Each is a barrier: it waits for the runs already
+ * queued in the sandbox's sessions, and runs queued after it wait for it. While the
+ * filesystem is copied the sandbox's processes are frozen (cgroup v2 freezer). Background
+ * processes are not part of an image. Operations on one sandbox run one at a time, in order.
+ * Each calls done exactly once, from the loop (or with an error if the sandbox is freed
+ * first); `res` and what it points to are valid only during the call. */
+typedef struct SbxOpResult {
+        int error;               /* 0 or -errno */
+        const char *message;     /* on error: what failed */
+        SbxSandbox *sandbox;     /* fork: the new sandbox, the caller's to free */
+        const char *snapshot_id; /* snapshot create */
+        const uint8_t *data;     /* export: the archive */
+        size_t len;
+} SbxOpResult;
+typedef void (*SbxOpDoneFn)(void *userdata, const SbxOpResult *res);
+
+/* A new sandbox with a copy of sb's filesystem and sessions, and its options and limits.
+ * Returns 0 (done follows) or -errno. */
+SBX_API int sbx_sandbox_fork(SbxSandbox *sb, SbxOpDoneFn done, void *userdata);
+
+/* Snapshots live in a store of the sandbox's own, whose size and inode limits are
+ * SBX_SNAPSHOT_BUDGET_FACTOR times the sandbox's filesystem limits, at most SBX_MAX_SNAPSHOTS
+ * of them; a snapshot beyond the budget fails with -ENOSPC and nothing kept. */
+SBX_API int sbx_snapshot_create(SbxSandbox *sb, SbxOpDoneFn done, void *userdata);
+/* Brings back the files and session states of a snapshot (as often as wanted). Sessions made
+ * since get a fresh shell; background processes are killed. -ENOENT for an unknown id. */
+SBX_API int sbx_snapshot_restore(SbxSandbox *sb, const char *id, SbxOpDoneFn done, void *userdata);
+SBX_API int sbx_snapshot_delete(SbxSandbox *sb, const char *id);
+typedef struct SbxSnapshotInfo {
+        const char *id;      /* valid until the snapshot is deleted */
+        uint64_t created_ms; /* wall clock, ms since the epoch */
+        uint64_t bytes;      /* file bytes it holds */
+} SbxSnapshotInfo;
+/* Fills up to max entries, oldest first; returns how many snapshots there are. */
+SBX_API size_t sbx_snapshot_list(SbxSandbox *sb, SbxSnapshotInfo *out, size_t max);
+
+/* A zstd-compressed tar of the writable tree plus a manifest (sessions, limits, digest);
+ * see docs/ARCHITECTURE.md. At most SBX_MAX_ARCHIVE_BYTES. */
+SBX_API int sbx_sandbox_export(SbxSandbox *sb, SbxOpDoneFn done, void *userdata);
+/* Replaces sb's writable tree and session states with an archive's, after checking all of
+ * it: a refused archive (-EINVAL, message says why) leaves sb untouched. */
+SBX_API int sbx_sandbox_import(SbxSandbox *sb, const uint8_t *data, size_t len, SbxOpDoneFn done,
+                               void *userdata);
+
 /* Convenience: run one command and turn the loop until it ends. Output chunks go to
  * on_output (may be NULL). The result's buffers are malloc'd copies owned by the caller:
  * release them with sbx_result_clear(). Returns 0 or -errno (from sbx_session_run). */

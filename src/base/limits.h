@@ -29,6 +29,22 @@
 
 /* Upper bounds on what a client may ask for, so a request cannot make the daemon allocate
  * or promise without bound. */
+/* Snapshots: each sandbox has a store of its own, FACTOR times its filesystem limits (bytes
+ * and inodes; the kernel enforces them), holding at most MAX snapshots. */
+#define SBX_SNAPSHOT_BUDGET_FACTOR 4U
+#define SBX_MAX_SNAPSHOTS 32U
+/* Session states move between shells (fork, snapshots, export) up to this size each. */
+#define SBX_MAX_STATE_BYTES (16U * 1024 * 1024)
+/* Largest export archive (compressed) and import archive. */
+#define SBX_MAX_ARCHIVE_BYTES (512ULL * 1024 * 1024)
+/* How long taking or applying one session's state may take. */
+#define SBX_STATE_TIMEOUT_MS 10000U
+/* Forked sandboxes alive at once per server. */
+#define SBX_MAX_FORKS 16U
+
+/* Copy buffer of the tree copier (fork, snapshots). */
+#define SBX_TREE_COPY_BUF (256U * 1024)
+
 #define SBX_MAX_OUTPUT_BYTES (4ULL * 1024 * 1024 * 1024)
 #define SBX_MAX_COMMAND_BYTES (1024ULL * 1024)
 #define SBX_MAX_TIMEOUT_MS (24ULL * 3600 * 1000)

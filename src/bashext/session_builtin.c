@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +40,7 @@
 #include "common.h"
 #include "execute_cmd.h"
 #include "variables.h"
+#include "builtext.h"
 
 #include "session/wire.h"
 
@@ -197,6 +199,316 @@ static void set_oom_score_adj(const char *v) {
         }
 }
 
+/* ---------------------------------------------------------------- state transfer
+ *
+ * Fork, snapshots and export move a session's state to another shell. The dump is taken by
+ * calling bash's own builtins from C (declare -p, declare -f, alias -p, set +o, shopt -p), so
+ * it quotes exactly as bash does and no code of the session runs: a function named `declare`
+ * or a DEBUG trap is never invoked. Format: "SBXSTATE 1\n", then sections "T:LEN\n" + LEN
+ * bytes + "\n", T one of
+ *   U umask (octal)       C cwd                N names of the variables kept, NUL-separated
+ *   V `declare -p` text   F `declare -f` text  X names of exported functions, NUL-separated
+ *   A `alias -p` text     O `set +o` text      S `shopt -p` text
+ * The restore side applies them in an order that keeps the replay itself out of reach of what
+ * it restores: variables, then aliases and functions with alias expansion off (a function
+ * body must not be expanded twice), options last and from C (`set -o noexec` would otherwise
+ * stop the replay, and `set` may by then be a function). */
+#define STATE_MAGIC "SBXSTATE 1\n"
+
+extern int expand_aliases;
+
+/* bash's own variables: read-only, dynamic or describing the running shell. Never dumped,
+ * never unset by a restore. */
+static const char *const special_vars[] = {
+        "BASH", "BASHOPTS", "BASHPID", "BASH_ALIASES", "BASH_ARGC", "BASH_ARGV", "BASH_ARGV0",
+        "BASH_CMDS", "BASH_COMMAND", "BASH_EXECUTION_STRING", "BASH_LINENO", "BASH_REMATCH",
+        "BASH_SOURCE", "BASH_SUBSHELL", "BASH_VERSINFO", "BASH_VERSION", "COMP_WORDBREAKS",
+        "DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "FUNCNAME", "GROUPS", "HISTCMD",
+        "HOSTTYPE", "LINENO", "MACHTYPE", "OSTYPE", "PIPESTATUS", "PPID", "PWD", "RANDOM",
+        "SECONDS", "SHELLOPTS", "SHLVL", "SRANDOM", "UID", "_",
+};
+
+static int special_var(const char *name) {
+        for (size_t i = 0; i < sizeof special_vars / sizeof *special_vars; i++)
+                if (strcmp(name, special_vars[i]) == 0)
+                        return 1;
+        return 0;
+}
+
+static int keep_var(SHELL_VAR *v) {
+        return !special_var(v->name) && !noassign_p(v) && !local_p(v);
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+        const char *c = p;
+        while (n > 0) {
+                ssize_t k = write(fd, c, n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return -1;
+                c += k;
+                n -= (size_t)k;
+        }
+        return 0;
+}
+
+static int put_section(char tag, const char *data, size_t len) {
+        char head[32];
+        int n = snprintf(head, sizeof head, "%c:%zu\n", tag, len);
+        return write_all(1, head, (size_t)n) < 0 || write_all(1, data, len) < 0 || write_all(1, "\n", 1) < 0 ? -1 : 0;
+}
+
+/* Calls a builtin with its stdout going to a memfd; returns what it printed (xmalloc'd). */
+static char *capture(sh_builtin_func_t *fn, WORD_LIST *args, size_t *len) {
+        *len = 0;
+        int mfd = (int)syscall(SYS_memfd_create, "sbx-state", 1u /* MFD_CLOEXEC */);
+        if (mfd < 0)
+                return NULL;
+        fflush(stdout);
+        int saved = fcntl(1, F_DUPFD_CLOEXEC, 10);
+        if (saved < 0 || dup2(mfd, 1) < 0) {
+                close(mfd);
+                if (saved >= 0)
+                        close(saved);
+                return NULL;
+        }
+        fn(args);
+        fflush(stdout);
+        dup2(saved, 1);
+        close(saved);
+        clearerr(stdout);
+        off_t size = lseek(mfd, 0, SEEK_END);
+        char *out = xmalloc((size_t)(size > 0 ? size : 0) + 1);
+        ssize_t got = size > 0 ? pread(mfd, out, (size_t)size, 0) : 0;
+        close(mfd);
+        *len = got > 0 ? (size_t)got : 0;
+        out[*len] = 0;
+        return out;
+}
+
+static WORD_LIST *words(const char *const *argv, int n) {
+        WORD_LIST *list = NULL;
+        for (int i = n - 1; i >= 0; i--)
+                list = make_word_list(make_word(argv[i]), list);
+        return list;
+}
+
+static int section_builtin(char tag, sh_builtin_func_t *fn, WORD_LIST *args) {
+        size_t len;
+        char *text = capture(fn, args, &len);
+        dispose_words(args);
+        if (!text)
+                return -1;
+        int r = put_section(tag, text, len);
+        free(text);
+        return r;
+}
+
+static int dump_state(void) {
+        char buf[64];
+        if (write_all(1, STATE_MAGIC, sizeof STATE_MAGIC - 1) < 0)
+                return 1;
+        mode_t m = umask(0);
+        umask(m);
+        int n = snprintf(buf, sizeof buf, "%04o", (unsigned)m);
+        if (put_section('U', buf, (size_t)n) < 0)
+                return 1;
+        SHELL_VAR *pwd = find_variable("PWD");
+        char *cwd = pwd && value_cell(pwd) && value_cell(pwd)[0] == '/' ? savestring(value_cell(pwd)) : getcwd(NULL, 0);
+        if (cwd && put_section('C', cwd, strlen(cwd)) < 0)
+                return 1;
+        free(cwd);
+
+        /* Variables: the names (so the restore knows what was unset) and declare -p of each. */
+        SHELL_VAR **vars = all_shell_variables();
+        size_t names_len = 0;
+        WORD_LIST *args = NULL;
+        for (SHELL_VAR **v = vars; v && *v; v++)
+                if (keep_var(*v))
+                        names_len += strlen((*v)->name) + 1;
+        char *names = xmalloc(names_len + 1);
+        size_t off = 0;
+        for (SHELL_VAR **v = vars; v && *v; v++) {
+                if (!keep_var(*v))
+                        continue;
+                size_t l = strlen((*v)->name) + 1;
+                memcpy(names + off, (*v)->name, l);
+                off += l;
+                args = make_word_list(make_word((*v)->name), args);
+        }
+        free(vars);
+        int r = put_section('N', names, names_len);
+        free(names);
+        if (r < 0)
+                return 1;
+        if (args) {
+                args = make_word_list(make_word("-p"), REVERSE_LIST(args, WORD_LIST *));
+                if (section_builtin('V', declare_builtin, args) < 0)
+                        return 1;
+        } else if (put_section('V', "", 0) < 0) {
+                return 1;
+        }
+
+        static const char *const f[] = { "-f" }, *const a[] = { "-p" }, *const o[] = { "+o" }, *const s[] = { "-p" };
+        if (section_builtin('F', declare_builtin, words(f, 1)) < 0)
+                return 1;
+        SHELL_VAR **fns = all_shell_functions();
+        size_t xlen = 0;
+        for (SHELL_VAR **v = fns; v && *v; v++)
+                if (exported_p(*v))
+                        xlen += strlen((*v)->name) + 1;
+        char *x = xmalloc(xlen + 1);
+        off = 0;
+        for (SHELL_VAR **v = fns; v && *v; v++)
+                if (exported_p(*v)) {
+                        size_t l = strlen((*v)->name) + 1;
+                        memcpy(x + off, (*v)->name, l);
+                        off += l;
+                }
+        free(fns);
+        r = put_section('X', x, xlen);
+        free(x);
+        if (r < 0 || section_builtin('A', alias_builtin, words(a, 1)) < 0 ||
+            section_builtin('O', set_builtin, words(o, 1)) < 0 ||
+            section_builtin('S', shopt_builtin, words(s, 1)) < 0)
+                return 1;
+        return 0;
+}
+
+typedef struct Section {
+        const char *data;
+        size_t len;
+} Section;
+
+/* Splits a dump into its sections (indexed by tag letter); 0 on success. */
+static int parse_state(const char *p, size_t len, Section sec[26]) {
+        const char *end = p + len;
+        memset(sec, 0, sizeof(Section) * 26);
+        if (len < sizeof STATE_MAGIC - 1 || memcmp(p, STATE_MAGIC, sizeof STATE_MAGIC - 1) != 0)
+                return -1;
+        p += sizeof STATE_MAGIC - 1;
+        while (p < end) {
+                char tag = *p;
+                if (tag < 'A' || tag > 'Z' || end - p < 3 || p[1] != ':')
+                        return -1;
+                char *nl;
+                unsigned long long l = strtoull(p + 2, &nl, 10);
+                if (nl >= end || *nl != '\n' || l > (unsigned long long)(end - nl - 1) || (size_t)(end - nl - 1) - l < 1 ||
+                    nl[1 + l] != '\n')
+                        return -1;
+                sec[tag - 'A'] = (Section){ nl + 1, (size_t)l };
+                p = nl + 2 + l;
+        }
+        return 0;
+}
+
+static int name_listed(const Section *s, const char *name) {
+        for (const char *p = s->data; s->data && p < s->data + s->len; p += strlen(p) + 1)
+                if (strcmp(p, name) == 0)
+                        return 1;
+        return 0;
+}
+
+static void run_section(const Section *s) {
+        if (s->data && s->len > 0)
+                (void)run_string(s->data, s->len);
+}
+
+/* Applies each "set -o NAME" / "set +o NAME" / "shopt -s NAME" / "shopt -u NAME" line. */
+static void apply_options(const Section *s, int shopt) {
+        char line[256];
+        const char *p = s->data, *end = s->data ? s->data + s->len : NULL;
+        while (p && p < end) {
+                const char *nl = memchr(p, '\n', (size_t)(end - p));
+                size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+                if (l < sizeof line) {
+                        memcpy(line, p, l);
+                        line[l] = 0;
+                        char verb[16], flag[4], name[128];
+                        if (sscanf(line, "%15s %3s %127s", verb, flag, name) == 3) {
+                                if (shopt && strcmp(verb, "shopt") == 0 && strcmp(name, "login_shell") != 0 &&
+                                    strcmp(name, "restricted_shell") != 0)
+                                        (void)shopt_setopt(name, strcmp(flag, "-s") == 0);
+                                else if (!shopt && strcmp(verb, "set") == 0)
+                                        (void)set_minus_o_option(flag[0] == '-' ? '-' : '+', name);
+                        }
+                }
+                p += l + 1;
+        }
+}
+
+/* Reads stdin to the end (bounded by what the daemon sends). */
+static char *read_stdin(size_t *len) {
+        size_t cap = 65536, n = 0;
+        char *buf = xmalloc(cap);
+        for (;;) {
+                if (n == cap) {
+                        cap *= 2;
+                        buf = xrealloc(buf, cap);
+                }
+                ssize_t k = read(0, buf + n, cap - n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                n += (size_t)k;
+        }
+        *len = n;
+        return buf;
+}
+
+static int restore_state(void) {
+        size_t len;
+        char *text = read_stdin(&len);
+        Section sec[26];
+        if (parse_state(text, len, sec) < 0 || !sec['N' - 'A'].data) {
+                fprintf(stderr, "sbx: restore: not a session state\n");
+                free(text);
+                return 1;
+        }
+        expand_aliases = 0;
+        /* What the dumped shell had unset stays unset. */
+        SHELL_VAR **vars = all_shell_variables();
+        for (SHELL_VAR **v = vars; v && *v; v++)
+                if (keep_var(*v) && !readonly_p(*v) && !name_listed(&sec['N' - 'A'], (*v)->name))
+                        (void)unbind_variable((*v)->name);
+        free(vars);
+        array_needs_making = 1;
+        run_section(&sec['V' - 'A']);
+
+        const Section *u = &sec['U' - 'A'], *c = &sec['C' - 'A'];
+        if (u->data) {
+                char m[16];
+                snprintf(m, sizeof m, "%.*s", (int)MIN(u->len, 15u), u->data);
+                umask((mode_t)(strtoul(m, NULL, 8) & 0777));
+        }
+        if (c->data && c->len > 0 && c->len < 4096) {
+                char *dir = xmalloc(c->len + 1);
+                memcpy(dir, c->data, c->len);
+                dir[c->len] = 0;
+                if (chdir(dir) == 0)
+                        session_set_pwd(dir);
+                else
+                        fprintf(stderr, "sbx: restore: cwd %s: %s\n", dir, strerror(errno));
+                free(dir);
+        }
+        run_section(&sec['A' - 'A']);
+        run_section(&sec['F' - 'A']);
+        const Section *x = &sec['X' - 'A'];
+        for (const char *p = x->data; x->data && p < x->data + x->len; p += strlen(p) + 1) {
+                SHELL_VAR *f = find_function(p);
+                if (f)
+                        VSETATTR(f, att_exported);
+        }
+        array_needs_making = 1;
+        expand_aliases = 1; /* the dumped value, if any, comes with the shopt section */
+        apply_options(&sec['O' - 'A'], 0);
+        apply_options(&sec['S' - 'A'], 1);
+        free(text);
+        return 0;
+}
+
 /* The worker's life: announce, take one command, run it, report. Returns when this process
  * is to become the holder; exits when the daemon is gone. */
 static void worker(void) {
@@ -255,6 +567,14 @@ static void worker(void) {
                         free(run_cwd);
                         run_cwd = now;
                 }
+        }
+        if (h->flags & WIRE_F_DUMP) {
+                status = dump_state();
+                goto done;
+        }
+        if (h->flags & WIRE_F_RESTORE) {
+                status = restore_state();
+                goto done;
         }
         if (h->flags & WIRE_F_GETENV) {
                 char name[256];

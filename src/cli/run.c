@@ -38,6 +38,10 @@ static void usage(FILE *f) {
                 "      --stdout-limit SIZE  stdout kept per command (default 1M)\n"
                 "      --stderr-limit SIZE  stderr kept per command (default 1M)\n"
                 "      --rootfs DIR         use DIR as the root filesystem instead of the host's\n"
+                "      --import FILE        start from an archive made by --export (files and\n"
+                "                           session state; refused archives change nothing)\n"
+                "      --export FILE        after the last command, save the sandbox's files and\n"
+                "                           session state to FILE (a zstd-compressed tar)\n"
                 "  -v, --verbose            debug logging on stderr\n"
                 "  -h, --help               show this help\n"
                 "\n"
@@ -144,7 +148,87 @@ static int parse_seconds(const char *s, uint64_t *ret_ms) {
         return 0;
 }
 
-enum { OPT_MEMORY = 256, OPT_PIDS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS };
+enum { OPT_MEMORY = 256, OPT_PIDS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT };
+
+static int write_file_bytes(const char *path, const uint8_t *d, size_t n) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return negerrno();
+        while (n > 0) {
+                ssize_t k = write(fd, d, n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return negerrno();
+                d += k;
+                n -= (size_t)k;
+        }
+        return fsync(fd) < 0 ? negerrno() : 0;
+}
+
+typedef struct OpWait {
+        bool done;
+        int error;
+        char msg[512];
+        const char *export_path;
+} OpWait;
+
+static void op_done(void *ud, const SbxOpResult *res) {
+        OpWait *w = ud;
+        w->done = true;
+        w->error = res->error;
+        if (res->error) {
+                snprintf(w->msg, sizeof w->msg, "%s", res->message ? res->message : strerror(-res->error));
+                return;
+        }
+        if (w->export_path && res->data) {
+                /* Written next to the target and renamed: an old archive is never half replaced. */
+                char tmp[4096];
+                snprintf(tmp, sizeof tmp, "%s.tmp%d", w->export_path, (int)getpid());
+                int r = write_file_bytes(tmp, res->data, res->len);
+                if (r >= 0 && rename(tmp, w->export_path) < 0)
+                        r = negerrno();
+                if (r < 0) {
+                        (void)unlink(tmp);
+                        w->error = r;
+                        snprintf(w->msg, sizeof w->msg, "%s: %s", w->export_path, strerror(-r));
+                }
+        }
+}
+
+/* Runs one fork/snapshot/export operation to its end. */
+static int op_wait(SbxContext *ctx, OpWait *w) {
+        while (!w->done)
+                if (sbx_context_run_once(ctx, -1) < 0)
+                        return -EIO;
+        return w->error;
+}
+
+static int read_whole(const char *path, uint8_t **ret, size_t *ret_len) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return negerrno();
+        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > SBX_MAX_ARCHIVE_BYTES)
+                return -EFBIG;
+        uint8_t *d = malloc((size_t)st.st_size + 1);
+        if (!d)
+                return -ENOMEM;
+        size_t n = 0;
+        while (n < (size_t)st.st_size) {
+                ssize_t k = read(fd, d + n, (size_t)st.st_size - n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0) {
+                        free(d);
+                        return k < 0 ? negerrno() : -EIO;
+                }
+                n += (size_t)k;
+        }
+        *ret = d;
+        *ret_len = n;
+        return 0;
+}
 
 int cmd_run(int argc, char **argv) {
         static const struct option opts[] = {
@@ -159,13 +243,15 @@ int cmd_run(int argc, char **argv) {
                 { "stdout-limit", required_argument, NULL, OPT_STDOUT },
                 { "stderr-limit", required_argument, NULL, OPT_STDERR },
                 { "rootfs", required_argument, NULL, OPT_ROOTFS },
+                { "import", required_argument, NULL, OPT_IMPORT },
+                { "export", required_argument, NULL, OPT_EXPORT },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
         SbxSandboxOptions so;
         uint64_t timeout_ms = 0, v;
-        const char *cwd = NULL;
+        const char *cwd = NULL, *import_path = NULL, *export_path = NULL;
         _cleanup_free_ const char **env = calloc((size_t)argc + 1, sizeof *env);
         size_t n_env = 0;
         int c;
@@ -193,6 +279,8 @@ int cmd_run(int argc, char **argv) {
                 case OPT_STDOUT: r = parse_size(optarg, &so.limits.stdout_bytes); break;
                 case OPT_STDERR: r = parse_size(optarg, &so.limits.stderr_bytes); break;
                 case OPT_ROOTFS: so.rootfs = optarg; break;
+                case OPT_IMPORT: import_path = optarg; break;
+                case OPT_EXPORT: export_path = optarg; break;
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -236,6 +324,21 @@ int cmd_run(int argc, char **argv) {
                         ctx && *sbx_context_last_error(ctx) ? sbx_context_last_error(ctx) : strerror(-r));
                 sbx_context_free(ctx);
                 return 1;
+        }
+        if (import_path) {
+                _cleanup_free_ uint8_t *data = NULL;
+                size_t len = 0;
+                OpWait w = { 0 };
+                r = read_whole(import_path, &data, &len);
+                if (r < 0)
+                        snprintf(w.msg, sizeof w.msg, "%s: %s", import_path, strerror(-r));
+                else if ((r = sbx_sandbox_import(sb, data, len, op_done, &w)) >= 0)
+                        r = op_wait(ctx, &w);
+                if (r < 0) {
+                        fprintf(stderr, "sbx run: import: %s\n", w.msg[0] ? w.msg : strerror(-r));
+                        sbx_context_free(ctx);
+                        return 1;
+                }
         }
         r = sbx_session_get(sb, NULL, &s);
         RunState rs = { .exit_code = 1 };
@@ -283,6 +386,16 @@ int cmd_run(int argc, char **argv) {
         bq_done(&rs.q[1].q);
         if (r < 0)
                 fprintf(stderr, "sbx run: %s\n", strerror(-r));
+        if (r >= 0 && export_path && !interrupted) {
+                OpWait w = { .export_path = export_path };
+                int e = sbx_sandbox_export(sb, op_done, &w);
+                if (e >= 0)
+                        e = op_wait(ctx, &w);
+                if (e < 0) {
+                        fprintf(stderr, "sbx run: export: %s\n", w.msg[0] ? w.msg : strerror(-e));
+                        r = e;
+                }
+        }
         sbx_context_free(ctx);
         return r < 0 ? 1 : rs.exit_code;
 }

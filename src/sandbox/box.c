@@ -136,7 +136,7 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         int sv[2] = { -1, -1 }, sync[2] = { -1, -1 };
         int r;
 
-        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .slot = -1 };
+        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .slot = -1 };
         if (s->rootless) {
                 b->host_uid = s->user_uid;
                 b->host_gid = s->user_gid;
@@ -167,6 +167,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         InitConfig ic = {
                 .mount = { .staging = s->staging, .rootfs = c->rootfs, .network = c->network,
                            .fs_bytes = c->fs_bytes, .file_count = c->file_count,
+                           .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
+                           .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .uid = SANDBOX_UID, .gid = SANDBOX_GID },
                 .ctl_fd = sv[1], .builtin_fd = s->builtin_fd, .userns_sync_fd = sync[0],
                 .env = c->env, .uid = SANDBOX_UID, .gid = SANDBOX_GID, .network = c->network,
@@ -235,32 +237,39 @@ int box_ready(Box *b, char *err, size_t errlen) {
         InitMsg m;
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
+                char buf[CMSG_SPACE(sizeof(int) * 2)];
         } cm;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
         ssize_t n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return 0;
-        int fd = -1;
+        int fd = -1, snap = -1;
         struct cmsghdr *cmh = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS)
-                memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
+        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS) {
+                size_t k = (cmh->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                if (k >= 1)
+                        memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
+                if (k >= 2)
+                        memcpy(&snap, CMSG_DATA(cmh) + sizeof fd, sizeof snap);
+        }
         struct stat wst;
         if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
                 snprintf(err, errlen, "sandbox init exited during setup");
         } else if (m.status < 0) {
                 m.text[sizeof m.text - 1] = 0;
                 snprintf(err, errlen, "%s", m.text);
-        } else if (fd < 0 || fstatat(fd, "tmp", &wst, 0) < 0) {
+        } else if (fd < 0 || snap < 0 || fstatat(fd, "tmp", &wst, 0) < 0) {
                 snprintf(err, errlen, "sandbox init sent no root");
         } else {
                 b->root_fd = fd;
+                b->snap_fd = snap;
                 b->writable_dev = wst.st_dev;
                 b->ready = true;
                 return 1;
         }
         safe_close(fd);
+        safe_close(snap);
         return n == (ssize_t)sizeof m && m.status < 0 ? m.status : -EIO;
 }
 
@@ -300,6 +309,7 @@ int box_spawn_session(Box *b, int sock) {
 void box_kill(Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
+        b->snap_fd = safe_close(b->snap_fd);
         if (b->init_pidfd >= 0)
                 (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
         if (b->cg.dir >= 0)
@@ -323,6 +333,7 @@ int box_try_finish(BoxShared *s, Box *b) {
 void box_destroy(BoxShared *s, Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
+        b->snap_fd = safe_close(b->snap_fd);
         if (b->init_pidfd >= 0) {
                 (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
                 siginfo_t si;

@@ -37,6 +37,7 @@ typedef struct Box {
         int init_pidfd;
         int ctl_fd;
         int root_fd;   /* O_PATH fd of the sandbox's / (from its pid 1) */
+        int snap_fd;   /* O_PATH fd of its snapshot store (see mount_build_root()) */
         uid_t host_uid; /* the sandbox's user (uid 1000 inside) as the host sees it */
         gid_t host_gid;
         int slot;       /* root: its host uid slot, else -1 */

@@ -279,6 +279,18 @@ int cgroup_populated(int dirfd) {
         return strstr(buf, "populated 1") ? 1 : 0;
 }
 
+int cgroup_freeze(int dirfd, bool frozen) {
+        return write_file_at(dirfd, "cgroup.freeze", frozen ? "1" : "0");
+}
+
+int cgroup_frozen(int dirfd) {
+        char buf[256];
+        ssize_t n = read_file_at(dirfd, "cgroup.events", buf, sizeof buf);
+        if (n < 0)
+                return (int)n;
+        return strstr(buf, "frozen 1") ? 1 : 0;
+}
+
 int cgroup_events_open(int dirfd) {
         int fd = openat(dirfd, "cgroup.events", O_RDONLY | O_CLOEXEC);
         return fd < 0 ? negerrno() : fd;

@@ -59,3 +59,7 @@ int cgroup_kill(int dirfd);
 int cgroup_populated(int dirfd);
 /* An fd of cgroup.events for epoll (EPOLLPRI fires on every change), or -errno. */
 int cgroup_events_open(int dirfd);
+/* cgroup v2 freezer of a cgroup and all below it. Freezing is asynchronous: cgroup_frozen()
+ * says 1 once every process is stopped (cgroup.events signals the change). */
+int cgroup_freeze(int dirfd, bool frozen);
+int cgroup_frozen(int dirfd);

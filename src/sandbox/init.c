@@ -23,24 +23,25 @@
 
 /* Says how setup went; on success hands over an O_PATH fd of the new root, through which
  * the daemon's files API reaches the sandbox's filesystem. */
-static void send_ready(int fd, int status, const char *text) {
+static void send_ready(int fd, int status, const char *text, int snap) {
         InitMsg m = { .type = INIT_READY, .status = status };
         snprintf(m.text, sizeof m.text, "%s", text ? text : "");
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
+                char buf[CMSG_SPACE(sizeof(int) * 2)];
         } cm;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         int root = status == 0 ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
-        if (root >= 0) {
+        if (root >= 0 && snap >= 0) {
+                int fds[2] = { root, snap };
                 mh.msg_control = cm.buf;
                 mh.msg_controllen = sizeof cm.buf;
                 struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
                 c->cmsg_level = SOL_SOCKET;
                 c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(c), &root, sizeof root);
+                c->cmsg_len = CMSG_LEN(sizeof fds);
+                memcpy(CMSG_DATA(c), fds, sizeof fds);
         }
         (void)sendmsg(fd, &mh, MSG_NOSIGNAL);
         safe_close(root);
@@ -184,7 +185,8 @@ void init_main(const InitConfig *c) {
                         close(nul);
         }
 
-        r = mount_build_root(&c->mount, err, sizeof err);
+        int snap = -1;
+        r = mount_build_root(&c->mount, &snap, err, sizeof err);
         /* Only now: the config's strings (the rootfs path) may point into that memory. */
         hide_cmdline();
         if (r >= 0 && sethostname("sandbox", 7) < 0) {
@@ -194,7 +196,7 @@ void init_main(const InitConfig *c) {
         if (r >= 0 && !c->network && (r = loopback_up()) < 0)
                 snprintf(err, sizeof err, "loopback up: %s", strerror(-r));
         if (r < 0) {
-                send_ready(ctl, r, err);
+                send_ready(ctl, r, err, -1);
                 _exit(1);
         }
 
@@ -204,7 +206,9 @@ void init_main(const InitConfig *c) {
         sigprocmask(SIG_BLOCK, &mask, NULL);
         signal(SIGPIPE, SIG_IGN);
         int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        send_ready(ctl, 0, NULL);
+        send_ready(ctl, 0, NULL, snap);
+        /* The daemon holds the store now; pid 1 has no use for it. */
+        safe_close(snap);
 
         for (;;) {
                 struct pollfd p[2] = { { .fd = ctl, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };

@@ -150,7 +150,7 @@ static int make_dev(char *err, size_t errlen) {
         return 0;
 }
 
-int mount_build_root(const MountConfig *c, char *err, size_t errlen) {
+int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
         char src[4096], opts[128];
 
         /* Nothing mounted here may propagate back to the host. */
@@ -194,6 +194,14 @@ int mount_build_root(const MountConfig *c, char *err, size_t errlen) {
                 return fail(err, errlen, "detach writable tmpfs");
         if (rmdir(".w") < 0)
                 return fail(err, errlen, "rmdir .w");
+
+        snprintf(opts, sizeof opts, "mode=0700,size=%llu,nr_inodes=%llu",
+                 (unsigned long long)c->snap_bytes, (unsigned long long)c->snap_inodes);
+        if (mkdir(".s", 0700) < 0 || mount("sbx-snap", ".s", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
+                return fail(err, errlen, "mount snapshot store (%s)", opts);
+        *snap_fd = open(".s", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (*snap_fd < 0 || umount2(".s", MNT_DETACH) < 0 || rmdir(".s") < 0)
+                return fail(err, errlen, "detach snapshot store");
 
         /* We are pid 1 of the new pid namespace, so this /proc shows only the sandbox. */
         if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)

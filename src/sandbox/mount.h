@@ -13,8 +13,11 @@ typedef struct MountConfig {
         uint64_t fs_bytes;    /* writable tmpfs: bytes */
         uint64_t file_count;  /* writable tmpfs: inodes */
         unsigned uid, gid;    /* owner of /home/user */
+        uint64_t snap_bytes, snap_inodes; /* the snapshot store's budget */
 } MountConfig;
 
-/* Builds the root and pivots into it; on failure writes what failed into err.
+/* Builds the root and pivots into it; on failure writes what failed into err. *snap_fd gets
+ * an O_PATH fd of the sandbox's snapshot store: a tmpfs of its own, mounted nowhere (no
+ * process of the sandbox can reach it), whose size and inode limits are the snapshot budget.
  * Returns 0 or -errno. */
-int mount_build_root(const MountConfig *c, char *err, size_t errlen);
+int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen);

@@ -117,6 +117,8 @@ void srv_sandbox_destroy(SrvSandbox *sb) {
                 free(h->session);
                 free(h);
         }
+        if (sb->is_fork)
+                s->n_forks--;
         if (sb->prev)
                 sb->prev->next = sb->next;
         else
@@ -826,6 +828,221 @@ static int m_files_rename(Req *r, json_t **ret, RpcError *e) {
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
         { "network", P_BOOL, false, "share the host's network (default: loopback only)" }
 
+/* ---------------------------------------------------------------- fork, snapshots, export */
+
+/* Registers an operation as pending on the connection (answered by op_done). */
+static Pending *op_pending(Req *r, RpcError *e) {
+        Pending *p = calloc(1, sizeof *p);
+        if (!p) {
+                rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+                return NULL;
+        }
+        p->conn = r->conn;
+        p->srv = r->conn->srv;
+        p->id = json_incref(r->id);
+        p->kind = PENDING_OP;
+        p->persist = r->sb->persist;
+        p->uid = r->sb->uid;
+        p->next = r->conn->pending;
+        if (p->next)
+                p->next->prev = p;
+        r->conn->pending = p;
+        return p;
+}
+
+static void op_reply_error(Pending *p, const SbxOpResult *res) {
+        RpcError e;
+        if (res->error == -EINVAL)
+                rpc_fail(&e, RPC_INVALID_PARAMS, "%s", res->message ? res->message : "invalid input");
+        else
+                rpc_fail(&e, RPC_SANDBOX_ERROR, "%s: %s", (strerrorname_np(-res->error) ? strerrorname_np(-res->error) : "EIO"), res->message ? res->message : "");
+        conn_reply_error(p->conn, p->id, &e);
+}
+
+static void fork_done(void *ud, const SbxOpResult *res) {
+        Pending *p = ud;
+        Server *s = p->srv;
+        if (res->error || !p->conn || s->shutting_down) {
+                s->n_forks--;
+                if (res->sandbox)
+                        sbx_sandbox_free(res->sandbox);
+                if (p->conn && res->error)
+                        op_reply_error(p, res);
+                else if (p->conn) {
+                        RpcError e;
+                        rpc_fail(&e, RPC_SANDBOX_ERROR, "ESHUTDOWN: the server is shutting down");
+                        conn_reply_error(p->conn, p->id, &e);
+                }
+                pending_free(p);
+                return;
+        }
+        SrvSandbox *sb = calloc(1, sizeof *sb);
+        if (!sb) {
+                s->n_forks--;
+                sbx_sandbox_free(res->sandbox);
+                RpcError e;
+                rpc_fail(&e, RPC_INTERNAL_ERROR, "out of memory");
+                conn_reply_error(p->conn, p->id, &e);
+                pending_free(p);
+                return;
+        }
+        sb->sb = res->sandbox;
+        sb->srv = s;
+        sb->owner = p->persist ? NULL : p->conn;
+        sb->persist = p->persist;
+        sb->uid = p->uid;
+        sb->is_fork = true;
+        sb->created_ms = wall_ms();
+        sb->next = s->sandboxes;
+        if (s->sandboxes)
+                s->sandboxes->prev = sb;
+        s->sandboxes = sb;
+        s->n_sandboxes++;
+        conn_reply(p->conn, p->id, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)));
+        pending_free(p);
+}
+
+static int m_sandbox_fork(Req *r, json_t **ret, RpcError *e) {
+        Server *s = r->conn->srv;
+        if (s->n_forks >= SBX_MAX_FORKS)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Maximum of %u concurrent forks reached", SBX_MAX_FORKS);
+        if (s->n_sandboxes >= SERVER_MAX_SANDBOXES)
+                return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "WORKER_UNAVAILABLE: Maximum of %u concurrent sandboxes reached",
+                                SERVER_MAX_SANDBOXES);
+        Pending *p = op_pending(r, e);
+        if (!p)
+                return -1;
+        int rr = sbx_sandbox_fork(r->sb->sb, fork_done, p);
+        if (rr < 0) {
+                pending_free(p);
+                return rpc_fail_errno(e, rr, "fork");
+        }
+        s->n_forks++;
+        return 1;
+}
+
+/* Snapshot create, restore, import: the answer is the id or ok. */
+static void op_done(void *ud, const SbxOpResult *res) {
+        Pending *p = ud;
+        if (p->conn) {
+                if (res->error)
+                        op_reply_error(p, res);
+                else if (res->snapshot_id)
+                        conn_reply(p->conn, p->id, json_pack("{s:s}", "id", res->snapshot_id));
+                else if (res->data) {
+                        json_t *out = json_pack("{s:I}", "size", (json_int_t)res->len);
+                        size_t n;
+                        char *b64 = b64_encode(res->data, res->len, &n);
+                        if (!out || !b64) {
+                                RpcError e;
+                                rpc_fail(&e, RPC_INTERNAL_ERROR, "out of memory");
+                                conn_reply_error(p->conn, p->id, &e);
+                                json_decref(out);
+                        } else {
+                                json_object_set_new(out, "data", json_stringn_nocheck(b64, n));
+                                conn_reply(p->conn, p->id, out);
+                        }
+                        free(b64);
+                } else
+                        conn_reply(p->conn, p->id, ok());
+        }
+        pending_free(p);
+}
+
+static int m_snapshot_create(Req *r, json_t **ret, RpcError *e) {
+        Pending *p = op_pending(r, e);
+        if (!p)
+                return -1;
+        int rr = sbx_snapshot_create(r->sb->sb, op_done, p);
+        if (rr < 0) {
+                pending_free(p);
+                if (rr == -ENOSPC)
+                        return rpc_fail(e, RPC_SANDBOX_ERROR, "ENOSPC: the sandbox already has %u snapshots (the most it may keep)",
+                                        SBX_MAX_SNAPSHOTS);
+                return rpc_fail_errno(e, rr, "snapshot");
+        }
+        return 1;
+}
+
+static int m_snapshot_restore(Req *r, json_t **ret, RpcError *e) {
+        const char *id;
+        if (param_string(r->params, "id", true, &id, NULL, e) < 0)
+                return -1;
+        Pending *p = op_pending(r, e);
+        if (!p)
+                return -1;
+        int rr = sbx_snapshot_restore(r->sb->sb, id, op_done, p);
+        if (rr < 0) {
+                pending_free(p);
+                if (rr == -ENOENT)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown snapshot id: %s", id);
+                return rpc_fail_errno(e, rr, "restore");
+        }
+        return 1;
+}
+
+static int m_snapshot_list(Req *r, json_t **ret, RpcError *e) {
+        SbxSnapshotInfo v[SBX_MAX_SNAPSHOTS];
+        size_t n = sbx_snapshot_list(r->sb->sb, v, SBX_MAX_SNAPSHOTS);
+        json_t *list = json_array();
+        for (size_t i = 0; i < n && i < SBX_MAX_SNAPSHOTS; i++)
+                json_array_append_new(list, json_pack("{s:s, s:o, s:I}", "id", v[i].id, "createdAt",
+                                                      iso_time(v[i].created_ms), "bytes", (json_int_t)v[i].bytes));
+        *ret = json_pack("{s:o}", "snapshots", list);
+        return 0;
+}
+
+static int m_snapshot_delete(Req *r, json_t **ret, RpcError *e) {
+        const char *id;
+        if (param_string(r->params, "id", true, &id, NULL, e) < 0)
+                return -1;
+        int rr = sbx_snapshot_delete(r->sb->sb, id);
+        if (rr == -ENOENT)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown snapshot id: %s", id);
+        if (rr == -EBUSY)
+                return rpc_fail(e, RPC_SANDBOX_ERROR, "EBUSY: snapshot %s is being restored", id);
+        if (rr < 0)
+                return rpc_fail_errno(e, rr, "snapshot");
+        *ret = ok();
+        return 0;
+}
+
+static int m_export(Req *r, json_t **ret, RpcError *e) {
+        Pending *p = op_pending(r, e);
+        if (!p)
+                return -1;
+        int rr = sbx_sandbox_export(r->sb->sb, op_done, p);
+        if (rr < 0) {
+                pending_free(p);
+                return rpc_fail_errno(e, rr, "export");
+        }
+        return 1;
+}
+
+static int m_import(Req *r, json_t **ret, RpcError *e) {
+        const char *b64;
+        size_t b64_len, n;
+        if (param_string(r->params, "data", true, &b64, &b64_len, e) < 0)
+                return -1;
+        uint8_t *data = b64_decode(b64, b64_len, &n);
+        if (!data)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "data must be base64");
+        Pending *p = op_pending(r, e);
+        if (!p) {
+                free(data);
+                return -1;
+        }
+        int rr = n ? sbx_sandbox_import(r->sb->sb, data, n, op_done, p) : -EINVAL;
+        free(data);
+        if (rr < 0) {
+                pending_free(p);
+                if (rr == -EINVAL)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "not an sbx archive: empty");
+                return rpc_fail_errno(e, rr, "import");
+        }
+        return 1;
+}
+
 static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
 static const Param p_sandbox_create[] = {
         { "label", P_STRING, false, "free text shown by sandbox.list" },
@@ -863,6 +1080,8 @@ static const Param p_files_mkdir[] = { SANDBOX_ID, PATH_PARAM, { "parents", P_BO
 static const Param p_files_rm[] = { SANDBOX_ID, PATH_PARAM, { "recursive", P_BOOL, false, "remove a directory tree" }, { 0 } };
 static const Param p_files_rename[] = { SANDBOX_ID, { "from", P_STRING, true, "existing path" },
         { "to", P_STRING, true, "new path (replaced if it exists)" }, { 0 } };
+static const Param p_snapshot_id[] = { SANDBOX_ID, { "id", P_STRING, true, "a snapshot id from snapshot.create" }, { 0 } };
+static const Param p_import[] = { SANDBOX_ID, { "data", P_STRING, true, "the archive, base64" }, { 0 } };
 #define FILE_INFO "{name, path, type: file|dir|symlink|other, size, mode, mtime, target?}"
 
 static const Method methods[] = {
@@ -901,6 +1120,26 @@ static const Method methods[] = {
         { "files.mkdir", m_files_mkdir, M_SANDBOX, p_files_mkdir, "{ok: true}", "Creates a directory." },
         { "files.rm", m_files_rm, M_SANDBOX, p_files_rm, "{ok: true}", "Removes a file, or a directory (tree)." },
         { "files.rename", m_files_rename, M_SANDBOX, p_files_rename, "{ok: true}", "Renames or moves a path." },
+        { "sandbox.fork", m_sandbox_fork, M_SANDBOX, p_sandbox_only, "{sandboxId}",
+          "A new sandbox with a copy of this one's files, every session's state, its limits and options "
+          "(taken at one point in time, after the runs queued before it; background processes are not "
+          "copied). Owned like its source. At most 16 forks at once (-32602)." },
+        { "snapshot.create", m_snapshot_create, M_SANDBOX, p_sandbox_only, "{id}",
+          "Saves the sandbox's files and session states in its snapshot store (budget: 4 times its "
+          "filesystem limits, at most 32 snapshots; ENOSPC beyond)." },
+        { "snapshot.restore", m_snapshot_restore, M_SANDBOX, p_snapshot_id, "{ok: true}",
+          "Brings back a snapshot's files and session states; sessions made since start fresh, background "
+          "processes are killed. Unknown id: -32602." },
+        { "snapshot.list", m_snapshot_list, M_SANDBOX, p_sandbox_only, "{snapshots: [{id, createdAt, bytes}]}",
+          "The sandbox's snapshots, oldest first." },
+        { "snapshot.delete", m_snapshot_delete, M_SANDBOX, p_snapshot_id, "{ok: true}", "Deletes a snapshot." },
+        { "persistence.export", m_export, M_SANDBOX, p_sandbox_only, "{data (base64), size}",
+          "A zstd-compressed tar of /tmp, /home/user and /dev/shm plus sbx-manifest.json (format version, "
+          "session states, limits, sha256 of the payload); plain `tar --zstd -xf` opens it." },
+        { "persistence.import", m_import, M_SANDBOX, p_import, "{ok: true}",
+          "Replaces the sandbox's files and session states with an exported archive's. A refused archive "
+          "(-32602: bad magic, version or checksum, unsafe paths or links, device nodes, setuid bits, "
+          "over the sandbox's limits) leaves the sandbox unchanged." },
         { "health", m_health, 0, p_none,
           "{uptimeMs, sandboxes, sessions, running, queued, totals: {completed, failed, timedOut, cancelled, avgExecMs}}",
           "Server statistics." },

@@ -57,6 +57,7 @@ typedef struct SrvSandbox {
         char *label;
         uint64_t created_ms; /* wall clock */
         History *history;
+        bool is_fork;    /* counts against SBX_MAX_FORKS */
 } SrvSandbox;
 
 typedef struct Pending {
@@ -68,10 +69,12 @@ typedef struct Pending {
         SbxRun *run;
         bool stream, replied, record;
         uint64_t seq;
-        int kind;       /* PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET */
+        int kind;       /* PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET, PENDING_OP */
+        bool persist;   /* PENDING_OP of a fork: the new sandbox outlives its client */
+        uid_t uid;
 } Pending;
 
-enum { PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET };
+enum { PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET, PENDING_OP };
 
 struct Conn {
         struct Conn *next, *prev;
@@ -102,6 +105,7 @@ struct Server {
         Conn *conns;
         SrvSandbox *sandboxes;
         unsigned n_sandboxes;
+        unsigned n_forks; /* forks alive or being made */
         bool shutting_down, stop;
         uint64_t start_ms;
         Totals totals;

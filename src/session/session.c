@@ -33,124 +33,9 @@
 #include "fs/files.h"
 #include "sandbox/box.h"
 #include "session/internal.h"
+#include "session/private.h"
 #include "session/wire.h"
 #include "sbx/sbx.h"
-
-typedef enum SessionState {
-        SS_STARTING, SS_WAIT_READY, SS_IDLE, SS_RUNNING, SS_KILLING,
-} SessionState;
-
-/* A pipe whose command ended while something it started still writes to it: read into the
- * sandbox's background log until EOF, never closed early (no SIGPIPE for the writer). */
-typedef struct BgPipe {
-        struct BgPipe *next, *prev;
-        SbxSandbox *sb;
-        int fd;
-        Watch w;
-} BgPipe;
-
-/* A command cgroup that still holds processes after its command ended. Kept by name only
- * (no fds: their number is bounded by the pids limit, not by the daemon's fd budget) and
- * removed by a periodic sweep once empty. */
-typedef struct BgCgroup {
-        struct BgCgroup *next, *prev;
-        char name[24];
-} BgCgroup;
-
-/* A destroyed sandbox whose processes are still dying; freed from the loop once pid 1 is
- * reaped and its cgroups are removed, so destroying never waits. */
-typedef struct Corpse {
-        struct Corpse *next, *prev;
-        SbxContext *ctx;
-        Box box;
-        int events;
-        Watch init_w, cg_w;
-} Corpse;
-
-struct SbxContext {
-        Loop *loop;
-        char last_error[512];
-        BoxShared shared;
-        bool shared_ready;
-        int devnull;
-        SbxSandbox *sandboxes;
-        /* Sandboxes made ahead of time with default options and a started default session:
-         * a default sbx_sandbox_new() takes one, and the loop makes the next. */
-        SbxSandbox *pool;
-        unsigned n_pool, pool_target;
-        int pool_timer;
-        Watch pool_w;
-        Corpse *corpses;
-};
-
-struct SbxSandbox {
-        SbxSandbox *next, *prev;
-        SbxContext *ctx;
-        Box box;
-        SbxLimits limits;
-        uint64_t timeout_ms;
-        char **env;
-        SbxSession *sessions;
-        unsigned n_sessions;
-        Ring bglog;
-        BgPipe *bg_pipes;
-        BgCgroup *bg_cgroups;
-        int bg_timer;        /* sweeps bg_cgroups while there are any */
-        Watch bg_w;
-        uint64_t next_cmd;
-        Watch init_w, ctl_w;
-        bool dying, pooled;
-};
-
-struct SbxSession {
-        SbxSession *next, *prev;
-        SbxSandbox *sb;
-        char *name;
-        SessionState state;
-        int sock;
-        Watch sock_w;
-        pid_t holder_pid, worker_pid;
-        int holder_pidfd;
-        int worker_pidfd;     /* from the holder's SPAWNED: the only worker we trust */
-        pid_t spawned_pid;    /* host pid of that worker */
-        pid_t ready_pid;      /* a READY that came before its SPAWNED */
-        Watch holder_w;
-        int cg;           /* cgroup of the next (or current) command, worker inside */
-        char cg_name[24];
-        SbxRun *queue, *queue_tail;
-        unsigned n_queued;
-        SbxRun *current;
-        uint32_t seq;
-        uint64_t nonce_state;
-        bool pump_pending;
-        bool broken; /* the shell could not start; retried on the next run */
-};
-
-struct SbxRun {
-        SbxRun *next;
-        SbxSession *s;
-        char *command;
-        size_t command_len;
-        char *cwd;
-        char *env;
-        size_t env_len;
-        uint8_t *stdin_data;
-        size_t stdin_len, stdin_off;
-        uint64_t timeout_ms;
-        SbxOutputFn on_output;
-        SbxDoneFn on_done;
-        void *ud;
-        uint32_t seq;
-        uint64_t nonce;
-        uint64_t t_start;
-        int out_fd, err_fd, in_fd, timer_fd, cg, cg_events;
-        char cg_name[24];
-        Watch out_w, err_w, in_w, timer_w, cg_w;
-        Buf out, err;
-        bool sent, killed, paused, finished, persist_env, get_env;
-        int exit_code;
-        SbxErrorClass error_class;
-};
 
 static const char *const default_env[] = {
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -567,7 +452,8 @@ static int run_send(SbxSession *s, SbxRun *r) {
         WireHdr h = { .type = WIRE_RUN, .seq = r->seq, .nonce = r->nonce,
                       .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
                       .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len,
-                      .flags = (r->persist_env ? WIRE_F_PERSIST_ENV : 0) | (r->get_env ? WIRE_F_GETENV : 0) };
+                      .flags = (r->persist_env ? WIRE_F_PERSIST_ENV : 0) | (r->get_env ? WIRE_F_GETENV : 0) |
+                               (r->wire_flags & (WIRE_F_DUMP | WIRE_F_RESTORE)) };
         struct iovec iov[4] = {
                 { &h, sizeof h }, { r->cwd, h.cwd_len }, { r->env, r->env_len },
                 { r->command, r->command_len },
@@ -613,7 +499,7 @@ static void session_pump(SbxSession *s) {
                 if (session_start_shell(s) < 0)
                         s->broken = true;
         }
-        if (!s->current && s->queue) {
+        if (!s->current && s->queue && (!s->hold || s->queue->internal)) {
                 SbxRun *r = s->queue;
                 s->queue = r->next;
                 if (!s->queue)
@@ -627,6 +513,12 @@ static void session_pump(SbxSession *s) {
                     loop_add(s->sb->ctx->loop, &r->timer_w, r->timer_fd, EPOLLIN, run_timer_event, r) < 0 ||
                     timerfd_arm_ms(r->timer_fd, r->timeout_ms) < 0) {
                         r->exit_code = 1;
+                        run_finish(r);
+                        return;
+                }
+                if (r->wire_flags & RUN_BARRIER) {
+                        /* Everything queued before it has ended: that is all it waits for. */
+                        r->exit_code = 0;
                         run_finish(r);
                         return;
                 }
@@ -972,6 +864,7 @@ int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
         }
         s->sb = sb;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = -1;
+        s->hold = sb->holding;
         int r = session_start_shell(s);
         if (r < 0) {
                 free(s->name);
@@ -1107,6 +1000,64 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         if (ret)
                 *ret = r;
         return 0;
+}
+
+int session_run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, bool at_head,
+                         SbxDoneFn done, void *ud) {
+        SbxRun *r = calloc(1, sizeof *r);
+        if (!r)
+                return -ENOMEM;
+        r->s = s;
+        r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = -1;
+        buf_init(&r->out, SBX_MAX_STATE_BYTES);
+        buf_init(&r->err, 64 * 1024);
+        r->on_done = done;
+        r->ud = ud;
+        r->seq = ++s->seq;
+        r->timeout_ms = SBX_STATE_TIMEOUT_MS;
+        r->internal = true;
+        r->wire_flags = flags;
+        r->command = strdup("");
+        if (in_len) {
+                r->stdin_data = malloc(in_len);
+                if (r->stdin_data)
+                        memcpy(r->stdin_data, in, in_len);
+                r->stdin_len = in_len;
+        }
+        if (!r->command || (in_len && !r->stdin_data)) {
+                run_free(r);
+                return -ENOMEM;
+        }
+        if (at_head) {
+                r->next = s->queue;
+                s->queue = r;
+                if (!s->queue_tail)
+                        s->queue_tail = r;
+        } else {
+                if (s->queue_tail)
+                        s->queue_tail->next = r;
+                else
+                        s->queue = r;
+                s->queue_tail = r;
+        }
+        s->n_queued++;
+        schedule_pump(s);
+        return 0;
+}
+
+void session_hold(SbxSession *s, bool hold) {
+        s->hold = hold;
+        if (!hold)
+                schedule_pump(s);
+}
+
+int session_restart(SbxSession *s) {
+        if (s->current)
+                return -EBUSY;
+        session_close_shell(s);
+        int r = session_start_shell(s);
+        s->broken = r < 0;
+        return r;
 }
 
 int sbx_run_cancel(SbxRun *r) {
@@ -1249,6 +1200,7 @@ static void init_event(Watch *w, uint32_t events) {
         sb->dying = true;
         for (SbxSession *s = sb->sessions; s; s = s->next)
                 session_reset(s);
+        image_sandbox_ready(sb); /* a fork waiting for this sandbox fails */
 }
 
 /* pid 1's word on its setup, taken from the loop: creating a sandbox never waits for it. */
@@ -1259,6 +1211,8 @@ static void ctl_event(Watch *w, uint32_t events) {
         if (r == 0)
                 return;
         loop_del(sb->ctx->loop, &sb->ctl_w);
+        if (r > 0)
+                image_sandbox_ready(sb);
         /* On failure pid 1 exits; init_event answers what waits. */
         if (r < 0)
                 log_warn("sandbox %s: setup failed: %s", sb->box.id, err);
@@ -1270,8 +1224,10 @@ static int ensure_ready(SbxSandbox *sb) {
         if (sb->box.ready)
                 return 0;
         int r = box_wait_ready(&sb->box, SBX_CREATE_TIMEOUT_MS, err, sizeof err);
-        if (r > 0)
+        if (r > 0) {
                 loop_del(sb->ctx->loop, &sb->ctl_w);
+                image_sandbox_ready(sb);
+        }
         return r > 0 ? 0 : r < 0 ? r : -ESRCH;
 }
 
@@ -1320,7 +1276,10 @@ static int sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox *
         fill_limits(&sb->limits);
         sb->timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
         sb->env = build_env(o->env);
-        if (!sb->env || ring_init(&sb->bglog, SBX_BACKGROUND_LOG_BYTES) < 0) {
+        sb->network = o->network;
+        sb->rootfs = o->rootfs ? strdup(o->rootfs) : NULL;
+        if (!sb->env || (o->rootfs && !sb->rootfs) || ring_init(&sb->bglog, SBX_BACKGROUND_LOG_BYTES) < 0) {
+                free(sb->rootfs);
                 free_env(sb->env);
                 free(sb);
                 return -ENOMEM;
@@ -1333,6 +1292,7 @@ static int sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox *
         r = box_create(&ctx->shared, &bc, &sb->box, err, errlen);
         if (r < 0) {
                 ring_done(&sb->bglog);
+                free(sb->rootfs);
                 free_env(sb->env);
                 free(sb);
                 return r;
@@ -1345,6 +1305,35 @@ static int sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox *
         LIST_LINK(ctx->sandboxes, sb);
         *ret = sb;
         return 0;
+}
+
+/* Whether sb was made with default options (then a fork may take a pooled sandbox). */
+static bool sandbox_default(const SbxSandbox *sb) {
+        SbxLimits l = { 0 };
+        fill_limits(&l);
+        size_t n = 0;
+        for (char **e = sb->env; e && *e; e++, n++)
+                if (n >= ELEMENTSOF(default_env) || strcmp(*e, default_env[n]) != 0)
+                        return false;
+        return n == ELEMENTSOF(default_env) && memcmp(&l, &sb->limits, sizeof l) == 0 &&
+               sb->timeout_ms == SBX_DEFAULT_TIMEOUT_MS && !sb->network && !sb->rootfs;
+}
+
+int sandbox_new_like(SbxSandbox *sb, SbxSandbox **ret, char *err, size_t errlen) {
+        SbxSandboxOptions o;
+        sbx_sandbox_options_init(&o);
+        if (sandbox_default(sb)) {
+                int r = sbx_sandbox_new(sb->ctx, &o, ret);
+                if (r < 0)
+                        snprintf(err, errlen, "%s", sb->ctx->last_error);
+                return r;
+        }
+        o.limits = sb->limits;
+        o.timeout_ms = sb->timeout_ms;
+        o.env = (const char *const *)sb->env;
+        o.network = sb->network;
+        o.rootfs = sb->rootfs;
+        return sandbox_new(sb->ctx, &o, ret, err, errlen);
 }
 
 static bool options_default(const SbxSandboxOptions *o) {
@@ -1424,6 +1413,7 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         if (!sb)
                 return NULL;
         SbxContext *ctx = sb->ctx;
+        image_sandbox_freeing(sb);
         sb->dying = true;
         while (sb->sessions)
                 sbx_session_free(sb->sessions);
@@ -1438,6 +1428,7 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         corpse_add(ctx, &sb->box);
         ring_done(&sb->bglog);
         free_env(sb->env);
+        free(sb->rootfs);
         if (sb->pooled) {
                 LIST_UNLINK(ctx->pool, sb);
                 ctx->n_pool--;

@@ -44,6 +44,12 @@ typedef struct WireHdr {
  * worker writes to stdout itself, status 0, else status 1. No shell code runs, so no function
  * of the session can answer in its place. */
 #define WIRE_F_GETENV 2u
+/* RUN flag: no command; the worker writes the session's state to stdout (see
+ * session_builtin.c for the format), status 0. Nothing of the session's own code runs. */
+#define WIRE_F_DUMP 4u
+/* RUN flag: no command; stdin carries a state written by WIRE_F_DUMP (of any session),
+ * which the worker applies to its own fresh state. */
+#define WIRE_F_RESTORE 8u
 
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */

@@ -1,6 +1,7 @@
 """The Sandbox handle and its per-sandbox namespaces (sessions, env, sandboxes)."""
 from __future__ import annotations
 
+import base64
 import os
 from types import TracebackType
 from typing import Any, Dict, List, Mapping, Optional, Type, Union
@@ -166,6 +167,45 @@ class Sandbox:
             raise
         answer = as_object(result)
         return answer is not None and answer.get("pong") is True
+
+    # ------------------------------------------------------------ fork, snapshots, export
+
+    def fork(self) -> "Sandbox":
+        """A new sandbox with a copy of this one's files, every session's state, its limits
+        and options (``sandbox.fork``), on the same connection. Parent and fork are
+        independent from then on; background processes are not copied. End it with
+        :meth:`destroy`."""
+        result = self._client.request("sandbox.fork", self._params())
+        return _attach(type(self), self._client, str(result["sandboxId"]), root=False)
+
+    def snapshot(self) -> str:
+        """Saves the files and session states; returns the snapshot id (``snapshot.create``)."""
+        return str(self._client.request("snapshot.create", self._params())["id"])
+
+    def restore(self, snapshot_id: str) -> None:
+        """Brings back a snapshot's files and session states, as often as wanted
+        (``snapshot.restore``). Background processes are killed."""
+        self._client.request("snapshot.restore", self._params(id=snapshot_id))
+
+    def list_snapshots(self) -> List[Dict[str, Any]]:
+        """``[{id, createdAt, bytes}]``, oldest first."""
+        return list(self._client.request("snapshot.list", self._params())["snapshots"])
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Deletes a snapshot (``snapshot.delete``)."""
+        self._client.request("snapshot.delete", self._params(id=snapshot_id))
+
+    def export_state(self) -> bytes:
+        """The sandbox as a zstd-compressed tar (files, session states, limits, digest):
+        ``persistence.export``. ``tar --zstd -xf`` opens it."""
+        result = self._client.request("persistence.export", self._params())
+        return base64.b64decode(result["data"])
+
+    def import_state(self, blob: bytes) -> None:
+        """Replaces the files and session states with an exported archive's
+        (``persistence.import``). A refused archive raises and changes nothing."""
+        self._client.request("persistence.import",
+                             self._params(data=base64.b64encode(bytes(blob)).decode("ascii")))
 
     # ------------------------------------------------------------ ending
 

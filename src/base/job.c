@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "base/job.h"
+#include "base/macro.h"
+
+typedef struct JobResult {
+        int r;
+        char err[JOB_ERR_MAX];
+} JobResult;
+
+int job_start(Job *j, JobFn fn, void *arg) {
+        int p[2];
+        *j = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negerrno();
+        pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid < 0) {
+                int r = negerrno();
+                close(p[0]);
+                close(p[1]);
+                return r;
+        }
+        if (pid == 0) {
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                if (getppid() != parent)
+                        _exit(1);
+                signal(SIGPIPE, SIG_IGN);
+                JobResult res = { 0 };
+                res.r = fn(arg, res.err, sizeof res.err);
+                (void)!write(p[1], &res, sizeof res);
+                _exit(0);
+        }
+        close(p[1]);
+        long fd = syscall(SYS_pidfd_open, pid, 0);
+        if (fd < 0) {
+                int r = negerrno();
+                kill(pid, SIGKILL);
+                (void)waitpid(pid, NULL, 0);
+                close(p[0]);
+                return r;
+        }
+        (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+        j->pid = pid;
+        j->pidfd = (int)fd;
+        j->result = p[0];
+        return 0;
+}
+
+int job_finish(Job *j, char *err, size_t errlen) {
+        JobResult res = { .r = -EIO };
+        snprintf(res.err, sizeof res.err, "the job died");
+        if (j->pid > 0) {
+                while (waitpid(j->pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                if (read(j->result, &res, sizeof res) != (ssize_t)sizeof res) {
+                        res.r = -EIO;
+                        snprintf(res.err, sizeof res.err, "the job died");
+                }
+        }
+        res.err[sizeof res.err - 1] = 0;
+        if (err && errlen)
+                snprintf(err, errlen, "%s", res.err);
+        j->pid = -1;
+        j->pidfd = safe_close(j->pidfd);
+        j->result = safe_close(j->result);
+        return res.r;
+}
+
+void job_kill(Job *j) {
+        if (j->pid > 0) {
+                (void)syscall(SYS_pidfd_send_signal, j->pidfd, SIGKILL, NULL, 0);
+                (void)job_finish(j, NULL, 0);
+        }
+}

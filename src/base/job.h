@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/* A job: blocking work (copying a tree, writing an archive) done in a forked process so that
+ * the daemon's loop never waits for it. The loop watches job.pidfd (readable when the job
+ * has ended) and then calls job_finish() for its result. */
+#pragma once
+#include <stddef.h>
+#include <sys/types.h>
+
+#define JOB_ERR_MAX 480
+
+typedef struct Job {
+        pid_t pid;
+        int pidfd;  /* readable once the job has exited; -1 when there is no job */
+        int result; /* pipe the job writes its result and message to */
+} Job;
+
+/* Returns 0 or -errno (what fn returned) and fills err with its message. */
+typedef int (*JobFn)(void *arg, char *err, size_t errlen);
+
+/* Forks a process that runs fn(arg) and exits. The job dies with the daemon. Returns 0 or
+ * -errno. */
+int job_start(Job *j, JobFn fn, void *arg);
+/* Reaps an ended job. Returns fn's result (-EIO if the job died without one). */
+int job_finish(Job *j, char *err, size_t errlen);
+/* Kills and reaps a job that is still running (when its purpose is gone). */
+void job_kill(Job *j);

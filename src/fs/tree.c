@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: MIT */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/fsuid.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/capability.h>
+#include "base/limits.h"
+#include "base/util.h"
+#include "fs/tree.h"
+
+/* Deep enough for any real tree; bounded so that a hostile one cannot exhaust the job's fds
+ * or stack. */
+#define TREE_MAX_DEPTH 256
+#define TREE_PATH_MAX 4096
+
+typedef struct Link {
+        ino_t ino;
+        char *path; /* of the first copy, relative to the destination's top */
+} Link;
+
+typedef struct Copy {
+        const TreeIds *ids;
+        TreeStats *stats;
+        int dst_top;
+        dev_t dev;
+        char path[TREE_PATH_MAX]; /* current position relative to the top, for links and errors */
+        size_t path_len;
+        Link *links;
+        size_t n_links, cap_links;
+        uint8_t *buf;
+        char *err;
+        size_t errlen;
+} Copy;
+
+static int fail(Copy *c, int r, const char *what, const char *name) {
+        if (c->err && c->err[0] == 0)
+                snprintf(c->err, c->errlen, "%s %.*s%s%s: %s", what, (int)c->path_len, c->path,
+                         c->path_len && name ? "/" : "", name ? name : "", strerror(-r));
+        return r;
+}
+
+static bool path_push(Copy *c, const char *name, size_t *saved) {
+        size_t l = strlen(name);
+        *saved = c->path_len;
+        if (c->path_len + l + 2 > sizeof c->path)
+                return false;
+        if (c->path_len)
+                c->path[c->path_len++] = '/';
+        memcpy(c->path + c->path_len, name, l + 1);
+        c->path_len += l;
+        return true;
+}
+
+static void path_pop(Copy *c, size_t saved) {
+        c->path_len = saved;
+        c->path[saved] = 0;
+}
+
+static uid_t map_uid(const Copy *c, uid_t u) { return u == c->ids->src_uid ? c->ids->dst_uid : u; }
+static gid_t map_gid(const Copy *c, gid_t g) { return g == c->ids->src_gid ? c->ids->dst_gid : g; }
+
+/* Owner and times of a copied entry; the owner only where creation did not already give it. */
+static int finish_entry(Copy *c, int fd, const char *name, const struct stat *st, bool is_link) {
+        uid_t u = map_uid(c, st->st_uid);
+        gid_t g = map_gid(c, st->st_gid);
+        struct stat now;
+        int r = fd >= 0 ? fstat(fd, &now) : fstatat(c->dst_top, name, &now, AT_SYMLINK_NOFOLLOW);
+        if (r == 0 && (now.st_uid != u || now.st_gid != g)) {
+                r = fd >= 0 ? fchown(fd, u, g) : fchownat(c->dst_top, name, u, g, AT_SYMLINK_NOFOLLOW);
+                if (r < 0 && errno != EPERM)
+                        return negerrno();
+        }
+        struct timespec ts[2] = { st->st_atim, st->st_mtim };
+        if (fd >= 0 && !is_link) {
+                if (fchmod(fd, st->st_mode & 07777) < 0)
+                        return negerrno();
+                if (futimens(fd, ts) < 0)
+                        return negerrno();
+        } else {
+                (void)utimensat(c->dst_top, name, ts, AT_SYMLINK_NOFOLLOW);
+        }
+        return 0;
+}
+
+static int copy_data(Copy *c, int in, int out, const struct stat *st) {
+        off_t size = st->st_size;
+        if (size == 0)
+                return 0;
+        /* Sparse: copy only the data, so a file that fits holes and all fits again. */
+        if ((off_t)st->st_blocks * 512 < size) {
+                if (ftruncate(out, size) < 0)
+                        return negerrno();
+                off_t pos = 0;
+                while (pos < size) {
+                        off_t data = lseek(in, pos, SEEK_DATA);
+                        if (data < 0)
+                                break;
+                        off_t hole = lseek(in, data, SEEK_HOLE);
+                        if (hole < 0)
+                                hole = size;
+                        for (off_t o = data; o < hole;) {
+                                ssize_t n = pread(in, c->buf, (size_t)MIN((off_t)SBX_TREE_COPY_BUF, hole - o), o);
+                                if (n < 0 && errno == EINTR)
+                                        continue;
+                                if (n <= 0)
+                                        return n < 0 ? negerrno() : 0;
+                                if (pwrite(out, c->buf, (size_t)n, o) != n)
+                                        return errno ? negerrno() : -EIO;
+                                o += n;
+                        }
+                        pos = hole;
+                }
+                return 0;
+        }
+        for (;;) {
+                ssize_t n = read(in, c->buf, SBX_TREE_COPY_BUF);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return negerrno();
+                if (n == 0)
+                        return 0;
+                for (ssize_t off = 0; off < n;) {
+                        ssize_t w = write(out, c->buf + off, (size_t)(n - off));
+                        if (w < 0 && errno == EINTR)
+                                continue;
+                        if (w < 0)
+                                return negerrno();
+                        off += w;
+                }
+        }
+}
+
+static const char *link_find(Copy *c, ino_t ino) {
+        for (size_t i = 0; i < c->n_links; i++)
+                if (c->links[i].ino == ino)
+                        return c->links[i].path;
+        return NULL;
+}
+
+static void link_add(Copy *c, ino_t ino) {
+        if (c->n_links == c->cap_links) {
+                size_t cap = c->cap_links ? c->cap_links * 2 : 64;
+                Link *l = realloc(c->links, cap * sizeof *l);
+                if (!l)
+                        return; /* the next link becomes a copy: correct bytes, one inode more */
+                c->links = l;
+                c->cap_links = cap;
+        }
+        char *p = strdup(c->path);
+        if (p)
+                c->links[c->n_links++] = (Link){ ino, p };
+}
+
+static int copy_dir(Copy *c, int src, int dst, unsigned depth);
+
+static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned depth) {
+        struct stat st;
+        if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : fail(c, negerrno(), "stat", name);
+        if (st.st_dev != c->dev)
+                return 0;
+        size_t saved;
+        if (!path_push(c, name, &saved))
+                return fail(c, -ENAMETOOLONG, "copy", name);
+        int r = 0;
+        if (S_ISDIR(st.st_mode)) {
+                if (depth >= TREE_MAX_DEPTH) {
+                        r = fail(c, -ELOOP, "copy (too deep)", NULL);
+                        goto out;
+                }
+                _cleanup_close_ int in = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (in < 0) {
+                        r = fail(c, negerrno(), "open", NULL);
+                        goto out;
+                }
+                if (mkdirat(dst, name, 0700) < 0) {
+                        r = fail(c, negerrno(), "mkdir", NULL);
+                        goto out;
+                }
+                _cleanup_close_ int out = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (out < 0) {
+                        r = fail(c, negerrno(), "open", NULL);
+                        goto out;
+                }
+                c->stats->dirs++;
+                if ((r = copy_dir(c, in, out, depth + 1)) < 0)
+                        goto out;
+                if ((r = finish_entry(c, out, NULL, &st, false)) < 0)
+                        r = fail(c, r, "set attributes of", NULL);
+        } else if (S_ISREG(st.st_mode)) {
+                const char *first = st.st_nlink > 1 ? link_find(c, st.st_ino) : NULL;
+                if (first) {
+                        if (linkat(c->dst_top, first, dst, name, 0) < 0)
+                                r = fail(c, negerrno(), "link", NULL);
+                        goto out;
+                }
+                /* O_NONBLOCK: if the entry was swapped for a fifo since the stat, no hang. */
+                _cleanup_close_ int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                struct stat ist;
+                if (in < 0 || fstat(in, &ist) < 0) {
+                        r = errno == ENOENT ? 0 : fail(c, negerrno(), "open", NULL);
+                        goto out;
+                }
+                if (!S_ISREG(ist.st_mode))
+                        goto out;
+                _cleanup_close_ int out = openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (out < 0) {
+                        r = fail(c, negerrno(), "create", NULL);
+                        goto out;
+                }
+                if ((r = copy_data(c, in, out, &ist)) < 0) {
+                        r = fail(c, r, "write", NULL);
+                        goto out;
+                }
+                if ((r = finish_entry(c, out, NULL, &ist, false)) < 0) {
+                        r = fail(c, r, "set attributes of", NULL);
+                        goto out;
+                }
+                c->stats->files++;
+                c->stats->bytes += (uint64_t)ist.st_size;
+                if (ist.st_nlink > 1)
+                        link_add(c, ist.st_ino);
+        } else if (S_ISLNK(st.st_mode)) {
+                char target[TREE_PATH_MAX];
+                ssize_t n = readlinkat(src, name, target, sizeof target - 1);
+                if (n < 0) {
+                        r = errno == ENOENT ? 0 : fail(c, negerrno(), "readlink", NULL);
+                        goto out;
+                }
+                target[n] = 0;
+                if (symlinkat(target, dst, name) < 0) {
+                        r = fail(c, negerrno(), "symlink", NULL);
+                        goto out;
+                }
+                (void)finish_entry(c, -1, c->path, &st, true);
+                c->stats->files++;
+        } else if (S_ISFIFO(st.st_mode)) {
+                if (mkfifoat(dst, name, st.st_mode & 07777) < 0) {
+                        r = fail(c, negerrno(), "mkfifo", NULL);
+                        goto out;
+                }
+                (void)finish_entry(c, -1, c->path, &st, true);
+                (void)!fchmodat(dst, name, st.st_mode & 07777, 0);
+                c->stats->files++;
+        }
+out:
+        path_pop(c, saved);
+        return r;
+}
+
+static int copy_dir(Copy *c, int src, int dst, unsigned depth) {
+        int fd = fcntl(src, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return fail(c, negerrno(), "open", NULL);
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return fail(c, negerrno(), "read", NULL);
+        }
+        int r = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if ((r = copy_entry(c, src, dst, de->d_name, depth)) < 0)
+                        break;
+        }
+        closedir(d);
+        return r;
+}
+
+int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err, size_t errlen) {
+        TreeStats dummy = { 0 };
+        Copy c = { .ids = ids, .stats = stats ? stats : &dummy, .dst_top = dst, .err = err, .errlen = errlen };
+        struct stat st;
+        if (err && errlen)
+                err[0] = 0;
+        if (fstat(src, &st) < 0)
+                return fail(&c, negerrno(), "stat", NULL);
+        c.dev = st.st_dev;
+        c.buf = malloc(SBX_TREE_COPY_BUF);
+        if (!c.buf)
+                return -ENOMEM;
+        int r = copy_dir(&c, src, dst, 0);
+        if (r >= 0 && (r = finish_entry(&c, dst, NULL, &st, false)) < 0)
+                r = fail(&c, r, "set attributes of", NULL);
+        for (size_t i = 0; i < c.n_links; i++)
+                free(c.links[i].path);
+        free(c.links);
+        free(c.buf);
+        return r;
+}
+
+static int clear_dir(int dir, unsigned depth, char *err, size_t errlen) {
+        int fd = fcntl(dir, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return negerrno();
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return negerrno();
+        }
+        int r = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                const char *name = de->d_name;
+                if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                        continue;
+                if (unlinkat(dir, name, 0) == 0 || errno == ENOENT)
+                        continue;
+                if (errno != EISDIR) {
+                        r = negerrno();
+                        snprintf(err, errlen, "remove %s: %s", name, strerror(-r));
+                        break;
+                }
+                if (depth >= TREE_MAX_DEPTH) {
+                        r = -ELOOP;
+                        snprintf(err, errlen, "remove %s: too deep", name);
+                        break;
+                }
+                _cleanup_close_ int sub = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub < 0) {
+                        r = negerrno();
+                        snprintf(err, errlen, "open %s: %s", name, strerror(-r));
+                        break;
+                }
+                /* Rootless, our own read-only directory must become writable to be emptied. */
+                (void)fchmod(sub, 0700);
+                if ((r = clear_dir(sub, depth + 1, err, errlen)) < 0)
+                        break;
+                if (unlinkat(dir, name, AT_REMOVEDIR) < 0 && errno != ENOENT) {
+                        r = negerrno();
+                        snprintf(err, errlen, "rmdir %s: %s", name, strerror(-r));
+                        break;
+                }
+        }
+        closedir(d);
+        return r;
+}
+
+int tree_clear(int dir, char *err, size_t errlen) {
+        if (err && errlen)
+                err[0] = 0;
+        return clear_dir(dir, 0, err, errlen);
+}
+
+int tree_become(uid_t uid, gid_t gid) {
+        if (geteuid() != 0)
+                return 0;
+        (void)setfsgid(gid);
+        (void)setfsuid(uid);
+        /* A fs uid other than 0 drops the fs capabilities from the effective set; they are
+         * still permitted, so take back the ones a copy needs. */
+        struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+        struct __user_cap_data_struct d[2];
+        if (syscall(SYS_capget, &h, d) < 0)
+                return negerrno();
+        const int caps[] = { CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID };
+        for (size_t i = 0; i < ELEMENTSOF(caps); i++)
+                d[caps[i] / 32].effective |= 1u << (caps[i] % 32);
+        d[0].effective &= d[0].permitted;
+        d[1].effective &= d[1].permitted;
+        return syscall(SYS_capset, &h, d) < 0 ? negerrno() : 0;
+}

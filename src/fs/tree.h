@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* Whole-tree operations on a sandbox's writable filesystem: copy (fork, snapshots) and clear
+ * (restore, import). They walk with one directory fd per level and never follow a symlink
+ * (each component is opened O_NOFOLLOW relative to its parent), so a tree that changes
+ * under them cannot lead them outside it. They block: run them in a job process
+ * (base/job.h), never in the daemon's loop. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Owner mapping: entries owned by src_uid/src_gid get dst_uid/dst_gid; others keep theirs. */
+typedef struct TreeIds {
+        uid_t src_uid, dst_uid;
+        gid_t src_gid, dst_gid;
+} TreeIds;
+
+typedef struct TreeStats {
+        uint64_t files, dirs, bytes;
+} TreeStats;
+
+/* Copies everything inside directory `src` into directory `dst` (expected empty), then gives
+ * dst src's mode, owner and times. Regular files (holes kept), directories, symlinks, fifos
+ * and hard links are copied; sockets and device nodes are skipped. Only entries on src's
+ * filesystem are copied. On failure err says which path and why. Returns 0 or -errno. */
+int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err, size_t errlen);
+
+/* Removes everything inside directory `dir`, keeping dir itself. Returns 0 or -errno. */
+int tree_clear(int dir, char *err, size_t errlen);
+
+/* Prepares the calling process (a job) to act on trees as the owner `uid`/`gid`: as root, its
+ * fs ids become those and it keeps the right to read and change any file; otherwise nothing
+ * changes. Returns 0 or -errno. */
+int tree_become(uid_t uid, gid_t gid);

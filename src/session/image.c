@@ -1,0 +1,1018 @@
+/* SPDX-License-Identifier: MIT */
+/* Fork, snapshots, export and import: operations that take or apply a point-in-time image of
+ * a sandbox (its writable tree and every session's state).
+ *
+ * An operation goes through these steps, each driven from the loop:
+ *   1. sessions: an internal run in every session (a state dump where the image is taken,
+ *      a barrier where it is applied) queued behind what callers queued before; each
+ *      session is then held, so that nothing queued later starts until the end;
+ *   2. freeze: the sandbox's cgroup is frozen (background processes included), so the tree
+ *      is one point in time;
+ *   3. job: the tree is copied, cleared, archived or extracted by a forked process
+ *      (base/job.h), never by the loop;
+ *   4. thaw, then states applied to the target's sessions (fork, restore, import) with
+ *      internal runs at the head of their queues, and the sessions released.
+ * Operations on one sandbox run one at a time, in order (sb->ops). */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+#include "base/job.h"
+#include "base/limits.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "fs/archive.h"
+#include "fs/tree.h"
+#include "session/private.h"
+#include "session/wire.h"
+
+#define SANDBOX_UID 1000U
+#define SANDBOX_GID 1000U
+/* A sandbox whose processes will not all stop (one stuck in the kernel) is copied anyway
+ * after this long: a live copy beats no copy. */
+#define FREEZE_WAIT_MS 2000
+
+/* The writable directories, as the sandbox sees them and as a snapshot stores them. */
+static const char *const tree_dirs[] = { "tmp", "home/user", "dev/shm" };
+static const char *const store_dirs[] = { "tmp", "home", "shm" };
+#define N_DIRS 3
+
+typedef enum OpKind { OP_FORK, OP_SNAPSHOT, OP_RESTORE, OP_EXPORT, OP_IMPORT } OpKind;
+
+typedef struct State {
+        char *name;
+        uint8_t *data;
+        size_t len;
+} State;
+
+typedef struct Snapshot {
+        struct Snapshot *next;
+        char id[24];
+        uint64_t created_ms, bytes;
+        State *states;
+        size_t n_states;
+} Snapshot;
+
+typedef struct Op Op;
+
+/* What an internal run reports back to: cut loose (op = NULL) if the op ends first. */
+typedef struct RunCtx {
+        struct RunCtx *next;
+        Op *op;
+        size_t idx;
+} RunCtx;
+
+struct Op {
+        Op *next;
+        SbxSandbox *sb;
+        OpKind kind;
+        SbxOpDoneFn done;
+        void *ud;
+        int step;
+        unsigned pending; /* internal runs not yet ended */
+        RunCtx *runs;
+        State *states;
+        size_t n_states;
+        bool started, held, frozen;
+        int freeze_ev, freeze_timer;
+        Watch freeze_w, freeze_timer_w;
+        Job job;
+        Watch job_w;
+        SbxSandbox *child;
+        Snapshot *snap;  /* restore: the source */
+        char snap_id[24];
+        uint64_t snap_bytes;
+        uint8_t *archive; /* import: the input */
+        size_t archive_len;
+        int memfd;        /* export: the output; import: the sessions read from the manifest */
+        int error;
+        char msg[JOB_ERR_MAX + 64];
+};
+
+enum { STEP_SESSIONS, STEP_FREEZE, STEP_JOB, STEP_APPLY, STEP_DONE };
+
+static void op_next_step(Op *op);
+static void op_fail(Op *op, int error, const char *fmt, ...) _printf_(3, 4);
+
+static void states_free(State *v, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(v[i].name);
+                free(v[i].data);
+        }
+        free(v);
+}
+
+static void snapshot_free(Snapshot *s) {
+        states_free(s->states, s->n_states);
+        free(s);
+}
+
+static Snapshot *snapshot_find(SbxSandbox *sb, const char *id) {
+        for (Snapshot *s = sb->snapshots; s; s = s->next)
+                if (strcmp(s->id, id) == 0)
+                        return s;
+        return NULL;
+}
+
+static uint64_t wall_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---------------------------------------------------------------- op lifecycle */
+
+static void op_release_sessions(Op *op) {
+        if (!op->held)
+                return;
+        op->held = false;
+        op->sb->holding = false;
+        for (SbxSession *s = op->sb->sessions; s; s = s->next)
+                session_hold(s, false);
+}
+
+static void op_thaw(Op *op) {
+        Loop *l = op->sb->ctx->loop;
+        loop_del(l, &op->freeze_w);
+        loop_del(l, &op->freeze_timer_w);
+        op->freeze_ev = safe_close(op->freeze_ev);
+        op->freeze_timer = safe_close(op->freeze_timer);
+        if (op->frozen && op->sb->box.cg.dir >= 0)
+                (void)cgroup_freeze(op->sb->box.cg.dir, false);
+        op->frozen = false;
+}
+
+static void op_start_next(void *data);
+
+static void op_free(Op *op) {
+        SbxSandbox *sb = op->sb;
+        Loop *l = sb->ctx->loop;
+        for (RunCtx *c = op->runs; c; c = c->next)
+                c->op = NULL; /* each is freed by its run's callback */
+        loop_del(l, &op->job_w);
+        job_kill(&op->job);
+        op_thaw(op);
+        op_release_sessions(op);
+        if (op->child) {
+                op->child->ready_waiter = NULL;
+                sbx_sandbox_free(op->child);
+        }
+        states_free(op->states, op->n_states);
+        free(op->archive);
+        safe_close(op->memfd);
+        free(op);
+}
+
+/* Answers the op and starts the next one of its sandbox. The op is gone before the callback
+ * runs, which may then do anything, free the sandbox included. */
+static void op_end(Op *op, const SbxOpResult *in) {
+        SbxSandbox *sb = op->sb;
+        SbxOpResult res = *in;
+        char msg[sizeof op->msg], id[sizeof op->snap_id];
+        snprintf(msg, sizeof msg, "%s", res.message ? res.message : "");
+        snprintf(id, sizeof id, "%s", op->snap_id);
+        res.message = in->message ? msg : NULL;
+        res.snapshot_id = in->snapshot_id ? id : NULL;
+        SbxOpDoneFn done = op->done;
+        void *ud = op->ud;
+        sb->ops = op->next;
+        op->step = STEP_DONE;
+        op_free(op);
+        if (sb->ops && !sb->dying)
+                (void)loop_defer(sb->ctx->loop, op_start_next, sb);
+        if (done)
+                done(ud, &res);
+}
+
+static void op_fail(Op *op, int error, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(op->msg, sizeof op->msg, fmt, ap);
+        va_end(ap);
+        log_debug("sandbox %s: %s", op->sb->box.id, op->msg);
+        SbxOpResult res = { .error = error < 0 ? error : -EIO, .message = op->msg };
+        op_end(op, &res);
+}
+
+static void op_succeed(Op *op) {
+        SbxOpResult res = { 0 };
+        void *map = MAP_FAILED;
+        size_t map_len = 0;
+        switch (op->kind) {
+        case OP_FORK:
+                res.sandbox = op->child;
+                op->child->ready_waiter = NULL;
+                op->child = NULL; /* the caller's now */
+                break;
+        case OP_SNAPSHOT:
+                res.snapshot_id = op->snap_id;
+                break;
+        case OP_EXPORT: {
+                struct stat st;
+                if (fstat(op->memfd, &st) < 0 || st.st_size <= 0) {
+                        op_fail(op, -EIO, "export: no archive written");
+                        return;
+                }
+                if ((uint64_t)st.st_size > SBX_MAX_ARCHIVE_BYTES) {
+                        op_fail(op, -EFBIG, "export: the archive is %lld bytes, the limit is %llu",
+                                (long long)st.st_size, (unsigned long long)SBX_MAX_ARCHIVE_BYTES);
+                        return;
+                }
+                map_len = (size_t)st.st_size;
+                map = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE, op->memfd, 0);
+                if (map == MAP_FAILED) {
+                        op_fail(op, negerrno(), "export: cannot map the archive");
+                        return;
+                }
+                res.data = map;
+                res.len = map_len;
+                break;
+        }
+        case OP_RESTORE:
+        case OP_IMPORT:
+        default:
+                break;
+        }
+        op_end(op, &res);
+        if (map != MAP_FAILED)
+                munmap(map, map_len);
+}
+
+/* ---------------------------------------------------------------- step 1: sessions */
+
+static RunCtx *runctx_new(Op *op, size_t idx) {
+        RunCtx *c = calloc(1, sizeof *c);
+        if (!c)
+                return NULL;
+        c->op = op;
+        c->idx = idx;
+        c->next = op->runs;
+        op->runs = c;
+        return c;
+}
+
+/* Detaches a finished run's context from its op; returns the op (NULL if it is gone). */
+static Op *runctx_take(RunCtx *c) {
+        Op *op = c->op;
+        if (op) {
+                RunCtx **pp = &op->runs;
+                while (*pp && *pp != c)
+                        pp = &(*pp)->next;
+                if (*pp)
+                        *pp = c->next;
+        }
+        free(c);
+        return op;
+}
+
+static void session_step_done(void *ud, const SbxResult *r) {
+        RunCtx *c = ud;
+        size_t idx = c->idx;
+        Op *op = runctx_take(c);
+        if (!op)
+                return;
+        if (r->exit_code != 0 && !op->error) {
+                op->error = -EIO;
+                snprintf(op->msg, sizeof op->msg, "session %s: could not take its state (exit %d%s%.*s)",
+                         idx < op->n_states ? op->states[idx].name : "?", r->exit_code,
+                         r->stderr_len ? ": " : "", (int)MIN(r->stderr_len, 200u), (const char *)r->stderr_data);
+        } else if (idx < op->n_states && (op->kind == OP_FORK || op->kind == OP_SNAPSHOT || op->kind == OP_EXPORT)) {
+                if (r->stdout_truncated && !op->error) {
+                        op->error = -EFBIG;
+                        snprintf(op->msg, sizeof op->msg, "session %s: its state is larger than %u bytes",
+                                 op->states[idx].name, SBX_MAX_STATE_BYTES);
+                }
+                uint8_t *d = malloc(r->stdout_len + 1);
+                if (d) {
+                        memcpy(d, r->stdout_data, r->stdout_len);
+                        op->states[idx].data = d;
+                        op->states[idx].len = r->stdout_len;
+                } else if (!op->error) {
+                        op->error = -ENOMEM;
+                        snprintf(op->msg, sizeof op->msg, "out of memory");
+                }
+        }
+        if (--op->pending == 0)
+                op_next_step(op);
+}
+
+/* Step 1: a dump (or barrier) in every session, each session held from then on. */
+static int op_sessions(Op *op) {
+        SbxSandbox *sb = op->sb;
+        bool dump = op->kind == OP_FORK || op->kind == OP_SNAPSHOT || op->kind == OP_EXPORT;
+        size_t n = 0;
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                n++;
+        if (dump) {
+                op->states = calloc(n ? n : 1, sizeof *op->states);
+                if (!op->states)
+                        return -ENOMEM;
+        }
+        op->held = true;
+        sb->holding = true;
+        size_t i = 0;
+        for (SbxSession *s = sb->sessions; s; s = s->next, i++) {
+                session_hold(s, true);
+                if (dump) {
+                        op->states[i].name = strdup(sbx_session_name(s));
+                        if (!op->states[i].name)
+                                return -ENOMEM;
+                        op->n_states = i + 1;
+                }
+                RunCtx *c = runctx_new(op, i);
+                if (!c)
+                        return -ENOMEM;
+                int r = session_run_internal(s, dump ? WIRE_F_DUMP : RUN_BARRIER, NULL, 0, false, session_step_done, c);
+                if (r < 0) {
+                        runctx_take(c);
+                        return r;
+                }
+                op->pending++;
+        }
+        return 0;
+}
+
+/* ---------------------------------------------------------------- step 2: freeze */
+
+static void freeze_check(Watch *w, uint32_t events) {
+        Op *op = w->data;
+        if (w == &op->freeze_timer_w) {
+                log_warn("sandbox %s: not frozen after %d ms; copying it live", op->sb->box.id, FREEZE_WAIT_MS);
+        } else if (cgroup_frozen(op->sb->box.cg.dir) != 1) {
+                return;
+        }
+        loop_del(op->sb->ctx->loop, &op->freeze_w);
+        loop_del(op->sb->ctx->loop, &op->freeze_timer_w);
+        op_next_step(op);
+}
+
+/* Returns 1 when frozen (or freezing is not possible), 0 when the freeze is under way. */
+static int op_freeze(Op *op) {
+        SbxSandbox *sb = op->sb;
+        Loop *l = sb->ctx->loop;
+        if (sb->box.cg.dir < 0 || cgroup_freeze(sb->box.cg.dir, true) < 0)
+                return 1; /* no v2 freezer here: copied live (documented) */
+        op->frozen = true;
+        if (cgroup_frozen(sb->box.cg.dir) == 1)
+                return 1;
+        op->freeze_ev = cgroup_events_open(sb->box.cg.dir);
+        op->freeze_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (op->freeze_ev < 0 || op->freeze_timer < 0 ||
+            loop_add(l, &op->freeze_w, op->freeze_ev, EPOLLPRI, freeze_check, op) < 0 ||
+            loop_add(l, &op->freeze_timer_w, op->freeze_timer, EPOLLIN, freeze_check, op) < 0 ||
+            timerfd_arm_ms(op->freeze_timer, FREEZE_WAIT_MS) < 0) {
+                loop_del(l, &op->freeze_w);
+                loop_del(l, &op->freeze_timer_w);
+                return 1;
+        }
+        /* Frozen between the write and the watch: the event is gone, so look again. */
+        if (cgroup_frozen(sb->box.cg.dir) == 1) {
+                loop_del(l, &op->freeze_w);
+                loop_del(l, &op->freeze_timer_w);
+                return 1;
+        }
+        return 0;
+}
+
+/* ---------------------------------------------------------------- step 3: jobs */
+
+static int open_dir(int root, const char *path) {
+        int fd = openat(root, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd < 0 ? negerrno() : fd;
+}
+
+static int job_fork(void *arg, char *err, size_t errlen) {
+        Op *op = arg;
+        Box *from = &op->sb->box, *to = &op->child->box;
+        TreeIds ids = { from->host_uid, to->host_uid, from->host_gid, to->host_gid };
+        int r = tree_become(to->host_uid, to->host_gid);
+        if (r < 0) {
+                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+                return r;
+        }
+        for (int i = 0; i < N_DIRS; i++) {
+                _cleanup_close_ int src = open_dir(from->root_fd, tree_dirs[i]);
+                _cleanup_close_ int dst = open_dir(to->root_fd, tree_dirs[i]);
+                if (src < 0 || dst < 0) {
+                        snprintf(err, errlen, "open /%s: %s", tree_dirs[i], strerror(-(src < 0 ? src : dst)));
+                        return src < 0 ? src : dst;
+                }
+                if ((r = tree_clear(dst, err, errlen)) < 0 || (r = tree_copy(src, dst, &ids, NULL, err, errlen)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int job_snapshot(void *arg, char *err, size_t errlen) {
+        Op *op = arg;
+        Box *b = &op->sb->box;
+        TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
+        TreeStats st = { 0 };
+        int r = tree_become(b->host_uid, b->host_gid);
+        if (r < 0) {
+                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+                return r;
+        }
+        if (mkdirat(b->snap_fd, op->snap_id, 0700) < 0) {
+                r = negerrno();
+                snprintf(err, errlen, "%s", r == -ENOSPC ? "the snapshot budget is used up" : strerror(-r));
+                return r;
+        }
+        _cleanup_close_ int dir = open_dir(b->snap_fd, op->snap_id);
+        r = dir;
+        for (int i = 0; r >= 0 && i < N_DIRS; i++) {
+                _cleanup_close_ int src = open_dir(b->root_fd, tree_dirs[i]);
+                if (src < 0) {
+                        r = src;
+                        snprintf(err, errlen, "open /%s: %s", tree_dirs[i], strerror(-r));
+                        break;
+                }
+                if (mkdirat(dir, store_dirs[i], 0700) < 0) {
+                        r = negerrno();
+                        snprintf(err, errlen, "%s", strerror(-r));
+                        break;
+                }
+                _cleanup_close_ int dst = open_dir(dir, store_dirs[i]);
+                if ((r = dst) < 0 || (r = tree_copy(src, dst, &ids, &st, err, errlen)) < 0)
+                        break;
+        }
+        if (r < 0) {
+                if (r == -ENOSPC || r == -EDQUOT)
+                        snprintf(err, errlen, "the snapshot budget is used up (%u times the filesystem limits)",
+                                 SBX_SNAPSHOT_BUDGET_FACTOR);
+                char ignore[64];
+                if (dir >= 0)
+                        (void)tree_clear(dir, ignore, sizeof ignore);
+                (void)unlinkat(b->snap_fd, op->snap_id, AT_REMOVEDIR);
+                return r;
+        }
+        snprintf(err, errlen, "%llu", (unsigned long long)st.bytes);
+        return 0;
+}
+
+static int job_restore(void *arg, char *err, size_t errlen) {
+        Op *op = arg;
+        Box *b = &op->sb->box;
+        TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
+        int r = tree_become(b->host_uid, b->host_gid);
+        if (r < 0) {
+                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+                return r;
+        }
+        _cleanup_close_ int snap = open_dir(b->snap_fd, op->snap->id);
+        if (snap < 0) {
+                snprintf(err, errlen, "snapshot %s: %s", op->snap->id, strerror(-snap));
+                return snap;
+        }
+        for (int i = 0; i < N_DIRS; i++) {
+                _cleanup_close_ int src = open_dir(snap, store_dirs[i]);
+                _cleanup_close_ int dst = open_dir(b->root_fd, tree_dirs[i]);
+                if (src < 0 || dst < 0) {
+                        snprintf(err, errlen, "open %s: %s", tree_dirs[i], strerror(-(src < 0 ? src : dst)));
+                        return src < 0 ? src : dst;
+                }
+                if ((r = tree_clear(dst, err, errlen)) < 0 || (r = tree_copy(src, dst, &ids, NULL, err, errlen)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int job_export(void *arg, char *err, size_t errlen) {
+        Op *op = arg;
+        SbxSandbox *sb = op->sb;
+        Box *b = &sb->box;
+        TreeIds ids = { b->host_uid, SANDBOX_UID, b->host_gid, SANDBOX_GID };
+        ArchiveMeta meta = {
+                .limits = { .fs_bytes = sb->limits.fs_bytes, .file_count = sb->limits.file_count,
+                            .memory_bytes = sb->limits.memory_bytes, .stdout_bytes = sb->limits.stdout_bytes,
+                            .stderr_bytes = sb->limits.stderr_bytes, .command_bytes = sb->limits.command_bytes,
+                            .timeout_ms = sb->timeout_ms, .pids = sb->limits.pids },
+                .created_ms = wall_ms(),
+        };
+        /* The states are borrowed from the op (this process exits right after). */
+        ArchiveSession *ss = calloc(op->n_states ? op->n_states : 1, sizeof *ss);
+        if (!ss)
+                return -ENOMEM;
+        for (size_t i = 0; i < op->n_states; i++)
+                ss[i] = (ArchiveSession){ op->states[i].name, op->states[i].data, op->states[i].len };
+        meta.sessions = ss;
+        meta.n_sessions = op->n_states;
+        return archive_export(b->root_fd, &ids, &meta, op->memfd, err, errlen);
+}
+
+/* Writes the checked archive's sessions to op->memfd: for each, name NUL, u64 length, state. */
+static int job_import_check(void *arg, char *err, size_t errlen) {
+        Op *op = arg;
+        ArchiveLimits lim = { .fs_bytes = op->sb->limits.fs_bytes, .file_count = op->sb->limits.file_count };
+        ArchiveMeta meta = { 0 };
+        int r = archive_check(op->archive, op->archive_len, &lim, &meta, err, errlen);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < meta.n_sessions; i++) {
+                uint64_t len = meta.sessions[i].state_len;
+                const char *name = meta.sessions[i].name;
+                if (write(op->memfd, name, strlen(name) + 1) < 0 || write(op->memfd, &len, sizeof len) < 0 ||
+                    (len && write(op->memfd, meta.sessions[i].state, len) != (ssize_t)len)) {
+                        snprintf(err, errlen, "cannot pass the archive's sessions on");
+                        return -EIO;
+                }
+        }
+        return 0;
+}
+
+static int job_import_extract(void *arg, char *err, size_t errlen) {
+        Op *op = arg;
+        Box *b = &op->sb->box;
+        int r = tree_become(b->host_uid, b->host_gid);
+        if (r < 0) {
+                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+                return r;
+        }
+        for (int i = 0; i < N_DIRS; i++) {
+                _cleanup_close_ int dst = open_dir(b->root_fd, tree_dirs[i]);
+                if (dst < 0) {
+                        snprintf(err, errlen, "open /%s: %s", tree_dirs[i], strerror(-dst));
+                        return dst;
+                }
+                if ((r = tree_clear(dst, err, errlen)) < 0)
+                        return r;
+        }
+        return archive_extract(op->archive, op->archive_len, b->root_fd, err, errlen);
+}
+
+/* Reads back what job_import_check() wrote. */
+static int import_read_sessions(Op *op) {
+        struct stat st;
+        if (fstat(op->memfd, &st) < 0)
+                return negerrno();
+        size_t len = (size_t)st.st_size, off = 0;
+        uint8_t *p = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, op->memfd, 0) : NULL;
+        if (len && p == MAP_FAILED)
+                return negerrno();
+        int r = 0;
+        while (off < len) {
+                const uint8_t *nul = memchr(p + off, 0, len - off);
+                uint64_t n;
+                if (!nul || (size_t)(nul - p) + 1 + sizeof n > len) {
+                        r = -EIO;
+                        break;
+                }
+                const char *name = (const char *)p + off;
+                off = (size_t)(nul - p) + 1;
+                memcpy(&n, p + off, sizeof n);
+                off += sizeof n;
+                if (n > len - off) {
+                        r = -EIO;
+                        break;
+                }
+                State *v = realloc(op->states, (op->n_states + 1) * sizeof *v);
+                if (!v) {
+                        r = -ENOMEM;
+                        break;
+                }
+                op->states = v;
+                State *s = &op->states[op->n_states];
+                *s = (State){ strdup(name), malloc(n + 1), (size_t)n };
+                op->n_states++;
+                if (!s->name || !s->data) {
+                        r = -ENOMEM;
+                        break;
+                }
+                memcpy(s->data, p + off, n);
+                off += n;
+        }
+        if (len)
+                munmap(p, len);
+        return r;
+}
+
+static void job_event(Watch *w, uint32_t events) {
+        Op *op = w->data;
+        char err[JOB_ERR_MAX];
+        loop_del(op->sb->ctx->loop, &op->job_w);
+        int r = job_finish(&op->job, err, sizeof err);
+        if (r < 0) {
+                op_fail(op, r, "%s", err[0] ? err : strerror(-r));
+                return;
+        }
+        if (op->kind == OP_SNAPSHOT)
+                op->snap_bytes = strtoull(err, NULL, 10);
+        op_next_step(op);
+}
+
+static int op_job(Op *op, JobFn fn) {
+        int r = job_start(&op->job, fn, op);
+        if (r < 0)
+                return r;
+        r = loop_add(op->sb->ctx->loop, &op->job_w, op->job.pidfd, EPOLLIN, job_event, op);
+        if (r < 0)
+                job_kill(&op->job);
+        return r;
+}
+
+/* ---------------------------------------------------------------- step 4: apply states */
+
+static void apply_done(void *ud, const SbxResult *r) {
+        RunCtx *c = ud;
+        size_t idx = c->idx;
+        Op *op = runctx_take(c);
+        if (!op)
+                return;
+        if (r->exit_code != 0 && !op->error) {
+                op->error = -EIO;
+                snprintf(op->msg, sizeof op->msg, "session %s: could not restore its state (exit %d%s%.*s)",
+                         idx < op->n_states ? op->states[idx].name : "?", r->exit_code, r->stderr_len ? ": " : "",
+                         (int)MIN(r->stderr_len, 200u), (const char *)r->stderr_data);
+        }
+        if (--op->pending == 0)
+                op_next_step(op);
+}
+
+static const State *state_find(const State *v, size_t n, const char *name) {
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(v[i].name, name) == 0)
+                        return &v[i];
+        return NULL;
+}
+
+/* Gives `target` the op's session states: sessions named in them are made or restarted and
+ * restored; the others (restore and import only) restart with a fresh state. */
+static int op_apply(Op *op, SbxSandbox *target, const State *states, size_t n, bool restart) {
+        if (restart)
+                for (SbxSession *s = target->sessions; s; s = s->next)
+                        if (!state_find(states, n, sbx_session_name(s)))
+                                (void)session_restart(s);
+        for (size_t i = 0; i < n; i++) {
+                SbxSession *s = sbx_session_find(target, states[i].name);
+                bool existed = s != NULL;
+                int r = existed ? 0 : sbx_session_get(target, states[i].name, &s);
+                if (r < 0)
+                        return r;
+                if (existed && restart)
+                        (void)session_restart(s);
+                RunCtx *c = runctx_new(op, i);
+                if (!c)
+                        return -ENOMEM;
+                r = session_run_internal(s, WIRE_F_RESTORE, states[i].data, states[i].len, true, apply_done, c);
+                if (r < 0) {
+                        runctx_take(c);
+                        return r;
+                }
+                op->pending++;
+        }
+        return 0;
+}
+
+/* ---------------------------------------------------------------- the steps */
+
+static void op_next_step(Op *op) {
+        SbxSandbox *sb = op->sb;
+        int r;
+        if (op->error) {
+                op_fail(op, op->error, "%s", op->msg);
+                return;
+        }
+        switch (op->step) {
+        case STEP_SESSIONS:
+                if (op->pending > 0)
+                        return;
+                if (op->kind == OP_FORK && !op->child->box.ready)
+                        return; /* image_sandbox_ready() comes back here */
+                op->step = STEP_FREEZE;
+                if (op->kind == OP_RESTORE || op->kind == OP_IMPORT)
+                        (void)sbx_sandbox_kill_background(sb);
+                if (op_freeze(op) == 0)
+                        return; /* freeze_check() comes back */
+                /* fall through */
+        case STEP_FREEZE: {
+                op->step = STEP_JOB;
+                JobFn fn = op->kind == OP_FORK ? job_fork : op->kind == OP_SNAPSHOT ? job_snapshot
+                         : op->kind == OP_RESTORE ? job_restore : op->kind == OP_EXPORT ? job_export
+                         : job_import_extract;
+                if ((r = op_job(op, fn)) < 0)
+                        op_fail(op, r, "cannot start the copy: %s", strerror(-r));
+                return;
+        }
+        case STEP_JOB:
+                op->step = STEP_APPLY;
+                op_thaw(op);
+                switch (op->kind) {
+                case OP_FORK:
+                        op_release_sessions(op);
+                        r = op_apply(op, op->child, op->states, op->n_states, false);
+                        break;
+                case OP_RESTORE:
+                        r = op_apply(op, sb, op->snap->states, op->snap->n_states, true);
+                        break;
+                case OP_IMPORT:
+                        r = op_apply(op, sb, op->states, op->n_states, true);
+                        break;
+                case OP_SNAPSHOT: {
+                        Snapshot *s = calloc(1, sizeof *s);
+                        if (!s) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        memcpy(s->id, op->snap_id, sizeof s->id);
+                        s->created_ms = wall_ms();
+                        s->bytes = op->snap_bytes;
+                        s->states = TAKE_PTR(op->states);
+                        s->n_states = op->n_states;
+                        op->n_states = 0;
+                        Snapshot **pp = &sb->snapshots;
+                        while (*pp)
+                                pp = &(*pp)->next;
+                        *pp = s;
+                        sb->n_snapshots++;
+                        r = 0;
+                        break;
+                }
+                case OP_EXPORT:
+                default:
+                        r = 0;
+                        break;
+                }
+                if (r < 0) {
+                        op_fail(op, r, "cannot apply the session states: %s", strerror(-r));
+                        return;
+                }
+                op_release_sessions(op); /* restores sit at the heads of their queues */
+                if (op->pending > 0)
+                        return;
+                /* fall through */
+        case STEP_APPLY:
+                if (op->pending > 0)
+                        return;
+                op_succeed(op);
+                return;
+        default:
+                return;
+        }
+}
+
+/* Import's first step: the archive is checked by a job before anything else happens. */
+static void import_checked(Watch *w, uint32_t events) {
+        Op *op = w->data;
+        char err[JOB_ERR_MAX];
+        loop_del(op->sb->ctx->loop, &op->job_w);
+        int r = job_finish(&op->job, err, sizeof err);
+        if (r < 0) {
+                op_fail(op, r, "%s", err[0] ? err : strerror(-r));
+                return;
+        }
+        if ((r = import_read_sessions(op)) < 0) {
+                op_fail(op, r, "cannot read the archive's sessions: %s", strerror(-r));
+                return;
+        }
+        if ((r = op_sessions(op)) < 0) {
+                op_fail(op, r, "cannot reach the sessions: %s", strerror(-r));
+                return;
+        }
+        op_next_step(op);
+}
+
+static void op_start(Op *op) {
+        SbxSandbox *sb = op->sb;
+        char err[512];
+        int r;
+        if (sb->box.root_fd < 0 && !sb->box.ready) {
+                /* Rare: an op right after create. The root comes within the create timeout. */
+                char e[256];
+                if (box_wait_ready(&sb->box, SBX_CREATE_TIMEOUT_MS, e, sizeof e) <= 0) {
+                        op_fail(op, -ESRCH, "the sandbox is not ready: %s", e);
+                        return;
+                }
+                loop_del(sb->ctx->loop, &sb->ctl_w);
+        }
+        switch (op->kind) {
+        case OP_FORK:
+                r = sandbox_new_like(sb, &op->child, err, sizeof err);
+                if (r < 0) {
+                        op_fail(op, r, "cannot create the fork: %s", err);
+                        return;
+                }
+                op->child->ready_waiter = op;
+                break;
+        case OP_SNAPSHOT:
+                snprintf(op->snap_id, sizeof op->snap_id, "s%llu", (unsigned long long)++sb->next_snapshot);
+                break;
+        case OP_EXPORT:
+                op->memfd = memfd_create("sbx-export", MFD_CLOEXEC);
+                if (op->memfd < 0) {
+                        op_fail(op, negerrno(), "cannot make room for the archive");
+                        return;
+                }
+                break;
+        case OP_IMPORT:
+                op->memfd = memfd_create("sbx-import", MFD_CLOEXEC);
+                if (op->memfd < 0 || (r = job_start(&op->job, job_import_check, op)) < 0 ||
+                    (r = loop_add(sb->ctx->loop, &op->job_w, op->job.pidfd, EPOLLIN, import_checked, op)) < 0) {
+                        job_kill(&op->job);
+                        op_fail(op, -ENOMEM, "cannot start checking the archive");
+                }
+                return;
+        case OP_RESTORE:
+        default:
+                break;
+        }
+        if ((r = op_sessions(op)) < 0) {
+                op_fail(op, r, "cannot reach the sessions: %s", strerror(-r));
+                return;
+        }
+        op_next_step(op);
+}
+
+static void op_start_next(void *data) {
+        SbxSandbox *sb = data;
+        if (sb->ops && !sb->ops->started) {
+                sb->ops->started = true;
+                op_start(sb->ops);
+        }
+}
+
+static int op_queue(SbxSandbox *sb, OpKind kind, SbxOpDoneFn done, void *ud, Op **ret) {
+        if (sb->dying || sb->pooled)
+                return -ESRCH;
+        Op *op = calloc(1, sizeof *op);
+        if (!op)
+                return -ENOMEM;
+        op->sb = sb;
+        op->kind = kind;
+        op->done = done;
+        op->ud = ud;
+        op->freeze_ev = op->freeze_timer = op->memfd = -1;
+        op->job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
+        Op **pp = &sb->ops;
+        while (*pp)
+                pp = &(*pp)->next;
+        *pp = op;
+        if (ret)
+                *ret = op;
+        /* Started from the loop: done never fires before this returns. */
+        if (sb->ops == op)
+                (void)loop_defer(sb->ctx->loop, op_start_next, sb);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+void image_sandbox_ready(SbxSandbox *sb) {
+        Op *op = sb->ready_waiter;
+        if (!op)
+                return;
+        if (!sb->box.ready) {
+                op_fail(op, -ESRCH, "the fork's sandbox could not start");
+                return;
+        }
+        if (op->step == STEP_SESSIONS && op->pending == 0)
+                op_next_step(op);
+}
+
+void image_sandbox_freeing(SbxSandbox *sb) {
+        sb->dying = true;
+        loop_cancel_defer(sb->ctx->loop, sb);
+        if (sb->ready_waiter) {
+                /* A fork in the making whose child dies: its op fails, and must not free the
+                 * child a second time. */
+                Op *op = sb->ready_waiter;
+                sb->ready_waiter = NULL;
+                op->child = NULL;
+                op_fail(op, -ESRCH, "the fork's sandbox exited");
+        }
+        while (sb->ops) {
+                Op *op = sb->ops;
+                op_fail(op, -ECANCELED, "the sandbox was destroyed");
+        }
+        while (sb->snapshots) {
+                Snapshot *s = sb->snapshots;
+                sb->snapshots = s->next;
+                snapshot_free(s);
+        }
+        sb->n_snapshots = 0;
+}
+
+/* Emptying a deleted snapshot's copy takes as long as the copy did: a job does it, and
+ * nobody waits for it. The name is moved aside first, so a new snapshot may reuse it. */
+typedef struct Sweep {
+        Job job;
+        Watch w;
+        Loop *loop;
+        int store;
+        char name[32];
+} Sweep;
+
+static int job_sweep(void *arg, char *err, size_t errlen) {
+        Sweep *sw = arg;
+        _cleanup_close_ int dir = open_dir(sw->store, sw->name);
+        int r = dir >= 0 ? tree_clear(dir, err, errlen) : dir;
+        if (r >= 0 && unlinkat(sw->store, sw->name, AT_REMOVEDIR) < 0)
+                r = negerrno();
+        return r;
+}
+
+static void sweep_event(Watch *w, uint32_t events) {
+        Sweep *sw = w->data;
+        loop_del(sw->loop, &sw->w);
+        (void)job_finish(&sw->job, NULL, 0);
+        free(sw);
+}
+
+static void sweep_start(SbxSandbox *sb, const char *id) {
+        Sweep *sw = calloc(1, sizeof *sw);
+        if (!sw)
+                return; /* the store goes with the sandbox */
+        static uint64_t n;
+        sw->loop = sb->ctx->loop;
+        sw->store = sb->box.snap_fd;
+        snprintf(sw->name, sizeof sw->name, "deleted-%llu", (unsigned long long)++n);
+        if (renameat(sw->store, id, sw->store, sw->name) < 0 || job_start(&sw->job, job_sweep, sw) < 0) {
+                free(sw);
+                return;
+        }
+        if (loop_add(sw->loop, &sw->w, sw->job.pidfd, EPOLLIN, sweep_event, sw) < 0) {
+                job_kill(&sw->job);
+                free(sw);
+        }
+}
+
+/* ---------------------------------------------------------------- public */
+
+int sbx_sandbox_fork(SbxSandbox *sb, SbxOpDoneFn done, void *ud) {
+        return op_queue(sb, OP_FORK, done, ud, NULL);
+}
+
+int sbx_snapshot_create(SbxSandbox *sb, SbxOpDoneFn done, void *ud) {
+        unsigned queued = 0;
+        for (Op *op = sb->ops; op; op = op->next)
+                queued += op->kind == OP_SNAPSHOT;
+        if (sb->n_snapshots + queued >= SBX_MAX_SNAPSHOTS)
+                return -ENOSPC;
+        return op_queue(sb, OP_SNAPSHOT, done, ud, NULL);
+}
+
+int sbx_snapshot_restore(SbxSandbox *sb, const char *id, SbxOpDoneFn done, void *ud) {
+        Snapshot *s = id ? snapshot_find(sb, id) : NULL;
+        if (!s)
+                return -ENOENT;
+        Op *op;
+        int r = op_queue(sb, OP_RESTORE, done, ud, &op);
+        if (r >= 0)
+                op->snap = s;
+        return r;
+}
+
+int sbx_snapshot_delete(SbxSandbox *sb, const char *id) {
+        Snapshot **pp = &sb->snapshots;
+        while (*pp && strcmp((*pp)->id, id) != 0)
+                pp = &(*pp)->next;
+        if (!*pp)
+                return -ENOENT;
+        for (Op *op = sb->ops; op; op = op->next)
+                if (op->snap == *pp)
+                        return -EBUSY;
+        Snapshot *s = *pp;
+        if (sb->box.snap_fd >= 0)
+                sweep_start(sb, s->id);
+        *pp = s->next;
+        sb->n_snapshots--;
+        snapshot_free(s);
+        return 0;
+}
+
+size_t sbx_snapshot_list(SbxSandbox *sb, SbxSnapshotInfo *out, size_t max) {
+        size_t n = 0;
+        for (Snapshot *s = sb->snapshots; s; s = s->next, n++)
+                if (n < max)
+                        out[n] = (SbxSnapshotInfo){ s->id, s->created_ms, s->bytes };
+        return n;
+}
+
+int sbx_sandbox_export(SbxSandbox *sb, SbxOpDoneFn done, void *ud) {
+        return op_queue(sb, OP_EXPORT, done, ud, NULL);
+}
+
+int sbx_sandbox_import(SbxSandbox *sb, const uint8_t *data, size_t len, SbxOpDoneFn done, void *ud) {
+        if (!data || len == 0)
+                return -EINVAL;
+        if (len > SBX_MAX_ARCHIVE_BYTES)
+                return -EFBIG;
+        uint8_t *copy = malloc(len);
+        if (!copy)
+                return -ENOMEM;
+        memcpy(copy, data, len);
+        Op *op;
+        int r = op_queue(sb, OP_IMPORT, done, ud, &op);
+        if (r < 0) {
+                free(copy);
+                return r;
+        }
+        op->archive = copy;
+        op->archive_len = len;
+        return 0;
+}
