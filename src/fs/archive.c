@@ -1,12 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Export, validation and extraction of sandbox archives; see archive.h for the layout. */
 #include <archive.h>
-#ifndef ARCHIVE_H_INCLUDED
-/* meson puts src/fs itself on the include path (implicit_include_directories), so the line
- * above found fs/archive.h; libarchive's header has to be named where it is installed.
- * `implicit_include_directories : false` in src/fs/meson.build would make this moot. */
-#include </usr/include/archive.h>
-#endif
 #include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -70,6 +64,19 @@ static int top_of(const char *p) {
                         return (int)i;
         }
         return -1;
+}
+
+/* The read-only system directories every sandbox shows (sandbox/mount.c): a symlink into
+ * them, like a virtualenv's bin/python -> /usr/bin/python3, points inside the sandbox. */
+static const char *const system_tops[] = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32" };
+
+static bool in_system_dir(const char *p) {
+        for (size_t i = 0; i < ELEMENTSOF(system_tops); i++) {
+                size_t l = strlen(system_tops[i]);
+                if (strncmp(p, system_tops[i], l) == 0 && (p[l] == 0 || p[l] == '/'))
+                        return true;
+        }
+        return false;
 }
 
 static bool is_top(const char *p) {
@@ -814,9 +821,9 @@ static int check_entry(Check *c, struct archive_entry *e, const char *name) {
                 target = entry_symlink(e);
                 if (!target || !target[0] || strlen(target) >= ARCHIVE_PATH_MAX)
                         return set_err(c->err, c->errlen, "archive entry %s: empty or too long link target", path);
-                if (!resolve_lexical(path, target, buf, sizeof buf) || top_of(buf) < 0)
+                if (!resolve_lexical(path, target, buf, sizeof buf) || (top_of(buf) < 0 && !in_system_dir(buf)))
                         return set_err(c->err, c->errlen,
-                                       "archive entry %s: link target outside the sandbox's writable directories", path);
+                                       "archive entry %s: link target outside the sandbox (its writable and system directories)", path);
         } else if (type == 'h') {
                 target = hardlink;
                 char discard[256];

@@ -7,15 +7,19 @@
  *       "createdAt": ms, "limits": {...}, "sessions": [{"name", "state" (base64)}],
  *       "payload": {"sha256": hex, "entries": N, "bytes": B}}
  * The payload digest covers every entry before the manifest, in archive order: for each,
- * pathname, NUL, type letter (f d l p), NUL, mode in octal, NUL, size in decimal, NUL, link
- * target (or nothing), NUL, then the data bytes.
+ * pathname (no trailing slash), NUL, type letter (f d l p, or h for a hard link), NUL, mode in
+ * octal (permission bits), NUL, size in decimal (0 but for f), NUL, link target (symlink
+ * text, or for h the earlier entry's path; nothing otherwise), NUL, then the data bytes.
+ * Export drops setuid/setgid bits (import refuses them) and keeps mtimes to the second.
  *
  * Import is two steps so that a refused archive changes nothing: archive_check() reads the
  * whole archive and refuses it (clear message) for: not a zstd tar, no manifest or a bad
  * format/version, a digest mismatch, an absolute path or a ".." component, a path outside the
  * three writable directories, a hard or symbolic link whose target resolves outside them,
  * device nodes, sockets, setuid/setgid bits, more bytes than limits->fs_bytes or more entries
- * than limits->file_count. Only then does the caller clear the tree and call
+ * than limits->file_count (counting hard links and implied parent directories, not the three
+ * top directories), or anything extraction would stumble on (a duplicate path, an entry
+ * below a non-directory). Only then does the caller clear the tree and call
  * archive_extract(). Both block: run them in a job process (base/job.h). */
 #pragma once
 #include <stddef.h>
@@ -49,10 +53,10 @@ typedef struct ArchiveMeta {
 
 void archive_meta_clear(ArchiveMeta *m);
 
-/* Writes the archive of root's writable directories (root: an fd of the sandbox's /) to
- * out_fd. Owners are written as the sandbox sees them (ids->src_* host ids become
- * ids->dst_*, i.e. 1000, name "user"). meta's entries/bytes are filled in. Returns 0 or
- * -errno, err saying why. */
+/* Writes the archive of root's writable directories (root: an fd of the sandbox's /, O_PATH
+ * will do) to out_fd. Owners are written as the sandbox sees them (ids->src_* host ids become
+ * ids->dst_*, i.e. 1000, name "user"). meta's entries/bytes are filled in, and created_ms if
+ * it was 0. Returns 0 or -errno, err saying why. */
 int archive_export(int root, const TreeIds *ids, ArchiveMeta *meta, int out_fd, char *err, size_t errlen);
 
 /* Validates a whole archive (see above) against `limits` (fs_bytes, file_count); on success

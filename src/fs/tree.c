@@ -65,14 +65,16 @@ static void path_pop(Copy *c, size_t saved) {
 static uid_t map_uid(const Copy *c, uid_t u) { return u == c->ids->src_uid ? c->ids->dst_uid : u; }
 static gid_t map_gid(const Copy *c, gid_t g) { return g == c->ids->src_gid ? c->ids->dst_gid : g; }
 
-/* Owner and times of a copied entry; the owner only where creation did not already give it. */
-static int finish_entry(Copy *c, int fd, const char *name, const struct stat *st, bool is_link) {
+/* Owner and times of a copied entry; the owner only where creation did not already give it.
+ * Entries without an fd (symlinks, fifos) are named by their parent's fd and their own name,
+ * never by a longer path, whose directories could have been swapped meanwhile. */
+static int finish_entry(Copy *c, int fd, int dir, const char *name, const struct stat *st, bool is_link) {
         uid_t u = map_uid(c, st->st_uid);
         gid_t g = map_gid(c, st->st_gid);
         struct stat now;
-        int r = fd >= 0 ? fstat(fd, &now) : fstatat(c->dst_top, name, &now, AT_SYMLINK_NOFOLLOW);
+        int r = fd >= 0 ? fstat(fd, &now) : fstatat(dir, name, &now, AT_SYMLINK_NOFOLLOW);
         if (r == 0 && (now.st_uid != u || now.st_gid != g)) {
-                r = fd >= 0 ? fchown(fd, u, g) : fchownat(c->dst_top, name, u, g, AT_SYMLINK_NOFOLLOW);
+                r = fd >= 0 ? fchown(fd, u, g) : fchownat(dir, name, u, g, AT_SYMLINK_NOFOLLOW);
                 if (r < 0 && errno != EPERM)
                         return negerrno();
         }
@@ -83,7 +85,7 @@ static int finish_entry(Copy *c, int fd, const char *name, const struct stat *st
                 if (futimens(fd, ts) < 0)
                         return negerrno();
         } else {
-                (void)utimensat(c->dst_top, name, ts, AT_SYMLINK_NOFOLLOW);
+                (void)utimensat(dir, name, ts, AT_SYMLINK_NOFOLLOW);
         }
         return 0;
 }
@@ -192,7 +194,7 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned dept
                 c->stats->dirs++;
                 if ((r = copy_dir(c, in, out, depth + 1)) < 0)
                         goto out;
-                if ((r = finish_entry(c, out, NULL, &st, false)) < 0)
+                if ((r = finish_entry(c, out, -1, NULL, &st, false)) < 0)
                         r = fail(c, r, "set attributes of", NULL);
         } else if (S_ISREG(st.st_mode)) {
                 const char *first = st.st_nlink > 1 ? link_find(c, st.st_ino) : NULL;
@@ -219,7 +221,7 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned dept
                         r = fail(c, r, "write", NULL);
                         goto out;
                 }
-                if ((r = finish_entry(c, out, NULL, &ist, false)) < 0) {
+                if ((r = finish_entry(c, out, -1, NULL, &ist, false)) < 0) {
                         r = fail(c, r, "set attributes of", NULL);
                         goto out;
                 }
@@ -239,14 +241,14 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned dept
                         r = fail(c, negerrno(), "symlink", NULL);
                         goto out;
                 }
-                (void)finish_entry(c, -1, c->path, &st, true);
+                (void)finish_entry(c, -1, dst, name, &st, true);
                 c->stats->files++;
         } else if (S_ISFIFO(st.st_mode)) {
                 if (mkfifoat(dst, name, st.st_mode & 07777) < 0) {
                         r = fail(c, negerrno(), "mkfifo", NULL);
                         goto out;
                 }
-                (void)finish_entry(c, -1, c->path, &st, true);
+                (void)finish_entry(c, -1, dst, name, &st, true);
                 (void)!fchmodat(dst, name, st.st_mode & 07777, 0);
                 c->stats->files++;
         }
@@ -289,7 +291,7 @@ int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err,
         if (!c.buf)
                 return -ENOMEM;
         int r = copy_dir(&c, src, dst, 0);
-        if (r >= 0 && (r = finish_entry(&c, dst, NULL, &st, false)) < 0)
+        if (r >= 0 && (r = finish_entry(&c, dst, -1, NULL, &st, false)) < 0)
                 r = fail(&c, r, "set attributes of", NULL);
         for (size_t i = 0; i < c.n_links; i++)
                 free(c.links[i].path);
