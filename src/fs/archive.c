@@ -127,6 +127,7 @@ typedef struct Export {
         size_t n_links, cap_links;
         uint8_t *buf;
         uint64_t entries, bytes;
+        uint64_t max_bytes; /* what an import may hold: a sparse file past it is refused now */
         char *err;
         size_t errlen;
 } Export;
@@ -316,6 +317,12 @@ static int export_entry(Export *x, int dir, const char *name, unsigned depth) {
                 }
                 if (!S_ISREG(st.st_mode))
                         goto out;
+                /* The archive holds a file at its full size, holes written out; one larger than
+                 * the sandbox's limit (sparse, or it could not exist) could never be imported. */
+                if (x->max_bytes && x->bytes + (uint64_t)st.st_size > x->max_bytes) {
+                        r = export_fail(x, -EFBIG, "export (sparse: larger than the sandbox's filesystem limit)");
+                        goto out;
+                }
                 if ((r = export_header(x, 'f', &st, (uint64_t)st.st_size, NULL)) < 0)
                         goto out;
                 if ((r = export_data(x, fd, (uint64_t)st.st_size)) < 0)
@@ -480,7 +487,7 @@ int archive_export(int root, const TreeIds *ids, ArchiveMeta *meta, int out_fd, 
                 clock_gettime(CLOCK_REALTIME, &ts);
                 meta->created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
         }
-        Export x = { .ids = ids, .err = err, .errlen = errlen };
+        Export x = { .ids = ids, .err = err, .errlen = errlen, .max_bytes = meta->limits.fs_bytes };
         sha256_init(&x.sha);
         int r = -ENOMEM;
         x.buf = malloc(ARCHIVE_IO_BUF);

@@ -247,7 +247,7 @@ static void test_round_trip(void) {
         CHECK(fill_tree(), "source tree built");
         uint8_t state[] = { 0, 1, 2, 'd', 'e', 'c', 'l', 'a', 'r', 'e', 0, 0xff };
         ArchiveSession sessions[] = { { "default", state, sizeof state }, { "build.2", NULL, 0 } };
-        ArchiveMeta out = { .limits = { 1 << 20, 500, 2 << 20, 3, 4, 5, 6, 7 },
+        ArchiveMeta out = { .limits = { 4 << 20, 500, 2 << 20, 3, 4, 5, 6, 7 },
                             .sessions = sessions,
                             .n_sessions = 2,
                             .created_ms = 1700000000123ULL };
@@ -555,6 +555,25 @@ static void test_hostile(void) {
                { "tmp/d1/d2/d3/f", 'f', 0644, "x", NULL });
 }
 
+/* A sparse file bigger than the sandbox's limit: its archive could never be imported, so the
+ * export refuses it instead of writing out all its holes. */
+static void test_sparse_refused(void) {
+        CHECK(make_root(at("sparse")), "sparse root built");
+        int fd = open(at("sparse/tmp/holes"), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        CHECK(fd >= 0 && ftruncate(fd, 64 << 20) == 0, "64 MiB sparse file made");
+        safe_close(fd);
+        ArchiveMeta m = { .limits = { .fs_bytes = 1 << 20, .file_count = 100 } };
+        TreeIds ids = { getuid(), 1000, getgid(), 1000 };
+        int root = open(at("sparse"), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int out = open(at("sparse.tar.zst"), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        char err[512] = "";
+        int r = archive_export(root, &ids, &m, out, err, sizeof err);
+        CHECK(r == -EFBIG && strstr(err, "tmp/holes") && strstr(err, "limit"), "sparse file over the limit refused (%d %s)",
+              r, err);
+        safe_close(out);
+        safe_close(root);
+}
+
 int main(void) {
         test_sha256();
         snprintf(base_dir, sizeof base_dir, "/tmp/sbx-test-archive-XXXXXX");
@@ -565,6 +584,7 @@ int main(void) {
         test_round_trip();
         test_foreign_order();
         test_hostile();
+        test_sparse_refused();
         char cmd[256];
         snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", base_dir, base_dir);
         if (system(cmd) != 0)
