@@ -4,8 +4,9 @@
  *
  * An operation goes through these steps, each driven from the loop:
  *   1. sessions: an internal run in every session (a state dump where the image is taken,
- *      a barrier where it is applied) queued behind what callers queued before; each
- *      session is then held, so that nothing queued later starts until the end;
+ *      a barrier where it is applied), placed behind the runs requested before the
+ *      operation and in front of those requested after it, which wait (image_run_held())
+ *      until the operation lets them go;
  *   2. freeze: the sandbox's cgroup is frozen (background processes included), so the tree
  *      is one point in time;
  *   3. job: the tree is copied, cleared, archived or extracted by a forked process
@@ -79,7 +80,8 @@ struct Op {
         RunCtx *runs;
         State *states;
         size_t n_states;
-        bool started, held, frozen;
+        bool started, released, frozen;
+        uint64_t mark; /* the sandbox's run_order when the op was requested */
         int freeze_ev, freeze_timer;
         Watch freeze_w, freeze_timer_w;
         Job job;
@@ -128,13 +130,19 @@ static uint64_t wall_ms(void) {
 
 /* ---------------------------------------------------------------- op lifecycle */
 
+/* Lets the runs requested after the op start (unless a later op holds them). */
 static void op_release_sessions(Op *op) {
-        if (!op->held)
+        if (op->released)
                 return;
-        op->held = false;
-        op->sb->holding = false;
-        for (SbxSession *s = op->sb->sessions; s; s = s->next)
-                session_hold(s, false);
+        op->released = true;
+        sandbox_pump_all(op->sb);
+}
+
+bool image_run_held(const SbxSandbox *sb, uint64_t order) {
+        for (const Op *op = sb->ops; op; op = op->next)
+                if (!op->released)
+                        return order > op->mark;
+        return false;
 }
 
 static void op_thaw(Op *op) {
@@ -302,7 +310,8 @@ static void session_step_done(void *ud, const SbxResult *r) {
                 op_next_step(op);
 }
 
-/* Step 1: a dump (or barrier) in every session, each session held from then on. */
+/* Step 1: a dump (or barrier) in every session, between the runs requested before the op and
+ * those requested after it. */
 static int op_sessions(Op *op) {
         SbxSandbox *sb = op->sb;
         bool dump = op->kind == OP_FORK || op->kind == OP_SNAPSHOT || op->kind == OP_EXPORT;
@@ -314,11 +323,8 @@ static int op_sessions(Op *op) {
                 if (!op->states)
                         return -ENOMEM;
         }
-        op->held = true;
-        sb->holding = true;
         size_t i = 0;
         for (SbxSession *s = sb->sessions; s; s = s->next, i++) {
-                session_hold(s, true);
                 if (dump) {
                         op->states[i].name = strdup(sbx_session_name(s));
                         if (!op->states[i].name)
@@ -328,7 +334,7 @@ static int op_sessions(Op *op) {
                 RunCtx *c = runctx_new(op, i);
                 if (!c)
                         return -ENOMEM;
-                int r = session_run_internal(s, dump ? WIRE_F_DUMP : RUN_BARRIER, NULL, 0, false, session_step_done, c);
+                int r = session_run_internal(s, dump ? WIRE_F_DUMP : RUN_BARRIER, NULL, 0, op->mark, session_step_done, c);
                 if (r < 0) {
                         runctx_take(c);
                         return r;
@@ -659,7 +665,7 @@ static int op_apply(Op *op, SbxSandbox *target, const State *states, size_t n, b
                 RunCtx *c = runctx_new(op, i);
                 if (!c)
                         return -ENOMEM;
-                r = session_run_internal(s, WIRE_F_RESTORE, states[i].data, states[i].len, true, apply_done, c);
+                r = session_run_internal(s, WIRE_F_RESTORE, states[i].data, states[i].len, 0, apply_done, c);
                 if (r < 0) {
                         runctx_take(c);
                         return r;
@@ -848,6 +854,7 @@ static int op_queue(SbxSandbox *sb, OpKind kind, SbxOpDoneFn done, void *ud, Op 
         op->ud = ud;
         op->freeze_ev = op->freeze_timer = op->memfd = -1;
         op->job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
+        op->mark = sb->run_order;
         Op **pp = &sb->ops;
         while (*pp)
                 pp = &(*pp)->next;

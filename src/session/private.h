@@ -83,7 +83,7 @@ struct SbxSandbox {
         unsigned n_snapshots;
         uint64_t next_snapshot;
         struct Op *ready_waiter;
-        bool holding; /* an op holds the sessions: new ones start held too */
+        uint64_t run_order; /* the last run's place in the sandbox-wide order of requests */
 };
 
 struct SbxSession {
@@ -107,7 +107,6 @@ struct SbxSession {
         uint32_t seq;
         uint64_t nonce_state;
         bool pump_pending;
-        bool hold;
         bool broken; /* the shell could not start; retried on the next run */
 };
 
@@ -134,6 +133,7 @@ struct SbxRun {
         Buf out, err;
         bool sent, killed, paused, finished, persist_env, get_env;
         bool internal;
+        uint64_t order;      /* sandbox-wide order of requests (caller runs only) */
         uint32_t wire_flags; /* WIRE_F_DUMP, WIRE_F_RESTORE or RUN_BARRIER */
         int exit_code;
         SbxErrorClass error_class;
@@ -143,18 +143,21 @@ struct SbxRun {
 /* Internal runs (session.c): the flags of session/wire.h, or RUN_BARRIER, which never
  * reaches a shell: it ends as soon as everything queued before it has. */
 #define RUN_BARRIER (1u << 31)
-/* Queues an internal run (at the head of the queue, or the tail); its stdout (a state for
- * WIRE_F_DUMP) may be up to SBX_MAX_STATE_BYTES. Internal runs are never refused by the queue
- * cap and start even while the session is held. Returns 0 or -errno. */
-int session_run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, bool at_head,
+/* Queues an internal run in front of every caller run requested after `mark` (a run_order;
+ * 0: at the head). Its stdout (a state for WIRE_F_DUMP) may be up to SBX_MAX_STATE_BYTES.
+ * Internal runs are never refused by the queue cap and never held. Returns 0 or -errno. */
+int session_run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark,
                          SbxDoneFn done, void *ud);
-/* A held session starts no more runs of its callers (internal ones still run). */
-void session_hold(SbxSession *s, bool hold);
+/* Looks again at every session's queue (an op has let runs go). */
+void sandbox_pump_all(SbxSandbox *sb);
 /* Replaces the session's shells with a fresh one (default state). Only while it is idle. */
 int session_restart(SbxSession *s);
 /* A new sandbox with the same options as sb (limits, timeout, environment, network, root). */
 int sandbox_new_like(SbxSandbox *sb, SbxSandbox **ret, char *err, size_t errlen);
 
+/* image.c: whether a caller's run must wait for an operation requested before it (fork,
+ * snapshot, export, restore, import are barriers in the order of requests). */
+bool image_run_held(const SbxSandbox *sb, uint64_t order);
 /* image.c's hooks: sb's pid 1 reported its root ready; sb is being freed. */
 void image_sandbox_ready(SbxSandbox *sb);
 void image_sandbox_freeing(SbxSandbox *sb);

@@ -499,7 +499,7 @@ static void session_pump(SbxSession *s) {
                 if (session_start_shell(s) < 0)
                         s->broken = true;
         }
-        if (!s->current && s->queue && (!s->hold || s->queue->internal)) {
+        if (!s->current && s->queue && (s->queue->internal || !image_run_held(s->sb, s->queue->order))) {
                 SbxRun *r = s->queue;
                 s->queue = r->next;
                 if (!s->queue)
@@ -864,7 +864,6 @@ int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
         }
         s->sb = sb;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = -1;
-        s->hold = sb->holding;
         int r = session_start_shell(s);
         if (r < 0) {
                 free(s->name);
@@ -947,6 +946,7 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         r->on_done = on_done_fn;
         r->ud = ud;
         r->seq = ++s->seq;
+        r->order = ++sb->run_order;
         r->timeout_ms = o->timeout_ms ? o->timeout_ms : sb->timeout_ms;
         r->persist_env = o->persist_env;
         r->get_env = o->get_env;
@@ -1002,7 +1002,7 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         return 0;
 }
 
-int session_run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, bool at_head,
+int session_run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark,
                          SbxDoneFn done, void *ud) {
         SbxRun *r = calloc(1, sizeof *r);
         if (!r)
@@ -1028,26 +1028,21 @@ int session_run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_
                 run_free(r);
                 return -ENOMEM;
         }
-        if (at_head) {
-                r->next = s->queue;
-                s->queue = r;
-                if (!s->queue_tail)
-                        s->queue_tail = r;
-        } else {
-                if (s->queue_tail)
-                        s->queue_tail->next = r;
-                else
-                        s->queue = r;
+        SbxRun **pp = &s->queue;
+        if (mark > 0)
+                while (*pp && ((*pp)->internal || (*pp)->order <= mark))
+                        pp = &(*pp)->next;
+        r->next = *pp;
+        *pp = r;
+        if (!r->next)
                 s->queue_tail = r;
-        }
         s->n_queued++;
         schedule_pump(s);
         return 0;
 }
 
-void session_hold(SbxSession *s, bool hold) {
-        s->hold = hold;
-        if (!hold)
+void sandbox_pump_all(SbxSandbox *sb) {
+        for (SbxSession *s = sb->sessions; s; s = s->next)
                 schedule_pump(s);
 }
 
