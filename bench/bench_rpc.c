@@ -8,6 +8,10 @@
  *   p  `ping` round trips while N sandboxes each run a CPU-bound loop, against an idle server
  *   c  N clients at once (one poll loop, one socket each): `create`, then M `echo $i` runs each,
  *      every output checked
+ *   f  `files.write` of 1 MiB of random bytes (base64) to /home/user/bench.bin, then `files.read`
+ *      of it: request written -> response line read, each; the bytes read back are decoded (a
+ *      base64 decoder of this file's own, not the server's) and compared with those written.
+ *      Also the same through the C API (sbx_file_write + sbx_file_read), for comparison
  *
  * The benchmark starts its own server (`sbx serve --socket` in a fresh directory under /tmp)
  * and shuts it down with `kill` at the end. Responses are parsed minimally with strstr: the
@@ -28,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -59,13 +64,16 @@ typedef struct Config {
         int pool;             /* the server's --pool (-1: its default) */
         int srv_nice;         /* the server's own autogroup at this nice value (setsid first) */
         bool srv_nice_set;
+        unsigned files_n;     /* f: write + read round trips */
+        unsigned files_warmup; /* f */
+        size_t file_bytes;    /* f: bytes per file */
 } Config;
 
 static Config cfg = {
-        .sbx = NULL, .only = "rpc", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
+        .sbx = NULL, .only = "rfpc", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
         .ping_gap_us = 1000, .busy = 8, .settle_ms = 1000, .busy_cmd = "while :; do :; done",
         .clients = 64, .cmds = 100, .host_busy = true, .load_reps = 5,
-        .pool = -1,
+        .pool = -1, .files_n = 50, .files_warmup = 3, .file_bytes = 1024 * 1024,
 };
 
 static bool want(char letter) { return strchr(cfg.only, letter) != NULL; }
@@ -656,6 +664,200 @@ static void bench_roundtrip(Conn *ctl) {
         (void)wait_no_sandboxes(ctl, 10000);
 }
 
+/* ------------------------------------------------------------------ f */
+
+/* Base64 (RFC 4648, with padding) of this program's own, so that the check does not trust
+ * the server's codec. */
+static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* Appends the encoding of d[0, n) at out (4 * ceil(n / 3) bytes, no NUL); returns its length. */
+static size_t b64_put(char *out, const uint8_t *d, size_t n) {
+        size_t o = 0, i = 0;
+        for (; i + 3 <= n; i += 3) {
+                uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
+                out[o++] = b64_chars[v >> 18];
+                out[o++] = b64_chars[(v >> 12) & 63];
+                out[o++] = b64_chars[(v >> 6) & 63];
+                out[o++] = b64_chars[v & 63];
+        }
+        if (i < n) {
+                uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0);
+                out[o++] = b64_chars[v >> 18];
+                out[o++] = b64_chars[(v >> 12) & 63];
+                out[o++] = i + 1 < n ? b64_chars[(v >> 6) & 63] : '=';
+                out[o++] = '=';
+        }
+        return o;
+}
+
+/* Decodes the JSON string value that starts at s (just after its opening quote) into out
+ * (room for cap bytes), up to the closing quote. A backslash (a JSON-escaped '/') is skipped.
+ * Returns the decoded length, or -1 on a character outside the alphabet or past cap. */
+static long b64_get(const char *s, uint8_t *out, size_t cap) {
+        static int8_t val[256];
+        if (!val['B']) {
+                memset(val, -1, sizeof val);
+                for (int i = 0; i < 64; i++)
+                        val[(unsigned char)b64_chars[i]] = (int8_t)i;
+        }
+        uint32_t acc = 0;
+        unsigned bits = 0;
+        size_t o = 0;
+        for (; *s && *s != '"'; s++) {
+                if (*s == '\\' || *s == '=')
+                        continue;
+                int v = val[(unsigned char)*s];
+                if (v < 0)
+                        return -1;
+                acc = acc << 6 | (uint32_t)v;
+                bits += 6;
+                if (bits >= 8) {
+                        bits -= 8;
+                        if (o >= cap)
+                                return -1;
+                        out[o++] = (uint8_t)(acc >> bits);
+                        acc &= (1u << bits) - 1;
+                }
+        }
+        return *s == '"' ? (long)o : -1;
+}
+
+static void fill_random(uint8_t *d, size_t n) {
+        while (n > 0) {
+                ssize_t k = getrandom(d, n, 0);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        bench_die("getrandom: %s", strerror(errno));
+                d += k;
+                n -= (size_t)k;
+        }
+}
+
+static void bench_files(Conn *ctl) {
+        static const char path[] = "/home/user/bench.bin";
+        size_t n = cfg.file_bytes;
+        size_t b64_len = 4 * ((n + 2) / 3);
+        uint8_t *data = malloc(n), *back = malloc(n + 16);
+        char *req = malloc(b64_len + 256);
+        if (!data || !back || !req)
+                bench_die("out of memory");
+
+        Conn c;
+        conn_open(&c, false);
+        char *l = rpc_call(&c, "create", NULL);
+        if (resp_is_error(l) || !strstr(l, "\"sandboxId\":"))
+                bench_die("create: %.200s", l);
+
+        Samples both = { 0 }, sw = { 0 }, sr = { 0 };
+        unsigned bad_write = 0, bad_read = 0, mismatch = 0;
+        char first_bad[300] = "";
+        bench_progress("f: %u × files.write + files.read of %zu bytes (+%u warm-up)", cfg.files_n, n, cfg.files_warmup);
+        for (unsigned i = 0; i < cfg.files_warmup + cfg.files_n; i++) {
+                /* Fresh bytes every time, encoded before the clock starts. */
+                fill_random(data, n);
+                long id = c.next_id++;
+                int h = snprintf(req, 256, "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"files.write\",\"params\":"
+                                 "{\"path\":\"%s\",\"data\":\"", id, path);
+                size_t len = (size_t)h + b64_put(req + h, data, n);
+                memcpy(req + len, "\"}}\n", 4);
+                len += 4;
+
+                uint64_t t0 = bench_now_ns();
+                int wr = conn_write(&c, req, len);
+                if (wr < 0)
+                        bench_die("write to the server: %s", strerror(-wr));
+                l = rpc_wait(&c, id);
+                uint64_t t1 = bench_now_ns();
+                if (!l)
+                        bench_die("no answer to files.write: the connection closed");
+                if (resp_is_error(l) || !strstr(l, "\"result\":{\"ok\":true}")) {
+                        if (bad_write++ == 0)
+                                describe(first_bad, sizeof first_bad, l);
+                        continue;
+                }
+                char params[128];
+                snprintf(params, sizeof params, "{\"path\":\"%s\"}", path);
+                long rid = rpc_send(&c, "files.read", params);
+                l = rpc_wait(&c, rid);
+                uint64_t t2 = bench_now_ns();
+                if (!l)
+                        bench_die("no answer to files.read: the connection closed");
+                long size = -1;
+                const char *d = strstr(l, "\"data\":\"");
+                if (resp_is_error(l) || !d || !json_int(l, "size", &size)) {
+                        if (bad_read++ == 0)
+                                describe(first_bad, sizeof first_bad, l);
+                        continue;
+                }
+                long got = b64_get(d + 8, back, n + 16);
+                if (size != (long)n || got != (long)n || memcmp(back, data, n) != 0) {
+                        if (mismatch++ == 0)
+                                snprintf(first_bad, sizeof first_bad, "read back %ld bytes (size %ld), %s", got, size,
+                                         got == (long)n ? "contents differ" : "length differs");
+                        continue;
+                }
+                if (i >= cfg.files_warmup) {
+                        samples_add(&both, bench_ms_between(t0, t2));
+                        samples_add(&sw, bench_ms_between(t0, t1));
+                        samples_add(&sr, bench_ms_between(t1, t2));
+                }
+        }
+        conn_close(&c);
+        (void)wait_no_sandboxes(ctl, 10000);
+
+        /* For comparison, the file operations alone: the C API in this process, no JSON, no
+         * base64, no socket. */
+        Samples capi = { 0 };
+        unsigned bad_capi = 0;
+        SbxContext *ctx = NULL;
+        SbxSandbox *sb = NULL;
+        int k = sbx_context_new(&ctx);
+        if (k < 0)
+                bench_die("sbx_context_new: %s", strerror(-k));
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        if (sbx_sandbox_new(ctx, &so, &sb) < 0)
+                bench_die("sbx_sandbox_new: %s", sbx_context_last_error(ctx));
+        for (unsigned i = 0; i < cfg.files_warmup + cfg.files_n; i++) {
+                fill_random(data, n);
+                uint8_t *rd = NULL;
+                size_t rlen = 0;
+                uint64_t rsize = 0;
+                uint64_t t0 = bench_now_ns();
+                k = sbx_file_write(sb, path, data, n, -1, false);
+                if (k >= 0)
+                        k = sbx_file_read(sb, path, 0, 0, &rd, &rlen, &rsize);
+                uint64_t t1 = bench_now_ns();
+                if (k < 0 || rlen != n || rsize != n || memcmp(rd, data, n) != 0)
+                        bad_capi++;
+                else if (i >= cfg.files_warmup)
+                        samples_add(&capi, bench_ms_between(t0, t1));
+                free(rd);
+        }
+        sbx_sandbox_free(sb);
+        sbx_context_free(ctx);
+
+        Summary xb = summarize(&both), xw = summarize(&sw), xr = summarize(&sr), xc = summarize(&capi);
+        if (first_bad[0])
+                bench_note("f: first failure: %s", first_bad);
+        row_add("f_rw", "`files.write` + `files.read` of 1 MiB over the socket (write request written → read response read)",
+                &xb, "random bytes, base64; read back decoded and compared: %u write errors, %u read errors, %u mismatches",
+                bad_write, bad_read, mismatch);
+        row_add("f_write", "  of which `files.write` (request written → response read)", &xw, "request line %zu bytes",
+                b64_len + 100);
+        row_add("f_read", "  of which `files.read` (request written → response line read)", &xr, "%s", "");
+        row_add("f_capi", "the same through the C API: sbx_file_write + sbx_file_read (no JSON, base64, socket)", &xc,
+                "compared each time; %u failed", bad_capi);
+        samples_free(&both);
+        samples_free(&sw);
+        samples_free(&sr);
+        samples_free(&capi);
+        free(data);
+        free(back);
+        free(req);
+}
+
 /* ------------------------------------------------------------------ p */
 
 /* The slowest pings of a series and where in it they came (the first pings after a pause
@@ -1148,6 +1350,14 @@ static void report(void) {
                        rr->s.p50, rc->s.p50, rr->s.p50 / rc->s.p50, bench_verdict(true, rr->s.p50 <= 1.2 * rc->s.p50));
         else
                 printf("| `run` `echo hi` over the socket p50 ≤ 1.2× the C API | – | not measured |\n");
+        const Row *fr = row_find("f_rw");
+        if (fr)
+                printf("| `files.write` then `files.read` of 1 MiB over the socket ≤ 10 ms (p50) | p50 %.2f ms, p90 %.2f ms, "
+                       "p99 %.2f ms, max %.2f ms (N %zu) | %s%s |\n",
+                       fr->s.p50, fr->s.p90, fr->s.p99, fr->s.max, fr->s.n, bench_verdict(true, fr->s.p50 <= 10),
+                       fr->s.p50 <= 10 && fr->s.p99 > 10 ? " at p50, not at p99" : "");
+        else
+                printf("| `files.write` then `files.read` of 1 MiB over the socket ≤ 10 ms | – | not measured |\n");
         const Row *pl = row_find("p_load");
         if (pl)
                 printf("| `ping` p99 ≤ 5 ms with %u CPU-bound runs | all %zu pings: p50 %.3f ms, p99 %.3f ms, max %.3f ms; "
@@ -1173,7 +1383,8 @@ static void usage(FILE *f) {
         fprintf(f,
                 "Usage: sbx-bench-rpc [OPTIONS]\n"
                 "  --sbx PATH         the sbx binary (default: ../src/cli/sbx next to this program)\n"
-                "  --only LETTERS     r (run round trip vs C API), p (ping under load), c (clients); default rpc\n"
+                "  --only LETTERS     r (run round trip vs C API), f (files.write + files.read of 1 MiB),\n"
+                "                     p (ping under load), c (clients); default rfpc\n"
                 "  -n, --iterations N r: interleaved iterations (default %u)\n"
                 "  --warmup N         r: warm-up iterations (default %u)\n"
                 "  --quiet-ms MS      r: pause after each run so the next worker is ready (default %u)\n"
@@ -1186,17 +1397,19 @@ static void usage(FILE *f) {
                 "  --cmds N           c: commands per client (default %u)\n"
                 "  --load-reps N      p: series under load, each with fresh sandboxes (default %u)\n"
                 "  --no-host-busy     p: skip the comparison with busy loops outside any sandbox\n"
+                "  --files-n N        f: write + read round trips (default %u)\n"
+                "  --files-bytes N    f: bytes per file (default %zu; the server reads at most 4 MiB at once)\n"
                 "  --pool N           start the server with --pool N (default: the server's default)\n"
                 "  --server-autogroup-nice N  start the server in a session (autogroup) of its own\n"
                 "                     with this nice value (-20..19); default: the caller's session\n"
                 "  --quick            small N everywhere (a smoke test)\n",
                 cfg.warm_n, cfg.warmup, cfg.quiet_ms, cfg.pings, cfg.ping_gap_us, cfg.busy, cfg.busy_cmd,
-                cfg.settle_ms, cfg.clients, cfg.cmds, cfg.load_reps);
+                cfg.settle_ms, cfg.clients, cfg.cmds, cfg.load_reps, cfg.files_n, cfg.file_bytes);
 }
 
 int main(int argc, char **argv) {
         bench_die_hook = on_die;
-        enum { O_SBX = 256, O_ONLY, O_WARMUP, O_QUIET, O_PINGS, O_GAP, O_BUSY, O_BUSYCMD, O_SETTLE, O_CLIENTS, O_CMDS, O_QUICK, O_NICE, O_NOHOST, O_REPS, O_POOL };
+        enum { O_SBX = 256, O_ONLY, O_WARMUP, O_QUIET, O_PINGS, O_GAP, O_BUSY, O_BUSYCMD, O_SETTLE, O_CLIENTS, O_CMDS, O_QUICK, O_NICE, O_NOHOST, O_REPS, O_POOL, O_FILES_N, O_FILES_BYTES };
         static const struct option opts[] = {
                 { "sbx", required_argument, NULL, O_SBX },
                 { "only", required_argument, NULL, O_ONLY },
@@ -1215,6 +1428,8 @@ int main(int argc, char **argv) {
                 { "no-host-busy", no_argument, NULL, O_NOHOST },
                 { "load-reps", required_argument, NULL, O_REPS },
                 { "pool", required_argument, NULL, O_POOL },
+                { "files-n", required_argument, NULL, O_FILES_N },
+                { "files-bytes", required_argument, NULL, O_FILES_BYTES },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -1235,6 +1450,14 @@ int main(int argc, char **argv) {
                 case O_CMDS: cfg.cmds = bench_parse_uint(optarg, "cmds"); break;
                 case O_NOHOST: cfg.host_busy = false; break;
                 case O_REPS: cfg.load_reps = bench_parse_uint(optarg, "load-reps"); break;
+                case O_FILES_N: cfg.files_n = bench_parse_uint(optarg, "files-n"); break;
+                case O_FILES_BYTES:
+                        cfg.file_bytes = bench_parse_uint(optarg, "files-bytes");
+                        if (cfg.file_bytes == 0 || cfg.file_bytes > 4 * 1024 * 1024) {
+                                fprintf(stderr, "sbx-bench-rpc: bad files-bytes: %s (1 to 4194304)\n", optarg);
+                                return 2;
+                        }
+                        break;
                 case O_POOL:
                         cfg.pool = (int)bench_parse_uint(optarg, "pool");
                         snprintf(pool_txt, sizeof pool_txt, "%d", cfg.pool);
@@ -1257,6 +1480,7 @@ int main(int argc, char **argv) {
                         cfg.settle_ms = 300;
                         cfg.load_reps = 2;
                         cfg.cmds = 10;
+                        cfg.files_n = 10;
                         break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -1288,6 +1512,8 @@ int main(int argc, char **argv) {
         conn_open(&ctl, false);
         if (want('r'))
                 bench_roundtrip(&ctl);
+        if (want('f'))
+                bench_files(&ctl);
         if (want('p'))
                 bench_ping_load(&ctl);
         if (want('c'))

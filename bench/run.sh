@@ -1,12 +1,14 @@
 #!/bin/bash
 # Builds sbx, installs what the benchmarks compare against (bubblewrap, the npm package
-# just-bash), runs sbx-bench, then sbx-bench-rpc (the daemon over its Unix socket), and prints
-# a Markdown report on stdout (also saved to bench/.results/). Progress goes to stderr.
+# just-bash), runs sbx-bench, then sbx-bench-rpc (the daemon over its Unix socket), then
+# sbx-bench-image (fork, snapshot, restore), and prints a Markdown report on stdout (also saved
+# to bench/.results/). Progress goes to stderr.
 #
 # Usage: bench/run.sh [sbx-bench options]      e.g. bench/run.sh --quick
-# --quick is passed on to sbx-bench-rpc too; other sbx-bench-rpc options go in
-# SBX_BENCH_RPC_ARGS, and SBX_BENCH_RPC=0 skips it.
-# Needs root (sandboxes, cgroups) and takes about 3-4 minutes with the defaults.
+# --quick is passed on to sbx-bench-rpc and sbx-bench-image too (the latter then takes -n 3);
+# their other options go in SBX_BENCH_RPC_ARGS and SBX_BENCH_IMAGE_ARGS, and SBX_BENCH_RPC=0
+# or SBX_BENCH_IMAGE=0 skips one.
+# Needs root (sandboxes, cgroups) and takes about 4-5 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -115,6 +117,24 @@ if [ "${SBX_BENCH_RPC:-1}" = 1 ]; then
                 echo
         } | tee -a "$OUT"
         run_accounted ./build/bench/sbx-bench-rpc "${RPC_ARGS[@]}" "${RPC_EXTRA[@]}"
+fi
+# Fork, snapshots and restore of sandboxes holding 100 MB or 10,000 files (see
+# docs/BENCHMARKS.md); about 40 s with the defaults.
+if [ "${SBX_BENCH_IMAGE:-1}" = 1 ]; then
+        IMAGE_ARGS=()
+        for a in "$@"; do
+                if [ "$a" = --quick ]; then IMAGE_ARGS+=(--quick); fi
+        done
+        read -r -a IMAGE_EXTRA <<< "${SBX_BENCH_IMAGE_ARGS:-}"
+        log "fork, snapshots: build/bench/sbx-bench-image ${IMAGE_ARGS[*]} ${IMAGE_EXTRA[*]}"
+        {
+                echo
+                echo "# Fork, snapshots and restore"
+                echo
+                echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+                echo
+        } | tee -a "$OUT"
+        run_accounted ./build/bench/sbx-bench-image "${IMAGE_ARGS[@]}" "${IMAGE_EXTRA[@]}"
 fi
 echo | tee -a "$OUT"
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"

@@ -509,7 +509,7 @@ static int restore_state(void) {
         return 0;
 }
 
-/* The worker's life: announce, take one command, run it, report. Returns when this process
+/* The worker's life: take one command, run it, report. Returns when this process
  * is to become the holder; exits when the daemon is gone. */
 static void worker(void) {
         int fds[WIRE_RUN_FDS];
@@ -522,8 +522,6 @@ static void worker(void) {
          * shell that holds the session's state. Raising one's own score needs no privilege
          * (lowering the holder's would need CAP_SYS_RESOURCE, which hosts may not have). */
         set_oom_score_adj("500");
-        if (send_hdr(WIRE_READY, 0, 0, 0) < 0)
-                _exit(0);
         ssize_t n = recv_run(fds);
         if (n < 0)
                 _exit(0);
@@ -620,7 +618,7 @@ done:
 static void announce_worker(pid_t w) {
         int pfd = (int)syscall(SYS_pidfd_open, w, 0);
         if (pfd < 0)
-                return; /* the daemon then never trusts a READY: the run times out cleanly */
+                return; /* the daemon then never takes a worker: the run times out cleanly */
         WireHdr h = { .type = WIRE_SPAWNED };
         union {
                 struct cmsghdr align;

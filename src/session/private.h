@@ -97,7 +97,6 @@ struct SbxSession {
         int holder_pidfd;
         int worker_pidfd;     /* from the holder's SPAWNED: the only worker we trust */
         pid_t spawned_pid;    /* host pid of that worker */
-        pid_t ready_pid;      /* a READY that came before its SPAWNED */
         Watch holder_w;
         int cg;           /* cgroup of the next (or current) command, worker inside */
         char cg_name[24];

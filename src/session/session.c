@@ -5,13 +5,14 @@
  * from it (see bashext/session_builtin.c). Its state machine, driven by messages on the
  * session socket:
  *
- *   STARTING --HELLO--> WAIT_READY --READY--> IDLE --run--> RUNNING
+ *   STARTING --HELLO--> WAIT_READY --SPAWNED--> IDLE --run--> RUNNING
  *   RUNNING --DONE--> WAIT_READY        (worker became the holder; old holder is killed)
  *   RUNNING --DIED--> WAIT_READY        (worker died on its own; holder forks a new one)
  *   RUNNING --timeout/cancel--> KILLING --DIED--> WAIT_READY
  *
- * On READY the daemon creates the next command's cgroup and moves the idle worker into it,
- * so containment costs nothing when the command arrives. A killed run ends when its cgroup
+ * On SPAWNED (the holder's word, with a pidfd, on the worker it just forked) the daemon creates
+ * the next command's cgroup and moves the worker into it before it has any command, so
+ * containment costs nothing when the command arrives. A killed run ends when its cgroup
  * is empty (cgroup.events), which is the proof that every process it started is gone. */
 #include <fcntl.h>
 #include <poll.h>
@@ -571,7 +572,7 @@ static void on_ready(SbxSession *s, pid_t pid);
 
 static void forget_worker(SbxSession *s) {
         s->worker_pidfd = safe_close(s->worker_pidfd);
-        s->spawned_pid = s->ready_pid = 0;
+        s->spawned_pid = 0;
 }
 
 static void on_spawned(SbxSession *s, int fd) {
@@ -580,26 +581,20 @@ static void on_spawned(SbxSession *s, int fd) {
                 close(fd);
                 return;
         }
-        pid_t early = s->ready_pid; /* a READY that overtook this SPAWNED */
         forget_worker(s);
         s->worker_pidfd = fd;
         s->spawned_pid = pid;
-        if (early == pid)
-                on_ready(s, pid);
+        on_ready(s, pid);
 }
 
 static void on_ready(SbxSession *s, pid_t pid) {
         SbxSandbox *sb = s->sb;
-        /* Anything inside the sandbox can write to the session socket; only the process the
-         * holder announced (SPAWNED) is the worker. Its READY may overtake the SPAWNED. */
-        if (s->state != SS_WAIT_READY)
+        /* The worker is the process the holder announced (SPAWNED): that is all the daemon
+         * needs to contain it. No message of the worker itself is waited for, since anything
+         * inside the sandbox can write to the session socket, and a flood of forged messages
+         * must not be able to hide or stand in for it. */
+        if (s->state != SS_WAIT_READY || s->spawned_pid != pid)
                 return;
-        if (s->spawned_pid != pid) {
-                if (!s->spawned_pid)
-                        s->ready_pid = pid;
-                log_debug("session %s: READY from %d, not (yet) the announced worker", s->name, (int)pid);
-                return;
-        }
         snprintf(s->cg_name, sizeof s->cg_name, "c%llu", (unsigned long long)++sb->next_cmd);
         int dir = cgroup_child_create(&sb->box.cg, s->cg_name);
         if (dir < 0 || cgroup_move(dir, pid) < 0) {
@@ -713,9 +708,6 @@ static void session_event(Watch *w, uint32_t events) {
                                 set_holder(s, pid);
                                 s->state = SS_WAIT_READY;
                         }
-                        break;
-                case WIRE_READY:
-                        on_ready(s, pid);
                         break;
                 case WIRE_DONE:
                         on_done(s, pid, h.seq, h.nonce, h.status);

@@ -17,7 +17,7 @@
 
 enum {
         WIRE_HELLO = 1, /* holder -> daemon: a session shell started (sender = holder) */
-        WIRE_READY = 2, /* worker -> daemon: forked, idle, waiting for WIRE_RUN */
+        WIRE_READY = 2, /* unused: a worker is known by its holder's SPAWNED alone */
         WIRE_RUN = 3,   /* daemon -> worker: payload cwd, env, command; fds stdin, stdout, stderr */
         WIRE_DONE = 4,  /* worker -> daemon: command ended, `status` is its exit code; the
                            worker is now the session's holder */
