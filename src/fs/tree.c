@@ -33,6 +33,8 @@ typedef struct Copy {
         size_t path_len;
         Link *links;
         size_t n_links, cap_links;
+        uid_t own_uid; /* what a file this process creates belongs to */
+        gid_t own_gid;
         uint8_t *buf;
         char *err;
         size_t errlen;
@@ -71,16 +73,19 @@ static gid_t map_gid(const Copy *c, gid_t g) { return g == c->ids->src_gid ? c->
 static int finish_entry(Copy *c, int fd, int dir, const char *name, const struct stat *st, bool is_link) {
         uid_t u = map_uid(c, st->st_uid);
         gid_t g = map_gid(c, st->st_gid);
-        struct stat now;
-        int r = fd >= 0 ? fstat(fd, &now) : fstatat(dir, name, &now, AT_SYMLINK_NOFOLLOW);
-        if (r == 0 && (now.st_uid != u || now.st_gid != g)) {
+        /* Everything is created in directories that are 0700 until filled (never setgid),
+         * so a new entry belongs to this process's fs ids. */
+        struct stat now = { .st_uid = c->own_uid, .st_gid = c->own_gid };
+        int r = 0;
+        if (now.st_uid != u || now.st_gid != g) {
                 r = fd >= 0 ? fchown(fd, u, g) : fchownat(dir, name, u, g, AT_SYMLINK_NOFOLLOW);
                 if (r < 0 && errno != EPERM)
                         return negerrno();
         }
         struct timespec ts[2] = { st->st_atim, st->st_mtim };
         if (fd >= 0 && !is_link) {
-                if (fchmod(fd, st->st_mode & 07777) < 0)
+                /* Files are created with their mode (umask 0); directories were 0700. */
+                if (!S_ISREG(st->st_mode) && fchmod(fd, st->st_mode & 07777) < 0)
                         return negerrno();
                 if (futimens(fd, ts) < 0)
                         return negerrno();
@@ -120,14 +125,17 @@ static int copy_data(Copy *c, int in, int out, const struct stat *st) {
                 }
                 return 0;
         }
-        for (;;) {
-                ssize_t n = read(in, c->buf, SBX_TREE_COPY_BUF);
+        /* The size from the stat is what is copied: the tree is frozen, and a file growing
+         * meanwhile (no freezer) is taken as it was. */
+        for (off_t left = size; left > 0;) {
+                ssize_t n = read(in, c->buf, (size_t)MIN(left, (off_t)SBX_TREE_COPY_BUF));
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
                         return negerrno();
                 if (n == 0)
                         return 0;
+                left -= n;
                 for (ssize_t off = 0; off < n;) {
                         ssize_t w = write(out, c->buf + off, (size_t)(n - off));
                         if (w < 0 && errno == EINTR)
@@ -137,6 +145,7 @@ static int copy_data(Copy *c, int in, int out, const struct stat *st) {
                         off += w;
                 }
         }
+        return 0;
 }
 
 static const char *link_find(Copy *c, ino_t ino) {
@@ -162,12 +171,31 @@ static void link_add(Copy *c, ino_t ino) {
 
 static int copy_dir(Copy *c, int src, int dst, unsigned depth);
 
-static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned depth) {
+static int copy_file(Copy *c, int src, int dst, const char *name, int in);
+
+static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char d_type, unsigned depth) {
         struct stat st;
+        if (d_type == DT_REG) {
+                /* Most entries: opened at once, and the open file is what gets stat'ed. */
+                int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                if (in >= 0)
+                        return copy_file(c, src, dst, name, in);
+                if (errno == ENOENT)
+                        return 0;
+                if (errno != ELOOP && errno != ENXIO)
+                        return fail(c, negerrno(), "open", name);
+                /* Swapped for a symlink or a socket since the listing: look again. */
+        }
         if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                 return errno == ENOENT ? 0 : fail(c, negerrno(), "stat", name);
         if (st.st_dev != c->dev)
                 return 0;
+        if (S_ISREG(st.st_mode)) {
+                int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                if (in < 0)
+                        return errno == ENOENT || errno == ELOOP ? 0 : fail(c, negerrno(), "open", name);
+                return copy_file(c, src, dst, name, in);
+        }
         size_t saved;
         if (!path_push(c, name, &saved))
                 return fail(c, -ENAMETOOLONG, "copy", name);
@@ -196,39 +224,6 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned dept
                         goto out;
                 if ((r = finish_entry(c, out, -1, NULL, &st, false)) < 0)
                         r = fail(c, r, "set attributes of", NULL);
-        } else if (S_ISREG(st.st_mode)) {
-                const char *first = st.st_nlink > 1 ? link_find(c, st.st_ino) : NULL;
-                if (first) {
-                        if (linkat(c->dst_top, first, dst, name, 0) < 0)
-                                r = fail(c, negerrno(), "link", NULL);
-                        goto out;
-                }
-                /* O_NONBLOCK: if the entry was swapped for a fifo since the stat, no hang. */
-                _cleanup_close_ int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-                struct stat ist;
-                if (in < 0 || fstat(in, &ist) < 0) {
-                        r = errno == ENOENT ? 0 : fail(c, negerrno(), "open", NULL);
-                        goto out;
-                }
-                if (!S_ISREG(ist.st_mode))
-                        goto out;
-                _cleanup_close_ int out = openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-                if (out < 0) {
-                        r = fail(c, negerrno(), "create", NULL);
-                        goto out;
-                }
-                if ((r = copy_data(c, in, out, &ist)) < 0) {
-                        r = fail(c, r, "write", NULL);
-                        goto out;
-                }
-                if ((r = finish_entry(c, out, -1, NULL, &ist, false)) < 0) {
-                        r = fail(c, r, "set attributes of", NULL);
-                        goto out;
-                }
-                c->stats->files++;
-                c->stats->bytes += (uint64_t)ist.st_size;
-                if (ist.st_nlink > 1)
-                        link_add(c, ist.st_ino);
         } else if (S_ISLNK(st.st_mode)) {
                 char target[TREE_PATH_MAX];
                 ssize_t n = readlinkat(src, name, target, sizeof target - 1);
@@ -257,6 +252,49 @@ out:
         return r;
 }
 
+/* Copies the regular file open as `in` (taken over), named `name` in src, into dst. */
+static int copy_file(Copy *c, int src, int dst, const char *name, int in_fd) {
+        _cleanup_close_ int in = in_fd;
+        struct stat st;
+        if (fstat(in, &st) < 0)
+                return fail(c, negerrno(), "stat", name);
+        if (!S_ISREG(st.st_mode) || st.st_dev != c->dev)
+                return 0;
+        size_t saved;
+        if (!path_push(c, name, &saved))
+                return fail(c, -ENAMETOOLONG, "copy", name);
+        int r = 0;
+        _cleanup_close_ int out = -1;
+        const char *first = st.st_nlink > 1 ? link_find(c, st.st_ino) : NULL;
+        if (first) {
+                if (linkat(c->dst_top, first, dst, name, 0) < 0)
+                        r = fail(c, negerrno(), "link", NULL);
+                goto out;
+        }
+        /* Created with its final mode (the job's umask is 0): a file needs no chmod. */
+        out = openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 07777);
+        if (out < 0) {
+                r = fail(c, negerrno(), "create", NULL);
+                goto out;
+        }
+        if ((r = copy_data(c, in, out, &st)) < 0) {
+                r = fail(c, r, "write", NULL);
+                goto out;
+        }
+        if ((r = finish_entry(c, out, -1, NULL, &st, false)) < 0) {
+                r = fail(c, r, "set attributes of", NULL);
+                goto out;
+        }
+        c->stats->files++;
+        c->stats->bytes += (uint64_t)st.st_size;
+        if (st.st_nlink > 1)
+                link_add(c, st.st_ino);
+out:
+        path_pop(c, saved);
+        (void)src;
+        return r;
+}
+
 static int copy_dir(Copy *c, int src, int dst, unsigned depth) {
         int fd = fcntl(src, F_DUPFD_CLOEXEC, 3);
         if (fd < 0)
@@ -271,7 +309,7 @@ static int copy_dir(Copy *c, int src, int dst, unsigned depth) {
         while ((de = readdir(d))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                if ((r = copy_entry(c, src, dst, de->d_name, depth)) < 0)
+                if ((r = copy_entry(c, src, dst, de->d_name, de->d_type, depth)) < 0)
                         break;
         }
         closedir(d);
@@ -287,10 +325,14 @@ int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err,
         if (fstat(src, &st) < 0)
                 return fail(&c, negerrno(), "stat", NULL);
         c.dev = st.st_dev;
+        c.own_uid = (uid_t)setfsuid((uid_t)-1);
+        c.own_gid = (gid_t)setfsgid((gid_t)-1);
         c.buf = malloc(SBX_TREE_COPY_BUF);
         if (!c.buf)
                 return -ENOMEM;
+        mode_t old_umask = umask(0);
         int r = copy_dir(&c, src, dst, 0);
+        umask(old_umask);
         if (r >= 0 && (r = finish_entry(&c, dst, -1, NULL, &st, false)) < 0)
                 r = fail(&c, r, "set attributes of", NULL);
         for (size_t i = 0; i < c.n_links; i++)

@@ -28,7 +28,8 @@ int rpc_fail_errno(RpcError *e, int neg_errno, const char *what) {
         return rpc_fail(e, RPC_SANDBOX_ERROR, "%s: %s", name ? name : "EIO", strerror(err));
 }
 
-static char *dump_line(json_t *msg, size_t *ret_len) {
+/* The line for msg (msg stays the caller's). */
+static char *dump_keep(json_t *msg, size_t *ret_len) {
         if (!msg)
                 return NULL;
         size_t need = json_dumpb(msg, NULL, 0, JSON_COMPACT);
@@ -38,8 +39,56 @@ static char *dump_line(json_t *msg, size_t *ret_len) {
                 s[need] = '\n';
                 *ret_len = need + 1;
         }
+        return s;
+}
+
+/* The line for msg, which it releases. */
+static char *dump_line(json_t *msg, size_t *ret_len) {
+        char *s = dump_keep(msg, ret_len);
         json_decref(msg);
         return s;
+}
+
+/* Strings at least this long that need no escaping (base64: file data, archives) are copied
+ * into the line as they are instead of going through jansson's encoder, which looks at every
+ * character: a 1 MiB files.read answer costs a memcpy, not milliseconds. */
+#define SPLICE_MIN 4096
+#define SPLICE_PLACEHOLDER "\\u0001sbx-splice\\u0001"
+
+static bool plain_ascii(const char *s, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)s[i];
+                if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
+                        return false;
+        }
+        return true;
+}
+
+/* The line for msg whose `result` has the string `big` (taken out of it, owned by the
+ * caller) put back in place of the placeholder; NULL if the placeholder is not found once. */
+static char *splice_line(json_t *msg, json_t *big, size_t *ret_len) {
+        size_t len;
+        char *small = dump_keep(msg, &len);
+        if (!small)
+                return NULL;
+        static const char ph[] = "\"" SPLICE_PLACEHOLDER "\"";
+        char *at = memmem(small, len, ph, sizeof ph - 1);
+        if (!at || memmem(at + 1, len - (size_t)(at + 1 - small), ph, sizeof ph - 1)) {
+                free(small);
+                return NULL;
+        }
+        size_t blen = json_string_length(big), head = (size_t)(at - small), tail = len - head - (sizeof ph - 1);
+        char *out = malloc(head + blen + 2 + tail);
+        if (out) {
+                memcpy(out, small, head);
+                out[head] = '"';
+                memcpy(out + head + 1, json_string_value(big), blen);
+                out[head + 1 + blen] = '"';
+                memcpy(out + head + 2 + blen, at + sizeof ph - 1, tail);
+                *ret_len = head + blen + 2 + tail;
+        }
+        free(small);
+        return out;
 }
 
 char *rpc_result_line(json_t *id, json_t *result, size_t *ret_len) {
@@ -49,7 +98,31 @@ char *rpc_result_line(json_t *id, json_t *result, size_t *ret_len) {
                 rpc_fail(&e, RPC_INTERNAL_ERROR, "could not encode the result");
                 return rpc_error_line(id, &e, ret_len);
         }
+        const char *key, *big_key = NULL;
+        json_t *v, *big = NULL;
+        json_object_foreach(result, key, v) {
+                if (json_is_string(v) && json_string_length(v) >= SPLICE_MIN &&
+                    (!big || json_string_length(v) > json_string_length(big)) &&
+                    plain_ascii(json_string_value(v), json_string_length(v))) {
+                        big = v;
+                        big_key = key;
+                }
+        }
         json_t *m = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? id : json_null(), "result", result);
+        if (m && big) {
+                json_incref(big);
+                /* The placeholder is the string "\x01sbx-splice\x01", which jansson escapes. */
+                if (json_object_set_new(result, big_key, json_string("\001sbx-splice\001")) == 0) {
+                        char *line = splice_line(m, big, ret_len);
+                        if (line) {
+                                json_decref(big);
+                                json_decref(m);
+                                return line;
+                        }
+                        (void)json_object_set(result, big_key, big);
+                }
+                json_decref(big);
+        }
         return dump_line(m, ret_len);
 }
 
@@ -134,10 +207,169 @@ int json_set_bytes(json_t *obj, const char *key, const uint8_t *data, size_t len
         return 0;
 }
 
+/* ---- a large "data" string is kept out of jansson's parser
+ *
+ * files.write and persistence.import carry megabytes of base64 in params.data. jansson's
+ * parser looks at each character of it and copies it twice; a scan that only skips over the
+ * JSON structure finds that one string, and when it needs no unescaping it is cut out of the
+ * text handed to jansson and put back as a string made without validation (it is plain
+ * ASCII). Anything unusual (escapes, a syntax error) leaves the line to jansson alone. */
+#define BIG_STRING_MIN (64 * 1024)
+
+typedef struct Scan {
+        const char *p, *end;
+} Scan;
+
+static void scan_ws(Scan *s) {
+        while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+                s->p++;
+}
+
+/* Skips a string; *plain says it has no escapes. */
+static bool scan_string(Scan *s, const char **start, size_t *len, bool *plain) {
+        if (s->p >= s->end || *s->p != '"')
+                return false;
+        const char *b = ++s->p;
+        bool esc = false;
+        while (s->p < s->end && *s->p != '"') {
+                if (*s->p == '\\') {
+                        esc = true;
+                        s->p++;
+                }
+                s->p++;
+        }
+        if (s->p >= s->end)
+                return false;
+        *start = b;
+        *len = (size_t)(s->p - b);
+        *plain = !esc;
+        s->p++;
+        return true;
+}
+
+static bool scan_value(Scan *s, unsigned depth) {
+        const char *b;
+        size_t n;
+        bool plain;
+        scan_ws(s);
+        if (s->p >= s->end || depth > 64)
+                return false;
+        if (*s->p == '"')
+                return scan_string(s, &b, &n, &plain);
+        if (*s->p == '{' || *s->p == '[') {
+                char close = *s->p == '{' ? '}' : ']';
+                s->p++;
+                scan_ws(s);
+                if (s->p < s->end && *s->p == close) {
+                        s->p++;
+                        return true;
+                }
+                for (;;) {
+                        if (close == '}') {
+                                scan_ws(s);
+                                if (!scan_string(s, &b, &n, &plain))
+                                        return false;
+                                scan_ws(s);
+                                if (s->p >= s->end || *s->p++ != ':')
+                                        return false;
+                        }
+                        if (!scan_value(s, depth + 1))
+                                return false;
+                        scan_ws(s);
+                        if (s->p >= s->end)
+                                return false;
+                        if (*s->p == close) {
+                                s->p++;
+                                return true;
+                        }
+                        if (*s->p++ != ',')
+                                return false;
+                }
+        }
+        while (s->p < s->end && !strchr(",}] \t\r\n", *s->p))
+                s->p++;
+        return true;
+}
+
+/* Finds params.data of a request object: the span of its characters (quotes excluded). */
+static bool find_big_data(const char *line, size_t len, const char **ret, size_t *ret_len) {
+        Scan s = { line, line + len };
+        const char *k, *v;
+        size_t kn, vn;
+        bool plain;
+        scan_ws(&s);
+        if (s.p >= s.end || *s.p++ != '{')
+                return false;
+        for (;;) {
+                scan_ws(&s);
+                if (!scan_string(&s, &k, &kn, &plain))
+                        return false;
+                scan_ws(&s);
+                if (s.p >= s.end || *s.p++ != ':')
+                        return false;
+                scan_ws(&s);
+                if (kn == 6 && memcmp(k, "params", 6) == 0 && s.p < s.end && *s.p == '{') {
+                        s.p++;
+                        for (;;) {
+                                scan_ws(&s);
+                                if (s.p < s.end && *s.p == '}')
+                                        return false;
+                                if (!scan_string(&s, &k, &kn, &plain))
+                                        return false;
+                                scan_ws(&s);
+                                if (s.p >= s.end || *s.p++ != ':')
+                                        return false;
+                                scan_ws(&s);
+                                if (kn == 4 && memcmp(k, "data", 4) == 0 && s.p < s.end && *s.p == '"') {
+                                        if (!scan_string(&s, &v, &vn, &plain) || !plain || vn < BIG_STRING_MIN)
+                                                return false;
+                                        for (size_t i = 0; i < vn; i++)
+                                                if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] >= 0x7f)
+                                                        return false;
+                                        *ret = v;
+                                        *ret_len = vn;
+                                        return true;
+                                }
+                                if (!scan_value(&s, 1))
+                                        return false;
+                                scan_ws(&s);
+                                if (s.p >= s.end || *s.p == '}' || *s.p++ != ',')
+                                        return false;
+                        }
+                }
+                if (!scan_value(&s, 1))
+                        return false;
+                scan_ws(&s);
+                if (s.p >= s.end || *s.p++ != ',')
+                        return false;
+        }
+}
+
 int rpc_parse_request(const char *line, size_t len, RpcRequest *req, RpcError *e) {
         json_error_t jerr;
         *req = (RpcRequest){ 0 };
-        req->msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+        const char *big = NULL;
+        size_t big_len = 0;
+        if (len >= BIG_STRING_MIN && find_big_data(line, len, &big, &big_len)) {
+                /* The same line with "data":"" in place of the big string. */
+                size_t head = (size_t)(big - line), tail = len - head - big_len;
+                char *cut = malloc(head + tail + 1);
+                if (cut) {
+                        memcpy(cut, line, head);
+                        memcpy(cut + head, big + big_len, tail);
+                        req->msg = json_loadb(cut, head + tail, JSON_REJECT_DUPLICATES, &jerr);
+                        free(cut);
+                        json_t *params = req->msg ? json_object_get(req->msg, "params") : NULL;
+                        json_t *data = params ? json_object_get(params, "data") : NULL;
+                        if (!data || !json_is_string(data) || json_string_length(data) != 0 ||
+                            json_object_set_new(params, "data", json_stringn_nocheck(big, big_len)) < 0) {
+                                json_decref(req->msg);
+                                req->msg = NULL;
+                        }
+                }
+        }
+        if (!req->msg)
+                req->msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
         if (!req->msg)
                 return rpc_fail(e, RPC_PARSE_ERROR, "Parse error: %s", jerr.text);
         if (!json_is_object(req->msg))

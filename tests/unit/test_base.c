@@ -3,6 +3,7 @@
 #include "base/buf.h"
 #include "base/loop.h"
 #include "base/queue.h"
+#include "base/text.h"
 #include "base/util.h"
 #include "tap.h"
 
@@ -112,6 +113,36 @@ static void test_loop(void) {
         loop_free(l);
 }
 
+static void test_base64(void) {
+        uint8_t data[300];
+        for (size_t i = 0; i < sizeof data; i++)
+                data[i] = (uint8_t)(i * 7 + 3);
+        bool all = true;
+        for (size_t n = 0; n <= 64 && all; n++) {
+                size_t el, dl;
+                char *e = b64_encode(data, n, &el);
+                uint8_t *d = e ? b64_decode(e, el, &dl) : NULL;
+                all = e && d && el == (n + 2) / 3 * 4 && dl == n && memcmp(d, data, n) == 0;
+                /* Without the padding too. */
+                while (all && el > 0 && e[el - 1] == '=')
+                        el--;
+                free(d);
+                d = all ? b64_decode(e, el, &dl) : NULL;
+                all = all && d && dl == n && memcmp(d, data, n) == 0;
+                free(d);
+                free(e);
+        }
+        CHECK(all, "base64 round trip of 0..64 bytes, with and without padding");
+        size_t dl;
+        CHECK(b64_decode("TWFu", 4, &dl) && dl == 3, "base64 'TWFu' decodes to 3 bytes");
+        errno = 0;
+        CHECK(!b64_decode("TW!u", 4, &dl) && errno == EINVAL, "a bad digit in a full group is refused");
+        errno = 0;
+        CHECK(!b64_decode("TWFuT!", 6, &dl) && errno == EINVAL, "a bad digit in the tail is refused");
+        CHECK(!b64_decode("TWFuT", 5, &dl), "a dangling single digit is refused");
+        CHECK(!b64_decode("TW\nu", 4, &dl) && !b64_decode("TW\x80u", 4, &dl), "newlines and high bytes are refused");
+}
+
 int main(void) {
         test_buf();
         test_buf_reserve();
@@ -119,5 +150,6 @@ int main(void) {
         test_ring();
         test_parse();
         test_loop();
+        test_base64();
         return tap_done();
 }
