@@ -8,6 +8,8 @@
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 #include <linux/capability.h>
 #include "base/limits.h"
@@ -35,6 +37,12 @@ typedef struct Copy {
         size_t n_links, cap_links;
         uid_t own_uid; /* what a file this process creates belongs to */
         gid_t own_gid;
+        /* Two processes copying one tree (tree_copy_parallel): this one's number, or -1. The
+         * entries of the top directory and of its directories are dealt out in turn (k);
+         * the top's directories themselves are made by both and finished by the caller. */
+        int worker;
+        uint64_t k;
+        bool kernel_copy; /* copy_file_range() works between these two filesystems */
         uint8_t *buf;
         char *err;
         size_t errlen;
@@ -126,8 +134,24 @@ static int copy_data(Copy *c, int in, int out, const struct stat *st) {
                 return 0;
         }
         /* The size from the stat is what is copied: the tree is frozen, and a file growing
-         * meanwhile (no freezer) is taken as it was. */
-        for (off_t left = size; left > 0;) {
+         * meanwhile (no freezer) is taken as it was. In the kernel where it can (one call
+         * for a small file instead of a read and a write). */
+        off_t left = size;
+        while (left > 0 && c->kernel_copy) {
+                ssize_t n = copy_file_range(in, NULL, out, NULL, (size_t)left, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && left == size && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+                        c->kernel_copy = false;
+                        break;
+                }
+                if (n < 0)
+                        return negerrno();
+                if (n == 0)
+                        return 0;
+                left -= n;
+        }
+        while (left > 0) {
                 ssize_t n = read(in, c->buf, (size_t)MIN(left, (off_t)SBX_TREE_COPY_BUF));
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -173,8 +197,53 @@ static int copy_dir(Copy *c, int src, int dst, unsigned depth);
 
 static int copy_file(Copy *c, int src, int dst, const char *name, int in);
 
+/* A directory of the top, in a parallel copy: both workers make it (whoever comes second
+ * finds it there) and copy their share of its entries; its attributes come last, from
+ * tree_copy_parallel(), once both are done. */
+static int copy_shared_dir(Copy *c, int src, int dst, const char *name) {
+        size_t saved;
+        if (!path_push(c, name, &saved))
+                return fail(c, -ENAMETOOLONG, "copy", name);
+        int r = 0;
+        _cleanup_close_ int o = -1;
+        _cleanup_close_ int in = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (in < 0 || fstat(in, &st) < 0) {
+                r = errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 0 : fail(c, negerrno(), "open", NULL);
+                goto out;
+        }
+        if (st.st_dev != c->dev)
+                goto out;
+        if (mkdirat(dst, name, 0700) < 0 && errno != EEXIST) {
+                r = fail(c, negerrno(), "mkdir", NULL);
+                goto out;
+        }
+        o = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (o < 0) {
+                r = fail(c, negerrno(), "open", NULL);
+                goto out;
+        }
+        if (c->worker == 0)
+                c->stats->dirs++;
+        r = copy_dir(c, in, o, 1);
+out:
+        path_pop(c, saved);
+        return r;
+}
+
 static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char d_type, unsigned depth) {
         struct stat st;
+        if (c->worker >= 0 && depth <= 1) {
+                if (d_type == DT_UNKNOWN) {
+                        if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                                return errno == ENOENT ? 0 : fail(c, negerrno(), "stat", name);
+                        d_type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_LNK;
+                }
+                if (depth == 0 && d_type == DT_DIR)
+                        return copy_shared_dir(c, src, dst, name);
+                if (c->k++ % 2 != (uint64_t)c->worker)
+                        return 0;
+        }
         if (d_type == DT_REG) {
                 /* Most entries: opened at once, and the open file is what gets stat'ed. */
                 int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -296,7 +365,9 @@ out:
 }
 
 static int copy_dir(Copy *c, int src, int dst, unsigned depth) {
-        int fd = fcntl(src, F_DUPFD_CLOEXEC, 3);
+        /* A description of its own: a dup would share the read position (with the other
+         * copier of a parallel copy, or with the caller). */
+        int fd = openat(src, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return fail(c, negerrno(), "open", NULL);
         DIR *d = fdopendir(fd);
@@ -316,9 +387,90 @@ static int copy_dir(Copy *c, int src, int dst, unsigned depth) {
         return r;
 }
 
-int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err, size_t errlen) {
+/* What the second worker of a parallel copy reports. */
+typedef struct WorkerResult {
+        int r;
+        TreeStats stats;
+        char err[256];
+} WorkerResult;
+
+/* After a parallel copy: the top's directories get their attributes. */
+static int finish_shared_dirs(Copy *c, int src, int dst) {
+        /* A description of its own: a dup would share the read position (with the other
+         * copier of a parallel copy, or with the caller). */
+        int fd = openat(src, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                safe_close(fd);
+                return fail(c, -EIO, "read", NULL);
+        }
+        int r = 0;
+        struct dirent *de;
+        while ((de = readdir(d)) && r >= 0) {
+                struct stat st;
+                if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+                    fstatat(src, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) || st.st_dev != c->dev)
+                        continue;
+                _cleanup_close_ int o = openat(dst, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (o >= 0 && (r = finish_entry(c, o, -1, NULL, &st, false)) < 0)
+                        r = fail(c, r, "set attributes of", de->d_name);
+        }
+        closedir(d);
+        return r;
+}
+
+static int copy_top(Copy *c, int src, int dst, bool parallel) {
+        if (!parallel)
+                return copy_dir(c, src, dst, 0);
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return copy_dir(c, src, dst, 0);
+        pid_t pid = fork();
+        if (pid < 0) {
+                close(p[0]);
+                close(p[1]);
+                return copy_dir(c, src, dst, 0);
+        }
+        if (pid == 0) {
+                close(p[0]);
+                WorkerResult wr = { 0 };
+                c->worker = 1;
+                c->stats = &wr.stats;
+                c->err = wr.err;
+                c->errlen = sizeof wr.err;
+                wr.r = copy_dir(c, src, dst, 0);
+                (void)!write(p[1], &wr, sizeof wr);
+                _exit(0);
+        }
+        close(p[1]);
+        c->worker = 0;
+        int r = copy_dir(c, src, dst, 0);
+        if (r < 0)
+                kill(pid, SIGKILL);
+        WorkerResult wr = { .r = -EIO };
+        snprintf(wr.err, sizeof wr.err, "the second copier died");
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        if (read(p[0], &wr, sizeof wr) != (ssize_t)sizeof wr)
+                wr.r = r < 0 ? r : -EIO;
+        close(p[0]);
+        c->worker = -1;
+        if (r >= 0 && wr.r < 0) {
+                r = wr.r;
+                if (c->err && c->errlen)
+                        snprintf(c->err, c->errlen, "%s", wr.err);
+        }
+        c->stats->files += wr.stats.files;
+        c->stats->dirs += wr.stats.dirs;
+        c->stats->bytes += wr.stats.bytes;
+        return r < 0 ? r : finish_shared_dirs(c, src, dst);
+}
+
+static int tree_copy_impl(int src, int dst, const TreeIds *ids, TreeStats *stats, bool parallel, char *err,
+                          size_t errlen) {
         TreeStats dummy = { 0 };
-        Copy c = { .ids = ids, .stats = stats ? stats : &dummy, .dst_top = dst, .err = err, .errlen = errlen };
+        Copy c = { .ids = ids, .stats = stats ? stats : &dummy, .dst_top = dst, .err = err, .errlen = errlen,
+                   .worker = -1, .kernel_copy = true };
         struct stat st;
         if (err && errlen)
                 err[0] = 0;
@@ -331,7 +483,7 @@ int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err,
         if (!c.buf)
                 return -ENOMEM;
         mode_t old_umask = umask(0);
-        int r = copy_dir(&c, src, dst, 0);
+        int r = copy_top(&c, src, dst, parallel);
         umask(old_umask);
         if (r >= 0 && (r = finish_entry(&c, dst, -1, NULL, &st, false)) < 0)
                 r = fail(&c, r, "set attributes of", NULL);
@@ -342,8 +494,16 @@ int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err,
         return r;
 }
 
+int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err, size_t errlen) {
+        return tree_copy_impl(src, dst, ids, stats, false, err, errlen);
+}
+
+int tree_copy_parallel(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err, size_t errlen) {
+        return tree_copy_impl(src, dst, ids, stats, sysconf(_SC_NPROCESSORS_ONLN) > 1, err, errlen);
+}
+
 static int clear_dir(int dir, unsigned depth, char *err, size_t errlen) {
-        int fd = fcntl(dir, F_DUPFD_CLOEXEC, 3);
+        int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return negerrno();
         DIR *d = fdopendir(fd);

@@ -25,6 +25,12 @@ typedef struct TreeStats {
  * filesystem are copied. On failure err says which path and why. Returns 0 or -errno. */
 int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err, size_t errlen);
 
+/* The same with two processes where there are two CPUs or more, each taking every other entry
+ * of the top directory and of its directories. For a tree that does not change meanwhile
+ * (frozen): both must list the same entries. Hard links between the two halves become
+ * separate copies. */
+int tree_copy_parallel(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err, size_t errlen);
+
 /* Removes everything inside directory `dir`, keeping dir itself. Returns 0 or -errno. */
 int tree_clear(int dir, char *err, size_t errlen);
 

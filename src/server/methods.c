@@ -676,7 +676,10 @@ static int param_path(Req *r, const char *key, const char **ret, RpcError *e) {
  * and "lossy": true (the bytes themselves are reachable through a command). */
 static json_t *info_json(SbxFileInfo *i) {
         static const char *const types[] = { "file", "dir", "symlink", "other" };
-        bool lossy = utf8_sanitize(i->name) | utf8_sanitize(i->path) | (i->target && utf8_sanitize(i->target));
+        /* Every one is sanitised: no short-circuit. */
+        bool lossy = utf8_sanitize(i->name);
+        lossy = utf8_sanitize(i->path) || lossy;
+        lossy = (i->target && utf8_sanitize(i->target)) || lossy;
         json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:i, s:o}", "name", i->name, "path", i->path, "type",
                               types[i->type <= SBX_FILE_OTHER ? i->type : SBX_FILE_OTHER], "size",
                               (json_int_t)i->size, "mode", (int)i->mode, "mtime", iso_time((uint64_t)i->mtime_ms));

@@ -393,6 +393,13 @@ static int open_dir(int root, const char *path) {
         return fd < 0 ? negerrno() : fd;
 }
 
+/* Two copiers only when nothing can change the source meanwhile: they must list the same
+ * entries. */
+static int copy(const Op *op, bool source_still, int src, int dst, const TreeIds *ids, TreeStats *st, char *err,
+                size_t errlen) {
+        return source_still ? tree_copy_parallel(src, dst, ids, st, err, errlen) : tree_copy(src, dst, ids, st, err, errlen);
+}
+
 static int job_fork(void *arg, char *err, size_t errlen) {
         Op *op = arg;
         Box *from = &op->sb->box, *to = &op->child->box;
@@ -409,7 +416,8 @@ static int job_fork(void *arg, char *err, size_t errlen) {
                         snprintf(err, errlen, "open /%s: %s", tree_dirs[i], strerror(-(src < 0 ? src : dst)));
                         return src < 0 ? src : dst;
                 }
-                if ((r = tree_clear(dst, err, errlen)) < 0 || (r = tree_copy(src, dst, &ids, NULL, err, errlen)) < 0)
+                if ((r = tree_clear(dst, err, errlen)) < 0 ||
+                    (r = copy(op, op->frozen, src, dst, &ids, NULL, err, errlen)) < 0)
                         return r;
         }
         return 0;
@@ -445,7 +453,7 @@ static int job_snapshot(void *arg, char *err, size_t errlen) {
                         break;
                 }
                 _cleanup_close_ int dst = open_dir(dir, store_dirs[i]);
-                if ((r = dst) < 0 || (r = tree_copy(src, dst, &ids, &st, err, errlen)) < 0)
+                if ((r = dst) < 0 || (r = copy(op, op->frozen, src, dst, &ids, &st, err, errlen)) < 0)
                         break;
         }
         if (r < 0) {
@@ -483,7 +491,8 @@ static int job_restore(void *arg, char *err, size_t errlen) {
                         snprintf(err, errlen, "open %s: %s", tree_dirs[i], strerror(-(src < 0 ? src : dst)));
                         return src < 0 ? src : dst;
                 }
-                if ((r = tree_clear(dst, err, errlen)) < 0 || (r = tree_copy(src, dst, &ids, NULL, err, errlen)) < 0)
+                /* The store's copy never changes: two copiers whatever the freezer does. */
+                if ((r = tree_clear(dst, err, errlen)) < 0 || (r = copy(op, true, src, dst, &ids, NULL, err, errlen)) < 0)
                         return r;
         }
         return 0;
