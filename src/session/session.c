@@ -1362,11 +1362,17 @@ static void corpse_free(Corpse *c) {
         free(c);
 }
 
-/* box_try_finish() closes the pidfd once pid 1 is reaped: out of epoll first, so that no
- * later EPOLL_CTL_DEL can hit a reused fd number. */
+/* box_try_finish() reaps pid 1 and closes its pidfd: it may be called only once the pidfd is
+ * out of epoll. An fd closed while still registered stays registered as long as another copy
+ * of it lives (a fork of the daemon holds copies of every fd for a moment, a job for longer),
+ * and its events would then come for a freed watch. So while pid 1 lives, its pidfd's event
+ * brings us back here; a check and the reap must not straddle its death. */
 static void corpse_try(Corpse *c) {
-        if (c->init_w.active && pidfd_dead(c->box.init_pidfd))
+        if (c->init_w.active) {
+                if (!pidfd_dead(c->box.init_pidfd))
+                        return;
                 loop_del(c->ctx->loop, &c->init_w);
+        }
         if (box_try_finish(&c->ctx->shared, &c->box))
                 corpse_free(c);
 }
