@@ -4,3 +4,5 @@
 
 int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);

@@ -14,6 +14,10 @@ static void usage(FILE *f) {
                 "Commands:\n"
                 "  run [OPTIONS] -- CMD [CMD ...]   run commands in one session of a fresh sandbox\n"
                 "  serve (--stdio | --socket PATH)  the JSON-RPC daemon\n"
+                "  export --socket PATH --sandbox ID [-o FILE]\n"
+                "                                   save a daemon's sandbox to an archive\n"
+                "  import --socket PATH --sandbox ID FILE\n"
+                "                                   load an archive into a daemon's sandbox\n"
                 "\n"
                 "Options:\n"
                 "  -h, --help       show this help\n"
@@ -40,6 +44,10 @@ int main(int argc, char **argv) {
                 return cmd_run(argc - 1, argv + 1);
         if (strcmp(cmd, "serve") == 0)
                 return cmd_serve(argc - 1, argv + 1);
+        if (strcmp(cmd, "export") == 0)
+                return cmd_export(argc - 1, argv + 1);
+        if (strcmp(cmd, "import") == 0)
+                return cmd_import(argc - 1, argv + 1);
         fprintf(stderr, "sbx: unknown command '%s'\n\n", cmd);
         usage(stderr);
         return 2;

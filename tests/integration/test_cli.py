@@ -286,3 +286,77 @@ def test_closed_stdout_of_sbx_does_not_leave_anything_behind():
         rc = p.wait(timeout=15)
     assert rc == 124, (rc, p.stderr.read())
     p.stderr.close()
+
+
+# ------------------------------------------------------------------ archives
+
+
+def test_run_export_then_import_keeps_files_and_state(sbx, tmp_path):
+    arc = tmp_path / "work.tar.zst"
+    cp = sbx("cd /tmp && mkdir -p w && printf 'x\\0y' > w/bin && chmod 600 w/bin", "N=42; f() { echo f$1; }",
+             opts=["--export", str(arc)])
+    assert cp.returncode == 0, describe(cp)
+    assert arc.stat().st_size > 0
+    listing = subprocess.run(["tar", "--zstd", "-tf", str(arc)], capture_output=True, text=True, check=True).stdout
+    assert "tmp/w/bin" in listing.split() and listing.split()[-1] == "sbx-manifest.json"
+    cp = sbx("pwd; echo $N; f 1; stat -c %a w/bin; od -An -tx1 w/bin", opts=["--import", str(arc)])
+    assert cp.returncode == 0, describe(cp)
+    assert out(cp).split() == ["/tmp", "42", "f1", "600", "78", "00", "79"]
+
+
+def test_run_import_refuses_a_bad_archive_and_runs_nothing(sbx, tmp_path):
+    bad = tmp_path / "bad.tar.zst"
+    bad.write_bytes(os.urandom(4096))
+    cp = sbx("echo ran > /tmp/ran; echo ran", opts=["--import", str(bad)])
+    assert cp.returncode == 1, describe(cp)
+    assert out(cp) == ""
+    assert "sbx run: import: not an sbx archive" in err(cp)
+    cp = sbx("true", opts=["--import", str(tmp_path / "missing")])
+    assert cp.returncode == 1 and "missing" in err(cp), describe(cp)
+
+
+def test_export_import_commands_against_a_socket_server(tmp_path):
+    import json
+    import socket
+    import tempfile
+    import time
+    d = tempfile.mkdtemp(prefix="sbx-cli-")
+    path = os.path.join(d, "s.sock")
+    srv = subprocess.Popen([SBX_BIN, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            if os.path.exists(path):
+                break
+            time.sleep(0.01)
+        conn = socket.socket(socket.AF_UNIX)
+        conn.connect(path)
+        f = conn.makefile("rwb")
+
+        def call(method, **params):
+            f.write((json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}) + "\n").encode())
+            f.flush()
+            return json.loads(f.readline())
+
+        a = call("sandbox.create", persist=True)["result"]["sandboxId"]
+        b = call("sandbox.create", persist=True)["result"]["sandboxId"]
+        assert call("run", sandboxId=a, command="cd /home/user && echo hello > h && V=7")["result"]["exitCode"] == 0
+        assert call("run", sandboxId=b, command="echo old > /tmp/old")["result"]["exitCode"] == 0
+        arc = str(tmp_path / "a.tar.zst")
+        cp = sbx_raw("export", "--socket", path, "--sandbox", a, "-o", arc)
+        assert cp.returncode == 0, describe(cp)
+        cp = sbx_raw("import", "--socket", path, "--sandbox", b, arc)
+        assert cp.returncode == 0, describe(cp)
+        r = call("run", sandboxId=b, command="pwd; cat h; echo $V; ls /tmp")["result"]
+        assert r["stdout"] == "/home/user\nhello\n7\n", r
+        cp = sbx_raw("export", "--socket", path, "--sandbox", "0" * 32, "-o", arc)
+        assert cp.returncode == 1 and "Unknown sandboxId" in err(cp), describe(cp)
+        bad = tmp_path / "bad"
+        bad.write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(100))
+        cp = sbx_raw("import", "--socket", path, "--sandbox", b, str(bad))
+        assert cp.returncode == 1 and "not an sbx archive" in err(cp), describe(cp)
+        assert call("run", sandboxId=b, command="cat h")["result"]["stdout"] == "hello\n"
+        assert sbx_raw("export", "--socket", path).returncode == 2
+        conn.close()
+    finally:
+        srv.terminate()
+        srv.wait(10)

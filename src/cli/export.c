@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/* `sbx export`: a sandbox of a running `sbx serve --socket` to an archive file. */
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "base/macro.h"
+#include "base/text.h"
+#include "cli/cli.h"
+#include "cli/client.h"
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "Usage: sbx export --socket PATH --sandbox ID [-o FILE]\n"
+                "\n"
+                "Saves a sandbox of a running `sbx serve --socket PATH` (one made with\n"
+                "sandbox.create and persist: true) to FILE, or to stdout: its files under\n"
+                "/tmp, /home/user and /dev/shm and the state of every session, as a\n"
+                "zstd-compressed tar (`tar --zstd -tf FILE` lists it). `sbx import` and\n"
+                "`sbx run --import` load it. `sbx run --export` saves a one-off sandbox.\n"
+                "\n"
+                "Options:\n"
+                "  -s, --socket PATH   the daemon's socket\n"
+                "  -S, --sandbox ID    the sandbox\n"
+                "  -o, --output FILE   where to write (default: stdout, if it is not a terminal)\n"
+                "  -h, --help          show this help\n");
+}
+
+int cmd_export(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "socket", required_argument, NULL, 's' }, { "sandbox", required_argument, NULL, 'S' },
+                { "output", required_argument, NULL, 'o' }, { "help", no_argument, NULL, 'h' }, {},
+        };
+        const char *sock = NULL, *id = NULL, *out = NULL;
+        int c;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "s:S:o:h", opts, NULL)) != -1) {
+                switch (c) {
+                case 's': sock = optarg; break;
+                case 'S': id = optarg; break;
+                case 'o': out = optarg; break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        }
+        if (!sock || !id || optind < argc) {
+                usage(stderr);
+                return 2;
+        }
+        if (!out && isatty(STDOUT_FILENO)) {
+                fprintf(stderr, "sbx export: not writing an archive to a terminal; give -o FILE\n");
+                return 2;
+        }
+        char err[1024];
+        json_t *res;
+        if (client_call(sock, "persistence.export", json_pack("{s:s}", "sandboxId", id), &res, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx export: %s\n", err);
+                return 1;
+        }
+        const char *b64 = json_string_value(json_object_get(res, "data"));
+        size_t n = 0;
+        _cleanup_free_ uint8_t *data = b64 ? b64_decode(b64, json_string_length(json_object_get(res, "data")), &n) : NULL;
+        json_decref(res);
+        if (!data) {
+                fprintf(stderr, "sbx export: the server's answer holds no archive\n");
+                return 1;
+        }
+        /* A file is written next to its target and renamed: an old one is never half replaced. */
+        char tmp[4096];
+        int fd = STDOUT_FILENO;
+        if (out) {
+                snprintf(tmp, sizeof tmp, "%s.tmp%d", out, (int)getpid());
+                fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                if (fd < 0) {
+                        fprintf(stderr, "sbx export: %s: %s\n", tmp, strerror(errno));
+                        return 1;
+                }
+        }
+        for (size_t off = 0; off < n;) {
+                ssize_t k = write(fd, data + off, n - off);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0) {
+                        fprintf(stderr, "sbx export: %s: %s\n", out ? tmp : "stdout", strerror(errno));
+                        if (out) {
+                                close(fd);
+                                unlink(tmp);
+                        }
+                        return 1;
+                }
+                off += (size_t)k;
+        }
+        if (out && (fsync(fd) < 0 || close(fd) < 0 || rename(tmp, out) < 0)) {
+                fprintf(stderr, "sbx export: %s: %s\n", out, strerror(errno));
+                unlink(tmp);
+                return 1;
+        }
+        return 0;
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/* `sbx import`: an archive file into a sandbox of a running `sbx serve --socket`. */
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "base/limits.h"
+#include "base/macro.h"
+#include "base/text.h"
+#include "cli/cli.h"
+#include "cli/client.h"
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "Usage: sbx import --socket PATH --sandbox ID FILE\n"
+                "\n"
+                "Replaces the files (/tmp, /home/user, /dev/shm) and session states of a sandbox\n"
+                "of a running `sbx serve --socket PATH` with those of FILE, an archive made by\n"
+                "`sbx export` or `sbx run --export`. The whole archive is checked first; a\n"
+                "refused one (bad format, version or checksum, unsafe paths or links, device\n"
+                "nodes, setuid bits, over the sandbox's limits) changes nothing. The archive\n"
+                "travels in one request line, so it must fit the server's line limit (8 MiB by\n"
+                "default: an archive of about 6 MiB).\n"
+                "\n"
+                "Options:\n"
+                "  -s, --socket PATH   the daemon's socket\n"
+                "  -S, --sandbox ID    the sandbox\n"
+                "  -h, --help          show this help\n");
+}
+
+int cmd_import(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "socket", required_argument, NULL, 's' }, { "sandbox", required_argument, NULL, 'S' },
+                { "help", no_argument, NULL, 'h' }, {},
+        };
+        const char *sock = NULL, *id = NULL;
+        int c;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "s:S:h", opts, NULL)) != -1) {
+                switch (c) {
+                case 's': sock = optarg; break;
+                case 'S': id = optarg; break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        }
+        if (!sock || !id || optind != argc - 1) {
+                usage(stderr);
+                return 2;
+        }
+        const char *path = argv[optind];
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0) {
+                fprintf(stderr, "sbx import: %s: %s\n", path, strerror(errno));
+                return 1;
+        }
+        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > SBX_MAX_ARCHIVE_BYTES) {
+                fprintf(stderr, "sbx import: %s: not a regular file of at most %llu bytes\n", path,
+                        (unsigned long long)SBX_MAX_ARCHIVE_BYTES);
+                return 1;
+        }
+        _cleanup_free_ uint8_t *data = malloc((size_t)st.st_size + 1);
+        size_t n = 0;
+        while (data && n < (size_t)st.st_size) {
+                ssize_t k = read(fd, data + n, (size_t)st.st_size - n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                n += (size_t)k;
+        }
+        if (!data || n != (size_t)st.st_size) {
+                fprintf(stderr, "sbx import: %s: cannot read it\n", path);
+                return 1;
+        }
+        size_t blen;
+        char *b64 = b64_encode(data, n, &blen);
+        json_t *params = b64 ? json_pack("{s:s, s:o}", "sandboxId", id, "data", json_stringn_nocheck(b64, blen)) : NULL;
+        free(b64);
+        char err[1024];
+        json_t *res;
+        if (!params || client_call(sock, "persistence.import", params, &res, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx import: %s\n", params ? err : "out of memory");
+                return 1;
+        }
+        json_decref(res);
+        return 0;
+}
