@@ -17,9 +17,11 @@ typedef struct Job {
 /* Returns 0 or -errno (what fn returned) and fills err with its message. */
 typedef int (*JobFn)(void *arg, char *err, size_t errlen);
 
-/* Forks a process that runs fn(arg) and exits. The job dies with the daemon. Returns 0 or
- * -errno. */
-int job_start(Job *j, JobFn fn, void *arg);
+/* Forks a process that runs fn(arg) and exits. The job keeps only the fds in keep[] (and
+ * stdin, stdout, stderr): a copy of any other fd of the daemon (the write end of another
+ * run's stdin, a client's socket) would keep it open for as long as the job runs. The job
+ * dies with the daemon. Returns 0 or -errno. */
+int job_start(Job *j, JobFn fn, void *arg, const int *keep, size_t n_keep);
 /* Reaps an ended job. Returns fn's result (-EIO if the job died without one). */
 int job_finish(Job *j, char *err, size_t errlen);
 /* Kills and reaps a job that is still running (when its purpose is gone). */

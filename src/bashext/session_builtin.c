@@ -350,10 +350,37 @@ static int dump_state(void) {
                 return 1;
         }
 
-        static const char *const f[] = { "-f" }, *const a[] = { "-p" }, *const o[] = { "+o" }, *const s[] = { "-p" };
-        if (section_builtin('F', declare_builtin, words(f, 1)) < 0)
-                return 1;
+        static const char *const a[] = { "-p" }, *const o[] = { "+o" }, *const s[] = { "-p" };
         SHELL_VAR **fns = all_shell_functions();
+        /* Each function on its own ("LEN:" + its `declare -f NAME`), so that one bash cannot
+         * read back (a name like `a=b`) does not take the others with it. */
+        size_t flen = 0, fcap = 4096;
+        char *ftext = xmalloc(fcap);
+        for (SHELL_VAR **v = fns; v && *v; v++) {
+                const char *args[] = { "-f", (*v)->name };
+                size_t l;
+                WORD_LIST *w = words(args, 2);
+                char *def = capture(declare_builtin, w, &l);
+                dispose_words(w);
+                if (!def)
+                        continue;
+                char head[32];
+                int hl = snprintf(head, sizeof head, "%zu:", l);
+                while (flen + (size_t)hl + l > fcap) {
+                        fcap *= 2;
+                        ftext = xrealloc(ftext, fcap);
+                }
+                memcpy(ftext + flen, head, (size_t)hl);
+                memcpy(ftext + flen + hl, def, l);
+                flen += (size_t)hl + l;
+                free(def);
+        }
+        int fr = put_section('F', ftext, flen);
+        free(ftext);
+        if (fr < 0) {
+                free(fns);
+                return 1;
+        }
         size_t xlen = 0;
         for (SHELL_VAR **v = fns; v && *v; v++)
                 if (exported_p(*v))
@@ -404,9 +431,13 @@ static int parse_state(const char *p, size_t len, Section sec[26]) {
 }
 
 static int name_listed(const Section *s, const char *name) {
-        for (const char *p = s->data; s->data && p < s->data + s->len; p += strlen(p) + 1)
-                if (strcmp(p, name) == 0)
+        size_t want = strlen(name) + 1;
+        for (const char *p = s->data, *end = s->data ? s->data + s->len : NULL; p && p < end;) {
+                size_t l = strnlen(p, (size_t)(end - p));
+                if (l + 1 == want && memcmp(p, name, want - 1) == 0)
                         return 1;
+                p += l + 1;
+        }
         return 0;
 }
 
@@ -438,14 +469,15 @@ static void apply_options(const Section *s, int shopt) {
         }
 }
 
-/* Reads stdin to the end (bounded by what the daemon sends). */
+/* Reads stdin to the end (bounded by what the daemon sends), NUL-terminated so that number
+ * parsing can never run past it. */
 static char *read_stdin(size_t *len) {
         size_t cap = 65536, n = 0;
-        char *buf = xmalloc(cap);
+        char *buf = xmalloc(cap + 1);
         for (;;) {
                 if (n == cap) {
                         cap *= 2;
-                        buf = xrealloc(buf, cap);
+                        buf = xrealloc(buf, cap + 1);
                 }
                 ssize_t k = read(0, buf + n, cap - n);
                 if (k < 0 && errno == EINTR)
@@ -454,6 +486,7 @@ static char *read_stdin(size_t *len) {
                         break;
                 n += (size_t)k;
         }
+        buf[n] = 0;
         *len = n;
         return buf;
 }
@@ -494,13 +527,26 @@ static int restore_state(void) {
                 free(dir);
         }
         run_section(&sec['A' - 'A']);
-        run_section(&sec['F' - 'A']);
+        const Section *fs = &sec['F' - 'A'];
+        for (const char *p = fs->data, *end = fs->data ? fs->data + fs->len : NULL; p && p < end;) {
+                char *colon;
+                unsigned long long l = strtoull(p, &colon, 10);
+                if (colon >= end || *colon != ':' || l > (unsigned long long)(end - colon - 1))
+                        break;
+                (void)run_string(colon + 1, (size_t)l);
+                p = colon + 1 + l;
+        }
         const Section *x = &sec['X' - 'A'];
-        for (const char *p = x->data; x->data && p < x->data + x->len; p += strlen(p) + 1) {
+        char *names = xmalloc(x->len + 1);
+        if (x->data)
+                memcpy(names, x->data, x->len);
+        names[x->len] = 0;
+        for (const char *p = names; p < names + x->len; p += strlen(p) + 1) {
                 SHELL_VAR *f = find_function(p);
                 if (f)
                         VSETATTR(f, att_exported);
         }
+        free(names);
         array_needs_making = 1;
         expand_aliases = 1; /* the dumped value, if any, comes with the shopt section */
         apply_options(&sec['O' - 'A'], 0);

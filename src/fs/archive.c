@@ -27,6 +27,12 @@
 #define ARCHIVE_MAX_DEPTH 256
 /* The manifest is the one entry read whole into memory; session states make up most of it. */
 #define ARCHIVE_MANIFEST_MAX (64U * 1024 * 1024)
+/* JSON values a manifest may hold: a handful per session and limit. Counted before jansson
+ * builds them, so that a few KB of zstd ({"a":[{},{},...]}) cannot make it allocate gigabytes. */
+#define ARCHIVE_MANIFEST_NODES 4096U
+/* tmpfs charges whole pages, and keeps a symlink target shorter than this in the inode. */
+#define ARCHIVE_PAGE 4096U
+#define ARCHIVE_INLINE_LINK 128U
 /* Tar overhead allowed per entry on top of the data (header, pax header, long names, padding)
  * when bounding how much a hostile archive may decompress to. */
 #define ARCHIVE_ENTRY_SLACK (16U * 1024)
@@ -88,7 +94,9 @@ static bool is_top(const char *p) {
 
 /* tmp and home/user share one filesystem in a sandbox, dev/shm has its own: a hard link can
  * only join entries of the same group. */
-static int link_group(int top) { return top == 2 ? 1 : 0; }
+/* /tmp, /home/user and /dev/shm are one tmpfs but three bind mounts in a sandbox, and link()
+ * does not cross mounts: a hard link stays within its top directory. */
+static int link_group(int top) { return top; }
 
 /* The digest's record of one entry's header; see archive.h. */
 static void digest_header(Sha256 *s, const char *path, char type, unsigned mode, uint64_t size, const char *target) {
@@ -724,6 +732,7 @@ typedef struct Check {
         PathSet paths;
         Sha256 sha;
         uint64_t entries, bytes;
+        uint64_t charged;   /* bytes tmpfs will charge for what extraction creates */
         uint64_t inodes;    /* what extraction creates: entries and implicit parents */
         uint64_t max_read;  /* bound on the decompressed stream */
         char *manifest;
@@ -842,15 +851,17 @@ static int check_entry(Check *c, struct archive_entry *e, const char *name) {
                                        path, hardlink);
                 if (link_group(top_of(buf)) != link_group(top_of(path)))
                         return set_err(c->err, c->errlen,
-                                       "archive entry %s: hard link between dev/shm and tmp or home/user", path);
+                                       "archive entry %s: hard link between two of tmp, home/user and dev/shm", path);
         }
-        if (type == 'f') {
-                /* Before any of its data is read: a bomb is refused at its header. */
-                if ((uint64_t)size > c->limits->fs_bytes || c->bytes > c->limits->fs_bytes - (uint64_t)size)
-                        return set_err(c->err, c->errlen, "archive too large: %llu bytes, the limit is %llu",
-                                       (unsigned long long)(c->bytes + (uint64_t)size),
-                                       (unsigned long long)c->limits->fs_bytes);
-        }
+        /* What tmpfs will charge: whole pages per file, and a page for a symlink too long to
+         * be kept in its inode. Checked before any data is read: a bomb is refused at its
+         * header, and an archive that could not fit is refused before anything is cleared. */
+        uint64_t charge = type == 'f' ? ((uint64_t)size + ARCHIVE_PAGE - 1) / ARCHIVE_PAGE * ARCHIVE_PAGE
+                        : type == 'l' && strlen(target) >= ARCHIVE_INLINE_LINK ? ARCHIVE_PAGE : 0;
+        if (charge > c->limits->fs_bytes || c->charged > c->limits->fs_bytes - charge)
+                return set_err(c->err, c->errlen, "archive too large: %llu bytes on the sandbox's filesystem, the limit is %llu",
+                               (unsigned long long)(c->charged + charge), (unsigned long long)c->limits->fs_bytes);
+        c->charged += charge;
         if ((r = check_place(c, path, kind)) < 0)
                 return r;
         digest_header(&c->sha, path, type, mode, type == 'f' ? (uint64_t)size : 0, target);
@@ -924,6 +935,48 @@ static bool get_u64(json_t *obj, const char *key, uint64_t max, uint64_t *ret) {
         return true;
 }
 
+/* Objects and arrays in a JSON text, strings skipped. */
+static size_t json_containers(const char *s, size_t n) {
+        size_t count = 0;
+        bool in_string = false;
+        for (size_t i = 0; i < n; i++) {
+                char ch = s[i];
+                if (in_string) {
+                        if (ch == '\\')
+                                i++;
+                        else if (ch == '"')
+                                in_string = false;
+                } else if (ch == '"') {
+                        in_string = true;
+                } else if (ch == '{' || ch == '[') {
+                        count++;
+                }
+        }
+        return count;
+}
+
+/* A session state as the bash builtin writes it: its magic, then sections "T:LEN\n" + LEN
+ * bytes + "\n". Checked here so that an import never clears a sandbox for states it could
+ * not apply. */
+static bool state_ok(const uint8_t *p, size_t len) {
+        static const char magic[] = "SBXSTATE 1\n";
+        if (len < sizeof magic - 1 || memcmp(p, magic, sizeof magic - 1) != 0)
+                return false;
+        size_t i = sizeof magic - 1;
+        while (i < len) {
+                if (len - i < 4 || p[i] < 'A' || p[i] > 'Z' || p[i + 1] != ':')
+                        return false;
+                size_t j = i + 2;
+                uint64_t l = 0;
+                while (j < len && p[j] >= '0' && p[j] <= '9' && j - i < 22)
+                        l = l * 10 + (uint64_t)(p[j++] - '0');
+                if (j == i + 2 || j >= len || p[j] != '\n' || l > len - j - 1 || len - j - 1 - l < 1 || p[j + 1 + l] != '\n')
+                        return false;
+                i = j + 2 + (size_t)l;
+        }
+        return true;
+}
+
 static int parse_sessions(Check *c, json_t *arr, ArchiveMeta *m) {
         if (!json_is_array(arr))
                 return set_err(c->err, c->errlen, "archive manifest: missing or invalid sessions");
@@ -951,12 +1004,17 @@ static int parse_sessions(Check *c, json_t *arr, ArchiveMeta *m) {
                 if (!out->state)
                         return errno == ENOMEM ? -ENOMEM
                                                : set_err(c->err, c->errlen, "archive manifest: session %s: state is not base64", name);
+                if (!state_ok(out->state, out->state_len))
+                        return set_err(c->err, c->errlen, "archive manifest: session %s: not a session state", name);
         }
         return 0;
 }
 
 static int check_manifest(Check *c, ArchiveMeta *m) {
         json_error_t je;
+        if (json_containers(c->manifest, c->manifest_len) > ARCHIVE_MANIFEST_NODES)
+                return set_err(c->err, c->errlen, "archive manifest: more than %u objects and arrays",
+                               ARCHIVE_MANIFEST_NODES);
         json_t *root = json_loadb(c->manifest, c->manifest_len, JSON_REJECT_DUPLICATES, &je);
         if (!root)
                 return set_err(c->err, c->errlen, "archive manifest: not valid JSON (line %d: %s)", je.line, je.text);

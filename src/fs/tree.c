@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -19,6 +20,9 @@
 /* Deep enough for any real tree; bounded so that a hostile one cannot exhaust the job's fds
  * or stack. */
 #define TREE_MAX_DEPTH 256
+/* A parallel copy found what two copiers cannot do (hard links, a tree that changed): the
+ * copy is made again by one. */
+#define TREE_ONE_COPIER (-ENOTUNIQ)
 #define TREE_PATH_MAX 4096
 
 typedef struct Link {
@@ -312,8 +316,9 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
                         r = fail(c, negerrno(), "mkfifo", NULL);
                         goto out;
                 }
+                /* mkfifoat() gave it its mode (umask 0); a chmod by name could follow a
+                 * symlink swapped in meanwhile. */
                 (void)finish_entry(c, -1, dst, name, &st, true);
-                (void)!fchmodat(dst, name, st.st_mode & 07777, 0);
                 c->stats->files++;
         }
 out:
@@ -329,6 +334,9 @@ static int copy_file(Copy *c, int src, int dst, const char *name, int in_fd) {
                 return fail(c, negerrno(), "stat", name);
         if (!S_ISREG(st.st_mode) || st.st_dev != c->dev)
                 return 0;
+        /* Two copiers cannot share a table of hard links: such a tree is copied by one. */
+        if (c->worker >= 0 && st.st_nlink > 1)
+                return TREE_ONE_COPIER;
         size_t saved;
         if (!path_push(c, name, &saved))
                 return fail(c, -ENAMETOOLONG, "copy", name);
@@ -342,6 +350,11 @@ static int copy_file(Copy *c, int src, int dst, const char *name, int in_fd) {
         }
         /* Created with its final mode (the job's umask is 0): a file needs no chmod. */
         out = openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 07777);
+        if (out < 0 && errno == EEXIST && c->worker >= 0) {
+                /* The two copiers did not list the same entries: the tree changed after all. */
+                r = TREE_ONE_COPIER;
+                goto out;
+        }
         if (out < 0) {
                 r = fail(c, negerrno(), "create", NULL);
                 goto out;
@@ -432,6 +445,7 @@ static int copy_top(Copy *c, int src, int dst, bool parallel) {
                 return copy_dir(c, src, dst, 0);
         }
         if (pid == 0) {
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
                 close(p[0]);
                 WorkerResult wr = { 0 };
                 c->worker = 1;
@@ -455,10 +469,20 @@ static int copy_top(Copy *c, int src, int dst, bool parallel) {
                 wr.r = r < 0 ? r : -EIO;
         close(p[0]);
         c->worker = -1;
-        if (r >= 0 && wr.r < 0) {
+        if (r >= 0 && wr.r < 0 && r != TREE_ONE_COPIER) {
                 r = wr.r;
                 if (c->err && c->errlen)
                         snprintf(c->err, c->errlen, "%s", wr.err);
+        }
+        if (r == TREE_ONE_COPIER) {
+                char ignore[64];
+                TreeStats zero = { 0 };
+                *c->stats = zero;
+                if (c->err && c->errlen)
+                        c->err[0] = 0;
+                if ((r = tree_clear(dst, ignore, sizeof ignore)) < 0)
+                        return fail(c, r, "clear for a second try", NULL);
+                return copy_dir(c, src, dst, 0);
         }
         c->stats->files += wr.stats.files;
         c->stats->dirs += wr.stats.dirs;
@@ -502,57 +526,131 @@ int tree_copy_parallel(int src, int dst, const TreeIds *ids, TreeStats *stats, c
         return tree_copy_impl(src, dst, ids, stats, sysconf(_SC_NPROCESSORS_ONLN) > 1, err, errlen);
 }
 
-static int clear_dir(int dir, unsigned depth, char *err, size_t errlen) {
-        int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return negerrno();
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return negerrno();
-        }
-        int r = 0;
-        struct dirent *de;
-        while ((de = readdir(d))) {
-                const char *name = de->d_name;
-                if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-                        continue;
-                if (unlinkat(dir, name, 0) == 0 || errno == ENOENT)
-                        continue;
-                if (errno != EISDIR) {
-                        r = negerrno();
-                        snprintf(err, errlen, "remove %s: %s", name, strerror(-r));
-                        break;
-                }
-                if (depth >= TREE_MAX_DEPTH) {
-                        r = -ELOOP;
-                        snprintf(err, errlen, "remove %s: too deep", name);
-                        break;
-                }
-                _cleanup_close_ int sub = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (sub < 0) {
-                        r = negerrno();
-                        snprintf(err, errlen, "open %s: %s", name, strerror(-r));
-                        break;
-                }
-                /* Rootless, our own read-only directory must become writable to be emptied. */
-                (void)fchmod(sub, 0700);
-                if ((r = clear_dir(sub, depth + 1, err, errlen)) < 0)
-                        break;
-                if (unlinkat(dir, name, AT_REMOVEDIR) < 0 && errno != ENOENT) {
-                        r = negerrno();
-                        snprintf(err, errlen, "rmdir %s: %s", name, strerror(-r));
-                        break;
-                }
-        }
-        closedir(d);
-        return r;
+/* One level of the clear's walk: the directory's fd, its listing (closed beyond
+ * CLEAR_OPEN_LEVELS, then listed again on the way back up) and its name in its parent. */
+typedef struct Level {
+        int fd;
+        DIR *d;
+        char *name;
+} Level;
+
+#define CLEAR_OPEN_LEVELS 64
+
+static DIR *list_dir(int fd) {
+        int own = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = own >= 0 ? fdopendir(own) : NULL;
+        if (!d)
+                safe_close(own);
+        return d;
 }
 
-int tree_clear(int dir, char *err, size_t errlen) {
+/* Iterative, without a depth limit: a tree a command made as deep as it liked must never
+ * stand in the way of a restore. It goes back up through "..", which is the parent it came
+ * from as long as nothing renames directories meanwhile (the sandbox is frozen); if something
+ * does, the walk still stays on the tree's own filesystem below its top (a top directory is
+ * a mount point, and nothing can be moved out of a mount). */
+int tree_clear(int top, char *err, size_t errlen) {
+        Level *stack = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
         if (err && errlen)
                 err[0] = 0;
-        return clear_dir(dir, 0, err, errlen);
+        int cur = openat(top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = cur >= 0 ? list_dir(cur) : NULL;
+        if (!d) {
+                safe_close(cur);
+                return -EIO;
+        }
+        for (;;) {
+                struct dirent *de;
+                char *sub = NULL;
+                errno = 0;
+                while ((de = readdir(d))) {
+                        const char *name = de->d_name;
+                        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                                continue;
+                        if (unlinkat(cur, name, 0) == 0 || errno == ENOENT)
+                                continue;
+                        if (errno != EISDIR) {
+                                r = negerrno();
+                                snprintf(err, errlen, "remove %s: %s", name, strerror(-r));
+                                goto out;
+                        }
+                        if (!(sub = strdup(name))) {
+                                r = -ENOMEM;
+                                goto out;
+                        }
+                        break;
+                }
+                if (sub) {
+                        int s = openat(cur, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        DIR *sd = s >= 0 ? list_dir(s) : NULL;
+                        if (!sd) {
+                                r = s < 0 ? negerrno() : -EIO;
+                                snprintf(err, errlen, "open %s: %s", sub, strerror(-r));
+                                safe_close(s);
+                                free(sub);
+                                goto out;
+                        }
+                        /* Rootless, our own read-only directory must become writable to be emptied. */
+                        (void)fchmod(s, 0700);
+                        if (n == cap) {
+                                size_t ncap = cap ? cap * 2 : 64;
+                                Level *ns = realloc(stack, ncap * sizeof *ns);
+                                if (!ns) {
+                                        closedir(sd);
+                                        close(s);
+                                        free(sub);
+                                        r = -ENOMEM;
+                                        goto out;
+                                }
+                                stack = ns;
+                                cap = ncap;
+                        }
+                        if (n >= CLEAR_OPEN_LEVELS) {
+                                closedir(d);
+                                d = NULL;
+                                cur = safe_close(cur);
+                        }
+                        stack[n++] = (Level){ cur, d, sub };
+                        cur = s;
+                        d = sd;
+                        continue;
+                }
+                /* This directory is empty: back to its parent, and remove it there. */
+                closedir(d);
+                d = NULL;
+                if (n == 0)
+                        break;
+                Level up = stack[--n];
+                if (up.fd < 0) {
+                        up.fd = openat(cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        up.d = up.fd >= 0 ? list_dir(up.fd) : NULL;
+                }
+                cur = safe_close(cur);
+                cur = up.fd;
+                d = up.d;
+                if (cur < 0 || !d || (unlinkat(cur, up.name, AT_REMOVEDIR) < 0 && errno != ENOENT)) {
+                        r = cur < 0 || !d ? -EIO : negerrno();
+                        snprintf(err, errlen, "rmdir %s: %s", up.name, strerror(-r));
+                        free(up.name);
+                        goto out;
+                }
+                free(up.name);
+        }
+out:
+        if (d)
+                closedir(d);
+        safe_close(cur);
+        while (n > 0) {
+                Level *l = &stack[--n];
+                if (l->d)
+                        closedir(l->d);
+                safe_close(l->fd);
+                free(l->name);
+        }
+        free(stack);
+        return r;
 }
 
 int tree_become(uid_t uid, gid_t gid) {
@@ -567,6 +665,9 @@ int tree_become(uid_t uid, gid_t gid) {
         if (syscall(SYS_capget, &h, d) < 0)
                 return negerrno();
         const int caps[] = { CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID };
+        /* Those and nothing else: no CAP_SYS_ADMIN, CAP_MKNOD... in a process that walks
+         * trees a sandbox controls. */
+        d[0].effective = d[1].effective = 0;
         for (size_t i = 0; i < ELEMENTSOF(caps); i++)
                 d[caps[i] / 32].effective |= 1u << (caps[i] % 32);
         d[0].effective &= d[0].permitted;

@@ -81,6 +81,7 @@ struct Op {
         State *states;
         size_t n_states;
         bool started, released, frozen;
+        bool still; /* confirmed frozen (or nothing of the sandbox can run): two copiers are safe */
         uint64_t mark; /* the sandbox's run_order when the op was requested */
         int freeze_ev, freeze_timer;
         Watch freeze_w, freeze_timer_w;
@@ -136,6 +137,10 @@ static void op_release_sessions(Op *op) {
                 return;
         op->released = true;
         sandbox_pump_all(op->sb);
+}
+
+bool image_tree_busy(const SbxSandbox *sb) {
+        return sb->ops && sb->ops->started && (sb->ops->step == STEP_FREEZE || sb->ops->step == STEP_JOB);
 }
 
 bool image_run_held(const SbxSandbox *sb, uint64_t order) {
@@ -199,10 +204,13 @@ static void op_end(Op *op, const SbxOpResult *in) {
 }
 
 static void op_fail(Op *op, int error, const char *fmt, ...) {
+        /* Formatted aside first: an argument may be op->msg itself. */
+        char msg[sizeof op->msg];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(op->msg, sizeof op->msg, fmt, ap);
+        vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        memcpy(op->msg, msg, sizeof msg);
         log_debug("sandbox %s: %s", op->sb->box.id, op->msg);
         SbxOpResult res = { .error = error < 0 ? error : -EIO, .message = op->msg };
         op_end(op, &res);
@@ -352,6 +360,8 @@ static void freeze_check(Watch *w, uint32_t events) {
                 log_warn("sandbox %s: not frozen after %d ms; copying it live", op->sb->box.id, FREEZE_WAIT_MS);
         } else if (cgroup_frozen(op->sb->box.cg.dir) != 1) {
                 return;
+        } else {
+                op->still = true;
         }
         loop_del(op->sb->ctx->loop, &op->freeze_w);
         loop_del(op->sb->ctx->loop, &op->freeze_timer_w);
@@ -365,8 +375,10 @@ static int op_freeze(Op *op) {
         if (sb->box.cg.dir < 0 || cgroup_freeze(sb->box.cg.dir, true) < 0)
                 return 1; /* no v2 freezer here: copied live (documented) */
         op->frozen = true;
-        if (cgroup_frozen(sb->box.cg.dir) == 1)
+        if (cgroup_frozen(sb->box.cg.dir) == 1) {
+                op->still = true;
                 return 1;
+        }
         op->freeze_ev = cgroup_events_open(sb->box.cg.dir);
         op->freeze_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (op->freeze_ev < 0 || op->freeze_timer < 0 ||
@@ -381,6 +393,7 @@ static int op_freeze(Op *op) {
         if (cgroup_frozen(sb->box.cg.dir) == 1) {
                 loop_del(l, &op->freeze_w);
                 loop_del(l, &op->freeze_timer_w);
+                op->still = true;
                 return 1;
         }
         return 0;
@@ -417,7 +430,7 @@ static int job_fork(void *arg, char *err, size_t errlen) {
                         return src < 0 ? src : dst;
                 }
                 if ((r = tree_clear(dst, err, errlen)) < 0 ||
-                    (r = copy(op, op->frozen, src, dst, &ids, NULL, err, errlen)) < 0)
+                    (r = copy(op, op->still, src, dst, &ids, NULL, err, errlen)) < 0)
                         return r;
         }
         return 0;
@@ -453,7 +466,7 @@ static int job_snapshot(void *arg, char *err, size_t errlen) {
                         break;
                 }
                 _cleanup_close_ int dst = open_dir(dir, store_dirs[i]);
-                if ((r = dst) < 0 || (r = copy(op, op->frozen, src, dst, &ids, &st, err, errlen)) < 0)
+                if ((r = dst) < 0 || (r = copy(op, op->still, src, dst, &ids, &st, err, errlen)) < 0)
                         break;
         }
         if (r < 0) {
@@ -621,8 +634,18 @@ static void job_event(Watch *w, uint32_t events) {
         op_next_step(op);
 }
 
+/* The fds a job of this op may use. */
+static size_t op_fds(const Op *op, int keep[4]) {
+        keep[0] = op->sb->box.root_fd;
+        keep[1] = op->sb->box.snap_fd;
+        keep[2] = op->child ? op->child->box.root_fd : -1;
+        keep[3] = op->memfd;
+        return 4;
+}
+
 static int op_job(Op *op, JobFn fn) {
-        int r = job_start(&op->job, fn, op);
+        int keep[4];
+        int r = job_start(&op->job, fn, op, keep, op_fds(op, keep));
         if (r < 0)
                 return r;
         r = loop_add(op->sb->ctx->loop, &op->job_w, op->job.pidfd, EPOLLIN, job_event, op);
@@ -826,7 +849,8 @@ static void op_start(Op *op) {
                 break;
         case OP_IMPORT:
                 op->memfd = memfd_create("sbx-import", MFD_CLOEXEC);
-                if (op->memfd < 0 || (r = job_start(&op->job, job_import_check, op)) < 0 ||
+                int keep[4];
+                if (op->memfd < 0 || (r = job_start(&op->job, job_import_check, op, keep, op_fds(op, keep))) < 0 ||
                     (r = loop_add(sb->ctx->loop, &op->job_w, op->job.pidfd, EPOLLIN, import_checked, op)) < 0) {
                         job_kill(&op->job);
                         op_fail(op, -ENOMEM, "cannot start checking the archive");
@@ -947,7 +971,7 @@ static void sweep_start(SbxSandbox *sb, const char *id) {
         sw->loop = sb->ctx->loop;
         sw->store = sb->box.snap_fd;
         snprintf(sw->name, sizeof sw->name, "deleted-%llu", (unsigned long long)++n);
-        if (renameat(sw->store, id, sw->store, sw->name) < 0 || job_start(&sw->job, job_sweep, sw) < 0) {
+        if (renameat(sw->store, id, sw->store, sw->name) < 0 || job_start(&sw->job, job_sweep, sw, &sw->store, 1) < 0) {
                 free(sw);
                 return;
         }

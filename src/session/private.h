@@ -157,6 +157,9 @@ int sandbox_new_like(SbxSandbox *sb, SbxSandbox **ret, char *err, size_t errlen)
 /* image.c: whether a caller's run must wait for an operation requested before it (fork,
  * snapshot, export, restore, import are barriers in the order of requests). */
 bool image_run_held(const SbxSandbox *sb, uint64_t order);
+/* image.c: whether an operation is copying or replacing the sandbox's tree right now (the
+ * files API then refuses changes with -EBUSY: they would land half in, half out). */
+bool image_tree_busy(const SbxSandbox *sb);
 /* image.c's hooks: sb's pid 1 reported its root ready; sb is being freed. */
 void image_sandbox_ready(SbxSandbox *sb);
 void image_sandbox_freeing(SbxSandbox *sb);

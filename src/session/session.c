@@ -1452,6 +1452,8 @@ int sbx_file_read(SbxSandbox *sb, const char *path, uint64_t offset, uint64_t le
 }
 
 int sbx_file_write(SbxSandbox *sb, const char *path, const void *data, size_t len, int mode, bool append) {
+        if (image_tree_busy(sb))
+                return -EBUSY;
         FsCtx c = fs_ctx(sb);
         return c.root < 0 ? -ESRCH : fs_write(&c, path, data, len, mode, append);
 }
@@ -1467,16 +1469,22 @@ int sbx_file_list(SbxSandbox *sb, const char *path, unsigned depth, SbxFileInfo 
 }
 
 int sbx_file_mkdir(SbxSandbox *sb, const char *path, bool parents) {
+        if (image_tree_busy(sb))
+                return -EBUSY;
         FsCtx c = fs_ctx(sb);
         return c.root < 0 ? -ESRCH : fs_mkdir(&c, path, parents);
 }
 
 int sbx_file_remove(SbxSandbox *sb, const char *path, bool recursive) {
+        if (image_tree_busy(sb))
+                return -EBUSY;
         FsCtx c = fs_ctx(sb);
         return c.root < 0 ? -ESRCH : fs_remove(&c, path, recursive);
 }
 
 int sbx_file_rename(SbxSandbox *sb, const char *from, const char *to) {
+        if (image_tree_busy(sb))
+                return -EBUSY;
         FsCtx c = fs_ctx(sb);
         return c.root < 0 ? -ESRCH : fs_rename(&c, from, to);
 }

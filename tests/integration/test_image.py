@@ -325,13 +325,29 @@ alias say='echo said'
 h() { say in-h; }
 declare() { echo hijacked; }; alias() { echo hijacked; }; set() { echo hijacked; }; shopt() { echo hijacked; }
 builtin() { echo hijacked; }; unset() { echo hijacked; }; cd() { echo hijacked; }; umask() { echo hijacked; }
-trap 'echo trapped >&2' DEBUG; command set -o noclobber""")
+trap 'echo trapped >&2' DEBUG; command set -o noclobber
+function a=b { :; }; zz() { echo zz; }""")
     fork = src.fork()
     out = fork.sh(r"""command printf '%s|' "$R" "$I" "$NR" "$V" "${SPARSE[3]}" "${SPARSE[10]}" "${!SPARSE[*]}" "$LOW"; echo
-g 1; h; bash -c 'g from-child'; declare; command shopt -qo noclobber && echo noclobber-on
+g 1; h; bash -c 'g from-child'; declare; command shopt -qo noclobber && echo noclobber-on; zz
 (R=2) 2>/dev/null || echo readonly-kept; I+=1; command echo "$I" """)
     assert out == ('1|3|3|a\nb "c" \'d\' $x `y`|x|y z|3 10|abc|\n'
-                   "g 1\nsaid in-h\ng from-child\nhijacked\nnoclobber-on\nreadonly-kept\n4\n")
+                   "g 1\nsaid in-h\ng from-child\nhijacked\nnoclobber-on\nzz\nreadonly-kept\n4\n")
+
+
+def test_fork_and_snapshot_keep_hard_links_and_survive_deep_trees(srv):
+    """A 100 MB file with a second link fits a 160 MB sandbox only as one inode: the fork and
+    the snapshot must keep the link. A tree deeper than the copier goes (a command can make
+    one after a snapshot) must not stand in the way of restoring."""
+    src = new_box(srv, fsLimitBytes=160 * 1024 * 1024)
+    src.sh("head -c 100000000 /dev/zero > /tmp/a && ln /tmp/a /tmp/b && mkdir -p /tmp/d && ln /tmp/a /tmp/d/c")
+    fork = src.fork()
+    assert fork.sh("stat -c %i /tmp/a /tmp/b /tmp/d/c | uniq | wc -l; stat -c %h /tmp/a") == "1\n3\n"
+    snap = src.snapshot()
+    src.sh("rm /tmp/b; for i in $(seq 300); do mkdir d; cd d; done; echo deep > f")
+    src.restore(snap)
+    assert src.sh("stat -c %h /tmp/a; ls /tmp | tr '\\n' ' '; test -d /home/user/d && echo still-deep || echo cleared") == \
+        "3\na b d cleared\n"
 
 
 def test_fork_of_fork_and_of_created_sandbox(srv):
@@ -569,6 +585,8 @@ def entry(name, kind="f", data=b"", mode=None, linkname="", major=0, minor=0):
         ti.type, ti.mode, ti.linkname = tarfile.SYMTYPE, 0o777, linkname
     elif kind == "c":
         ti.type, ti.mode, ti.devmajor, ti.devminor = tarfile.CHRTYPE, 0o666, major, minor
+    elif kind == "h":
+        ti.type, ti.mode, ti.linkname = tarfile.LNKTYPE, 0o644, linkname
     return (ti, data)
 
 
@@ -709,6 +727,15 @@ def test_import_refuses_unsafe_archives(srv, target):
     big = bytes(1536 * 1024)  # 1.5 MiB > the target's 1 MiB
     msg = refused(tgt, bad([entry("home/user/big", data=big)]), listing)
     assert "too large" in msg or "limit" in msg, msg
+    # 300 one-byte files: 300 bytes, but 300 pages of tmpfs (1.2 MiB) in a 1 MiB sandbox.
+    msg = refused(tgt, bad([entry(f"home/user/p{i}", data=b"x") for i in range(300)]), listing)
+    assert "too large" in msg, msg
+    # A hard link between tmp and home/user: link() cannot cross the sandbox's bind mounts.
+    refused(tgt, bad([entry("tmp/a", data=b"x"), entry("home/user/h", "h", linkname="tmp/a")]), listing, "hard link")
+    # A session state the shell could not apply.
+    refused(tgt, bad(fix=lambda m: m.update(sessions=[{"name": "default",
+                                                        "state": base64.b64encode(b"not a state").decode()}])),
+            listing, "not a session state")
     # Only the manifest missing.
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:

@@ -245,8 +245,10 @@ static ino_t ino_of(const char *path) {
 
 static void test_round_trip(void) {
         CHECK(fill_tree(), "source tree built");
-        uint8_t state[] = { 0, 1, 2, 'd', 'e', 'c', 'l', 'a', 'r', 'e', 0, 0xff };
-        ArchiveSession sessions[] = { { "default", state, sizeof state }, { "build.2", NULL, 0 } };
+        /* A state as the builtin writes it, with binary bytes in a section. */
+        uint8_t state[] = { 'S', 'B', 'X', 'S', 'T', 'A', 'T', 'E', ' ', '1', '\n', 'V', ':', '4', '\n', 0, 1, 0xff, 'd', '\n' };
+        uint8_t empty_state[] = "SBXSTATE 1\n";
+        ArchiveSession sessions[] = { { "default", state, sizeof state }, { "build.2", empty_state, sizeof empty_state - 1 } };
         ArchiveMeta out = { .limits = { 4 << 20, 500, 2 << 20, 3, 4, 5, 6, 7 },
                             .sessions = sessions,
                             .n_sessions = 2,
@@ -261,7 +263,9 @@ static void test_round_trip(void) {
         safe_close(root);
         /* 3 tops + nul.bin empty suid fifo shared raw + big d1 d2 deep ro f emptydir link abs hl big2 café
          * long/ long/long longlink + seg */
-        CHECK(out.entries == 25 && out.bytes == 9 + 10 + 3 + sizeof big + 5 + 2 + 4 + 4 + 3,
+        /* home/user/hl, a hard link of tmp/nul.bin, is a file of its own: link() does not cross
+         * the sandbox's bind mounts. */
+        CHECK(out.entries == 25 && out.bytes == 9 + 10 + 3 + sizeof big + 5 + 2 + 4 + 4 + 3 + 9,
               "export counts entries and bytes (%llu, %llu)", (unsigned long long)out.entries,
               (unsigned long long)out.bytes);
 
@@ -281,7 +285,7 @@ static void test_round_trip(void) {
         CHECK(memcmp(&in.limits, &out.limits, sizeof in.limits) == 0, "limits survive the round trip");
         CHECK(in.n_sessions == 2 && strcmp(in.sessions[0].name, "default") == 0 &&
                       in.sessions[0].state_len == sizeof state && memcmp(in.sessions[0].state, state, sizeof state) == 0 &&
-                      strcmp(in.sessions[1].name, "build.2") == 0 && in.sessions[1].state_len == 0,
+                      strcmp(in.sessions[1].name, "build.2") == 0 && in.sessions[1].state_len == sizeof empty_state - 1,
               "sessions and their binary states survive the round trip");
         archive_meta_clear(&in);
         CHECK(in.sessions == NULL && in.n_sessions == 0, "meta clear frees the sessions");
@@ -303,8 +307,8 @@ static void test_round_trip(void) {
         CHECK(stat(at("b/home/user/ro"), &st) == 0 && (st.st_mode & 07777) == 0555 &&
                       stat(at("b/home/user/ro/f"), &st) == 0,
               "read-only directory extracted with its content");
-        CHECK(ino_of(at("b/tmp/nul.bin")) == ino_of(at("b/home/user/hl")) && ino_of(at("b/tmp/nul.bin")) != 0,
-              "hard link across tmp and home/user kept as one inode");
+        CHECK(ino_of(at("b/tmp/nul.bin")) != ino_of(at("b/home/user/hl")) && ino_of(at("b/home/user/hl")) != 0,
+              "hard link across tmp and home/user exported as a file of its own");
         CHECK(ino_of(at("b/home/user/big")) == ino_of(at("b/home/user/d1/big2")) && ino_of(at("b/home/user/big")) != 0,
               "hard link within home/user kept as one inode");
         CHECK(stat(at("b/tmp/fifo"), &st) == 0 && S_ISFIFO(st.st_mode), "fifo extracted as a fifo");
@@ -419,7 +423,7 @@ static uint8_t *build(const TEnt *es, size_t n, const TOpts *o, size_t *ret_len)
         snprintf(manifest, sizeof manifest,
                  "{\"format\":\"%s\",\"version\":%d,\"createdAt\":1,\"limits\":{\"fsBytes\":1,\"fileCount\":2,"
                  "\"memoryBytes\":3,\"pids\":4,\"stdoutBytes\":5,\"stderrBytes\":6,\"commandBytes\":7,\"timeoutMs\":8},"
-                 "\"sessions\":[{\"name\":\"%s\",\"state\":\"aGk=\"}],"
+                 "\"sessions\":[{\"name\":\"%s\",\"state\":\"U0JYU1RBVEUgMQpWOjIKaGkK\"}],"
                  "\"payload\":{\"sha256\":\"%s\",\"entries\":%zu,\"bytes\":%zu}}",
                  o->format ? o->format : "sbx-export", o->version ? o->version : 1, o->session ? o->session : "default",
                  hex, n, bytes);
@@ -520,6 +524,23 @@ static void test_hostile(void) {
                                                          "\"limits\":{}}" },
                NULL, "missing or invalid payload", TOP, FILE_A);
         EXPECT("bad session name", { .session = "no spaces" }, NULL, "invalid session name", TOP, FILE_A);
+        EXPECT("session state not a state", { .manifest = "{\"format\":\"sbx-export\",\"version\":1,\"createdAt\":1,"
+                                                       "\"limits\":{\"fsBytes\":1,\"fileCount\":2,\"memoryBytes\":3,"
+                                                       "\"pids\":4,\"stdoutBytes\":5,\"stderrBytes\":6,\"commandBytes\":7,"
+                                                       "\"timeoutMs\":8},\"sessions\":[{\"name\":\"a\",\"state\":\"aGk=\"}],"
+                                                       "\"payload\":{\"sha256\":\"x\",\"entries\":0,\"bytes\":0}}" },
+               NULL, "not a session state", TOP);
+        {
+                /* {"a":[{},{},...]}: a few bytes compressed, gigabytes once built by jansson. */
+                static char bomb[200000];
+                size_t k = (size_t)snprintf(bomb, sizeof bomb, "{\"a\":[");
+                while (k + 4 < sizeof bomb) {
+                        memcpy(bomb + k, "{},", 3);
+                        k += 3;
+                }
+                memcpy(bomb + k - 1, "]}", 3);
+                EXPECT("manifest with 66,000 objects", { .manifest = bomb }, NULL, "more than 4096 objects and arrays", TOP);
+        }
         EXPECT("entry after the manifest", { .after = &(const TEnt)FILE_A }, NULL, "after the manifest", TOP);
         EXPECT("absolute path", {}, NULL, "/etc/passwd: absolute path", TOP, { "/etc/passwd", 'f', 0644, "x", NULL });
         EXPECT("'..' path", {}, NULL, "tmp/../x: '..' component", TOP, { "tmp/../x", 'f', 0644, "x", NULL });
@@ -546,7 +567,7 @@ static void test_hostile(void) {
                { "tmp/a/b", 'f', 0644, "x", NULL });
         EXPECT("top directory as a file", {}, NULL, "tmp: not a directory", { "tmp", 'f', 0644, "x", NULL });
         ArchiveLimits small = { .fs_bytes = 8, .file_count = 100 };
-        EXPECT("more bytes than fs_bytes", {}, &small, "archive too large: 10 bytes, the limit is 8", TOP, FILE_A,
+        EXPECT("more bytes than fs_bytes", {}, &small, "archive too large: 4096 bytes on the sandbox's filesystem, the limit is 8", TOP, FILE_A,
                { "tmp/b", 'f', 0644, "hello", NULL });
         ArchiveLimits few = { .fs_bytes = 1 << 20, .file_count = 2 };
         EXPECT("more entries than file_count", {}, &few, "too many entries: more than 2", TOP, FILE_A,
