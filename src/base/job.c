@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,6 +83,17 @@ int job_start(Job *j, JobFn fn, void *arg, const int *keep, size_t n_keep) {
         j->pidfd = (int)fd;
         j->result = p[0];
         return 0;
+}
+
+int job_drop_privileges(void) {
+        if (geteuid() == 0 && (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+                               setresuid(65534, 65534, 65534) < 0))
+                return negerrno();
+        struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+        struct __user_cap_data_struct d[2] = { 0 };
+        if (syscall(SYS_capset, &h, d) < 0)
+                return negerrno();
+        return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? negerrno() : 0;
 }
 
 int job_finish(Job *j, char *err, size_t errlen) {

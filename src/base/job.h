@@ -22,6 +22,9 @@ typedef int (*JobFn)(void *arg, char *err, size_t errlen);
  * run's stdin, a client's socket) would keep it open for as long as the job runs. The job
  * dies with the daemon. Returns 0 or -errno. */
 int job_start(Job *j, JobFn fn, void *arg, const int *keep, size_t n_keep);
+/* For a job that only reads memory it was given and writes fds it already has (checking a
+ * hostile archive): becomes nobody with no capabilities. Returns 0 or -errno. */
+int job_drop_privileges(void);
 /* Reaps an ended job. Returns fn's result (-EIO if the job died without one). */
 int job_finish(Job *j, char *err, size_t errlen);
 /* Kills and reaps a job that is still running (when its purpose is gone). */

@@ -539,7 +539,12 @@ static int job_import_check(void *arg, char *err, size_t errlen) {
         Op *op = arg;
         ArchiveLimits lim = { .fs_bytes = op->sb->limits.fs_bytes, .file_count = op->sb->limits.file_count };
         ArchiveMeta meta = { 0 };
-        int r = archive_check(op->archive, op->archive_len, &lim, &meta, err, errlen);
+        int r = job_drop_privileges();
+        if (r < 0) {
+                snprintf(err, errlen, "cannot drop privileges to check the archive: %s", strerror(-r));
+                return r;
+        }
+        r = archive_check(op->archive, op->archive_len, &lim, &meta, err, errlen);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < meta.n_sessions; i++) {
