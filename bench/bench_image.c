@@ -519,15 +519,7 @@ static void report(const Parent *big, const Parent *small) {
         printf("- default sandbox options (256 MiB, 10,000 inodes); N = %u per row after %u warm-up; %u ms of loop "
                "turns between two operations\n\n",
                cfg.n, cfg.warmup, cfg.gap_ms);
-        printf("| | Benchmark | N | p50 | p90 | p99 | max | mean | Notes |\n|---|---|---|---|---|---|---|---|---|\n");
-        for (size_t i = 0; i < row_count(); i++) {
-                const Row *r = row_at(i);
-                if (!r->have)
-                        printf("| %s | %s | – | – | – | – | – | – | %s |\n", r->key, r->name, r->note);
-                else
-                        printf("| %s | %s | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", r->key, r->name, r->s.n,
-                               r->s.p50, r->s.p90, r->s.p99, r->s.max, r->s.mean, r->note);
-        }
+        rows_print(1);
         printf("\n## Fork, snapshots: targets (verdict on p50)\n\n| Target | Measured | | Verdict |\n|---|---|---|---|\n");
         target_line("fork, 100 MB in 1,000 files ≤ 100 ms", "cold: fork → done", "f_cold", 100);
         target_line("", "cold: fork → first result", "f_cold_first", 100);

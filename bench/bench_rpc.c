@@ -1314,15 +1314,7 @@ static void report(void) {
         printf("Server: `%s serve --socket PATH%s%s`%s.\n\n", cfg.sbx, cfg.pool >= 0 ? " --pool " : "",
                cfg.pool >= 0 ? pool_txt : "", cfg.srv_nice_set ? ", in a session of its own (autogroup nice set)" : "");
         printf("## The daemon: latency (ms)\n\n");
-        printf("| | Benchmark | N | p50 | p90 | p99 | max | mean | Notes |\n|---|---|---|---|---|---|---|---|---|\n");
-        for (size_t i = 0; i < row_count(); i++) {
-                const Row *r = row_at(i);
-                if (!r->have)
-                        printf("| %s | %s | – | – | – | – | – | – | %s |\n", r->key, r->name, r->note);
-                else
-                        printf("| %s | %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %s |\n", r->key, r->name, r->s.n,
-                               r->s.p50, r->s.p90, r->s.p99, r->s.max, r->s.mean, r->note);
-        }
+        rows_print(3);
         if (conc.have) {
                 printf("\n## The daemon: %u concurrent clients\n\n| | |\n|---|---|\n", conc.clients);
                 printf("| sandboxes created | %u of %u, all answered after %.1f ms (p50 %.1f ms, p99 %.1f ms) |\n",

@@ -190,3 +190,16 @@ void loop_quiet(SbxContext *ctx, int quiet_ms) {
                 if (sbx_context_run_once(ctx, quiet_ms) <= 0)
                         return;
 }
+
+void rows_print(int decimals) {
+        printf("| | Benchmark | N | p50 | p90 | p99 | max | mean | Notes |\n|---|---|---|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < row_count(); i++) {
+                const Row *r = row_at(i);
+                if (!r->have)
+                        printf("| %s | %s | – | – | – | – | – | – | %s |\n", r->key, r->name, r->note);
+                else
+                        printf("| %s | %s | %zu | %.*f | %.*f | %.*f | %.*f | %.*f | %s |\n", r->key, r->name, r->s.n,
+                               decimals, r->s.p50, decimals, r->s.p90, decimals, r->s.p99, decimals, r->s.max,
+                               decimals, r->s.mean, r->note);
+        }
+}

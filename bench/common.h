@@ -65,6 +65,8 @@ typedef struct Row {
 /* Adds a row (at most 40; more are dropped); name and note are escaped for a table cell. */
 void row_add(const char *key, const char *name, const Summary *s, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
+/* Prints every row as a Markdown table (p50, p90, p99, max, mean) with `decimals` digits. */
+void rows_print(int decimals);
 /* The row with this key that has samples, or NULL. */
 const Row *row_find(const char *key);
 size_t row_count(void);

@@ -80,6 +80,8 @@ struct Op {
         RunCtx *runs;
         State *states;
         size_t n_states;
+        const State *applying; /* step 4: the states being applied (op's own or a snapshot's) */
+        size_t n_applying;
         bool started, released, frozen;
         bool still; /* confirmed frozen (or nothing of the sandbox can run): two copiers are safe */
         uint64_t mark; /* the sandbox's run_order when the op was requested */
@@ -287,17 +289,23 @@ static Op *runctx_take(RunCtx *c) {
         return op;
 }
 
+/* The op's first error, from an internal run that failed in session `name`. */
+static void op_run_failed(Op *op, const char *name, const char *what, const SbxResult *r) {
+        if (op->error)
+                return;
+        op->error = -EIO;
+        snprintf(op->msg, sizeof op->msg, "session %s: could not %s its state (exit %d%s%.*s)", name, what,
+                 r->exit_code, r->stderr_len ? ": " : "", (int)MIN(r->stderr_len, 200u), (const char *)r->stderr_data);
+}
+
 static void session_step_done(void *ud, const SbxResult *r) {
         RunCtx *c = ud;
         size_t idx = c->idx;
         Op *op = runctx_take(c);
         if (!op)
                 return;
-        if (r->exit_code != 0 && !op->error) {
-                op->error = -EIO;
-                snprintf(op->msg, sizeof op->msg, "session %s: could not take its state (exit %d%s%.*s)",
-                         idx < op->n_states ? op->states[idx].name : "?", r->exit_code,
-                         r->stderr_len ? ": " : "", (int)MIN(r->stderr_len, 200u), (const char *)r->stderr_data);
+        if (r->exit_code != 0) {
+                op_run_failed(op, idx < op->n_states ? op->states[idx].name : "?", "take", r);
         } else if (idx < op->n_states && (op->kind == OP_FORK || op->kind == OP_SNAPSHOT || op->kind == OP_EXPORT)) {
                 if (r->stdout_truncated && !op->error) {
                         op->error = -EFBIG;
@@ -413,15 +421,21 @@ static int copy(const Op *op, bool source_still, int src, int dst, const TreeIds
         return source_still ? tree_copy_parallel(src, dst, ids, st, err, errlen) : tree_copy(src, dst, ids, st, err, errlen);
 }
 
+/* A job that creates files in b's tree acts as b's user. */
+static int become(const Box *b, char *err, size_t errlen) {
+        int r = tree_become(b->host_uid, b->host_gid);
+        if (r < 0)
+                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+        return r;
+}
+
 static int job_fork(void *arg, char *err, size_t errlen) {
         Op *op = arg;
         Box *from = &op->sb->box, *to = &op->child->box;
         TreeIds ids = { from->host_uid, to->host_uid, from->host_gid, to->host_gid };
-        int r = tree_become(to->host_uid, to->host_gid);
-        if (r < 0) {
-                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+        int r = become(to, err, errlen);
+        if (r < 0)
                 return r;
-        }
         for (int i = 0; i < N_DIRS; i++) {
                 _cleanup_close_ int src = open_dir(from->root_fd, tree_dirs[i]);
                 _cleanup_close_ int dst = open_dir(to->root_fd, tree_dirs[i]);
@@ -441,11 +455,9 @@ static int job_snapshot(void *arg, char *err, size_t errlen) {
         Box *b = &op->sb->box;
         TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
         TreeStats st = { 0 };
-        int r = tree_become(b->host_uid, b->host_gid);
-        if (r < 0) {
-                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+        int r = become(b, err, errlen);
+        if (r < 0)
                 return r;
-        }
         if (mkdirat(b->snap_fd, op->snap_id, 0700) < 0) {
                 r = negerrno();
                 snprintf(err, errlen, "%s", r == -ENOSPC ? "the snapshot budget is used up" : strerror(-r));
@@ -487,11 +499,9 @@ static int job_restore(void *arg, char *err, size_t errlen) {
         Op *op = arg;
         Box *b = &op->sb->box;
         TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
-        int r = tree_become(b->host_uid, b->host_gid);
-        if (r < 0) {
-                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+        int r = become(b, err, errlen);
+        if (r < 0)
                 return r;
-        }
         _cleanup_close_ int snap = open_dir(b->snap_fd, op->snap->id);
         if (snap < 0) {
                 snprintf(err, errlen, "snapshot %s: %s", op->snap->id, strerror(-snap));
@@ -562,11 +572,9 @@ static int job_import_check(void *arg, char *err, size_t errlen) {
 static int job_import_extract(void *arg, char *err, size_t errlen) {
         Op *op = arg;
         Box *b = &op->sb->box;
-        int r = tree_become(b->host_uid, b->host_gid);
-        if (r < 0) {
-                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
+        int r = become(b, err, errlen);
+        if (r < 0)
                 return r;
-        }
         for (int i = 0; i < N_DIRS; i++) {
                 _cleanup_close_ int dst = open_dir(b->root_fd, tree_dirs[i]);
                 if (dst < 0) {
@@ -648,12 +656,13 @@ static size_t op_fds(const Op *op, int keep[4]) {
         return 4;
 }
 
-static int op_job(Op *op, JobFn fn) {
+/* Starts fn as the op's job; `ended` is called from the loop when it has exited. */
+static int op_job(Op *op, JobFn fn, WatchFn ended) {
         int keep[4];
         int r = job_start(&op->job, fn, op, keep, op_fds(op, keep));
         if (r < 0)
                 return r;
-        r = loop_add(op->sb->ctx->loop, &op->job_w, op->job.pidfd, EPOLLIN, job_event, op);
+        r = loop_add(op->sb->ctx->loop, &op->job_w, op->job.pidfd, EPOLLIN, ended, op);
         if (r < 0)
                 job_kill(&op->job);
         return r;
@@ -667,12 +676,8 @@ static void apply_done(void *ud, const SbxResult *r) {
         Op *op = runctx_take(c);
         if (!op)
                 return;
-        if (r->exit_code != 0 && !op->error) {
-                op->error = -EIO;
-                snprintf(op->msg, sizeof op->msg, "session %s: could not restore its state (exit %d%s%.*s)",
-                         idx < op->n_states ? op->states[idx].name : "?", r->exit_code, r->stderr_len ? ": " : "",
-                         (int)MIN(r->stderr_len, 200u), (const char *)r->stderr_data);
-        }
+        if (r->exit_code != 0)
+                op_run_failed(op, idx < op->n_applying ? op->applying[idx].name : "?", "restore", r);
         if (--op->pending == 0)
                 op_next_step(op);
 }
@@ -687,6 +692,8 @@ static const State *state_find(const State *v, size_t n, const char *name) {
 /* Gives `target` the op's session states: sessions named in them are made or restarted and
  * restored; the others (restore and import only) restart with a fresh state. */
 static int op_apply(Op *op, SbxSandbox *target, const State *states, size_t n, bool restart) {
+        op->applying = states;
+        op->n_applying = n;
         if (restart)
                 for (SbxSession *s = target->sessions; s; s = s->next)
                         if (!state_find(states, n, sbx_session_name(s)))
@@ -738,7 +745,7 @@ static void op_next_step(Op *op) {
                 JobFn fn = op->kind == OP_FORK ? job_fork : op->kind == OP_SNAPSHOT ? job_snapshot
                          : op->kind == OP_RESTORE ? job_restore : op->kind == OP_EXPORT ? job_export
                          : job_import_extract;
-                if ((r = op_job(op, fn)) < 0)
+                if ((r = op_job(op, fn, job_event)) < 0)
                         op_fail(op, r, "cannot start the copy: %s", strerror(-r));
                 return;
         }
@@ -854,12 +861,8 @@ static void op_start(Op *op) {
                 break;
         case OP_IMPORT:
                 op->memfd = memfd_create("sbx-import", MFD_CLOEXEC);
-                int keep[4];
-                if (op->memfd < 0 || (r = job_start(&op->job, job_import_check, op, keep, op_fds(op, keep))) < 0 ||
-                    (r = loop_add(sb->ctx->loop, &op->job_w, op->job.pidfd, EPOLLIN, import_checked, op)) < 0) {
-                        job_kill(&op->job);
+                if (op->memfd < 0 || op_job(op, job_import_check, import_checked) < 0)
                         op_fail(op, -ENOMEM, "cannot start checking the archive");
-                }
                 return;
         case OP_RESTORE:
         default:

@@ -901,6 +901,21 @@ SbxSession *sbx_session_free(SbxSession *s) {
 
 /* ---------------------------------------------------------------- public: runs */
 
+/* A run of session s with no fds yet and output buffers capped as given. */
+static SbxRun *run_new(SbxSession *s, size_t out_cap, size_t err_cap, SbxDoneFn done, void *ud) {
+        SbxRun *r = calloc(1, sizeof *r);
+        if (!r)
+                return NULL;
+        r->s = s;
+        r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = -1;
+        buf_init(&r->out, out_cap);
+        buf_init(&r->err, err_cap);
+        r->on_done = done;
+        r->ud = ud;
+        r->seq = ++s->seq;
+        return r;
+}
+
 static void run_refuse(SbxRun *r, SbxErrorClass ec, const char *msg) {
         r->exit_code = 1;
         r->error_class = ec;
@@ -927,17 +942,10 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         if (env_len > SBX_MAX_RUN_ENV_BYTES)
                 return -E2BIG;
 
-        SbxRun *r = calloc(1, sizeof *r);
+        SbxRun *r = run_new(s, sb->limits.stdout_bytes, sb->limits.stderr_bytes, on_done_fn, ud);
         if (!r)
                 return -ENOMEM;
-        r->s = s;
-        r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = -1;
-        buf_init(&r->out, sb->limits.stdout_bytes);
-        buf_init(&r->err, sb->limits.stderr_bytes);
         r->on_output = on_output;
-        r->on_done = on_done_fn;
-        r->ud = ud;
-        r->seq = ++s->seq;
         r->order = ++sb->run_order;
         r->timeout_ms = o->timeout_ms ? o->timeout_ms : sb->timeout_ms;
         r->persist_env = o->persist_env;
@@ -996,16 +1004,9 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
 
 int session_run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark,
                          SbxDoneFn done, void *ud) {
-        SbxRun *r = calloc(1, sizeof *r);
+        SbxRun *r = run_new(s, SBX_MAX_STATE_BYTES, 64 * 1024, done, ud);
         if (!r)
                 return -ENOMEM;
-        r->s = s;
-        r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = -1;
-        buf_init(&r->out, SBX_MAX_STATE_BYTES);
-        buf_init(&r->err, 64 * 1024);
-        r->on_done = done;
-        r->ud = ud;
-        r->seq = ++s->seq;
         r->timeout_ms = SBX_STATE_TIMEOUT_MS;
         r->internal = true;
         r->wire_flags = flags;

@@ -6,6 +6,8 @@ either (or the binary) is missing, every test here is skipped with the reason.
 The binary is $SBX_BIN, else <repo>/build/src/cli/sbx.
 """
 import contextlib
+import json
+import threading
 import os
 import re
 import signal
@@ -352,3 +354,64 @@ def host_ipv4():
         if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", tok) and not tok.startswith("127."):
             return tok
     return None
+
+
+class Peer:
+    """A raw JSON-RPC client over a pair of byte streams; collects notifications."""
+
+    def __init__(self, rfile, wfile):
+        self.rfile, self.wfile = rfile, wfile
+        self.next_id = 1
+        self.answers = {}
+        self.notes = []
+        self.cond = threading.Condition()
+        self.closed = False
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.rfile:
+            msg = json.loads(line)
+            with self.cond:
+                if "id" in msg and ("result" in msg or "error" in msg):
+                    self.answers[json.dumps(msg["id"])] = msg
+                else:
+                    self.notes.append(msg)
+                self.cond.notify_all()
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def send_raw(self, data: bytes):
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def send(self, method, params=None, id=None):
+        if id is None:
+            id = self.next_id
+            self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send_raw((json.dumps(msg) + "\n").encode())
+        return id
+
+    def wait(self, id, timeout=30):
+        key = json.dumps(id)
+        with self.cond:
+            ok = self.cond.wait_for(lambda: key in self.answers or self.closed, timeout)
+            assert ok and key in self.answers, f"no answer to {id}"
+            return self.answers.pop(key)
+
+    def call(self, method, params=None, timeout=30):
+        return self.wait(self.send(method, params), timeout)
+
+    def result(self, method, params=None, timeout=30):
+        ans = self.call(method, params, timeout)
+        assert "result" in ans, ans
+        return ans["result"]
+
+    def error(self, method, params=None, timeout=30):
+        ans = self.call(method, params, timeout)
+        assert "error" in ans, ans
+        return ans["error"]

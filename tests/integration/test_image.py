@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -25,10 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN") or str(REPO / "build" / "src" / "cli" / "sbx")
 sys.path.insert(0, str(REPO / "sdk" / "python"))
 
-try:  # the shared leftover check; the tests still work without it
-    from conftest import SPAWNED
-except ImportError:  # pragma: no cover
-    SPAWNED = []
+from conftest import SPAWNED, Peer  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
@@ -42,67 +38,6 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 # ---------------------------------------------------------------- raw JSON-RPC client
-
-class Peer:
-    """A raw JSON-RPC client over a pair of byte streams; collects notifications."""
-
-    def __init__(self, rfile, wfile):
-        self.rfile, self.wfile = rfile, wfile
-        self.next_id = 1
-        self.answers = {}
-        self.notes = []
-        self.cond = threading.Condition()
-        self.closed = False
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.rfile:
-            msg = json.loads(line)
-            with self.cond:
-                if "id" in msg and ("result" in msg or "error" in msg):
-                    self.answers[json.dumps(msg["id"])] = msg
-                else:
-                    self.notes.append(msg)
-                self.cond.notify_all()
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
-
-    def send_raw(self, data: bytes):
-        self.wfile.write(data)
-        self.wfile.flush()
-
-    def send(self, method, params=None, id=None):
-        if id is None:
-            id = self.next_id
-            self.next_id += 1
-        msg = {"jsonrpc": "2.0", "id": id, "method": method}
-        if params is not None:
-            msg["params"] = params
-        self.send_raw((json.dumps(msg) + "\n").encode())
-        return id
-
-    def wait(self, id, timeout=30):
-        key = json.dumps(id)
-        with self.cond:
-            ok = self.cond.wait_for(lambda: key in self.answers or self.closed, timeout)
-            assert ok and key in self.answers, f"no answer to {id}"
-            return self.answers.pop(key)
-
-    def call(self, method, params=None, timeout=30):
-        return self.wait(self.send(method, params), timeout)
-
-    def result(self, method, params=None, timeout=30):
-        ans = self.call(method, params, timeout)
-        assert "result" in ans, ans
-        return ans["result"]
-
-    def error(self, method, params=None, timeout=30):
-        ans = self.call(method, params, timeout)
-        assert "error" in ans, ans
-        return ans["error"]
-
 
 def start_server():
     errf = tempfile.TemporaryFile()
@@ -348,6 +283,58 @@ def test_fork_and_snapshot_keep_hard_links_and_survive_deep_trees(srv):
     src.restore(snap)
     assert src.sh("stat -c %h /tmp/a; ls /tmp | tr '\\n' ' '; test -d /home/user/d && echo still-deep || echo cleared") == \
         "3\na b d cleared\n"
+
+
+def test_snapshot_count_cap(srv):
+    """At most 32 snapshots per sandbox, whatever the bytes: the 33rd is refused, nothing is
+    kept for it, and deleting one makes room again."""
+    box = new_box(srv)
+    box.sh("echo x > /tmp/x")
+    ids = [box.snapshot() for _ in range(32)]
+    err = box.peer.error("snapshot.create", box.p())
+    assert err["code"] == 1 and err["message"].startswith("ENOSPC") and "32 snapshots" in err["message"], err
+    assert len(box.peer.result("snapshot.list", box.p())["snapshots"]) == 32
+    assert box.peer.result("snapshot.delete", box.p(id=ids[0])) == {"ok": True}
+    box.snapshot()
+
+
+def test_state_too_large_to_move(srv):
+    """A session state over 16 MiB cannot be forked: a clear error, and both the sandbox and
+    the session keep working with their state."""
+    box = new_box(srv)
+    box.sh("big=$(head -c 17000000 /dev/zero | tr '\\0' a); small=1", timeout=60)
+    err = box.peer.error("sandbox.fork", box.p(), timeout=60)
+    assert err["code"] == 1 and "larger than" in err["message"], err
+    assert box.sh("echo ${#big} $small") == "17000000 1\n"
+    assert box.peer.result("health")["sandboxes"] == 1
+
+
+def test_files_api_refuses_changes_while_a_tree_is_copied(srv):
+    """While a snapshot's job copies the tree, files.write gets EBUSY (a change then would be
+    half in the snapshot); before and after it works. Writes are sent every few ms while a
+    100 MB snapshot is taken, so some land inside the copy."""
+    box = new_box(srv)
+    box.sh("mkdir -p /home/user/data && for i in $(seq 100); do head -c 1000000 /dev/urandom > /home/user/data/f$i; done",
+           timeout=60)
+    busy = ok = 0
+    for _ in range(5):
+        snap = box.peer.send("snapshot.create", box.p())
+        writes = []
+        while json.dumps(snap) not in box.peer.answers:
+            writes.append(box.peer.send("files.write", box.p(path="/tmp/w", data="eA==")))
+            time.sleep(0.002)
+        assert "result" in box.peer.wait(snap)
+        for w in writes:
+            ans = box.peer.wait(w)
+            if "error" in ans:
+                assert ans["error"]["code"] == 1 and ans["error"]["message"].startswith("EBUSY"), ans
+                busy += 1
+            else:
+                ok += 1
+        if busy:
+            break
+    assert busy > 0 and ok > 0, (busy, ok)
+    box.write("/tmp/after", b"y")
 
 
 def test_fork_of_fork_and_of_created_sandbox(srv):
