@@ -87,9 +87,8 @@ static int finish_entry(Copy *c, int fd, int dir, const char *name, const struct
         gid_t g = map_gid(c, st->st_gid);
         /* Everything is created in directories that are 0700 until filled (never setgid),
          * so a new entry belongs to this process's fs ids. */
-        struct stat now = { .st_uid = c->own_uid, .st_gid = c->own_gid };
         int r = 0;
-        if (now.st_uid != u || now.st_gid != g) {
+        if (c->own_uid != u || c->own_gid != g) {
                 r = fd >= 0 ? fchown(fd, u, g) : fchownat(dir, name, u, g, AT_SYMLINK_NOFOLLOW);
                 if (r < 0 && errno != EPERM)
                         return negerrno();
@@ -199,7 +198,7 @@ static void link_add(Copy *c, ino_t ino) {
 
 static int copy_dir(Copy *c, int src, int dst, unsigned depth);
 
-static int copy_file(Copy *c, int src, int dst, const char *name, int in);
+static int copy_file(Copy *c, int dst, const char *name, int in);
 
 /* A directory of the top, in a parallel copy: both workers make it (whoever comes second
  * finds it there) and copy their share of its entries; its attributes come last, from
@@ -252,7 +251,7 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
                 /* Most entries: opened at once, and the open file is what gets stat'ed. */
                 int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
                 if (in >= 0)
-                        return copy_file(c, src, dst, name, in);
+                        return copy_file(c, dst, name, in);
                 if (errno == ENOENT)
                         return 0;
                 if (errno != ELOOP && errno != ENXIO)
@@ -267,7 +266,7 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
                 int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
                 if (in < 0)
                         return errno == ENOENT || errno == ELOOP ? 0 : fail(c, negerrno(), "open", name);
-                return copy_file(c, src, dst, name, in);
+                return copy_file(c, dst, name, in);
         }
         size_t saved;
         if (!path_push(c, name, &saved))
@@ -326,8 +325,8 @@ out:
         return r;
 }
 
-/* Copies the regular file open as `in` (taken over), named `name` in src, into dst. */
-static int copy_file(Copy *c, int src, int dst, const char *name, int in_fd) {
+/* Copies the regular file open as `in_fd` (taken over) into dst as `name`. */
+static int copy_file(Copy *c, int dst, const char *name, int in_fd) {
         _cleanup_close_ int in = in_fd;
         struct stat st;
         if (fstat(in, &st) < 0)
@@ -373,7 +372,6 @@ static int copy_file(Copy *c, int src, int dst, const char *name, int in_fd) {
                 link_add(c, st.st_ino);
 out:
         path_pop(c, saved);
-        (void)src;
         return r;
 }
 

@@ -416,7 +416,7 @@ static int open_dir(int root, const char *path) {
 
 /* Two copiers only when nothing can change the source meanwhile: they must list the same
  * entries. */
-static int copy(const Op *op, bool source_still, int src, int dst, const TreeIds *ids, TreeStats *st, char *err,
+static int copy(bool source_still, int src, int dst, const TreeIds *ids, TreeStats *st, char *err,
                 size_t errlen) {
         return source_still ? tree_copy_parallel(src, dst, ids, st, err, errlen) : tree_copy(src, dst, ids, st, err, errlen);
 }
@@ -444,7 +444,7 @@ static int job_fork(void *arg, char *err, size_t errlen) {
                         return src < 0 ? src : dst;
                 }
                 if ((r = tree_clear(dst, err, errlen)) < 0 ||
-                    (r = copy(op, op->still, src, dst, &ids, NULL, err, errlen)) < 0)
+                    (r = copy(op->still, src, dst, &ids, NULL, err, errlen)) < 0)
                         return r;
         }
         return 0;
@@ -478,7 +478,7 @@ static int job_snapshot(void *arg, char *err, size_t errlen) {
                         break;
                 }
                 _cleanup_close_ int dst = open_dir(dir, store_dirs[i]);
-                if ((r = dst) < 0 || (r = copy(op, op->still, src, dst, &ids, &st, err, errlen)) < 0)
+                if ((r = dst) < 0 || (r = copy(op->still, src, dst, &ids, &st, err, errlen)) < 0)
                         break;
         }
         if (r < 0) {
@@ -515,7 +515,7 @@ static int job_restore(void *arg, char *err, size_t errlen) {
                         return src < 0 ? src : dst;
                 }
                 /* The store's copy never changes: two copiers whatever the freezer does. */
-                if ((r = tree_clear(dst, err, errlen)) < 0 || (r = copy(op, true, src, dst, &ids, NULL, err, errlen)) < 0)
+                if ((r = tree_clear(dst, err, errlen)) < 0 || (r = copy(true, src, dst, &ids, NULL, err, errlen)) < 0)
                         return r;
         }
         return 0;
