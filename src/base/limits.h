@@ -75,6 +75,9 @@
  * other or with a real account, and no host user owns their processes. */
 #define SBX_HOST_UID_BASE 1600000000U
 #define SBX_HOST_UID_SLOTS 65536U
+/* The sandbox user's ids as commands see them (inside the user namespace). */
+#define SBX_SANDBOX_UID 1000U
+#define SBX_SANDBOX_GID 1000U
 
 /* Sandboxes a context keeps ready ahead of time, at most (each holds a pid 1, a bash and
  * its worker, and its tmpfs). */

@@ -13,6 +13,12 @@ uint64_t now_ns(void) {
         return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t wall_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 int fd_set_nonblock(int fd, bool on) {
         int fl = fcntl(fd, F_GETFL);
         if (fl < 0)

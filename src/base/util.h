@@ -9,6 +9,9 @@
 
 uint64_t now_ns(void);
 static inline uint64_t now_ms(void) { return now_ns() / 1000000ULL; }
+/* Wall-clock time (CLOCK_REALTIME), ms since the epoch: for timestamps shown to people, never
+ * for measuring durations (now_ns is monotonic). */
+uint64_t wall_ms(void);
 
 /* Returns 0 or -errno. */
 int fd_set_nonblock(int fd, bool on);

@@ -22,8 +22,6 @@
 extern const unsigned char sbx_bashext[];
 extern const size_t sbx_bashext_len;
 
-#define SANDBOX_UID 1000U
-#define SANDBOX_GID 1000U
 
 static int builtin_memfd(void) {
         _cleanup_close_ int fd = memfd_create("sbx-session.so", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -96,9 +94,9 @@ void box_shared_done(BoxShared *s) {
 static int write_id_maps(const BoxShared *s, const Box *b) {
         char path[64], map[128];
         if (s->rootless)
-                snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_UID, (unsigned)b->host_uid);
+                snprintf(map, sizeof map, "%u %u 1\n", SBX_SANDBOX_UID, (unsigned)b->host_uid);
         else
-                snprintf(map, sizeof map, "0 0 1\n%u %u 1\n", SANDBOX_UID, (unsigned)b->host_uid);
+                snprintf(map, sizeof map, "0 0 1\n%u %u 1\n", SBX_SANDBOX_UID, (unsigned)b->host_uid);
         snprintf(path, sizeof path, "/proc/%d/uid_map", (int)b->init_pid);
         int r = write_file_at(AT_FDCWD, path, map);
         if (r < 0)
@@ -106,9 +104,9 @@ static int write_id_maps(const BoxShared *s, const Box *b) {
         if (s->rootless) {
                 snprintf(path, sizeof path, "/proc/%d/setgroups", (int)b->init_pid);
                 (void)write_file_at(AT_FDCWD, path, "deny");
-                snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_GID, (unsigned)b->host_gid);
+                snprintf(map, sizeof map, "%u %u 1\n", SBX_SANDBOX_GID, (unsigned)b->host_gid);
         } else {
-                snprintf(map, sizeof map, "0 0 1\n%u %u 1\n", SANDBOX_GID, (unsigned)b->host_gid);
+                snprintf(map, sizeof map, "0 0 1\n%u %u 1\n", SBX_SANDBOX_GID, (unsigned)b->host_gid);
         }
         snprintf(path, sizeof path, "/proc/%d/gid_map", (int)b->init_pid);
         return write_file_at(AT_FDCWD, path, map);
@@ -169,9 +167,9 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                            .fs_bytes = c->fs_bytes, .file_count = c->file_count,
                            .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
-                           .uid = SANDBOX_UID, .gid = SANDBOX_GID },
+                           .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID },
                 .ctl_fd = sv[1], .builtin_fd = s->builtin_fd, .userns_sync_fd = sync[0],
-                .env = c->env, .uid = SANDBOX_UID, .gid = SANDBOX_GID, .network = c->network,
+                .env = c->env, .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID, .network = c->network,
                 .seccomp = &s->seccomp,
                 .rlimit_as = s->cg.v2_memory || s->cg.v1_memory >= 0 ? 0 : c->memory_bytes,
                 .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 ? 0 : c->pids,

@@ -19,7 +19,6 @@
 #include <linux/seccomp.h>
 #include "base/util.h"
 #include "sandbox/init.h"
-#include "session/wire.h"
 
 /* Says how setup went; on success hands over an O_PATH fd of the new root, through which
  * the daemon's files API reaches the sandbox's filesystem. */
@@ -96,9 +95,9 @@ static void spawn_session(const InitConfig *c, int sock) {
         int b = fcntl(c->builtin_fd, F_DUPFD, 10);
         int nul = open("/dev/null", O_RDWR);
         if (s < 0 || b < 0 || nul < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0 ||
-            dup2(s, WIRE_SESSION_FD) < 0 || dup2(b, WIRE_BUILTIN_FD) < 0)
+            dup2(s, INIT_SESSION_FD) < 0 || dup2(b, INIT_BUILTIN_FD) < 0)
                 _exit(126);
-        close_range(WIRE_BUILTIN_FD + 1, ~0U, 0);
+        close_range(INIT_BUILTIN_FD + 1, ~0U, 0);
         if (chdir("/home/user") < 0)
                 _exit(126);
         umask(022);

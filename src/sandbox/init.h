@@ -9,6 +9,11 @@
 #include "base/macro.h"
 #include "sandbox/mount.h"
 
+/* fd numbers a session shell starts with: its end of the session socket, and the sealed
+ * memfd of the bash builtin (session/wire.h speaks on the first). */
+#define INIT_SESSION_FD 3
+#define INIT_BUILTIN_FD 4
+
 /* Control messages on the SOCK_SEQPACKET socket between the daemon and init. */
 enum {
         INIT_READY = 1, /* init -> daemon: root built (status 0) or failed (-errno, text) */

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 #include "base/limits.h"
 #include "base/log.h"
@@ -42,12 +41,6 @@ typedef struct Method {
         const char *result;
         const char *doc;
 } Method;
-
-static uint64_t wall_ms(void) {
-        struct timeval tv;
-        gettimeofday(&tv, NULL);
-        return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-}
 
 static json_t *iso_time(uint64_t ms) {
         time_t t = (time_t)(ms / 1000);

@@ -33,8 +33,6 @@
 #include "session/private.h"
 #include "session/wire.h"
 
-#define SANDBOX_UID 1000U
-#define SANDBOX_GID 1000U
 /* A sandbox whose processes will not all stop (one stuck in the kernel) is copied anyway
  * after this long: a live copy beats no copy. */
 #define FREEZE_WAIT_MS 2000
@@ -123,12 +121,6 @@ static Snapshot *snapshot_find(SbxSandbox *sb, const char *id) {
                 if (strcmp(s->id, id) == 0)
                         return s;
         return NULL;
-}
-
-static uint64_t wall_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* ---------------------------------------------------------------- op lifecycle */
@@ -525,7 +517,7 @@ static int job_export(void *arg, char *err, size_t errlen) {
         Op *op = arg;
         SbxSandbox *sb = op->sb;
         Box *b = &sb->box;
-        TreeIds ids = { b->host_uid, SANDBOX_UID, b->host_gid, SANDBOX_GID };
+        TreeIds ids = { b->host_uid, SBX_SANDBOX_UID, b->host_gid, SBX_SANDBOX_GID };
         ArchiveMeta meta = {
                 .limits = { .fs_bytes = sb->limits.fs_bytes, .file_count = sb->limits.file_count,
                             .memory_bytes = sb->limits.memory_bytes, .stdout_bytes = sb->limits.stdout_bytes,

@@ -54,6 +54,3 @@ typedef struct WireHdr {
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */
 #define WIRE_MAX_MSG (sizeof(WireHdr) + 4096 + 64 * 1024 + 1024 * 1024)
-/* fd numbers the holder bash is started with. */
-#define WIRE_SESSION_FD 3
-#define WIRE_BUILTIN_FD 4
