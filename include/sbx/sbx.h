@@ -7,9 +7,12 @@
  * - `*_free()` functions accept NULL and return NULL.
  * - Everything is driven by one SbxContext, whose event loop (a single epoll set) must be
  *   turned by the caller: sbx_context_run_once(), or embed sbx_context_fd() in your own loop.
- *   No function blocks for long; sandbox creation waits (bounded) for the sandbox's init.
- * - Callbacks run from sbx_context_run_once(); they may start or cancel runs but must not
- *   free the sandbox or session that invoked them.
+ *   No function waits for a sandbox, a job or a child: sandbox creation returns at once and
+ *   the sandbox's pid 1 builds its root meanwhile (sbx_sandbox_on_ready() tells when).
+ * - A callback never runs before the call that registered it returns: it is called from
+ *   sbx_context_run_once() (libuv's rule), except the done callbacks of runs that a cancel
+ *   or a free ends, which fire inside that call. Callbacks may start or cancel runs but must
+ *   not free the sandbox or session that invoked them.
  * - Not thread-safe: use a context from one thread.
  *
  * Ownership
@@ -112,9 +115,18 @@ SBX_API const char *sbx_context_last_error(const SbxContext *ctx);
 SBX_API void sbx_context_set_pool(SbxContext *ctx, unsigned n);
 
 SBX_API void sbx_sandbox_options_init(SbxSandboxOptions *o);
-/* Creates a sandbox and waits until its root is built. Returns 0, -EINVAL for bad options,
- * -ENOTSUP without cgroup v2, -EPERM without the privileges needed, or -errno. */
+/* Creates a sandbox and returns at once; its pid 1 builds the root meanwhile. Runs may be
+ * queued right away (they start when it is ready); the files API answers -EAGAIN until
+ * then. Returns 0, -EINVAL for bad options, -ENOTSUP without cgroup v2, -EPERM without the
+ * privileges needed, or -errno. */
 SBX_API int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret);
+/* Whether the sandbox's root is built. */
+SBX_API bool sbx_sandbox_ready(const SbxSandbox *sb);
+/* fn(userdata, sb, error) is called once from the loop when the root is built (error 0),
+ * when setup failed (-errno), or with -ECANCELED inside sbx_sandbox_free() if it comes
+ * first; also for a sandbox already ready (never before this returns). Returns 0 or -errno. */
+typedef void (*SbxReadyFn)(void *userdata, SbxSandbox *sb, int error);
+SBX_API int sbx_sandbox_on_ready(SbxSandbox *sb, SbxReadyFn fn, void *userdata);
 /* Kills every process of the sandbox and removes everything it had. */
 SBX_API SbxSandbox *sbx_sandbox_free(SbxSandbox *sb);
 /* The sandbox's unguessable id (32 hex digits). */
@@ -142,7 +154,8 @@ SBX_API const char *sbx_session_name(const SbxSession *s);
 SBX_API SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev);
 
 /* Queues a command on the session (runs execute one at a time, in order). done fires exactly
- * once, possibly before this returns for a command refused at once (LIMIT_EXCEEDED).
+ * once, from the loop, never before this returns (a command refused at once, such as one
+ * over the command limit, is answered LIMIT_EXCEEDED on the next turn of the loop).
  * ret (may be NULL) gets a handle valid until done fires. Returns 0, -EBUSY when the
  * session already holds SBX_MAX_QUEUED_RUNS runs, running or queued, -EINVAL for bad options, or -errno. */
 SBX_API int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output,

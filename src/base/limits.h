@@ -16,6 +16,8 @@
  * The kernel enforces both; commands see ENOSPC. */
 #define SBX_DEFAULT_FS_BYTES (256ULL * 1024 * 1024)
 #define SBX_DEFAULT_FILE_COUNT 10000ULL
+/* Smallest filesystem a sandbox may ask for: below it not even a shell's dotfiles fit. */
+#define SBX_MIN_FS_BYTES (64ULL * 1024)
 
 /* Memory and process count of a whole sandbox, through cgroups (rlimits where none). The
  * pids limit is what contains a fork bomb. */
@@ -68,6 +70,8 @@
 /* Named sessions per sandbox, and runs one session holds at once: the running one and those
  * waiting behind it (counting the running one keeps the cap independent of timing). */
 #define SBX_MAX_SESSIONS 64U
+/* Longest session name ([A-Za-z0-9_.-]). */
+#define SBX_MAX_SESSION_NAME 64U
 #define SBX_MAX_QUEUED_RUNS 16U
 
 /* As root, each sandbox's user (uid 1000 inside) is a host uid of its own, from this range,

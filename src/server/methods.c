@@ -248,6 +248,48 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         return 0;
 }
 
+static void pending_free(Pending *p);
+
+/* A new sandbox is answered once its root is built, so that every method works on it. */
+static void created_ready(void *ud, SbxSandbox *ssb, int error) {
+        Pending *p = ud;
+        if (p->conn && error == 0) {
+                conn_reply(p->conn, p->id, TAKE_PTR(p->answer));
+        } else if (p->conn) {
+                RpcError e;
+                rpc_fail(&e, RPC_SANDBOX_ERROR, "the sandbox could not start: %s", strerror(-error));
+                conn_reply_error(p->conn, p->id, &e);
+        }
+        json_decref(p->answer);
+        pending_free(p);
+}
+
+/* Returns 1 (answered later) or -1 with e set. */
+static int answer_when_ready(Req *r, SrvSandbox *sb, json_t *answer, RpcError *e) {
+        Pending *p = calloc(1, sizeof *p);
+        if (!p || !answer) {
+                free(p);
+                json_decref(answer);
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        }
+        p->conn = r->conn;
+        p->srv = r->conn->srv;
+        p->id = json_incref(r->id);
+        p->kind = PENDING_OP;
+        p->answer = answer;
+        p->next = r->conn->pending;
+        if (p->next)
+                p->next->prev = p;
+        r->conn->pending = p;
+        int rr = sbx_sandbox_on_ready(sb->sb, created_ready, p);
+        if (rr < 0) {
+                json_decref(p->answer);
+                pending_free(p);
+                return rpc_fail_errno(e, rr, "create");
+        }
+        return 1;
+}
+
 static int m_create(Req *r, json_t **ret, RpcError *e) {
         SrvSandbox *sb;
         if (r->conn->root)
@@ -255,16 +297,14 @@ static int m_create(Req *r, json_t **ret, RpcError *e) {
         if (new_sandbox(r, true, &sb, e) < 0)
                 return -1;
         r->conn->root = sb;
-        *ret = json_pack("{s:b, s:s}", "ok", 1, "sandboxId", sbx_sandbox_id(sb->sb));
-        return 0;
+        return answer_when_ready(r, sb, json_pack("{s:b, s:s}", "ok", 1, "sandboxId", sbx_sandbox_id(sb->sb)), e);
 }
 
 static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
         SrvSandbox *sb;
         if (new_sandbox(r, false, &sb, e) < 0)
                 return -1;
-        *ret = json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb));
-        return 0;
+        return answer_when_ready(r, sb, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)), e);
 }
 
 static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {

@@ -71,6 +71,7 @@ typedef struct Pending {
         uint64_t seq;
         int kind;       /* PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET, PENDING_OP */
         bool persist;   /* PENDING_OP of a fork: the new sandbox outlives its client */
+        json_t *answer; /* PENDING_OP of a create: the result, sent once the sandbox is ready */
         uid_t uid;
 } Pending;
 

@@ -5,7 +5,7 @@
  * An operation goes through these steps, each driven from the loop:
  *   1. sessions: an internal run in every session (a state dump where the image is taken,
  *      a barrier where it is applied), placed behind the runs requested before the
- *      operation and in front of those requested after it, which wait (image_run_held())
+ *      operation and in front of those requested after it, which wait (sandbox_hold_runs())
  *      until the operation lets them go;
  *   2. freeze: the sandbox's cgroup is frozen (background processes included), so the tree
  *      is one point in time;
@@ -13,7 +13,11 @@
  *      (base/job.h), never by the loop;
  *   4. thaw, then states applied to the target's sessions (fork, restore, import) with
  *      internal runs at the head of their queues, and the sessions released.
- * Operations on one sandbox run one at a time, in order (sb->ops). */
+ * Operations on one sandbox run one at a time, in order (ImageState.ops).
+ *
+ * This room reaches sandboxes through session/sandbox.h and the public API only: it holds
+ * and lets go of runs (sandbox_hold_runs), marks the tree busy for the files API, and hears
+ * of readiness and freeing as an observer of each sandbox it has state for. */
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,11 +30,14 @@
 #include <unistd.h>
 #include "base/job.h"
 #include "base/limits.h"
+#include "base/list.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "fs/archive.h"
 #include "fs/tree.h"
-#include "session/private.h"
+#include "session/context.h"
+#include "session/run.h"
+#include "session/sandbox.h"
 #include "session/wire.h"
 
 /* A sandbox whose processes will not all stop (one stuck in the kernel) is copied anyway
@@ -67,9 +74,22 @@ typedef struct RunCtx {
         size_t idx;
 } RunCtx;
 
+/* What this room keeps per sandbox: created with its first operation or snapshot, freed
+ * with the sandbox (it observes it). */
+typedef struct ImageState {
+        SandboxObserver o; /* first */
+        SbxSandbox *sb;
+        Op *ops;           /* queued operations; the first is running */
+        Snapshot *snapshots;
+        unsigned n_snapshots;
+        uint64_t next_snapshot;
+        bool freeing;
+} ImageState;
+
 struct Op {
         Op *next;
         SbxSandbox *sb;
+        ImageState *st;
         OpKind kind;
         SbxOpDoneFn done;
         void *ud;
@@ -88,6 +108,7 @@ struct Op {
         Job job;
         Watch job_w;
         SbxSandbox *child;
+        SandboxObserver child_obs; /* hears when the fork's sandbox is ready or freed */
         Snapshot *snap;  /* restore: the source */
         char snap_id[24];
         uint64_t snap_bytes;
@@ -116,8 +137,8 @@ static void snapshot_free(Snapshot *s) {
         free(s);
 }
 
-static Snapshot *snapshot_find(SbxSandbox *sb, const char *id) {
-        for (Snapshot *s = sb->snapshots; s; s = s->next)
+static Snapshot *snapshot_find(ImageState *st, const char *id) {
+        for (Snapshot *s = st ? st->snapshots : NULL; s; s = s->next)
                 if (strcmp(s->id, id) == 0)
                         return s;
         return NULL;
@@ -125,41 +146,47 @@ static Snapshot *snapshot_find(SbxSandbox *sb, const char *id) {
 
 /* ---------------------------------------------------------------- op lifecycle */
 
+/* Caller runs requested after the first operation not yet released wait for it. */
+static void image_hold(ImageState *st) {
+        uint64_t after = UINT64_MAX;
+        for (const Op *op = st->ops; op; op = op->next)
+                if (!op->released) {
+                        after = op->mark;
+                        break;
+                }
+        sandbox_hold_runs(st->sb, after);
+}
+
 /* Lets the runs requested after the op start (unless a later op holds them). */
 static void op_release_sessions(Op *op) {
         if (op->released)
                 return;
         op->released = true;
-        sandbox_pump_all(op->sb);
+        image_hold(op->st);
 }
 
-bool image_tree_busy(const SbxSandbox *sb) {
-        return sb->ops && sb->ops->started && (sb->ops->step == STEP_FREEZE || sb->ops->step == STEP_JOB);
-}
-
-bool image_run_held(const SbxSandbox *sb, uint64_t order) {
-        for (const Op *op = sb->ops; op; op = op->next)
-                if (!op->released)
-                        return order > op->mark;
-        return false;
+/* While the running op copies or replaces the tree, the files API must not change it. */
+static void op_set_step(Op *op, int step) {
+        op->step = step;
+        sandbox_set_tree_busy(op->sb, step == STEP_FREEZE || step == STEP_JOB);
 }
 
 static void op_thaw(Op *op) {
-        Loop *l = op->sb->ctx->loop;
+        Loop *l = sandbox_loop(op->sb);
+        const Box *b = sandbox_box(op->sb);
         loop_del(l, &op->freeze_w);
         loop_del(l, &op->freeze_timer_w);
         op->freeze_ev = safe_close(op->freeze_ev);
         op->freeze_timer = safe_close(op->freeze_timer);
-        if (op->frozen && op->sb->box.cg.dir >= 0)
-                (void)cgroup_freeze(op->sb->box.cg.dir, false);
+        if (op->frozen && b->cg.dir >= 0)
+                (void)cgroup_freeze(b->cg.dir, false);
         op->frozen = false;
 }
 
 static void op_start_next(void *data);
 
 static void op_free(Op *op) {
-        SbxSandbox *sb = op->sb;
-        Loop *l = sb->ctx->loop;
+        Loop *l = sandbox_loop(op->sb);
         for (RunCtx *c = op->runs; c; c = c->next)
                 c->op = NULL; /* each is freed by its run's callback */
         loop_del(l, &op->job_w);
@@ -167,7 +194,7 @@ static void op_free(Op *op) {
         op_thaw(op);
         op_release_sessions(op);
         if (op->child) {
-                op->child->ready_waiter = NULL;
+                sandbox_unobserve(op->child, &op->child_obs);
                 sbx_sandbox_free(op->child);
         }
         states_free(op->states, op->n_states);
@@ -179,7 +206,7 @@ static void op_free(Op *op) {
 /* Answers the op and starts the next one of its sandbox. The op is gone before the callback
  * runs, which may then do anything, free the sandbox included. */
 static void op_end(Op *op, const SbxOpResult *in) {
-        SbxSandbox *sb = op->sb;
+        ImageState *st = op->st;
         SbxOpResult res = *in;
         char msg[sizeof op->msg], id[sizeof op->snap_id];
         snprintf(msg, sizeof msg, "%s", res.message ? res.message : "");
@@ -188,11 +215,12 @@ static void op_end(Op *op, const SbxOpResult *in) {
         res.snapshot_id = in->snapshot_id ? id : NULL;
         SbxOpDoneFn done = op->done;
         void *ud = op->ud;
-        sb->ops = op->next;
-        op->step = STEP_DONE;
+        st->ops = op->next;
+        op_set_step(op, STEP_DONE);
         op_free(op);
-        if (sb->ops && !sb->dying)
-                (void)loop_defer(sb->ctx->loop, op_start_next, sb);
+        image_hold(st);
+        if (st->ops && !st->freeing)
+                (void)loop_defer(sandbox_loop(st->sb), op_start_next, st);
         if (done)
                 done(ud, &res);
 }
@@ -205,7 +233,7 @@ static void op_fail(Op *op, int error, const char *fmt, ...) {
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
         memcpy(op->msg, msg, sizeof msg);
-        log_debug("sandbox %s: %s", op->sb->box.id, op->msg);
+        log_debug("sandbox %s: %s", sbx_sandbox_id(op->sb), op->msg);
         SbxOpResult res = { .error = error < 0 ? error : -EIO, .message = op->msg };
         op_end(op, &res);
 }
@@ -217,7 +245,7 @@ static void op_succeed(Op *op) {
         switch (op->kind) {
         case OP_FORK:
                 res.sandbox = op->child;
-                op->child->ready_waiter = NULL;
+                sandbox_unobserve(op->child, &op->child_obs);
                 op->child = NULL; /* the caller's now */
                 break;
         case OP_SNAPSHOT:
@@ -324,7 +352,7 @@ static int op_sessions(Op *op) {
         SbxSandbox *sb = op->sb;
         bool dump = op->kind == OP_FORK || op->kind == OP_SNAPSHOT || op->kind == OP_EXPORT;
         size_t n = 0;
-        for (SbxSession *s = sb->sessions; s; s = s->next)
+        for (SbxSession *s = sbx_session_next(sb, NULL); s; s = sbx_session_next(sb, s))
                 n++;
         if (dump) {
                 op->states = calloc(n ? n : 1, sizeof *op->states);
@@ -332,7 +360,7 @@ static int op_sessions(Op *op) {
                         return -ENOMEM;
         }
         size_t i = 0;
-        for (SbxSession *s = sb->sessions; s; s = s->next, i++) {
+        for (SbxSession *s = sbx_session_next(sb, NULL); s; s = sbx_session_next(sb, s), i++) {
                 if (dump) {
                         op->states[i].name = strdup(sbx_session_name(s));
                         if (!op->states[i].name)
@@ -342,7 +370,7 @@ static int op_sessions(Op *op) {
                 RunCtx *c = runctx_new(op, i);
                 if (!c)
                         return -ENOMEM;
-                int r = session_run_internal(s, dump ? WIRE_F_DUMP : RUN_BARRIER, NULL, 0, op->mark, session_step_done, c);
+                int r = run_internal(s, dump ? WIRE_F_DUMP : RUN_BARRIER, NULL, 0, op->mark, session_step_done, c);
                 if (r < 0) {
                         runctx_take(c);
                         return r;
@@ -356,30 +384,31 @@ static int op_sessions(Op *op) {
 
 static void freeze_check(Watch *w, uint32_t events) {
         Op *op = w->data;
+        Loop *l = sandbox_loop(op->sb);
         if (w == &op->freeze_timer_w) {
-                log_warn("sandbox %s: not frozen after %d ms; copying it live", op->sb->box.id, FREEZE_WAIT_MS);
-        } else if (cgroup_frozen(op->sb->box.cg.dir) != 1) {
+                log_warn("sandbox %s: not frozen after %d ms; copying it live", sbx_sandbox_id(op->sb), FREEZE_WAIT_MS);
+        } else if (cgroup_frozen(sandbox_box(op->sb)->cg.dir) != 1) {
                 return;
         } else {
                 op->still = true;
         }
-        loop_del(op->sb->ctx->loop, &op->freeze_w);
-        loop_del(op->sb->ctx->loop, &op->freeze_timer_w);
+        loop_del(l, &op->freeze_w);
+        loop_del(l, &op->freeze_timer_w);
         op_next_step(op);
 }
 
 /* Returns 1 when frozen (or freezing is not possible), 0 when the freeze is under way. */
 static int op_freeze(Op *op) {
-        SbxSandbox *sb = op->sb;
-        Loop *l = sb->ctx->loop;
-        if (sb->box.cg.dir < 0 || cgroup_freeze(sb->box.cg.dir, true) < 0)
+        Loop *l = sandbox_loop(op->sb);
+        int cg = sandbox_box(op->sb)->cg.dir;
+        if (cg < 0 || cgroup_freeze(cg, true) < 0)
                 return 1; /* no v2 freezer here: copied live (documented) */
         op->frozen = true;
-        if (cgroup_frozen(sb->box.cg.dir) == 1) {
+        if (cgroup_frozen(cg) == 1) {
                 op->still = true;
                 return 1;
         }
-        op->freeze_ev = cgroup_events_open(sb->box.cg.dir);
+        op->freeze_ev = cgroup_events_open(cg);
         op->freeze_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (op->freeze_ev < 0 || op->freeze_timer < 0 ||
             loop_add(l, &op->freeze_w, op->freeze_ev, EPOLLPRI, freeze_check, op) < 0 ||
@@ -390,7 +419,7 @@ static int op_freeze(Op *op) {
                 return 1;
         }
         /* Frozen between the write and the watch: the event is gone, so look again. */
-        if (cgroup_frozen(sb->box.cg.dir) == 1) {
+        if (cgroup_frozen(cg) == 1) {
                 loop_del(l, &op->freeze_w);
                 loop_del(l, &op->freeze_timer_w);
                 op->still = true;
@@ -423,7 +452,7 @@ static int become(const Box *b, char *err, size_t errlen) {
 
 static int job_fork(void *arg, char *err, size_t errlen) {
         Op *op = arg;
-        Box *from = &op->sb->box, *to = &op->child->box;
+        const Box *from = sandbox_box(op->sb), *to = sandbox_box(op->child);
         TreeIds ids = { from->host_uid, to->host_uid, from->host_gid, to->host_gid };
         int r = become(to, err, errlen);
         if (r < 0)
@@ -444,7 +473,7 @@ static int job_fork(void *arg, char *err, size_t errlen) {
 
 static int job_snapshot(void *arg, char *err, size_t errlen) {
         Op *op = arg;
-        Box *b = &op->sb->box;
+        const Box *b = sandbox_box(op->sb);
         TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
         TreeStats st = { 0 };
         int r = become(b, err, errlen);
@@ -489,7 +518,7 @@ static int job_snapshot(void *arg, char *err, size_t errlen) {
 
 static int job_restore(void *arg, char *err, size_t errlen) {
         Op *op = arg;
-        Box *b = &op->sb->box;
+        const Box *b = sandbox_box(op->sb);
         TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
         int r = become(b, err, errlen);
         if (r < 0)
@@ -515,14 +544,14 @@ static int job_restore(void *arg, char *err, size_t errlen) {
 
 static int job_export(void *arg, char *err, size_t errlen) {
         Op *op = arg;
-        SbxSandbox *sb = op->sb;
-        Box *b = &sb->box;
+        const Box *b = sandbox_box(op->sb);
+        const SbxLimits *l = sbx_sandbox_limits(op->sb);
         TreeIds ids = { b->host_uid, SBX_SANDBOX_UID, b->host_gid, SBX_SANDBOX_GID };
         ArchiveMeta meta = {
-                .limits = { .fs_bytes = sb->limits.fs_bytes, .file_count = sb->limits.file_count,
-                            .memory_bytes = sb->limits.memory_bytes, .stdout_bytes = sb->limits.stdout_bytes,
-                            .stderr_bytes = sb->limits.stderr_bytes, .command_bytes = sb->limits.command_bytes,
-                            .timeout_ms = sb->timeout_ms, .pids = sb->limits.pids },
+                .limits = { .fs_bytes = l->fs_bytes, .file_count = l->file_count,
+                            .memory_bytes = l->memory_bytes, .stdout_bytes = l->stdout_bytes,
+                            .stderr_bytes = l->stderr_bytes, .command_bytes = l->command_bytes,
+                            .timeout_ms = sandbox_timeout_ms(op->sb), .pids = l->pids },
                 .created_ms = wall_ms(),
         };
         /* The states are borrowed from the op (this process exits right after). */
@@ -539,7 +568,8 @@ static int job_export(void *arg, char *err, size_t errlen) {
 /* Writes the checked archive's sessions to op->memfd: for each, name NUL, u64 length, state. */
 static int job_import_check(void *arg, char *err, size_t errlen) {
         Op *op = arg;
-        ArchiveLimits lim = { .fs_bytes = op->sb->limits.fs_bytes, .file_count = op->sb->limits.file_count };
+        const SbxLimits *l = sbx_sandbox_limits(op->sb);
+        ArchiveLimits lim = { .fs_bytes = l->fs_bytes, .file_count = l->file_count };
         ArchiveMeta meta = { 0 };
         int r = job_drop_privileges();
         if (r < 0) {
@@ -563,7 +593,7 @@ static int job_import_check(void *arg, char *err, size_t errlen) {
 
 static int job_import_extract(void *arg, char *err, size_t errlen) {
         Op *op = arg;
-        Box *b = &op->sb->box;
+        const Box *b = sandbox_box(op->sb);
         int r = become(b, err, errlen);
         if (r < 0)
                 return r;
@@ -628,7 +658,7 @@ static int import_read_sessions(Op *op) {
 static void job_event(Watch *w, uint32_t events) {
         Op *op = w->data;
         char err[JOB_ERR_MAX];
-        loop_del(op->sb->ctx->loop, &op->job_w);
+        loop_del(sandbox_loop(op->sb), &op->job_w);
         int r = job_finish(&op->job, err, sizeof err);
         if (r < 0) {
                 op_fail(op, r, "%s", err[0] ? err : strerror(-r));
@@ -641,9 +671,9 @@ static void job_event(Watch *w, uint32_t events) {
 
 /* The fds a job of this op may use. */
 static size_t op_fds(const Op *op, int keep[4]) {
-        keep[0] = op->sb->box.root_fd;
-        keep[1] = op->sb->box.snap_fd;
-        keep[2] = op->child ? op->child->box.root_fd : -1;
+        keep[0] = sandbox_box(op->sb)->root_fd;
+        keep[1] = sandbox_box(op->sb)->snap_fd;
+        keep[2] = op->child ? sandbox_box(op->child)->root_fd : -1;
         keep[3] = op->memfd;
         return 4;
 }
@@ -654,7 +684,7 @@ static int op_job(Op *op, JobFn fn, WatchFn ended) {
         int r = job_start(&op->job, fn, op, keep, op_fds(op, keep));
         if (r < 0)
                 return r;
-        r = loop_add(op->sb->ctx->loop, &op->job_w, op->job.pidfd, EPOLLIN, ended, op);
+        r = loop_add(sandbox_loop(op->sb), &op->job_w, op->job.pidfd, EPOLLIN, ended, op);
         if (r < 0)
                 job_kill(&op->job);
         return r;
@@ -687,9 +717,9 @@ static int op_apply(Op *op, SbxSandbox *target, const State *states, size_t n, b
         op->applying = states;
         op->n_applying = n;
         if (restart)
-                for (SbxSession *s = target->sessions; s; s = s->next)
+                for (SbxSession *s = sbx_session_next(target, NULL); s; s = sbx_session_next(target, s))
                         if (!state_find(states, n, sbx_session_name(s)))
-                                (void)session_restart(s);
+                                (void)run_restart_session(s);
         for (size_t i = 0; i < n; i++) {
                 SbxSession *s = sbx_session_find(target, states[i].name);
                 bool existed = s != NULL;
@@ -697,11 +727,11 @@ static int op_apply(Op *op, SbxSandbox *target, const State *states, size_t n, b
                 if (r < 0)
                         return r;
                 if (existed && restart)
-                        (void)session_restart(s);
+                        (void)run_restart_session(s);
                 RunCtx *c = runctx_new(op, i);
                 if (!c)
                         return -ENOMEM;
-                r = session_run_internal(s, WIRE_F_RESTORE, states[i].data, states[i].len, 0, apply_done, c);
+                r = run_internal(s, WIRE_F_RESTORE, states[i].data, states[i].len, 0, apply_done, c);
                 if (r < 0) {
                         runctx_take(c);
                         return r;
@@ -724,16 +754,16 @@ static void op_next_step(Op *op) {
         case STEP_SESSIONS:
                 if (op->pending > 0)
                         return;
-                if (op->kind == OP_FORK && !op->child->box.ready)
-                        return; /* image_sandbox_ready() comes back here */
-                op->step = STEP_FREEZE;
+                if (op->kind == OP_FORK && sandbox_setup_state(op->child) <= 0)
+                        return; /* child_ready() comes back here */
+                op_set_step(op, STEP_FREEZE);
                 if (op->kind == OP_RESTORE || op->kind == OP_IMPORT)
                         (void)sbx_sandbox_kill_background(sb);
                 if (op_freeze(op) == 0)
                         return; /* freeze_check() comes back */
                 /* fall through */
         case STEP_FREEZE: {
-                op->step = STEP_JOB;
+                op_set_step(op, STEP_JOB);
                 JobFn fn = op->kind == OP_FORK ? job_fork : op->kind == OP_SNAPSHOT ? job_snapshot
                          : op->kind == OP_RESTORE ? job_restore : op->kind == OP_EXPORT ? job_export
                          : job_import_extract;
@@ -742,7 +772,7 @@ static void op_next_step(Op *op) {
                 return;
         }
         case STEP_JOB:
-                op->step = STEP_APPLY;
+                op_set_step(op, STEP_APPLY);
                 op_thaw(op);
                 switch (op->kind) {
                 case OP_FORK:
@@ -767,11 +797,11 @@ static void op_next_step(Op *op) {
                         s->states = TAKE_PTR(op->states);
                         s->n_states = op->n_states;
                         op->n_states = 0;
-                        Snapshot **pp = &sb->snapshots;
+                        Snapshot **pp = &op->st->snapshots;
                         while (*pp)
                                 pp = &(*pp)->next;
                         *pp = s;
-                        sb->n_snapshots++;
+                        op->st->n_snapshots++;
                         r = 0;
                         break;
                 }
@@ -802,7 +832,7 @@ static void op_next_step(Op *op) {
 static void import_checked(Watch *w, uint32_t events) {
         Op *op = w->data;
         char err[JOB_ERR_MAX];
-        loop_del(op->sb->ctx->loop, &op->job_w);
+        loop_del(sandbox_loop(op->sb), &op->job_w);
         int r = job_finish(&op->job, err, sizeof err);
         if (r < 0) {
                 op_fail(op, r, "%s", err[0] ? err : strerror(-r));
@@ -819,19 +849,30 @@ static void import_checked(Watch *w, uint32_t events) {
         op_next_step(op);
 }
 
+/* The fork's sandbox is ready (or never will be): the op goes on (or fails). */
+static void child_ready(SandboxObserver *o, SbxSandbox *child, int error) {
+        Op *op = container_of(o, Op, child_obs);
+        if (error < 0) {
+                op_fail(op, error, "the fork's sandbox could not start");
+                return;
+        }
+        if (op->step == STEP_SESSIONS && op->pending == 0)
+                op_next_step(op);
+}
+
+/* The fork's sandbox is freed under the op: it fails, and must not free the child again. */
+static void child_freeing(SandboxObserver *o, SbxSandbox *child) {
+        Op *op = container_of(o, Op, child_obs);
+        op->child = NULL;
+        op_fail(op, -ESRCH, "the fork's sandbox exited");
+}
+
+static const SandboxObserverOps child_ops = { child_ready, child_freeing };
+
 static void op_start(Op *op) {
         SbxSandbox *sb = op->sb;
         char err[512];
         int r;
-        if (sb->box.root_fd < 0 && !sb->box.ready) {
-                /* Rare: an op right after create. The root comes within the create timeout. */
-                char e[256];
-                if (box_wait_ready(&sb->box, SBX_CREATE_TIMEOUT_MS, e, sizeof e) <= 0) {
-                        op_fail(op, -ESRCH, "the sandbox is not ready: %s", e);
-                        return;
-                }
-                loop_del(sb->ctx->loop, &sb->ctl_w);
-        }
         switch (op->kind) {
         case OP_FORK:
                 r = sandbox_new_like(sb, &op->child, err, sizeof err);
@@ -839,10 +880,10 @@ static void op_start(Op *op) {
                         op_fail(op, r, "cannot create the fork: %s", err);
                         return;
                 }
-                op->child->ready_waiter = op;
+                sandbox_observe(op->child, &op->child_obs, &child_ops);
                 break;
         case OP_SNAPSHOT:
-                snprintf(op->snap_id, sizeof op->snap_id, "s%llu", (unsigned long long)++sb->next_snapshot);
+                snprintf(op->snap_id, sizeof op->snap_id, "s%llu", (unsigned long long)++op->st->next_snapshot);
                 break;
         case OP_EXPORT:
                 op->memfd = memfd_create("sbx-export", MFD_CLOEXEC);
@@ -867,74 +908,85 @@ static void op_start(Op *op) {
         op_next_step(op);
 }
 
+/* Starts the first queued op once the sandbox's root is built (the state's observer comes
+ * back here when it is). */
 static void op_start_next(void *data) {
-        SbxSandbox *sb = data;
-        if (sb->ops && !sb->ops->started) {
-                sb->ops->started = true;
-                op_start(sb->ops);
+        ImageState *st = data;
+        Op *op = st->ops;
+        if (!op || op->started)
+                return;
+        int setup = sandbox_setup_state(st->sb);
+        if (setup == 0)
+                return;
+        op->started = true;
+        if (setup < 0)
+                op_fail(op, -ESRCH, "the sandbox could not start");
+        else
+                op_start(op);
+}
+
+static void state_ready(SandboxObserver *o, SbxSandbox *sb, int error) {
+        op_start_next(container_of(o, ImageState, o));
+}
+
+/* The sandbox is being freed: its operations fail, its snapshots go. */
+static void state_freeing(SandboxObserver *o, SbxSandbox *sb) {
+        ImageState *st = container_of(o, ImageState, o);
+        st->freeing = true;
+        while (st->ops)
+                op_fail(st->ops, -ECANCELED, "the sandbox was destroyed");
+        loop_cancel_defer(sandbox_loop(sb), st);
+        while (st->snapshots) {
+                Snapshot *s = st->snapshots;
+                st->snapshots = s->next;
+                snapshot_free(s);
         }
+        free(st);
+}
+
+static const SandboxObserverOps state_ops = { state_ready, state_freeing };
+
+/* sb's state in this room; made on first use when `create`. */
+static ImageState *image_state(SbxSandbox *sb, bool create) {
+        SandboxObserver *o = sandbox_observer_find(sb, &state_ops);
+        if (o || !create)
+                return o ? container_of(o, ImageState, o) : NULL;
+        ImageState *st = calloc(1, sizeof *st);
+        if (!st)
+                return NULL;
+        st->sb = sb;
+        sandbox_observe(sb, &st->o, &state_ops);
+        /* Told already when it is settled: readiness is asked for in op_start_next(). */
+        st->o.told_ready = sandbox_setup_state(sb) != 0;
+        return st;
 }
 
 static int op_queue(SbxSandbox *sb, OpKind kind, SbxOpDoneFn done, void *ud, Op **ret) {
-        if (sb->dying || sb->pooled)
+        if (sandbox_dying(sb))
                 return -ESRCH;
-        Op *op = calloc(1, sizeof *op);
+        ImageState *st = image_state(sb, true);
+        Op *op = st ? calloc(1, sizeof *op) : NULL;
         if (!op)
                 return -ENOMEM;
         op->sb = sb;
+        op->st = st;
         op->kind = kind;
         op->done = done;
         op->ud = ud;
         op->freeze_ev = op->freeze_timer = op->memfd = -1;
         op->job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
-        op->mark = sb->run_order;
-        Op **pp = &sb->ops;
+        op->mark = sandbox_run_order(sb);
+        Op **pp = &st->ops;
         while (*pp)
                 pp = &(*pp)->next;
         *pp = op;
+        image_hold(st);
         if (ret)
                 *ret = op;
         /* Started from the loop: done never fires before this returns. */
-        if (sb->ops == op)
-                (void)loop_defer(sb->ctx->loop, op_start_next, sb);
+        if (st->ops == op)
+                (void)loop_defer(sandbox_loop(sb), op_start_next, st);
         return 0;
-}
-
-/* ---------------------------------------------------------------- hooks */
-
-void image_sandbox_ready(SbxSandbox *sb) {
-        Op *op = sb->ready_waiter;
-        if (!op)
-                return;
-        if (!sb->box.ready) {
-                op_fail(op, -ESRCH, "the fork's sandbox could not start");
-                return;
-        }
-        if (op->step == STEP_SESSIONS && op->pending == 0)
-                op_next_step(op);
-}
-
-void image_sandbox_freeing(SbxSandbox *sb) {
-        sb->dying = true;
-        loop_cancel_defer(sb->ctx->loop, sb);
-        if (sb->ready_waiter) {
-                /* A fork in the making whose child dies: its op fails, and must not free the
-                 * child a second time. */
-                Op *op = sb->ready_waiter;
-                sb->ready_waiter = NULL;
-                op->child = NULL;
-                op_fail(op, -ESRCH, "the fork's sandbox exited");
-        }
-        while (sb->ops) {
-                Op *op = sb->ops;
-                op_fail(op, -ECANCELED, "the sandbox was destroyed");
-        }
-        while (sb->snapshots) {
-                Snapshot *s = sb->snapshots;
-                sb->snapshots = s->next;
-                snapshot_free(s);
-        }
-        sb->n_snapshots = 0;
 }
 
 /* Emptying a deleted snapshot's copy takes as long as the copy did: a job does it, and
@@ -968,8 +1020,8 @@ static void sweep_start(SbxSandbox *sb, const char *id) {
         if (!sw)
                 return; /* the store goes with the sandbox */
         static uint64_t n;
-        sw->loop = sb->ctx->loop;
-        sw->store = sb->box.snap_fd;
+        sw->loop = sandbox_loop(sb);
+        sw->store = sandbox_box(sb)->snap_fd;
         snprintf(sw->name, sizeof sw->name, "deleted-%llu", (unsigned long long)++n);
         if (renameat(sw->store, id, sw->store, sw->name) < 0 || job_start(&sw->job, job_sweep, sw, &sw->store, 1) < 0) {
                 free(sw);
@@ -988,16 +1040,17 @@ int sbx_sandbox_fork(SbxSandbox *sb, SbxOpDoneFn done, void *ud) {
 }
 
 int sbx_snapshot_create(SbxSandbox *sb, SbxOpDoneFn done, void *ud) {
+        ImageState *st = image_state(sb, false);
         unsigned queued = 0;
-        for (Op *op = sb->ops; op; op = op->next)
+        for (Op *op = st ? st->ops : NULL; op; op = op->next)
                 queued += op->kind == OP_SNAPSHOT;
-        if (sb->n_snapshots + queued >= SBX_MAX_SNAPSHOTS)
+        if ((st ? st->n_snapshots : 0) + queued >= SBX_MAX_SNAPSHOTS)
                 return -ENOSPC;
         return op_queue(sb, OP_SNAPSHOT, done, ud, NULL);
 }
 
 int sbx_snapshot_restore(SbxSandbox *sb, const char *id, SbxOpDoneFn done, void *ud) {
-        Snapshot *s = id ? snapshot_find(sb, id) : NULL;
+        Snapshot *s = id ? snapshot_find(image_state(sb, false), id) : NULL;
         if (!s)
                 return -ENOENT;
         Op *op;
@@ -1008,26 +1061,30 @@ int sbx_snapshot_restore(SbxSandbox *sb, const char *id, SbxOpDoneFn done, void 
 }
 
 int sbx_snapshot_delete(SbxSandbox *sb, const char *id) {
-        Snapshot **pp = &sb->snapshots;
+        ImageState *st = image_state(sb, false);
+        if (!st || !id)
+                return -ENOENT;
+        Snapshot **pp = &st->snapshots;
         while (*pp && strcmp((*pp)->id, id) != 0)
                 pp = &(*pp)->next;
         if (!*pp)
                 return -ENOENT;
-        for (Op *op = sb->ops; op; op = op->next)
+        for (Op *op = st->ops; op; op = op->next)
                 if (op->snap == *pp)
                         return -EBUSY;
         Snapshot *s = *pp;
-        if (sb->box.snap_fd >= 0)
+        if (sandbox_box(sb)->snap_fd >= 0)
                 sweep_start(sb, s->id);
         *pp = s->next;
-        sb->n_snapshots--;
+        st->n_snapshots--;
         snapshot_free(s);
         return 0;
 }
 
 size_t sbx_snapshot_list(SbxSandbox *sb, SbxSnapshotInfo *out, size_t max) {
+        ImageState *st = image_state(sb, false);
         size_t n = 0;
-        for (Snapshot *s = sb->snapshots; s; s = s->next, n++)
+        for (Snapshot *s = st ? st->snapshots : NULL; s; s = s->next, n++)
                 if (n < max)
                         out[n] = (SbxSnapshotInfo){ s->id, s->created_ms, s->bytes };
         return n;

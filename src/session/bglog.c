@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: MIT */
+/* The background log and the retired command cgroups of one sandbox (see bglog.h). */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+#include "base/limits.h"
+#include "base/list.h"
+#include "base/util.h"
+#include "session/bglog.h"
+
+/* How often emptied cgroups are looked for while any is left. */
+#define BG_SWEEP_MS 1000
+/* How soon after a kill the sweep looks again. */
+#define BG_KILL_SWEEP_MS 50
+
+struct BgPipe {
+        BgPipe *next, *prev;
+        BgLog *bg;
+        int fd;
+        Watch w;
+};
+
+/* Kept by name only: their number is bounded by the pids limit, not by the daemon's fds. */
+struct BgCgroup {
+        BgCgroup *next, *prev;
+        char name[24];
+};
+
+static void pipe_free(BgPipe *p) {
+        BgLog *bg = p->bg;
+        loop_del(bg->loop, &p->w);
+        safe_close(p->fd);
+        if (bg->pipes_tail == p)
+                bg->pipes_tail = p->prev;
+        LIST_UNLINK(bg->pipes, p);
+        bg->n_pipes--;
+        free(p);
+}
+
+static void pipe_event(Watch *w, uint32_t events) {
+        BgPipe *p = w->data;
+        uint8_t buf[65536];
+        /* A bounded amount per wakeup: one chatty background process must not starve the loop. */
+        for (int i = 0; i < 16; i++) {
+                ssize_t n = read(p->fd, buf, sizeof buf);
+                if (n > 0) {
+                        ring_append(&p->bg->ring, buf, (size_t)n);
+                        continue;
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return;
+                pipe_free(p);
+                return;
+        }
+}
+
+void bglog_adopt_pipe(BgLog *bg, int fd) {
+        if (bg->n_pipes >= SBX_MAX_BACKGROUND_PIPES && bg->pipes_tail)
+                pipe_free(bg->pipes_tail);
+        BgPipe *p = calloc(1, sizeof *p);
+        if (!p || loop_add(bg->loop, &p->w, fd, EPOLLIN, pipe_event, p) < 0) {
+                /* Out of memory: closing is the only option left; a writer may see EPIPE. */
+                free(p);
+                close(fd);
+                return;
+        }
+        p->bg = bg;
+        p->fd = fd;
+        LIST_LINK(bg->pipes, p);
+        if (!bg->pipes_tail)
+                bg->pipes_tail = p;
+        bg->n_pipes++;
+}
+
+static void cgroup_free(BgLog *bg, BgCgroup *c) {
+        LIST_UNLINK(bg->cgroups, c);
+        free(c);
+}
+
+/* Removes the retired cgroups that have emptied; comes back while any is left. */
+static void sweep_event(Watch *w, uint32_t events) {
+        BgLog *bg = w->data;
+        uint64_t x;
+        (void)!read(bg->timer, &x, sizeof x);
+        for (BgCgroup *c = bg->cgroups, *next; c; c = next) {
+                next = c->next;
+                if (cgroup_child_remove(bg->cg, c->name) == 0)
+                        cgroup_free(bg, c);
+        }
+        if (bg->cgroups)
+                (void)timerfd_arm_ms(bg->timer, BG_SWEEP_MS);
+}
+
+void bglog_retire_cgroup(BgLog *bg, int dir, const char *name) {
+        safe_close(dir);
+        if (cgroup_child_remove(bg->cg, name) == 0)
+                return;
+        BgCgroup *c = calloc(1, sizeof *c);
+        if (!c)
+                return; /* removed with the sandbox */
+        snprintf(c->name, sizeof c->name, "%s", name);
+        LIST_LINK(bg->cgroups, c);
+        if (bg->timer >= 0)
+                (void)timerfd_arm_ms(bg->timer, BG_SWEEP_MS);
+}
+
+unsigned bglog_kill(BgLog *bg) {
+        unsigned n = 0;
+        for (BgCgroup *c = bg->cgroups; c; c = c->next) {
+                _cleanup_close_ int dir = openat(bg->cg->dir, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dir >= 0 && cgroup_kill(dir) == 0)
+                        n++;
+        }
+        if (n > 0 && bg->timer >= 0)
+                (void)timerfd_arm_ms(bg->timer, BG_KILL_SWEEP_MS);
+        return n;
+}
+
+size_t bglog_copy(const BgLog *bg, uint8_t *buf, size_t size) {
+        if (size >= bg->ring.len)
+                return ring_copy(&bg->ring, buf);
+        uint8_t *all = malloc(bg->ring.len);
+        if (!all)
+                return 0;
+        size_t n = ring_copy(&bg->ring, all);
+        memcpy(buf, all + (n - size), size);
+        free(all);
+        return size;
+}
+
+int bglog_init(BgLog *bg, Loop *loop, CgroupSandbox *cg) {
+        *bg = (BgLog){ .loop = loop, .cg = cg, .timer = -1 };
+        int r = ring_init(&bg->ring, SBX_BACKGROUND_LOG_BYTES);
+        if (r < 0)
+                return r;
+        /* Without a timer, emptied cgroups are removed with the sandbox instead. */
+        bg->timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (bg->timer >= 0 && loop_add(loop, &bg->timer_w, bg->timer, EPOLLIN, sweep_event, bg) < 0)
+                bg->timer = safe_close(bg->timer);
+        return 0;
+}
+
+void bglog_done(BgLog *bg) {
+        while (bg->pipes)
+                pipe_free(bg->pipes);
+        while (bg->cgroups)
+                cgroup_free(bg, bg->cgroups);
+        loop_del(bg->loop, &bg->timer_w);
+        bg->timer = safe_close(bg->timer);
+        ring_done(&bg->ring);
+}

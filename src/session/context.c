@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/* The context: the event loop, what every sandbox shares, the sandboxes (made fresh or
+ * taken from a pool kept ready by the loop) and the dying ones. */
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+#include "base/limits.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "session/context.h"
+#include "session/internal.h"
+#include "session/run.h"
+#include "session/sandbox.h"
+
+/* After the pool hands a sandbox out, the next is made this much later: not in the middle
+ * of the caller's first run. */
+#define POOL_REFILL_MS 50
+/* Between two pooled sandboxes, so the loop stays responsive in between. */
+#define POOL_STEP_MS 5
+/* After a failure to make one. */
+#define POOL_RETRY_MS 1000
+
+struct SbxContext {
+        SandboxHost host;
+        char last_error[512];
+        SandboxList sandboxes;
+        /* Sandboxes made ahead of time with default options and a started default session:
+         * a default sbx_sandbox_new() takes one, and the loop makes the next. */
+        SandboxList pool;
+        unsigned pool_target;
+        int pool_timer;
+        Watch pool_w;
+};
+
+const char *sbx_version(void) { return SBX_VERSION; }
+
+const char *sbx_error_class_name(SbxErrorClass c) {
+        switch (c) {
+        case SBX_ERROR_TIMEOUT: return "TIMEOUT";
+        case SBX_ERROR_CANCELLED: return "CANCELLED";
+        case SBX_ERROR_LIMIT_EXCEEDED: return "LIMIT_EXCEEDED";
+        case SBX_ERROR_NONE:
+        default: return NULL;
+        }
+}
+
+static bool options_default(const SbxSandboxOptions *o) {
+        static const SbxLimits zero;
+        return memcmp(&o->limits, &zero, sizeof zero) == 0 && o->timeout_ms == 0 && !o->network && !o->rootfs &&
+               (!o->env || !o->env[0]);
+}
+
+static void pool_arm(SbxContext *ctx, uint64_t ms) {
+        if (ctx->pool_timer >= 0 && ctx->pool.n < ctx->pool_target)
+                (void)timerfd_arm_ms(ctx->pool_timer, ms);
+}
+
+/* Makes one pooled sandbox per tick. */
+static void pool_event(Watch *w, uint32_t events) {
+        SbxContext *ctx = w->data;
+        uint64_t x;
+        (void)!read(ctx->pool_timer, &x, sizeof x);
+        if (ctx->pool.n >= ctx->pool_target)
+                return;
+        SbxSandboxOptions o;
+        SbxSandbox *sb;
+        SbxSession *s;
+        char err[512];
+        sbx_sandbox_options_init(&o);
+        if (sandbox_new(&ctx->host, &o, &ctx->pool, &sb, err, sizeof err) < 0) {
+                log_debug("pool: %s", err);
+                (void)timerfd_arm_ms(ctx->pool_timer, POOL_RETRY_MS);
+                return;
+        }
+        (void)sbx_session_get(sb, NULL, &s);
+        pool_arm(ctx, POOL_STEP_MS);
+}
+
+int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret) {
+        ctx->last_error[0] = 0;
+        if (ctx->pool.head && options_default(o)) {
+                SbxSandbox *sb = ctx->pool.head;
+                sandbox_list_move(sb, &ctx->sandboxes);
+                pool_arm(ctx, POOL_REFILL_MS);
+                *ret = sb;
+                return 0;
+        }
+        int r = sandbox_new(&ctx->host, o, &ctx->sandboxes, ret, ctx->last_error, sizeof ctx->last_error);
+        if (r < 0 && !ctx->last_error[0])
+                snprintf(ctx->last_error, sizeof ctx->last_error, "%s", strerror(-r));
+        return r;
+}
+
+int sandbox_new_like(SbxSandbox *sb, SbxSandbox **ret, char *err, size_t errlen) {
+        SbxContext *ctx = container_of(sandbox_host(sb), SbxContext, host);
+        SbxSandboxOptions o;
+        if (sandbox_is_default(sb)) {
+                sbx_sandbox_options_init(&o);
+                int r = sbx_sandbox_new(ctx, &o, ret);
+                if (r < 0)
+                        snprintf(err, errlen, "%s", ctx->last_error);
+                return r;
+        }
+        sandbox_options(sb, &o);
+        return sandbox_new(&ctx->host, &o, &ctx->sandboxes, ret, err, errlen);
+}
+
+/* Every pipe, pidfd and socket is an fd of the daemon: take the hard limit. */
+static void raise_fd_limit(void) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
+        }
+}
+
+int sbx_context_new(SbxContext **ret) {
+        SbxContext *ctx = calloc(1, sizeof *ctx);
+        if (!ctx)
+                return -ENOMEM;
+        ctx->host.devnull = ctx->pool_timer = -1;
+        ctx->pool.reap_dead = true;
+        int r = loop_new(&ctx->host.loop);
+        if (r < 0) {
+                free(ctx);
+                return r;
+        }
+        ctx->host.yard = (CorpseYard){ .loop = ctx->host.loop, .shared = &ctx->host.shared };
+        ctx->host.devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        ctx->pool_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (ctx->host.devnull < 0 || ctx->pool_timer < 0 ||
+            loop_add(ctx->host.loop, &ctx->pool_w, ctx->pool_timer, EPOLLIN, pool_event, ctx) < 0) {
+                r = negerrno();
+                safe_close(ctx->pool_timer);
+                safe_close(ctx->host.devnull);
+                loop_free(ctx->host.loop);
+                free(ctx);
+                return r;
+        }
+        /* Output and stdin pipes may lose their reader at any time; that must be EPIPE for
+         * the daemon, never a signal. */
+        signal(SIGPIPE, SIG_IGN);
+        /* The files API acts with the sandbox user's fs ids; root's supplementary groups
+         * must not come along. */
+        if (geteuid() == 0)
+                (void)setgroups(0, NULL);
+        raise_fd_limit();
+        *ret = ctx;
+        return 0;
+}
+
+void sbx_context_set_pool(SbxContext *ctx, unsigned n) {
+        ctx->pool_target = MIN(n, SBX_MAX_POOL);
+        while (ctx->pool.n > ctx->pool_target)
+                sbx_sandbox_free(ctx->pool.head);
+        pool_arm(ctx, 1);
+}
+
+SbxContext *sbx_context_free(SbxContext *ctx) {
+        if (!ctx)
+                return NULL;
+        while (ctx->sandboxes.head)
+                sbx_sandbox_free(ctx->sandboxes.head);
+        while (ctx->pool.head)
+                sbx_sandbox_free(ctx->pool.head);
+        /* What is still dying is waited for here: nothing may outlive the context. */
+        corpse_bury_all(&ctx->host.yard);
+        loop_del(ctx->host.loop, &ctx->pool_w);
+        safe_close(ctx->pool_timer);
+        if (ctx->host.shared_ready)
+                box_shared_done(&ctx->host.shared);
+        safe_close(ctx->host.devnull);
+        loop_free(ctx->host.loop);
+        free(ctx);
+        return NULL;
+}
+
+int sbx_context_fd(SbxContext *ctx) { return loop_fd(ctx->host.loop); }
+
+Loop *sbx_context_loop(SbxContext *ctx) { return ctx->host.loop; }
+
+const char *sbx_context_last_error(const SbxContext *ctx) { return ctx->last_error; }
+
+int sbx_context_run_once(SbxContext *ctx, int timeout_ms) { return loop_run_once(ctx->host.loop, timeout_ms); }

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/* What the rooms below a sandbox (the session protocol, runs, the background log) share of
+ * it. Embedded in SbxSandbox (sandbox.h), which owns it; those rooms see nothing else of
+ * their sandbox. image.c steers runs through two fields of it (hold_after, tree_busy) and
+ * touches nothing else. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "base/loop.h"
+#include "sandbox/box.h"
+#include "sbx/sbx.h"
+#include "session/bglog.h"
+
+typedef struct SandboxCore {
+        Loop *loop;
+        Box box;
+        BgLog bg;
+        SbxLimits limits;
+        uint64_t timeout_ms;   /* default per-run timeout */
+        int devnull;           /* the context's, stdin of runs without input */
+        uint64_t next_cmd;     /* names command cgroups c1, c2, ... */
+        uint64_t run_order;    /* the last caller run's place in the sandbox-wide order */
+        /* Caller runs whose order is above this wait: an operation (fork, snapshot...)
+         * requested before them has not let them go yet. UINT64_MAX: nothing is held. */
+        uint64_t hold_after;
+        /* The tree is being copied or replaced: the files API refuses changes (-EBUSY),
+         * which would land half in, half out. */
+        bool tree_busy;
+        bool dying;            /* being freed, or its pid 1 is gone: no new shells */
+} SandboxCore;

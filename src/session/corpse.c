@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* Dying sandboxes, finished from the loop (see corpse.h). */
+#include <stdlib.h>
+#include "base/list.h"
+#include "base/pidfd.h"
+#include "base/util.h"
+#include "sandbox/cgroup.h"
+#include "session/corpse.h"
+
+struct Corpse {
+        Corpse *next, *prev;
+        CorpseYard *yard;
+        Box box;
+        int events;
+        Watch init_w, cg_w;
+};
+
+static void corpse_free(Corpse *c) {
+        CorpseYard *y = c->yard;
+        loop_del(y->loop, &c->init_w);
+        loop_del(y->loop, &c->cg_w);
+        safe_close(c->events);
+        LIST_UNLINK(y->corpses, c);
+        free(c);
+}
+
+/* box_try_finish() reaps pid 1 and closes its pidfd: it may be called only once the pidfd is
+ * out of epoll. An fd closed while still registered stays registered as long as another copy
+ * of it lives (a fork of the daemon holds copies of every fd for a moment, a job for longer),
+ * and its events would then come for a freed watch. So while pid 1 lives, its pidfd's event
+ * brings us back here; a check and the reap must not straddle its death. */
+static void corpse_try(Corpse *c) {
+        if (c->init_w.active) {
+                if (!pidfd_exited(c->box.init_pidfd))
+                        return;
+                loop_del(c->yard->loop, &c->init_w);
+        }
+        if (box_try_finish(c->yard->shared, &c->box))
+                corpse_free(c);
+}
+
+static void corpse_event(Watch *w, uint32_t events) { corpse_try(w->data); }
+
+void corpse_add(CorpseYard *y, const Box *b) {
+        Corpse *c = calloc(1, sizeof *c);
+        if (!c) {
+                Box copy = *b;
+                box_destroy(y->shared, &copy); /* out of memory: a bounded wait beats a leak */
+                return;
+        }
+        c->yard = y;
+        c->box = *b;
+        box_kill(&c->box);
+        c->events = c->box.cg.dir >= 0 ? cgroup_events_open(c->box.cg.dir) : -1;
+        LIST_LINK(y->corpses, c);
+        if ((c->box.init_pidfd >= 0 &&
+             loop_add(y->loop, &c->init_w, c->box.init_pidfd, EPOLLIN, corpse_event, c) < 0) ||
+            (c->events >= 0 && loop_add(y->loop, &c->cg_w, c->events, EPOLLPRI, corpse_event, c) < 0)) {
+                box_destroy(y->shared, &c->box);
+                corpse_free(c);
+                return;
+        }
+        corpse_try(c);
+}
+
+void corpse_bury_all(CorpseYard *y) {
+        while (y->corpses) {
+                box_destroy(y->shared, &y->corpses->box);
+                corpse_free(y->corpses);
+        }
+}

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+/* Destroyed sandboxes whose processes are still dying: kept until pid 1 is reaped and their
+ * cgroups are removed, by the loop, so destroying a sandbox never waits. */
+#pragma once
+#include "base/loop.h"
+#include "sandbox/box.h"
+
+typedef struct Corpse Corpse;
+
+typedef struct CorpseYard {
+        Loop *loop;
+        BoxShared *shared;
+        Corpse *corpses;
+} CorpseYard;
+
+/* Kills the box's processes and takes it over; the loop finishes the cleanup. */
+void corpse_add(CorpseYard *y, const Box *b);
+/* Finishes every corpse now, waiting (bounded) for each: for a context going away. */
+void corpse_bury_all(CorpseYard *y);

@@ -1,0 +1,677 @@
+/* SPDX-License-Identifier: MIT */
+/* Runs: each session's queue (one run at a time, in order), and each run's timeout, output,
+ * stdin and result.
+ *
+ * A run waits in its session's queue until it is first, no operation holds it
+ * (core->hold_after) and the session has an idle worker; it is then sent with fresh pipes
+ * and owns the worker's command cgroup. It ends when the worker says DONE, when the worker
+ * dies, or, once killed (timeout, cancel), when its cgroup is empty (cgroup.events): the
+ * proof that every process it started is gone. What it leaves running keeps its pipes and
+ * cgroup, handed to the sandbox's background log. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include "base/limits.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "session/run.h"
+
+/* Bytes of stderr kept for an internal run (a state dump or restore says why it failed). */
+#define RUN_INTERNAL_STDERR_BYTES (64U * 1024)
+
+static void pump(SbxSession *s);
+
+static void pump_deferred(void *data) { pump(data); }
+
+void run_pump_later(SbxSession *s) {
+        if (!s->pump_pending && loop_defer(s->core->loop, pump_deferred, s) == 0)
+                s->pump_pending = true;
+}
+
+static void run_close_io(SbxRun *r) {
+        Loop *l = r->s->core->loop;
+        loop_del(l, &r->in_w);
+        r->in_fd = safe_close(r->in_fd);
+        loop_del(l, &r->timer_w);
+        r->timer_fd = safe_close(r->timer_fd);
+        loop_del(l, &r->cg_w);
+        r->cg_events = safe_close(r->cg_events);
+}
+
+static void run_free(SbxRun *r) {
+        Loop *l = r->s->core->loop;
+        loop_cancel_defer(l, r);
+        loop_del(l, &r->out_w);
+        loop_del(l, &r->err_w);
+        safe_close(r->out_fd);
+        safe_close(r->err_fd);
+        run_close_io(r);
+        safe_close(r->cg);
+        buf_done(&r->out);
+        buf_done(&r->err);
+        free(r->command);
+        free(r->cwd);
+        free(r->env);
+        free(r->stdin_data);
+        free(r);
+}
+
+/* Reads what a pipe has now, straight into the result buffer while under the cap, into a
+ * scratch buffer past it (read and dropped). Returns false at EOF or error. */
+static bool run_read(SbxRun *r, int fd, SbxStream stream, size_t budget) {
+        static uint8_t discard[SBX_PIPE_BYTES]; /* one thread: one scratch buffer */
+        Buf *b = stream == SBX_STDOUT ? &r->out : &r->err;
+        while (budget > 0) {
+                long room = buf_reserve(b, MIN(budget, (size_t)SBX_PIPE_BYTES));
+                uint8_t *dst = room > 0 ? b->data + b->len : discard;
+                size_t len = room > 0 ? (size_t)room : MIN(budget, sizeof discard);
+                ssize_t n = read(fd, dst, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return true;
+                if (n <= 0)
+                        return false;
+                if (room > 0) {
+                        buf_commit(b, (size_t)n);
+                        /* Only what the cap keeps is streamed, so a consumer never sees bytes
+                         * the result does not have. */
+                        if (r->on_output)
+                                r->on_output(r->ud, stream, dst, (size_t)n);
+                } else {
+                        buf_drop(b, (size_t)n);
+                }
+                budget = budget > (size_t)n ? budget - (size_t)n : 0;
+        }
+        return true;
+}
+
+/* Reads up to budget bytes of one output pipe; closes it at EOF. */
+static void run_drain(SbxRun *r, bool is_out, size_t budget) {
+        int *fd = is_out ? &r->out_fd : &r->err_fd;
+        if (*fd >= 0 && !run_read(r, *fd, is_out ? SBX_STDOUT : SBX_STDERR, budget)) {
+                loop_del(r->s->core->loop, is_out ? &r->out_w : &r->err_w);
+                *fd = safe_close(*fd);
+        }
+}
+
+static void run_output_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        /* A bounded amount per wakeup keeps one noisy command from starving the loop. */
+        run_drain(r, w == &r->out_w, 4 * SBX_PIPE_BYTES);
+}
+
+static void run_stdin_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        while (r->stdin_off < r->stdin_len) {
+                ssize_t n = write(r->in_fd, r->stdin_data + r->stdin_off, r->stdin_len - r->stdin_off);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n < 0)
+                        break; /* EPIPE: the command closed stdin */
+                r->stdin_off += (size_t)n;
+        }
+        loop_del(r->s->core->loop, &r->in_w);
+        r->in_fd = safe_close(r->in_fd);
+}
+
+static void refused_unlink(SbxRun *r) {
+        SbxRun **pp = &r->s->refused;
+        while (*pp && *pp != r)
+                pp = &(*pp)->next;
+        if (*pp)
+                *pp = r->next;
+}
+
+/* Ends a run: result to the caller, pipes and cgroup handed over or released. */
+static void run_finish(SbxRun *r) {
+        SbxSession *s = r->s;
+        SandboxCore *core = s->core;
+        if (r->finished)
+                return;
+        r->finished = true;
+        if (s->current == r)
+                s->current = NULL;
+        if (r->error_class == SBX_ERROR_LIMIT_EXCEEDED)
+                refused_unlink(r);
+
+        /* Everything the command wrote before it ended is in the pipes now (a bounded drain:
+         * background writers could keep a pipe full forever; their bytes go to the log). */
+        run_drain(r, true, 2 * SBX_PIPE_BYTES);
+        run_drain(r, false, 2 * SBX_PIPE_BYTES);
+        run_close_io(r);
+        if (r->out_fd >= 0) {
+                loop_del(core->loop, &r->out_w);
+                bglog_adopt_pipe(&core->bg, TAKE_FD(r->out_fd));
+        }
+        if (r->err_fd >= 0) {
+                loop_del(core->loop, &r->err_w);
+                bglog_adopt_pipe(&core->bg, TAKE_FD(r->err_fd));
+        }
+        if (r->cg >= 0)
+                bglog_retire_cgroup(&core->bg, TAKE_FD(r->cg), r->cg_name);
+
+        SbxResult res = {
+                .exit_code = r->exit_code,
+                .error_class = r->error_class,
+                .stdout_data = r->out.data ? r->out.data : (const uint8_t *)"", .stdout_len = r->out.len,
+                .stderr_data = r->err.data ? r->err.data : (const uint8_t *)"", .stderr_len = r->err.len,
+                .stdout_truncated = r->out.truncated, .stderr_truncated = r->err.truncated,
+                .exec_time_us = r->t_start ? (now_ns() - r->t_start) / 1000 : 0,
+        };
+        if (r->on_done)
+                r->on_done(r->ud, &res);
+        run_free(r);
+        run_pump_later(s);
+}
+
+static void run_finish_deferred(void *data) { run_finish(data); }
+
+static void run_cgroup_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        if (cgroup_populated(r->cg) == 0)
+                run_finish(r);
+}
+
+/* Takes a run that has not been sent out of its session's queue (or current slot). */
+static void run_unqueue(SbxRun *r) {
+        SbxSession *s = r->s;
+        if (s->current == r) {
+                s->current = NULL;
+                return;
+        }
+        SbxRun **pp = &s->queue, *prev = NULL;
+        while (*pp && *pp != r) {
+                prev = *pp;
+                pp = &(*pp)->next;
+        }
+        if (!*pp)
+                return;
+        *pp = r->next;
+        if (s->queue_tail == r)
+                s->queue_tail = prev;
+        s->n_queued--;
+}
+
+/* The whole timeout passed without a worker: the holder cannot fork, which means the
+ * sandbox's process limit is held by what earlier commands left running (a backgrounded
+ * fork bomb). Those processes starve the session, so they go; otherwise it would stay
+ * bricked. */
+static void run_unstarve(SbxRun *r) {
+        static const char msg[] = "sbx: no worker could start in time (process limit reached?); "
+                                  "background processes of earlier commands were killed\n";
+        size_t before = r->err.len;
+        if (bglog_kill(&r->s->core->bg) > 0)
+                (void)buf_append(&r->err, msg, sizeof msg - 1);
+        if (r->on_output && r->err.len > before)
+                r->on_output(r->ud, SBX_STDERR, r->err.data + before, r->err.len - before);
+}
+
+/* Timeout or cancel. A run that has not reached a worker simply ends; a running one has its
+ * cgroup killed and ends when the cgroup is empty. */
+static void run_kill(SbxRun *r, SbxErrorClass why) {
+        SbxSession *s = r->s;
+        Loop *l = s->core->loop;
+        if (r->finished || r->killed)
+                return;
+        r->killed = true;
+        r->error_class = why;
+        r->exit_code = why == SBX_ERROR_TIMEOUT ? SBX_EXIT_TIMEOUT : SBX_EXIT_CANCELLED;
+        if (!r->sent) {
+                if (s->current == r && why == SBX_ERROR_TIMEOUT && session_awaiting_worker(s))
+                        run_unstarve(r);
+                run_unqueue(r);
+                run_finish(r);
+                return;
+        }
+        session_mark_killing(s);
+        (void)cgroup_kill(r->cg);
+        loop_del(l, &r->timer_w);
+        r->cg_events = cgroup_events_open(r->cg);
+        /* Finished from the loop, never here: the caller may be this run's own output
+         * callback, with the run still on its stack. */
+        if (r->cg_events < 0 || loop_add(l, &r->cg_w, r->cg_events, EPOLLPRI, run_cgroup_event, r) < 0 ||
+            cgroup_populated(r->cg) == 0)
+                (void)loop_defer(l, run_finish_deferred, r);
+}
+
+static void run_timer_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        uint64_t x;
+        (void)!read(r->timer_fd, &x, sizeof x);
+        run_kill(r, SBX_ERROR_TIMEOUT);
+}
+
+static int make_pipe(int *rd, int *wr) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negerrno();
+        (void)fcntl(p[0], F_SETPIPE_SZ, (int)SBX_PIPE_BYTES);
+        *rd = p[0];
+        *wr = p[1];
+        return 0;
+}
+
+/* Watches the run's pipes once it is sent. Returns 0 or -errno. */
+static int run_watch_io(SbxRun *r) {
+        Loop *l = r->s->core->loop;
+        int rr;
+        (void)fd_set_nonblock(r->out_fd, true);
+        (void)fd_set_nonblock(r->err_fd, true);
+        uint32_t ev = r->paused ? 0 : EPOLLIN;
+        if ((rr = loop_add(l, &r->out_w, r->out_fd, ev, run_output_event, r)) < 0 ||
+            (rr = loop_add(l, &r->err_w, r->err_fd, ev, run_output_event, r)) < 0)
+                return rr;
+        if (r->in_fd >= 0) {
+                (void)fd_set_nonblock(r->in_fd, true);
+                if ((rr = loop_add(l, &r->in_w, r->in_fd, EPOLLOUT, run_stdin_event, r)) < 0)
+                        return rr;
+        }
+        return 0;
+}
+
+/* Sends the current run to the idle worker with fresh pipes. Returns 0 or -errno (r->sent
+ * says whether the worker has it). */
+static int run_send(SbxSession *s, SbxRun *r) {
+        int fds[WIRE_RUN_FDS] = { -1, -1, -1 };
+        int r_in = -1, rr;
+
+        if ((rr = make_pipe(&r->out_fd, &fds[1])) < 0 || (rr = make_pipe(&r->err_fd, &fds[2])) < 0)
+                goto out;
+        if (r->stdin_len > 0) {
+                if ((rr = make_pipe(&r_in, &r->in_fd)) < 0)
+                        goto out;
+                fds[0] = r_in;
+        } else {
+                fds[0] = s->core->devnull;
+        }
+        /* Fresh from the kernel per run: a DONE counts only if it echoes this, so it must not
+         * be derivable from any value a command could have seen. */
+        if (getrandom(&r->nonce, sizeof r->nonce, 0) != (ssize_t)sizeof r->nonce) {
+                rr = -EIO;
+                goto out;
+        }
+        WireHdr h = { .type = WIRE_RUN, .seq = r->seq, .nonce = r->nonce,
+                      .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
+                      .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len,
+                      .flags = (r->persist_env ? WIRE_F_PERSIST_ENV : 0) | (r->get_env ? WIRE_F_GETENV : 0) |
+                               (r->wire_flags & (WIRE_F_DUMP | WIRE_F_RESTORE)) };
+        struct iovec parts[3] = { { r->cwd, h.cwd_len }, { r->env, r->env_len }, { r->command, r->command_len } };
+        if ((rr = session_send_run(s, &h, parts, fds, &r->cg, r->cg_name)) < 0)
+                goto out;
+        r->sent = true;
+        rr = run_watch_io(r);
+out:
+        safe_close(fds[1]);
+        safe_close(fds[2]);
+        safe_close(r_in);
+        return rr;
+}
+
+/* Makes the queue's head current, with its timer running. Returns false if it ended at once. */
+static bool run_begin(SbxSession *s) {
+        SbxRun *r = s->queue;
+        s->queue = r->next;
+        if (!s->queue)
+                s->queue_tail = NULL;
+        s->n_queued--;
+        r->next = NULL;
+        s->current = r;
+        r->t_start = now_ns();
+        r->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (r->timer_fd < 0 || loop_add(s->core->loop, &r->timer_w, r->timer_fd, EPOLLIN, run_timer_event, r) < 0 ||
+            timerfd_arm_ms(r->timer_fd, r->timeout_ms) < 0) {
+                r->exit_code = 1;
+                run_finish(r);
+                return false;
+        }
+        if (r->wire_flags & RUN_BARRIER) {
+                /* Everything queued before it has ended: that is all it waits for. */
+                r->exit_code = 0;
+                run_finish(r);
+                return false;
+        }
+        return true;
+}
+
+static void pump(SbxSession *s) {
+        SandboxCore *core = s->core;
+        s->pump_pending = false;
+        if (s->broken && s->queue && !core->dying) {
+                s->broken = false;
+                if (session_start_shell(s) < 0)
+                        s->broken = true;
+        }
+        if (!s->current && s->queue && (s->queue->internal || s->queue->order <= core->hold_after) && !run_begin(s))
+                return;
+        SbxRun *r = s->current;
+        if (!r || r->sent || !session_idle(s))
+                return;
+        if (run_send(s, r) < 0) {
+                log_debug("session %s: cannot send run", s->name);
+                if (r->sent) {
+                        run_kill(r, SBX_ERROR_CANCELLED);
+                } else {
+                        r->exit_code = 1;
+                        run_finish(r);
+                }
+        }
+}
+
+/* ---------------------------------------------------------------- what the shells say */
+
+static void hook_idle(SbxSession *s) { pump(s); }
+
+static void hook_ended(SbxSession *s, int status) {
+        SbxRun *r = s->current;
+        if (!r)
+                return;
+        r->exit_code = status;
+        run_finish(r);
+}
+
+static void hook_died(SbxSession *s, int wstatus) {
+        SbxRun *r = s->current;
+        if (!r || !r->sent || r->killed)
+                return;
+        r->exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : 1;
+        run_finish(r);
+}
+
+/* Answers the session's running run (if any) and its whole queue with exit_code and msg. */
+static void fail_all(SbxSession *s, int exit_code, const char *msg) {
+        SbxRun *r;
+        while ((r = s->current ? s->current : s->queue)) {
+                if (r != s->current)
+                        run_unqueue(r);
+                s->current = NULL;
+                r->exit_code = exit_code;
+                (void)buf_append(&r->err, msg, strlen(msg));
+                run_finish(r);
+        }
+}
+
+/* The running command (if any) is killed and answered, and a fresh shell takes over for
+ * what is queued. */
+static void hook_lost(SbxSession *s, bool never_started) {
+        SbxRun *r = s->current;
+        if (never_started) {
+                /* It cannot start at all (no bash in the root, exec refused). Answer what waits
+                 * instead of retrying in a loop; the next run tries again. */
+                s->broken = true;
+                fail_all(s, 127, "sbx: the session shell could not start (is /bin/bash usable in this root?)\n");
+                return;
+        }
+        if (r && r->sent && !r->killed) {
+                r->exit_code = 137;
+                (void)cgroup_kill(r->cg);
+                run_finish(r);
+        }
+        if (s->core->dying) {
+                /* The sandbox is gone: what waits would only time out. */
+                fail_all(s, 1, "sbx: the sandbox is gone (its pid 1 exited)\n");
+                return;
+        }
+        if (session_start_shell(s) < 0) {
+                log_warn("session %s: cannot restart shell", s->name);
+                s->broken = true;
+        }
+}
+
+const SessionHooks run_session_hooks = {
+        .idle = hook_idle, .ended = hook_ended, .died = hook_died, .lost = hook_lost,
+};
+
+/* ---------------------------------------------------------------- queueing */
+
+/* A run of session s with no fds yet and output buffers capped as given. */
+static SbxRun *run_new(SbxSession *s, size_t out_cap, size_t err_cap, SbxDoneFn done, void *ud) {
+        SbxRun *r = calloc(1, sizeof *r);
+        if (!r)
+                return NULL;
+        r->s = s;
+        r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = -1;
+        buf_init(&r->out, out_cap);
+        buf_init(&r->err, err_cap);
+        r->on_done = done;
+        r->ud = ud;
+        r->seq = ++s->seq;
+        return r;
+}
+
+/* A refused run's answer: its stderr as output, then its result. */
+static void refused_deliver(void *data) {
+        SbxRun *r = data;
+        if (r->on_output && r->err.len)
+                r->on_output(r->ud, SBX_STDERR, r->err.data, r->err.len);
+        run_finish(r);
+}
+
+/* Refused before it reaches the shell: answered from the loop, never before the call that
+ * made it returns. */
+static void run_refuse(SbxRun *r, const char *msg) {
+        SbxSession *s = r->s;
+        r->exit_code = 1;
+        r->error_class = SBX_ERROR_LIMIT_EXCEEDED;
+        r->killed = true; /* nothing left to cancel */
+        (void)buf_append(&r->err, msg, strlen(msg));
+        r->next = s->refused;
+        s->refused = r;
+        (void)loop_defer(s->core->loop, refused_deliver, r);
+}
+
+/* Checks a caller's options; returns the bytes its env entries take, or -errno. */
+static long run_check_options(const SbxRunOptions *o) {
+        if (!o || (!o->command && o->command_len > 0) || o->timeout_ms > SBX_MAX_TIMEOUT_MS)
+                return -EINVAL;
+        if (o->cwd && (strlen(o->cwd) == 0 || strlen(o->cwd) >= SBX_MAX_PATH_BYTES))
+                return -EINVAL;
+        size_t env_len = 0, n_env = 0;
+        for (const char *const *e = o->env; e && *e; e++, n_env++) {
+                const char *eq = strchr(*e, '=');
+                if (!eq || !env_name_valid(*e, (size_t)(eq - *e)) || n_env >= SBX_MAX_RUN_ENV)
+                        return -EINVAL;
+                env_len += strlen(*e) + 1;
+        }
+        return env_len > SBX_MAX_RUN_ENV_BYTES ? -E2BIG : (long)env_len;
+}
+
+/* Copies the caller's command, cwd, env and stdin into the run. Returns 0 or -ENOMEM. */
+static int run_copy_options(SbxRun *r, const SbxRunOptions *o, size_t env_len) {
+        r->command = malloc(o->command_len + 1);
+        r->cwd = o->cwd ? strdup(o->cwd) : NULL;
+        r->env = env_len ? malloc(env_len) : NULL;
+        r->stdin_data = o->stdin_len ? malloc(o->stdin_len) : NULL;
+        if (!r->command || (o->cwd && !r->cwd) || (env_len && !r->env) || (o->stdin_len && !r->stdin_data))
+                return -ENOMEM;
+        if (o->command_len)
+                memcpy(r->command, o->command, o->command_len);
+        r->command_len = o->command_len;
+        size_t off = 0;
+        for (const char *const *e = o->env; e && *e; e++) {
+                size_t l = strlen(*e) + 1;
+                memcpy(r->env + off, *e, l);
+                off += l;
+        }
+        r->env_len = env_len;
+        if (o->stdin_len)
+                memcpy(r->stdin_data, o->stdin_data, o->stdin_len);
+        r->stdin_len = o->stdin_len;
+        return 0;
+}
+
+int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output, SbxDoneFn on_done, void *ud,
+                    SbxRun **ret) {
+        SandboxCore *core = s->core;
+        long env_len = run_check_options(o);
+        if (env_len < 0)
+                return (int)env_len;
+        if (s->n_queued + (s->current != NULL) >= SBX_MAX_QUEUED_RUNS)
+                return -EBUSY;
+        SbxRun *r = run_new(s, core->limits.stdout_bytes, core->limits.stderr_bytes, on_done, ud);
+        if (!r)
+                return -ENOMEM;
+        r->on_output = on_output;
+        r->order = ++core->run_order;
+        r->timeout_ms = o->timeout_ms ? o->timeout_ms : core->timeout_ms;
+        r->persist_env = o->persist_env;
+        r->get_env = o->get_env;
+        if (o->command_len > core->limits.command_bytes) {
+                char msg[128];
+                snprintf(msg, sizeof msg, "sbx: command is %zu bytes, the limit is %llu\n", o->command_len,
+                         (unsigned long long)core->limits.command_bytes);
+                run_refuse(r, msg);
+        } else if (run_copy_options(r, o, (size_t)env_len) < 0) {
+                run_free(r);
+                return -ENOMEM;
+        } else {
+                if (s->queue_tail)
+                        s->queue_tail->next = r;
+                else
+                        s->queue = r;
+                s->queue_tail = r;
+                s->n_queued++;
+                run_pump_later(s);
+        }
+        if (ret)
+                *ret = r;
+        return 0;
+}
+
+int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark, SbxDoneFn done,
+                 void *ud) {
+        SbxRun *r = run_new(s, SBX_MAX_STATE_BYTES, RUN_INTERNAL_STDERR_BYTES, done, ud);
+        if (!r)
+                return -ENOMEM;
+        r->timeout_ms = SBX_STATE_TIMEOUT_MS;
+        r->internal = true;
+        r->wire_flags = flags;
+        r->command = strdup("");
+        if (in_len) {
+                r->stdin_data = malloc(in_len);
+                if (r->stdin_data)
+                        memcpy(r->stdin_data, in, in_len);
+                r->stdin_len = in_len;
+        }
+        if (!r->command || (in_len && !r->stdin_data)) {
+                run_free(r);
+                return -ENOMEM;
+        }
+        SbxRun **pp = &s->queue;
+        if (mark > 0)
+                while (*pp && ((*pp)->internal || (*pp)->order <= mark))
+                        pp = &(*pp)->next;
+        r->next = *pp;
+        *pp = r;
+        if (!r->next)
+                s->queue_tail = r;
+        s->n_queued++;
+        run_pump_later(s);
+        return 0;
+}
+
+void run_cancel_all(SbxSession *s) {
+        loop_cancel_defer(s->core->loop, s);
+        s->pump_pending = false;
+        while (s->refused)
+                refused_deliver(s->refused);
+        while (s->queue)
+                run_kill(s->queue, SBX_ERROR_CANCELLED);
+        if (s->current) {
+                SbxRun *r = s->current;
+                if (r->sent && r->cg >= 0)
+                        (void)cgroup_kill(r->cg);
+                r->killed = true;
+                r->exit_code = SBX_EXIT_CANCELLED;
+                r->error_class = SBX_ERROR_CANCELLED;
+                run_finish(r);
+        }
+        loop_cancel_defer(s->core->loop, s);
+        s->pump_pending = false;
+}
+
+int run_restart_session(SbxSession *s) {
+        if (s->current)
+                return -EBUSY;
+        session_close_shell(s);
+        int r = session_start_shell(s);
+        s->broken = r < 0;
+        return r;
+}
+
+/* ---------------------------------------------------------------- public: runs */
+
+int sbx_run_cancel(SbxRun *r) {
+        if (!r || r->finished || r->killed)
+                return -ESRCH;
+        run_kill(r, SBX_ERROR_CANCELLED);
+        return 0;
+}
+
+bool sbx_run_started(const SbxRun *r) { return r->sent; }
+
+void sbx_run_pause_output(SbxRun *r, bool paused) {
+        Loop *l = r->s->core->loop;
+        if (r->paused == paused)
+                return;
+        r->paused = paused;
+        if (r->out_w.active)
+                (void)loop_mod(l, &r->out_w, paused ? 0 : EPOLLIN);
+        if (r->err_w.active)
+                (void)loop_mod(l, &r->err_w, paused ? 0 : EPOLLIN);
+}
+
+typedef struct SyncRun {
+        bool done;
+        SbxResult *res;
+        SbxOutputFn fn;
+        void *ud;
+} SyncRun;
+
+static void sync_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
+        SyncRun *sr = ud;
+        if (sr->fn)
+                sr->fn(sr->ud, st, d, n);
+}
+
+static uint8_t *dup_bytes(const uint8_t *d, size_t n) {
+        uint8_t *p = malloc(n + 1);
+        if (p) {
+                if (n)
+                        memcpy(p, d, n);
+                p[n] = 0;
+        }
+        return p;
+}
+
+static void sync_done(void *ud, const SbxResult *r) {
+        SyncRun *sr = ud;
+        *sr->res = *r;
+        sr->res->stdout_data = dup_bytes(r->stdout_data, r->stdout_len);
+        sr->res->stderr_data = dup_bytes(r->stderr_data, r->stderr_len);
+        sr->done = true;
+}
+
+int sbx_session_run_sync(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output, void *ud, SbxResult *ret) {
+        SyncRun sr = { .res = ret, .fn = on_output, .ud = ud };
+        int r = sbx_session_run(s, o, sync_output, sync_done, &sr, NULL);
+        if (r < 0)
+                return r;
+        while (!sr.done) {
+                r = loop_run_once(s->core->loop, -1);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+void sbx_result_clear(SbxResult *r) {
+        free((void *)r->stdout_data);
+        free((void *)r->stderr_data);
+        r->stdout_data = r->stderr_data = NULL;
+}

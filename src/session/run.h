@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* Runs: a session's queue, each run's timeout, output, stdin and result (see run.c). The
+ * session's shells (session.h) report to this room through run_session_hooks. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "base/buf.h"
+#include "base/loop.h"
+#include "sbx/sbx.h"
+#include "session/session.h"
+
+struct SbxRun {
+        SbxRun *next;
+        SbxSession *s;
+        char *command;
+        size_t command_len;
+        char *cwd;
+        char *env;
+        size_t env_len;
+        uint8_t *stdin_data;
+        size_t stdin_len, stdin_off;
+        uint64_t timeout_ms;
+        SbxOutputFn on_output;
+        SbxDoneFn on_done;
+        void *ud;
+        uint32_t seq;
+        uint64_t nonce;
+        uint64_t t_start;
+        int out_fd, err_fd, in_fd, timer_fd, cg, cg_events;
+        char cg_name[24];
+        Watch out_w, err_w, in_w, timer_w, cg_w;
+        Buf out, err;
+        bool sent, killed, paused, finished, persist_env, get_env;
+        bool internal;
+        uint64_t order;      /* sandbox-wide order of requests (caller runs only) */
+        uint32_t wire_flags; /* WIRE_F_DUMP, WIRE_F_RESTORE or RUN_BARRIER */
+        int exit_code;
+        SbxErrorClass error_class;
+};
+
+/* What the shells of every session report to. */
+extern const SessionHooks run_session_hooks;
+
+/* Internal runs: the flags of session/wire.h, or RUN_BARRIER, which never reaches a shell:
+ * it ends as soon as everything queued before it has. */
+#define RUN_BARRIER (1u << 31)
+/* Queues an internal run in front of every caller run requested after `mark` (a run order;
+ * 0: at the head). Its stdout (a state for WIRE_F_DUMP) may be up to SBX_MAX_STATE_BYTES.
+ * Internal runs are never refused by the queue cap and never held. done is called from the
+ * loop. Returns 0 or -errno. */
+int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark,
+                 SbxDoneFn done, void *ud);
+/* Looks at the session's queue again from the loop (a hold was lifted). */
+void run_pump_later(SbxSession *s);
+/* Answers every run of the session, the running one killed, with CANCELLED; done callbacks
+ * fire before this returns. For a session being freed. */
+void run_cancel_all(SbxSession *s);
+/* Replaces the session's shells with a fresh one (default state). Only while no run is
+ * running: -EBUSY otherwise. */
+int run_restart_session(SbxSession *s);

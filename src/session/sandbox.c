@@ -1,0 +1,484 @@
+/* SPDX-License-Identifier: MIT */
+/* Sandboxes: options, creation and freeing, the sessions of each, its readiness (told to
+ * observers from the loop, never waited for) and its background log. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "base/limits.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "session/run.h"
+#include "session/sandbox.h"
+
+struct SbxSandbox {
+        SandboxCore core;
+        SbxSandbox *next, *prev;
+        SandboxList *list;
+        SandboxHost *host;
+        char **env;
+        SbxSession *sessions;
+        unsigned n_sessions;
+        Watch init_w, ctl_w;
+        int setup; /* see sandbox_setup_state() */
+        SandboxObserver *observers;
+        /* What a sandbox like this one needs (sandbox_options()). */
+        bool network;
+        char *rootfs;
+};
+
+static const char *const default_env[] = {
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/home/user", "USER=user", "LOGNAME=user", "LANG=C.UTF-8", "TERM=dumb",
+        "PAGER=cat", "GIT_PAGER=cat", "SHELL=/bin/bash", "HOSTNAME=sandbox",
+};
+
+void sbx_sandbox_options_init(SbxSandboxOptions *o) { *o = (SbxSandboxOptions){ 0 }; }
+
+static void fill_limits(SbxLimits *l) {
+        if (!l->stdout_bytes) l->stdout_bytes = SBX_DEFAULT_STDOUT_BYTES;
+        if (!l->stderr_bytes) l->stderr_bytes = SBX_DEFAULT_STDERR_BYTES;
+        if (!l->command_bytes) l->command_bytes = SBX_DEFAULT_COMMAND_BYTES;
+        if (!l->fs_bytes) l->fs_bytes = SBX_DEFAULT_FS_BYTES;
+        if (!l->file_count) l->file_count = SBX_DEFAULT_FILE_COUNT;
+        if (!l->memory_bytes) l->memory_bytes = SBX_DEFAULT_MEMORY_BYTES;
+        if (!l->pids) l->pids = SBX_DEFAULT_PIDS;
+}
+
+static void free_env(char **env) {
+        for (char **e = env; e && *e; e++)
+                free(*e);
+        free(env);
+}
+
+/* The session shells' environment: the fixed defaults, then the caller's entries (a name
+ * given again replaces the default). Nothing of the daemon's own environment. */
+static char **build_env(const char *const *extra) {
+        size_t n = ELEMENTSOF(default_env), k = 0;
+        for (const char *const *e = extra; e && *e; e++)
+                n++;
+        char **env = calloc(n + 1, sizeof *env);
+        if (!env)
+                return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(default_env); i++)
+                env[k++] = strdup(default_env[i]);
+        for (const char *const *e = extra; e && *e; e++) {
+                size_t name_len = (size_t)(strchr(*e, '=') - *e) + 1;
+                size_t j;
+                for (j = 0; j < k; j++)
+                        if (env[j] && strncmp(env[j], *e, name_len) == 0)
+                                break;
+                if (j < k)
+                        free(env[j]);
+                env[j] = strdup(*e);
+                if (j == k)
+                        k++;
+        }
+        for (size_t i = 0; i < k; i++)
+                if (!env[i]) {
+                        env[k] = NULL;
+                        for (size_t j = 0; j < k; j++)
+                                free(env[j]);
+                        free(env);
+                        return NULL;
+                }
+        return env;
+}
+
+static int validate_options(const SbxSandboxOptions *o) {
+        const SbxLimits *l = &o->limits;
+        if (l->stdout_bytes > SBX_MAX_OUTPUT_BYTES || l->stderr_bytes > SBX_MAX_OUTPUT_BYTES ||
+            l->command_bytes > SBX_MAX_COMMAND_BYTES || o->timeout_ms > SBX_MAX_TIMEOUT_MS)
+                return -EINVAL;
+        if (l->fs_bytes && l->fs_bytes < SBX_MIN_FS_BYTES)
+                return -EINVAL;
+        for (const char *const *e = o->env; e && *e; e++) {
+                const char *eq = strchr(*e, '=');
+                if (!eq || !env_name_valid(*e, (size_t)(eq - *e)))
+                        return -EINVAL;
+        }
+        if (o->rootfs) {
+                struct stat st;
+                char bash[SBX_MAX_PATH_BYTES];
+                snprintf(bash, sizeof bash, "%s/bin/bash", o->rootfs);
+                if (o->rootfs[0] != '/' || stat(o->rootfs, &st) < 0 || !S_ISDIR(st.st_mode) || access(bash, X_OK) < 0)
+                        return -EINVAL;
+        }
+        return 0;
+}
+
+/* ---------------------------------------------------------------- lists and observers */
+
+static void list_add(SandboxList *l, SbxSandbox *sb) {
+        LIST_LINK(l->head, sb);
+        l->n++;
+        sb->list = l;
+}
+
+static void list_remove(SbxSandbox *sb) {
+        LIST_UNLINK(sb->list->head, sb);
+        sb->list->n--;
+        sb->list = NULL;
+}
+
+void sandbox_list_move(SbxSandbox *sb, SandboxList *to) {
+        list_remove(sb);
+        list_add(to, sb);
+}
+
+void sandbox_observe(SbxSandbox *sb, SandboxObserver *o, const SandboxObserverOps *ops) {
+        o->ops = ops;
+        o->told_ready = false;
+        o->next = sb->observers;
+        sb->observers = o;
+}
+
+void sandbox_unobserve(SbxSandbox *sb, SandboxObserver *o) {
+        SandboxObserver **pp = &sb->observers;
+        while (*pp && *pp != o)
+                pp = &(*pp)->next;
+        if (*pp)
+                *pp = o->next;
+        o->next = NULL;
+}
+
+SandboxObserver *sandbox_observer_find(SbxSandbox *sb, const SandboxObserverOps *ops) {
+        for (SandboxObserver *o = sb->observers; o; o = o->next)
+                if (o->ops == ops)
+                        return o;
+        return NULL;
+}
+
+/* Tells each observer once. One at a time from the head: an observer may drop itself or
+ * others, or free objects holding them, while it is told. */
+static void tell_ready(SbxSandbox *sb, int error) {
+        for (;;) {
+                SandboxObserver *o = sb->observers;
+                while (o && o->told_ready)
+                        o = o->next;
+                if (!o)
+                        return;
+                o->told_ready = true;
+                if (o->ops->ready)
+                        o->ops->ready(o, sb, error);
+        }
+}
+
+static void settle(SbxSandbox *sb, int state) {
+        if (sb->setup != 0)
+                return;
+        sb->setup = state;
+        tell_ready(sb, state > 0 ? 0 : state);
+}
+
+/* ---------------------------------------------------------------- pid 1 */
+
+static void init_event(Watch *w, uint32_t events) {
+        SbxSandbox *sb = w->data;
+        /* pid 1 died (OOM killer, or it was killed from outside): every process of the
+         * sandbox is gone with it. Sessions answer their runs and stop restarting. */
+        log_warn("sandbox %s: init exited", sb->core.box.id);
+        loop_del(sb->core.loop, &sb->init_w);
+        loop_del(sb->core.loop, &sb->ctl_w);
+        if (sb->list && sb->list->reap_dead) {
+                sbx_sandbox_free(sb);
+                return;
+        }
+        sb->core.dying = true;
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                session_lose(s);
+        settle(sb, -ESRCH);
+}
+
+/* pid 1's word on its setup, taken from the loop: creating a sandbox never waits for it. */
+static void ctl_event(Watch *w, uint32_t events) {
+        SbxSandbox *sb = w->data;
+        char err[512];
+        int r = box_ready(&sb->core.box, err, sizeof err);
+        if (r == 0)
+                return;
+        loop_del(sb->core.loop, &sb->ctl_w);
+        if (r < 0)
+                log_warn("sandbox %s: setup failed: %s", sb->core.box.id, err);
+        /* On failure pid 1 exits too, and init_event() answers what waits. */
+        settle(sb, r > 0 ? 1 : r);
+}
+
+/* ---------------------------------------------------------------- life */
+
+static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) {
+        SbxSandbox *sb = calloc(1, sizeof *sb);
+        if (!sb)
+                return NULL;
+        sb->host = host;
+        sb->core.loop = host->loop;
+        sb->core.devnull = host->devnull;
+        sb->core.limits = o->limits;
+        fill_limits(&sb->core.limits);
+        sb->core.timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
+        sb->core.hold_after = UINT64_MAX;
+        sb->env = build_env(o->env);
+        sb->network = o->network;
+        sb->rootfs = o->rootfs ? strdup(o->rootfs) : NULL;
+        if (!sb->env || (o->rootfs && !sb->rootfs)) {
+                free(sb->rootfs);
+                free_env(sb->env);
+                free(sb);
+                return NULL;
+        }
+        return sb;
+}
+
+static void sandbox_dealloc(SbxSandbox *sb) {
+        free_env(sb->env);
+        free(sb->rootfs);
+        free(sb);
+}
+
+int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
+                size_t errlen) {
+        int r = validate_options(o);
+        if (r < 0) {
+                snprintf(err, errlen, "invalid sandbox options%s",
+                         o->rootfs ? " (rootfs must be an absolute path to a directory with bin/bash)" : "");
+                return r;
+        }
+        if (!host->shared_ready) {
+                r = box_shared_init(&host->shared);
+                if (r < 0) {
+                        snprintf(err, errlen, "%s", r == -ENOTSUP ? "no cgroup v2 hierarchy: sbx needs one to contain commands"
+                                                                  : "cannot prepare sandboxes");
+                        return r;
+                }
+                host->shared_ready = true;
+        }
+        SbxSandbox *sb = sandbox_alloc(host, o);
+        if (!sb)
+                return -ENOMEM;
+        BoxConfig bc = {
+                .fs_bytes = sb->core.limits.fs_bytes, .file_count = sb->core.limits.file_count,
+                .memory_bytes = sb->core.limits.memory_bytes, .pids = sb->core.limits.pids,
+                .network = o->network, .rootfs = o->rootfs, .env = sb->env,
+        };
+        r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
+        if (r < 0) {
+                sandbox_dealloc(sb);
+                return r;
+        }
+        if ((r = bglog_init(&sb->core.bg, host->loop, &sb->core.box.cg)) < 0) {
+                corpse_add(&host->yard, &sb->core.box);
+                sandbox_dealloc(sb);
+                return r;
+        }
+        (void)loop_add(host->loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
+        (void)loop_add(host->loop, &sb->ctl_w, sb->core.box.ctl_fd, EPOLLIN, ctl_event, sb);
+        list_add(list, sb);
+        *ret = sb;
+        return 0;
+}
+
+SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
+        if (!sb)
+                return NULL;
+        Loop *l = sb->core.loop;
+        sb->core.dying = true;
+        /* Observers first (an operation in flight fails and lets go of its runs), each
+         * dropped before it is told. */
+        while (sb->observers) {
+                SandboxObserver *o = sb->observers;
+                sb->observers = o->next;
+                o->next = NULL;
+                o->ops->freeing(o, sb);
+        }
+        while (sb->sessions)
+                sbx_session_free(sb->sessions);
+        loop_cancel_defer(l, sb);
+        loop_del(l, &sb->init_w);
+        loop_del(l, &sb->ctl_w);
+        bglog_done(&sb->core.bg);
+        corpse_add(&sb->host->yard, &sb->core.box);
+        if (sb->list)
+                list_remove(sb);
+        sandbox_dealloc(sb);
+        return NULL;
+}
+
+bool sandbox_is_default(const SbxSandbox *sb) {
+        SbxLimits l = { 0 };
+        fill_limits(&l);
+        size_t n = 0;
+        for (char **e = sb->env; e && *e; e++, n++)
+                if (n >= ELEMENTSOF(default_env) || strcmp(*e, default_env[n]) != 0)
+                        return false;
+        return n == ELEMENTSOF(default_env) && memcmp(&l, &sb->core.limits, sizeof l) == 0 &&
+               sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && !sb->network && !sb->rootfs;
+}
+
+void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
+        sbx_sandbox_options_init(ret);
+        ret->limits = sb->core.limits;
+        ret->timeout_ms = sb->core.timeout_ms;
+        ret->env = (const char *const *)sb->env;
+        ret->network = sb->network;
+        ret->rootfs = sb->rootfs;
+}
+
+SandboxHost *sandbox_host(const SbxSandbox *sb) { return sb->host; }
+int sandbox_setup_state(const SbxSandbox *sb) { return sb->setup; }
+const Box *sandbox_box(const SbxSandbox *sb) { return &sb->core.box; }
+Loop *sandbox_loop(const SbxSandbox *sb) { return sb->core.loop; }
+uint64_t sandbox_timeout_ms(const SbxSandbox *sb) { return sb->core.timeout_ms; }
+uint64_t sandbox_run_order(const SbxSandbox *sb) { return sb->core.run_order; }
+
+void sandbox_hold_runs(SbxSandbox *sb, uint64_t after) {
+        bool lifted = after > sb->core.hold_after;
+        sb->core.hold_after = after;
+        if (lifted)
+                for (SbxSession *s = sb->sessions; s; s = s->next)
+                        run_pump_later(s);
+}
+
+void sandbox_set_tree_busy(SbxSandbox *sb, bool busy) { sb->core.tree_busy = busy; }
+bool sandbox_tree_busy(const SbxSandbox *sb) { return sb->core.tree_busy; }
+bool sandbox_dying(const SbxSandbox *sb) { return sb->core.dying; }
+
+/* ---------------------------------------------------------------- public */
+
+const char *sbx_sandbox_id(const SbxSandbox *sb) { return sb->core.box.id; }
+const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb) { return &sb->core.limits; }
+int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->core.box.init_pid; }
+bool sbx_sandbox_ready(const SbxSandbox *sb) { return sb->setup > 0; }
+
+unsigned sbx_sandbox_kill_background(SbxSandbox *sb) { return bglog_kill(&sb->core.bg); }
+
+size_t sbx_sandbox_background_log(const SbxSandbox *sb, uint8_t *buf, size_t size) {
+        return bglog_copy(&sb->core.bg, buf, size);
+}
+
+/* sbx_sandbox_on_ready()'s observer: told once, then gone. */
+typedef struct ReadyCall {
+        SandboxObserver o; /* first */
+        SbxSandbox *sb;
+        SbxReadyFn fn;
+        void *ud;
+} ReadyCall;
+
+static void ready_call_fire(ReadyCall *c, int error) {
+        loop_cancel_defer(c->sb->core.loop, c);
+        SbxReadyFn fn = c->fn;
+        void *ud = c->ud;
+        SbxSandbox *sb = c->sb;
+        free(c);
+        fn(ud, sb, error);
+}
+
+static void ready_call_ready(SandboxObserver *o, SbxSandbox *sb, int error) {
+        sandbox_unobserve(sb, o);
+        ready_call_fire((ReadyCall *)o, error);
+}
+
+static void ready_call_freeing(SandboxObserver *o, SbxSandbox *sb) {
+        ready_call_fire((ReadyCall *)o, -ECANCELED);
+}
+
+static const SandboxObserverOps ready_call_ops = { ready_call_ready, ready_call_freeing };
+
+/* Already settled when asked: answered from the loop, not before the call returns. */
+static void ready_call_deferred(void *data) {
+        ReadyCall *c = data;
+        c->o.told_ready = true;
+        ready_call_ready(&c->o, c->sb, c->sb->setup > 0 ? 0 : c->sb->setup);
+}
+
+int sbx_sandbox_on_ready(SbxSandbox *sb, SbxReadyFn fn, void *ud) {
+        if (!fn)
+                return -EINVAL;
+        ReadyCall *c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        *c = (ReadyCall){ .sb = sb, .fn = fn, .ud = ud };
+        sandbox_observe(sb, &c->o, &ready_call_ops);
+        if (sb->setup != 0) {
+                c->o.told_ready = true;
+                if (loop_defer(sb->core.loop, ready_call_deferred, c) < 0) {
+                        sandbox_unobserve(sb, &c->o);
+                        free(c);
+                        return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+static bool session_name_valid(const char *name) {
+        size_t n = strlen(name);
+        if (n == 0 || n > SBX_MAX_SESSION_NAME)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = name[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                      c == '-' || c == '.'))
+                        return false;
+        }
+        return true;
+}
+
+SbxSession *sbx_session_find(SbxSandbox *sb, const char *name) {
+        if (!name)
+                name = "default";
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                if (strcmp(s->name, name) == 0)
+                        return s;
+        return NULL;
+}
+
+int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
+        if (!name)
+                name = "default";
+        if (!session_name_valid(name))
+                return -EINVAL;
+        SbxSession *s = sbx_session_find(sb, name);
+        if (s) {
+                *ret = s;
+                return 0;
+        }
+        if (sb->n_sessions >= SBX_MAX_SESSIONS)
+                return -EMFILE;
+        s = calloc(1, sizeof *s);
+        if (!s || !(s->name = strdup(name))) {
+                free(s);
+                return -ENOMEM;
+        }
+        session_init(s, sb, &sb->core, &run_session_hooks);
+        int r = session_start_shell(s);
+        if (r < 0) {
+                free(s->name);
+                free(s);
+                return r;
+        }
+        LIST_LINK(sb->sessions, s);
+        sb->n_sessions++;
+        *ret = s;
+        return 0;
+}
+
+const char *sbx_session_name(const SbxSession *s) { return s->name; }
+
+SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev) { return prev ? prev->next : sb->sessions; }
+
+SbxSession *sbx_session_free(SbxSession *s) {
+        if (!s)
+                return NULL;
+        SbxSandbox *sb = s->sb;
+        run_cancel_all(s);
+        session_close_shell(s);
+        LIST_UNLINK(sb->sessions, s);
+        sb->n_sessions--;
+        free(s->name);
+        free(s);
+        return NULL;
+}

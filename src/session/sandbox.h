@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* Sandboxes as libsbx sees them (see sandbox.c): a Box (sandbox/box.h) with its options, its
+ * sessions, its background log, and observers that hear when it becomes ready and when it is
+ * freed. Owned by a context (context.c), which keeps them on lists; image.c reaches them
+ * through the functions here and the public API, never their fields. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "base/loop.h"
+#include "sandbox/box.h"
+#include "sbx/sbx.h"
+#include "session/core.h"
+#include "session/corpse.h"
+
+/* A list of sandboxes (newest first) with its length. reap_dead: a member whose pid 1 dies
+ * is freed at once (the pool's members have no caller to tell). */
+typedef struct SandboxList {
+        SbxSandbox *head;
+        unsigned n;
+        bool reap_dead;
+} SandboxList;
+
+/* What every sandbox of a context shares; owned by the context. */
+typedef struct SandboxHost {
+        Loop *loop;
+        BoxShared shared;
+        bool shared_ready;
+        int devnull;
+        CorpseYard yard;
+} SandboxHost;
+
+typedef struct SandboxObserver SandboxObserver;
+typedef struct SandboxObserverOps {
+        /* The sandbox's root is built (error 0) or its setup failed (-errno). Once, from the
+         * loop; the observer stays registered. May be NULL. */
+        void (*ready)(SandboxObserver *o, SbxSandbox *sb, int error);
+        /* The sandbox is being freed; the observer has already been dropped from it. */
+        void (*freeing)(SandboxObserver *o, SbxSandbox *sb);
+} SandboxObserverOps;
+struct SandboxObserver {
+        SandboxObserver *next;
+        const SandboxObserverOps *ops;
+        bool told_ready;
+};
+
+/* Creates a sandbox on `list` and returns at once; pid 1 builds its root meanwhile (the
+ * observers hear when). err says what failed. Returns 0 or -errno (-EINVAL bad options). */
+int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
+                size_t errlen);
+/* The host sb was made with. */
+SandboxHost *sandbox_host(const SbxSandbox *sb);
+/* Moves sb to another list of the same context. */
+void sandbox_list_move(SbxSandbox *sb, SandboxList *to);
+/* Whether sb was made with default options. */
+bool sandbox_is_default(const SbxSandbox *sb);
+/* sb's options, pointing into sb (valid while it lives). */
+void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret);
+
+void sandbox_observe(SbxSandbox *sb, SandboxObserver *o, const SandboxObserverOps *ops);
+void sandbox_unobserve(SbxSandbox *sb, SandboxObserver *o);
+/* The registered observer with these ops, or NULL. */
+SandboxObserver *sandbox_observer_find(SbxSandbox *sb, const SandboxObserverOps *ops);
+
+/* 1 when the root is built, 0 while being built, -errno when setup failed or pid 1 died. */
+int sandbox_setup_state(const SbxSandbox *sb);
+const Box *sandbox_box(const SbxSandbox *sb);
+Loop *sandbox_loop(const SbxSandbox *sb);
+uint64_t sandbox_timeout_ms(const SbxSandbox *sb);
+/* The last caller run's place in the sandbox-wide order of requests. */
+uint64_t sandbox_run_order(const SbxSandbox *sb);
+/* Caller runs requested after `after` (a run order) wait; UINT64_MAX lets all go. */
+void sandbox_hold_runs(SbxSandbox *sb, uint64_t after);
+/* While busy, the files API refuses changes with -EBUSY. */
+void sandbox_set_tree_busy(SbxSandbox *sb, bool busy);
+bool sandbox_tree_busy(const SbxSandbox *sb);
+/* Being freed, or its pid 1 is gone. */
+bool sandbox_dying(const SbxSandbox *sb);

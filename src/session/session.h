@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/* A session's shells and the protocol with them (see session.c): the holder bash that is
+ * the session's state, and the idle worker it forks for the next command. What the session
+ * runs (its queue) belongs to run.c, which hears of the shells through SessionHooks; the
+ * sessions of a sandbox are listed by sandbox.c. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include "base/loop.h"
+#include "sbx/sbx.h"
+#include "session/core.h"
+#include "session/wire.h"
+
+typedef enum SessionState {
+        SS_STARTING, SS_WAIT_READY, SS_IDLE, SS_RUNNING, SS_KILLING,
+} SessionState;
+
+/* What the shells tell the owner of the session's runs. Each is called from the loop. */
+typedef struct SessionHooks {
+        /* A worker is idle in its command cgroup: a run can be sent. */
+        void (*idle)(SbxSession *s);
+        /* The sent command ended; status is its exit code. The worker is now the holder. */
+        void (*ended)(SbxSession *s, int status);
+        /* The worker of the sent command died on its own (wait status). */
+        void (*died)(SbxSession *s, int wstatus);
+        /* The holder is gone: the state is lost and no shell is left. never_started: it died
+         * before saying hello (it cannot start at all). */
+        void (*lost)(SbxSession *s, bool never_started);
+} SessionHooks;
+
+struct SbxSession {
+        SbxSession *next, *prev; /* sandbox.c's list */
+        SbxSandbox *sb;          /* owner, opaque here */
+        SandboxCore *core;
+        const SessionHooks *hooks;
+        char *name;
+        /* session.c: the shells */
+        SessionState state;
+        int sock;
+        Watch sock_w;
+        pid_t holder_pid, worker_pid;
+        int holder_pidfd;
+        int worker_pidfd;   /* from the holder's SPAWNED: the only worker we trust */
+        pid_t spawned_pid;  /* host pid of that worker */
+        Watch holder_w;
+        int cg;             /* cgroup of the next command, the idle worker inside */
+        char cg_name[24];
+        uint32_t sent_seq;  /* the RUN being run: its DONE must echo both */
+        uint64_t sent_nonce;
+        /* run.c: the queue (the running run first, in `current`) */
+        SbxRun *queue, *queue_tail;
+        unsigned n_queued;
+        SbxRun *current;
+        SbxRun *refused;    /* answered at once (LIMIT_EXCEEDED), delivered from the loop */
+        uint32_t seq;
+        bool pump_pending;
+        bool broken;        /* the shell could not start; retried on the next run */
+};
+
+/* Fills in a new session's shell fields (no shell yet). */
+void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const SessionHooks *hooks);
+/* Starts a holder shell (state STARTING). Returns 0 or -errno. */
+int session_start_shell(SbxSession *s);
+/* Kills the shells and forgets them; the idle worker's cgroup is retired. */
+void session_close_shell(SbxSession *s);
+/* Gives the shells up (the holder died, or pid 1 did): they are killed and the owner of the
+ * runs is told the state is lost. */
+void session_lose(SbxSession *s);
+/* Whether a worker is idle, waiting for a run. */
+bool session_idle(const SbxSession *s);
+/* Whether the session waits for its holder to fork a worker. */
+bool session_awaiting_worker(const SbxSession *s);
+/* Sends a RUN message with its three fds (stdin, stdout, stderr) to the idle worker, whose
+ * cgroup goes to the caller (ret_cg, name in ret_cg_name[24]). Returns 0 (state RUNNING) or
+ * -errno. */
+int session_send_run(SbxSession *s, const WireHdr *h, const struct iovec parts[3], const int fds[3],
+                     int *ret_cg, char *ret_cg_name);
+/* The sent command is being killed: its worker's DONE no longer counts. */
+void session_mark_killing(SbxSession *s);
