@@ -405,6 +405,99 @@ static void test_background(SbxSandbox *sb, SbxSession *s) {
         sbx_result_clear(&r);
 }
 
+/* The contract of include/sbx/sbx.h: no callback before the call that registered it
+ * returns, and nothing waits for a sandbox's root. */
+typedef struct Seen {
+        bool returned;  /* set right after the registering call returns */
+        bool early;     /* a callback came before that */
+        int calls, error;
+} Seen;
+
+static void seen_done(void *ud, const SbxResult *r) {
+        Seen *s = ud;
+        s->early |= !s->returned;
+        s->calls++;
+        s->error = r->error_class;
+}
+
+static void seen_ready(void *ud, SbxSandbox *sb, int error) {
+        Seen *s = ud;
+        s->early |= !s->returned;
+        s->calls++;
+        s->error = error;
+}
+
+static void spin_calls(const int *calls, int want, int ms) {
+        uint64_t end = now_ms() + (uint64_t)ms;
+        while (*calls < want && now_ms() < end)
+                sbx_context_run_once(ctx, 20);
+}
+
+static void test_contract(void) {
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        so.limits.command_bytes = 16;
+        SbxSandbox *sb = NULL;
+        SbxSession *s = NULL;
+        uint64_t t0 = now_ns();
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == 0, "contract: sandbox created");
+        uint64_t took_ms = (now_ns() - t0) / 1000000;
+        if (!sb)
+                return;
+        /* Creation returns before pid 1 has built the root; the files API does not wait. */
+        bool ready_at_once = sbx_sandbox_ready(sb);
+        uint8_t *data = NULL;
+        size_t len = 0;
+        uint64_t size = 0;
+        int fr = sbx_file_read(sb, ".profile", 0, 0, &data, &len, &size);
+        free(data);
+        CHECK(ready_at_once || fr == -EAGAIN, "contract: files API before the root is built: -EAGAIN, not a wait (%d)", fr);
+        printf("# create returned in %llu ms, ready at once: %d\n", (unsigned long long)took_ms, ready_at_once);
+
+        Seen ready = { 0 };
+        CHECK(sbx_sandbox_on_ready(sb, seen_ready, &ready) == 0, "contract: on_ready registered");
+        ready.returned = true;
+        spin_calls(&ready.calls, 1, 10000);
+        CHECK(ready.calls == 1 && ready.error == 0 && !ready.early, "contract: ready told once, from the loop (calls %d, error %d)",
+              ready.calls, ready.error);
+        CHECK(sbx_sandbox_ready(sb), "contract: ready after the hook");
+
+        Seen again = { 0 };
+        CHECK(sbx_sandbox_on_ready(sb, seen_ready, &again) == 0, "contract: on_ready on a ready sandbox");
+        CHECK(again.calls == 0, "contract: ...not called inside the registering call");
+        again.returned = true;
+        spin_calls(&again.calls, 1, 1000);
+        CHECK(again.calls == 1 && again.error == 0, "contract: ...but from the loop right after");
+
+        CHECK(sbx_session_get(sb, NULL, &s) == 0, "contract: session");
+        const char *big = "echo this command is longer than sixteen bytes";
+        SbxRunOptions o = { .command = big, .command_len = strlen(big) };
+        Seen refused = { 0 };
+        SbxRun *handle = NULL;
+        CHECK(sbx_session_run(s, &o, NULL, seen_done, &refused, &handle) == 0, "contract: an over-limit run is accepted");
+        CHECK(refused.calls == 0, "contract: its done callback has not run inside sbx_session_run");
+        refused.returned = true;
+        spin_calls(&refused.calls, 1, 1000);
+        CHECK(refused.calls == 1 && refused.error == SBX_ERROR_LIMIT_EXCEEDED && !refused.early,
+              "contract: ...it comes from the loop, LIMIT_EXCEEDED (calls %d)", refused.calls);
+
+        Seen cancelled = { 0 };
+        SbxSandbox *sb2 = NULL;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb2) == 0 && sbx_sandbox_on_ready(sb2, seen_ready, &cancelled) == 0,
+              "contract: a second sandbox with a ready hook");
+        cancelled.returned = true;
+        if (!sbx_sandbox_ready(sb2)) {
+                sbx_sandbox_free(sb2);
+                CHECK(cancelled.calls == 1 && cancelled.error == -ECANCELED,
+                      "contract: freed before ready: the hook hears -ECANCELED (calls %d, error %d)", cancelled.calls,
+                      cancelled.error);
+        } else {
+                sbx_sandbox_free(sb2);
+                CHECK(true, "contract: freed before ready # SKIP the sandbox was ready at once");
+        }
+        sbx_sandbox_free(sb);
+}
+
 int main(void) {
         if (geteuid() != 0) {
                 printf("1..0 # SKIP needs root\n");
@@ -435,6 +528,7 @@ int main(void) {
         test_background(sb, s);
         test_limits();
         test_background_pipe_cap();
+        test_contract();
 
         char cgdir[256];
         snprintf(cgdir, sizeof cgdir, "/sys/fs/cgroup/unified/sbx-%d", (int)getpid());
