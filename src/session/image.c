@@ -36,6 +36,7 @@
 #include "fs/archive.h"
 #include "fs/tree.h"
 #include "session/context.h"
+#include "session/image_job.h"
 #include "session/run.h"
 #include "session/sandbox.h"
 #include "session/wire.h"
@@ -44,18 +45,7 @@
  * after this long: a live copy beats no copy. */
 #define FREEZE_WAIT_MS 2000
 
-/* The writable directories, as the sandbox sees them and as a snapshot stores them. */
-static const char *const tree_dirs[] = { "tmp", "home/user", "dev/shm" };
-static const char *const store_dirs[] = { "tmp", "home", "shm" };
-#define N_DIRS 3
-
 typedef enum OpKind { OP_FORK, OP_SNAPSHOT, OP_RESTORE, OP_EXPORT, OP_IMPORT } OpKind;
-
-typedef struct State {
-        char *name;
-        uint8_t *data;
-        size_t len;
-} State;
 
 typedef struct Snapshot {
         struct Snapshot *next;
@@ -106,6 +96,7 @@ struct Op {
         int freeze_ev, freeze_timer;
         Watch freeze_w, freeze_timer_w;
         Job job;
+        ImageJob args;
         Watch job_w;
         SbxSandbox *child;
         SandboxObserver child_obs; /* hears when the fork's sandbox is ready or freed */
@@ -123,14 +114,6 @@ enum { STEP_SESSIONS, STEP_FREEZE, STEP_JOB, STEP_APPLY, STEP_DONE };
 
 static void op_next_step(Op *op);
 static void op_fail(Op *op, int error, const char *fmt, ...) _printf_(3, 4);
-
-static void states_free(State *v, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                free(v[i].name);
-                free(v[i].data);
-        }
-        free(v);
-}
 
 static void snapshot_free(Snapshot *s) {
         states_free(s->states, s->n_states);
@@ -430,231 +413,6 @@ static int op_freeze(Op *op) {
 
 /* ---------------------------------------------------------------- step 3: jobs */
 
-static int open_dir(int root, const char *path) {
-        int fd = openat(root, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        return fd < 0 ? negerrno() : fd;
-}
-
-/* Two copiers only when nothing can change the source meanwhile: they must list the same
- * entries. */
-static int copy(bool source_still, int src, int dst, const TreeIds *ids, TreeStats *st, char *err,
-                size_t errlen) {
-        return source_still ? tree_copy_parallel(src, dst, ids, st, err, errlen) : tree_copy(src, dst, ids, st, err, errlen);
-}
-
-/* A job that creates files in b's tree acts as b's user. */
-static int become(const Box *b, char *err, size_t errlen) {
-        int r = tree_become(b->host_uid, b->host_gid);
-        if (r < 0)
-                snprintf(err, errlen, "cannot take the sandbox user's identity: %s", strerror(-r));
-        return r;
-}
-
-static int job_fork(void *arg, char *err, size_t errlen) {
-        Op *op = arg;
-        const Box *from = sandbox_box(op->sb), *to = sandbox_box(op->child);
-        TreeIds ids = { from->host_uid, to->host_uid, from->host_gid, to->host_gid };
-        int r = become(to, err, errlen);
-        if (r < 0)
-                return r;
-        for (int i = 0; i < N_DIRS; i++) {
-                _cleanup_close_ int src = open_dir(from->root_fd, tree_dirs[i]);
-                _cleanup_close_ int dst = open_dir(to->root_fd, tree_dirs[i]);
-                if (src < 0 || dst < 0) {
-                        snprintf(err, errlen, "open /%s: %s", tree_dirs[i], strerror(-(src < 0 ? src : dst)));
-                        return src < 0 ? src : dst;
-                }
-                if ((r = tree_clear(dst, err, errlen)) < 0 ||
-                    (r = copy(op->still, src, dst, &ids, NULL, err, errlen)) < 0)
-                        return r;
-        }
-        return 0;
-}
-
-static int job_snapshot(void *arg, char *err, size_t errlen) {
-        Op *op = arg;
-        const Box *b = sandbox_box(op->sb);
-        TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
-        TreeStats st = { 0 };
-        int r = become(b, err, errlen);
-        if (r < 0)
-                return r;
-        if (mkdirat(b->snap_fd, op->snap_id, 0700) < 0) {
-                r = negerrno();
-                snprintf(err, errlen, "%s", r == -ENOSPC ? "the snapshot budget is used up" : strerror(-r));
-                return r;
-        }
-        _cleanup_close_ int dir = open_dir(b->snap_fd, op->snap_id);
-        r = dir;
-        for (int i = 0; r >= 0 && i < N_DIRS; i++) {
-                _cleanup_close_ int src = open_dir(b->root_fd, tree_dirs[i]);
-                if (src < 0) {
-                        r = src;
-                        snprintf(err, errlen, "open /%s: %s", tree_dirs[i], strerror(-r));
-                        break;
-                }
-                if (mkdirat(dir, store_dirs[i], 0700) < 0) {
-                        r = negerrno();
-                        snprintf(err, errlen, "%s", strerror(-r));
-                        break;
-                }
-                _cleanup_close_ int dst = open_dir(dir, store_dirs[i]);
-                if ((r = dst) < 0 || (r = copy(op->still, src, dst, &ids, &st, err, errlen)) < 0)
-                        break;
-        }
-        if (r < 0) {
-                if (r == -ENOSPC || r == -EDQUOT)
-                        snprintf(err, errlen, "the snapshot budget is used up (%u times the filesystem limits)",
-                                 SBX_SNAPSHOT_BUDGET_FACTOR);
-                char ignore[64];
-                if (dir >= 0)
-                        (void)tree_clear(dir, ignore, sizeof ignore);
-                (void)unlinkat(b->snap_fd, op->snap_id, AT_REMOVEDIR);
-                return r;
-        }
-        snprintf(err, errlen, "%llu", (unsigned long long)st.bytes);
-        return 0;
-}
-
-static int job_restore(void *arg, char *err, size_t errlen) {
-        Op *op = arg;
-        const Box *b = sandbox_box(op->sb);
-        TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
-        int r = become(b, err, errlen);
-        if (r < 0)
-                return r;
-        _cleanup_close_ int snap = open_dir(b->snap_fd, op->snap->id);
-        if (snap < 0) {
-                snprintf(err, errlen, "snapshot %s: %s", op->snap->id, strerror(-snap));
-                return snap;
-        }
-        for (int i = 0; i < N_DIRS; i++) {
-                _cleanup_close_ int src = open_dir(snap, store_dirs[i]);
-                _cleanup_close_ int dst = open_dir(b->root_fd, tree_dirs[i]);
-                if (src < 0 || dst < 0) {
-                        snprintf(err, errlen, "open %s: %s", tree_dirs[i], strerror(-(src < 0 ? src : dst)));
-                        return src < 0 ? src : dst;
-                }
-                /* The store's copy never changes: two copiers whatever the freezer does. */
-                if ((r = tree_clear(dst, err, errlen)) < 0 || (r = copy(true, src, dst, &ids, NULL, err, errlen)) < 0)
-                        return r;
-        }
-        return 0;
-}
-
-static int job_export(void *arg, char *err, size_t errlen) {
-        Op *op = arg;
-        const Box *b = sandbox_box(op->sb);
-        const SbxLimits *l = sbx_sandbox_limits(op->sb);
-        TreeIds ids = { b->host_uid, SBX_SANDBOX_UID, b->host_gid, SBX_SANDBOX_GID };
-        ArchiveMeta meta = {
-                .limits = { .fs_bytes = l->fs_bytes, .file_count = l->file_count,
-                            .memory_bytes = l->memory_bytes, .stdout_bytes = l->stdout_bytes,
-                            .stderr_bytes = l->stderr_bytes, .command_bytes = l->command_bytes,
-                            .timeout_ms = sandbox_timeout_ms(op->sb), .pids = l->pids },
-                .created_ms = wall_ms(),
-        };
-        /* The states are borrowed from the op (this process exits right after). */
-        ArchiveSession *ss = calloc(op->n_states ? op->n_states : 1, sizeof *ss);
-        if (!ss)
-                return -ENOMEM;
-        for (size_t i = 0; i < op->n_states; i++)
-                ss[i] = (ArchiveSession){ op->states[i].name, op->states[i].data, op->states[i].len };
-        meta.sessions = ss;
-        meta.n_sessions = op->n_states;
-        return archive_export(b->root_fd, &ids, &meta, op->memfd, err, errlen);
-}
-
-/* Writes the checked archive's sessions to op->memfd: for each, name NUL, u64 length, state. */
-static int job_import_check(void *arg, char *err, size_t errlen) {
-        Op *op = arg;
-        const SbxLimits *l = sbx_sandbox_limits(op->sb);
-        ArchiveLimits lim = { .fs_bytes = l->fs_bytes, .file_count = l->file_count };
-        ArchiveMeta meta = { 0 };
-        int r = job_drop_privileges();
-        if (r < 0) {
-                snprintf(err, errlen, "cannot drop privileges to check the archive: %s", strerror(-r));
-                return r;
-        }
-        r = archive_check(op->archive, op->archive_len, &lim, &meta, err, errlen);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < meta.n_sessions; i++) {
-                uint64_t len = meta.sessions[i].state_len;
-                const char *name = meta.sessions[i].name;
-                if (write(op->memfd, name, strlen(name) + 1) < 0 || write(op->memfd, &len, sizeof len) < 0 ||
-                    (len && write(op->memfd, meta.sessions[i].state, len) != (ssize_t)len)) {
-                        snprintf(err, errlen, "cannot pass the archive's sessions on");
-                        return -EIO;
-                }
-        }
-        return 0;
-}
-
-static int job_import_extract(void *arg, char *err, size_t errlen) {
-        Op *op = arg;
-        const Box *b = sandbox_box(op->sb);
-        int r = become(b, err, errlen);
-        if (r < 0)
-                return r;
-        for (int i = 0; i < N_DIRS; i++) {
-                _cleanup_close_ int dst = open_dir(b->root_fd, tree_dirs[i]);
-                if (dst < 0) {
-                        snprintf(err, errlen, "open /%s: %s", tree_dirs[i], strerror(-dst));
-                        return dst;
-                }
-                if ((r = tree_clear(dst, err, errlen)) < 0)
-                        return r;
-        }
-        return archive_extract(op->archive, op->archive_len, b->root_fd, err, errlen);
-}
-
-/* Reads back what job_import_check() wrote. */
-static int import_read_sessions(Op *op) {
-        struct stat st;
-        if (fstat(op->memfd, &st) < 0)
-                return negerrno();
-        size_t len = (size_t)st.st_size, off = 0;
-        uint8_t *p = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, op->memfd, 0) : NULL;
-        if (len && p == MAP_FAILED)
-                return negerrno();
-        int r = 0;
-        while (off < len) {
-                const uint8_t *nul = memchr(p + off, 0, len - off);
-                uint64_t n;
-                if (!nul || (size_t)(nul - p) + 1 + sizeof n > len) {
-                        r = -EIO;
-                        break;
-                }
-                const char *name = (const char *)p + off;
-                off = (size_t)(nul - p) + 1;
-                memcpy(&n, p + off, sizeof n);
-                off += sizeof n;
-                if (n > len - off) {
-                        r = -EIO;
-                        break;
-                }
-                State *v = realloc(op->states, (op->n_states + 1) * sizeof *v);
-                if (!v) {
-                        r = -ENOMEM;
-                        break;
-                }
-                op->states = v;
-                State *s = &op->states[op->n_states];
-                *s = (State){ strdup(name), malloc(n + 1), (size_t)n };
-                op->n_states++;
-                if (!s->name || !s->data) {
-                        r = -ENOMEM;
-                        break;
-                }
-                memcpy(s->data, p + off, n);
-                off += n;
-        }
-        if (len)
-                munmap(p, len);
-        return r;
-}
-
 static void job_event(Watch *w, uint32_t events) {
         Op *op = w->data;
         char err[JOB_ERR_MAX];
@@ -678,10 +436,18 @@ static size_t op_fds(const Op *op, int keep[4]) {
         return 4;
 }
 
-/* Starts fn as the op's job; `ended` is called from the loop when it has exited. */
+/* Starts fn as the op's job; `ended` is called from the loop when it has exited. The job is
+ * a fork: it sees the ImageJob as it is now. */
 static int op_job(Op *op, JobFn fn, WatchFn ended) {
         int keep[4];
-        int r = job_start(&op->job, fn, op, keep, op_fds(op, keep));
+        op->args = (ImageJob){
+                .from = sandbox_box(op->sb), .to = op->child ? sandbox_box(op->child) : NULL, .still = op->still,
+                .snap_id = op->kind == OP_RESTORE ? op->snap->id : op->snap_id,
+                .limits = sbx_sandbox_limits(op->sb), .timeout_ms = sandbox_timeout_ms(op->sb),
+                .states = op->states, .n_states = op->n_states,
+                .archive = op->archive, .archive_len = op->archive_len, .memfd = op->memfd,
+        };
+        int r = job_start(&op->job, fn, &op->args, keep, op_fds(op, keep));
         if (r < 0)
                 return r;
         r = loop_add(sandbox_loop(op->sb), &op->job_w, op->job.pidfd, EPOLLIN, ended, op);
@@ -741,6 +507,41 @@ static int op_apply(Op *op, SbxSandbox *target, const State *states, size_t n, b
         return 0;
 }
 
+/* Keeps what the job made: a snapshot is stored, states go to the sessions of the target
+ * (restores then sit at the heads of their queues). Returns 0 or -errno. */
+static int op_keep(Op *op) {
+        SbxSandbox *sb = op->sb;
+        switch (op->kind) {
+        case OP_FORK:
+                op_release_sessions(op);
+                return op_apply(op, op->child, op->states, op->n_states, false);
+        case OP_RESTORE:
+                return op_apply(op, sb, op->snap->states, op->snap->n_states, true);
+        case OP_IMPORT:
+                return op_apply(op, sb, op->states, op->n_states, true);
+        case OP_SNAPSHOT: {
+                Snapshot *s = calloc(1, sizeof *s);
+                if (!s)
+                        return -ENOMEM;
+                memcpy(s->id, op->snap_id, sizeof s->id);
+                s->created_ms = wall_ms();
+                s->bytes = op->snap_bytes;
+                s->states = TAKE_PTR(op->states);
+                s->n_states = op->n_states;
+                op->n_states = 0;
+                Snapshot **pp = &op->st->snapshots;
+                while (*pp)
+                        pp = &(*pp)->next;
+                *pp = s;
+                op->st->n_snapshots++;
+                return 0;
+        }
+        case OP_EXPORT:
+        default:
+                return 0;
+        }
+}
+
 /* ---------------------------------------------------------------- the steps */
 
 static void op_next_step(Op *op) {
@@ -764,9 +565,9 @@ static void op_next_step(Op *op) {
                 /* fall through */
         case STEP_FREEZE: {
                 op_set_step(op, STEP_JOB);
-                JobFn fn = op->kind == OP_FORK ? job_fork : op->kind == OP_SNAPSHOT ? job_snapshot
-                         : op->kind == OP_RESTORE ? job_restore : op->kind == OP_EXPORT ? job_export
-                         : job_import_extract;
+                JobFn fn = op->kind == OP_FORK ? image_job_fork : op->kind == OP_SNAPSHOT ? image_job_snapshot
+                         : op->kind == OP_RESTORE ? image_job_restore : op->kind == OP_EXPORT ? image_job_export
+                         : image_job_import_extract;
                 if ((r = op_job(op, fn, job_event)) < 0)
                         op_fail(op, r, "cannot start the copy: %s", strerror(-r));
                 return;
@@ -774,42 +575,7 @@ static void op_next_step(Op *op) {
         case STEP_JOB:
                 op_set_step(op, STEP_APPLY);
                 op_thaw(op);
-                switch (op->kind) {
-                case OP_FORK:
-                        op_release_sessions(op);
-                        r = op_apply(op, op->child, op->states, op->n_states, false);
-                        break;
-                case OP_RESTORE:
-                        r = op_apply(op, sb, op->snap->states, op->snap->n_states, true);
-                        break;
-                case OP_IMPORT:
-                        r = op_apply(op, sb, op->states, op->n_states, true);
-                        break;
-                case OP_SNAPSHOT: {
-                        Snapshot *s = calloc(1, sizeof *s);
-                        if (!s) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        memcpy(s->id, op->snap_id, sizeof s->id);
-                        s->created_ms = wall_ms();
-                        s->bytes = op->snap_bytes;
-                        s->states = TAKE_PTR(op->states);
-                        s->n_states = op->n_states;
-                        op->n_states = 0;
-                        Snapshot **pp = &op->st->snapshots;
-                        while (*pp)
-                                pp = &(*pp)->next;
-                        *pp = s;
-                        op->st->n_snapshots++;
-                        r = 0;
-                        break;
-                }
-                case OP_EXPORT:
-                default:
-                        r = 0;
-                        break;
-                }
+                r = op_keep(op);
                 if (r < 0) {
                         op_fail(op, r, "cannot apply the session states: %s", strerror(-r));
                         return;
@@ -838,7 +604,7 @@ static void import_checked(Watch *w, uint32_t events) {
                 op_fail(op, r, "%s", err[0] ? err : strerror(-r));
                 return;
         }
-        if ((r = import_read_sessions(op)) < 0) {
+        if ((r = image_read_sessions(op->memfd, &op->states, &op->n_states)) < 0) {
                 op_fail(op, r, "cannot read the archive's sessions: %s", strerror(-r));
                 return;
         }
@@ -894,7 +660,7 @@ static void op_start(Op *op) {
                 break;
         case OP_IMPORT:
                 op->memfd = memfd_create("sbx-import", MFD_CLOEXEC);
-                if (op->memfd < 0 || op_job(op, job_import_check, import_checked) < 0)
+                if (op->memfd < 0 || op_job(op, image_job_import_check, import_checked) < 0)
                         op_fail(op, -ENOMEM, "cannot start checking the archive");
                 return;
         case OP_RESTORE:
@@ -989,50 +755,6 @@ static int op_queue(SbxSandbox *sb, OpKind kind, SbxOpDoneFn done, void *ud, Op 
         return 0;
 }
 
-/* Emptying a deleted snapshot's copy takes as long as the copy did: a job does it, and
- * nobody waits for it. The name is moved aside first, so a new snapshot may reuse it. */
-typedef struct Sweep {
-        Job job;
-        Watch w;
-        Loop *loop;
-        int store;
-        char name[32];
-} Sweep;
-
-static int job_sweep(void *arg, char *err, size_t errlen) {
-        Sweep *sw = arg;
-        _cleanup_close_ int dir = open_dir(sw->store, sw->name);
-        int r = dir >= 0 ? tree_clear(dir, err, errlen) : dir;
-        if (r >= 0 && unlinkat(sw->store, sw->name, AT_REMOVEDIR) < 0)
-                r = negerrno();
-        return r;
-}
-
-static void sweep_event(Watch *w, uint32_t events) {
-        Sweep *sw = w->data;
-        loop_del(sw->loop, &sw->w);
-        (void)job_finish(&sw->job, NULL, 0);
-        free(sw);
-}
-
-static void sweep_start(SbxSandbox *sb, const char *id) {
-        Sweep *sw = calloc(1, sizeof *sw);
-        if (!sw)
-                return; /* the store goes with the sandbox */
-        static uint64_t n;
-        sw->loop = sandbox_loop(sb);
-        sw->store = sandbox_box(sb)->snap_fd;
-        snprintf(sw->name, sizeof sw->name, "deleted-%llu", (unsigned long long)++n);
-        if (renameat(sw->store, id, sw->store, sw->name) < 0 || job_start(&sw->job, job_sweep, sw, &sw->store, 1) < 0) {
-                free(sw);
-                return;
-        }
-        if (loop_add(sw->loop, &sw->w, sw->job.pidfd, EPOLLIN, sweep_event, sw) < 0) {
-                job_kill(&sw->job);
-                free(sw);
-        }
-}
-
 /* ---------------------------------------------------------------- public */
 
 int sbx_sandbox_fork(SbxSandbox *sb, SbxOpDoneFn done, void *ud) {
@@ -1074,7 +796,7 @@ int sbx_snapshot_delete(SbxSandbox *sb, const char *id) {
                         return -EBUSY;
         Snapshot *s = *pp;
         if (sandbox_box(sb)->snap_fd >= 0)
-                sweep_start(sb, s->id);
+                image_sweep_start(sandbox_loop(sb), sandbox_box(sb)->snap_fd, s->id);
         *pp = s->next;
         st->n_snapshots--;
         snapshot_free(s);

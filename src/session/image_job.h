@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* What image.c hands its jobs (image_job.c): the jobs run in forked processes on an ImageJob
+ * filled in the loop, and know nothing of operations, sessions or the loop. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "base/loop.h"
+#include "sandbox/box.h"
+#include "sbx/sbx.h"
+
+/* One session's state, as dumped by the bash builtin. */
+typedef struct State {
+        char *name;
+        uint8_t *data;
+        size_t len;
+} State;
+
+void states_free(State *v, size_t n);
+
+typedef struct ImageJob {
+        const Box *from;          /* the sandbox operated on */
+        const Box *to;            /* fork: the new sandbox */
+        bool still;               /* nothing can change the source: two copiers are safe */
+        const char *snap_id;      /* snapshot: the id stored as, or restored from */
+        const SbxLimits *limits;  /* export, import: the sandbox's */
+        uint64_t timeout_ms;      /* export: the sandbox's default run timeout */
+        const State *states;      /* export: the sessions */
+        size_t n_states;
+        const uint8_t *archive;   /* import: the input */
+        size_t archive_len;
+        int memfd;                /* export: the output; import check: the sessions found */
+} ImageJob;
+
+/* JobFns (base/job.h) over an ImageJob: each returns 0 or -errno with err saying why. */
+int image_job_fork(void *arg, char *err, size_t errlen);
+/* On success err holds the bytes copied, in decimal. */
+int image_job_snapshot(void *arg, char *err, size_t errlen);
+int image_job_restore(void *arg, char *err, size_t errlen);
+int image_job_export(void *arg, char *err, size_t errlen);
+/* Checks the archive as nobody; writes its sessions to memfd (name NUL, u64 length, state). */
+int image_job_import_check(void *arg, char *err, size_t errlen);
+int image_job_import_extract(void *arg, char *err, size_t errlen);
+/* Reads back what image_job_import_check() wrote, appending to *states. Returns 0 or -errno. */
+int image_read_sessions(int memfd, State **states, size_t *n_states);
+/* Empties and removes the store's snapshot `id` in a job nobody waits for. */
+void image_sweep_start(Loop *loop, int store, const char *id);
