@@ -9,7 +9,7 @@
 #include "base/limits.h"
 #include "base/macro.h"
 #include "server/dispatch.h"
-#include "server/method.h"
+#include "server/handler.h"
 #include "server/server.h"
 
 /* The method table, in the order of docs/PROTOCOL.md. */

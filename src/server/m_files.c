@@ -6,7 +6,7 @@
 #include "base/macro.h"
 #include "base/text.h"
 #include "fs/files.h"
-#include "server/method.h"
+#include "server/handler.h"
 
 /* A path param: a string without NUL bytes. */
 static int param_path(Req *r, const char *key, const char **ret, RpcError *e) {
@@ -28,7 +28,7 @@ static json_t *info_json(SbxFileInfo *i) {
         lossy = (i->target && utf8_sanitize(i->target)) || lossy;
         json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:i, s:o}", "name", i->name, "path", i->path, "type",
                               types[i->type <= SBX_FILE_OTHER ? i->type : SBX_FILE_OTHER], "size",
-                              (json_int_t)i->size, "mode", (int)i->mode, "mtime", method_time_json((uint64_t)i->mtime_ms));
+                              (json_int_t)i->size, "mode", (int)i->mode, "mtime", handler_time_json((uint64_t)i->mtime_ms));
         if (o && i->target)
                 json_object_set_new(o, "target", json_string(i->target));
         if (o && lossy)
@@ -40,7 +40,7 @@ static json_t *info_json(SbxFileInfo *i) {
 static int ok_or_errno(int rr, const char *path, json_t **ret, RpcError *e) {
         if (rr < 0)
                 return rpc_fail_errno(e, rr, path);
-        *ret = method_ok_json();
+        *ret = handler_ok_json();
         return 0;
 }
 

@@ -7,7 +7,7 @@
 #include "base/limits.h"
 #include "base/macro.h"
 #include "base/text.h"
-#include "server/method.h"
+#include "server/handler.h"
 
 /* Registers an operation as pending on the connection (answered by its done callback). */
 static Pending *op_pending(Req *r, RpcError *e) {
@@ -96,7 +96,7 @@ static void op_reply(Pending *p, const SbxOpResult *res) {
         else if (res->snapshot_id)
                 conn_reply(p->conn, p->id, json_pack("{s:s}", "id", res->snapshot_id));
         else if (!res->data)
-                conn_reply(p->conn, p->id, method_ok_json());
+                conn_reply(p->conn, p->id, handler_ok_json());
         else if ((out = export_json(res)))
                 conn_reply(p->conn, p->id, out);
         else
@@ -148,7 +148,7 @@ static int m_snapshot_list(Req *r, json_t **ret, RpcError *e) {
         json_t *list = json_array();
         for (size_t i = 0; i < n && i < SBX_MAX_SNAPSHOTS; i++)
                 json_array_append_new(list, json_pack("{s:s, s:o, s:I}", "id", v[i].id, "createdAt",
-                                                      method_time_json(v[i].created_ms), "bytes", (json_int_t)v[i].bytes));
+                                                      handler_time_json(v[i].created_ms), "bytes", (json_int_t)v[i].bytes));
         *ret = json_pack("{s:o}", "snapshots", list);
         return 0;
 }
@@ -164,7 +164,7 @@ static int m_snapshot_delete(Req *r, json_t **ret, RpcError *e) {
                 return rpc_fail(e, RPC_SANDBOX_ERROR, "EBUSY: snapshot %s is being restored", id);
         if (rr < 0)
                 return rpc_fail_errno(e, rr, "snapshot");
-        *ret = method_ok_json();
+        *ret = handler_ok_json();
         return 0;
 }
 
@@ -206,20 +206,20 @@ static const Param p_snapshot_id[] = { PARAM_SANDBOX_ID, { "id", P_STRING, true,
 static const Param p_import[] = { PARAM_SANDBOX_ID, { "data", P_STRING, true, "the archive, base64" }, { 0 } };
 
 const Method server_methods_image[] = {
-        { "sandbox.fork", m_sandbox_fork, M_SANDBOX, method_params_sandbox, "{sandboxId}",
+        { "sandbox.fork", m_sandbox_fork, M_SANDBOX, handler_params_sandbox, "{sandboxId}",
           "A new sandbox with a copy of this one's files, every session's state, its limits and options "
           "(taken at one point in time, after the runs queued before it; background processes are not "
           "copied). Owned like its source. At most 16 forks at once (-32602)." },
-        { "snapshot.create", m_snapshot_create, M_SANDBOX, method_params_sandbox, "{id}",
+        { "snapshot.create", m_snapshot_create, M_SANDBOX, handler_params_sandbox, "{id}",
           "Saves the sandbox's files and session states in its snapshot store (budget: 4 times its "
           "filesystem limits, at most 32 snapshots; ENOSPC beyond)." },
         { "snapshot.restore", m_snapshot_restore, M_SANDBOX, p_snapshot_id, "{ok: true}",
           "Brings back a snapshot's files and session states; sessions made since start fresh, background "
           "processes are killed. Unknown id: -32602." },
-        { "snapshot.list", m_snapshot_list, M_SANDBOX, method_params_sandbox, "{snapshots: [{id, createdAt, bytes}]}",
+        { "snapshot.list", m_snapshot_list, M_SANDBOX, handler_params_sandbox, "{snapshots: [{id, createdAt, bytes}]}",
           "The sandbox's snapshots, oldest first." },
         { "snapshot.delete", m_snapshot_delete, M_SANDBOX, p_snapshot_id, "{ok: true}", "Deletes a snapshot." },
-        { "persistence.export", m_export, M_SANDBOX, method_params_sandbox, "{data (base64), size}",
+        { "persistence.export", m_export, M_SANDBOX, handler_params_sandbox, "{data (base64), size}",
           "A zstd-compressed tar of /tmp, /home/user and /dev/shm plus sbx-manifest.json (format version, "
           "session states, limits, sha256 of the payload); plain `tar --zstd -xf` opens it." },
         { "persistence.import", m_import, M_SANDBOX, p_import, "{ok: true}",

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base/limits.h"
+#include "base/macro.h"
 #include "base/text.h"
 #include "base/util.h"
-#include "server/method.h"
-#include "server/server.h"
+#include "server/handler.h"
 
 static void run_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
         Pending *p = ud;
@@ -65,7 +65,7 @@ static void run_done(void *ud, const SbxResult *res) {
         if (p->conn && !p->replied) {
                 json_t *out;
                 if (p->kind == PENDING_ENV_SET)
-                        out = method_ok_json();
+                        out = handler_ok_json();
                 else if (p->kind == PENDING_ENV_GET)
                         out = json_pack("{s:o}", "value", res->exit_code == 0 ? json_stringn((const char *)res->stdout_data,
                                                                                              res->stdout_len)
@@ -105,7 +105,7 @@ static int start_run(Req *r, SbxSession *s, const SbxRunOptions *o, PendingKind 
 }
 
 static int m_run(Req *r, json_t **ret, RpcError *e) {
-        const char *cmd, *cwd = NULL, *stdin_b64 = NULL, *sname = method_session_name(r);
+        const char *cmd, *cwd = NULL, *stdin_b64 = NULL, *sname = handler_session_name(r);
         size_t cmd_len, stdin_len = 0;
         json_t *env = NULL;
         bool stream = false;
@@ -121,13 +121,13 @@ static int m_run(Req *r, json_t **ret, RpcError *e) {
                 return rpc_fail(e, RPC_INVALID_PARAMS, "cwd must be a non-empty path");
         if (env && json_object_size(env) > SBX_MAX_RUN_ENV)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "env: at most %d entries", SBX_MAX_RUN_ENV);
-        if (method_open_session(r, sname, &s, e) < 0)
+        if (handler_open_session(r, sname, &s, e) < 0)
                 return -1;
         _cleanup_free_ uint8_t *in = NULL;
         if (stdin_b64 && !(in = b64_decode(stdin_b64, stdin_len, &o.stdin_len)))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "stdin must be base64");
         const char **envl;
-        if (method_env_list(env, &envl, e) < 0)
+        if (handler_env_list(env, &envl, e) < 0)
                 return -1;
         o.command = cmd;
         o.command_len = cmd_len;
@@ -138,7 +138,7 @@ static int m_run(Req *r, json_t **ret, RpcError *e) {
         if (cmd_len <= sbx_sandbox_limits(r->sb->sb)->command_bytes)
                 (void)history_add(&r->sb->history, sname, cmd, cmd_len);
         int rr = start_run(r, s, &o, PENDING_RUN, stream, e);
-        method_env_free(envl);
+        handler_env_free(envl);
         return rr;
 }
 
@@ -150,7 +150,7 @@ static int m_cancel(Req *r, json_t **ret, RpcError *e) {
         if (!p || !p->run)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "No running request with that requestId (unknown or already finished)");
         (void)sbx_run_cancel(p->run);
-        *ret = method_ok_json();
+        *ret = handler_ok_json();
         return 0;
 }
 
@@ -162,7 +162,7 @@ static int m_env_set(Req *r, json_t **ret, RpcError *e) {
                 return -1;
         if (!env_name_valid(name, strlen(name)))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "name must match ^[A-Za-z_][A-Za-z0-9_]*$");
-        if (method_open_session(r, method_session_name(r), &s, e) < 0)
+        if (handler_open_session(r, handler_session_name(r), &s, e) < 0)
                 return -1;
         size_t len = strlen(name) + strlen(value) + 2;
         _cleanup_free_ char *kv = malloc(len);
@@ -182,7 +182,7 @@ static int m_env_get(Req *r, json_t **ret, RpcError *e) {
                 return -1;
         if (!env_name_valid(name, strlen(name)) || strlen(name) > 256)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "name must match ^[A-Za-z_][A-Za-z0-9_]*$");
-        if (method_open_session(r, method_session_name(r), &s, e) < 0)
+        if (handler_open_session(r, handler_session_name(r), &s, e) < 0)
                 return -1;
         /* Read by the session's builtin itself: no shell code runs, so nothing defined in the
          * session (bash even allows a function named /usr/bin/printenv) can answer instead. */
@@ -192,21 +192,21 @@ static int m_env_get(Req *r, json_t **ret, RpcError *e) {
 }
 
 static int m_history_list(Req *r, json_t **ret, RpcError *e) {
-        const History *h = history_find(r->sb->history, method_session_name(r));
+        const History *h = history_find(r->sb->history, handler_session_name(r));
         json_t *list = json_array();
         for (size_t i = 0; i < history_size(h); i++) {
                 uint64_t index;
                 const HistoryEntry *he = history_get(h, i, &index);
                 json_array_append_new(list, json_pack("{s:I, s:s, s:o}", "index", (json_int_t)index, "command",
-                                                      he->command, "timestamp", method_time_json(he->timestamp_ms)));
+                                                      he->command, "timestamp", handler_time_json(he->timestamp_ms)));
         }
         *ret = json_pack("{s:o}", "entries", list);
         return 0;
 }
 
 static int m_history_clear(Req *r, json_t **ret, RpcError *e) {
-        history_clear(r->sb->history, method_session_name(r));
-        *ret = method_ok_json();
+        history_clear(r->sb->history, handler_session_name(r));
+        *ret = handler_ok_json();
         return 0;
 }
 

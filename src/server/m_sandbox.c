@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base/limits.h"
-#include "server/method.h"
-#include "server/server.h"
+#include "server/handler.h"
 
 /* Reads the sandbox options shared by create and sandbox.create. *ret_env gets the list
  * o->env points to (the caller frees it); *ret_rpc_bytes gets limits.rpcBytes (0 if absent),
@@ -40,7 +39,7 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
                         return rpc_fail(e, RPC_INVALID_PARAMS, "limits.rpcBytes must be at least 1024");
                 *ret_rpc_bytes = (size_t)v;
         }
-        if (method_env_list(env, ret_env, e) < 0)
+        if (handler_env_list(env, ret_env, e) < 0)
                 return -1;
         if (*ret_env)
                 o->env = *ret_env;
@@ -60,15 +59,15 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
             param_bool(r->params, "persist", &persist, e) < 0) {
-                method_env_free(env);
+                handler_env_free(env);
                 return -1;
         }
         if (persist && (conn_is_stdio(r->conn) || root)) {
-                method_env_free(env);
+                handler_env_free(env);
                 return rpc_fail(e, RPC_INVALID_PARAMS, "persist is only for sandbox.create on a socket server");
         }
         int rr = sbx_sandbox_new(core->ctx, &o, &box);
-        method_env_free(env);
+        handler_env_free(env);
         if (rr == -EINVAL)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "invalid sandbox options: %s", sbx_context_last_error(core->ctx));
         if (rr < 0)
@@ -108,7 +107,7 @@ static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
                 if (!registry_may_use(sb, r->conn, conn_uid(r->conn)))
                         continue;
                 json_t *o = json_pack("{s:s, s:o, s:b, s:b}", "sandboxId", sbx_sandbox_id(sb->sb), "createdAt",
-                                      method_time_json(sb->created_ms), "persist", sb->persist, "root", sb->root);
+                                      handler_time_json(sb->created_ms), "persist", sb->persist, "root", sb->root);
                 if (sb->label)
                         json_object_set_new(o, "label", json_string(sb->label));
                 json_array_append_new(list, o);
@@ -119,7 +118,7 @@ static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
 
 static int m_sandbox_destroy(Req *r, json_t **ret, RpcError *e) {
         registry_destroy(r->sb);
-        *ret = method_ok_json();
+        *ret = handler_ok_json();
         return 0;
 }
 
@@ -130,7 +129,7 @@ static int m_session_create(Req *r, json_t **ret, RpcError *e) {
                 return -1;
         if (sbx_session_find(r->sb->sb, name))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "Session already exists: %s", name);
-        if (method_open_session(r, name, &s, e) < 0)
+        if (handler_open_session(r, name, &s, e) < 0)
                 return -1;
         *ret = json_pack("{s:b, s:s}", "ok", 1, "name", name);
         return 0;
@@ -152,7 +151,7 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         if (!s)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown session: %s", name);
         sbx_session_free(s);
-        *ret = method_ok_json();
+        *ret = handler_ok_json();
         return 0;
 }
 
@@ -177,12 +176,12 @@ const Method server_methods_sandbox[] = {
           "Creates the connection's root sandbox (the one used when sandboxId is missing)." },
         { "sandbox.create", m_sandbox_create, 0, p_sandbox_create, "{sandboxId}",
           "Creates another sandbox owned by this connection (or persistent)." },
-        { "sandbox.list", m_sandbox_list, 0, method_params_none, "{sandboxes: [{sandboxId, label?, createdAt, persist, root}]}",
+        { "sandbox.list", m_sandbox_list, 0, handler_params_none, "{sandboxes: [{sandboxId, label?, createdAt, persist, root}]}",
           "Sandboxes this connection may use." },
         { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX, p_sandbox_destroy, "{ok: true}",
           "Kills every process of the sandbox and removes it." },
         { "session.create", m_session_create, M_SANDBOX, p_session_name, "{ok: true, name}", "Creates a named session." },
-        { "session.list", m_session_list, M_SANDBOX, method_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
+        { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
         { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",
           "Ends a session; its running command is cancelled." },
         { 0 } };

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Handlers about the server itself: health, ping, kill. */
 #include "base/util.h"
-#include "server/method.h"
+#include "server/handler.h"
 
 static int m_health(Req *r, json_t **ret, RpcError *e) {
         Core *core = r->core;
@@ -26,16 +26,16 @@ static int m_ping(Req *r, json_t **ret, RpcError *e) {
 }
 
 static int m_kill(Req *r, json_t **ret, RpcError *e) {
-        *ret = method_ok_json();
+        *ret = handler_ok_json();
         r->core->shutdown(r->core->shutdown_data);
         return 0;
 }
 
 const Method server_methods_server[] = {
-        { "health", m_health, 0, method_params_none,
+        { "health", m_health, 0, handler_params_none,
           "{uptimeMs, sandboxes, sessions, running, queued, totals: {completed, failed, timedOut, cancelled, avgExecMs}}",
           "Server statistics." },
-        { "ping", m_ping, 0, method_params_none, "{pong: true}", "Liveness." },
-        { "kill", m_kill, 0, method_params_none, "{ok: true}",
+        { "ping", m_ping, 0, handler_params_none, "{pong: true}", "Liveness." },
+        { "kill", m_kill, 0, handler_params_none, "{ok: true}",
           "Answers, then shuts the server down: queued runs get an error, running ones 125, every sandbox is destroyed." },
         { 0 } };

@@ -3,13 +3,13 @@
  * same single epoll loop as libsbx. This header is the server library's face to the CLI and
  * the fuzzer, and holds its limits; it includes no other header of src/server.
  *
- * The files of src/server, each depending only on those below it:
+ * The files of src/server, each calling only files below it:
  *   server.c    the Server: listening socket, stdio, signals, shutdown; wires the rest
  *   dispatch.c  request line -> method table row -> param checks -> sandbox -> handler
- *   m_*.c       the handlers, each file with its rows of the method table (method.h)
- *   method.c    what handlers share: Req, Method, common helpers
- *   pending.c   requests answered later;  registry.c  sandboxes and who may use them
- *   history.c   command history;  conn.c  the transport (no idea what a line means)
+ *   m_*.c       the handlers, each file with its rows of the method table
+ *   handler.c   what handler files share: Req, the Method row, common helpers
+ *   pending.c   requests answered later      registry.c  sandboxes, who may use them
+ *   conn.c      the transport                history.c   command history
  *
  * Ownership: the Server owns the connections and, through its Core (core.h), the sandbox
  * registry and the requests answered later. A sandbox belongs to the connection that made it

@@ -7,14 +7,14 @@
 #include <time.h>
 #include "base/limits.h"
 #include "base/util.h"
-#include "server/method.h"
+#include "server/handler.h"
 
-const Param method_params_none[] = { { 0 } };
-const Param method_params_sandbox[] = { PARAM_SANDBOX_ID, { 0 } };
+const Param handler_params_none[] = { { 0 } };
+const Param handler_params_sandbox[] = { PARAM_SANDBOX_ID, { 0 } };
 
-json_t *method_ok_json(void) { return json_pack("{s:b}", "ok", 1); }
+json_t *handler_ok_json(void) { return json_pack("{s:b}", "ok", 1); }
 
-json_t *method_time_json(uint64_t ms) {
+json_t *handler_time_json(uint64_t ms) {
         time_t t = (time_t)(ms / 1000);
         struct tm tm;
         char buf[64];
@@ -24,13 +24,13 @@ json_t *method_time_json(uint64_t ms) {
         return json_string(buf);
 }
 
-const char *method_session_name(const Req *r) {
+const char *handler_session_name(const Req *r) {
         /* The dispatcher has checked the type: a string, null or nothing. */
         json_t *v = json_object_get(r->params, "session");
         return json_is_string(v) ? json_string_value(v) : "default";
 }
 
-int method_open_session(Req *r, const char *name, SbxSession **ret, RpcError *e) {
+int handler_open_session(Req *r, const char *name, SbxSession **ret, RpcError *e) {
         SbxSession *s = sbx_session_find(r->sb->sb, name);
         if (s) {
                 *ret = s;
@@ -46,13 +46,13 @@ int method_open_session(Req *r, const char *name, SbxSession **ret, RpcError *e)
         return 0;
 }
 
-void method_env_free(const char **list) {
+void handler_env_free(const char **list) {
         for (const char **p = list; p && *p; p++)
                 free((void *)*p);
         free(list);
 }
 
-int method_env_list(json_t *env, const char ***ret, RpcError *e) {
+int handler_env_list(json_t *env, const char ***ret, RpcError *e) {
         *ret = NULL;
         if (!env)
                 return 0;
@@ -64,14 +64,14 @@ int method_env_list(json_t *env, const char ***ret, RpcError *e) {
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
         json_object_foreach(env, key, val) {
                 if (!env_name_valid(key, strlen(key)) || !json_is_string(val)) {
-                        method_env_free(list);
+                        handler_env_free(list);
                         return rpc_fail(e, RPC_INVALID_PARAMS,
                                         "env: names must match ^[A-Za-z_][A-Za-z0-9_]*$ and values be strings (%s)", key);
                 }
                 size_t len = strlen(key) + json_string_length(val) + 2;
                 char *kv = malloc(len);
                 if (!kv) {
-                        method_env_free(list);
+                        handler_env_free(list);
                         return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
                 }
                 snprintf(kv, len, "%s=%s", key, json_string_value(val));

@@ -50,8 +50,8 @@ typedef struct Method {
 #define PARAM_SESSION { "session", P_STRING, false, "session name (default \"default\"), created on first use" }
 
 /* Param lists of several methods: none; only sandboxId. */
-extern const Param method_params_none[];
-extern const Param method_params_sandbox[];
+extern const Param handler_params_none[];
+extern const Param handler_params_sandbox[];
 
 /* The rows of each handler file, in the order of docs/PROTOCOL.md. */
 extern const Method server_methods_sandbox[]; /* m_sandbox.c: sandboxes and sessions */
@@ -61,15 +61,15 @@ extern const Method server_methods_image[];   /* m_image.c: fork, snapshots, exp
 extern const Method server_methods_server[];  /* m_server.c: health, ping, kill */
 
 /* {ok: true} */
-json_t *method_ok_json(void);
+json_t *handler_ok_json(void);
 /* A wall-clock time in ms as an ISO 8601 UTC string. */
-json_t *method_time_json(uint64_t wall_ms);
+json_t *handler_time_json(uint64_t wall_ms);
 /* The request's `session` param, "default" when absent. */
-const char *method_session_name(const Req *r);
+const char *handler_session_name(const Req *r);
 /* The session name of r's sandbox, created if it does not exist. Returns 0 or -1 with e set
  * (-32602 for an invalid name, -32001 at SBX_MAX_SESSIONS). */
-int method_open_session(Req *r, const char *name, SbxSession **ret, RpcError *e);
+int handler_open_session(Req *r, const char *name, SbxSession **ret, RpcError *e);
 /* An {NAME: value} object as a NULL-terminated "NAME=value" list (NULL for env NULL), freed
- * with method_env_free. Returns 0 or -1 with e set (-32602 naming a bad entry). */
-int method_env_list(json_t *env, const char ***ret, RpcError *e);
-void method_env_free(const char **list);
+ * with handler_env_free. Returns 0 or -1 with e set (-32602 naming a bad entry). */
+int handler_env_list(json_t *env, const char ***ret, RpcError *e);
+void handler_env_free(const char **list);
