@@ -44,7 +44,7 @@ int cmd_serve(int argc, char **argv) {
                 switch (c) {
                 case 's': stdio = true; break;
                 case 'S': path = optarg; break;
-                case 'P': print_protocol(stdout); return 0;
+                case 'P': dispatch_print_protocol(stdout); return 0;
                 case 'p': {
                         char *end;
                         pool = strtol(optarg, &end, 10);

@@ -2,16 +2,29 @@
 /* Client connections: bounded input framing, a bounded output queue with backpressure. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include "base/limits.h"
 #include "base/log.h"
-#include "base/macro.h"
+#include "base/queue.h"
 #include "base/util.h"
+#include "rpc/framer.h"
+#include "server/conn.h"
 #include "server/server.h"
 
 #define DEFAULT_RPC_BYTES (8U * 1024 * 1024)
+
+struct Conn {
+        Conn *next, *prev;
+        ConnList *list;
+        int rfd, wfd;
+        Watch rw, ww;
+        bool is_stdio, closing, paused;
+        uid_t uid;
+        Framer framer;
+        ByteQueue out;
+        ByteQueue in; /* read but not yet framed: held while the client is paused */
+};
 
 static size_t out_pending(const Conn *c) { return bq_pending(&c->out); }
 
@@ -21,14 +34,12 @@ static void set_paused(Conn *c, bool paused) {
         if (c->paused == paused)
                 return;
         c->paused = paused;
-        for (Pending *p = c->pending; p; p = p->next)
-                if (p->run && p->stream)
-                        sbx_run_pause_output(p->run, paused);
+        c->list->ops->paused(c->list->data, c, paused);
         /* A client that does not read its answers gets no more requests read, nor handled. */
         if (c->rw.active)
-                (void)loop_mod(c->srv->loop, &c->rw, paused ? 0 : EPOLLIN);
+                (void)loop_mod(c->list->loop, &c->rw, paused ? 0 : EPOLLIN);
         if (!paused && bq_pending(&c->in) > 0)
-                (void)loop_defer(c->srv->loop, resume_input, c);
+                (void)loop_defer(c->list->loop, resume_input, c);
 }
 
 static void flush(Conn *c) {
@@ -47,12 +58,12 @@ static void flush(Conn *c) {
                 bq_consume(&c->out, (size_t)n);
         }
         bool want_out = out_pending(c) > 0;
-        if (want_out && !c->ww.active && loop_add(c->srv->loop, &c->ww, c->wfd, EPOLLOUT, c->ww.fn, c) < 0) {
+        if (want_out && !c->ww.active && loop_add(c->list->loop, &c->ww, c->wfd, EPOLLOUT, c->ww.fn, c) < 0) {
                 log_warn("connection: cannot wait for the client to read: %s", strerror(errno));
                 c->closing = true;
         }
         else if (!want_out && c->ww.active)
-                loop_del(c->srv->loop, &c->ww);
+                loop_del(c->list->loop, &c->ww);
         if (c->paused && out_pending(c) < SERVER_OUT_LOW)
                 set_paused(c, false);
         else if (!c->paused && out_pending(c) > SERVER_OUT_HIGH)
@@ -71,13 +82,13 @@ void conn_send(Conn *c, char *line, size_t len) {
         if (bq_push(&c->out, line, len) < 0) {
                 free(line);
                 c->closing = true;
-                (void)loop_defer(c->srv->loop, close_deferred, c);
+                (void)loop_defer(c->list->loop, close_deferred, c);
                 return;
         }
         free(line);
         flush(c);
         if (c->closing)
-                (void)loop_defer(c->srv->loop, close_deferred, c);
+                (void)loop_defer(c->list->loop, close_deferred, c);
 }
 
 void conn_reply(Conn *c, json_t *id, json_t *result) {
@@ -104,7 +115,7 @@ void conn_notify(Conn *c, const char *method, json_t *params) {
 static bool frame(void *ud, const char *line, size_t len, bool too_large) {
         Conn *c = ud;
         if (!c->closing)
-                dispatch_line(c, line, len, too_large);
+                c->list->ops->line(c->list->data, c, line, len, too_large);
         return !c->closing && !c->paused;
 }
 
@@ -142,13 +153,8 @@ static void read_event(Watch *w, uint32_t events) {
                 if (n < 0 && errno == EAGAIN)
                         return;
                 if (n <= 0) {
-                        /* EOF. On stdio that is the signal to shut down, after answering. */
-                        loop_del(c->srv->loop, &c->rw);
-                        c->read_off = true;
-                        if (c->is_stdio)
-                                server_shutdown(c->srv);
-                        else
-                                conn_close(c);
+                        loop_del(c->list->loop, &c->rw);
+                        c->list->ops->eof(c->list->data, c);
                         return;
                 }
                 if (!feed(c, buf, (size_t)n)) {
@@ -165,11 +171,15 @@ static void write_event(Watch *w, uint32_t events) {
                 conn_close(c);
 }
 
-int conn_new(Server *s, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret) {
+void conn_list_init(ConnList *l, Loop *loop, const ConnOps *ops, void *data) {
+        *l = (ConnList){ .loop = loop, .ops = ops, .data = data };
+}
+
+int conn_new(ConnList *l, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret) {
         Conn *c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        c->srv = s;
+        c->list = l;
         c->rfd = rfd;
         c->wfd = wfd;
         c->is_stdio = is_stdio;
@@ -178,31 +188,25 @@ int conn_new(Server *s, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret) 
         (void)fd_set_nonblock(rfd, true);
         (void)fd_set_nonblock(wfd, true);
         c->ww.fn = write_event;
-        int r = loop_add(s->loop, &c->rw, rfd, EPOLLIN, read_event, c);
+        int r = loop_add(l->loop, &c->rw, rfd, EPOLLIN, read_event, c);
         if (r < 0) {
                 free(c);
                 return r;
         }
-        c->next = s->conns;
-        if (s->conns)
-                s->conns->prev = c;
-        s->conns = c;
+        c->next = l->head;
+        if (l->head)
+                l->head->prev = c;
+        l->head = c;
         *ret = c;
         return 0;
 }
 
 void conn_close(Conn *c) {
-        Server *s = c->srv;
-        loop_cancel_defer(s->loop, c);
-        pending_detach_all(c);
-        /* Its sandboxes go with it, persistent ones excepted. */
-        for (SrvSandbox *sb = s->sandboxes, *next; sb; sb = next) {
-                next = sb->next;
-                if (sb->owner == c)
-                        srv_sandbox_destroy(sb);
-        }
-        loop_del(s->loop, &c->rw);
-        loop_del(s->loop, &c->ww);
+        ConnList *l = c->list;
+        loop_cancel_defer(l->loop, c);
+        l->ops->closed(l->data, c);
+        loop_del(l->loop, &c->rw);
+        loop_del(l->loop, &c->ww);
         if (c->is_stdio) {
                 (void)fd_set_nonblock(c->wfd, false);
         } else {
@@ -215,8 +219,44 @@ void conn_close(Conn *c) {
         if (c->prev)
                 c->prev->next = c->next;
         else
-                s->conns = c->next;
+                l->head = c->next;
         if (c->next)
                 c->next->prev = c->prev;
         free(c);
 }
+
+void conn_close_all(ConnList *l) {
+        while (l->head)
+                conn_close(l->head);
+}
+
+static void flush_until(Conn *c, uint64_t deadline_ms) {
+        (void)fd_set_nonblock(c->wfd, true);
+        while (bq_pending(&c->out) > 0 && now_ms() < deadline_ms) {
+                ssize_t n = write(c->wfd, bq_head(&c->out), bq_pending(&c->out));
+                if (n > 0) {
+                        bq_consume(&c->out, (size_t)n);
+                        continue;
+                }
+                uint64_t now = now_ms();
+                if (n < 0 && errno == EAGAIN && now < deadline_ms) {
+                        struct pollfd p = { .fd = c->wfd, .events = POLLOUT };
+                        (void)poll(&p, 1, (int)(deadline_ms - now));
+                        continue;
+                }
+                break;
+        }
+}
+
+void conn_flush_all(ConnList *l, uint64_t deadline_ms) {
+        for (Conn *c = l->head; c; c = c->next)
+                flush_until(c, deadline_ms);
+}
+
+uid_t conn_uid(const Conn *c) { return c->uid; }
+
+bool conn_is_stdio(const Conn *c) { return c->is_stdio; }
+
+size_t conn_line_max(const Conn *c) { return c->framer.max; }
+
+void conn_set_line_max(Conn *c, size_t max) { c->framer.max = max; }

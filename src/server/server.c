@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The server: listening socket, stdio connection, signals and orderly shutdown. */
+/* The server: listening socket, stdio connection, signals and orderly shutdown; it connects
+ * the transport (conn.c) to the dispatcher, the pending requests and the registry. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +11,54 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include "base/log.h"
+#include "base/macro.h"
 #include "base/util.h"
+#include "server/conn.h"
+#include "server/core.h"
+#include "server/dispatch.h"
 #include "server/server.h"
 #include "session/internal.h"
+
+struct Server {
+        Core core;
+        Loop *loop;
+        ConnList conns;
+        int listen_fd;
+        Watch lw;
+        char *socket_path;
+        int sig_fd;
+        Watch sw;
+        bool stop;
+};
+
+static void on_line(void *data, Conn *c, const char *line, size_t len, bool too_large) {
+        Server *s = data;
+        dispatch_line(&s->core, c, line, len, too_large);
+}
+
+static void on_paused(void *data, Conn *c, bool paused) {
+        Server *s = data;
+        pending_pause(&s->core.pending, c, paused);
+}
+
+static void on_eof(void *data, Conn *c) {
+        /* On stdio the end of input is the signal to shut down, after answering. */
+        if (conn_is_stdio(c))
+                server_shutdown(data);
+        else
+                conn_close(c);
+}
+
+static void on_closed(void *data, Conn *c) {
+        Server *s = data;
+        pending_detach(&s->core.pending, c);
+        /* Its sandboxes go with it, persistent ones excepted. */
+        registry_destroy_owned(&s->core.registry, c);
+}
+
+static const ConnOps conn_ops = { .line = on_line, .paused = on_paused, .eof = on_eof, .closed = on_closed };
+
+static void shutdown_requested(void *data) { server_shutdown(data); }
 
 static void signal_event(Watch *w, uint32_t events) {
         Server *s = w->data;
@@ -28,13 +73,16 @@ int server_new(Server **ret) {
         if (!s)
                 return -ENOMEM;
         s->listen_fd = s->sig_fd = -1;
-        int r = sbx_context_new(&s->ctx);
+        int r = sbx_context_new(&s->core.ctx);
         if (r < 0) {
                 free(s);
                 return r;
         }
-        s->loop = sbx_context_loop(s->ctx);
-        s->start_ms = now_ms();
+        s->loop = sbx_context_loop(s->core.ctx);
+        s->core.start_ms = now_ms();
+        s->core.shutdown = shutdown_requested;
+        s->core.shutdown_data = s;
+        conn_list_init(&s->conns, s->loop, &conn_ops, s);
         sigset_t mask;
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
@@ -71,7 +119,7 @@ static void accept_event(Watch *w, uint32_t events) {
                  * fd numbers. */
                 int wfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
                 Conn *c;
-                if (wfd < 0 || conn_new(s, fd, wfd, false, uc.uid, &c) < 0) {
+                if (wfd < 0 || conn_new(&s->conns, fd, wfd, false, uc.uid, &c) < 0) {
                         close(fd);
                         safe_close(wfd);
                 }
@@ -113,25 +161,29 @@ int server_listen(Server *s, const char *path) {
 }
 
 void server_set_pool(Server *s, unsigned n) {
-        sbx_context_set_pool(s->ctx, n);
+        sbx_context_set_pool(s->core.ctx, n);
 }
 
 int server_add_stdio(Server *s) {
         Conn *c;
-        return conn_new(s, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);
+        return conn_new(&s->conns, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);
+}
+
+static void close_listener(Server *s) {
+        if (s->listen_fd < 0)
+                return;
+        loop_del(s->loop, &s->lw);
+        s->listen_fd = safe_close(s->listen_fd);
+        if (s->socket_path)
+                (void)unlink(s->socket_path);
 }
 
 void server_shutdown(Server *s) {
-        if (s->shutting_down)
+        if (s->core.shutting_down)
                 return;
-        s->shutting_down = true;
+        s->core.shutting_down = true;
         s->stop = true;
-        if (s->listen_fd >= 0) {
-                loop_del(s->loop, &s->lw);
-                s->listen_fd = safe_close(s->listen_fd);
-                if (s->socket_path)
-                        (void)unlink(s->socket_path);
-        }
+        close_listener(s);
 }
 
 /* Queued runs get an error, running ones are cancelled (their answers say 125), then every
@@ -139,38 +191,15 @@ void server_shutdown(Server *s) {
 static void finish(Server *s) {
         RpcError e;
         rpc_fail(&e, RPC_INTERNAL_ERROR, "Server shutting down");
-        for (Conn *c = s->conns; c; c = c->next)
-                for (Pending *p = c->pending; p; p = p->next)
-                        if (p->run && !sbx_run_started(p->run)) {
-                                conn_reply_error(c, p->id, &e);
-                                p->replied = true;
-                        }
-        while (s->sandboxes)
-                srv_sandbox_destroy(s->sandboxes);
-        uint64_t deadline = now_ms() + SERVER_FLUSH_MS;
-        for (Conn *c = s->conns; c; c = c->next) {
-                (void)fd_set_nonblock(c->wfd, true);
-                while (bq_pending(&c->out) > 0 && now_ms() < deadline) {
-                        ssize_t n = write(c->wfd, bq_head(&c->out), bq_pending(&c->out));
-                        if (n > 0) {
-                                bq_consume(&c->out, (size_t)n);
-                                continue;
-                        }
-                        if (n < 0 && errno == EAGAIN) {
-                                struct pollfd p = { .fd = c->wfd, .events = POLLOUT };
-                                (void)poll(&p, 1, (int)(deadline - now_ms()));
-                                continue;
-                        }
-                        break;
-                }
-        }
-        while (s->conns)
-                conn_close(s->conns);
+        pending_fail_queued(&s->core.pending, &e);
+        registry_destroy_all(&s->core.registry);
+        conn_flush_all(&s->conns, now_ms() + SERVER_FLUSH_MS);
+        conn_close_all(&s->conns);
 }
 
 int server_run(Server *s) {
         while (!s->stop) {
-                int r = sbx_context_run_once(s->ctx, -1);
+                int r = sbx_context_run_once(s->core.ctx, -1);
                 if (r < 0 && r != -EINTR) {
                         log_error("event loop: %s", strerror(-r));
                         break;
@@ -183,21 +212,14 @@ int server_run(Server *s) {
 Server *server_free(Server *s) {
         if (!s)
                 return NULL;
-        while (s->sandboxes)
-                srv_sandbox_destroy(s->sandboxes);
-        while (s->conns)
-                conn_close(s->conns);
+        registry_destroy_all(&s->core.registry);
+        conn_close_all(&s->conns);
         if (s->sw.active)
                 loop_del(s->loop, &s->sw);
         safe_close(s->sig_fd);
-        if (s->listen_fd >= 0) {
-                loop_del(s->loop, &s->lw);
-                close(s->listen_fd);
-                if (s->socket_path)
-                        (void)unlink(s->socket_path);
-        }
+        close_listener(s);
         free(s->socket_path);
-        sbx_context_free(s->ctx);
+        sbx_context_free(s->core.ctx);
         free(s);
         return NULL;
 }

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/* Client connections, the transport: framed request lines in, a bounded answer queue out.
+ *
+ * A connection knows nothing of what its lines mean. Its owner (the server) hands it a set of
+ * callbacks, ConnOps, and answers through conn_reply and friends. A connection reads no more
+ * requests while more than SERVER_OUT_HIGH bytes of answers wait for its client, and reads
+ * again below SERVER_OUT_LOW; the owner hears of both through ConnOps.paused. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "base/loop.h"
+#include "rpc/jsonrpc.h"
+
+typedef struct Conn Conn;
+
+typedef struct ConnOps {
+        /* One request line, without its newline. too_large: a line over the connection's
+         * limit, skipped without being buffered (line is then not the request). */
+        void (*line)(void *data, Conn *c, const char *line, size_t len, bool too_large);
+        /* The client stopped (paused) or resumed reading its answers. */
+        void (*paused)(void *data, Conn *c, bool paused);
+        /* The client closed its end; nothing more will be read from it. */
+        void (*eof)(void *data, Conn *c);
+        /* c is about to be freed: drop every reference to it. */
+        void (*closed)(void *data, Conn *c);
+} ConnOps;
+
+/* The open connections of one owner. Only conn.c touches head. */
+typedef struct ConnList {
+        Loop *loop;
+        const ConnOps *ops;
+        void *data; /* passed to every ops callback */
+        Conn *head;
+} ConnList;
+
+void conn_list_init(ConnList *l, Loop *loop, const ConnOps *ops, void *data);
+/* Opens a connection on rfd/wfd (made non-blocking; closed by conn_close unless is_stdio).
+ * uid is the peer's. Returns 0 or -errno. */
+int conn_new(ConnList *l, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret);
+/* Calls ops->closed, then frees c. */
+void conn_close(Conn *c);
+void conn_close_all(ConnList *l);
+/* Writes what every connection still has queued, waiting until deadline_ms (monotonic) at
+ * most: for shutdown, after the loop has stopped. */
+void conn_flush_all(ConnList *l, uint64_t deadline_ms);
+
+uid_t conn_uid(const Conn *c);
+bool conn_is_stdio(const Conn *c);
+/* The longest request line accepted; longer ones reach ops->line as too_large. */
+size_t conn_line_max(const Conn *c);
+void conn_set_line_max(Conn *c, size_t max);
+
+/* Queues a line (takes ownership of the malloc'd buffer; NULL is ignored). */
+void conn_send(Conn *c, char *line, size_t len);
+/* The answer to request id (steals result; NULL answers an encoding error). */
+void conn_reply(Conn *c, json_t *id, json_t *result);
+void conn_reply_error(Conn *c, json_t *id, const RpcError *e);
+/* A notification (steals params). */
+void conn_notify(Conn *c, const char *method, json_t *params);

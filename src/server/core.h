@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT */
+/* What requests act on: the library context, the sandbox registry, the requests answered
+ * later and the run totals. The Server owns the one Core and outlives every request. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "sbx/sbx.h"
+#include "server/pending.h"
+#include "server/registry.h"
+
+typedef struct Totals {
+        uint64_t completed, failed, timed_out, cancelled, exec_ms_sum;
+} Totals;
+
+struct Core {
+        SbxContext *ctx;
+        Registry registry;
+        PendingSet pending;
+        Totals totals;      /* of `run`s, for health */
+        uint64_t start_ms;  /* monotonic, for health's uptime */
+        bool shutting_down; /* no new work but ping and health; forks that end are dropped */
+        /* Starts the orderly shutdown (the `kill` method); set by the server. */
+        void (*shutdown)(void *data);
+        void *shutdown_data;
+};

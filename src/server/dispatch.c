@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/* The dispatcher: finds a request's row in the method table, checks its params against the
+ * row, routes it to a sandbox and calls the handler; and prints the table as
+ * docs/PROTOCOL.md (a test keeps the file in sync). */
+#include <ctype.h>
+#include <stdio.h>
+#include <strings.h>
+#include <string.h>
+#include "base/limits.h"
+#include "base/macro.h"
+#include "server/dispatch.h"
+#include "server/handler.h"
+#include "server/server.h"
+
+/* The method table, in the order of docs/PROTOCOL.md. */
+static const Method *const tables[] = {
+        server_methods_sandbox, server_methods_run, server_methods_files, server_methods_image, server_methods_server,
+};
+
+static const Method *find_method(const char *name) {
+        for (size_t t = 0; t < ELEMENTSOF(tables); t++)
+                for (const Method *m = tables[t]; m->name; m++)
+                        if (strcmp(m->name, name) == 0)
+                                return m;
+        return NULL;
+}
+
+static const char *type_name(ParamType t) {
+        switch (t) {
+        case P_STRING: return "string";
+        case P_INT: return "integer";
+        case P_BOOL: return "boolean";
+        case P_OBJECT: return "object";
+        case P_ANY:
+        default: return "any";
+        }
+}
+
+static bool type_ok(ParamType t, json_t *v) {
+        switch (t) {
+        case P_STRING: return json_is_string(v);
+        case P_INT: return json_is_integer(v) && json_integer_value(v) >= 0;
+        case P_BOOL: return json_is_boolean(v);
+        case P_OBJECT: return json_is_object(v);
+        case P_ANY:
+        default: return true;
+        }
+}
+
+/* Edit distance between a and b, ignoring case; stops counting at 3 (only 0..2 matter). */
+static unsigned distance(const char *a, const char *b) {
+        size_t la = strlen(a), lb = strlen(b);
+        unsigned row[65];
+        if (la > 64 || lb > 64)
+                return 3;
+        for (size_t j = 0; j <= lb; j++)
+                row[j] = (unsigned)j;
+        for (size_t i = 1; i <= la; i++) {
+                unsigned diag = row[0];
+                row[0] = (unsigned)i;
+                for (size_t j = 1; j <= lb; j++) {
+                        unsigned up = row[j];
+                        unsigned sub = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+                        row[j] = MIN(sub, MIN(up, row[j - 1]) + 1);
+                        diag = up;
+                }
+        }
+        return MIN(row[lb], 3U);
+}
+
+/* The param of m whose name is closest to key (a typo, another case, a missing unit), or NULL. */
+static const char *closest_param(const Method *m, const char *key) {
+        size_t n = strlen(key);
+        const char *best = NULL;
+        /* Two edits in a short name leave little of it. */
+        unsigned best_d = n >= 5 ? 3 : 2;
+        for (const Param *p = m->params; p->name; p++) {
+                unsigned d = distance(key, p->name);
+                /* "timeout" for "timeoutMs": a prefix of 4 or more letters counts as close. */
+                if (d > 1 && n >= 4 && strncasecmp(p->name, key, n) == 0)
+                        d = 1;
+                if (d < best_d) {
+                        best = p->name;
+                        best_d = d;
+                }
+        }
+        return best;
+}
+
+/* Fails for a param the row does not list: a misspelt optional param would otherwise be
+ * ignored without a word, and the request run with the default. */
+static int check_known(const Method *m, json_t *params, RpcError *e) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(params, key, v) {
+                const Param *p = m->params;
+                while (p->name && strcmp(p->name, key) != 0)
+                        p++;
+                if (p->name)
+                        continue;
+                const char *hint = closest_param(m, key);
+                if (hint)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "unknown parameter \"%.64s\" (did you mean \"%s\"?)", key,
+                                        hint);
+                return rpc_fail(e, RPC_INVALID_PARAMS, "unknown parameter \"%.64s\"", key);
+        }
+        return 0;
+}
+
+/* Checks every param is known, every present one has its type, every required one is there. */
+static int validate(const Method *m, json_t *params, RpcError *e) {
+        if (check_known(m, params, e) < 0)
+                return -1;
+        for (const Param *p = m->params; p->name; p++) {
+                json_t *v = json_object_get(params, p->name);
+                if (!v || (json_is_null(v) && p->type != P_ANY)) {
+                        if (p->required)
+                                return rpc_fail(e, RPC_INVALID_PARAMS, "Missing required param: %s", p->name);
+                        continue;
+                }
+                if (!type_ok(p->type, v))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "%s must be %s %s", p->name,
+                                        p->type == P_INT ? "a non-negative" : p->type == P_OBJECT ? "an" : "a",
+                                        type_name(p->type));
+        }
+        return 0;
+}
+
+/* The row of method name, its params checked. Returns 0 or -1 with e set. */
+static int lookup(const char *name, json_t *params, const Method **ret, RpcError *e) {
+        *ret = find_method(name);
+        if (!*ret)
+                return rpc_fail(e, RPC_METHOD_NOT_FOUND, "Method not found: %.128s", name);
+        return validate(*ret, params, e);
+}
+
+int method_check(const char *name, json_t *params, RpcError *e) {
+        const Method *m;
+        return lookup(name, params, &m, e);
+}
+
+static int resolve_sandbox(Req *r, RpcError *e) {
+        json_t *v = json_object_get(r->params, "sandboxId");
+        if (!v || json_is_null(v)) {
+                r->sb = registry_root(&r->core->registry, r->conn);
+                if (!r->sb)
+                        return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox not created. Call \"create\" first.");
+                return 0;
+        }
+        if (!json_is_string(v))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "sandboxId must be a string");
+        r->sb = registry_find(&r->core->registry, r->conn, conn_uid(r->conn), json_string_value(v));
+        if (!r->sb)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown sandboxId: %.64s", json_string_value(v));
+        return 0;
+}
+
+/* Runs a parsed request. Returns 0 with *ret set, 1 if answered later, -1 with e set. */
+static int dispatch_request(Req *r, const char *name, json_t **ret, RpcError *e) {
+        const Method *m;
+        if (lookup(name, r->params, &m, e) < 0)
+                return -1;
+        if (r->core->shutting_down && strcmp(m->name, "ping") != 0 && strcmp(m->name, "health") != 0)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "Server shutting down");
+        if ((m->flags & M_SANDBOX) && resolve_sandbox(r, e) < 0)
+                return -1;
+        return m->fn(r, ret, e);
+}
+
+void dispatch_line(Core *core, Conn *c, const char *line, size_t len, bool too_large) {
+        RpcError e = { 0 };
+        RpcRequest q = { 0 };
+        json_t *result = NULL;
+        int rr = -1;
+
+        if (too_large)
+                rpc_fail(&e, RPC_PARSE_ERROR, "Request too large (limit %zu bytes)", conn_line_max(c));
+        else {
+                while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+                        len--;
+                if (len == 0)
+                        return; /* blank lines are keep-alives */
+                if (rpc_parse_request(line, len, &q, &e) == 0) {
+                        Req r = { .core = core, .conn = c, .id = q.id, .params = q.params };
+                        rr = dispatch_request(&r, q.method, &result, &e);
+                }
+        }
+        if (rr == 0 && q.has_id)
+                conn_reply(c, q.id, result);
+        else
+                json_decref(result);
+        /* Requests without an id are notifications: no answer, unless the line was so broken
+         * that we cannot tell (then id null, as JSON-RPC says). */
+        if (rr < 0 && (too_large || rpc_request_wants_error(&q, &e)))
+                conn_reply_error(c, q.id, &e);
+        rpc_request_done(&q);
+}
+
+static void print_params(FILE *f, const Param *p) {
+        if (!p->name) {
+                fprintf(f, "Params: none.\n\n");
+                return;
+        }
+        fprintf(f, "| param | type | required | meaning |\n|---|---|---|---|\n");
+        for (; p->name; p++)
+                fprintf(f, "| `%s` | %s | %s | %s |\n", p->name, type_name(p->type), p->required ? "yes" : "no", p->doc);
+        fprintf(f, "\n");
+}
+
+void dispatch_print_protocol(FILE *f) {
+        fprintf(f,
+                "# sbx protocol\n\n"
+                "<!-- Generated by `sbx serve --protocol` from the method table (the m_*.c files of\n"
+                "     src/server); tests/unit fails when this file and the table disagree. -->\n\n"
+                "Newline-delimited JSON-RPC 2.0 over stdio (`sbx serve --stdio`) or a Unix socket\n"
+                "(`sbx serve --socket PATH`, mode 0600, peers checked with SO_PEERCRED: same uid or root).\n"
+                "Each request is one line `{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"run\",\"params\":{...}}`; each\n"
+                "answer one line with the same id. Requests are handled concurrently: answers may come\n"
+                "out of order. Runs in one session execute one at a time, in order.\n\n"
+                "## Routing\n\n"
+                "Every per-sandbox method takes an optional `sandboxId`. Missing or null: the connection's\n"
+                "root sandbox (made by `create`). A non-string: -32602 `sandboxId must be a string`. An id\n"
+                "this connection may not use, or that does not exist: -32602 `Unknown sandboxId: X`. Ids are\n"
+                "32 random hex digits. A sandbox is destroyed when the connection that made it closes,\n"
+                "unless made with `persist: true` on a socket server.\n\n"
+                "## Notifications\n\n"
+                "With `stream: true`, `run` sends `{\"jsonrpc\":\"2.0\",\"method\":\"output\",\"params\":{requestId,\n"
+                "stream: \"stdout\"|\"stderr\", seq, data, encoding?}}` in order as output arrives (`encoding:\n"
+                "\"base64\"` when a chunk is not valid UTF-8); the result still carries the whole capped output.\n"
+                "A client that stops reading gets its streaming runs paused (their pipes are no longer\n"
+                "read) once %u MiB wait for it, and resumed below %u MiB.\n\n"
+                "## Errors\n\n"
+                "| code | when |\n|---|---|\n"
+                "| -32700 | parse error; `Request too large` for a line over `limits.rpcBytes` (default 8 MiB), which is skipped without being buffered |\n"
+                "| -32600 | invalid request; `Sandbox already created`; `Sandbox not created. Call \"create\" first.` |\n"
+                "| -32601 | `Method not found: X` |\n"
+                "| -32602 | invalid params, naming the param (`unknown parameter \"X\"` for a param the method does not list, `Missing required param: X`, `X must be a string`, `Unknown sandboxId: X`) |\n"
+                "| -32603 | internal error (sandbox creation failed, server shutting down) |\n"
+                "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (%u sandboxes, %u running or queued runs per session, %u sessions per sandbox); retry later |\n"
+                "| 1 | sandbox or file error: `ERRNO: message` |\n\n"
+                "## Methods\n\n",
+                SERVER_OUT_HIGH >> 20, SERVER_OUT_LOW >> 20, SERVER_MAX_SANDBOXES, SBX_MAX_QUEUED_RUNS, SBX_MAX_SESSIONS);
+        for (size_t t = 0; t < ELEMENTSOF(tables); t++)
+                for (const Method *m = tables[t]; m->name; m++) {
+                        fprintf(f, "### `%s`\n\n%s\n\n", m->name, m->doc);
+                        print_params(f, m->params);
+                        fprintf(f, "Result: `%s`\n\n", m->result);
+                }
+}

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/* The contract between the dispatcher and the handler files: the request a handler gets, the
+ * rows of the method table, and helpers more than one handler file needs.
+ *
+ * The method table is the single source for dispatch, parameter validation and
+ * docs/PROTOCOL.md. Each handler file (m_*.c) defines its own rows as one array ending with a
+ * row whose name is NULL; dispatch.c lists those arrays. Before a handler runs, the dispatcher
+ * has checked that every param is in the row's list, that every present one has its type and
+ * every required one is there, and (M_SANDBOX) resolved r->sb. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "rpc/jsonrpc.h"
+#include "server/conn.h"
+#include "server/core.h"
+
+typedef struct Req {
+        Core *core;
+        Conn *conn;
+        json_t *id;
+        json_t *params; /* always an object */
+        SrvSandbox *sb; /* resolved for M_SANDBOX methods */
+} Req;
+
+/* Returns 0 with *ret set (answered now), 1 when the handler answers later, -1 with e set. */
+typedef int (*Handler)(Req *r, json_t **ret, RpcError *e);
+
+typedef enum ParamType { P_STRING, P_INT, P_BOOL, P_OBJECT, P_ANY } ParamType;
+
+typedef struct Param {
+        const char *name;
+        ParamType type;
+        bool required;
+        const char *doc;
+} Param;
+
+enum { M_SANDBOX = 1 }; /* takes sandboxId and needs a sandbox */
+
+typedef struct Method {
+        const char *name;
+        Handler fn;
+        unsigned flags;
+        const Param *params; /* ends with a row whose name is NULL */
+        const char *result;
+        const char *doc;
+} Method;
+
+#define PARAM_SANDBOX_ID { "sandboxId", P_STRING, false, "target sandbox; missing or null: the connection's root sandbox" }
+#define PARAM_SESSION { "session", P_STRING, false, "session name (default \"default\"), created on first use" }
+
+/* Param lists of several methods: none; only sandboxId. */
+extern const Param handler_params_none[];
+extern const Param handler_params_sandbox[];
+
+/* The rows of each handler file, in the order of docs/PROTOCOL.md. */
+extern const Method server_methods_sandbox[]; /* m_sandbox.c: sandboxes and sessions */
+extern const Method server_methods_run[];     /* m_run.c: runs, env, history */
+extern const Method server_methods_files[];   /* m_files.c */
+extern const Method server_methods_image[];   /* m_image.c: fork, snapshots, export/import */
+extern const Method server_methods_server[];  /* m_server.c: health, ping, kill */
+
+/* {ok: true} */
+json_t *handler_ok_json(void);
+/* A wall-clock time in ms as an ISO 8601 UTC string. */
+json_t *handler_time_json(uint64_t wall_ms);
+/* The request's `session` param, "default" when absent. */
+const char *handler_session_name(const Req *r);
+/* The session name of r's sandbox, created if it does not exist. Returns 0 or -1 with e set
+ * (-32602 for an invalid name, -32001 at SBX_MAX_SESSIONS). */
+int handler_open_session(Req *r, const char *name, SbxSession **ret, RpcError *e);
+/* An {NAME: value} object as a NULL-terminated "NAME=value" list (NULL for env NULL), freed
+ * with handler_env_free. Returns 0 or -1 with e set (-32602 naming a bad entry). */
+int handler_env_list(json_t *env, const char ***ret, RpcError *e);
+void handler_env_free(const char **list);

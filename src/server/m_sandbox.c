@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/* Handlers for sandboxes (create, sandbox.create, .list, .destroy) and sessions (session.*). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base/limits.h"
+#include "base/macro.h"
+#include "server/handler.h"
+
+/* Reads the sandbox options shared by create and sandbox.create. *ret_env gets the list
+ * o->env points to (the caller frees it); *ret_rpc_bytes gets limits.rpcBytes (0 if absent),
+ * which the caller applies to the connection only once the sandbox exists. */
+static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***ret_env, size_t *ret_rpc_bytes,
+                                 RpcError *e) {
+        json_t *limits = NULL, *env = NULL;
+        uint64_t v;
+        sbx_sandbox_options_init(o);
+        *ret_env = NULL;
+        *ret_rpc_bytes = 0;
+        if (param_u64(p, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &o->timeout_ms, e) < 0 ||
+            param_u64(p, "fsLimitBytes", false, 1ULL << 40, &o->limits.fs_bytes, e) < 0 ||
+            param_bool(p, "network", &o->network, e) < 0 || param_object(p, "limits", &limits, e) < 0 ||
+            param_object(p, "env", &env, e) < 0)
+                return -1;
+        if (limits) {
+                if (param_u64(limits, "stdoutBytes", false, SBX_MAX_OUTPUT_BYTES, &o->limits.stdout_bytes, e) < 0 ||
+                    param_u64(limits, "stderrBytes", false, SBX_MAX_OUTPUT_BYTES, &o->limits.stderr_bytes, e) < 0 ||
+                    param_u64(limits, "commandBytes", false, SBX_MAX_COMMAND_BYTES, &o->limits.command_bytes, e) < 0 ||
+                    param_u64(limits, "fileCount", false, 1ULL << 32, &o->limits.file_count, e) < 0 ||
+                    param_u64(limits, "memoryBytes", false, 1ULL << 44, &o->limits.memory_bytes, e) < 0 ||
+                    param_u64(limits, "fsBytes", false, 1ULL << 40, &o->limits.fs_bytes, e) < 0)
+                        return -1;
+                if (param_u64(limits, "pids", false, 1 << 22, &v, e) < 0)
+                        return -1;
+                o->limits.pids = (uint32_t)v;
+                v = 0;
+                if (param_u64(limits, "rpcBytes", false, 1ULL << 30, &v, e) < 0)
+                        return -1;
+                if (json_object_get(limits, "rpcBytes") && v < 1024)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "limits.rpcBytes must be at least 1024");
+                *ret_rpc_bytes = (size_t)v;
+        }
+        if (handler_env_list(env, ret_env, e) < 0)
+                return -1;
+        if (*ret_env)
+                o->env = *ret_env;
+        return 0;
+}
+
+static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
+        Core *core = r->core;
+        SbxSandboxOptions o;
+        const char **env = NULL;
+        const char *label = NULL;
+        bool persist = false;
+        size_t rpc_bytes;
+        SbxSandbox *box;
+        if (registry_check_room(&core->registry, e) < 0)
+                return -1;
+        if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 ||
+            param_string(r->params, "label", false, &label, NULL, e) < 0 ||
+            param_bool(r->params, "persist", &persist, e) < 0) {
+                handler_env_free(env);
+                return -1;
+        }
+        if (persist && (conn_is_stdio(r->conn) || root)) {
+                handler_env_free(env);
+                return rpc_fail(e, RPC_INVALID_PARAMS, "persist is only for sandbox.create on a socket server");
+        }
+        int rr = sbx_sandbox_new(core->ctx, &o, &box);
+        handler_env_free(env);
+        if (rr == -EINVAL)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "invalid sandbox options: %s", sbx_context_last_error(core->ctx));
+        if (rr < 0)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot create sandbox: %s", sbx_context_last_error(core->ctx));
+        unsigned flags = (persist ? REGISTRY_PERSIST : 0) | (root ? REGISTRY_ROOT : 0);
+        if (registry_add(&core->registry, box, r->conn, conn_uid(r->conn), flags, label, ret) < 0) {
+                sbx_sandbox_free(box);
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        }
+        if (rpc_bytes)
+                conn_set_line_max(r->conn, rpc_bytes);
+        return 0;
+}
+
+/* A new sandbox is answered once its root is built, so that every method works on it. */
+static void created_ready(void *ud, SbxSandbox *box, int error) {
+        Pending *p = ud;
+        if (p->conn && error == 0) {
+                conn_reply(p->conn, p->id, TAKE_PTR(p->answer));
+        } else if (p->conn) {
+                RpcError e;
+                rpc_fail(&e, RPC_SANDBOX_ERROR, "the sandbox could not start: %s", strerror(-error));
+                conn_reply_error(p->conn, p->id, &e);
+        }
+        pending_free(p);
+}
+
+/* Returns 1 (answered later) or -1 with e set. */
+static int answer_when_ready(Req *r, SrvSandbox *sb, json_t *answer, RpcError *e) {
+        Pending *p;
+        if (!answer || pending_new(&r->core->pending, r->core, r->conn, r->id, PENDING_OP, &p) < 0) {
+                json_decref(answer);
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        }
+        p->answer = answer;
+        int rr = sbx_sandbox_on_ready(sb->sb, created_ready, p);
+        if (rr < 0) {
+                pending_free(p);
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot watch the new sandbox: %s", strerror(-rr));
+        }
+        return 1;
+}
+
+static int m_create(Req *r, json_t **ret, RpcError *e) {
+        SrvSandbox *sb;
+        if (registry_root(&r->core->registry, r->conn))
+                return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox already created");
+        if (new_sandbox(r, true, &sb, e) < 0)
+                return -1;
+        return answer_when_ready(r, sb, json_pack("{s:b, s:s}", "ok", 1, "sandboxId", sbx_sandbox_id(sb->sb)), e);
+}
+
+static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
+        SrvSandbox *sb;
+        if (new_sandbox(r, false, &sb, e) < 0)
+                return -1;
+        return answer_when_ready(r, sb, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)), e);
+}
+
+static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
+        Registry *reg = &r->core->registry;
+        json_t *list = json_array();
+        for (SrvSandbox *sb = registry_next(reg, NULL); sb; sb = registry_next(reg, sb)) {
+                if (!registry_may_use(sb, r->conn, conn_uid(r->conn)))
+                        continue;
+                json_t *o = json_pack("{s:s, s:o, s:b, s:b}", "sandboxId", sbx_sandbox_id(sb->sb), "createdAt",
+                                      handler_time_json(sb->created_ms), "persist", sb->persist, "root", sb->root);
+                if (sb->label)
+                        json_object_set_new(o, "label", json_string(sb->label));
+                json_array_append_new(list, o);
+        }
+        *ret = json_pack("{s:o}", "sandboxes", list);
+        return 0;
+}
+
+static int m_sandbox_destroy(Req *r, json_t **ret, RpcError *e) {
+        registry_destroy(r->sb);
+        *ret = handler_ok_json();
+        return 0;
+}
+
+static int m_session_create(Req *r, json_t **ret, RpcError *e) {
+        const char *name;
+        SbxSession *s;
+        if (param_string(r->params, "name", true, &name, NULL, e) < 0)
+                return -1;
+        if (sbx_session_find(r->sb->sb, name))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Session already exists: %s", name);
+        if (handler_open_session(r, name, &s, e) < 0)
+                return -1;
+        *ret = json_pack("{s:b, s:s}", "ok", 1, "name", name);
+        return 0;
+}
+
+static int m_session_list(Req *r, json_t **ret, RpcError *e) {
+        json_t *list = json_array();
+        for (SbxSession *s = sbx_session_next(r->sb->sb, NULL); s; s = sbx_session_next(r->sb->sb, s))
+                json_array_append_new(list, json_pack("{s:s}", "name", sbx_session_name(s)));
+        *ret = json_pack("{s:o}", "sessions", list);
+        return 0;
+}
+
+static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
+        const char *name;
+        if (param_string(r->params, "name", true, &name, NULL, e) < 0)
+                return -1;
+        SbxSession *s = sbx_session_find(r->sb->sb, name);
+        if (!s)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown session: %s", name);
+        sbx_session_free(s);
+        *ret = handler_ok_json();
+        return 0;
+}
+
+#define SANDBOX_OPTIONS \
+        { "timeoutMs", P_INT, false, "default per-run timeout (30000)" }, \
+        { "fsLimitBytes", P_INT, false, "size of /tmp + /home/user (256 MiB)" }, \
+        { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids}" }, \
+        { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
+        { "network", P_BOOL, false, "share the host's network (default: loopback only)" }
+
+static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
+static const Param p_sandbox_create[] = {
+        { "label", P_STRING, false, "free text shown by sandbox.list" },
+        { "persist", P_BOOL, false, "socket server only: outlive this connection (listed to the same uid)" },
+        SANDBOX_OPTIONS, { 0 } };
+static const Param p_sandbox_destroy[] = { { "sandboxId", P_STRING, true, "the sandbox to destroy" }, { 0 } };
+static const Param p_session_name[] = { PARAM_SANDBOX_ID, { "name", P_STRING, true, "session name, 1-64 of [A-Za-z0-9_.-]" },
+        { 0 } };
+
+const Method server_methods_sandbox[] = {
+        { "create", m_create, 0, p_create, "{ok: true, sandboxId}",
+          "Creates the connection's root sandbox (the one used when sandboxId is missing)." },
+        { "sandbox.create", m_sandbox_create, 0, p_sandbox_create, "{sandboxId}",
+          "Creates another sandbox owned by this connection (or persistent)." },
+        { "sandbox.list", m_sandbox_list, 0, handler_params_none, "{sandboxes: [{sandboxId, label?, createdAt, persist, root}]}",
+          "Sandboxes this connection may use." },
+        { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX, p_sandbox_destroy, "{ok: true}",
+          "Kills every process of the sandbox and removes it." },
+        { "session.create", m_session_create, M_SANDBOX, p_session_name, "{ok: true, name}", "Creates a named session." },
+        { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
+        { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",
+          "Ends a session; its running command is cancelled." },
+        { 0 } };

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/* The set of requests answered later, and what happens to them when their client goes. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "server/pending.h"
+
+static void pending_link(Pending **head, Pending *p) {
+        p->head = head;
+        p->prev = NULL;
+        p->next = *head;
+        if (p->next)
+                p->next->prev = p;
+        *head = p;
+}
+
+static void pending_unlink(Pending *p) {
+        if (!p->head)
+                return;
+        if (p->prev)
+                p->prev->next = p->next;
+        else
+                *p->head = p->next;
+        if (p->next)
+                p->next->prev = p->prev;
+        p->next = p->prev = NULL;
+        p->head = NULL;
+}
+
+static char *id_key(json_t *id) {
+        return json_dumps(id ? id : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind kind, Pending **ret) {
+        Pending *p = calloc(1, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        p->core = core;
+        p->conn = c;
+        p->id = json_incref(id);
+        p->key = id_key(id);
+        p->kind = kind;
+        pending_link(&set->head, p);
+        *ret = p;
+        return 0;
+}
+
+Pending *pending_free(Pending *p) {
+        pending_unlink(p);
+        json_decref(p->id);
+        json_decref(p->answer);
+        free(p->key);
+        free(p);
+        return NULL;
+}
+
+Pending *pending_find_run(PendingSet *set, const Conn *c, json_t *request_id) {
+        char *key = id_key(request_id);
+        Pending *p = set->head;
+        while (p && !(p->conn == c && p->kind == PENDING_RUN && key && p->key && strcmp(p->key, key) == 0))
+                p = p->next;
+        free(key);
+        return p;
+}
+
+void pending_detach(PendingSet *set, const Conn *c) {
+        Pending *work = NULL;
+        for (Pending *p = set->head, *next; p; p = next) {
+                next = p->next;
+                if (p->conn != c)
+                        continue;
+                pending_unlink(p);
+                p->conn = NULL;
+                pending_link(&work, p);
+        }
+        /* Cancelling a queued run calls its done callback at once, which frees that pending
+         * and may finish others: take them one at a time from a list they unlink from. */
+        while (work) {
+                Pending *p = work;
+                pending_unlink(p);
+                if (p->run)
+                        (void)sbx_run_cancel(p->run);
+        }
+}
+
+void pending_pause(PendingSet *set, const Conn *c, bool paused) {
+        for (Pending *p = set->head; p; p = p->next)
+                if (p->conn == c && p->run && p->stream)
+                        sbx_run_pause_output(p->run, paused);
+}
+
+void pending_count(const PendingSet *set, unsigned *ret_running, unsigned *ret_queued) {
+        unsigned running = 0, queued = 0;
+        for (const Pending *p = set->head; p; p = p->next)
+                if (p->run && sbx_run_started(p->run))
+                        running++;
+                else if (p->run)
+                        queued++;
+        *ret_running = running;
+        *ret_queued = queued;
+}
+
+void pending_fail_queued(PendingSet *set, const RpcError *e) {
+        for (Pending *p = set->head; p; p = p->next)
+                if (p->run && !sbx_run_started(p->run)) {
+                        conn_reply_error(p->conn, p->id, e);
+                        p->replied = true;
+                }
+}

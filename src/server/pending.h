@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/* Requests answered later: a run, an env.set or env.get (both runs underneath), or a fork,
+ * snapshot, export or import. Each waits in the server's PendingSet for its operation's done
+ * callback, which answers it and frees it.
+ *
+ * Invariant: a Pending whose conn is set is in the set. When its connection closes first it
+ * leaves the set with conn NULL (pending_detach): the done callback then answers nobody and
+ * only frees it. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "rpc/jsonrpc.h"
+#include "sbx/sbx.h"
+#include "server/conn.h"
+
+typedef struct Core Core;
+
+typedef enum PendingKind { PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET, PENDING_OP } PendingKind;
+
+typedef struct Pending {
+        struct Pending *next, *prev;
+        struct Pending **head; /* the list it is in, NULL once detached */
+        Conn *conn;            /* who gets the answer; NULL once detached */
+        Core *core;
+        json_t *id;
+        char *key;             /* id serialised, for cancel */
+        SbxRun *run;           /* runs: NULL once done */
+        PendingKind kind;
+        bool stream, replied;
+        uint64_t seq;          /* next `output` notification's number */
+        bool persist;          /* PENDING_OP of a fork: the new sandbox outlives its client */
+        uid_t uid;             /* PENDING_OP of a fork: who may use the new sandbox */
+        json_t *answer;        /* PENDING_OP of a create: the result, sent once the sandbox is ready */
+} Pending;
+
+typedef struct PendingSet {
+        Pending *head;
+} PendingSet;
+
+/* Registers request id of c as answered later. Returns 0 or -ENOMEM. */
+int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind kind, Pending **ret);
+/* Takes p out of its list and frees it; returns NULL. */
+Pending *pending_free(Pending *p);
+/* The pending `run` of c whose request id equals request_id, or NULL. */
+Pending *pending_find_run(PendingSet *set, const Conn *c, json_t *request_id);
+/* c is closing: its pendings leave the set and their runs are cancelled. */
+void pending_detach(PendingSet *set, const Conn *c);
+/* Stops (or resumes) reading the output of c's streaming runs. */
+void pending_pause(PendingSet *set, const Conn *c, bool paused);
+/* Runs started and runs still queued, of every open connection. */
+void pending_count(const PendingSet *set, unsigned *ret_running, unsigned *ret_queued);
+/* Answers every queued (not yet started) run with e; their done callbacks answer no more. */
+void pending_fail_queued(PendingSet *set, const RpcError *e);

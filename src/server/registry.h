@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* The server's sandboxes, who may use each, and the caps on how many there are.
+ *
+ * A sandbox belongs to the connection that made it (its owner) and is destroyed when that
+ * connection closes (registry_destroy_owned). A persistent one (socket server only) has no
+ * owner: the server keeps it until sandbox.destroy or shutdown, and any connection of the
+ * same uid, or root, may use it. Each connection has at most one root sandbox, the one made
+ * by `create` and used when a request names no sandboxId. At most SERVER_MAX_SANDBOXES exist
+ * at once, forks among them, and at most SBX_MAX_FORKS forks exist or are being made. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "rpc/jsonrpc.h"
+#include "sbx/sbx.h"
+#include "server/history.h"
+
+typedef struct Conn Conn;
+typedef struct Registry Registry;
+
+typedef struct SrvSandbox {
+        struct SrvSandbox *next, *prev;
+        Registry *registry;
+        SbxSandbox *sb;
+        Conn *owner;         /* NULL when persistent; only compared, never called */
+        uid_t uid;           /* who made it */
+        bool persist, root;
+        bool is_fork;        /* counts against SBX_MAX_FORKS */
+        char *label;
+        uint64_t created_ms; /* wall clock */
+        History *history;
+} SrvSandbox;
+
+struct Registry {
+        SrvSandbox *head;
+        unsigned n_sandboxes;
+        unsigned n_forks; /* forks alive or being made */
+};
+
+enum {
+        REGISTRY_PERSIST = 1 << 0, /* outlives its connection */
+        REGISTRY_ROOT = 1 << 1,    /* the connection's root sandbox */
+        REGISTRY_FORK = 1 << 2,    /* made by a fork that registry_fork_begin counted */
+};
+
+/* Fails with -32001 WORKER_UNAVAILABLE when no sandbox may be added. Returns 0 or -1. */
+int registry_check_room(const Registry *reg, RpcError *e);
+/* Takes box into the registry, owned by owner (none with REGISTRY_PERSIST), usable by uid;
+ * label may be NULL. Returns 0, or -ENOMEM with box still the caller's. */
+int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigned flags, const char *label,
+                 SrvSandbox **ret);
+/* Frees the sandbox (killing its processes) and its history. */
+void registry_destroy(SrvSandbox *sb);
+void registry_destroy_owned(Registry *reg, const Conn *owner);
+void registry_destroy_all(Registry *reg);
+
+/* Whether connection c, of user uid, may use sb. */
+bool registry_may_use(const SrvSandbox *sb, const Conn *c, uid_t uid);
+/* The sandbox with this id that c may use, or NULL. */
+SrvSandbox *registry_find(Registry *reg, const Conn *c, uid_t uid, const char *id);
+/* c's root sandbox, or NULL. */
+SrvSandbox *registry_root(Registry *reg, const Conn *c);
+/* Iterates: the first sandbox for prev NULL, NULL after the last. */
+SrvSandbox *registry_next(Registry *reg, SrvSandbox *prev);
+unsigned registry_count(const Registry *reg);
+
+/* Counts a fork about to start. Fails with -32602 at SBX_MAX_FORKS forks, or as
+ * registry_check_room. Returns 0 or -1. */
+int registry_fork_begin(Registry *reg, RpcError *e);
+/* A counted fork failed or was dropped before registry_add. */
+void registry_fork_abort(Registry *reg);
