@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* epoll loop with one event per wakeup and a deferred-call queue. */
+/* epoll loop with one event per wakeup, a deferred-call queue and a yield queue. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,17 +13,68 @@ typedef struct Deferred {
         void *data;
 } Deferred;
 
+typedef struct Queue {
+        Deferred *v;
+        size_t n, cap;
+} Queue;
+
 struct Loop {
         int epfd;
         int wakefd; /* readable while deferred calls wait, so embedders see work to do */
         Watch wake;
         Deferred *defer;
         size_t n_defer, cap_defer;
+        /* Yielded calls wait for their turn as an fd of the epoll set: yieldfd is readable
+         * while any wait, and a level-triggered fd that stays ready goes to the back of
+         * epoll's ready list after each report, so every fd ready meanwhile comes first. */
+        int yieldfd;
+        Watch yield_w;
+        Queue yielded;
+        Queue *running; /* the yielded calls being run now, for loop_cancel_defer() */
 };
 
 static void wake_event(Watch *w, uint32_t events) {
         uint64_t v;
         (void)!read(w->fd, &v, sizeof v);
+}
+
+static int queue_push(Queue *q, DeferFn fn, void *data) {
+        if (q->n == q->cap) {
+                size_t ncap = q->cap ? q->cap * 2 : 16;
+                Deferred *n = realloc(q->v, ncap * sizeof *n);
+                if (!n)
+                        return -ENOMEM;
+                q->v = n;
+                q->cap = ncap;
+        }
+        q->v[q->n++] = (Deferred){ fn, data };
+        return 0;
+}
+
+/* Runs the calls yielded before this turn; those they yield wait for the next one. */
+static void yield_event(Watch *w, uint32_t events) {
+        Loop *l = w->data;
+        uint64_t v;
+        (void)!read(l->yieldfd, &v, sizeof v);
+        Queue q = l->yielded;
+        l->yielded = (Queue){ 0 };
+        l->running = &q;
+        for (size_t i = 0; i < q.n; i++) {
+                Deferred d = q.v[i];
+                if (d.fn)
+                        d.fn(d.data);
+        }
+        l->running = NULL;
+        free(q.v);
+}
+
+int loop_yield(Loop *l, DeferFn fn, void *data) {
+        int r = queue_push(&l->yielded, fn, data);
+        if (r == 0 && l->yielded.n == 1) {
+                uint64_t one = 1;
+                (void)!write(l->yieldfd, &one, sizeof one);
+        }
+        return r;
 }
 
 int loop_new(Loop **ret) {
@@ -37,8 +88,11 @@ int loop_new(Loop **ret) {
                 return r;
         }
         l->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (l->wakefd < 0 || loop_add(l, &l->wake, l->wakefd, EPOLLIN, wake_event, l) < 0) {
+        l->yieldfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (l->wakefd < 0 || l->yieldfd < 0 || loop_add(l, &l->wake, l->wakefd, EPOLLIN, wake_event, l) < 0 ||
+            loop_add(l, &l->yield_w, l->yieldfd, EPOLLIN, yield_event, l) < 0) {
                 int r = negerrno();
+                safe_close(l->yieldfd);
                 safe_close(l->wakefd);
                 safe_close(l->epfd);
                 free(l);
@@ -51,9 +105,11 @@ int loop_new(Loop **ret) {
 Loop *loop_free(Loop *l) {
         if (!l)
                 return NULL;
+        safe_close(l->yieldfd);
         safe_close(l->wakefd);
         safe_close(l->epfd);
         free(l->defer);
+        free(l->yielded.v);
         free(l);
         return NULL;
 }
@@ -110,6 +166,12 @@ void loop_cancel_defer(Loop *l, void *data) {
         for (size_t i = 0; i < l->n_defer; i++)
                 if (l->defer[i].data == data)
                         l->defer[i].fn = NULL;
+        for (size_t i = 0; i < l->yielded.n; i++)
+                if (l->yielded.v[i].data == data)
+                        l->yielded.v[i].fn = NULL;
+        for (size_t i = 0; l->running && i < l->running->n; i++)
+                if (l->running->v[i].data == data)
+                        l->running->v[i].fn = NULL;
 }
 
 static void run_deferred(Loop *l) {

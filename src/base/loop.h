@@ -34,7 +34,10 @@ int loop_mod(Loop *l, Watch *w, uint32_t events);
 void loop_del(Loop *l, Watch *w);
 /* Runs fn(data) after the current callback. Returns 0 or -ENOMEM. */
 int loop_defer(Loop *l, DeferFn fn, void *data);
-/* Drops deferred calls whose data is `data` (the object is going away). */
+/* Runs fn(data) on a later turn of the loop, after every fd that is ready now has had its
+ * turn: for work done in slices that must not starve other clients. Returns 0 or -ENOMEM. */
+int loop_yield(Loop *l, DeferFn fn, void *data);
+/* Drops deferred and yielded calls whose data is `data` (the object is going away). */
 void loop_cancel_defer(Loop *l, void *data);
 /* Waits up to timeout_ms (-1: forever) and dispatches one event plus deferred calls.
  * Returns 1 if something ran, 0 on timeout, -errno on failure. */

@@ -20,15 +20,25 @@ struct Conn {
         int rfd, wfd;
         Watch rw, ww;
         bool is_stdio, closing, paused;
+        bool turn_pending; /* resume_input() is yielded to */
         uid_t uid;
         Framer framer;
         ByteQueue out;
-        ByteQueue in; /* read but not yet framed: held while the client is paused */
+        ByteQueue in; /* read but not yet framed: held while the client is paused, or until
+                         its next turn (one request per turn of the loop) */
 };
 
 static size_t out_pending(const Conn *c) { return bq_pending(&c->out); }
 
 static void resume_input(void *data);
+static void take_turn(Conn *c);
+
+/* The socket is read while the client is not paused and holds no requests read before. */
+static void update_read(Conn *c) {
+        uint32_t want = !c->paused && bq_pending(&c->in) == 0 ? EPOLLIN : 0;
+        if (c->rw.active && c->rw.events != want)
+                (void)loop_mod(c->list->loop, &c->rw, want);
+}
 
 static void set_paused(Conn *c, bool paused) {
         if (c->paused == paused)
@@ -36,10 +46,8 @@ static void set_paused(Conn *c, bool paused) {
         c->paused = paused;
         c->list->ops->paused(c->list->data, c, paused);
         /* A client that does not read its answers gets no more requests read, nor handled. */
-        if (c->rw.active)
-                (void)loop_mod(c->list->loop, &c->rw, paused ? 0 : EPOLLIN);
-        if (!paused && bq_pending(&c->in) > 0)
-                (void)loop_defer(c->list->loop, resume_input, c);
+        update_read(c);
+        take_turn(c);
 }
 
 static void flush(Conn *c) {
@@ -116,7 +124,17 @@ static bool frame(void *ud, const char *line, size_t len, bool too_large) {
         Conn *c = ud;
         if (!c->closing)
                 c->list->ops->line(c->list->data, c, line, len, too_large);
-        return !c->closing && !c->paused;
+        /* One request per turn: a client that sends many at once (20 creates in one write)
+         * must not keep every other client waiting behind all of them. */
+        return false;
+}
+
+/* Comes back for the held requests after the other ready fds have had their turn. */
+static void take_turn(Conn *c) {
+        if (!c->paused && !c->closing && !c->turn_pending && bq_pending(&c->in) > 0 &&
+            loop_yield(c->list->loop, resume_input, c) == 0)
+                c->turn_pending = true;
+        update_read(c);
 }
 
 /* Frames bytes; what the paused client's requests did not get to stays in c->in.
@@ -132,21 +150,24 @@ static bool feed(Conn *c, const uint8_t *data, size_t len) {
 
 static void resume_input(void *data) {
         Conn *c = data;
+        c->turn_pending = false;
         size_t n = bq_pending(&c->in);
-        if (c->paused || c->closing || n == 0)
-                return;
-        ByteQueue held = c->in;
-        c->in = (ByteQueue){ 0 };
-        bool ok = feed(c, bq_head(&held), n);
-        bq_done(&held);
-        if (!ok)
-                conn_close(c);
+        if (!c->paused && !c->closing && n > 0) {
+                long used = framer_feed(&c->framer, bq_head(&c->in), n, frame, c);
+                if (used < 0) {
+                        conn_close(c);
+                        return;
+                }
+                bq_consume(&c->in, (size_t)used);
+        }
+        take_turn(c);
 }
 
 static void read_event(Watch *w, uint32_t events) {
         Conn *c = w->data;
         uint8_t buf[65536];
-        for (int i = 0; i < 16 && !c->closing && !c->paused; i++) {
+        /* Nothing more is read while requests already read wait for their turn. */
+        for (int i = 0; i < 16 && !c->closing && !c->paused && bq_pending(&c->in) == 0; i++) {
                 ssize_t n = read(c->rfd, buf, sizeof buf);
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -162,6 +183,7 @@ static void read_event(Watch *w, uint32_t events) {
                         return;
                 }
         }
+        take_turn(c);
 }
 
 static void write_event(Watch *w, uint32_t events) {

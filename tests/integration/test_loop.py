@@ -1,0 +1,63 @@
+"""The daemon's loop never waits for a sandbox, a job or a child: a ping stays quick while
+sandboxes are being created and forked (issue 8's contract, seen from a client)."""
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from test_rpc import connect, server  # noqa: F401 (a fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
+    pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
+]
+
+N = 20
+FORKS = 16  # the server's cap on forks alive at once
+
+
+def test_ping_while_sandboxes_are_created_and_forked(server):
+    worker, pinger = connect(server.path), connect(server.path)
+    assert pinger.result("ping") == {"pong": True}
+    latencies, stop = [], threading.Event()
+
+    def ping_loop():
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            assert pinger.result("ping", timeout=30) == {"pong": True}
+            latencies.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.002)
+
+    t = threading.Thread(target=ping_loop, daemon=True)
+    t.start()
+    try:
+        # All creates at once; each fork as soon as its sandbox is answered (ready).
+        creates = [worker.send("sandbox.create", {"limits": {"pids": 64}}) for _ in range(N)]
+        forks = []
+        for i, cid in enumerate(creates):
+            ans = worker.wait(cid, timeout=120)
+            assert "result" in ans, ans
+            if i < FORKS:
+                forks.append(worker.send("sandbox.fork", {"sandboxId": ans["result"]["sandboxId"]}))
+        for fid in forks:
+            ans = worker.wait(fid, timeout=120)
+            assert "result" in ans, ans
+    finally:
+        stop.set()
+        t.join(30)
+    assert len(latencies) >= 3
+    p50 = statistics.median(latencies)
+    worst = max(latencies)
+    print(f"ping during {N} creates and {FORKS} forks: n={len(latencies)} p50={p50:.2f} ms max={worst:.2f} ms")
+    # What is left in the loop per create or fork is a clone of the daemon (a few ms each, on
+    # a shared 2-core machine). A wait for a sandbox's root or a copy job would hold a ping
+    # behind all of them: 60-90 ms here before the loop stopped waiting. The 5 ms target is
+    # measured in bench/ (sbx-bench-rpc l), not here.
+    assert p50 < 10, latencies
+    assert worst < 50, latencies
