@@ -99,18 +99,18 @@ static bool is_top(const char *p) {
 static int link_group(int top) { return top; }
 
 /* The digest's record of one entry's header; see archive.h. */
-static void digest_header(Sha256 *s, const char *path, char type, unsigned mode, uint64_t size, const char *target) {
+static void digest_header(struct sha256_ctx *s, const char *path, char type, unsigned mode, uint64_t size, const char *target) {
         char num[32];
-        sha256_update(s, path, strlen(path) + 1);
+        sha256_feed(s, path, strlen(path) + 1);
         char t[2] = { type, 0 };
-        sha256_update(s, t, 2);
+        sha256_feed(s, t, 2);
         int n = snprintf(num, sizeof num, "%o", mode);
-        sha256_update(s, num, (size_t)n + 1);
+        sha256_feed(s, num, (size_t)n + 1);
         n = snprintf(num, sizeof num, "%llu", (unsigned long long)size);
-        sha256_update(s, num, (size_t)n + 1);
+        sha256_feed(s, num, (size_t)n + 1);
         if (target)
-                sha256_update(s, target, strlen(target));
-        sha256_update(s, "", 1);
+                sha256_feed(s, target, strlen(target));
+        sha256_feed(s, "", 1);
 }
 
 /* ---- export ------------------------------------------------------------------------------ */
@@ -126,7 +126,7 @@ typedef struct Export {
         struct archive *a;
         struct archive_entry *e;
         const TreeIds *ids;
-        Sha256 sha;
+        struct sha256_ctx sha;
         dev_t dev;   /* of the top directory being walked: other filesystems are skipped */
         int group;   /* link_group() of that top directory */
         char path[ARCHIVE_PATH_MAX];
@@ -246,7 +246,7 @@ static int export_data(Export *x, int fd, uint64_t size) {
                         memset(x->buf, 0, want);
                         n = (ssize_t)want;
                 }
-                sha256_update(&x->sha, x->buf, (size_t)n);
+                sha256_feed(&x->sha, x->buf, (size_t)n);
                 if (archive_write_data(x->a, x->buf, (size_t)n) < 0)
                         return export_archive_fail(x);
                 done += (uint64_t)n;
@@ -461,10 +461,8 @@ static char *manifest_dump(const ArchiveMeta *meta, const char *hex, uint64_t en
 }
 
 static int export_manifest(Export *x, ArchiveMeta *meta) {
-        uint8_t digest[SHA256_DIGEST_SIZE];
         char hex[SHA256_HEX_SIZE];
-        sha256_final(&x->sha, digest);
-        sha256_hex(digest, hex);
+        sha256_digest_hex(&x->sha, hex);
         _cleanup_free_ char *json = manifest_dump(meta, hex, x->entries, x->bytes);
         if (!json) {
                 set_err(x->err, x->errlen, "export: cannot build the manifest");
@@ -730,7 +728,7 @@ typedef struct Check {
         struct archive *a;
         const ArchiveLimits *limits;
         PathSet paths;
-        Sha256 sha;
+        struct sha256_ctx sha;
         uint64_t entries, bytes;
         uint64_t charged;   /* bytes tmpfs will charge for what extraction creates */
         uint64_t inodes;    /* what extraction creates: entries and implicit parents */
@@ -876,7 +874,7 @@ static int check_entry(Check *c, struct archive_entry *e, const char *name) {
                         return check_read_fail(c);
                 if (n == 0)
                         break;
-                sha256_update(&c->sha, c->buf, (size_t)n);
+                sha256_feed(&c->sha, c->buf, (size_t)n);
                 got += (uint64_t)n;
                 if (got > (uint64_t)size)
                         return set_err(c->err, c->errlen, "archive entry %s: more data than its size", path);
@@ -1064,10 +1062,8 @@ static int check_manifest(Check *c, ArchiveMeta *m) {
         m->limits.pids = (uint32_t)v;
         if ((r = parse_sessions(c, json_object_get(root, "sessions"), m)) < 0)
                 goto out;
-        uint8_t digest[SHA256_DIGEST_SIZE];
         char hex[SHA256_HEX_SIZE];
-        sha256_final(&c->sha, digest);
-        sha256_hex(digest, hex);
+        sha256_digest_hex(&c->sha, hex);
         if (strcmp(sha, hex) != 0)
                 r = set_err(c->err, c->errlen, "archive checksum mismatch");
         else if (entries != c->entries || bytes != c->bytes)

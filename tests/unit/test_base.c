@@ -141,6 +141,40 @@ static void test_base64(void) {
         CHECK(!b64_decode("TWFuT!", 6, &dl) && errno == EINVAL, "a bad digit in the tail is refused");
         CHECK(!b64_decode("TWFuT", 5, &dl), "a dangling single digit is refused");
         CHECK(!b64_decode("TW\nu", 4, &dl) && !b64_decode("TW\x80u", 4, &dl), "newlines and high bytes are refused");
+        errno = 0;
+        CHECK(!b64_decode("TW Fu Zg", 8, &dl) && errno == EINVAL, "spaces inside are refused");
+        CHECK(!b64_decode("TQ==TWFu", 8, &dl) && !b64_decode("TQ=A", 4, &dl), "padding inside is refused");
+}
+
+/* RFC 4648's vectors, and the leniencies text.h promises. */
+static void test_base64_vectors(void) {
+        static const char *const vec[][2] = {
+                { "", "" }, { "f", "Zg==" }, { "fo", "Zm8=" }, { "foo", "Zm9v" },
+                { "foob", "Zm9vYg==" }, { "fooba", "Zm9vYmE=" }, { "foobar", "Zm9vYmFy" },
+        };
+        bool all = true;
+        for (size_t i = 0; i < ELEMENTSOF(vec); i++) {
+                size_t el, dl, n = strlen(vec[i][0]);
+                char *e = b64_encode((const uint8_t *)vec[i][0], n, &el);
+                uint8_t *d = b64_decode(vec[i][1], strlen(vec[i][1]), &dl);
+                all = all && e && d && strcmp(e, vec[i][1]) == 0 && el == strlen(e) && dl == n && memcmp(d, vec[i][0], n) == 0;
+                free(e);
+                free(d);
+        }
+        CHECK(all, "base64 of RFC 4648's vectors, both ways");
+        size_t dl;
+        uint8_t *d = b64_decode("TWG", 3, &dl);
+        CHECK(d && dl == 2 && memcmp(d, "Ma", 2) == 0, "the unused bits of a last partial group are ignored");
+        free(d);
+        d = b64_decode("TWG=", 4, &dl);
+        CHECK(d && dl == 2 && memcmp(d, "Ma", 2) == 0, "... with padding too");
+        free(d);
+        d = b64_decode("TWFu====", 8, &dl);
+        CHECK(d && dl == 3 && memcmp(d, "Man", 3) == 0, "padding after a full group is ignored");
+        free(d);
+        d = b64_decode("====", 4, &dl);
+        CHECK(d && dl == 0, "padding alone is nothing");
+        free(d);
 }
 
 int main(void) {
@@ -151,5 +185,6 @@ int main(void) {
         test_parse();
         test_loop();
         test_base64();
+        test_base64_vectors();
         return tap_done();
 }
