@@ -2,7 +2,10 @@
 /* fd, file and string helpers. */
 #include <ctype.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <sys/random.h>
 #include <time.h>
 #include "base/util.h"
@@ -27,6 +30,16 @@ int fd_set_nonblock(int fd, bool on) {
         if (nfl != fl && fcntl(fd, F_SETFL, nfl) < 0)
                 return negerrno();
         return 0;
+}
+
+void pidfd_sigkill(int pidfd) {
+        if (pidfd >= 0)
+                (void)pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
+}
+
+bool pidfd_is_dead(int pidfd) {
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        return poll(&p, 1, 0) != 0;
 }
 
 int write_all(int fd, const void *buf, size_t len) {

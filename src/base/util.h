@@ -15,6 +15,11 @@ uint64_t wall_ms(void);
 
 /* Returns 0 or -errno. */
 int fd_set_nonblock(int fd, bool on);
+/* Sends SIGKILL through a pidfd; nothing when pidfd < 0. A process already gone is no error
+ * worth reporting, so none is. */
+void pidfd_sigkill(int pidfd);
+/* True once the process behind the pidfd has exited (the pidfd polls readable); never waits. */
+bool pidfd_is_dead(int pidfd);
 /* Writes all of buf to a blocking fd, retrying on EINTR. Returns 0 or -errno. */
 int write_all(int fd, const void *buf, size_t len);
 /* Writes the string to dirfd/path (O_WRONLY, no create): for cgroup and proc files.

@@ -308,8 +308,7 @@ void box_kill(Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
-        if (b->init_pidfd >= 0)
-                (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
+        pidfd_sigkill(b->init_pidfd);
         if (b->cg.dir >= 0)
                 (void)cgroup_kill(b->cg.dir);
 }
@@ -333,7 +332,7 @@ void box_destroy(BoxShared *s, Box *b) {
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
         if (b->init_pidfd >= 0) {
-                (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
+                pidfd_sigkill(b->init_pidfd);
                 siginfo_t si;
                 while (waitid(P_PIDFD, (id_t)b->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
                         ;

@@ -81,7 +81,7 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
         /* Read-only, nosuid, nodev for the whole tree, submounts included (a remount covers
          * only the top mount); the remount remains for kernels without mount_setattr. */
         struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
-        if (syscall(SYS_mount_setattr, AT_FDCWD, dst, AT_RECURSIVE, &attr, sizeof attr) == 0)
+        if (mount_setattr(AT_FDCWD, dst, AT_RECURSIVE, &attr, sizeof attr) == 0)
                 return 0;
         if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra, NULL) < 0)
                 return negerrno();
