@@ -11,9 +11,6 @@
 #include "base/util.h"
 #include "cli/client.h"
 
-/* An answer carries at most an archive of SBX_MAX_ARCHIVE_BYTES, in base64. */
-#define CLIENT_MAX_LINE (SBX_MAX_ARCHIVE_BYTES / 3 * 4 + 1024 * 1024)
-
 /* Reads one line (without its newline) into a malloc'd buffer. */
 static int read_line(int fd, char **ret, size_t *ret_len) {
         size_t cap = 65536, len = 0;
@@ -22,7 +19,7 @@ static int read_line(int fd, char **ret, size_t *ret_len) {
                 return -ENOMEM;
         for (;;) {
                 if (len == cap) {
-                        if (cap >= CLIENT_MAX_LINE) {
+                        if (cap >= SBX_MAX_CLIENT_LINE_BYTES) {
                                 free(buf);
                                 return -EFBIG;
                         }

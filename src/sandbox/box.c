@@ -338,7 +338,7 @@ void box_destroy(BoxShared *s, Box *b) {
                         ;
                 b->init_pidfd = safe_close(b->init_pidfd);
         }
-        if (cgroup_sandbox_destroy(&s->cg, &b->cg, 2000) < 0)
+        if (cgroup_sandbox_destroy(&s->cg, &b->cg, SBX_DESTROY_TIMEOUT_MS) < 0)
                 log_warn("sandbox %s: cgroup not empty after kill", b->id);
         /* Its uid may be reused only once none of its processes is left. */
         slot_release(s, b);
