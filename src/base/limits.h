@@ -52,8 +52,9 @@
 /* ---- paths and names */
 
 /* Longest path, with its NUL: the kernel's PATH_MAX, past which no system call takes a path
- * anyway. It sizes every buffer that holds a path inside a sandbox (a run's cwd, archive
- * entries and link targets, the tree copier's position) and bounds the cwd of a run. */
+ * anyway. It bounds the cwd of a run and sizes every buffer that holds a whole path (archive
+ * entries and link targets, the tree copier's position, the host paths a sandbox's root is
+ * built from). */
 #define SBX_MAX_PATH_BYTES 4096U
 
 /* A path a client names in the files API. Below SBX_MAX_PATH_BYTES so that a relative one
