@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
-          libseccomp-dev libarchive-dev zstd python3 python3-pytest procps curl)
+          libseccomp-dev libarchive-dev nettle-dev zstd python3 python3-pytest procps curl)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

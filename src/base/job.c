@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/pidfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "base/job.h"
 #include "base/macro.h"
+#include "base/util.h"
 
 typedef struct JobResult {
         int r;
@@ -70,7 +72,8 @@ int job_start(Job *j, JobFn fn, void *arg, const int *keep, size_t n_keep) {
                 _exit(0);
         }
         close(p[1]);
-        long fd = syscall(SYS_pidfd_open, pid, 0);
+        /* Close-on-exec already: pidfd_open() sets it on every pidfd. */
+        int fd = pidfd_open(pid, 0);
         if (fd < 0) {
                 int r = negerrno();
                 kill(pid, SIGKILL);
@@ -78,9 +81,8 @@ int job_start(Job *j, JobFn fn, void *arg, const int *keep, size_t n_keep) {
                 close(p[0]);
                 return r;
         }
-        (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
         j->pid = pid;
-        j->pidfd = (int)fd;
+        j->pidfd = fd;
         j->result = p[0];
         return 0;
 }
@@ -118,7 +120,7 @@ int job_finish(Job *j, char *err, size_t errlen) {
 
 void job_kill(Job *j) {
         if (j->pid > 0) {
-                (void)syscall(SYS_pidfd_send_signal, j->pidfd, SIGKILL, NULL, 0);
+                pidfd_sigkill(j->pidfd);
                 (void)job_finish(j, NULL, 0);
         }
 }

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Every limit sbx enforces, in one place, each with why it exists. */
+/* Every limit sbx enforces, in one place, each with why it exists. Plain constants only: the
+ * bash builtin, compiled against bash's headers, may include this too. */
 #pragma once
+
+/* ---- what one command gets unless the client says otherwise */
 
 /* Bytes of stdout (and, separately, stderr) kept per command. Past it, output is still read
  * from the pipe and thrown away, so the command never blocks and the daemon's memory stays
@@ -29,32 +32,138 @@
 #define SBX_EXIT_TIMEOUT 124
 #define SBX_EXIT_CANCELLED 125
 
-/* Upper bounds on what a client may ask for, so a request cannot make the daemon allocate
- * or promise without bound. */
+/* ---- the most a client may ask for, so a request cannot make the daemon allocate or promise
+ * without bound */
+
+/* Ceiling of the stdoutBytes and stderrBytes limits: a command's kept output is held in the
+ * daemon's memory and sent as one JSON line, so this is what one command may cost it. */
+#define SBX_MAX_OUTPUT_BYTES (4ULL * 1024 * 1024 * 1024)
+/* Ceiling of the commandBytes limit. Command text travels whole in the session's RUN message
+ * (WIRE_MAX_MSG), whose receive buffer each session's bash allocates in full up front. */
+#define SBX_MAX_COMMAND_BYTES (1024ULL * 1024)
+/* Longest timeout, a day: every command ends some time, so none holds a sandbox forever. */
+#define SBX_MAX_TIMEOUT_MS (24ULL * 3600 * 1000)
+/* The kernel's PID_MAX_LIMIT (64-bit): no sandbox can hold more processes than the kernel can
+ * number, so a larger pids limit would only look like one. */
+#define SBX_MAX_PIDS (1U << 22)
+
+/* Env overrides of one run: count and total bytes (they travel in the run message). */
+#define SBX_MAX_RUN_ENV 256
+#define SBX_MAX_RUN_ENV_BYTES (64U * 1024)
+
+/* ---- paths and names */
+
+/* Longest path, with its NUL: the kernel's PATH_MAX, past which no system call takes a path
+ * anyway. It bounds the cwd of a run and sizes every buffer that holds a whole path (archive
+ * entries and link targets, the tree copier's position, the host paths a sandbox's root is
+ * built from). */
+#define SBX_MAX_PATH_BYTES 4096U
+
+/* A path a client names in the files API. Below SBX_MAX_PATH_BYTES so that a relative one
+ * still fits it once "/home/user/" is put in front, with room to spare. */
+#define SBX_MAX_FILES_PATH_BYTES 4000U
+
+/* A session's name ([A-Za-z0-9_.-]): it appears in logs, errors and archive manifests. */
+#define SBX_MAX_SESSION_NAME_BYTES 64U
+
+/* ---- whole trees (fork, snapshots, export, import, the files API) */
+
+/* Directory depth the recursive walks go to: the tree copier (fork, snapshots: "copy (too
+ * deep)"), export ("export (too deep)"), import (deeper entries are refused) and the files
+ * API's recursive remove. Each level holds an fd and a stack frame, and the walker runs on
+ * trees a command made, so it is bounded; deeper trees fail with ELOOP. Clearing a tree
+ * (restore, import) has no depth limit: a tree a command made as deep as it liked must never
+ * stand in the way of a restore. */
+#define SBX_MAX_TREE_DEPTH 256U
+
+/* Directory fds the unbounded clear keeps open on its way down; deeper levels are opened
+ * again through ".." on the way back up. Bounds the fds of a job clearing a hostile tree. */
+#define SBX_TREE_CLEAR_OPEN_LEVELS 64U
+
+/* Copy buffer of the tree copier (fork, snapshots). */
+#define SBX_TREE_COPY_BUF (256U * 1024)
+
+/* ---- the files API */
+
+/* Largest read per call; bigger files are read in chunks with offset and length. The data
+ * is held whole in the daemon and sent as one base64 JSON string. */
+#define SBX_MAX_FILE_READ_BYTES (4U * 1024 * 1024)
+/* Entries one list returns at most (each is a JSON object in one answer). */
+#define SBX_MAX_LIST_ENTRIES 20000U
+/* Levels one list descends at most (a recursive list goes this deep). A list runs in the
+ * daemon's own loop with an fd per level, and a deeper answer would be cut off by
+ * SBX_MAX_LIST_ENTRIES anyway. */
+#define SBX_MAX_LIST_DEPTH 64U
+
+/* ---- snapshots, session states, forks */
+
 /* Snapshots: each sandbox has a store of its own, FACTOR times its filesystem limits (bytes
  * and inodes; the kernel enforces them), holding at most MAX snapshots. */
 #define SBX_SNAPSHOT_BUDGET_FACTOR 4U
 #define SBX_MAX_SNAPSHOTS 32U
 /* Session states move between shells (fork, snapshots, export) up to this size each. */
 #define SBX_MAX_STATE_BYTES (16U * 1024 * 1024)
-/* Largest export archive (compressed) and import archive. */
-#define SBX_MAX_ARCHIVE_BYTES (512ULL * 1024 * 1024)
+/* stderr kept of an internal run (a state dump or restore): enough to say why it failed. */
+#define SBX_INTERNAL_STDERR_BYTES (64U * 1024)
+/* A sandbox whose processes will not all stop for a copy (one stuck in the kernel) is copied
+ * anyway after this long: a live copy beats no copy. */
+#define SBX_FREEZE_WAIT_MS 2000
 /* How long taking or applying one session's state may take. */
 #define SBX_STATE_TIMEOUT_MS 10000U
 /* Forked sandboxes alive at once per server. */
 #define SBX_MAX_FORKS 16U
 
-/* Copy buffer of the tree copier (fork, snapshots). */
-#define SBX_TREE_COPY_BUF (256U * 1024)
+/* ---- archives (export, import) */
 
-#define SBX_MAX_OUTPUT_BYTES (4ULL * 1024 * 1024 * 1024)
-#define SBX_MAX_COMMAND_BYTES (1024ULL * 1024)
-#define SBX_MAX_TIMEOUT_MS (24ULL * 3600 * 1000)
+/* Largest export archive (compressed) and import archive. */
+#define SBX_MAX_ARCHIVE_BYTES (512ULL * 1024 * 1024)
+/* The manifest is the one entry read whole into memory; session states make up most of it. */
+#define SBX_MAX_MANIFEST_BYTES (64U * 1024 * 1024)
+/* JSON values a manifest may hold: a handful per session and limit. Counted before jansson
+ * builds them, so that a few KB of zstd ({"a":[{},{},...]}) cannot make it allocate
+ * gigabytes. */
+#define SBX_MAX_MANIFEST_NODES 4096U
+/* Tar overhead allowed per entry on top of the data (header, pax header, long names,
+ * padding) when bounding how much a hostile archive may decompress to. */
+#define SBX_ARCHIVE_ENTRY_SLACK (16U * 1024)
+/* Read and write buffer of export and import. */
+#define SBX_ARCHIVE_IO_BUF (64U * 1024)
 
-/* Env overrides of one run: count and total bytes (they travel in the run message). */
-#define SBX_MAX_RUN_ENV 256
-#define SBX_MAX_RUN_ENV_BYTES (64U * 1024)
-#define SBX_MAX_PATH_BYTES 4096U
+/* ---- the JSON-RPC protocol */
+
+/* Nesting the fast scan of a request line follows (it finds params.data without jansson);
+ * deeper lines are left to jansson whole, which has its own depth limit. Bounds the scan's
+ * recursion, and no real request comes near it. */
+#define SBX_MAX_JSON_SCAN_DEPTH 64U
+
+/* A connection's line buffer larger than this is freed once its line is handled: one huge
+ * request must not pin its memory for the connection's lifetime. */
+#define SBX_FRAMER_KEEP_BYTES (64U * 1024)
+
+/* Longest answer line the CLI's client reads: an export archive of SBX_MAX_ARCHIVE_BYTES in
+ * base64, with room for the rest of the answer. */
+#define SBX_MAX_CLIENT_LINE_BYTES (SBX_MAX_ARCHIVE_BYTES / 3 * 4 + 1024 * 1024)
+
+/* Output queued for a consumer that reads slowly (a client's socket, the CLI's stdout): above
+ * HIGH the producer (a command's pipes) is no longer read until the queue is below LOW, so a
+ * slow reader costs at most this much memory and never blocks the loop. */
+#define SBX_OUTPUT_QUEUE_HIGH_BYTES (4U * 1024 * 1024)
+#define SBX_OUTPUT_QUEUE_LOW_BYTES (1U * 1024 * 1024)
+
+/* Longest request line a connection accepts unless the client raises it (limits.rpcBytes):
+ * a request is framed whole in memory. Inherited from codepod. */
+#define SBX_DEFAULT_RPC_BYTES (8U * 1024 * 1024)
+/* Sandboxes one server holds at once (forks included); past it, WORKER_UNAVAILABLE. */
+#define SBX_MAX_SERVER_SANDBOXES 64U
+/* Commands remembered per session for shell.history.list (a ring: the oldest go). */
+#define SBX_HISTORY_ENTRIES 1000U
+/* Longest time shutdown waits for clients to take their last answers. */
+#define SBX_SHUTDOWN_FLUSH_MS 1000
+/* Ceilings a client may ask for, per sandbox: memory and filesystem bytes. */
+#define SBX_MAX_MEMORY_BYTES (1ULL << 44)
+#define SBX_MAX_FS_BYTES (1ULL << 40)
+
+/* ---- sandboxes */
 
 /* Output left by background processes of a sandbox after their command ended: the newest
  * bytes are kept in a ring of this size, the rest dropped. */
@@ -70,8 +179,6 @@
 /* Named sessions per sandbox, and runs one session holds at once: the running one and those
  * waiting behind it (counting the running one keeps the cap independent of timing). */
 #define SBX_MAX_SESSIONS 64U
-/* Longest session name ([A-Za-z0-9_.-]). */
-#define SBX_MAX_SESSION_NAME 64U
 #define SBX_MAX_QUEUED_RUNS 16U
 
 /* As root, each sandbox's user (uid 1000 inside) is a host uid of its own, from this range,
@@ -87,5 +194,16 @@
  * its worker, and its tmpfs). */
 #define SBX_MAX_POOL 8U
 
-/* Time a sandbox's init gets to build the root before creation fails. */
+/* Time a sandbox's pid 1 gets to build the root: then its setup fails (the ready hook hears
+ * -ETIMEDOUT) and it is killed. Nothing waits for it meanwhile. */
 #define SBX_CREATE_TIMEOUT_MS 10000
+
+/* Time destroying a sandbox waits for its processes to die after cgroup.kill. Past it the
+ * daemon goes on (it must not hang on a process stuck in the kernel) and warns that the
+ * cgroup is left behind. */
+#define SBX_DESTROY_TIMEOUT_MS 2000
+
+/* The read-only skeleton tmpfs that holds the sandbox's root (mount points, a generated
+ * /etc, symlinks): a few KB are used; the bound only keeps a bug from growing it. */
+#define SBX_SKELETON_BYTES (4U * 1024 * 1024)
+#define SBX_SKELETON_INODES 4096U

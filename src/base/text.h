@@ -8,8 +8,9 @@
 /* Encodes len bytes; returns a malloc'd NUL-terminated string (ret_len without the NUL), or
  * NULL on allocation failure. */
 char *b64_encode(const uint8_t *data, size_t len, size_t *ret_len);
-/* Decodes standard base64 (padding optional, no whitespace). Returns a malloc'd buffer, or
- * NULL with errno EINVAL (bad input) or ENOMEM. */
+/* Decodes standard base64 (padding optional, no white space; the unused bits of a last
+ * partial group are ignored). Returns a malloc'd buffer, or NULL with errno EINVAL (bad
+ * input) or ENOMEM. */
 uint8_t *b64_decode(const char *s, size_t len, size_t *ret_len);
 /* True when the bytes are well-formed UTF-8 (no overlongs, surrogates or NUL bytes, which
  * JSON strings from jansson cannot carry reliably). */

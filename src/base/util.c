@@ -2,9 +2,15 @@
 /* fd, file and string helpers. */
 #include <ctype.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
+#include "base/limits.h"
 #include "base/util.h"
 
 uint64_t now_ns(void) {
@@ -29,6 +35,16 @@ int fd_set_nonblock(int fd, bool on) {
         return 0;
 }
 
+void pidfd_sigkill(int pidfd) {
+        if (pidfd >= 0)
+                (void)pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
+}
+
+bool pidfd_is_dead(int pidfd) {
+        struct pollfd p = { .fd = pidfd, .events = POLLIN };
+        return poll(&p, 1, 0) != 0;
+}
+
 int write_all(int fd, const void *buf, size_t len) {
         const char *p = buf;
         while (len > 0) {
@@ -42,6 +58,49 @@ int write_all(int fd, const void *buf, size_t len) {
                 len -= (size_t)n;
         }
         return 0;
+}
+
+int read_file_whole(const char *path, uint64_t max, uint8_t **ret, size_t *ret_len) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return negerrno();
+        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max)
+                return -EFBIG;
+        size_t size = (size_t)st.st_size, n = 0;
+        _cleanup_free_ uint8_t *d = malloc(size + 1);
+        if (!d)
+                return -ENOMEM;
+        while (n < size) {
+                ssize_t k = read(fd, d + n, size - n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return k < 0 ? negerrno() : -EIO;
+                n += (size_t)k;
+        }
+        *ret = TAKE_PTR(d);
+        *ret_len = n;
+        return 0;
+}
+
+int write_file_replace(const char *path, const void *data, size_t len) {
+        char tmp[SBX_MAX_PATH_BYTES];
+        if (snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid()) >= (int)sizeof tmp)
+                return -ENAMETOOLONG;
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return negerrno();
+        int r = write_all(fd, data, len);
+        if (r >= 0 && fsync(fd) < 0)
+                r = negerrno();
+        if (close(fd) < 0 && r >= 0)
+                r = negerrno();
+        if (r >= 0 && rename(tmp, path) < 0)
+                r = negerrno();
+        if (r < 0)
+                (void)unlink(tmp);
+        return r;
 }
 
 int write_file_at(int dirfd, const char *path, const char *s) {
@@ -86,6 +145,18 @@ bool env_name_valid(const char *s, size_t len) {
                 return false;
         for (size_t i = 1; i < len; i++)
                 if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
+                        return false;
+        return true;
+}
+
+bool name_valid(const char *s, size_t max) {
+        size_t n = strlen(s);
+        if (n == 0 || n > max)
+                return false;
+        /* Ranges, not isalnum(): what a name may be must not depend on the locale. */
+        for (; *s; s++)
+                if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+                      *s == '.' || *s == '-'))
                         return false;
         return true;
 }

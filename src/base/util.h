@@ -15,6 +15,11 @@ uint64_t wall_ms(void);
 
 /* Returns 0 or -errno. */
 int fd_set_nonblock(int fd, bool on);
+/* Sends SIGKILL through a pidfd; nothing when pidfd < 0. A process already gone is no error
+ * worth reporting, so none is. */
+void pidfd_sigkill(int pidfd);
+/* True once the process behind the pidfd has exited (the pidfd polls readable); never waits. */
+bool pidfd_is_dead(int pidfd);
 /* Writes all of buf to a blocking fd, retrying on EINTR. Returns 0 or -errno. */
 int write_all(int fd, const void *buf, size_t len);
 /* Writes the string to dirfd/path (O_WRONLY, no create): for cgroup and proc files.
@@ -27,6 +32,15 @@ ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
 int random_hex(char *out, size_t nbytes);
 /* True when s matches ^[A-Za-z_][A-Za-z0-9_]*$. */
 bool env_name_valid(const char *s, size_t len);
+/* True when s is 1 to max bytes of [A-Za-z0-9_.-]: a name (a session's) that may appear in
+ * logs, errors and file names as it is. */
+bool name_valid(const char *s, size_t max);
+/* Reads a regular file whole into a malloc'd buffer (the caller's). Returns 0, -EFBIG when it
+ * is not a regular file or holds more than max bytes, or -errno (-EIO: it shrank meanwhile). */
+int read_file_whole(const char *path, uint64_t max, uint8_t **ret, size_t *ret_len);
+/* Writes a file whole, or leaves what was there: the data goes to a file next to it, which
+ * is synced and renamed over it. Returns 0 or -errno. */
+int write_file_replace(const char *path, const void *data, size_t len);
 /* Parses a whole decimal string into *ret; -EINVAL if not a number, -ERANGE if above max. */
 int parse_u64(const char *s, uint64_t max, uint64_t *ret);
 /* Parses "10", "10k", "64M", "1G" (powers of 1024). Returns 0 or -EINVAL/-ERANGE. */

@@ -27,10 +27,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,11 +43,11 @@
 #include "variables.h"
 #include "builtext.h"
 
+#include "base/util.h"
 #include "session/wire.h"
 
 /* High fd numbers keep them out of the way of scripts that use small ones. Both are
  * close-on-exec, so programs a command runs never inherit them. */
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SOCK_FD 1001
 #define NULL_FD 1002
 
@@ -239,20 +240,6 @@ static int keep_var(SHELL_VAR *v) {
         return !special_var(v->name) && !noassign_p(v) && !local_p(v);
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-        const char *c = p;
-        while (n > 0) {
-                ssize_t k = write(fd, c, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return -1;
-                c += k;
-                n -= (size_t)k;
-        }
-        return 0;
-}
-
 static int put_section(char tag, const char *data, size_t len) {
         char head[32];
         int n = snprintf(head, sizeof head, "%c:%zu\n", tag, len);
@@ -262,7 +249,7 @@ static int put_section(char tag, const char *data, size_t len) {
 /* Calls a builtin with its stdout going to a memfd; returns what it printed (xmalloc'd). */
 static char *capture(sh_builtin_func_t *fn, WORD_LIST *args, size_t *len) {
         *len = 0;
-        int mfd = (int)syscall(SYS_memfd_create, "sbx-state", 1u /* MFD_CLOEXEC */);
+        int mfd = memfd_create("sbx-state", MFD_CLOEXEC);
         if (mfd < 0)
                 return NULL;
         fflush(stdout);
@@ -662,7 +649,7 @@ done:
 /* Tells the daemon which process is the new worker, by a pidfd (the daemon cannot tell it
  * from a sibling by the sender's credentials alone). */
 static void announce_worker(pid_t w) {
-        int pfd = (int)syscall(SYS_pidfd_open, w, 0);
+        int pfd = pidfd_open(w, 0);
         if (pfd < 0)
                 return; /* the daemon then never takes a worker: the run times out cleanly */
         WireHdr h = { .type = WIRE_SPAWNED };

@@ -8,23 +8,8 @@
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/macro.h"
+#include "base/util.h"
 #include "cli/client.h"
-
-/* An answer carries at most an archive of SBX_MAX_ARCHIVE_BYTES, in base64. */
-#define CLIENT_MAX_LINE (SBX_MAX_ARCHIVE_BYTES / 3 * 4 + 1024 * 1024)
-
-static int write_all(int fd, const char *p, size_t n) {
-        while (n > 0) {
-                ssize_t k = write(fd, p, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0)
-                        return negerrno();
-                p += k;
-                n -= (size_t)k;
-        }
-        return 0;
-}
 
 /* Reads one line (without its newline) into a malloc'd buffer. */
 static int read_line(int fd, char **ret, size_t *ret_len) {
@@ -34,7 +19,7 @@ static int read_line(int fd, char **ret, size_t *ret_len) {
                 return -ENOMEM;
         for (;;) {
                 if (len == cap) {
-                        if (cap >= CLIENT_MAX_LINE) {
+                        if (cap >= SBX_MAX_CLIENT_LINE_BYTES) {
                                 free(buf);
                                 return -EFBIG;
                         }

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* `sbx export`: a sandbox of a running `sbx serve --socket` to an archive file. */
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +7,7 @@
 #include <unistd.h>
 #include "base/macro.h"
 #include "base/text.h"
+#include "base/util.h"
 #include "cli/cli.h"
 #include "cli/client.h"
 
@@ -67,34 +67,10 @@ int cmd_export(int argc, char **argv) {
                 fprintf(stderr, "sbx export: the server's answer holds no archive\n");
                 return 1;
         }
-        /* A file is written next to its target and renamed: an old one is never half replaced. */
-        char tmp[4096];
-        int fd = STDOUT_FILENO;
-        if (out) {
-                snprintf(tmp, sizeof tmp, "%s.tmp%d", out, (int)getpid());
-                fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-                if (fd < 0) {
-                        fprintf(stderr, "sbx export: %s: %s\n", tmp, strerror(errno));
-                        return 1;
-                }
-        }
-        for (size_t off = 0; off < n;) {
-                ssize_t k = write(fd, data + off, n - off);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0) {
-                        fprintf(stderr, "sbx export: %s: %s\n", out ? tmp : "stdout", strerror(errno));
-                        if (out) {
-                                close(fd);
-                                unlink(tmp);
-                        }
-                        return 1;
-                }
-                off += (size_t)k;
-        }
-        if (out && (fsync(fd) < 0 || close(fd) < 0 || rename(tmp, out) < 0)) {
-                fprintf(stderr, "sbx export: %s: %s\n", out, strerror(errno));
-                unlink(tmp);
+        /* An old file is never half replaced. */
+        int r = out ? write_file_replace(out, data, n) : write_all(STDOUT_FILENO, data, n);
+        if (r < 0) {
+                fprintf(stderr, "sbx export: %s: %s\n", out ? out : "stdout", strerror(-r));
                 return 1;
         }
         return 0;

@@ -1,15 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* `sbx import`: an archive file into a sandbox of a running `sbx serve --socket`. */
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/macro.h"
 #include "base/text.h"
+#include "base/util.h"
 #include "cli/cli.h"
 #include "cli/client.h"
 
@@ -52,29 +51,16 @@ int cmd_import(int argc, char **argv) {
                 return 2;
         }
         const char *path = argv[optind];
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) < 0) {
-                fprintf(stderr, "sbx import: %s: %s\n", path, strerror(errno));
-                return 1;
-        }
-        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > SBX_MAX_ARCHIVE_BYTES) {
+        _cleanup_free_ uint8_t *data = NULL;
+        size_t n = 0;
+        int r = read_file_whole(path, SBX_MAX_ARCHIVE_BYTES, &data, &n);
+        if (r == -EFBIG) {
                 fprintf(stderr, "sbx import: %s: not a regular file of at most %llu bytes\n", path,
                         (unsigned long long)SBX_MAX_ARCHIVE_BYTES);
                 return 1;
         }
-        _cleanup_free_ uint8_t *data = malloc((size_t)st.st_size + 1);
-        size_t n = 0;
-        while (data && n < (size_t)st.st_size) {
-                ssize_t k = read(fd, data + n, (size_t)st.st_size - n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        break;
-                n += (size_t)k;
-        }
-        if (!data || n != (size_t)st.st_size) {
-                fprintf(stderr, "sbx import: %s: cannot read it\n", path);
+        if (r < 0) {
+                fprintf(stderr, "sbx import: %s: %s\n", path, strerror(-r));
                 return 1;
         }
         size_t blen;

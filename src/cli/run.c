@@ -50,10 +50,8 @@ static void usage(FILE *f) {
 
 /* Output waiting for our stdout or stderr. The loop never blocks on a slow consumer (the
  * timeout must keep ticking): bytes are queued and written only as much as the fd takes;
- * past OUT_HIGH queued bytes the run's pipes are no longer read until we are below OUT_LOW. */
-#define OUT_HIGH (4U << 20)
-#define OUT_LOW (1U << 20)
-
+ * past SBX_OUTPUT_QUEUE_HIGH_BYTES queued the run's pipes are no longer read until we are
+ * below SBX_OUTPUT_QUEUE_LOW_BYTES. */
 typedef struct OutQueue {
         int fd;
         ByteQueue q;
@@ -112,7 +110,7 @@ static void queue_write(OutQueue *q) {
 }
 
 static void update_pause(RunState *rs) {
-        bool want = queued(rs) > OUT_HIGH || (rs->paused && queued(rs) > OUT_LOW);
+        bool want = queued(rs) > SBX_OUTPUT_QUEUE_HIGH_BYTES || (rs->paused && queued(rs) > SBX_OUTPUT_QUEUE_LOW_BYTES);
         if (want != rs->paused && rs->run && !rs->done) {
                 rs->paused = want;
                 sbx_run_pause_output(rs->run, want);
@@ -150,22 +148,6 @@ static int parse_seconds(const char *s, uint64_t *ret_ms) {
 
 enum { OPT_MEMORY = 256, OPT_PIDS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT };
 
-static int write_file_bytes(const char *path, const uint8_t *d, size_t n) {
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0)
-                return negerrno();
-        while (n > 0) {
-                ssize_t k = write(fd, d, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0)
-                        return negerrno();
-                d += k;
-                n -= (size_t)k;
-        }
-        return fsync(fd) < 0 ? negerrno() : 0;
-}
-
 typedef struct OpWait {
         bool done;
         int error;
@@ -182,14 +164,9 @@ static void op_done(void *ud, const SbxOpResult *res) {
                 return;
         }
         if (w->export_path && res->data) {
-                /* Written next to the target and renamed: an old archive is never half replaced. */
-                char tmp[4096];
-                snprintf(tmp, sizeof tmp, "%s.tmp%d", w->export_path, (int)getpid());
-                int r = write_file_bytes(tmp, res->data, res->len);
-                if (r >= 0 && rename(tmp, w->export_path) < 0)
-                        r = negerrno();
+                /* An old archive is never half replaced. */
+                int r = write_file_replace(w->export_path, res->data, res->len);
                 if (r < 0) {
-                        (void)unlink(tmp);
                         w->error = r;
                         snprintf(w->msg, sizeof w->msg, "%s: %s", w->export_path, strerror(-r));
                 }
@@ -202,32 +179,6 @@ static int op_wait(SbxContext *ctx, OpWait *w) {
                 if (sbx_context_run_once(ctx, -1) < 0)
                         return -EIO;
         return w->error;
-}
-
-static int read_whole(const char *path, uint8_t **ret, size_t *ret_len) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) < 0)
-                return negerrno();
-        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > SBX_MAX_ARCHIVE_BYTES)
-                return -EFBIG;
-        uint8_t *d = malloc((size_t)st.st_size + 1);
-        if (!d)
-                return -ENOMEM;
-        size_t n = 0;
-        while (n < (size_t)st.st_size) {
-                ssize_t k = read(fd, d + n, (size_t)st.st_size - n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0) {
-                        free(d);
-                        return k < 0 ? negerrno() : -EIO;
-                }
-                n += (size_t)k;
-        }
-        *ret = d;
-        *ret_len = n;
-        return 0;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -273,7 +224,7 @@ int cmd_run(int argc, char **argv) {
                         break;
                 case 'n': so.network = true; break;
                 case OPT_MEMORY: r = parse_size(optarg, &so.limits.memory_bytes); break;
-                case OPT_PIDS: r = parse_u64(optarg, 1 << 22, &v); so.limits.pids = (uint32_t)v; break;
+                case OPT_PIDS: r = parse_u64(optarg, SBX_MAX_PIDS, &v); so.limits.pids = (uint32_t)v; break;
                 case OPT_FS: r = parse_size(optarg, &so.limits.fs_bytes); break;
                 case OPT_FILES: r = parse_u64(optarg, UINT32_MAX, &so.limits.file_count); break;
                 case OPT_STDOUT: r = parse_size(optarg, &so.limits.stdout_bytes); break;
@@ -329,7 +280,7 @@ int cmd_run(int argc, char **argv) {
                 _cleanup_free_ uint8_t *data = NULL;
                 size_t len = 0;
                 OpWait w = { 0 };
-                r = read_whole(import_path, &data, &len);
+                r = read_file_whole(import_path, SBX_MAX_ARCHIVE_BYTES, &data, &len);
                 if (r < 0)
                         snprintf(w.msg, sizeof w.msg, "%s: %s", import_path, strerror(-r));
                 else if ((r = sbx_sandbox_import(sb, data, len, op_done, &w)) >= 0)

@@ -18,26 +18,12 @@
 #include "base/macro.h"
 #include "base/sha256.h"
 #include "base/text.h"
+#include "base/util.h"
 #include "fs/archive.h"
 
-/* Longest entry path or link target, with its NUL (the kernel's PATH_MAX). */
-#define ARCHIVE_PATH_MAX 4096
-/* Directory depth below a top directory; deeper trees are refused rather than recursed into
- * without bound (one fd per level while exporting). */
-#define ARCHIVE_MAX_DEPTH 256
-/* The manifest is the one entry read whole into memory; session states make up most of it. */
-#define ARCHIVE_MANIFEST_MAX (64U * 1024 * 1024)
-/* JSON values a manifest may hold: a handful per session and limit. Counted before jansson
- * builds them, so that a few KB of zstd ({"a":[{},{},...]}) cannot make it allocate gigabytes. */
-#define ARCHIVE_MANIFEST_NODES 4096U
 /* tmpfs charges whole pages, and keeps a symlink target shorter than this in the inode. */
 #define ARCHIVE_PAGE 4096U
 #define ARCHIVE_INLINE_LINK 128U
-/* Tar overhead allowed per entry on top of the data (header, pax header, long names, padding)
- * when bounding how much a hostile archive may decompress to. */
-#define ARCHIVE_ENTRY_SLACK (16U * 1024)
-#define ARCHIVE_IO_BUF (64U * 1024)
-#define SESSION_NAME_MAX 64
 
 static const char *const tops[] = { "tmp", "home/user", "dev/shm" };
 
@@ -99,18 +85,18 @@ static bool is_top(const char *p) {
 static int link_group(int top) { return top; }
 
 /* The digest's record of one entry's header; see archive.h. */
-static void digest_header(Sha256 *s, const char *path, char type, unsigned mode, uint64_t size, const char *target) {
+static void digest_header(struct sha256_ctx *s, const char *path, char type, unsigned mode, uint64_t size, const char *target) {
         char num[32];
-        sha256_update(s, path, strlen(path) + 1);
+        sha256_feed(s, path, strlen(path) + 1);
         char t[2] = { type, 0 };
-        sha256_update(s, t, 2);
+        sha256_feed(s, t, 2);
         int n = snprintf(num, sizeof num, "%o", mode);
-        sha256_update(s, num, (size_t)n + 1);
+        sha256_feed(s, num, (size_t)n + 1);
         n = snprintf(num, sizeof num, "%llu", (unsigned long long)size);
-        sha256_update(s, num, (size_t)n + 1);
+        sha256_feed(s, num, (size_t)n + 1);
         if (target)
-                sha256_update(s, target, strlen(target));
-        sha256_update(s, "", 1);
+                sha256_feed(s, target, strlen(target));
+        sha256_feed(s, "", 1);
 }
 
 /* ---- export ------------------------------------------------------------------------------ */
@@ -126,10 +112,10 @@ typedef struct Export {
         struct archive *a;
         struct archive_entry *e;
         const TreeIds *ids;
-        Sha256 sha;
+        struct sha256_ctx sha;
         dev_t dev;   /* of the top directory being walked: other filesystems are skipped */
         int group;   /* link_group() of that top directory */
-        char path[ARCHIVE_PATH_MAX];
+        char path[SBX_MAX_PATH_BYTES];
         size_t path_len;
         ExportLink *links;
         size_t n_links, cap_links;
@@ -230,7 +216,7 @@ static int export_data(Export *x, int fd, uint64_t size) {
         uint64_t done = 0;
         bool eof = false;
         while (done < size) {
-                size_t want = (size_t)MIN((uint64_t)ARCHIVE_IO_BUF, size - done);
+                size_t want = (size_t)MIN((uint64_t)SBX_ARCHIVE_IO_BUF, size - done);
                 ssize_t n = 0;
                 if (!eof) {
                         n = read(fd, x->buf, want);
@@ -246,7 +232,7 @@ static int export_data(Export *x, int fd, uint64_t size) {
                         memset(x->buf, 0, want);
                         n = (ssize_t)want;
                 }
-                sha256_update(&x->sha, x->buf, (size_t)n);
+                sha256_feed(&x->sha, x->buf, (size_t)n);
                 if (archive_write_data(x->a, x->buf, (size_t)n) < 0)
                         return export_archive_fail(x);
                 done += (uint64_t)n;
@@ -291,7 +277,7 @@ static int export_entry(Export *x, int dir, const char *name, unsigned depth) {
                 return export_fail(x, -ENAMETOOLONG, "export");
         int r = 0;
         if (S_ISDIR(st.st_mode)) {
-                if (depth >= ARCHIVE_MAX_DEPTH) {
+                if (depth >= SBX_MAX_TREE_DEPTH) {
                         r = export_fail(x, -ELOOP, "export (too deep)");
                         goto out;
                 }
@@ -338,7 +324,7 @@ static int export_entry(Export *x, int dir, const char *name, unsigned depth) {
                 if (st.st_nlink > 1 && (r = export_link_add(x, &st)) < 0)
                         r = export_fail(x, r, "export");
         } else if (S_ISLNK(st.st_mode)) {
-                char target[ARCHIVE_PATH_MAX];
+                char target[SBX_MAX_PATH_BYTES];
                 ssize_t n = readlinkat(dir, name, target, sizeof target);
                 if (n < 0) {
                         r = errno == ENOENT ? 0 : export_fail(x, negerrno(), "readlink");
@@ -461,10 +447,8 @@ static char *manifest_dump(const ArchiveMeta *meta, const char *hex, uint64_t en
 }
 
 static int export_manifest(Export *x, ArchiveMeta *meta) {
-        uint8_t digest[SHA256_DIGEST_SIZE];
         char hex[SHA256_HEX_SIZE];
-        sha256_final(&x->sha, digest);
-        sha256_hex(digest, hex);
+        sha256_digest_hex(&x->sha, hex);
         _cleanup_free_ char *json = manifest_dump(meta, hex, x->entries, x->bytes);
         if (!json) {
                 set_err(x->err, x->errlen, "export: cannot build the manifest");
@@ -498,7 +482,7 @@ int archive_export(int root, const TreeIds *ids, ArchiveMeta *meta, int out_fd, 
         Export x = { .ids = ids, .err = err, .errlen = errlen, .max_bytes = meta->limits.fs_bytes };
         sha256_init(&x.sha);
         int r = -ENOMEM;
-        x.buf = malloc(ARCHIVE_IO_BUF);
+        x.buf = malloc(SBX_ARCHIVE_IO_BUF);
         x.a = archive_write_new();
         x.e = archive_entry_new();
         if (!x.buf || !x.a || !x.e) {
@@ -581,7 +565,7 @@ static const char *entry_hardlink(struct archive_entry *e) {
         return p ? p : archive_entry_hardlink_utf8(e);
 }
 
-/* Copies an entry path into out (ARCHIVE_PATH_MAX) without its trailing slashes and checks
+/* Copies an entry path into out (SBX_MAX_PATH_BYTES) without its trailing slashes and checks
  * it names something inside the writable directories. `what` names it in messages. */
 static int canonical_path(const char *raw, const char *what, char *out, char *err, size_t errlen) {
         if (!raw || !raw[0])
@@ -589,7 +573,7 @@ static int canonical_path(const char *raw, const char *what, char *out, char *er
         if (raw[0] == '/')
                 return set_err(err, errlen, "archive entry %s: absolute path", raw);
         size_t len = strlen(raw);
-        if (len >= ARCHIVE_PATH_MAX)
+        if (len >= SBX_MAX_PATH_BYTES)
                 return set_err(err, errlen, "archive entry %.64s...: path too long", raw);
         /* Directories come with a trailing slash; the digest and messages name them without. */
         memcpy(out, raw, len + 1);
@@ -606,8 +590,8 @@ static int canonical_path(const char *raw, const char *what, char *out, char *er
                 c = *end ? end + 1 : end;
         }
         /* As deep as an export can go: extraction walks every level from the root. */
-        if (depth > ARCHIVE_MAX_DEPTH + 2)
-                return set_err(err, errlen, "archive entry %.64s...: more than %u levels deep", out, ARCHIVE_MAX_DEPTH);
+        if (depth > SBX_MAX_TREE_DEPTH + 2)
+                return set_err(err, errlen, "archive entry %.64s...: more than %u levels deep", out, SBX_MAX_TREE_DEPTH);
         if (top_of(out) < 0)
                 return set_err(err, errlen, "archive entry %s: outside tmp, home/user and dev/shm", out);
         return 0;
@@ -730,7 +714,7 @@ typedef struct Check {
         struct archive *a;
         const ArchiveLimits *limits;
         PathSet paths;
-        Sha256 sha;
+        struct sha256_ctx sha;
         uint64_t entries, bytes;
         uint64_t charged;   /* bytes tmpfs will charge for what extraction creates */
         uint64_t inodes;    /* what extraction creates: entries and implicit parents */
@@ -764,7 +748,7 @@ static int check_count_inode(Check *c) {
 /* Records path (and its implicit parents) in the set, refusing duplicates and entries under
  * something that is not a directory: either would make extraction fail half-way. */
 static int check_place(Check *c, const char *path, uint8_t kind) {
-        char parent[ARCHIVE_PATH_MAX];
+        char parent[SBX_MAX_PATH_BYTES];
         size_t top_len = strlen(tops[top_of(path)]);
         for (const char *s = path + top_len; (s = strchr(s, '/')); s++) {
                 if (s == path + top_len)
@@ -795,7 +779,7 @@ static int check_place(Check *c, const char *path, uint8_t kind) {
 }
 
 static int check_entry(Check *c, struct archive_entry *e, const char *name) {
-        char path[ARCHIVE_PATH_MAX], buf[ARCHIVE_PATH_MAX];
+        char path[SBX_MAX_PATH_BYTES], buf[SBX_MAX_PATH_BYTES];
         int r = canonical_path(name, "path", path, c->err, c->errlen);
         if (r < 0)
                 return r;
@@ -835,7 +819,7 @@ static int check_entry(Check *c, struct archive_entry *e, const char *name) {
                 return set_err(c->err, c->errlen, "archive entry %s: data in an entry that is not a regular file", path);
         if (type == 'l') {
                 target = entry_symlink(e);
-                if (!target || !target[0] || strlen(target) >= ARCHIVE_PATH_MAX)
+                if (!target || !target[0] || strlen(target) >= SBX_MAX_PATH_BYTES)
                         return set_err(c->err, c->errlen, "archive entry %s: empty or too long link target", path);
                 if (!resolve_lexical(path, target, buf, sizeof buf) || (top_of(buf) < 0 && !in_system_dir(buf)))
                         return set_err(c->err, c->errlen,
@@ -871,12 +855,12 @@ static int check_entry(Check *c, struct archive_entry *e, const char *name) {
         /* Streamed through the digest: a file is never held in memory whole. */
         uint64_t got = 0;
         for (;;) {
-                la_ssize_t n = archive_read_data(c->a, c->buf, ARCHIVE_IO_BUF);
+                la_ssize_t n = archive_read_data(c->a, c->buf, SBX_ARCHIVE_IO_BUF);
                 if (n < 0)
                         return check_read_fail(c);
                 if (n == 0)
                         break;
-                sha256_update(&c->sha, c->buf, (size_t)n);
+                sha256_feed(&c->sha, c->buf, (size_t)n);
                 got += (uint64_t)n;
                 if (got > (uint64_t)size)
                         return set_err(c->err, c->errlen, "archive entry %s: more data than its size", path);
@@ -895,9 +879,9 @@ static int check_manifest_entry(Check *c, struct archive_entry *e) {
         if (archive_entry_filetype(e) != AE_IFREG || entry_hardlink(e))
                 return set_err(c->err, c->errlen, "archive manifest: not a regular file");
         la_int64_t size = archive_entry_size(e);
-        if (size < 0 || (uint64_t)size > ARCHIVE_MANIFEST_MAX)
+        if (size < 0 || (uint64_t)size > SBX_MAX_MANIFEST_BYTES)
                 return set_err(c->err, c->errlen, "archive manifest: too large (%lld bytes, the limit is %u)",
-                               (long long)size, ARCHIVE_MANIFEST_MAX);
+                               (long long)size, SBX_MAX_MANIFEST_BYTES);
         c->manifest = malloc((size_t)size + 1);
         if (!c->manifest)
                 return -ENOMEM;
@@ -914,17 +898,6 @@ static int check_manifest_entry(Check *c, struct archive_entry *e) {
         c->manifest[got] = 0;
         c->manifest_len = got;
         return 0;
-}
-
-static bool session_name_ok(const char *s) {
-        size_t l = strlen(s);
-        if (l < 1 || l > SESSION_NAME_MAX)
-                return false;
-        for (; *s; s++)
-                if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' ||
-                      *s == '.' || *s == '-'))
-                        return false;
-        return true;
 }
 
 static bool get_u64(json_t *obj, const char *key, uint64_t max, uint64_t *ret) {
@@ -991,7 +964,7 @@ static int parse_sessions(Check *c, json_t *arr, ArchiveMeta *m) {
                 json_t *state = json_object_get(s, "state");
                 if (!json_is_object(s) || !name || !json_is_string(state))
                         return set_err(c->err, c->errlen, "archive manifest: session %zu lacks a name or state", i);
-                if (!session_name_ok(name))
+                if (!name_valid(name, SBX_MAX_SESSION_NAME_BYTES))
                         return set_err(c->err, c->errlen, "archive manifest: invalid session name \"%.80s\"", name);
                 for (size_t j = 0; j < i; j++)
                         if (strcmp(m->sessions[j].name, name) == 0)
@@ -1012,9 +985,9 @@ static int parse_sessions(Check *c, json_t *arr, ArchiveMeta *m) {
 
 static int check_manifest(Check *c, ArchiveMeta *m) {
         json_error_t je;
-        if (json_containers(c->manifest, c->manifest_len) > ARCHIVE_MANIFEST_NODES)
+        if (json_containers(c->manifest, c->manifest_len) > SBX_MAX_MANIFEST_NODES)
                 return set_err(c->err, c->errlen, "archive manifest: more than %u objects and arrays",
-                               ARCHIVE_MANIFEST_NODES);
+                               SBX_MAX_MANIFEST_NODES);
         json_t *root = json_loadb(c->manifest, c->manifest_len, JSON_REJECT_DUPLICATES, &je);
         if (!root)
                 return set_err(c->err, c->errlen, "archive manifest: not valid JSON (line %d: %s)", je.line, je.text);
@@ -1064,10 +1037,8 @@ static int check_manifest(Check *c, ArchiveMeta *m) {
         m->limits.pids = (uint32_t)v;
         if ((r = parse_sessions(c, json_object_get(root, "sessions"), m)) < 0)
                 goto out;
-        uint8_t digest[SHA256_DIGEST_SIZE];
         char hex[SHA256_HEX_SIZE];
-        sha256_final(&c->sha, digest);
-        sha256_hex(digest, hex);
+        sha256_digest_hex(&c->sha, hex);
         if (strcmp(sha, hex) != 0)
                 r = set_err(c->err, c->errlen, "archive checksum mismatch");
         else if (entries != c->entries || bytes != c->bytes)
@@ -1088,8 +1059,8 @@ static int check_all(Check *c, ArchiveMeta *m) {
         const ArchiveLimits *l = c->limits;
         /* Bounds what a zstd bomb can make us decompress: the data allowed, the manifest and
          * per-entry header overhead; nothing but the manifest is buffered, so this bounds time. */
-        c->max_read = add_sat(add_sat(l->fs_bytes, ARCHIVE_MANIFEST_MAX),
-                              (MIN(l->file_count, (uint64_t)1 << 40) + 16) * ARCHIVE_ENTRY_SLACK);
+        c->max_read = add_sat(add_sat(l->fs_bytes, SBX_MAX_MANIFEST_BYTES),
+                              (MIN(l->file_count, (uint64_t)1 << 40) + 16) * SBX_ARCHIVE_ENTRY_SLACK);
         for (size_t i = 0; i < ELEMENTSOF(tops); i++)
                 if (set_put(&c->paths, tops[i], KIND_IMPLICIT_DIR) < 0)
                         return -ENOMEM;
@@ -1136,7 +1107,7 @@ int archive_check(const uint8_t *data, size_t len, const ArchiveLimits *limits, 
         ArchiveMeta m = { 0 };
         Check c = { .limits = limits, .err = err, .errlen = errlen };
         sha256_init(&c.sha);
-        c.buf = malloc(ARCHIVE_IO_BUF);
+        c.buf = malloc(SBX_ARCHIVE_IO_BUF);
         if (!c.buf)
                 return -ENOMEM;
         int r;
@@ -1176,7 +1147,7 @@ typedef struct Extract {
         /* The parent directory of the previous entry, kept open: archives list a directory's
          * entries together, so most entries need no walk at all. */
         int cache_fd;
-        char cache_path[ARCHIVE_PATH_MAX];
+        char cache_path[SBX_MAX_PATH_BYTES];
         DirFix *dirs;
         size_t n_dirs, cap_dirs;
         char *err;
@@ -1200,14 +1171,14 @@ static int extract_open_dir(Extract *x, const char *dir) {
         if (x->cache_fd >= 0 && strcmp(x->cache_path, dir) == 0)
                 return x->cache_fd;
         x->cache_fd = safe_close(x->cache_fd);
-        char prefix[ARCHIVE_PATH_MAX];
+        char prefix[SBX_MAX_PATH_BYTES];
         int fd = -1;
         for (const char *c = dir; *c;) {
                 const char *end = strchrnul(c, '/');
                 size_t plen = (size_t)(end - dir), l = (size_t)(end - c);
                 memcpy(prefix, dir, plen);
                 prefix[plen] = 0;
-                char name[ARCHIVE_PATH_MAX];
+                char name[SBX_MAX_PATH_BYTES];
                 memcpy(name, c, l);
                 name[l] = 0;
                 int parent = fd >= 0 ? fd : x->root;
@@ -1295,7 +1266,7 @@ static int extract_dir_later(Extract *x, const char *path, mode_t mode, struct t
 }
 
 static int extract_entry(Extract *x, struct archive_entry *e) {
-        char path[ARCHIVE_PATH_MAX], dir[ARCHIVE_PATH_MAX];
+        char path[SBX_MAX_PATH_BYTES], dir[SBX_MAX_PATH_BYTES];
         int r = canonical_path(entry_name(e), "path", path, x->err, x->errlen);
         if (r < 0)
                 return r;
@@ -1308,7 +1279,7 @@ static int extract_entry(Extract *x, struct archive_entry *e) {
         const char *hardlink = entry_hardlink(e);
         unsigned ft = archive_entry_filetype(e);
         if (hardlink) {
-                char tpath[ARCHIVE_PATH_MAX], tdir[ARCHIVE_PATH_MAX];
+                char tpath[SBX_MAX_PATH_BYTES], tdir[SBX_MAX_PATH_BYTES];
                 if ((r = canonical_path(hardlink, "link target", tpath, x->err, x->errlen)) < 0)
                         return r;
                 const char *tname = split_path(tpath, tdir);
@@ -1379,7 +1350,7 @@ static int extract_fix_dirs(Extract *x) {
                 qsort(x->dirs, x->n_dirs, sizeof *x->dirs, cmp_dirfix);
         for (size_t i = 0; i < x->n_dirs; i++) {
                 const DirFix *d = &x->dirs[i];
-                char dir[ARCHIVE_PATH_MAX];
+                char dir[SBX_MAX_PATH_BYTES];
                 const char *name = split_path(d->path, dir);
                 int pfd = extract_open_dir(x, dir);
                 if (pfd < 0)

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +15,13 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "base/limits.h"
 #include "base/macro.h"
 #include "base/util.h"
 #include "fs/files.h"
 
-#define PATH_MAX_BYTES 4000
-#define MAX_DEPTH 64
+/* A normalized path: a client's, with "/home/user/" in front at most. */
+#define ABS_BYTES (SBX_MAX_FILES_PATH_BYTES + 16)
 
 const char *fs_type_name(FsType t) {
         switch (t) {
@@ -53,9 +55,9 @@ static void as_daemon(void) {
 static int normalize(const char *in, char *out) {
         if (!in || !*in)
                 return -EINVAL;
-        if (strlen(in) >= PATH_MAX_BYTES)
+        if (strlen(in) >= SBX_MAX_FILES_PATH_BYTES)
                 return -ENAMETOOLONG;
-        snprintf(out, PATH_MAX_BYTES + 16, "%s%s", in[0] == '/' ? "" : "/home/user/", in);
+        snprintf(out, ABS_BYTES, "%s%s", in[0] == '/' ? "" : "/home/user/", in);
         size_t n = strlen(out);
         for (;;) {
                 if (n > 1 && out[n - 1] == '/')
@@ -79,8 +81,8 @@ static int split(const char *abs, char *dir, char *base) {
         dir[dlen ? dlen : 1] = 0;
         if (!dlen)
                 dir[0] = '/';
-        snprintf(base, 256, "%s", slash + 1);
-        if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || strlen(slash + 1) > 255)
+        snprintf(base, NAME_MAX + 1, "%s", slash + 1);
+        if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || strlen(slash + 1) > NAME_MAX)
                 return -EINVAL;
         return 0;
 }
@@ -141,7 +143,7 @@ static int info_at(int dfd, const char *name, const char *path, FsInfo *ret) {
         ret->name = strdup(slash && slash[1] ? slash + 1 : "/");
         ret->path = strdup(path);
         if (ret->type == FS_SYMLINK) {
-                char t[4096];
+                char t[SBX_MAX_PATH_BYTES];
                 ssize_t n = readlinkat(dfd, name, t, sizeof t - 1);
                 if (n >= 0) {
                         t[n] = 0;
@@ -157,7 +159,7 @@ static int info_at(int dfd, const char *name, const char *path, FsInfo *ret) {
 
 int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, uint8_t **ret,
             size_t *ret_len, uint64_t *ret_size) {
-        char abs[PATH_MAX_BYTES + 16];
+        char abs[ABS_BYTES];
         int r = normalize(path, abs);
         if (r < 0)
                 return r;
@@ -175,8 +177,8 @@ int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, 
         } else {
                 uint64_t size = (uint64_t)st.st_size, off = MIN(offset, size), n = size - off;
                 if (length)
-                        n = MIN(n, MIN(length, (uint64_t)FS_MAX_READ));
-                else if (n > FS_MAX_READ)
+                        n = MIN(n, MIN(length, (uint64_t)SBX_MAX_FILE_READ_BYTES));
+                else if (n > SBX_MAX_FILE_READ_BYTES)
                         r = -EFBIG;
                 uint8_t *buf = r == 0 ? malloc(n ? n : 1) : NULL;
                 size_t got = 0;
@@ -207,7 +209,7 @@ int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, 
 
 /* mkdir -p of an absolute path, one component at a time, each resolved in the jail. */
 static int mkdir_parents(const FsCtx *c, const char *abs) {
-        char prefix[PATH_MAX_BYTES + 16], dir[PATH_MAX_BYTES + 16], base[256];
+        char prefix[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1];
         size_t n = strlen(abs);
         for (size_t i = 1; i <= n; i++) {
                 if (abs[i] != '/' && abs[i] != 0)
@@ -233,7 +235,7 @@ static int mkdir_parents(const FsCtx *c, const char *abs) {
 }
 
 int fs_write(const FsCtx *c, const char *path, const void *data, size_t len, int mode, bool append) {
-        char abs[PATH_MAX_BYTES + 16], dir[PATH_MAX_BYTES + 16], base[256], tmp[64];
+        char abs[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1], tmp[64];
         int r = normalize(path, abs);
         if (r < 0 || (r = split(abs, dir, base)) < 0)
                 return r;
@@ -282,7 +284,7 @@ int fs_write(const FsCtx *c, const char *path, const void *data, size_t len, int
 }
 
 int fs_stat(const FsCtx *c, const char *path, FsInfo *ret) {
-        char abs[PATH_MAX_BYTES + 16], dir[PATH_MAX_BYTES + 16], base[256];
+        char abs[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1];
         int r = normalize(path, abs);
         if (r < 0)
                 return r;
@@ -314,7 +316,7 @@ static int list_dir(int dfd, const char *path, unsigned depth, List *l) {
         for (struct dirent *de; r == 0 && (de = readdir(d));) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                if (l->n >= FS_MAX_LIST) {
+                if (l->n >= SBX_MAX_LIST_ENTRIES) {
                         r = -E2BIG;
                         break;
                 }
@@ -328,13 +330,13 @@ static int list_dir(int dfd, const char *path, unsigned depth, List *l) {
                         l->v = nv;
                         l->cap = ncap;
                 }
-                char child[PATH_MAX_BYTES + 300];
+                char child[ABS_BYTES + NAME_MAX + 1];
                 snprintf(child, sizeof child, "%s%s%s", path, strcmp(path, "/") ? "/" : "", de->d_name);
                 if (info_at(dirfd(d), de->d_name, child, &l->v[l->n]) < 0)
                         continue; /* vanished meanwhile */
                 bool is_dir = l->v[l->n].type == FS_DIR;
                 l->n++;
-                if (is_dir && depth > 1 && strlen(child) < PATH_MAX_BYTES) {
+                if (is_dir && depth > 1 && strlen(child) < SBX_MAX_FILES_PATH_BYTES) {
                         _cleanup_close_ int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (sub >= 0)
                                 r = list_dir(sub, child, depth - 1, l);
@@ -345,14 +347,14 @@ static int list_dir(int dfd, const char *path, unsigned depth, List *l) {
 }
 
 int fs_list(const FsCtx *c, const char *path, unsigned depth, FsInfo **ret, size_t *ret_n) {
-        char abs[PATH_MAX_BYTES + 16];
+        char abs[ABS_BYTES];
         List l = { 0 };
         int r = normalize(path, abs);
         if (r < 0)
                 return r;
         as_user(c);
         _cleanup_close_ int fd = resolve(c, abs, O_RDONLY | O_DIRECTORY, 0);
-        r = fd < 0 ? fd : list_dir(fd, abs, MAX(1U, MIN(depth, (unsigned)MAX_DEPTH)), &l);
+        r = fd < 0 ? fd : list_dir(fd, abs, MAX(1U, MIN(depth, SBX_MAX_LIST_DEPTH)), &l);
         as_daemon();
         if (r < 0) {
                 for (size_t i = 0; i < l.n; i++)
@@ -366,7 +368,7 @@ int fs_list(const FsCtx *c, const char *path, unsigned depth, FsInfo **ret, size
 }
 
 int fs_mkdir(const FsCtx *c, const char *path, bool parents) {
-        char abs[PATH_MAX_BYTES + 16], dir[PATH_MAX_BYTES + 16], base[256];
+        char abs[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1];
         int r = normalize(path, abs);
         if (r < 0 || (r = split(abs, dir, base)) < 0)
                 return r;
@@ -382,7 +384,7 @@ int fs_mkdir(const FsCtx *c, const char *path, bool parents) {
 }
 
 static int remove_tree(int dfd, const char *name, unsigned depth) {
-        if (depth > 4 * MAX_DEPTH)
+        if (depth > SBX_MAX_TREE_DEPTH)
                 return -ELOOP;
         int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -409,7 +411,7 @@ static int remove_tree(int dfd, const char *name, unsigned depth) {
 }
 
 int fs_remove(const FsCtx *c, const char *path, bool recursive) {
-        char abs[PATH_MAX_BYTES + 16], dir[PATH_MAX_BYTES + 16], base[256];
+        char abs[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1];
         int r = normalize(path, abs);
         if (r < 0 || (r = split(abs, dir, base)) < 0)
                 return r;
@@ -431,8 +433,8 @@ int fs_remove(const FsCtx *c, const char *path, bool recursive) {
 }
 
 int fs_rename(const FsCtx *c, const char *from, const char *to) {
-        char a1[PATH_MAX_BYTES + 16], d1[PATH_MAX_BYTES + 16], b1[256];
-        char a2[PATH_MAX_BYTES + 16], d2[PATH_MAX_BYTES + 16], b2[256];
+        char a1[ABS_BYTES], d1[ABS_BYTES], b1[NAME_MAX + 1];
+        char a2[ABS_BYTES], d2[ABS_BYTES], b2[NAME_MAX + 1];
         int r = normalize(from, a1);
         if (r < 0 || (r = normalize(to, a2)) < 0 || (r = split(a1, d1, b1)) < 0 || (r = split(a2, d2, b2)) < 0)
                 return r;

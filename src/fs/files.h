@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "base/limits.h"
 #include "sbx/sbx.h"
 
 typedef struct FsCtx {
@@ -35,15 +36,11 @@ typedef SbxFileType FsType;
 #define FS_SYMLINK SBX_FILE_SYMLINK
 #define FS_OTHER SBX_FILE_OTHER
 
-/* Largest read per call; bigger files are read in chunks with offset and length. */
-#define FS_MAX_READ (4U * 1024 * 1024)
-/* Entries one list returns at most. */
-#define FS_MAX_LIST 20000U
 
 const char *fs_type_name(FsType t);
 void fs_info_clear(FsInfo *i);
 
-/* Reads up to `length` bytes (0: the rest of the file, which must then fit in FS_MAX_READ)
+/* Reads up to `length` bytes (0: the rest of the file, which must then fit in SBX_MAX_FILE_READ_BYTES)
  * from `offset`. Returns 0 or -errno (-EFBIG: too large for one call, -EINVAL: not a
  * regular file). */
 int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, uint8_t **ret,
@@ -52,7 +49,8 @@ int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, 
  * mode < 0: 0644. Returns 0 or -errno. */
 int fs_write(const FsCtx *c, const char *path, const void *data, size_t len, int mode, bool append);
 int fs_stat(const FsCtx *c, const char *path, FsInfo *ret);
-/* Entries below path, depth levels deep (1: the directory's own entries). */
+/* Entries below path, depth levels deep (1: the directory's own entries; at most
+ * SBX_MAX_LIST_DEPTH), SBX_MAX_LIST_ENTRIES of them at most (-E2BIG past that). */
 int fs_list(const FsCtx *c, const char *path, unsigned depth, FsInfo **ret, size_t *ret_n);
 int fs_mkdir(const FsCtx *c, const char *path, bool parents);
 int fs_remove(const FsCtx *c, const char *path, bool recursive);

@@ -17,13 +17,9 @@
 #include "base/util.h"
 #include "fs/tree.h"
 
-/* Deep enough for any real tree; bounded so that a hostile one cannot exhaust the job's fds
- * or stack. */
-#define TREE_MAX_DEPTH 256
 /* A parallel copy found what two copiers cannot do (hard links, a tree that changed): the
  * copy is made again by one. */
 #define TREE_ONE_COPIER (-ENOTUNIQ)
-#define TREE_PATH_MAX 4096
 
 typedef struct Link {
         ino_t ino;
@@ -35,7 +31,7 @@ typedef struct Copy {
         TreeStats *stats;
         int dst_top;
         dev_t dev;
-        char path[TREE_PATH_MAX]; /* current position relative to the top, for links and errors */
+        char path[SBX_MAX_PATH_BYTES]; /* current position relative to the top, for links and errors */
         size_t path_len;
         Link *links;
         size_t n_links, cap_links;
@@ -273,7 +269,7 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
                 return fail(c, -ENAMETOOLONG, "copy", name);
         int r = 0;
         if (S_ISDIR(st.st_mode)) {
-                if (depth >= TREE_MAX_DEPTH) {
+                if (depth >= SBX_MAX_TREE_DEPTH) {
                         r = fail(c, -ELOOP, "copy (too deep)", NULL);
                         goto out;
                 }
@@ -297,7 +293,7 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
                 if ((r = finish_entry(c, out, -1, NULL, &st, false)) < 0)
                         r = fail(c, r, "set attributes of", NULL);
         } else if (S_ISLNK(st.st_mode)) {
-                char target[TREE_PATH_MAX];
+                char target[SBX_MAX_PATH_BYTES];
                 ssize_t n = readlinkat(src, name, target, sizeof target - 1);
                 if (n < 0) {
                         r = errno == ENOENT ? 0 : fail(c, negerrno(), "readlink", NULL);
@@ -525,14 +521,12 @@ int tree_copy_parallel(int src, int dst, const TreeIds *ids, TreeStats *stats, c
 }
 
 /* One level of the clear's walk: the directory's fd, its listing (closed beyond
- * CLEAR_OPEN_LEVELS, then listed again on the way back up) and its name in its parent. */
+ * SBX_TREE_CLEAR_OPEN_LEVELS, then listed again on the way back up) and its name in its parent. */
 typedef struct Level {
         int fd;
         DIR *d;
         char *name;
 } Level;
-
-#define CLEAR_OPEN_LEVELS 64
 
 static DIR *list_dir(int fd) {
         int own = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -605,7 +599,7 @@ int tree_clear(int top, char *err, size_t errlen) {
                                 stack = ns;
                                 cap = ncap;
                         }
-                        if (n >= CLEAR_OPEN_LEVELS) {
+                        if (n >= SBX_TREE_CLEAR_OPEN_LEVELS) {
                                 closedir(d);
                                 d = NULL;
                                 cur = safe_close(cur);

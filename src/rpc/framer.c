@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/limits.h"
 #include "rpc/framer.h"
 
 void framer_init(Framer *f, size_t max) {
@@ -33,7 +34,7 @@ static int append(Framer *f, const uint8_t *d, size_t n) {
 
 static void release_if_big(Framer *f) {
         /* One huge line must not pin its buffer for the connection's lifetime. */
-        if (f->cap > 65536) {
+        if (f->cap > SBX_FRAMER_KEEP_BYTES) {
                 free(f->buf);
                 f->buf = NULL;
                 f->cap = 0;

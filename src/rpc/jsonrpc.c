@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/limits.h"
 #include "base/text.h"
 #include "rpc/jsonrpc.h"
 
@@ -254,7 +255,7 @@ static bool scan_value(Scan *s, unsigned depth) {
         size_t n;
         bool plain;
         scan_ws(s);
-        if (s->p >= s->end || depth > 64)
+        if (s->p >= s->end || depth > SBX_MAX_JSON_SCAN_DEPTH)
                 return false;
         if (*s->p == '"')
                 return scan_string(s, &b, &n, &plain);

@@ -271,20 +271,6 @@ int box_ready(Box *b, char *err, size_t errlen) {
         return n == (ssize_t)sizeof m && m.status < 0 ? m.status : -EIO;
 }
 
-int box_wait_ready(Box *b, int timeout_ms, char *err, size_t errlen) {
-        uint64_t end = now_ms() + (uint64_t)timeout_ms;
-        for (;;) {
-                int r = box_ready(b, err, errlen);
-                if (r != 0)
-                        return r;
-                uint64_t now = now_ms();
-                if (b->ctl_fd < 0 || now >= end)
-                        return -ETIMEDOUT;
-                struct pollfd p = { .fd = b->ctl_fd, .events = POLLIN };
-                (void)poll(&p, 1, (int)(end - now));
-        }
-}
-
 int box_spawn_session(Box *b, int sock) {
         InitMsg m = { .type = INIT_SPAWN };
         union {
@@ -308,8 +294,7 @@ void box_kill(Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
-        if (b->init_pidfd >= 0)
-                (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
+        pidfd_sigkill(b->init_pidfd);
         if (b->cg.dir >= 0)
                 (void)cgroup_kill(b->cg.dir);
 }
@@ -333,13 +318,13 @@ void box_destroy(BoxShared *s, Box *b) {
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
         if (b->init_pidfd >= 0) {
-                (void)syscall(SYS_pidfd_send_signal, b->init_pidfd, SIGKILL, NULL, 0);
+                pidfd_sigkill(b->init_pidfd);
                 siginfo_t si;
                 while (waitid(P_PIDFD, (id_t)b->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
                         ;
                 b->init_pidfd = safe_close(b->init_pidfd);
         }
-        if (cgroup_sandbox_destroy(&s->cg, &b->cg, 2000) < 0)
+        if (cgroup_sandbox_destroy(&s->cg, &b->cg, SBX_DESTROY_TIMEOUT_MS) < 0)
                 log_warn("sandbox %s: cgroup not empty after kill", b->id);
         /* Its uid may be reused only once none of its processes is left. */
         slot_release(s, b);

@@ -57,8 +57,6 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *ret, char *err, size_t err
 /* Takes pid 1's word when it has come (wait on ctl_fd): 1 ready, 0 not yet, -errno if setup
  * failed (err says why; pid 1 then exits). */
 int box_ready(Box *b, char *err, size_t errlen);
-/* The same, waiting up to timeout_ms. */
-int box_wait_ready(Box *b, int timeout_ms, char *err, size_t errlen);
 /* Asks init for a session shell on `sock` (the bash end of a session socketpair; the caller
  * keeps its own copy). Returns 0 or -errno. */
 int box_spawn_session(Box *b, int sock);

@@ -11,6 +11,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include "base/limits.h"
 #include "base/macro.h"
 #include "sandbox/mount.h"
 
@@ -60,7 +61,7 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
         if (lstat(src, &st) < 0)
                 return 0;
         if (S_ISLNK(st.st_mode)) {
-                char target[4096];
+                char target[SBX_MAX_PATH_BYTES];
                 ssize_t n = readlink(src, target, sizeof target - 1);
                 if (n < 0)
                         return negerrno();
@@ -81,7 +82,7 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
         /* Read-only, nosuid, nodev for the whole tree, submounts included (a remount covers
          * only the top mount); the remount remains for kernels without mount_setattr. */
         struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
-        if (syscall(SYS_mount_setattr, AT_FDCWD, dst, AT_RECURSIVE, &attr, sizeof attr) == 0)
+        if (mount_setattr(AT_FDCWD, dst, AT_RECURSIVE, &attr, sizeof attr) == 0)
                 return 0;
         if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra, NULL) < 0)
                 return negerrno();
@@ -89,7 +90,7 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
 }
 
 static int make_etc(const MountConfig *c, char *err, size_t errlen) {
-        char src[4096], dst[4096];
+        char src[SBX_MAX_PATH_BYTES], dst[SBX_MAX_PATH_BYTES];
         const char *base = c->rootfs ? c->rootfs : "";
         if (mkdir("etc", 0755) < 0)
                 return fail(err, errlen, "mkdir /etc");
@@ -151,12 +152,13 @@ static int make_dev(char *err, size_t errlen) {
 }
 
 int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
-        char src[4096], opts[128];
+        char src[SBX_MAX_PATH_BYTES], opts[128];
 
         /* Nothing mounted here may propagate back to the host. */
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return fail(err, errlen, "make / private");
-        if (mount("sbx-root", c->staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m,nr_inodes=4096") < 0)
+        snprintf(opts, sizeof opts, "mode=0755,size=%u,nr_inodes=%u", SBX_SKELETON_BYTES, SBX_SKELETON_INODES);
+        if (mount("sbx-root", c->staging, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
                 return fail(err, errlen, "mount tmpfs on %s", c->staging);
         if (chdir(c->staging) < 0)
                 return fail(err, errlen, "chdir %s", c->staging);

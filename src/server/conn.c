@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/limits.h"
 #include "base/log.h"
 #include "base/queue.h"
 #include "base/util.h"
@@ -12,7 +13,6 @@
 #include "server/conn.h"
 #include "server/server.h"
 
-#define DEFAULT_RPC_BYTES (8U * 1024 * 1024)
 
 struct Conn {
         Conn *next, *prev;
@@ -72,9 +72,9 @@ static void flush(Conn *c) {
         }
         else if (!want_out && c->ww.active)
                 loop_del(c->list->loop, &c->ww);
-        if (c->paused && out_pending(c) < SERVER_OUT_LOW)
+        if (c->paused && out_pending(c) < SBX_OUTPUT_QUEUE_LOW_BYTES)
                 set_paused(c, false);
-        else if (!c->paused && out_pending(c) > SERVER_OUT_HIGH)
+        else if (!c->paused && out_pending(c) > SBX_OUTPUT_QUEUE_HIGH_BYTES)
                 set_paused(c, true);
 }
 
@@ -206,7 +206,7 @@ int conn_new(ConnList *l, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret
         c->wfd = wfd;
         c->is_stdio = is_stdio;
         c->uid = uid;
-        framer_init(&c->framer, DEFAULT_RPC_BYTES);
+        framer_init(&c->framer, SBX_DEFAULT_RPC_BYTES);
         (void)fd_set_nonblock(rfd, true);
         (void)fd_set_nonblock(wfd, true);
         c->ww.fn = write_event;

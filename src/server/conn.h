@@ -3,14 +3,15 @@
  *
  * A connection knows nothing of what its lines mean. Its owner (the server) hands it a set of
  * callbacks, ConnOps, and answers through conn_reply and friends. A connection reads no more
- * requests while more than SERVER_OUT_HIGH bytes of answers wait for its client, and reads
- * again below SERVER_OUT_LOW; the owner hears of both through ConnOps.paused. */
+ * requests while more than SBX_OUTPUT_QUEUE_HIGH_BYTES bytes of answers wait for its client, and reads
+ * again below SBX_OUTPUT_QUEUE_LOW_BYTES; the owner hears of both through ConnOps.paused. */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "base/limits.h"
 #include "base/loop.h"
 #include "rpc/jsonrpc.h"
 

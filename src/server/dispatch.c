@@ -239,7 +239,7 @@ void dispatch_print_protocol(FILE *f) {
                 "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (%u sandboxes, %u running or queued runs per session, %u sessions per sandbox); retry later |\n"
                 "| 1 | sandbox or file error: `ERRNO: message` |\n\n"
                 "## Methods\n\n",
-                SERVER_OUT_HIGH >> 20, SERVER_OUT_LOW >> 20, SERVER_MAX_SANDBOXES, SBX_MAX_QUEUED_RUNS, SBX_MAX_SESSIONS);
+                SBX_OUTPUT_QUEUE_HIGH_BYTES >> 20, SBX_OUTPUT_QUEUE_LOW_BYTES >> 20, SBX_MAX_SERVER_SANDBOXES, SBX_MAX_QUEUED_RUNS, SBX_MAX_SESSIONS);
         for (size_t t = 0; t < ELEMENTSOF(tables); t++)
                 for (const Method *m = tables[t]; m->name; m++) {
                         fprintf(f, "### `%s`\n\n%s\n\n", m->name, m->doc);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/limits.h"
 #include "base/util.h"
 #include "server/history.h"
 #include "server/server.h"
@@ -10,7 +11,7 @@
 struct History {
         History *next;
         char *session;
-        HistoryEntry *entries; /* SERVER_HISTORY_MAX slots */
+        HistoryEntry *entries; /* SBX_HISTORY_ENTRIES slots */
         size_t n, start;       /* held entries, the oldest one's slot */
         uint64_t total;        /* commands added since creation or the last clear */
 };
@@ -25,7 +26,7 @@ static History *history_lookup(History *list, const char *session) {
 static History *history_new(History **list, const char *session) {
         History *h = calloc(1, sizeof *h);
         if (!h || !(h->session = strdup(session)) ||
-            !(h->entries = calloc(SERVER_HISTORY_MAX, sizeof *h->entries))) {
+            !(h->entries = calloc(SBX_HISTORY_ENTRIES, sizeof *h->entries))) {
                 if (h)
                         free(h->session);
                 free(h);
@@ -38,7 +39,7 @@ static History *history_new(History **list, const char *session) {
 
 static void history_drop(History *h) {
         for (size_t i = 0; i < h->n; i++)
-                free(h->entries[(h->start + i) % SERVER_HISTORY_MAX].command);
+                free(h->entries[(h->start + i) % SBX_HISTORY_ENTRIES].command);
         h->n = h->start = 0;
         h->total = 0;
 }
@@ -50,12 +51,12 @@ int history_add(History **list, const char *session, const char *cmd, size_t len
         char *copy = strndup(cmd, len);
         if (!copy)
                 return -ENOMEM;
-        if (h->n == SERVER_HISTORY_MAX) {
+        if (h->n == SBX_HISTORY_ENTRIES) {
                 free(h->entries[h->start].command);
-                h->start = (h->start + 1) % SERVER_HISTORY_MAX;
+                h->start = (h->start + 1) % SBX_HISTORY_ENTRIES;
                 h->n--;
         }
-        h->entries[(h->start + h->n) % SERVER_HISTORY_MAX] = (HistoryEntry){ copy, wall_ms() };
+        h->entries[(h->start + h->n) % SBX_HISTORY_ENTRIES] = (HistoryEntry){ copy, wall_ms() };
         h->n++;
         h->total++;
         return 0;
@@ -69,7 +70,7 @@ size_t history_size(const History *h) { return h ? h->n : 0; }
 
 const HistoryEntry *history_get(const History *h, size_t i, uint64_t *ret_index) {
         *ret_index = h->total - h->n + i + 1;
-        return &h->entries[(h->start + i) % SERVER_HISTORY_MAX];
+        return &h->entries[(h->start + i) % SBX_HISTORY_ENTRIES];
 }
 
 void history_clear(History *list, const char *session) {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/limits.h"
 #include "base/macro.h"
 #include "base/text.h"
 #include "fs/files.h"
@@ -55,7 +56,7 @@ static int m_files_read(Req *r, json_t **ret, RpcError *e) {
         int rr = sbx_file_read(r->sb->sb, path, off, len, &data, &n, &size);
         if (rr == -EFBIG)
                 return rpc_fail(e, RPC_SANDBOX_ERROR, "EFBIG: %s is too large for one read: read it in chunks with "
-                                "offset and length (at most %u bytes each)", path, FS_MAX_READ);
+                                "offset and length (at most %u bytes each)", path, SBX_MAX_FILE_READ_BYTES);
         if (rr < 0)
                 return rpc_fail_errno(e, rr, path);
         size_t blen;
@@ -93,10 +94,10 @@ static int m_files_list(Req *r, json_t **ret, RpcError *e) {
         SbxFileInfo *v;
         size_t n;
         if (param_path(r, "path", &path, e) < 0 || param_bool(r->params, "recursive", &recursive, e) < 0 ||
-            param_u64(r->params, "depth", false, 64, &depth, e) < 0)
+            param_u64(r->params, "depth", false, SBX_MAX_LIST_DEPTH, &depth, e) < 0)
                 return -1;
         if (!depth)
-                depth = recursive ? 64 : 1;
+                depth = recursive ? SBX_MAX_LIST_DEPTH : 1;
         int rr = sbx_file_list(r->sb->sb, path, (unsigned)depth, &v, &n);
         if (rr < 0)
                 return rpc_fail_errno(e, rr, path);

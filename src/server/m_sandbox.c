@@ -18,7 +18,7 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
         *ret_env = NULL;
         *ret_rpc_bytes = 0;
         if (param_u64(p, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &o->timeout_ms, e) < 0 ||
-            param_u64(p, "fsLimitBytes", false, 1ULL << 40, &o->limits.fs_bytes, e) < 0 ||
+            param_u64(p, "fsLimitBytes", false, SBX_MAX_FS_BYTES, &o->limits.fs_bytes, e) < 0 ||
             param_bool(p, "network", &o->network, e) < 0 || param_object(p, "limits", &limits, e) < 0 ||
             param_object(p, "env", &env, e) < 0)
                 return -1;
@@ -27,10 +27,10 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
                     param_u64(limits, "stderrBytes", false, SBX_MAX_OUTPUT_BYTES, &o->limits.stderr_bytes, e) < 0 ||
                     param_u64(limits, "commandBytes", false, SBX_MAX_COMMAND_BYTES, &o->limits.command_bytes, e) < 0 ||
                     param_u64(limits, "fileCount", false, 1ULL << 32, &o->limits.file_count, e) < 0 ||
-                    param_u64(limits, "memoryBytes", false, 1ULL << 44, &o->limits.memory_bytes, e) < 0 ||
-                    param_u64(limits, "fsBytes", false, 1ULL << 40, &o->limits.fs_bytes, e) < 0)
+                    param_u64(limits, "memoryBytes", false, SBX_MAX_MEMORY_BYTES, &o->limits.memory_bytes, e) < 0 ||
+                    param_u64(limits, "fsBytes", false, SBX_MAX_FS_BYTES, &o->limits.fs_bytes, e) < 0)
                         return -1;
-                if (param_u64(limits, "pids", false, 1 << 22, &v, e) < 0)
+                if (param_u64(limits, "pids", false, SBX_MAX_PIDS, &v, e) < 0)
                         return -1;
                 o->limits.pids = (uint32_t)v;
                 v = 0;

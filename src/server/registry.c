@@ -9,9 +9,9 @@
 #include "server/server.h"
 
 int registry_check_room(const Registry *reg, RpcError *e) {
-        if (reg->n_sandboxes >= SERVER_MAX_SANDBOXES)
+        if (reg->n_sandboxes >= SBX_MAX_SERVER_SANDBOXES)
                 return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "WORKER_UNAVAILABLE: Maximum of %u concurrent sandboxes reached",
-                                SERVER_MAX_SANDBOXES);
+                                SBX_MAX_SERVER_SANDBOXES);
         return 0;
 }
 

@@ -5,12 +5,13 @@
  * connection closes (registry_destroy_owned). A persistent one (socket server only) has no
  * owner: the server keeps it until sandbox.destroy or shutdown, and any connection of the
  * same uid, or root, may use it. Each connection has at most one root sandbox, the one made
- * by `create` and used when a request names no sandboxId. At most SERVER_MAX_SANDBOXES exist
+ * by `create` and used when a request names no sandboxId. At most SBX_MAX_SERVER_SANDBOXES exist
  * at once, forks among them, and at most SBX_MAX_FORKS forks exist or are being made. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "base/limits.h"
 #include "rpc/jsonrpc.h"
 #include "sbx/sbx.h"
 #include "server/history.h"

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include "base/limits.h"
 #include "base/log.h"
 #include "base/macro.h"
 #include "base/util.h"
@@ -193,7 +194,7 @@ static void finish(Server *s) {
         rpc_fail(&e, RPC_INTERNAL_ERROR, "Server shutting down");
         pending_fail_queued(&s->core.pending, &e);
         registry_destroy_all(&s->core.registry);
-        conn_flush_all(&s->conns, now_ms() + SERVER_FLUSH_MS);
+        conn_flush_all(&s->conns, now_ms() + SBX_SHUTDOWN_FLUSH_MS);
         conn_close_all(&s->conns);
 }
 

@@ -22,17 +22,6 @@
 
 typedef struct Server Server;
 
-/* Sandboxes per server, forks per server; beyond them WORKER_UNAVAILABLE / -32602. */
-#define SERVER_MAX_SANDBOXES 64U
-/* Outgoing bytes queued for one client before its streaming runs are paused and its input is
- * no longer read; reading resumes below the low mark. */
-#define SERVER_OUT_HIGH (4U * 1024 * 1024)
-#define SERVER_OUT_LOW (1U * 1024 * 1024)
-/* Commands remembered per session for shell.history.list. */
-#define SERVER_HISTORY_MAX 1000U
-/* Longest time shutdown waits for clients to take their last answers. */
-#define SERVER_FLUSH_MS 1000
-
 /* server.c */
 int server_new(Server **ret);
 Server *server_free(Server *s);

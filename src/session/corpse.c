@@ -2,7 +2,6 @@
 /* Dying sandboxes, finished from the loop (see corpse.h). */
 #include <stdlib.h>
 #include "base/list.h"
-#include "base/pidfd.h"
 #include "base/util.h"
 #include "sandbox/cgroup.h"
 #include "session/corpse.h"
@@ -31,7 +30,7 @@ static void corpse_free(Corpse *c) {
  * brings us back here; a check and the reap must not straddle its death. */
 static void corpse_try(Corpse *c) {
         if (c->init_w.active) {
-                if (!pidfd_exited(c->box.init_pidfd))
+                if (!pidfd_is_dead(c->box.init_pidfd))
                         return;
                 loop_del(c->yard->loop, &c->init_w);
         }

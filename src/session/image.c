@@ -41,10 +41,6 @@
 #include "session/sandbox.h"
 #include "session/wire.h"
 
-/* A sandbox whose processes will not all stop (one stuck in the kernel) is copied anyway
- * after this long: a live copy beats no copy. */
-#define FREEZE_WAIT_MS 2000
-
 typedef enum OpKind { OP_FORK, OP_SNAPSHOT, OP_RESTORE, OP_EXPORT, OP_IMPORT } OpKind;
 
 typedef struct Snapshot {
@@ -369,7 +365,7 @@ static void freeze_check(Watch *w, uint32_t events) {
         Op *op = w->data;
         Loop *l = sandbox_loop(op->sb);
         if (w == &op->freeze_timer_w) {
-                log_warn("sandbox %s: not frozen after %d ms; copying it live", sbx_sandbox_id(op->sb), FREEZE_WAIT_MS);
+                log_warn("sandbox %s: not frozen after %d ms; copying it live", sbx_sandbox_id(op->sb), SBX_FREEZE_WAIT_MS);
         } else if (cgroup_frozen(sandbox_box(op->sb)->cg.dir) != 1) {
                 return;
         } else {
@@ -396,7 +392,7 @@ static int op_freeze(Op *op) {
         if (op->freeze_ev < 0 || op->freeze_timer < 0 ||
             loop_add(l, &op->freeze_w, op->freeze_ev, EPOLLPRI, freeze_check, op) < 0 ||
             loop_add(l, &op->freeze_timer_w, op->freeze_timer, EPOLLIN, freeze_check, op) < 0 ||
-            timerfd_arm_ms(op->freeze_timer, FREEZE_WAIT_MS) < 0) {
+            timerfd_arm_ms(op->freeze_timer, SBX_FREEZE_WAIT_MS) < 0) {
                 loop_del(l, &op->freeze_w);
                 loop_del(l, &op->freeze_timer_w);
                 return 1;

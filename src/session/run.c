@@ -19,9 +19,6 @@
 #include "base/util.h"
 #include "session/run.h"
 
-/* Bytes of stderr kept for an internal run (a state dump or restore says why it failed). */
-#define RUN_INTERNAL_STDERR_BYTES (64U * 1024)
-
 static void pump(SbxSession *s);
 
 static void pump_deferred(void *data) { pump(data); }
@@ -545,7 +542,7 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
 
 int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark, SbxDoneFn done,
                  void *ud) {
-        SbxRun *r = run_new(s, SBX_MAX_STATE_BYTES, RUN_INTERNAL_STDERR_BYTES, done, ud);
+        SbxRun *r = run_new(s, SBX_MAX_STATE_BYTES, SBX_INTERNAL_STDERR_BYTES, done, ud);
         if (!r)
                 return -ENOMEM;
         r->timeout_ms = SBX_STATE_TIMEOUT_MS;

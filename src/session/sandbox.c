@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/list.h"
@@ -24,6 +25,8 @@ struct SbxSandbox {
         unsigned n_sessions;
         Watch init_w, ctl_w;
         int setup; /* see sandbox_setup_state() */
+        int setup_timer; /* while setup is 0: fails it after SBX_CREATE_TIMEOUT_MS */
+        Watch setup_w;
         SandboxObserver *observers;
         /* What a sandbox like this one needs (sandbox_options()). */
         bool network;
@@ -171,6 +174,8 @@ static void settle(SbxSandbox *sb, int state) {
         if (sb->setup != 0)
                 return;
         sb->setup = state;
+        loop_del(sb->core.loop, &sb->setup_w);
+        sb->setup_timer = safe_close(sb->setup_timer);
         tell_ready(sb, state > 0 ? 0 : state);
 }
 
@@ -207,6 +212,15 @@ static void ctl_event(Watch *w, uint32_t events) {
         settle(sb, r > 0 ? 1 : r);
 }
 
+/* pid 1 did not build the root in time: setup fails and pid 1 goes (init_event() follows). */
+static void setup_timeout_event(Watch *w, uint32_t events) {
+        SbxSandbox *sb = w->data;
+        log_warn("sandbox %s: no root after %d ms", sb->core.box.id, SBX_CREATE_TIMEOUT_MS);
+        loop_del(sb->core.loop, &sb->ctl_w);
+        box_kill(&sb->core.box);
+        settle(sb, -ETIMEDOUT);
+}
+
 /* ---------------------------------------------------------------- life */
 
 static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) {
@@ -220,6 +234,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         fill_limits(&sb->core.limits);
         sb->core.timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
         sb->core.hold_after = UINT64_MAX;
+        sb->setup_timer = -1;
         sb->env = build_env(o->env);
         sb->network = o->network;
         sb->rootfs = o->rootfs ? strdup(o->rootfs) : NULL;
@@ -275,6 +290,13 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
         }
         (void)loop_add(host->loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
         (void)loop_add(host->loop, &sb->ctl_w, sb->core.box.ctl_fd, EPOLLIN, ctl_event, sb);
+        sb->setup_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (sb->setup_timer >= 0 &&
+            (loop_add(host->loop, &sb->setup_w, sb->setup_timer, EPOLLIN, setup_timeout_event, sb) < 0 ||
+             timerfd_arm_ms(sb->setup_timer, SBX_CREATE_TIMEOUT_MS) < 0)) {
+                loop_del(host->loop, &sb->setup_w);
+                sb->setup_timer = safe_close(sb->setup_timer);
+        }
         list_add(list, sb);
         *ret = sb;
         return 0;
@@ -298,6 +320,8 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         loop_cancel_defer(l, sb);
         loop_del(l, &sb->init_w);
         loop_del(l, &sb->ctl_w);
+        loop_del(l, &sb->setup_w);
+        sb->setup_timer = safe_close(sb->setup_timer);
         bglog_done(&sb->core.bg);
         corpse_add(&sb->host->yard, &sb->core.box);
         if (sb->list)
@@ -414,19 +438,6 @@ int sbx_sandbox_on_ready(SbxSandbox *sb, SbxReadyFn fn, void *ud) {
 
 /* ---------------------------------------------------------------- sessions */
 
-static bool session_name_valid(const char *name) {
-        size_t n = strlen(name);
-        if (n == 0 || n > SBX_MAX_SESSION_NAME)
-                return false;
-        for (size_t i = 0; i < n; i++) {
-                char c = name[i];
-                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                      c == '-' || c == '.'))
-                        return false;
-        }
-        return true;
-}
-
 SbxSession *sbx_session_find(SbxSandbox *sb, const char *name) {
         if (!name)
                 name = "default";
@@ -439,7 +450,7 @@ SbxSession *sbx_session_find(SbxSandbox *sb, const char *name) {
 int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
         if (!name)
                 name = "default";
-        if (!session_name_valid(name))
+        if (!name_valid(name, SBX_MAX_SESSION_NAME_BYTES))
                 return -EINVAL;
         SbxSession *s = sbx_session_find(sb, name);
         if (s) {

@@ -17,10 +17,10 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include "base/log.h"
-#include "base/pidfd.h"
 #include "base/util.h"
 #include "session/session.h"
 
@@ -75,7 +75,7 @@ static void on_spawned(SbxSession *s, int fd) {
                 log_warn("session %s: cannot contain worker: %s", s->name, strerror(dir < 0 ? -dir : errno));
                 safe_close(dir);
                 (void)cgroup_child_remove(&core->box.cg, s->cg_name);
-                pidfd_kill(s->worker_pidfd);
+                pidfd_sigkill(s->worker_pidfd);
                 return;
         }
         s->cg = dir;
@@ -89,7 +89,7 @@ static void on_done(SbxSession *s, pid_t pid, int status) {
         (void)cgroup_move(s->core->box.cg.init, pid);
         int old = TAKE_FD(s->holder_pidfd);
         loop_del(s->core->loop, &s->holder_w);
-        pidfd_kill(old);
+        pidfd_sigkill(old);
         safe_close(old);
         set_holder(s, pid);
         s->worker_pid = 0;
@@ -186,7 +186,7 @@ static void session_event(Watch *w, uint32_t events) {
                 ssize_t n = recv_msg(s->sock, &h, &pid, fds, &n_fds);
                 if (n == -EAGAIN || n == -EINTR)
                         return;
-                if (n == 0 && s->holder_pidfd >= 0 && !pidfd_exited(s->holder_pidfd))
+                if (n == 0 && s->holder_pidfd >= 0 && !pidfd_is_dead(s->holder_pidfd))
                         continue; /* an empty datagram (written from inside), not the end */
                 if (n <= 0) {
                         session_lose(s);
@@ -216,9 +216,9 @@ void session_close_shell(SbxSession *s) {
         loop_del(l, &s->sock_w);
         s->sock = safe_close(s->sock);
         loop_del(l, &s->holder_w);
-        pidfd_kill(s->holder_pidfd);
+        pidfd_sigkill(s->holder_pidfd);
         s->holder_pidfd = safe_close(s->holder_pidfd);
-        pidfd_kill(s->worker_pidfd);
+        pidfd_sigkill(s->worker_pidfd);
         forget_worker(s);
         if (s->cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);

@@ -14,6 +14,7 @@
  * other process of the sandbox can read that memory either. */
 #pragma once
 #include <stdint.h>
+#include "base/limits.h"
 
 enum {
         WIRE_HELLO = 1, /* holder -> daemon: a session shell started (sender = holder) */
@@ -53,4 +54,4 @@ typedef struct WireHdr {
 
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */
-#define WIRE_MAX_MSG (sizeof(WireHdr) + 4096 + 64 * 1024 + 1024 * 1024)
+#define WIRE_MAX_MSG (sizeof(WireHdr) + SBX_MAX_PATH_BYTES + SBX_MAX_RUN_ENV_BYTES + SBX_MAX_COMMAND_BYTES)

@@ -24,12 +24,10 @@ static void skip(const char *what, const char *why) {
 }
 
 static void hex_of(const void *data, size_t len, char out[SHA256_HEX_SIZE]) {
-        Sha256 s;
-        uint8_t d[SHA256_DIGEST_SIZE];
+        struct sha256_ctx s;
         sha256_init(&s);
-        sha256_update(&s, data, len);
-        sha256_final(&s, d);
-        sha256_hex(d, out);
+        sha256_feed(&s, data, len);
+        sha256_digest_hex(&s, out);
 }
 
 static void test_sha256(void) {
@@ -45,17 +43,15 @@ static void test_sha256(void) {
         /* A million 'a' in uneven pieces, so block boundaries fall everywhere. */
         static char a[1000];
         memset(a, 'a', sizeof a);
-        Sha256 s;
-        uint8_t d[SHA256_DIGEST_SIZE];
+        struct sha256_ctx s;
         sha256_init(&s);
         size_t done = 0;
         for (size_t step = 1; done < 1000000; step = step % 997 + 1) {
                 size_t n = MIN(step, 1000000 - done);
-                sha256_update(&s, a, n);
+                sha256_feed(&s, a, n);
                 done += n;
         }
-        sha256_final(&s, d);
-        sha256_hex(d, hex);
+        sha256_digest_hex(&s, hex);
         CHECK(strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0") == 0,
               "sha256 of a million 'a' fed in pieces");
 }
@@ -352,17 +348,17 @@ typedef struct TOpts {
 static size_t t_size(const TEnt *e) { return e->type == 'f' && e->data ? strlen(e->data) : 0; }
 
 /* The payload digest as archive.h defines it, written again here from the text. */
-static void t_digest(Sha256 *s, const TEnt *e) {
+static void t_digest(struct sha256_ctx *s, const TEnt *e) {
         char num[64];
         size_t size = t_size(e);
-        sha256_update(s, e->path, strlen(e->path) + 1);
-        sha256_update(s, (char[]){ e->type, 0 }, 2);
-        sha256_update(s, num, (size_t)snprintf(num, sizeof num, "%o", e->mode) + 1);
-        sha256_update(s, num, (size_t)snprintf(num, sizeof num, "%zu", size) + 1);
+        sha256_feed(s, e->path, strlen(e->path) + 1);
+        sha256_feed(s, (char[]){ e->type, 0 }, 2);
+        sha256_feed(s, num, (size_t)snprintf(num, sizeof num, "%o", e->mode) + 1);
+        sha256_feed(s, num, (size_t)snprintf(num, sizeof num, "%zu", size) + 1);
         if (e->type == 'l' || e->type == 'h')
-                sha256_update(s, e->target, strlen(e->target));
-        sha256_update(s, "", 1);
-        sha256_update(s, e->data ? e->data : "", size);
+                sha256_feed(s, e->target, strlen(e->target));
+        sha256_feed(s, "", 1);
+        sha256_feed(s, e->data ? e->data : "", size);
 }
 
 static void t_write(struct archive *a, const TEnt *e) {
@@ -400,7 +396,7 @@ static uint8_t *build(const TEnt *es, size_t n, const TOpts *o, size_t *ret_len)
                 archive_write_add_filter_zstd(a);
         archive_write_set_bytes_in_last_block(a, 1);
         archive_write_open_memory(a, buf, cap, &used);
-        Sha256 s;
+        struct sha256_ctx s;
         sha256_init(&s);
         size_t bytes = 0;
         for (size_t i = 0; i < n; i++) {
@@ -416,10 +412,8 @@ static uint8_t *build(const TEnt *es, size_t n, const TOpts *o, size_t *ret_len)
                 if (e.type == 'f' && e.data)
                         bytes += strlen(e.data);
         }
-        uint8_t d[SHA256_DIGEST_SIZE];
         char hex[SHA256_HEX_SIZE], manifest[1024];
-        sha256_final(&s, d);
-        sha256_hex(d, hex);
+        sha256_digest_hex(&s, hex);
         snprintf(manifest, sizeof manifest,
                  "{\"format\":\"%s\",\"version\":%d,\"createdAt\":1,\"limits\":{\"fsBytes\":1,\"fileCount\":2,"
                  "\"memoryBytes\":3,\"pids\":4,\"stdoutBytes\":5,\"stderrBytes\":6,\"commandBytes\":7,\"timeoutMs\":8},"

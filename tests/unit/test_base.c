@@ -1,5 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Unit tests of the base layer: capped buffers, rings, parsers, the loop's deferred calls. */
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/pidfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include "base/buf.h"
 #include "base/loop.h"
 #include "base/queue.h"
@@ -93,8 +99,59 @@ static void test_parse(void) {
         CHECK(parse_size("M", &v) == -EINVAL && parse_size("1x", &v) == -EINVAL, "parse_size rejects junk");
         CHECK(env_name_valid("PATH", 4) && env_name_valid("_x1", 3), "env names valid");
         CHECK(!env_name_valid("1X", 2) && !env_name_valid("A-B", 3) && !env_name_valid("", 0), "env names invalid");
+        CHECK(name_valid("main", 64) && name_valid("a.B-c_9", 64) && name_valid("abcd", 4), "plain names valid");
+        CHECK(!name_valid("", 64) && !name_valid("abcde", 4) && !name_valid("a/b", 64) && !name_valid("a b", 64) &&
+              !name_valid("\xc3\xa9", 64), "names with other bytes, empty or too long invalid");
         char hex[33];
         CHECK(random_hex(hex, 16) == 0 && strlen(hex) == 32 && strspn(hex, "0123456789abcdef") == 32, "random_hex");
+}
+
+/* Whole files in a directory of our own: replaced atomically, read back, refused when not
+ * regular or too large. */
+static void test_whole_files(void) {
+        char dir[] = "/tmp/sbx-test-base-XXXXXX", path[64], sub[64];
+        CHECK(mkdtemp(dir) != NULL, "temporary directory");
+        snprintf(path, sizeof path, "%s/f", dir);
+        snprintf(sub, sizeof sub, "%s/d", dir);
+        uint8_t *d = NULL;
+        size_t n = 0;
+        CHECK(write_file_replace(path, "abc", 3) == 0 && write_file_replace(path, "hello", 5) == 0, "write_file_replace");
+        CHECK(read_file_whole(path, 5, &d, &n) == 0 && n == 5 && memcmp(d, "hello", 5) == 0,
+              "read_file_whole reads back what replaced the first");
+        free(d);
+        d = NULL;
+        CHECK(read_file_whole(path, 4, &d, &n) == -EFBIG && !d, "read_file_whole refuses more than max");
+        CHECK(mkdir(sub, 0700) == 0 && read_file_whole(sub, 100, &d, &n) == -EFBIG, "... and a directory");
+        CHECK(read_file_whole("/nonexistent/x", 100, &d, &n) == -ENOENT, "... and says why it cannot open");
+        snprintf(path, sizeof path, "%s/d/f", dir);
+        CHECK(rmdir(sub) == 0 && write_file_replace(path, "x", 1) == -ENOENT, "write_file_replace into nothing fails");
+        DIR *dd = opendir(dir);
+        int left = 0;
+        for (struct dirent *de; dd && (de = readdir(dd));)
+                left += de->d_name[0] != '.';
+        if (dd)
+                closedir(dd);
+        CHECK(left == 1, "no temporary file is left behind");
+        snprintf(path, sizeof path, "%s/f", dir);
+        (void)unlink(path);
+        (void)rmdir(dir);
+}
+
+static void test_pidfd(void) {
+        pid_t pid = fork();
+        if (pid == 0) {
+                pause();
+                _exit(0);
+        }
+        int fd = pid > 0 ? pidfd_open(pid, 0) : -1;
+        CHECK(fd >= 0 && !pidfd_is_dead(fd), "a running child's pidfd is not dead");
+        pidfd_sigkill(fd);
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        CHECK(poll(&p, 1, 5000) == 1 && pidfd_is_dead(fd), "pidfd_sigkill kills it, pidfd_is_dead sees it");
+        siginfo_t si = { 0 };
+        CHECK(waitid(P_PIDFD, (id_t)fd, &si, WEXITED) == 0 && si.si_status == SIGKILL, "it died of SIGKILL");
+        pidfd_sigkill(-1);
+        safe_close(fd);
 }
 
 static int deferred_count;
@@ -141,6 +198,40 @@ static void test_base64(void) {
         CHECK(!b64_decode("TWFuT!", 6, &dl) && errno == EINVAL, "a bad digit in the tail is refused");
         CHECK(!b64_decode("TWFuT", 5, &dl), "a dangling single digit is refused");
         CHECK(!b64_decode("TW\nu", 4, &dl) && !b64_decode("TW\x80u", 4, &dl), "newlines and high bytes are refused");
+        errno = 0;
+        CHECK(!b64_decode("TW Fu Zg", 8, &dl) && errno == EINVAL, "spaces inside are refused");
+        CHECK(!b64_decode("TQ==TWFu", 8, &dl) && !b64_decode("TQ=A", 4, &dl), "padding inside is refused");
+}
+
+/* RFC 4648's vectors, and the leniencies text.h promises. */
+static void test_base64_vectors(void) {
+        static const char *const vec[][2] = {
+                { "", "" }, { "f", "Zg==" }, { "fo", "Zm8=" }, { "foo", "Zm9v" },
+                { "foob", "Zm9vYg==" }, { "fooba", "Zm9vYmE=" }, { "foobar", "Zm9vYmFy" },
+        };
+        bool all = true;
+        for (size_t i = 0; i < ELEMENTSOF(vec); i++) {
+                size_t el, dl, n = strlen(vec[i][0]);
+                char *e = b64_encode((const uint8_t *)vec[i][0], n, &el);
+                uint8_t *d = b64_decode(vec[i][1], strlen(vec[i][1]), &dl);
+                all = all && e && d && strcmp(e, vec[i][1]) == 0 && el == strlen(e) && dl == n && memcmp(d, vec[i][0], n) == 0;
+                free(e);
+                free(d);
+        }
+        CHECK(all, "base64 of RFC 4648's vectors, both ways");
+        size_t dl;
+        uint8_t *d = b64_decode("TWG", 3, &dl);
+        CHECK(d && dl == 2 && memcmp(d, "Ma", 2) == 0, "the unused bits of a last partial group are ignored");
+        free(d);
+        d = b64_decode("TWG=", 4, &dl);
+        CHECK(d && dl == 2 && memcmp(d, "Ma", 2) == 0, "... with padding too");
+        free(d);
+        d = b64_decode("TWFu====", 8, &dl);
+        CHECK(d && dl == 3 && memcmp(d, "Man", 3) == 0, "padding after a full group is ignored");
+        free(d);
+        d = b64_decode("====", 4, &dl);
+        CHECK(d && dl == 0, "padding alone is nothing");
+        free(d);
 }
 
 int main(void) {
@@ -149,7 +240,10 @@ int main(void) {
         test_queue();
         test_ring();
         test_parse();
+        test_whole_files();
+        test_pidfd();
         test_loop();
         test_base64();
+        test_base64_vectors();
         return tap_done();
 }
