@@ -22,8 +22,7 @@ struct Loop {
         int epfd;
         int wakefd; /* readable while deferred calls wait, so embedders see work to do */
         Watch wake;
-        Deferred *defer;
-        size_t n_defer, cap_defer;
+        Queue deferred;
         /* Yielded calls wait for their turn as an fd of the epoll set: yieldfd is readable
          * while any wait, and a level-triggered fd that stays ready goes to the back of
          * epoll's ready list after each report, so every fd ready meanwhile comes first. */
@@ -108,7 +107,7 @@ Loop *loop_free(Loop *l) {
         safe_close(l->yieldfd);
         safe_close(l->wakefd);
         safe_close(l->epfd);
-        free(l->defer);
+        free(l->deferred.v);
         free(l->yielded.v);
         free(l);
         return NULL;
@@ -146,26 +145,18 @@ void loop_del(Loop *l, Watch *w) {
 }
 
 int loop_defer(Loop *l, DeferFn fn, void *data) {
-        if (l->n_defer == l->cap_defer) {
-                size_t ncap = l->cap_defer ? l->cap_defer * 2 : 16;
-                Deferred *n = realloc(l->defer, ncap * sizeof *n);
-                if (!n)
-                        return -ENOMEM;
-                l->defer = n;
-                l->cap_defer = ncap;
-        }
-        if (l->n_defer == 0) {
+        int r = queue_push(&l->deferred, fn, data);
+        if (r == 0 && l->deferred.n == 1) {
                 uint64_t one = 1;
                 (void)!write(l->wakefd, &one, sizeof one);
         }
-        l->defer[l->n_defer++] = (Deferred){ fn, data };
-        return 0;
+        return r;
 }
 
 void loop_cancel_defer(Loop *l, void *data) {
-        for (size_t i = 0; i < l->n_defer; i++)
-                if (l->defer[i].data == data)
-                        l->defer[i].fn = NULL;
+        for (size_t i = 0; i < l->deferred.n; i++)
+                if (l->deferred.v[i].data == data)
+                        l->deferred.v[i].fn = NULL;
         for (size_t i = 0; i < l->yielded.n; i++)
                 if (l->yielded.v[i].data == data)
                         l->yielded.v[i].fn = NULL;
@@ -176,16 +167,16 @@ void loop_cancel_defer(Loop *l, void *data) {
 
 static void run_deferred(Loop *l) {
         /* A deferred call may defer more; index, never cache a pointer into the array. */
-        for (size_t i = 0; i < l->n_defer; i++) {
-                Deferred d = l->defer[i];
+        for (size_t i = 0; i < l->deferred.n; i++) {
+                Deferred d = l->deferred.v[i];
                 if (d.fn)
                         d.fn(d.data);
         }
-        l->n_defer = 0;
+        l->deferred.n = 0;
 }
 
 int loop_run_once(Loop *l, int timeout_ms) {
-        if (l->n_defer > 0) {
+        if (l->deferred.n > 0) {
                 run_deferred(l);
                 timeout_ms = 0;
         }
