@@ -8,6 +8,9 @@
  *   p  `ping` round trips while N sandboxes each run a CPU-bound loop, against an idle server
  *   c  N clients at once (one poll loop, one socket each): `create`, then M `echo $i` runs each,
  *      every output checked
+ *   l  `ping` on a connection of its own while another sends 20 `sandbox.create` at once and forks
+ *      16 of them as their answers come (the loop never waits for a sandbox or a copy job:
+ *      what a ping can still meet is one clone of the daemon per create or fork), in rounds
  *   f  `files.write` of 1 MiB of random bytes (base64) to /home/user/bench.bin, then `files.read`
  *      of it: request written -> response line read, each; the bytes read back are decoded (a
  *      base64 decoder of this file's own, not the server's) and compared with those written.
@@ -64,16 +67,17 @@ typedef struct Config {
         int pool;             /* the server's --pool (-1: its default) */
         int srv_nice;         /* the server's own autogroup at this nice value (setsid first) */
         bool srv_nice_set;
+        unsigned loop_rounds; /* l: rounds of 20 creates and 16 forks */
         unsigned files_n;     /* f: write + read round trips */
         unsigned files_warmup; /* f */
         size_t file_bytes;    /* f: bytes per file */
 } Config;
 
 static Config cfg = {
-        .sbx = NULL, .only = "rfpc", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
+        .sbx = NULL, .only = "rfpcl", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
         .ping_gap_us = 1000, .busy = 8, .settle_ms = 1000, .busy_cmd = "while :; do :; done",
         .clients = 64, .cmds = 100, .host_busy = true, .load_reps = 5,
-        .pool = -1, .files_n = 50, .files_warmup = 3, .file_bytes = 1024 * 1024,
+        .pool = -1, .loop_rounds = 10, .files_n = 50, .files_warmup = 3, .file_bytes = 1024 * 1024,
 };
 
 static bool want(char letter) { return strchr(cfg.only, letter) != NULL; }
@@ -1306,6 +1310,118 @@ static void bench_clients(Conn *ctl) {
         free(ag);
 }
 
+/* ------------------------------------------------------------------ l: the loop never waits */
+
+#define LOOP_CREATES 20
+#define LOOP_FORKS 16 /* the server's cap on forks alive at once */
+#define LOOP_PING_GAP_US 500
+
+static atomic_bool loop_pinging, loop_burst; /* pings count only while a burst runs */
+static Samples loop_lat;
+static unsigned loop_ping_bad;
+
+static void *loop_pinger(void *arg) {
+        Conn *c = arg;
+        while (atomic_load(&loop_pinging)) {
+                bool burst = atomic_load(&loop_burst);
+                double ms = rpc_ping(c);
+                if (ms < 0)
+                        loop_ping_bad++;
+                else if (burst)
+                        samples_add(&loop_lat, ms);
+                sleep_us(LOOP_PING_GAP_US);
+        }
+        return NULL;
+}
+
+/* Reads answers until every id in want[0..n) has one (in any order: a create is answered
+ * when its sandbox is ready); on_answer(i, line) for each. Returns how many were errors. */
+static unsigned loop_collect(Conn *c, const long *want, unsigned n, void (*on_answer)(unsigned, const char *)) {
+        unsigned got = 0, errors = 0;
+        bool *seen = calloc(n, sizeof *seen);
+        while (seen && got < n) {
+                char *l = conn_read_line(c);
+                if (!l)
+                        bench_die("l: the connection closed");
+                long id = resp_id(l);
+                for (unsigned i = 0; i < n; i++)
+                        if (want[i] == id && !seen[i]) {
+                                seen[i] = true;
+                                got++;
+                                errors += resp_is_error(l);
+                                if (on_answer)
+                                        on_answer(i, l);
+                        }
+        }
+        free(seen);
+        return errors;
+}
+
+static Conn *loop_conn;
+static char loop_ids[LOOP_CREATES + LOOP_FORKS][64];
+static long loop_fork_ids[LOOP_FORKS];
+static unsigned loop_n_forks;
+
+static void loop_on_create(unsigned i, const char *l) {
+        if (!json_str(l, "sandboxId", loop_ids[i], sizeof loop_ids[i]))
+                return;
+        if (loop_n_forks < LOOP_FORKS) {
+                char p[128];
+                snprintf(p, sizeof p, "{\"sandboxId\":\"%.63s\"}", loop_ids[i]);
+                loop_fork_ids[loop_n_forks++] = rpc_send(loop_conn, "sandbox.fork", p);
+        }
+}
+
+static void loop_on_fork(unsigned i, const char *l) {
+        if (!json_str(l, "sandboxId", loop_ids[LOOP_CREATES + i], sizeof loop_ids[0]))
+                loop_ids[LOOP_CREATES + i][0] = 0;
+}
+
+static void bench_loop(Conn *ctl) {
+        Conn pc;
+        pthread_t pt;
+        unsigned errors = 0;
+        conn_open(&pc, false);
+        loop_conn = ctl;
+        atomic_store(&loop_pinging, true);
+        if (pthread_create(&pt, NULL, loop_pinger, &pc) != 0)
+                bench_die("pthread_create failed");
+        Samples round_ms = { 0 };
+        for (unsigned r = 0; r < cfg.loop_rounds; r++) {
+                bench_progress("l: round %u of %u: %u creates, %u forks", r + 1, cfg.loop_rounds, LOOP_CREATES, LOOP_FORKS);
+                long creates[LOOP_CREATES];
+                memset(loop_ids, 0, sizeof loop_ids);
+                loop_n_forks = 0;
+                uint64_t t0 = bench_now_ns();
+                atomic_store(&loop_burst, true);
+                for (unsigned i = 0; i < LOOP_CREATES; i++)
+                        creates[i] = rpc_send(ctl, "sandbox.create", "{\"limits\":{\"pids\":64}}");
+                errors += loop_collect(ctl, creates, LOOP_CREATES, loop_on_create);
+                errors += loop_collect(ctl, loop_fork_ids, loop_n_forks, loop_on_fork);
+                samples_add(&round_ms, bench_ms_between(t0, bench_now_ns()));
+                atomic_store(&loop_burst, false);
+                for (unsigned i = 0; i < LOOP_CREATES + LOOP_FORKS; i++) {
+                        if (!loop_ids[i][0])
+                                continue;
+                        char p[128];
+                        snprintf(p, sizeof p, "{\"sandboxId\":\"%.63s\"}", loop_ids[i]);
+                        char *l = rpc_call(ctl, "sandbox.destroy", p);
+                        errors += resp_is_error(l);
+                }
+                (void)wait_no_sandboxes(ctl, 30000);
+        }
+        atomic_store(&loop_pinging, false);
+        pthread_join(pt, NULL);
+        conn_close(&pc);
+        Summary x = summarize(&loop_lat), y = summarize(&round_ms);
+        row_add("l_ping", "`ping` on another connection while 20 `sandbox.create` at once and 16 forks run", &x,
+                "%u rounds, gap %u µs; %u pings failed, %u requests failed", cfg.loop_rounds, LOOP_PING_GAP_US,
+                loop_ping_bad, errors);
+        row_add("l_round", "  20 creates and 16 forks, first request → last answer", &y, "%s", "");
+        samples_free(&loop_lat);
+        samples_free(&round_ms);
+}
+
 /* ------------------------------------------------------------------ report */
 
 static char pool_txt[16];
@@ -1376,7 +1492,8 @@ static void usage(FILE *f) {
                 "Usage: sbx-bench-rpc [OPTIONS]\n"
                 "  --sbx PATH         the sbx binary (default: ../src/cli/sbx next to this program)\n"
                 "  --only LETTERS     r (run round trip vs C API), f (files.write + files.read of 1 MiB),\n"
-                "                     p (ping under load), c (clients); default rfpc\n"
+                "                     p (ping under load), c (clients), l (ping during creates and forks);\n"
+                "                     default rfpcl\n"
                 "  -n, --iterations N r: interleaved iterations (default %u)\n"
                 "  --warmup N         r: warm-up iterations (default %u)\n"
                 "  --quiet-ms MS      r: pause after each run so the next worker is ready (default %u)\n"
@@ -1510,6 +1627,8 @@ int main(int argc, char **argv) {
                 bench_ping_load(&ctl);
         if (want('c'))
                 bench_clients(&ctl);
+        if (want('l'))
+                bench_loop(&ctl);
 
         /* Shut the server down the way a client would, then make sure it is gone. */
         char *l = rpc_call(&ctl, "kill", NULL);
