@@ -21,6 +21,7 @@ struct Conn {
         Watch rw, ww;
         bool is_stdio, closing, paused;
         bool turn_pending; /* resume_input() is yielded to */
+        unsigned holds;    /* conn_hold_input() without its release: no request is handled */
         uid_t uid;
         Framer framer;
         ByteQueue out;
@@ -35,7 +36,7 @@ static void take_turn(Conn *c);
 
 /* The socket is read while the client is not paused and holds no requests read before. */
 static void update_read(Conn *c) {
-        uint32_t want = !c->paused && bq_pending(&c->in) == 0 ? EPOLLIN : 0;
+        uint32_t want = !c->paused && c->holds == 0 && bq_pending(&c->in) == 0 ? EPOLLIN : 0;
         if (c->rw.active && c->rw.events != want)
                 (void)loop_mod(c->list->loop, &c->rw, want);
 }
@@ -131,7 +132,7 @@ static bool frame(void *ud, const char *line, size_t len, bool too_large) {
 
 /* Comes back for the held requests after the other ready fds have had their turn. */
 static void take_turn(Conn *c) {
-        if (!c->paused && !c->closing && !c->turn_pending && bq_pending(&c->in) > 0 &&
+        if (!c->paused && !c->closing && c->holds == 0 && !c->turn_pending && bq_pending(&c->in) > 0 &&
             loop_yield(c->list->loop, resume_input, c) == 0)
                 c->turn_pending = true;
         update_read(c);
@@ -152,7 +153,7 @@ static void resume_input(void *data) {
         Conn *c = data;
         c->turn_pending = false;
         size_t n = bq_pending(&c->in);
-        if (!c->paused && !c->closing && n > 0) {
+        if (!c->paused && !c->closing && c->holds == 0 && n > 0) {
                 long used = framer_feed(&c->framer, bq_head(&c->in), n, frame, c);
                 if (used < 0) {
                         conn_close(c);
@@ -167,7 +168,7 @@ static void read_event(Watch *w, uint32_t events) {
         Conn *c = w->data;
         uint8_t buf[65536];
         /* Nothing more is read while requests already read wait for their turn. */
-        for (int i = 0; i < 16 && !c->closing && !c->paused && bq_pending(&c->in) == 0; i++) {
+        for (int i = 0; i < 16 && !c->closing && !c->paused && c->holds == 0 && bq_pending(&c->in) == 0; i++) {
                 ssize_t n = read(c->rfd, buf, sizeof buf);
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -191,6 +192,16 @@ static void write_event(Watch *w, uint32_t events) {
         flush(c);
         if (c->closing)
                 conn_close(c);
+}
+
+void conn_hold_input(Conn *c, bool hold) {
+        if (hold) {
+                c->holds++;
+        } else if (c->holds > 0 && --c->holds == 0) {
+                take_turn(c);
+                return;
+        }
+        update_read(c);
 }
 
 void conn_list_init(ConnList *l, Loop *loop, const ConnOps *ops, void *data) {

@@ -83,9 +83,12 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         return 0;
 }
 
-/* A new sandbox is answered once its root is built, so that every method works on it. */
+/* A new sandbox is answered once its root is built, so that every method works on it; the
+ * client's later requests wait until then (a pipelined files.write must find the root). */
 static void created_ready(void *ud, SbxSandbox *box, int error) {
         Pending *p = ud;
+        if (p->conn)
+                conn_hold_input(p->conn, false);
         if (p->conn && error == 0) {
                 conn_reply(p->conn, p->id, TAKE_PTR(p->answer));
         } else if (p->conn) {
@@ -105,6 +108,8 @@ static int answer_when_ready(Req *r, SrvSandbox *sb, json_t *answer, RpcError *e
         }
         p->answer = answer;
         int rr = sbx_sandbox_on_ready(sb->sb, created_ready, p);
+        if (rr == 0)
+                conn_hold_input(r->conn, true);
         if (rr < 0) {
                 pending_free(p);
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot watch the new sandbox: %s", strerror(-rr));

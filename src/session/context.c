@@ -85,6 +85,9 @@ static void pool_event(Watch *w, uint32_t events) {
 
 int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret) {
         ctx->last_error[0] = 0;
+        /* One whose setup failed waits for its pid 1's end to be reaped: never hand it out. */
+        while (ctx->pool.head && sandbox_setup_state(ctx->pool.head) < 0)
+                sbx_sandbox_free(ctx->pool.head);
         if (ctx->pool.head && options_default(o)) {
                 SbxSandbox *sb = ctx->pool.head;
                 sandbox_list_move(sb, &ctx->sandboxes);

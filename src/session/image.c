@@ -87,6 +87,8 @@ struct Op {
         const State *applying; /* step 4: the states being applied (op's own or a snapshot's) */
         size_t n_applying;
         bool started, released, frozen;
+        bool stopped;   /* nothing of it runs any more: it waits for its answer */
+        bool answering; /* op_answer() is deferred */
         bool still; /* confirmed frozen (or nothing of the sandbox can run): two copiers are safe */
         uint64_t mark; /* the sandbox's run_order when the op was requested */
         int freeze_ev, freeze_timer;
@@ -164,14 +166,25 @@ static void op_thaw(Op *op) {
 
 static void op_start_next(void *data);
 
-static void op_free(Op *op) {
-        Loop *l = sandbox_loop(op->sb);
+/* Stops everything the op has under way (its internal runs are cut loose, its job killed,
+ * the sandbox thawed, held runs let go); what it made stays for its answer. */
+static void op_stop(Op *op) {
+        if (op->stopped)
+                return;
+        op->stopped = true;
         for (RunCtx *c = op->runs; c; c = c->next)
                 c->op = NULL; /* each is freed by its run's callback */
-        loop_del(l, &op->job_w);
+        op->runs = NULL;
+        loop_del(sandbox_loop(op->sb), &op->job_w);
         job_kill(&op->job);
         op_thaw(op);
         op_release_sessions(op);
+        sandbox_set_tree_busy(op->sb, false);
+}
+
+static void op_free(Op *op) {
+        loop_cancel_defer(sandbox_loop(op->sb), op);
+        op_stop(op);
         if (op->child) {
                 sandbox_unobserve(op->child, &op->child_obs);
                 sbx_sandbox_free(op->child);
@@ -204,57 +217,86 @@ static void op_end(Op *op, const SbxOpResult *in) {
                 done(ud, &res);
 }
 
-static void op_fail(Op *op, int error, const char *fmt, ...) {
-        /* Formatted aside first: an argument may be op->msg itself. */
-        char msg[sizeof op->msg];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-        memcpy(op->msg, msg, sizeof msg);
-        log_debug("sandbox %s: %s", sbx_sandbox_id(op->sb), op->msg);
-        SbxOpResult res = { .error = error < 0 ? error : -EIO, .message = op->msg };
+/* The op's answer when it failed (op->error, op->msg): given from the loop, or at once when
+ * the sandbox is being freed. */
+static void op_answer_failure(Op *op) {
+        SbxOpResult res = { .error = op->error < 0 ? op->error : -EIO, .message = op->msg };
         op_end(op, &res);
 }
 
-static void op_succeed(Op *op) {
+/* Records the first error and says why (op->msg); nothing more. */
+static void op_note(Op *op, int error, const char *fmt, va_list ap) _printf_(3, 0);
+static void op_note(Op *op, int error, const char *fmt, va_list ap) {
+        if (op->error)
+                return;
+        /* Formatted aside first: an argument may be op->msg itself. */
+        char msg[sizeof op->msg];
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        memcpy(op->msg, msg, sizeof msg);
+        op->error = error < 0 ? error : -EIO;
+        log_debug("sandbox %s: %s", sbx_sandbox_id(op->sb), op->msg);
+}
+
+static void op_answer(void *data);
+
+static void op_failure_note(Op *op, int error, const char *fmt, ...) _printf_(3, 4);
+static void op_failure_note(Op *op, int error, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        op_note(op, error, fmt, ap);
+        va_end(ap);
+}
+
+/* Stops the op and answers it from the loop: a done callback never runs with a session's
+ * or an observer's frame on the stack (it may free what they are working on). */
+static void op_finish(Op *op) {
+        op_stop(op);
+        if (!op->answering && loop_defer(sandbox_loop(op->sb), op_answer, op) == 0)
+                op->answering = true;
+        else if (!op->answering)
+                op_answer(op); /* out of memory: now is better than never */
+}
+
+static void op_fail(Op *op, int error, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        op_note(op, error, fmt, ap);
+        va_end(ap);
+        op_finish(op);
+}
+
+/* What the op made, as its answer; an export's archive is mapped for the callback. */
+static void op_answer(void *data) {
+        Op *op = data;
         SbxOpResult res = { 0 };
         void *map = MAP_FAILED;
         size_t map_len = 0;
-        switch (op->kind) {
-        case OP_FORK:
+        struct stat st;
+        if (!op->error && op->kind == OP_FORK && !op->child)
+                op_failure_note(op, -ESRCH, "the fork's sandbox exited");
+        if (!op->error && op->kind == OP_EXPORT) {
+                if (fstat(op->memfd, &st) < 0 || st.st_size <= 0)
+                        op_failure_note(op, -EIO, "export: no archive written");
+                else if ((uint64_t)st.st_size > SBX_MAX_ARCHIVE_BYTES)
+                        op_failure_note(op, -EFBIG, "export: the archive is %lld bytes, the limit is %llu",
+                                        (long long)st.st_size, (unsigned long long)SBX_MAX_ARCHIVE_BYTES);
+                else if ((map = mmap(NULL, (map_len = (size_t)st.st_size), PROT_READ, MAP_PRIVATE, op->memfd, 0)) ==
+                         MAP_FAILED)
+                        op_failure_note(op, negerrno(), "export: cannot map the archive");
+        }
+        if (op->error) {
+                op_answer_failure(op);
+                return;
+        }
+        if (op->kind == OP_FORK) {
                 res.sandbox = op->child;
                 sandbox_unobserve(op->child, &op->child_obs);
                 op->child = NULL; /* the caller's now */
-                break;
-        case OP_SNAPSHOT:
+        } else if (op->kind == OP_SNAPSHOT) {
                 res.snapshot_id = op->snap_id;
-                break;
-        case OP_EXPORT: {
-                struct stat st;
-                if (fstat(op->memfd, &st) < 0 || st.st_size <= 0) {
-                        op_fail(op, -EIO, "export: no archive written");
-                        return;
-                }
-                if ((uint64_t)st.st_size > SBX_MAX_ARCHIVE_BYTES) {
-                        op_fail(op, -EFBIG, "export: the archive is %lld bytes, the limit is %llu",
-                                (long long)st.st_size, (unsigned long long)SBX_MAX_ARCHIVE_BYTES);
-                        return;
-                }
-                map_len = (size_t)st.st_size;
-                map = mmap(NULL, map_len, PROT_READ, MAP_PRIVATE, op->memfd, 0);
-                if (map == MAP_FAILED) {
-                        op_fail(op, negerrno(), "export: cannot map the archive");
-                        return;
-                }
+        } else if (map != MAP_FAILED) {
                 res.data = map;
                 res.len = map_len;
-                break;
-        }
-        case OP_RESTORE:
-        case OP_IMPORT:
-        default:
-                break;
         }
         op_end(op, &res);
         if (map != MAP_FAILED)
@@ -551,7 +593,11 @@ static void op_next_step(Op *op) {
         case STEP_SESSIONS:
                 if (op->pending > 0)
                         return;
-                if (op->kind == OP_FORK && sandbox_setup_state(op->child) <= 0)
+                if (op->kind == OP_FORK && sandbox_setup_state(op->child) < 0) {
+                        op_fail(op, -ESRCH, "the fork's sandbox could not start");
+                        return;
+                }
+                if (op->kind == OP_FORK && sandbox_setup_state(op->child) == 0)
                         return; /* child_ready() comes back here */
                 op_set_step(op, STEP_FREEZE);
                 if (op->kind == OP_RESTORE || op->kind == OP_IMPORT)
@@ -583,7 +629,7 @@ static void op_next_step(Op *op) {
         case STEP_APPLY:
                 if (op->pending > 0)
                         return;
-                op_succeed(op);
+                op_finish(op);
                 return;
         default:
                 return;
@@ -614,8 +660,10 @@ static void import_checked(Watch *w, uint32_t events) {
 /* The fork's sandbox is ready (or never will be): the op goes on (or fails). */
 static void child_ready(SandboxObserver *o, SbxSandbox *child, int error) {
         Op *op = container_of(o, Op, child_obs);
+        if (op->stopped)
+                return;
         if (error < 0) {
-                op_fail(op, error, "the fork's sandbox could not start");
+                op_fail(op, -ESRCH, "the fork's sandbox could not start");
                 return;
         }
         if (op->step == STEP_SESSIONS && op->pending == 0)
@@ -695,8 +743,14 @@ static void state_ready(SandboxObserver *o, SbxSandbox *sb, int error) {
 static void state_freeing(SandboxObserver *o, SbxSandbox *sb) {
         ImageState *st = container_of(o, ImageState, o);
         st->freeing = true;
-        while (st->ops)
-                op_fail(st->ops, -ECANCELED, "the sandbox was destroyed");
+        /* Answered now, not from the loop: the sandbox's caller is told before free returns. */
+        while (st->ops) {
+                Op *op = st->ops;
+                if (!op->stopped)
+                        op_failure_note(op, -ECANCELED, "the sandbox was destroyed");
+                loop_cancel_defer(sandbox_loop(sb), op);
+                op_answer(op);
+        }
         loop_cancel_defer(sandbox_loop(sb), st);
         while (st->snapshots) {
                 Snapshot *s = st->snapshots;
@@ -718,8 +772,6 @@ static ImageState *image_state(SbxSandbox *sb, bool create) {
                 return NULL;
         st->sb = sb;
         sandbox_observe(sb, &st->o, &state_ops);
-        /* Told already when it is settled: readiness is asked for in op_start_next(). */
-        st->o.told_ready = sandbox_setup_state(sb) != 0;
         return st;
 }
 

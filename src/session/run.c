@@ -380,13 +380,15 @@ static void hook_died(SbxSession *s, int wstatus) {
         run_finish(r);
 }
 
-/* Answers the session's running run (if any) and its whole queue with exit_code and msg. */
+/* Answers the session's running run (if any) and its whole queue with exit_code and msg. A
+ * run already killed keeps its own end: its cgroup's emptying answers it (124 or 125). */
 static void fail_all(SbxSession *s, int exit_code, const char *msg) {
         SbxRun *r;
-        while ((r = s->current ? s->current : s->queue)) {
+        while ((r = s->current && !s->current->killed ? s->current : s->queue)) {
                 if (r != s->current)
                         run_unqueue(r);
-                s->current = NULL;
+                else
+                        s->current = NULL;
                 r->exit_code = exit_code;
                 (void)buf_append(&r->err, msg, strlen(msg));
                 run_finish(r);

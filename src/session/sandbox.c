@@ -132,11 +132,16 @@ void sandbox_list_move(SbxSandbox *sb, SandboxList *to) {
         list_add(to, sb);
 }
 
+static void tell_ready(void *data);
+
 void sandbox_observe(SbxSandbox *sb, SandboxObserver *o, const SandboxObserverOps *ops) {
         o->ops = ops;
         o->told_ready = false;
         o->next = sb->observers;
         sb->observers = o;
+        /* Settled already: told from the loop all the same. */
+        if (sb->setup != 0)
+                (void)loop_defer(sb->core.loop, tell_ready, sb);
 }
 
 void sandbox_unobserve(SbxSandbox *sb, SandboxObserver *o) {
@@ -155,28 +160,29 @@ SandboxObserver *sandbox_observer_find(SbxSandbox *sb, const SandboxObserverOps 
         return NULL;
 }
 
-/* Tells each observer once. One at a time from the head: an observer may drop itself or
- * others, or free objects holding them, while it is told. */
-static void tell_ready(SbxSandbox *sb, int error) {
-        for (;;) {
-                SandboxObserver *o = sb->observers;
-                while (o && o->told_ready)
-                        o = o->next;
-                if (!o)
-                        return;
-                o->told_ready = true;
-                if (o->ops->ready)
-                        o->ops->ready(o, sb, error);
-        }
+/* Tells one observer not yet told that the setup is settled, from the loop, and comes back
+ * for the next on a later call: the observer may free anything, the sandbox included (whose
+ * free cancels that next call). */
+static void tell_ready(void *data) {
+        SbxSandbox *sb = data;
+        SandboxObserver *o = sb->observers;
+        while (o && o->told_ready)
+                o = o->next;
+        if (!o)
+                return;
+        o->told_ready = true;
+        (void)loop_defer(sb->core.loop, tell_ready, sb);
+        if (o->ops->ready)
+                o->ops->ready(o, sb, sb->setup > 0 ? 0 : sb->setup);
 }
 
 static void settle(SbxSandbox *sb, int state) {
         if (sb->setup != 0)
                 return;
         sb->setup = state;
+        (void)loop_defer(sb->core.loop, tell_ready, sb);
         loop_del(sb->core.loop, &sb->setup_w);
         sb->setup_timer = safe_close(sb->setup_timer);
-        tell_ready(sb, state > 0 ? 0 : state);
 }
 
 /* ---------------------------------------------------------------- pid 1 */
@@ -391,7 +397,6 @@ typedef struct ReadyCall {
 } ReadyCall;
 
 static void ready_call_fire(ReadyCall *c, int error) {
-        loop_cancel_defer(c->sb->core.loop, c);
         SbxReadyFn fn = c->fn;
         void *ud = c->ud;
         SbxSandbox *sb = c->sb;
@@ -410,13 +415,6 @@ static void ready_call_freeing(SandboxObserver *o, SbxSandbox *sb) {
 
 static const SandboxObserverOps ready_call_ops = { ready_call_ready, ready_call_freeing };
 
-/* Already settled when asked: answered from the loop, not before the call returns. */
-static void ready_call_deferred(void *data) {
-        ReadyCall *c = data;
-        c->o.told_ready = true;
-        ready_call_ready(&c->o, c->sb, c->sb->setup > 0 ? 0 : c->sb->setup);
-}
-
 int sbx_sandbox_on_ready(SbxSandbox *sb, SbxReadyFn fn, void *ud) {
         if (!fn)
                 return -EINVAL;
@@ -425,14 +423,6 @@ int sbx_sandbox_on_ready(SbxSandbox *sb, SbxReadyFn fn, void *ud) {
                 return -ENOMEM;
         *c = (ReadyCall){ .sb = sb, .fn = fn, .ud = ud };
         sandbox_observe(sb, &c->o, &ready_call_ops);
-        if (sb->setup != 0) {
-                c->o.told_ready = true;
-                if (loop_defer(sb->core.loop, ready_call_deferred, c) < 0) {
-                        sandbox_unobserve(sb, &c->o);
-                        free(c);
-                        return -ENOMEM;
-                }
-        }
         return 0;
 }
 

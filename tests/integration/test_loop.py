@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from test_rpc import connect, server  # noqa: F401 (a fixture)
+from test_rpc import connect, server, stdio  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -61,3 +61,22 @@ def test_ping_while_sandboxes_are_created_and_forked(server):
     # measured in bench/ (sbx-bench-rpc l), not here.
     assert p50 < 10, latencies
     assert worst < 50, latencies
+
+
+def test_pipelined_requests_after_create_find_the_sandbox_ready(stdio):
+    """create is answered once the root is built; the requests written right behind it in the
+    same write wait for that, so files.* never meets a root still being built."""
+    import base64
+    import json
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "create", "params": {"limits": {"pids": 64}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "files.write",
+         "params": {"path": "a.txt", "data": base64.b64encode(b"hello").decode()}},
+        {"jsonrpc": "2.0", "id": 3, "method": "files.read", "params": {"path": "a.txt"}},
+        {"jsonrpc": "2.0", "id": 4, "method": "run", "params": {"command": "cat a.txt"}},
+    ]
+    stdio.send_raw("".join(json.dumps(m) + "\n" for m in lines).encode())
+    assert stdio.wait(1)["result"]["ok"] is True
+    assert stdio.wait(2) == {"jsonrpc": "2.0", "id": 2, "result": {"ok": True}}
+    assert base64.b64decode(stdio.wait(3)["result"]["data"]) == b"hello"
+    assert stdio.wait(4)["result"]["stdout"] == "hello"
