@@ -36,6 +36,7 @@
 #include "fs/archive.h"
 #include "fs/tree.h"
 #include "session/context.h"
+#include "session/freeze.h"
 #include "session/image_job.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -86,13 +87,11 @@ struct Op {
         size_t n_states;
         const State *applying; /* step 4: the states being applied (op's own or a snapshot's) */
         size_t n_applying;
-        bool started, released, frozen;
+        bool started, released;
         bool stopped;   /* nothing of it runs any more: it waits for its answer */
         bool answering; /* op_answer() is deferred */
-        bool still; /* confirmed frozen (or nothing of the sandbox can run): two copiers are safe */
         uint64_t mark; /* the sandbox's run_order when the op was requested */
-        int freeze_ev, freeze_timer;
-        Watch freeze_w, freeze_timer_w;
+        Freeze freeze;
         Job job;
         ImageJob args;
         Watch job_w;
@@ -152,18 +151,6 @@ static void op_set_step(Op *op, int step) {
         sandbox_set_tree_busy(op->sb, step == STEP_FREEZE || step == STEP_JOB);
 }
 
-static void op_thaw(Op *op) {
-        Loop *l = sandbox_loop(op->sb);
-        const Box *b = sandbox_box(op->sb);
-        loop_del(l, &op->freeze_w);
-        loop_del(l, &op->freeze_timer_w);
-        op->freeze_ev = safe_close(op->freeze_ev);
-        op->freeze_timer = safe_close(op->freeze_timer);
-        if (op->frozen && b->cg.dir >= 0)
-                (void)cgroup_freeze(b->cg.dir, false);
-        op->frozen = false;
-}
-
 static void op_start_next(void *data);
 
 /* Stops everything the op has under way (its internal runs are cut loose, its job killed,
@@ -177,7 +164,7 @@ static void op_stop(Op *op) {
         op->runs = NULL;
         loop_del(sandbox_loop(op->sb), &op->job_w);
         job_kill(&op->job);
-        op_thaw(op);
+        freeze_thaw(&op->freeze);
         op_release_sessions(op);
         sandbox_set_tree_busy(op->sb, false);
 }
@@ -403,51 +390,7 @@ static int op_sessions(Op *op) {
 
 /* ---------------------------------------------------------------- step 2: freeze */
 
-static void freeze_check(Watch *w, uint32_t events) {
-        Op *op = w->data;
-        Loop *l = sandbox_loop(op->sb);
-        if (w == &op->freeze_timer_w) {
-                log_warn("sandbox %s: not frozen after %d ms; copying it live", sbx_sandbox_id(op->sb), SBX_FREEZE_WAIT_MS);
-        } else if (cgroup_frozen(sandbox_box(op->sb)->cg.dir) != 1) {
-                return;
-        } else {
-                op->still = true;
-        }
-        loop_del(l, &op->freeze_w);
-        loop_del(l, &op->freeze_timer_w);
-        op_next_step(op);
-}
-
-/* Returns 1 when frozen (or freezing is not possible), 0 when the freeze is under way. */
-static int op_freeze(Op *op) {
-        Loop *l = sandbox_loop(op->sb);
-        int cg = sandbox_box(op->sb)->cg.dir;
-        if (cg < 0 || cgroup_freeze(cg, true) < 0)
-                return 1; /* no v2 freezer here: copied live (documented) */
-        op->frozen = true;
-        if (cgroup_frozen(cg) == 1) {
-                op->still = true;
-                return 1;
-        }
-        op->freeze_ev = cgroup_events_open(cg);
-        op->freeze_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (op->freeze_ev < 0 || op->freeze_timer < 0 ||
-            loop_add(l, &op->freeze_w, op->freeze_ev, EPOLLPRI, freeze_check, op) < 0 ||
-            loop_add(l, &op->freeze_timer_w, op->freeze_timer, EPOLLIN, freeze_check, op) < 0 ||
-            timerfd_arm_ms(op->freeze_timer, SBX_FREEZE_WAIT_MS) < 0) {
-                loop_del(l, &op->freeze_w);
-                loop_del(l, &op->freeze_timer_w);
-                return 1;
-        }
-        /* Frozen between the write and the watch: the event is gone, so look again. */
-        if (cgroup_frozen(cg) == 1) {
-                loop_del(l, &op->freeze_w);
-                loop_del(l, &op->freeze_timer_w);
-                op->still = true;
-                return 1;
-        }
-        return 0;
-}
+static void frozen(Freeze *f) { op_next_step(container_of(f, Op, freeze)); }
 
 /* ---------------------------------------------------------------- step 3: jobs */
 
@@ -479,7 +422,7 @@ static size_t op_fds(const Op *op, int keep[4]) {
 static int op_job(Op *op, JobFn fn, WatchFn ended) {
         int keep[4];
         op->args = (ImageJob){
-                .from = sandbox_box(op->sb), .to = op->child ? sandbox_box(op->child) : NULL, .still = op->still,
+                .from = sandbox_box(op->sb), .to = op->child ? sandbox_box(op->child) : NULL, .still = op->freeze.still,
                 .snap_id = op->kind == OP_RESTORE ? op->snap->id : op->snap_id,
                 .limits = sbx_sandbox_limits(op->sb), .timeout_ms = sandbox_timeout_ms(op->sb),
                 .states = op->states, .n_states = op->n_states,
@@ -602,8 +545,8 @@ static void op_next_step(Op *op) {
                 op_set_step(op, STEP_FREEZE);
                 if (op->kind == OP_RESTORE || op->kind == OP_IMPORT)
                         (void)sbx_sandbox_kill_background(sb);
-                if (op_freeze(op) == 0)
-                        return; /* freeze_check() comes back */
+                if (freeze_start(&op->freeze, sandbox_loop(sb), sandbox_box(sb)->cg.dir, sbx_sandbox_id(sb), frozen) == 0)
+                        return; /* frozen() comes back */
                 /* fall through */
         case STEP_FREEZE: {
                 op_set_step(op, STEP_JOB);
@@ -616,7 +559,7 @@ static void op_next_step(Op *op) {
         }
         case STEP_JOB:
                 op_set_step(op, STEP_APPLY);
-                op_thaw(op);
+                freeze_thaw(&op->freeze);
                 r = op_keep(op);
                 if (r < 0) {
                         op_fail(op, r, "cannot apply the session states: %s", strerror(-r));
@@ -787,7 +730,8 @@ static int op_queue(SbxSandbox *sb, OpKind kind, SbxOpDoneFn done, void *ud, Op 
         op->kind = kind;
         op->done = done;
         op->ud = ud;
-        op->freeze_ev = op->freeze_timer = op->memfd = -1;
+        op->memfd = -1;
+        freeze_init(&op->freeze);
         op->job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
         op->mark = sandbox_run_order(sb);
         Op **pp = &st->ops;
