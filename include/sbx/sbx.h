@@ -11,8 +11,9 @@
  *   the sandbox's pid 1 builds its root meanwhile (sbx_sandbox_on_ready() tells when).
  * - A callback never runs before the call that registered it returns: it is called from
  *   sbx_context_run_once() (libuv's rule), except the done callbacks of runs that a cancel
- *   or a free ends, which fire inside that call. Callbacks may start or cancel runs but must
- *   not free the sandbox or session that invoked them.
+ *   or a free ends (operations included: freeing a sandbox answers its operations), which
+ *   fire inside that call. Run callbacks may start or cancel runs but must not free the
+ *   sandbox or session of their run; ready and operation callbacks may free anything.
  * - Not thread-safe: use a context from one thread.
  *
  * Ownership
@@ -86,7 +87,7 @@ typedef struct SbxResult {
         const uint8_t *stderr_data;
         size_t stderr_len;
         bool stdout_truncated, stderr_truncated;
-        uint64_t exec_time_us; /* from submission to result */
+        uint64_t exec_time_us; /* from the run's start (first in its queue) to its result */
 } SbxResult;
 
 /* Output as it arrives, before caps are applied to the result. */

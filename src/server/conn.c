@@ -11,7 +11,6 @@
 #include "base/util.h"
 #include "rpc/framer.h"
 #include "server/conn.h"
-#include "server/server.h"
 
 
 struct Conn {

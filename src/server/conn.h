@@ -56,10 +56,10 @@ void conn_set_line_max(Conn *c, size_t max);
 
 /* Queues a line (takes ownership of the malloc'd buffer; NULL is ignored). */
 void conn_send(Conn *c, char *line, size_t len);
-/* The answer to request id (steals result; NULL answers an encoding error). */
 /* Handles no more of c's requests until as many releases (hold false) as holds: for a
  * request whose answer the next ones depend on (create, before files.* can work). */
 void conn_hold_input(Conn *c, bool hold);
+/* The answer to request id (steals result; NULL answers an encoding error). */
 void conn_reply(Conn *c, json_t *id, json_t *result);
 void conn_reply_error(Conn *c, json_t *id, const RpcError *e);
 /* A notification (steals params). */

@@ -6,7 +6,6 @@
 #include "base/limits.h"
 #include "base/util.h"
 #include "server/history.h"
-#include "server/server.h"
 
 struct History {
         History *next;

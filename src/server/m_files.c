@@ -6,7 +6,6 @@
 #include "base/limits.h"
 #include "base/macro.h"
 #include "base/text.h"
-#include "fs/files.h"
 #include "server/handler.h"
 
 /* A path param: a string without NUL bytes. */

@@ -96,6 +96,15 @@ static void created_ready(void *ud, SbxSandbox *box, int error) {
                 rpc_fail(&e, RPC_SANDBOX_ERROR, "the sandbox could not start: %s", strerror(-error));
                 conn_reply_error(p->conn, p->id, &e);
         }
+        /* A sandbox that never started is no sandbox: it must not count, nor stay the
+         * connection's root (-ECANCELED: it is being destroyed already). */
+        if (error < 0 && error != -ECANCELED)
+                for (SrvSandbox *sb = registry_next(&p->core->registry, NULL); sb;
+                     sb = registry_next(&p->core->registry, sb))
+                        if (sb->sb == box) {
+                                registry_destroy(sb);
+                                break;
+                        }
         pending_free(p);
 }
 

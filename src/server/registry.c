@@ -6,7 +6,6 @@
 #include "base/limits.h"
 #include "base/util.h"
 #include "server/registry.h"
-#include "server/server.h"
 
 int registry_check_room(const Registry *reg, RpcError *e) {
         if (reg->n_sandboxes >= SBX_MAX_SERVER_SANDBOXES)

@@ -61,7 +61,8 @@ void sandbox_unobserve(SbxSandbox *sb, SandboxObserver *o);
 /* The registered observer with these ops, or NULL. */
 SandboxObserver *sandbox_observer_find(SbxSandbox *sb, const SandboxObserverOps *ops);
 
-/* 1 when the root is built, 0 while being built, -errno when setup failed or pid 1 died. */
+/* 1 when the root was built, 0 while it is being built, -errno when setup failed (or pid 1
+ * died first). A pid 1 that dies later leaves it 1: sandbox_dying() says so. */
 int sandbox_setup_state(const SbxSandbox *sb);
 const Box *sandbox_box(const SbxSandbox *sb);
 Loop *sandbox_loop(const SbxSandbox *sb);
