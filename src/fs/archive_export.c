@@ -182,6 +182,69 @@ static int export_link_add(Export *x, const struct stat *st) {
 
 static int export_dir(Export *x, int dir, unsigned depth);
 
+/* Opens name in dir with flags and stats what was opened (the entry may have been swapped
+ * since the listing). Returns the fd, -ENOENT if it is gone (not an error: nothing is
+ * exported), or -errno (x->err says why). */
+static int export_open(Export *x, int dir, const char *name, int flags, struct stat *st) {
+        _cleanup_close_ int fd = openat(dir, name, flags);
+        if (fd < 0)
+                return errno == ENOENT ? -ENOENT : export_fail(x, negerrno(), "open");
+        if (fstat(fd, st) < 0)
+                return export_fail(x, negerrno(), "stat");
+        return TAKE_FD(fd);
+}
+
+/* The directory name of dir at x->path, then its contents. */
+static int export_subdir(Export *x, int dir, const char *name, unsigned depth) {
+        if (depth >= SBX_MAX_TREE_DEPTH)
+                return export_fail(x, -ELOOP, "export (too deep)");
+        struct stat st;
+        _cleanup_close_ int fd = export_open(x, dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, &st);
+        if (fd < 0)
+                return fd == -ENOENT ? 0 : fd;
+        int r = export_header(x, 'd', &st, 0, NULL);
+        if (r < 0)
+                return r;
+        return export_dir(x, fd, depth + 1);
+}
+
+/* The regular file name of dir at x->path (st: its stat from the listing): a hard link to a
+ * file already exported, else its header and data. */
+static int export_file(Export *x, int dir, const char *name, struct stat *st) {
+        const char *first = st->st_nlink > 1 ? export_link_find(x, st) : NULL;
+        if (first)
+                return export_header(x, 'h', st, 0, first);
+        /* O_NONBLOCK: if the entry was swapped for a fifo since the stat, no hang. */
+        _cleanup_close_ int fd = export_open(x, dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, st);
+        if (fd < 0)
+                return fd == -ENOENT ? 0 : fd;
+        if (!S_ISREG(st->st_mode))
+                return 0;
+        /* The archive holds a file at its full size, holes written out; one larger than the
+         * sandbox's limit (sparse, or it could not exist) could never be imported. */
+        if (x->max_bytes && x->bytes + (uint64_t)st->st_size > x->max_bytes)
+                return export_fail(x, -EFBIG, "export (sparse: larger than the sandbox's filesystem limit)");
+        int r = export_header(x, 'f', st, (uint64_t)st->st_size, NULL);
+        if (r < 0)
+                return r;
+        if ((r = export_data(x, fd, (uint64_t)st->st_size)) < 0)
+                return r;
+        if (st->st_nlink > 1 && (r = export_link_add(x, st)) < 0)
+                return export_fail(x, r, "export");
+        return 0;
+}
+
+static int export_symlink(Export *x, int dir, const char *name, const struct stat *st) {
+        char target[SBX_MAX_PATH_BYTES];
+        ssize_t n = readlinkat(dir, name, target, sizeof target);
+        if (n < 0)
+                return errno == ENOENT ? 0 : export_fail(x, negerrno(), "readlink");
+        if ((size_t)n >= sizeof target)
+                return export_fail(x, -ENAMETOOLONG, "readlink");
+        target[n] = 0;
+        return export_header(x, 'l', st, 0, target);
+}
+
 static int export_entry(Export *x, int dir, const char *name, unsigned depth) {
         struct stat st;
         if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -192,71 +255,15 @@ static int export_entry(Export *x, int dir, const char *name, unsigned depth) {
         if (!export_push(x, name, &saved))
                 return export_fail(x, -ENAMETOOLONG, "export");
         int r = 0;
-        if (S_ISDIR(st.st_mode)) {
-                if (depth >= SBX_MAX_TREE_DEPTH) {
-                        r = export_fail(x, -ELOOP, "export (too deep)");
-                        goto out;
-                }
-                _cleanup_close_ int fd = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (fd < 0) {
-                        r = errno == ENOENT ? 0 : export_fail(x, negerrno(), "open");
-                        goto out;
-                }
-                if (fstat(fd, &st) < 0) {
-                        r = export_fail(x, negerrno(), "stat");
-                        goto out;
-                }
-                if ((r = export_header(x, 'd', &st, 0, NULL)) < 0)
-                        goto out;
-                r = export_dir(x, fd, depth + 1);
-        } else if (S_ISREG(st.st_mode)) {
-                const char *first = st.st_nlink > 1 ? export_link_find(x, &st) : NULL;
-                if (first) {
-                        r = export_header(x, 'h', &st, 0, first);
-                        goto out;
-                }
-                /* O_NONBLOCK: if the entry was swapped for a fifo since the stat, no hang. */
-                _cleanup_close_ int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-                if (fd < 0) {
-                        r = errno == ENOENT ? 0 : export_fail(x, negerrno(), "open");
-                        goto out;
-                }
-                if (fstat(fd, &st) < 0) {
-                        r = export_fail(x, negerrno(), "stat");
-                        goto out;
-                }
-                if (!S_ISREG(st.st_mode))
-                        goto out;
-                /* The archive holds a file at its full size, holes written out; one larger than
-                 * the sandbox's limit (sparse, or it could not exist) could never be imported. */
-                if (x->max_bytes && x->bytes + (uint64_t)st.st_size > x->max_bytes) {
-                        r = export_fail(x, -EFBIG, "export (sparse: larger than the sandbox's filesystem limit)");
-                        goto out;
-                }
-                if ((r = export_header(x, 'f', &st, (uint64_t)st.st_size, NULL)) < 0)
-                        goto out;
-                if ((r = export_data(x, fd, (uint64_t)st.st_size)) < 0)
-                        goto out;
-                if (st.st_nlink > 1 && (r = export_link_add(x, &st)) < 0)
-                        r = export_fail(x, r, "export");
-        } else if (S_ISLNK(st.st_mode)) {
-                char target[SBX_MAX_PATH_BYTES];
-                ssize_t n = readlinkat(dir, name, target, sizeof target);
-                if (n < 0) {
-                        r = errno == ENOENT ? 0 : export_fail(x, negerrno(), "readlink");
-                        goto out;
-                }
-                if ((size_t)n >= sizeof target) {
-                        r = export_fail(x, -ENAMETOOLONG, "readlink");
-                        goto out;
-                }
-                target[n] = 0;
-                r = export_header(x, 'l', &st, 0, target);
-        } else if (S_ISFIFO(st.st_mode)) {
+        if (S_ISDIR(st.st_mode))
+                r = export_subdir(x, dir, name, depth);
+        else if (S_ISREG(st.st_mode))
+                r = export_file(x, dir, name, &st);
+        else if (S_ISLNK(st.st_mode))
+                r = export_symlink(x, dir, name, &st);
+        else if (S_ISFIFO(st.st_mode))
                 r = export_header(x, 'p', &st, 0, NULL);
-        }
         /* Sockets and device nodes are left out: neither can be recreated meaningfully. */
-out:
         export_pop(x, saved);
         return r;
 }
