@@ -292,55 +292,65 @@ static int section_builtin(char tag, sh_builtin_func_t *fn, WORD_LIST *args) {
         return r;
 }
 
-static int dump_state(void) {
+static int exported_var(SHELL_VAR *v) { return exported_p(v) != 0; }
+
+/* A section of the names of the entries of list that `want` keeps, each NUL-terminated. */
+static int put_names(char tag, SHELL_VAR **list, int (*want)(SHELL_VAR *)) {
+        size_t len = 0;
+        for (SHELL_VAR **v = list; v && *v; v++)
+                if (want(*v))
+                        len += strlen((*v)->name) + 1;
+        char *names = xmalloc(len + 1);
+        size_t off = 0;
+        for (SHELL_VAR **v = list; v && *v; v++)
+                if (want(*v)) {
+                        size_t l = strlen((*v)->name) + 1;
+                        memcpy(names + off, (*v)->name, l);
+                        off += l;
+                }
+        int r = put_section(tag, names, len);
+        free(names);
+        return r;
+}
+
+static int dump_umask_cwd(void) {
         char buf[64];
-        if (write_all(1, STATE_MAGIC, sizeof STATE_MAGIC - 1) < 0)
-                return 1;
         mode_t m = umask(0);
         umask(m);
         int n = snprintf(buf, sizeof buf, "%04o", (unsigned)m);
         if (put_section('U', buf, (size_t)n) < 0)
-                return 1;
+                return -1;
         SHELL_VAR *pwd = find_variable("PWD");
         char *cwd = pwd && value_cell(pwd) && value_cell(pwd)[0] == '/' ? savestring(value_cell(pwd)) : getcwd(NULL, 0);
         if (cwd && put_section('C', cwd, strlen(cwd)) < 0)
-                return 1;
+                return -1;
         free(cwd);
+        return 0;
+}
 
-        /* Variables: the names (so the restore knows what was unset) and declare -p of each. */
+/* Variables: the names (so the restore knows what was unset) and declare -p of each. */
+static int dump_variables(void) {
         SHELL_VAR **vars = all_shell_variables();
-        size_t names_len = 0;
         WORD_LIST *args = NULL;
         for (SHELL_VAR **v = vars; v && *v; v++)
                 if (keep_var(*v))
-                        names_len += strlen((*v)->name) + 1;
-        char *names = xmalloc(names_len + 1);
-        size_t off = 0;
-        for (SHELL_VAR **v = vars; v && *v; v++) {
-                if (!keep_var(*v))
-                        continue;
-                size_t l = strlen((*v)->name) + 1;
-                memcpy(names + off, (*v)->name, l);
-                off += l;
-                args = make_word_list(make_word((*v)->name), args);
-        }
+                        args = make_word_list(make_word((*v)->name), args);
+        int r = put_names('N', vars, keep_var);
         free(vars);
-        int r = put_section('N', names, names_len);
-        free(names);
-        if (r < 0)
-                return 1;
-        if (args) {
-                args = make_word_list(make_word("-p"), REVERSE_LIST(args, WORD_LIST *));
-                if (section_builtin('V', declare_builtin, args) < 0)
-                        return 1;
-        } else if (put_section('V', "", 0) < 0) {
-                return 1;
+        if (r < 0) {
+                dispose_words(args);
+                return -1;
         }
+        if (!args)
+                return put_section('V', "", 0);
+        args = make_word_list(make_word("-p"), REVERSE_LIST(args, WORD_LIST *));
+        return section_builtin('V', declare_builtin, args);
+}
 
-        static const char *const a[] = { "-p" }, *const o[] = { "+o" }, *const s[] = { "-p" };
+/* Functions: each on its own ("LEN:" + its `declare -f NAME`), so that one bash cannot read
+ * back (a name like `a=b`) does not take the others with it; then the exported ones' names. */
+static int dump_functions(void) {
         SHELL_VAR **fns = all_shell_functions();
-        /* Each function on its own ("LEN:" + its `declare -f NAME`), so that one bash cannot
-         * read back (a name like `a=b`) does not take the others with it. */
         size_t flen = 0, fcap = 4096;
         char *ftext = xmalloc(fcap);
         for (SHELL_VAR **v = fns; v && *v; v++) {
@@ -362,28 +372,18 @@ static int dump_state(void) {
                 flen += (size_t)hl + l;
                 free(def);
         }
-        int fr = put_section('F', ftext, flen);
+        int r = put_section('F', ftext, flen);
         free(ftext);
-        if (fr < 0) {
-                free(fns);
-                return 1;
-        }
-        size_t xlen = 0;
-        for (SHELL_VAR **v = fns; v && *v; v++)
-                if (exported_p(*v))
-                        xlen += strlen((*v)->name) + 1;
-        char *x = xmalloc(xlen + 1);
-        off = 0;
-        for (SHELL_VAR **v = fns; v && *v; v++)
-                if (exported_p(*v)) {
-                        size_t l = strlen((*v)->name) + 1;
-                        memcpy(x + off, (*v)->name, l);
-                        off += l;
-                }
+        if (r >= 0)
+                r = put_names('X', fns, exported_var);
         free(fns);
-        r = put_section('X', x, xlen);
-        free(x);
-        if (r < 0 || section_builtin('A', alias_builtin, words(a, 1)) < 0 ||
+        return r;
+}
+
+static int dump_state(void) {
+        static const char *const a[] = { "-p" }, *const o[] = { "+o" }, *const s[] = { "-p" };
+        if (write_all(1, STATE_MAGIC, sizeof STATE_MAGIC - 1) < 0 || dump_umask_cwd() < 0 || dump_variables() < 0 ||
+            dump_functions() < 0 || section_builtin('A', alias_builtin, words(a, 1)) < 0 ||
             section_builtin('O', set_builtin, words(o, 1)) < 0 ||
             section_builtin('S', shopt_builtin, words(s, 1)) < 0)
                 return 1;
@@ -542,6 +542,78 @@ static int restore_state(void) {
         return 0;
 }
 
+/* Makes the run's three descriptors stdin, stdout and stderr, inheritable by what the
+ * command runs. */
+static void take_fds(const int fds[WIRE_RUN_FDS]) {
+        for (int i = 0; i < WIRE_RUN_FDS; i++) {
+                if (fds[i] != i) {
+                        dup2(fds[i], i);
+                        close(fds[i]);
+                } else {
+                        fcntl(i, F_SETFD, 0);
+                }
+        }
+        clearerr(stdout);
+        clearerr(stderr);
+}
+
+/* Moves to the run's working directory (cwd, len bytes); *ret_old and *ret_run get the
+ * directories to go back from and to (xmalloc'd, the caller frees them either way). */
+static int enter_cwd(const char *cwd, size_t len, char **ret_old, char **ret_run) {
+        char *run_cwd = xmalloc(len + 1);
+        memcpy(run_cwd, cwd, len);
+        run_cwd[len] = 0;
+        *ret_run = run_cwd;
+        *ret_old = getcwd(NULL, 0);
+        if (chdir(run_cwd) < 0) {
+                fprintf(stderr, "sbx: cwd: %s: %s\n", run_cwd, strerror(errno));
+                return -1;
+        }
+        char *now = getcwd(NULL, 0);
+        if (now) {
+                session_set_pwd(now);
+                free(run_cwd);
+                *ret_run = now;
+        }
+        return 0;
+}
+
+/* Prints the value of the exported scalar variable named by the first len bytes of cmd (at
+ * most 255); status 1 if there is none. */
+static int print_exported(const char *cmd, size_t len) {
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)MIN(len, 255u), cmd);
+        SHELL_VAR *v = find_variable(name);
+        if (v && exported_p(v) && !array_p(v) && !assoc_p(v) && value_cell(v)) {
+                const char *val = value_cell(v);
+                size_t l = strlen(val);
+                return write(1, val, l) == (ssize_t)l ? 0 : 1;
+        }
+        return 1;
+}
+
+/* Runs the command with the run's environment; undoes that environment unless the run keeps
+ * it, and the working directory if the command did not move away from run_cwd. */
+static int run_command(const WireHdr *h, char *env, const char *cmd, const char *run_cwd, const char *old_cwd) {
+        Override *ov = NULL;
+        int n_ov = apply_env(env, h->env_len, &ov);
+        int status = run_string(cmd, h->cmd_len);
+        if (h->flags & WIRE_F_PERSIST_ENV) {
+                for (int i = 0; i < n_ov; i++)
+                        free(ov[i].old);
+                free(ov);
+        } else {
+                restore_env(ov, n_ov);
+        }
+        if (run_cwd && old_cwd) {
+                char *now = getcwd(NULL, 0);
+                if (now && strcmp(now, run_cwd) == 0 && chdir(old_cwd) == 0)
+                        session_set_pwd(old_cwd);
+                free(now);
+        }
+        return status;
+}
+
 /* The worker's life: take one command, run it, report. Returns when this process
  * is to become the holder; exits when the daemon is gone. */
 static void worker(void) {
@@ -566,75 +638,20 @@ static void worker(void) {
         char *cwd = (char *)msg + sizeof *h;
         char *env = cwd + h->cwd_len;
         char *cmd = env + h->env_len;
-
-        for (int i = 0; i < WIRE_RUN_FDS; i++) {
-                if (fds[i] != i) {
-                        dup2(fds[i], i);
-                        close(fds[i]);
-                } else {
-                        fcntl(i, F_SETFD, 0);
-                }
-        }
-        clearerr(stdout);
-        clearerr(stderr);
+        take_fds(fds);
 
         int status;
         char *old_cwd = NULL, *run_cwd = NULL;
-        Override *ov = NULL;
-        int n_ov = 0;
-        if (h->cwd_len > 0) {
-                run_cwd = xmalloc(h->cwd_len + 1);
-                memcpy(run_cwd, cwd, h->cwd_len);
-                run_cwd[h->cwd_len] = 0;
-                old_cwd = getcwd(NULL, 0);
-                if (chdir(run_cwd) < 0) {
-                        fprintf(stderr, "sbx: cwd: %s: %s\n", run_cwd, strerror(errno));
-                        status = 1;
-                        goto done;
-                }
-                char *now = getcwd(NULL, 0);
-                if (now) {
-                        session_set_pwd(now);
-                        free(run_cwd);
-                        run_cwd = now;
-                }
-        }
-        if (h->flags & WIRE_F_DUMP) {
-                status = dump_state();
-                goto done;
-        }
-        if (h->flags & WIRE_F_RESTORE) {
-                status = restore_state();
-                goto done;
-        }
-        if (h->flags & WIRE_F_GETENV) {
-                char name[256];
-                snprintf(name, sizeof name, "%.*s", (int)MIN(h->cmd_len, 255u), cmd);
-                SHELL_VAR *v = find_variable(name);
+        if (h->cwd_len > 0 && enter_cwd(cwd, h->cwd_len, &old_cwd, &run_cwd) < 0)
                 status = 1;
-                if (v && exported_p(v) && !array_p(v) && !assoc_p(v) && value_cell(v)) {
-                        const char *val = value_cell(v);
-                        size_t len = strlen(val);
-                        status = write(1, val, len) == (ssize_t)len ? 0 : 1;
-                }
-                goto done;
-        }
-        n_ov = apply_env(env, h->env_len, &ov);
-        status = run_string(cmd, h->cmd_len);
-        if (h->flags & WIRE_F_PERSIST_ENV) {
-                for (int i = 0; i < n_ov; i++)
-                        free(ov[i].old);
-                free(ov);
-        } else {
-                restore_env(ov, n_ov);
-        }
-        if (run_cwd && old_cwd) {
-                char *now = getcwd(NULL, 0);
-                if (now && strcmp(now, run_cwd) == 0 && chdir(old_cwd) == 0)
-                        session_set_pwd(old_cwd);
-                free(now);
-        }
-done:
+        else if (h->flags & WIRE_F_DUMP)
+                status = dump_state();
+        else if (h->flags & WIRE_F_RESTORE)
+                status = restore_state();
+        else if (h->flags & WIRE_F_GETENV)
+                status = print_exported(cmd, h->cmd_len);
+        else
+                status = run_command(h, env, cmd, run_cwd, old_cwd);
         free(old_cwd);
         free(run_cwd);
         fflush(stdout);

@@ -181,115 +181,184 @@ static int op_wait(SbxContext *ctx, OpWait *w) {
         return w->error;
 }
 
-int cmd_run(int argc, char **argv) {
-        static const struct option opts[] = {
-                { "timeout", required_argument, NULL, 't' },
-                { "cwd", required_argument, NULL, 'C' },
-                { "env", required_argument, NULL, 'e' },
-                { "network", no_argument, NULL, 'n' },
-                { "memory", required_argument, NULL, OPT_MEMORY },
-                { "pids", required_argument, NULL, OPT_PIDS },
-                { "fs-size", required_argument, NULL, OPT_FS },
-                { "files", required_argument, NULL, OPT_FILES },
-                { "stdout-limit", required_argument, NULL, OPT_STDOUT },
-                { "stderr-limit", required_argument, NULL, OPT_STDERR },
-                { "rootfs", required_argument, NULL, OPT_ROOTFS },
-                { "import", required_argument, NULL, OPT_IMPORT },
-                { "export", required_argument, NULL, OPT_EXPORT },
-                { "verbose", no_argument, NULL, 'v' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
+static const struct option run_opts[] = {
+        { "timeout", required_argument, NULL, 't' },
+        { "cwd", required_argument, NULL, 'C' },
+        { "env", required_argument, NULL, 'e' },
+        { "network", no_argument, NULL, 'n' },
+        { "memory", required_argument, NULL, OPT_MEMORY },
+        { "pids", required_argument, NULL, OPT_PIDS },
+        { "fs-size", required_argument, NULL, OPT_FS },
+        { "files", required_argument, NULL, OPT_FILES },
+        { "stdout-limit", required_argument, NULL, OPT_STDOUT },
+        { "stderr-limit", required_argument, NULL, OPT_STDERR },
+        { "rootfs", required_argument, NULL, OPT_ROOTFS },
+        { "import", required_argument, NULL, OPT_IMPORT },
+        { "export", required_argument, NULL, OPT_EXPORT },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        {},
+};
+
+typedef struct RunArgs {
         SbxSandboxOptions so;
+        const char *cwd, *import_path, *export_path;
+        const char **env; /* the caller's, room for one per argument; so.env points here */
+        size_t n_env;
+} RunArgs;
+
+/* Parses the options into a, leaving optind at the first command. False when cmd_run is to
+ * return *ret_exit at once: 0 after --help, 2 after a usage error (said on stderr). */
+static bool parse_args(int argc, char **argv, RunArgs *a, int *ret_exit) {
         uint64_t timeout_ms = 0, v;
-        const char *cwd = NULL, *import_path = NULL, *export_path = NULL;
-        _cleanup_free_ const char **env = calloc((size_t)argc + 1, sizeof *env);
-        size_t n_env = 0;
         int c;
 
-        if (!env)
-                return 1;
-        sbx_sandbox_options_init(&so);
+        sbx_sandbox_options_init(&a->so);
         optind = 1;
         int li = -1;
-        while ((c = getopt_long(argc, argv, "+t:C:e:nvh", opts, &li)) != -1) {
+        while ((c = getopt_long(argc, argv, "+t:C:e:nvh", run_opts, &li)) != -1) {
                 int r = 0;
                 switch (c) {
                 case 't': r = parse_seconds(optarg, &timeout_ms); break;
-                case 'C': cwd = optarg; break;
+                case 'C': a->cwd = optarg; break;
                 case 'e':
                         if (!strchr(optarg, '=') || !env_name_valid(optarg, (size_t)(strchr(optarg, '=') - optarg)))
                                 r = -EINVAL;
-                        env[n_env++] = optarg;
+                        a->env[a->n_env++] = optarg;
                         break;
-                case 'n': so.network = true; break;
-                case OPT_MEMORY: r = parse_size(optarg, &so.limits.memory_bytes); break;
-                case OPT_PIDS: r = parse_u64(optarg, SBX_MAX_PIDS, &v); so.limits.pids = (uint32_t)v; break;
-                case OPT_FS: r = parse_size(optarg, &so.limits.fs_bytes); break;
-                case OPT_FILES: r = parse_u64(optarg, UINT32_MAX, &so.limits.file_count); break;
-                case OPT_STDOUT: r = parse_size(optarg, &so.limits.stdout_bytes); break;
-                case OPT_STDERR: r = parse_size(optarg, &so.limits.stderr_bytes); break;
-                case OPT_ROOTFS: so.rootfs = optarg; break;
-                case OPT_IMPORT: import_path = optarg; break;
-                case OPT_EXPORT: export_path = optarg; break;
+                case 'n': a->so.network = true; break;
+                case OPT_MEMORY: r = parse_size(optarg, &a->so.limits.memory_bytes); break;
+                case OPT_PIDS: r = parse_u64(optarg, SBX_MAX_PIDS, &v); a->so.limits.pids = (uint32_t)v; break;
+                case OPT_FS: r = parse_size(optarg, &a->so.limits.fs_bytes); break;
+                case OPT_FILES: r = parse_u64(optarg, UINT32_MAX, &a->so.limits.file_count); break;
+                case OPT_STDOUT: r = parse_size(optarg, &a->so.limits.stdout_bytes); break;
+                case OPT_STDERR: r = parse_size(optarg, &a->so.limits.stderr_bytes); break;
+                case OPT_ROOTFS: a->so.rootfs = optarg; break;
+                case OPT_IMPORT: a->import_path = optarg; break;
+                case OPT_EXPORT: a->export_path = optarg; break;
                 case 'v': sbx_log_level = LOG_DEBUG; break;
-                case 'h': usage(stdout); return 0;
-                default: usage(stderr); return 2;
+                case 'h': usage(stdout); *ret_exit = 0; return false;
+                default: usage(stderr); *ret_exit = 2; return false;
                 }
                 if (r < 0) {
                         if (li >= 0)
-                                fprintf(stderr, "sbx run: invalid value for --%s: '%s'\n\n", opts[li].name, optarg);
+                                fprintf(stderr, "sbx run: invalid value for --%s: '%s'\n\n", run_opts[li].name, optarg);
                         else
                                 fprintf(stderr, "sbx run: invalid value for -%c: '%s'\n\n", c, optarg);
                         usage(stderr);
-                        return 2;
+                        *ret_exit = 2;
+                        return false;
                 }
                 li = -1;
         }
         if (optind >= argc) {
                 fprintf(stderr, "sbx run: no command given\n\n");
                 usage(stderr);
-                return 2;
+                *ret_exit = 2;
+                return false;
         }
-        so.env = n_env ? env : NULL;
-        so.timeout_ms = timeout_ms;
+        a->so.env = a->n_env ? a->env : NULL;
+        a->so.timeout_ms = timeout_ms;
+        return true;
+}
 
-        /* Ctrl-C and SIGTERM cancel the running command (exit 125) instead of killing us,
-         * so the sandbox is always torn down. */
+/* Ctrl-C and SIGTERM cancel the running command (exit 125) instead of killing us, so the
+ * sandbox is always torn down. Returns a signalfd of them. */
+static int block_signals(void) {
         sigset_t mask;
         sigemptyset(&mask);
         sigaddset(&mask, SIGINT);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGHUP);
         sigprocmask(SIG_BLOCK, &mask, NULL);
-        _cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+/* Loads the archive at path into sb, before its session starts. Returns 0, or -errno once
+ * stderr says why. */
+static int import_archive(SbxContext *ctx, SbxSandbox *sb, const char *path) {
+        _cleanup_free_ uint8_t *data = NULL;
+        size_t len = 0;
+        OpWait w = { 0 };
+        int r = read_file_whole(path, SBX_MAX_ARCHIVE_BYTES, &data, &len);
+        if (r < 0)
+                snprintf(w.msg, sizeof w.msg, "%s: %s", path, strerror(-r));
+        else if ((r = sbx_sandbox_import(sb, data, len, op_done, &w)) >= 0)
+                r = op_wait(ctx, &w);
+        if (r < 0)
+                fprintf(stderr, "sbx run: import: %s\n", w.msg[0] ? w.msg : strerror(-r));
+        return r;
+}
+
+/* Saves sb's files and session state to path. Returns 0, or -errno once stderr says why. */
+static int export_archive(SbxContext *ctx, SbxSandbox *sb, const char *path) {
+        OpWait w = { .export_path = path };
+        int r = sbx_sandbox_export(sb, op_done, &w);
+        if (r >= 0)
+                r = op_wait(ctx, &w);
+        if (r < 0)
+                fprintf(stderr, "sbx run: export: %s\n", w.msg[0] ? w.msg : strerror(-r));
+        return r;
+}
+
+/* Serves the context, the signals and our stdout and stderr until the run ended and
+ * everything it said is written. A signal cancels the run and sets *interrupted. */
+static void run_wait(SbxContext *ctx, RunState *rs, int sfd, bool *interrupted) {
+        while (!rs->done || queued(rs) > 0) {
+                struct pollfd p[4] = {
+                        { sbx_context_fd(ctx), POLLIN, 0 }, { sfd, POLLIN, 0 },
+                        { STDOUT_FILENO, bq_pending(&rs->q[0].q) ? POLLOUT : 0, 0 },
+                        { STDERR_FILENO, bq_pending(&rs->q[1].q) ? POLLOUT : 0, 0 },
+                };
+                if (poll(p, 4, -1) < 0 && errno != EINTR)
+                        break;
+                if (p[1].revents) {
+                        struct signalfd_siginfo si;
+                        while (read(sfd, &si, sizeof si) > 0)
+                                ;
+                        *interrupted = true;
+                        if (rs->run)
+                                (void)sbx_run_cancel(rs->run);
+                        /* Whoever interrupted us may not read any more. */
+                        rs->q[0].dead = rs->q[1].dead = true;
+                        bq_clear(&rs->q[0].q);
+                        bq_clear(&rs->q[1].q);
+                }
+                if (p[2].revents)
+                        queue_write(&rs->q[0]);
+                if (p[3].revents)
+                        queue_write(&rs->q[1]);
+                if (p[0].revents)
+                        (void)sbx_context_run_once(ctx, 0);
+                update_pause(rs);
+        }
+}
+
+int cmd_run(int argc, char **argv) {
+        _cleanup_free_ const char **env = calloc((size_t)argc + 1, sizeof *env);
+        if (!env)
+                return 1;
+        RunArgs a = { .env = env };
+        int code;
+        if (!parse_args(argc, argv, &a, &code))
+                return code;
+        _cleanup_close_ int sfd = block_signals();
 
         SbxContext *ctx = NULL;
         SbxSandbox *sb = NULL;
         SbxSession *s = NULL;
         int r = sbx_context_new(&ctx);
         if (r >= 0)
-                r = sbx_sandbox_new(ctx, &so, &sb);
+                r = sbx_sandbox_new(ctx, &a.so, &sb);
         if (r < 0) {
                 fprintf(stderr, "sbx run: cannot create sandbox: %s\n",
                         ctx && *sbx_context_last_error(ctx) ? sbx_context_last_error(ctx) : strerror(-r));
                 sbx_context_free(ctx);
                 return 1;
         }
-        if (import_path) {
-                _cleanup_free_ uint8_t *data = NULL;
-                size_t len = 0;
-                OpWait w = { 0 };
-                r = read_file_whole(import_path, SBX_MAX_ARCHIVE_BYTES, &data, &len);
-                if (r < 0)
-                        snprintf(w.msg, sizeof w.msg, "%s: %s", import_path, strerror(-r));
-                else if ((r = sbx_sandbox_import(sb, data, len, op_done, &w)) >= 0)
-                        r = op_wait(ctx, &w);
-                if (r < 0) {
-                        fprintf(stderr, "sbx run: import: %s\n", w.msg[0] ? w.msg : strerror(-r));
-                        sbx_context_free(ctx);
-                        return 1;
-                }
+        if (a.import_path && import_archive(ctx, sb, a.import_path) < 0) {
+                sbx_context_free(ctx);
+                return 1;
         }
         r = sbx_session_get(sb, NULL, &s);
         RunState rs = { .exit_code = 1 };
@@ -297,55 +366,22 @@ int cmd_run(int argc, char **argv) {
         queue_init(&rs.q[1], STDERR_FILENO);
         bool interrupted = false;
         for (int i = optind; r >= 0 && i < argc && !interrupted; i++) {
-                SbxRunOptions ro = { .command = argv[i], .command_len = strlen(argv[i]), .cwd = cwd };
+                SbxRunOptions ro = { .command = argv[i], .command_len = strlen(argv[i]), .cwd = a.cwd };
                 rs.done = false;
                 rs.paused = false;
                 r = sbx_session_run(s, &ro, on_output, on_done, &rs, &rs.run);
                 if (r < 0)
                         break;
-                /* Until the command ended and everything it said is written. */
-                while (!rs.done || queued(&rs) > 0) {
-                        struct pollfd p[4] = {
-                                { sbx_context_fd(ctx), POLLIN, 0 }, { sfd, POLLIN, 0 },
-                                { STDOUT_FILENO, bq_pending(&rs.q[0].q) ? POLLOUT : 0, 0 },
-                                { STDERR_FILENO, bq_pending(&rs.q[1].q) ? POLLOUT : 0, 0 },
-                        };
-                        if (poll(p, 4, -1) < 0 && errno != EINTR)
-                                break;
-                        if (p[1].revents) {
-                                struct signalfd_siginfo si;
-                                while (read(sfd, &si, sizeof si) > 0)
-                                        ;
-                                interrupted = true;
-                                if (rs.run)
-                                        (void)sbx_run_cancel(rs.run);
-                                /* Whoever interrupted us may not read any more. */
-                                rs.q[0].dead = rs.q[1].dead = true;
-                                bq_clear(&rs.q[0].q);
-                                bq_clear(&rs.q[1].q);
-                        }
-                        if (p[2].revents)
-                                queue_write(&rs.q[0]);
-                        if (p[3].revents)
-                                queue_write(&rs.q[1]);
-                        if (p[0].revents)
-                                (void)sbx_context_run_once(ctx, 0);
-                        update_pause(&rs);
-                }
+                run_wait(ctx, &rs, sfd, &interrupted);
         }
         bq_done(&rs.q[0].q);
         bq_done(&rs.q[1].q);
         if (r < 0)
                 fprintf(stderr, "sbx run: %s\n", strerror(-r));
-        if (r >= 0 && export_path && !interrupted) {
-                OpWait w = { .export_path = export_path };
-                int e = sbx_sandbox_export(sb, op_done, &w);
-                if (e >= 0)
-                        e = op_wait(ctx, &w);
-                if (e < 0) {
-                        fprintf(stderr, "sbx run: export: %s\n", w.msg[0] ? w.msg : strerror(-e));
+        if (r >= 0 && a.export_path && !interrupted) {
+                int e = export_archive(ctx, sb, a.export_path);
+                if (e < 0)
                         r = e;
-                }
         }
         sbx_context_free(ctx);
         return r < 0 ? 1 : rs.exit_code;

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Copying and clearing a sandbox's writable trees, and the fs ids a job walks them with. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -230,6 +231,51 @@ out:
         return r;
 }
 
+/* The directory `name` of src (st: its stat) as a new directory of dst, its contents, then
+ * its attributes. c->path already names it. */
+static int copy_subdir(Copy *c, int src, int dst, const char *name, const struct stat *st, unsigned depth) {
+        if (depth >= SBX_MAX_TREE_DEPTH)
+                return fail(c, -ELOOP, "copy (too deep)", NULL);
+        _cleanup_close_ int in = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (in < 0)
+                return fail(c, negerrno(), "open", NULL);
+        if (mkdirat(dst, name, 0700) < 0)
+                return fail(c, negerrno(), "mkdir", NULL);
+        _cleanup_close_ int out = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (out < 0)
+                return fail(c, negerrno(), "open", NULL);
+        c->stats->dirs++;
+        int r = copy_dir(c, in, out, depth + 1);
+        if (r < 0)
+                return r;
+        if ((r = finish_entry(c, out, -1, NULL, st, false)) < 0)
+                return fail(c, r, "set attributes of", NULL);
+        return 0;
+}
+
+static int copy_symlink(Copy *c, int src, int dst, const char *name, const struct stat *st) {
+        char target[SBX_MAX_PATH_BYTES];
+        ssize_t n = readlinkat(src, name, target, sizeof target - 1);
+        if (n < 0)
+                return errno == ENOENT ? 0 : fail(c, negerrno(), "readlink", NULL);
+        target[n] = 0;
+        if (symlinkat(target, dst, name) < 0)
+                return fail(c, negerrno(), "symlink", NULL);
+        (void)finish_entry(c, -1, dst, name, st, true);
+        c->stats->files++;
+        return 0;
+}
+
+static int copy_fifo(Copy *c, int dst, const char *name, const struct stat *st) {
+        if (mkfifoat(dst, name, st->st_mode & 07777) < 0)
+                return fail(c, negerrno(), "mkfifo", NULL);
+        /* mkfifoat() gave it its mode (umask 0); a chmod by name could follow a symlink
+         * swapped in meanwhile. */
+        (void)finish_entry(c, -1, dst, name, st, true);
+        c->stats->files++;
+        return 0;
+}
+
 static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char d_type, unsigned depth) {
         struct stat st;
         if (c->worker >= 0 && depth <= 1) {
@@ -268,55 +314,12 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
         if (!path_push(c, name, &saved))
                 return fail(c, -ENAMETOOLONG, "copy", name);
         int r = 0;
-        if (S_ISDIR(st.st_mode)) {
-                if (depth >= SBX_MAX_TREE_DEPTH) {
-                        r = fail(c, -ELOOP, "copy (too deep)", NULL);
-                        goto out;
-                }
-                _cleanup_close_ int in = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (in < 0) {
-                        r = fail(c, negerrno(), "open", NULL);
-                        goto out;
-                }
-                if (mkdirat(dst, name, 0700) < 0) {
-                        r = fail(c, negerrno(), "mkdir", NULL);
-                        goto out;
-                }
-                _cleanup_close_ int out = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (out < 0) {
-                        r = fail(c, negerrno(), "open", NULL);
-                        goto out;
-                }
-                c->stats->dirs++;
-                if ((r = copy_dir(c, in, out, depth + 1)) < 0)
-                        goto out;
-                if ((r = finish_entry(c, out, -1, NULL, &st, false)) < 0)
-                        r = fail(c, r, "set attributes of", NULL);
-        } else if (S_ISLNK(st.st_mode)) {
-                char target[SBX_MAX_PATH_BYTES];
-                ssize_t n = readlinkat(src, name, target, sizeof target - 1);
-                if (n < 0) {
-                        r = errno == ENOENT ? 0 : fail(c, negerrno(), "readlink", NULL);
-                        goto out;
-                }
-                target[n] = 0;
-                if (symlinkat(target, dst, name) < 0) {
-                        r = fail(c, negerrno(), "symlink", NULL);
-                        goto out;
-                }
-                (void)finish_entry(c, -1, dst, name, &st, true);
-                c->stats->files++;
-        } else if (S_ISFIFO(st.st_mode)) {
-                if (mkfifoat(dst, name, st.st_mode & 07777) < 0) {
-                        r = fail(c, negerrno(), "mkfifo", NULL);
-                        goto out;
-                }
-                /* mkfifoat() gave it its mode (umask 0); a chmod by name could follow a
-                 * symlink swapped in meanwhile. */
-                (void)finish_entry(c, -1, dst, name, &st, true);
-                c->stats->files++;
-        }
-out:
+        if (S_ISDIR(st.st_mode))
+                r = copy_subdir(c, src, dst, name, &st, depth);
+        else if (S_ISLNK(st.st_mode))
+                r = copy_symlink(c, src, dst, name, &st);
+        else if (S_ISFIFO(st.st_mode))
+                r = copy_fifo(c, dst, name, &st);
         path_pop(c, saved);
         return r;
 }
@@ -536,113 +539,137 @@ static DIR *list_dir(int fd) {
         return d;
 }
 
+/* The clear's walk: the directory being emptied and the levels above it. */
+typedef struct Clear {
+        Level *stack; /* from the top down to cur's parent */
+        size_t n, cap;
+        int cur;
+        DIR *d; /* cur's listing */
+        char *err;
+        size_t errlen;
+} Clear;
+
+/* Removes every entry of the current directory but directories; *ret_sub is the first
+ * directory met (owned), NULL once none is left. */
+static int clear_files(Clear *k, char **ret_sub) {
+        struct dirent *de;
+        *ret_sub = NULL;
+        errno = 0;
+        while ((de = readdir(k->d))) {
+                const char *name = de->d_name;
+                if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                        continue;
+                if (unlinkat(k->cur, name, 0) == 0 || errno == ENOENT)
+                        continue;
+                if (errno != EISDIR) {
+                        int r = negerrno();
+                        snprintf(k->err, k->errlen, "remove %s: %s", name, strerror(-r));
+                        return r;
+                }
+                if (!(*ret_sub = strdup(name)))
+                        return -ENOMEM;
+                break;
+        }
+        return 0;
+}
+
+/* Makes the directory sub (taken over) of the current one the current one. */
+static int clear_descend(Clear *k, char *sub) {
+        int s = openat(k->cur, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *sd = s >= 0 ? list_dir(s) : NULL;
+        if (!sd) {
+                int r = s < 0 ? negerrno() : -EIO;
+                snprintf(k->err, k->errlen, "open %s: %s", sub, strerror(-r));
+                safe_close(s);
+                free(sub);
+                return r;
+        }
+        /* Rootless, our own read-only directory must become writable to be emptied. */
+        (void)fchmod(s, 0700);
+        if (k->n == k->cap) {
+                size_t ncap = k->cap ? k->cap * 2 : 64;
+                Level *ns = realloc(k->stack, ncap * sizeof *ns);
+                if (!ns) {
+                        closedir(sd);
+                        close(s);
+                        free(sub);
+                        return -ENOMEM;
+                }
+                k->stack = ns;
+                k->cap = ncap;
+        }
+        if (k->n >= SBX_TREE_CLEAR_OPEN_LEVELS) {
+                closedir(k->d);
+                k->d = NULL;
+                k->cur = safe_close(k->cur);
+        }
+        k->stack[k->n++] = (Level){ k->cur, k->d, sub };
+        k->cur = s;
+        k->d = sd;
+        return 0;
+}
+
+/* The current directory is empty: back to its parent, and remove it there. Returns 1 when
+ * the current directory was the top, 0 when its parent is now the current one, or -errno. */
+static int clear_ascend(Clear *k) {
+        closedir(k->d);
+        k->d = NULL;
+        if (k->n == 0)
+                return 1;
+        Level up = k->stack[--k->n];
+        if (up.fd < 0) {
+                up.fd = openat(k->cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                up.d = up.fd >= 0 ? list_dir(up.fd) : NULL;
+        }
+        k->cur = safe_close(k->cur);
+        k->cur = up.fd;
+        k->d = up.d;
+        if (k->cur < 0 || !k->d || (unlinkat(k->cur, up.name, AT_REMOVEDIR) < 0 && errno != ENOENT)) {
+                int r = k->cur < 0 || !k->d ? -EIO : negerrno();
+                snprintf(k->err, k->errlen, "rmdir %s: %s", up.name, strerror(-r));
+                free(up.name);
+                return r;
+        }
+        free(up.name);
+        return 0;
+}
+
 /* Iterative, without a depth limit: a tree a command made as deep as it liked must never
  * stand in the way of a restore. It goes back up through "..", which is the parent it came
  * from as long as nothing renames directories meanwhile (the sandbox is frozen); if something
  * does, the walk still stays on the tree's own filesystem below its top (a top directory is
  * a mount point, and nothing can be moved out of a mount). */
 int tree_clear(int top, char *err, size_t errlen) {
-        Level *stack = NULL;
-        size_t n = 0, cap = 0;
-        int r = 0;
         if (err && errlen)
                 err[0] = 0;
-        int cur = openat(top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        DIR *d = cur >= 0 ? list_dir(cur) : NULL;
-        if (!d) {
-                safe_close(cur);
+        Clear k = { .err = err, .errlen = errlen };
+        k.cur = openat(top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        k.d = k.cur >= 0 ? list_dir(k.cur) : NULL;
+        if (!k.d) {
+                safe_close(k.cur);
                 return -EIO;
         }
+        int r;
         for (;;) {
-                struct dirent *de;
-                char *sub = NULL;
-                errno = 0;
-                while ((de = readdir(d))) {
-                        const char *name = de->d_name;
-                        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-                                continue;
-                        if (unlinkat(cur, name, 0) == 0 || errno == ENOENT)
-                                continue;
-                        if (errno != EISDIR) {
-                                r = negerrno();
-                                snprintf(err, errlen, "remove %s: %s", name, strerror(-r));
-                                goto out;
-                        }
-                        if (!(sub = strdup(name))) {
-                                r = -ENOMEM;
-                                goto out;
-                        }
+                char *sub;
+                if ((r = clear_files(&k, &sub)) < 0)
                         break;
-                }
-                if (sub) {
-                        int s = openat(cur, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        DIR *sd = s >= 0 ? list_dir(s) : NULL;
-                        if (!sd) {
-                                r = s < 0 ? negerrno() : -EIO;
-                                snprintf(err, errlen, "open %s: %s", sub, strerror(-r));
-                                safe_close(s);
-                                free(sub);
-                                goto out;
-                        }
-                        /* Rootless, our own read-only directory must become writable to be emptied. */
-                        (void)fchmod(s, 0700);
-                        if (n == cap) {
-                                size_t ncap = cap ? cap * 2 : 64;
-                                Level *ns = realloc(stack, ncap * sizeof *ns);
-                                if (!ns) {
-                                        closedir(sd);
-                                        close(s);
-                                        free(sub);
-                                        r = -ENOMEM;
-                                        goto out;
-                                }
-                                stack = ns;
-                                cap = ncap;
-                        }
-                        if (n >= SBX_TREE_CLEAR_OPEN_LEVELS) {
-                                closedir(d);
-                                d = NULL;
-                                cur = safe_close(cur);
-                        }
-                        stack[n++] = (Level){ cur, d, sub };
-                        cur = s;
-                        d = sd;
-                        continue;
-                }
-                /* This directory is empty: back to its parent, and remove it there. */
-                closedir(d);
-                d = NULL;
-                if (n == 0)
+                r = sub ? clear_descend(&k, sub) : clear_ascend(&k);
+                if (r != 0)
                         break;
-                Level up = stack[--n];
-                if (up.fd < 0) {
-                        up.fd = openat(cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                        up.d = up.fd >= 0 ? list_dir(up.fd) : NULL;
-                }
-                cur = safe_close(cur);
-                cur = up.fd;
-                d = up.d;
-                if (cur < 0 || !d || (unlinkat(cur, up.name, AT_REMOVEDIR) < 0 && errno != ENOENT)) {
-                        r = cur < 0 || !d ? -EIO : negerrno();
-                        snprintf(err, errlen, "rmdir %s: %s", up.name, strerror(-r));
-                        free(up.name);
-                        goto out;
-                }
-                free(up.name);
         }
-out:
-        if (d)
-                closedir(d);
-        safe_close(cur);
-        while (n > 0) {
-                Level *l = &stack[--n];
+        if (k.d)
+                closedir(k.d);
+        safe_close(k.cur);
+        while (k.n > 0) {
+                Level *l = &k.stack[--k.n];
                 if (l->d)
                         closedir(l->d);
                 safe_close(l->fd);
                 free(l->name);
         }
-        free(stack);
-        return r;
+        free(k.stack);
+        return r < 0 ? r : 0;
 }
 
 int tree_become(uid_t uid, gid_t gid) {

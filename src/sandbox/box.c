@@ -130,23 +130,79 @@ static void slot_release(BoxShared *s, Box *b) {
         b->slot = -1;
 }
 
+/* The host ids the sandbox's user maps to: the caller's rootless, a slot of its own as root. */
+static int take_host_ids(BoxShared *s, Box *b, char *err, size_t errlen) {
+        if (s->rootless) {
+                b->host_uid = s->user_uid;
+                b->host_gid = s->user_gid;
+                return 0;
+        }
+        int slot = slot_take(s);
+        if (slot < 0) {
+                snprintf(err, errlen, "no free host uid for the sandbox's user");
+                return slot;
+        }
+        b->slot = slot;
+        b->host_uid = b->host_gid = SBX_HOST_UID_BASE + (unsigned)slot;
+        return 0;
+}
+
+/* What pid 1 gets: ctl_fd is its end of the control socket, sync_fd the pipe on which it
+ * waits for its id maps. */
+static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, int sync_fd) {
+        return (InitConfig){
+                .mount = { .staging = s->staging, .rootfs = c->rootfs, .network = c->network,
+                           .fs_bytes = c->fs_bytes, .file_count = c->file_count,
+                           .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
+                           .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
+                           .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID },
+                .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd,
+                .env = c->env, .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID, .network = c->network,
+                .seccomp = &s->seccomp,
+                .rlimit_as = s->cg.v2_memory || s->cg.v1_memory >= 0 ? 0 : c->memory_bytes,
+                .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 ? 0 : c->pids,
+        };
+}
+
+/* clone3 into fresh namespaces and b's cgroup; the child closes the daemon's ends of sv and
+ * sync and becomes pid 1 (init_main() never returns). */
+static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int sv[2], const int sync[2], char *err,
+                      size_t errlen) {
+        InitConfig ic = init_config(s, c, sv[1], sync[0]);
+        int pidfd = -1;
+        struct clone_args ca = {
+                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
+                         CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_NEWUSER | (c->network ? 0 : CLONE_NEWNET),
+                .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                .exit_signal = SIGCHLD,
+                .cgroup = (uint64_t)b->cg.init,
+        };
+        long pid = syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid < 0) {
+                int r = negerrno();
+                snprintf(err, errlen, "clone3: %s%s", strerror(-r),
+                         r == -EPERM || r == -ENOSPC ? " (are user namespaces allowed?)" : "");
+                return r;
+        }
+        if (pid == 0) {
+                close(sv[0]);
+                if (sync[1] >= 0)
+                        close(sync[1]);
+                init_main(&ic);
+        }
+        b->init_pid = (pid_t)pid;
+        b->init_pidfd = pidfd;
+        return 0;
+}
+
 int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errlen) {
         int sv[2] = { -1, -1 }, sync[2] = { -1, -1 };
         int r;
 
         *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .slot = -1 };
-        if (s->rootless) {
-                b->host_uid = s->user_uid;
-                b->host_gid = s->user_gid;
-        } else {
-                int slot = slot_take(s);
-                if (slot < 0) {
-                        snprintf(err, errlen, "no free host uid for the sandbox's user");
-                        return slot;
-                }
-                b->slot = slot;
-                b->host_uid = b->host_gid = SBX_HOST_UID_BASE + (unsigned)slot;
-        }
+        r = take_host_ids(s, b, err, errlen);
+        if (r < 0)
+                return r;
         err[0] = 0;
         r = random_hex(b->id, 16);
         if (r < 0)
@@ -161,42 +217,9 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 r = negerrno();
                 goto fail;
         }
-
-        InitConfig ic = {
-                .mount = { .staging = s->staging, .rootfs = c->rootfs, .network = c->network,
-                           .fs_bytes = c->fs_bytes, .file_count = c->file_count,
-                           .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
-                           .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
-                           .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID },
-                .ctl_fd = sv[1], .builtin_fd = s->builtin_fd, .userns_sync_fd = sync[0],
-                .env = c->env, .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID, .network = c->network,
-                .seccomp = &s->seccomp,
-                .rlimit_as = s->cg.v2_memory || s->cg.v1_memory >= 0 ? 0 : c->memory_bytes,
-                .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 ? 0 : c->pids,
-        };
-        int pidfd = -1;
-        struct clone_args ca = {
-                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
-                         CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_NEWUSER | (c->network ? 0 : CLONE_NEWNET),
-                .pidfd = (uint64_t)(uintptr_t)&pidfd,
-                .exit_signal = SIGCHLD,
-                .cgroup = (uint64_t)b->cg.init,
-        };
-        long pid = syscall(SYS_clone3, &ca, sizeof ca);
-        if (pid < 0) {
-                r = negerrno();
-                snprintf(err, errlen, "clone3: %s%s", strerror(-r),
-                         r == -EPERM || r == -ENOSPC ? " (are user namespaces allowed?)" : "");
+        r = clone_init(s, c, b, sv, sync, err, errlen);
+        if (r < 0)
                 goto fail;
-        }
-        if (pid == 0) {
-                close(sv[0]);
-                if (sync[1] >= 0)
-                        close(sync[1]);
-                init_main(&ic);
-        }
-        b->init_pid = (pid_t)pid;
-        b->init_pidfd = pidfd;
         b->ctl_fd = TAKE_FD(sv[0]);
         sv[1] = safe_close(sv[1]);
         sync[0] = safe_close(sync[0]);
@@ -206,19 +229,16 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 snprintf(err, errlen, "cgroup v1 attach: %s", strerror(-r));
                 goto fail;
         }
-        {
-                r = write_id_maps(s, b);
-                if (r < 0) {
-                        snprintf(err, errlen, "uid/gid map: %s", strerror(-r));
-                        goto fail;
-                }
-                if (write(sync[1], "x", 1) != 1) {
-                        r = negerrno();
-                        goto fail;
-                }
-                sync[1] = safe_close(sync[1]);
+        r = write_id_maps(s, b);
+        if (r < 0) {
+                snprintf(err, errlen, "uid/gid map: %s", strerror(-r));
+                goto fail;
         }
-
+        if (write(sync[1], "x", 1) != 1) {
+                r = negerrno();
+                goto fail;
+        }
+        sync[1] = safe_close(sync[1]);
         return 0;
 fail:
         safe_close(sv[0]);

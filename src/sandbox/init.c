@@ -149,25 +149,21 @@ static void reap(void) {
                 ;
 }
 
-void init_main(const InitConfig *c) {
-        char err[400] = "";
-        int r;
+/* Rootless, the daemon writes this process's id maps after clone3: until it says so, no id
+ * of this process means anything inside its user namespace. */
+static void wait_for_id_maps(int sync_fd) {
+        if (sync_fd < 0)
+                return;
+        char b;
+        if (read(sync_fd, &b, 1) != 1)
+                _exit(1);
+        close(sync_fd);
+}
 
-        (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-        (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
-        if (c->userns_sync_fd >= 0) {
-                char b;
-                if (read(c->userns_sync_fd, &b, 1) != 1)
-                        _exit(1);
-                close(c->userns_sync_fd);
-        }
-        /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
-         * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. Only after
-         * the id maps are written: a non-dumpable process's /proc files belong to root,
-         * and an unprivileged parent could no longer write them. */
-        (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        /* Keep only the control socket and the builtin; everything else the daemon had
-         * open (other sandboxes' sockets, client connections) must not survive here. */
+/* Keeps only the control socket (returned, as a new CLOEXEC fd) and the builtin; everything
+ * else the daemon had open (other sandboxes' sockets, client connections) must not survive
+ * here. stdin, stdout and stderr become /dev/null. */
+static int keep_only_ctl(const InitConfig *c) {
         int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);
         int lo = MIN(ctl, c->builtin_fd), hi = MAX(ctl, c->builtin_fd);
         if (lo > 3)
@@ -183,9 +179,15 @@ void init_main(const InitConfig *c) {
                 if (nul > 2)
                         close(nul);
         }
+        return ctl;
+}
 
+/* Builds the root, names the host and brings loopback up; on failure tells the daemon why
+ * on ctl and exits. Returns the snapshot store's fd, or -1. */
+static int setup_or_exit(const InitConfig *c, int ctl) {
+        char err[400] = "";
         int snap = -1;
-        r = mount_build_root(&c->mount, &snap, err, sizeof err);
+        int r = mount_build_root(&c->mount, &snap, err, sizeof err);
         /* Only now: the config's strings (the rootfs path) may point into that memory. */
         hide_cmdline();
         if (r >= 0 && sethostname("sandbox", 7) < 0) {
@@ -198,6 +200,46 @@ void init_main(const InitConfig *c) {
                 send_ready(ctl, r, err, -1);
                 _exit(1);
         }
+        return snap;
+}
+
+/* Reads one message from the daemon: a spawn request starts a session shell on the socket
+ * it carries, any other fd is closed. Exits once the daemon is gone. */
+static void handle_ctl(const InitConfig *c, int ctl) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        InitMsg m;
+        struct iovec iov = { &m, sizeof m };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                _exit(0); /* daemon gone or sandbox destroyed: take everything down */
+        if (n < 0)
+                return;
+        int fd = -1;
+        struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
+        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS)
+                memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
+        if (fd >= 0 && (size_t)n >= sizeof m.type && m.type == INIT_SPAWN)
+                spawn_session(c, fd);
+        else if (fd >= 0)
+                close(fd);
+}
+
+void init_main(const InitConfig *c) {
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
+        wait_for_id_maps(c->userns_sync_fd);
+        /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
+         * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. Only after
+         * the id maps are written: a non-dumpable process's /proc files belong to root,
+         * and an unprivileged parent could no longer write them. */
+        (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        int ctl = keep_only_ctl(c);
+        int snap = setup_or_exit(c, ctl);
 
         sigset_t mask;
         sigemptyset(&mask);
@@ -219,28 +261,7 @@ void init_main(const InitConfig *c) {
                                 ;
                         reap();
                 }
-                if (!p[0].revents)
-                        continue;
-                union {
-                        struct cmsghdr align;
-                        char buf[CMSG_SPACE(sizeof(int))];
-                } cm;
-                InitMsg m;
-                struct iovec iov = { &m, sizeof m };
-                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-                                     .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
-                ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
-                if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-                        _exit(0); /* daemon gone or sandbox destroyed: take everything down */
-                if (n < 0)
-                        continue;
-                int fd = -1;
-                struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
-                if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS)
-                        memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
-                if (fd >= 0 && (size_t)n >= sizeof m.type && m.type == INIT_SPAWN)
-                        spawn_session(c, fd);
-                else if (fd >= 0)
-                        close(fd);
+                if (p[0].revents)
+                        handle_ctl(c, ctl);
         }
 }
