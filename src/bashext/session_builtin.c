@@ -4,8 +4,8 @@
  * Why inside bash: a session's state (variables, arrays, functions, aliases, options, traps,
  * cwd, umask, open fds) lives in a bash process's memory, and a fork copies all of it for
  * free. So the process that holds the state (the holder) never runs a command itself. It
- * forks a worker ahead of time; the worker tells the daemon it is ready (the daemon moves it
- * into the next command's cgroup while it is idle) and blocks for a command. When the
+ * forks a worker ahead of time and hands the daemon a pidfd of it (SPAWNED: the daemon
+ * moves it into the next command's cgroup while it is idle); the worker blocks for a command. When the
  * command ends normally, the worker reports the exit code and *becomes the holder*: its
  * memory is exactly the new state, so there is nothing to serialise or replay. The daemon
  * then kills the old holder. When the worker is killed (timeout, cancel) or dies, the old
