@@ -823,6 +823,10 @@ static void bench_files(Conn *ctl) {
         sbx_sandbox_options_init(&so);
         if (sbx_sandbox_new(ctx, &so, &sb) < 0)
                 bench_die("sbx_sandbox_new: %s", sbx_context_last_error(ctx));
+        /* The files API answers -EAGAIN until the root is built: turn the loop until then. */
+        uint64_t deadline = bench_now_ns() + 10000000000ULL;
+        while (!sbx_sandbox_ready(sb) && bench_now_ns() < deadline)
+                (void)sbx_context_run_once(ctx, 10);
         for (unsigned i = 0; i < cfg.files_warmup + cfg.files_n; i++) {
                 fill_random(data, n);
                 uint8_t *rd = NULL;
