@@ -22,6 +22,7 @@ double bench_ms_since(uint64_t t0) { return bench_ms_between(t0, bench_now_ns())
 
 /* ------------------------------------------------------------------ messages */
 
+static void vmessage(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 static void vmessage(const char *fmt, va_list ap) {
         fprintf(stderr, "%s: ", bench_prog);
         vfprintf(stderr, fmt, ap);
