@@ -55,6 +55,8 @@ typedef struct SbxSandboxOptions {
         bool network;         /* share the host's network; default: loopback only */
         const char *rootfs;   /* a root filesystem tree to use instead of the host's dirs */
         const char *const *env; /* extra NAME=VALUE entries, NULL-terminated, may be NULL */
+        bool kill_leftovers;  /* what a command leaves running is killed when it ends (default:
+                                 it keeps running as a background process of the sandbox) */
 } SbxSandboxOptions;
 
 typedef enum SbxErrorClass {
@@ -65,6 +67,13 @@ typedef enum SbxErrorClass {
 } SbxErrorClass;
 
 typedef enum SbxStream { SBX_STDOUT = 1, SBX_STDERR = 2 } SbxStream;
+
+/* What becomes of the processes a command leaves running when it ends. */
+typedef enum SbxLeftovers {
+        SBX_LEFTOVERS_DEFAULT = 0, /* the sandbox's kill_leftovers */
+        SBX_LEFTOVERS_KEEP,        /* they keep running, their output goes to the background log */
+        SBX_LEFTOVERS_KILL,        /* they are killed (the command's cgroup) when it ends */
+} SbxLeftovers;
 
 typedef struct SbxRunOptions {
         const char *command;   /* the shell text; command_len bytes (NUL not needed) */
@@ -77,6 +86,7 @@ typedef struct SbxRunOptions {
         bool persist_env;      /* env entries stay set (exported) in the session afterwards */
         bool get_env;          /* no command: `command` is a variable name; stdout gets its
                                   value, exit 0 if set and exported, else 1 (no shell code runs) */
+        SbxLeftovers leftovers;
 } SbxRunOptions;
 
 typedef struct SbxResult {

@@ -80,3 +80,18 @@ int handler_env_list(json_t *env, const char ***ret, RpcError *e) {
         *ret = list;
         return 0;
 }
+
+int handler_leftovers(json_t *params, SbxLeftovers *ret, RpcError *e) {
+        const char *v = NULL;
+        if (param_string(params, "leftovers", false, &v, NULL, e) < 0)
+                return -1;
+        if (!v)
+                return 0;
+        if (strcmp(v, "keep") == 0)
+                *ret = SBX_LEFTOVERS_KEEP;
+        else if (strcmp(v, "kill") == 0)
+                *ret = SBX_LEFTOVERS_KILL;
+        else
+                return rpc_fail(e, RPC_INVALID_PARAMS, "leftovers must be \"keep\" or \"kill\", not \"%.40s\"", v);
+        return 0;
+}

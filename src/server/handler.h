@@ -73,3 +73,7 @@ int handler_open_session(Req *r, const char *name, SbxSession **ret, RpcError *e
  * with handler_env_free. Returns 0 or -1 with e set (-32602 naming a bad entry). */
 int handler_env_list(json_t *env, const char ***ret, RpcError *e);
 void handler_env_free(const char **list);
+/* The `leftovers` param ("keep" or "kill") into *ret; absent leaves it as it is.
+ * Returns 0 or -1 with e set (-32602). */
+int handler_leftovers(json_t *params, SbxLeftovers *ret, RpcError *e);
+#define PARAM_LEFTOVERS(what) { "leftovers", P_STRING, false, "\"keep\" or \"kill\": what " what " leaves running is killed when it ends (kill) or keeps running as a background process (keep)" }

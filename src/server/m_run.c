@@ -115,7 +115,8 @@ static int m_run(Req *r, json_t **ret, RpcError *e) {
             param_string(r->params, "cwd", false, &cwd, NULL, e) < 0 ||
             param_string(r->params, "stdin", false, &stdin_b64, &stdin_len, e) < 0 ||
             param_u64(r->params, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &o.timeout_ms, e) < 0 ||
-            param_bool(r->params, "stream", &stream, e) < 0 || param_object(r->params, "env", &env, e) < 0)
+            param_bool(r->params, "stream", &stream, e) < 0 || param_object(r->params, "env", &env, e) < 0 ||
+            handler_leftovers(r->params, &o.leftovers, e) < 0)
                 return -1;
         if (cwd && (!*cwd || strlen(cwd) >= SBX_MAX_PATH_BYTES))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "cwd must be a non-empty path");
@@ -218,6 +219,7 @@ static const Param p_run[] = {
         { "stdin", P_STRING, false, "base64 bytes on stdin (default: /dev/null)" },
         { "timeoutMs", P_INT, false, "this run's timeout (default: the sandbox's)" },
         { "stream", P_BOOL, false, "send `output` notifications as output arrives" },
+        PARAM_LEFTOVERS("this command"),
         { 0 } };
 static const Param p_cancel[] = { { "requestId", P_ANY, true, "the id of a pending `run` on this connection" }, { 0 } };
 #define PARAM_ENV_NAME { "name", P_STRING, true, "^[A-Za-z_][A-Za-z0-9_]*$" }

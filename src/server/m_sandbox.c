@@ -40,6 +40,10 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
                         return rpc_fail(e, RPC_INVALID_PARAMS, "limits.rpcBytes must be at least 1024");
                 *ret_rpc_bytes = (size_t)v;
         }
+        SbxLeftovers leftovers = SBX_LEFTOVERS_DEFAULT;
+        if (handler_leftovers(p, &leftovers, e) < 0)
+                return -1;
+        o->kill_leftovers = leftovers == SBX_LEFTOVERS_KILL;
         if (handler_env_list(env, ret_env, e) < 0)
                 return -1;
         if (*ret_env)
@@ -142,6 +146,11 @@ static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
         return answer_when_ready(r, sb, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)), e);
 }
 
+static int m_process_kill_all(Req *r, json_t **ret, RpcError *e) {
+        *ret = json_pack("{s:I}", "groups", (json_int_t)sbx_sandbox_kill_background(r->sb->sb));
+        return 0;
+}
+
 static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
         Registry *reg = &r->core->registry;
         json_t *list = json_array();
@@ -202,7 +211,8 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         { "fsLimitBytes", P_INT, false, "size of /tmp + /home/user (256 MiB)" }, \
         { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids}" }, \
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
-        { "network", P_BOOL, false, "share the host's network (default: loopback only)" }
+        { "network", P_BOOL, false, "share the host's network (default: loopback only)" }, \
+        PARAM_LEFTOVERS("a command")
 
 static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
 static const Param p_sandbox_create[] = {
@@ -226,4 +236,8 @@ const Method server_methods_sandbox[] = {
         { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
         { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",
           "Ends a session; its running command is cancelled." },
+        { "process.killAll", m_process_kill_all, M_SANDBOX, handler_params_sandbox, "{groups}",
+          "Kills every process that earlier commands left running (background jobs, daemons), in one "
+          "call: what frees a session whose process budget they hold. Running commands and session "
+          "shells are untouched. groups: how many commands' leftovers were killed." },
         { 0 } };

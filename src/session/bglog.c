@@ -13,7 +13,9 @@
 
 /* How often emptied cgroups are looked for while any is left. */
 #define BG_SWEEP_MS 1000
-/* How soon after a kill the sweep looks again. */
+/* How soon after a kill the sweep looks again, and how long a doomed cgroup waits for the
+ * session's next worker to leave it (it is killed anyway then: a worker still in it dies,
+ * and its holder forks another). */
 #define BG_KILL_SWEEP_MS 50
 
 struct BgPipe {
@@ -27,6 +29,8 @@ struct BgPipe {
 struct BgCgroup {
         BgCgroup *next, *prev;
         char name[24];
+        bool doomed; /* to be killed (leftovers: kill) */
+        const void *owner;
 };
 
 static void pipe_free(BgPipe *p) {
@@ -80,11 +84,26 @@ static void cgroup_free(BgLog *bg, BgCgroup *c) {
         free(c);
 }
 
+static void kill_named(BgLog *bg, const char *name) {
+        _cleanup_close_ int dir = openat(bg->cg->dir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir >= 0)
+                (void)cgroup_kill(dir);
+}
+
+void bglog_kill_doomed(BgLog *bg, const void *owner) {
+        for (BgCgroup *c = bg->cgroups; c; c = c->next)
+                if (c->doomed && (!owner || c->owner == owner)) {
+                        c->doomed = false;
+                        kill_named(bg, c->name);
+                }
+}
+
 /* Removes the retired cgroups that have emptied; comes back while any is left. */
 static void sweep_event(Watch *w, uint32_t events) {
         BgLog *bg = w->data;
         uint64_t x;
         (void)!read(bg->timer, &x, sizeof x);
+        bglog_kill_doomed(bg, NULL);
         for (BgCgroup *c = bg->cgroups, *next; c; c = next) {
                 next = c->next;
                 if (cgroup_child_remove(bg->cg, c->name) == 0)
@@ -94,24 +113,42 @@ static void sweep_event(Watch *w, uint32_t events) {
                 (void)timerfd_arm_ms(bg->timer, BG_SWEEP_MS);
 }
 
-void bglog_retire_cgroup(BgLog *bg, int dir, const char *name) {
-        safe_close(dir);
-        if (cgroup_child_remove(bg->cg, name) == 0)
+static void retire(BgLog *bg, int dir, const char *name, bool doomed, const void *owner) {
+        if (cgroup_child_remove(bg->cg, name) == 0) {
+                safe_close(dir);
                 return;
+        }
         BgCgroup *c = calloc(1, sizeof *c);
-        if (!c)
-                return; /* removed with the sandbox */
+        if (!c || bg->timer < 0) {
+                /* Without a place in the list (out of memory) or a timer, a doomed cgroup dies
+                 * now, next worker or not; the rest is removed with the sandbox. */
+                if (doomed)
+                        (void)cgroup_kill(dir);
+                safe_close(dir);
+                free(c);
+                return;
+        }
+        safe_close(dir);
         snprintf(c->name, sizeof c->name, "%s", name);
+        c->doomed = doomed;
+        c->owner = owner;
         LIST_LINK(bg->cgroups, c);
-        if (bg->timer >= 0)
-                (void)timerfd_arm_ms(bg->timer, BG_SWEEP_MS);
+        (void)timerfd_arm_ms(bg->timer, doomed ? BG_KILL_SWEEP_MS : BG_SWEEP_MS);
+}
+
+void bglog_retire_cgroup(BgLog *bg, int dir, const char *name) { retire(bg, dir, name, false, NULL); }
+
+void bglog_doom_cgroup(BgLog *bg, int dir, const char *name, const void *owner) {
+        retire(bg, dir, name, true, owner);
 }
 
 unsigned bglog_kill(BgLog *bg) {
         unsigned n = 0;
         for (BgCgroup *c = bg->cgroups; c; c = c->next) {
+                c->doomed = false;
                 _cleanup_close_ int dir = openat(bg->cg->dir, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dir >= 0 && cgroup_kill(dir) == 0)
+                /* Only those with processes count: one killed before waits for the sweep. */
+                if (dir >= 0 && cgroup_populated(dir) == 1 && cgroup_kill(dir) == 0)
                         n++;
         }
         if (n > 0 && bg->timer >= 0)

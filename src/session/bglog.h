@@ -36,6 +36,12 @@ void bglog_adopt_pipe(BgLog *bg, int fd);
 /* Takes ownership of dir, the fd of the ended command's cgroup `name`: removed now if empty,
  * else swept later. */
 void bglog_retire_cgroup(BgLog *bg, int dir, const char *name);
+/* The same for a command whose leftovers must die (leftovers: kill). The kill waits until the
+ * session's next worker is out of the cgroup (the holder forks it while it may still be in
+ * there): bglog_kill_doomed() when the worker is contained, else a short timer. */
+void bglog_doom_cgroup(BgLog *bg, int dir, const char *name, const void *owner);
+/* Kills the doomed cgroups of owner (a session); NULL: all of them. */
+void bglog_kill_doomed(BgLog *bg, const void *owner);
 /* Kills every retired cgroup; returns how many were killed. */
 unsigned bglog_kill(BgLog *bg);
 /* Copies the newest up to size bytes of the log into buf; returns the length. */

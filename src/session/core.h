@@ -27,4 +27,5 @@ typedef struct SandboxCore {
          * which would land half in, half out. */
         bool tree_busy;
         bool dying;            /* being freed, or its pid 1 is gone: no new shells */
+        bool kill_leftovers;   /* runs kill what they leave running unless told otherwise */
 } SandboxCore;

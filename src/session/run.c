@@ -150,6 +150,8 @@ static void run_finish(SbxRun *r) {
                 loop_del(core->loop, &r->err_w);
                 bglog_adopt_pipe(&core->bg, TAKE_FD(r->err_fd));
         }
+        if (r->cg >= 0 && r->kill_leftovers)
+                bglog_doom_cgroup(&core->bg, TAKE_FD(r->cg), r->cg_name, s);
         if (r->cg >= 0)
                 bglog_retire_cgroup(&core->bg, TAKE_FD(r->cg), r->cg_name);
 
@@ -470,6 +472,9 @@ static long run_check_options(const SbxRunOptions *o) {
                 return -EINVAL;
         if (o->cwd && (strlen(o->cwd) == 0 || strlen(o->cwd) >= SBX_MAX_PATH_BYTES))
                 return -EINVAL;
+        if (o->leftovers != SBX_LEFTOVERS_DEFAULT && o->leftovers != SBX_LEFTOVERS_KEEP &&
+            o->leftovers != SBX_LEFTOVERS_KILL)
+                return -EINVAL;
         size_t env_len = 0, n_env = 0;
         for (const char *const *e = o->env; e && *e; e++, n_env++) {
                 const char *eq = strchr(*e, '=');
@@ -520,6 +525,8 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         r->timeout_ms = o->timeout_ms ? o->timeout_ms : core->timeout_ms;
         r->persist_env = o->persist_env;
         r->get_env = o->get_env;
+        r->kill_leftovers = o->leftovers == SBX_LEFTOVERS_DEFAULT ? core->kill_leftovers
+                                                                   : o->leftovers == SBX_LEFTOVERS_KILL;
         if (o->command_len > core->limits.command_bytes) {
                 char msg[128];
                 snprintf(msg, sizeof msg, "sbx: command is %zu bytes, the limit is %llu\n", o->command_len,

@@ -32,6 +32,7 @@ struct SbxRun {
         Buf out, err;
         bool sent, killed, paused, finished, persist_env, get_env;
         bool internal;
+        bool kill_leftovers; /* its cgroup is killed when it ends: nothing it started survives */
         uint64_t order;      /* sandbox-wide order of requests (caller runs only) */
         uint32_t wire_flags; /* WIRE_F_DUMP, WIRE_F_RESTORE or RUN_BARRIER */
         int exit_code;

@@ -240,6 +240,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         fill_limits(&sb->core.limits);
         sb->core.timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
         sb->core.hold_after = UINT64_MAX;
+        sb->core.kill_leftovers = o->kill_leftovers;
         sb->setup_timer = -1;
         sb->env = build_env(o->env);
         sb->network = o->network;
@@ -344,7 +345,8 @@ bool sandbox_is_default(const SbxSandbox *sb) {
                 if (n >= ELEMENTSOF(default_env) || strcmp(*e, default_env[n]) != 0)
                         return false;
         return n == ELEMENTSOF(default_env) && memcmp(&l, &sb->core.limits, sizeof l) == 0 &&
-               sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && !sb->network && !sb->rootfs;
+               sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && !sb->network && !sb->rootfs &&
+               !sb->core.kill_leftovers;
 }
 
 void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
@@ -354,6 +356,7 @@ void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
         ret->env = (const char *const *)sb->env;
         ret->network = sb->network;
         ret->rootfs = sb->rootfs;
+        ret->kill_leftovers = sb->core.kill_leftovers;
 }
 
 SandboxHost *sandbox_host(const SbxSandbox *sb) { return sb->host; }

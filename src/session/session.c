@@ -81,6 +81,8 @@ static void on_spawned(SbxSession *s, int fd) {
         s->cg = dir;
         s->worker_pid = pid;
         s->state = SS_IDLE;
+        /* The worker is out of the last command's cgroup: what that left may die now. */
+        bglog_kill_doomed(&core->bg, s);
         s->hooks->idle(s);
 }
 

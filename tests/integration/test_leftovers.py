@@ -1,0 +1,76 @@
+"""What a command leaves running: kept by default, killed when it ends with `leftovers: kill`
+(per sandbox or per run), and all of it killed at once by process.killAll."""
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_until
+from test_rpc import stdio  # noqa: F401 (a fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
+    pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
+]
+
+# Counts the sleeps still alive (a killed one stays a zombie until its parent shell reaps it),
+# giving dying ones up to 2 s to go.
+ALIVE = "ps -eo stat=,comm= | awk '$2 == \"sleep\" && $1 !~ /^Z/' | wc -l"
+COUNT = ("for i in $(seq 40); do n=$(" + ALIVE + "); [ \"$n\" -le {want} ] && break; sleep 0.05; done; "
+         + ALIVE)
+
+
+def run(peer, command, **params):
+    return peer.result("run", {"command": command, **params})
+
+
+def count_sleeps(peer, want=0):
+    return int(run(peer, COUNT.format(want=want))["stdout"])
+
+
+def test_leftovers_are_kept_by_default(stdio):
+    stdio.result("create")
+    assert run(stdio, "sleep 300 & echo started")["stdout"] == "started\n"
+    assert count_sleeps(stdio, want=1) == 1
+
+
+def test_leftovers_kill_per_run_keeps_the_state(stdio):
+    stdio.result("create")
+    r = run(stdio, "x=42; sleep 301 & sleep 302 & echo started", leftovers="kill")
+    assert (r["exitCode"], r["stdout"]) == (0, "started\n")
+    assert count_sleeps(stdio) == 0
+    assert run(stdio, "echo $x")["stdout"] == "42\n"
+    run(stdio, "sleep 303 &", leftovers="keep")
+    assert count_sleeps(stdio, want=1) == 1
+
+
+def test_leftovers_kill_per_sandbox_and_keep_per_run(stdio):
+    sid = stdio.result("sandbox.create", {"leftovers": "kill"})["sandboxId"]
+    run(stdio, "sleep 304 &", sandboxId=sid)
+    assert int(run(stdio, COUNT.format(want=0), sandboxId=sid)["stdout"]) == 0
+    run(stdio, "sleep 305 &", sandboxId=sid, leftovers="keep")
+    assert int(run(stdio, COUNT.format(want=1), sandboxId=sid)["stdout"]) == 1
+
+
+def test_leftovers_bad_value_is_refused(stdio):
+    stdio.result("create")
+    err = stdio.error("run", {"command": "echo hi", "leftovers": "sometimes"})
+    assert err["code"] == -32602 and "leftovers" in err["message"], err
+    err = stdio.error("sandbox.create", {"leftovers": 1})
+    assert err["code"] == -32602 and "leftovers" in err["message"], err
+    assert run(stdio, "echo still here")["stdout"] == "still here\n"
+
+
+def test_process_kill_all_frees_the_sandbox_in_one_call(stdio):
+    stdio.result("create")
+    run(stdio, "sleep 306 & sleep 307 &")
+    run(stdio, "sleep 308 &")
+    assert count_sleeps(stdio, want=3) == 3
+    assert stdio.result("process.killAll") == {"groups": 2}
+    assert count_sleeps(stdio) == 0
+    # Nothing left to kill (the killed ones' zombies go once pid 1 has reaped them).
+    assert wait_until(lambda: stdio.result("process.killAll") == {"groups": 0})
+    assert run(stdio, "echo ok")["stdout"] == "ok\n"
