@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Peer
+from conftest import Peer, memory_bound
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -108,6 +108,7 @@ def test_protocol_errors_keep_connection(stdio):
     assert stdio.result("run", {"command": "echo ok"})["stdout"] == "ok\n"
 
 
+@memory_bound
 def test_huge_line_skipped(stdio):
     stdio.result("create")
     big = b'{"jsonrpc":"2.0","id":5,"method":"run","params":{"command":"' + b"x" * (64 * 1024 * 1024) + b'"}}\n'
@@ -359,6 +360,7 @@ def test_sigterm_answers_and_cleans(server):
                 f"sbx-{server.pid}" in (Path(f"/proc/{p}/cgroup").read_text())]
 
 
+@memory_bound
 def test_backpressure_bounded(server):
     a = connect(server.path)
     a.result("create", {"limits": {"stdoutBytes": 64 * 1024 * 1024}})
@@ -428,6 +430,7 @@ def test_non_utf8_safe_answers(stdio):
     assert stdio.result("ping") == {"pong": True}
 
 
+@memory_bound
 def test_client_that_never_reads_is_bounded(server):
     a = connect(server.path)
     a.result("create")
