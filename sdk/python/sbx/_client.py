@@ -4,7 +4,10 @@ A :class:`Client` owns either a spawned ``sbx serve --stdio`` process or a Unix 
 connection to ``sbx serve --socket PATH``. Requests are newline-delimited JSON-RPC 2.0
 lines with integer ids from a counter; a background reader thread routes every answer to
 the request waiting for it and every ``output`` notification to the run that asked for
-streaming. Writes are serialised by a lock, so a client may be used from many threads.
+streaming. An error answer that names no waiting request (the server answers a line it
+cannot read, e.g. one with a NUL character, with ``"id": null``) still fails one: see
+:meth:`Client._unmatched_call`. Writes are serialised by a lock, so a client may be used
+from many threads.
 
 The server's stderr (stdio mode) is drained by a second thread into a bounded buffer of
 recent lines; when the server dies, every waiter gets
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import re
 import shutil
@@ -34,7 +38,8 @@ _STDERR_LINES = 50
 _STDERR_CHARS = 4000
 #: The server's default limit on one request line (``limits.rpcBytes``), newline excluded.
 DEFAULT_RPC_BYTES = 8 << 20
-#: JSON-RPC parse error; the server's answer to a line over ``limits.rpcBytes``.
+#: JSON-RPC parse error: the server's answer to a line it cannot parse or that is over
+#: ``limits.rpcBytes``; sent with ``"id": null``.
 PARSE_ERROR = -32700
 
 NotificationHandler = Callable[[Dict[str, Any]], None]
@@ -103,6 +108,41 @@ def find_binary(binary: Optional[str] = None) -> str:
 
 _TOO_LARGE = re.compile(r"Request too large \(limit (\d+) bytes\)")
 
+#: The integers the server's JSON parser reads (a C int64).
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _unreadable(value: Any) -> bool:
+    """Whether the server's JSON parser would reject ``value``, so that the server could not
+    read the id of a request carrying it: a NUL character in a string or a key, a float that
+    is not finite (sent as NaN or Infinity), or an integer outside int64."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int):
+        return not _INT_MIN <= value <= _INT_MAX
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_unreadable(k) or _unreadable(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_unreadable(v) for v in value)
+    return False
+
+
+def _error_of(msg: Dict[str, Any]) -> Optional[SbxError]:
+    """The SbxError an answer carries, or None for a result."""
+    if "error" not in msg:
+        return None
+    err = as_object(msg["error"])
+    if err is None:
+        return SbxError(INTERNAL_ERROR, f"malformed error from the server: {msg['error']!r}")
+    code = err.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = INTERNAL_ERROR
+    return SbxError(code, str(err.get("message", "")), err.get("data"))
+
 
 def as_object(value: Any) -> Optional[Dict[str, Any]]:
     """``value`` if it is a JSON object (a dict), else None."""
@@ -123,14 +163,16 @@ def _rpc_bytes_param(params: Dict[str, Any]) -> Optional[int]:
 class PendingCall:
     """One request in flight: its answer, once it came, and its notification handler."""
 
-    __slots__ = ("request_id", "method", "size", "on_notification", "event", "result", "error",
+    __slots__ = ("request_id", "method", "size", "unreadable", "on_notification", "event", "result", "error",
                  "callback_error")
 
     def __init__(self, request_id: int, method: str, size: int,
-                 on_notification: Optional[NotificationHandler]) -> None:
+                 on_notification: Optional[NotificationHandler], unreadable: bool = False) -> None:
         self.request_id = request_id
         self.method = method
         self.size = size  # bytes of the request line, newline excluded
+        # The server's parser rejects the request (see _unreadable): it answers without an id.
+        self.unreadable = unreadable
         self.on_notification = on_notification
         self.event = threading.Event()
         self.result: Any = None
@@ -174,7 +216,7 @@ class Client:
         self._closing = False
         # What the server takes as one line on this connection (create and sandbox.create
         # may change it with limits.rpcBytes). Longer requests are refused here: the server
-        # would answer them with id null, which no waiter could be matched to.
+        # would answer them with id null (see _unmatched_call).
         self._rpc_limit = DEFAULT_RPC_BYTES
         self._stderr: Deque[str] = collections.deque(maxlen=_STDERR_LINES)
         self._stderr_thread: Optional[threading.Thread] = None
@@ -276,6 +318,7 @@ class Client:
         head = b'{"jsonrpc":"2.0","method":' + json.dumps(method).encode("utf-8")
         if params:
             head += b',"params":' + json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        unreadable = _unreadable(params)
         with self._lock:
             if self._dead is not None:
                 raise self._dead.copy()
@@ -286,7 +329,7 @@ class Client:
                 raise SbxError(PARSE_ERROR, f"Request too large (limit {self._rpc_limit} bytes): this {method} "
                                             f"request is {size} bytes; raise limits.rpcBytes")
             self._next_id += 1
-            call = PendingCall(rid, method, size, on_notification)
+            call = PendingCall(rid, method, size, on_notification, unreadable)
             # Registered before writing: the answer may come before the write returns.
             self._calls[rid] = call
         try:
@@ -403,40 +446,51 @@ class Client:
                     call.callback_error = e
             return
         rid = msg.get("id")
+        error = _error_of(msg)
         with self._lock:
-            if isinstance(rid, int):
-                call = self._calls.pop(rid, None)
-            else:
-                call = self._too_large_call(msg.get("error"))
+            call = self._calls.pop(rid, None) if isinstance(rid, int) and not isinstance(rid, bool) else None
+            if call is None and error is not None:
+                call = self._unmatched_call(error)
         if call is None:
-            return  # an answer nobody waits for
-        err = as_object(msg.get("error"))
-        if err is not None:
-            call.error = SbxError(int(err.get("code", INTERNAL_ERROR)), str(err.get("message", "")), err.get("data"))
+            # A result with an id nobody waits for, or an error while nothing is pending.
+            self._stderr.append("sbx sdk: dropped an answer to no pending request: "
+                                + line[:200].decode("utf-8", "replace"))
+            return
+        if error is not None:
+            call.error = error
         else:
             call.result = msg.get("result")
         call.event.set()
 
-    def _too_large_call(self, err: Any) -> Optional[PendingCall]:
-        """The call an id-less "Request too large" error answers (lock held), or None.
+    def _unmatched_call(self, error: SbxError) -> Optional[PendingCall]:
+        """The pending call an error that names no pending request goes to (lock held), or
+        None when nothing is pending.
 
-        The server answers a line over its limit without reading its id. Our own check
-        in send() normally prevents that; should the limits disagree anyway, the error goes
-        to the oldest pending request longer than the limit the server names, so that no
-        caller waits forever.
+        The server answers a line it cannot read with ``"id": null``: a line over its limit
+        (``Request too large (limit N bytes)``, normally prevented by send()'s own check),
+        or one its JSON parser rejects (``Parse error: ...``, e.g. a NUL character in a
+        command, a path or an env value). Such an answer, or one with an id nobody waits
+        for, must still fail a caller rather than leave it waiting forever. It goes to the
+        oldest pending call the server could not have read: one longer than the limit the
+        message names, else one send() found unreadable (see _unreadable). Failing those,
+        it goes to the oldest pending call. Older calls still running (a started command)
+        are not the likely culprit: the server answers unreadable lines at once.
         """
-        err = as_object(err)
-        if err is None or err.get("code") != PARSE_ERROR:
+        if not self._calls:
             return None
-        m = _TOO_LARGE.match(str(err.get("message", "")))
-        if not m:
-            return None
-        limit = int(m.group(1))
-        self._rpc_limit = limit
-        for rid in sorted(self._calls):
-            if self._calls[rid].size > limit:
-                return self._calls.pop(rid)
-        return None
+        m = _TOO_LARGE.match(error.message) if error.code == PARSE_ERROR else None
+        if m:
+            limit = int(m.group(1))
+            self._rpc_limit = limit
+
+            def culprit(c: PendingCall) -> bool:
+                return c.size > limit
+        else:
+            def culprit(c: PendingCall) -> bool:
+                return c.unreadable
+        ids = sorted(self._calls)
+        rid = next((i for i in ids if culprit(self._calls[i])), ids[0])
+        return self._calls.pop(rid)
 
     def _exit_detail(self) -> str:
         tail = self.stderr_tail().strip()
