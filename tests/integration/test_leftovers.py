@@ -74,3 +74,18 @@ def test_process_kill_all_frees_the_sandbox_in_one_call(stdio):
     # Nothing left to kill (the killed ones' zombies go once pid 1 has reaped them).
     assert wait_until(lambda: stdio.result("process.killAll") == {"groups": 0})
     assert run(stdio, "echo ok")["stdout"] == "ok\n"
+
+
+def test_sdk_leftovers_and_kill_leftovers():
+    import sys
+    sys.path.insert(0, str(REPO / "sdk" / "python"))
+    from sbx import Sandbox
+    alive = "ps -eo stat=,comm= | awk '$2 == \"sleep\" && $1 !~ /^Z/' | wc -l"
+    with Sandbox(leftovers="kill", binary=SBX) as sb:
+        sb.commands.run("sleep 310 &")
+        assert wait_until(lambda: sb.commands.run(alive).stdout == "0\n")
+        sb.commands.run("sleep 311 &", leftovers="keep")
+        sb.commands.run("sleep 312 &", leftovers="keep")
+        assert sb.commands.run(alive).stdout == "2\n"
+        assert sb.commands.kill_leftovers() == 2
+        assert wait_until(lambda: sb.commands.run(alive).stdout == "0\n")

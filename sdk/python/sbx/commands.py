@@ -203,7 +203,7 @@ class CommandHandle:
 
 def _run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs: Optional[Mapping[str, str]],
                 timeout: Optional[float], stdin: Union[bytes, str, None], stream: bool,
-                session: Optional[str]) -> Dict[str, Any]:
+                session: Optional[str], leftovers: Optional[str] = None) -> Dict[str, Any]:
     params: Dict[str, Any] = {"command": cmd}
     if sandbox_id is not None:
         params["sandboxId"] = sandbox_id
@@ -220,6 +220,8 @@ def _run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs
         params["stdin"] = base64.b64encode(data).decode("ascii")
     if stream:
         params["stream"] = True
+    if leftovers is not None:
+        params["leftovers"] = leftovers
     return params
 
 
@@ -233,11 +235,12 @@ def seconds_to_ms(seconds: float) -> int:
 def start_command(client: Client, sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str] = None,
                   envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
                   stdin: Union[bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
-                  on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None) -> CommandHandle:
+                  on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
+                  leftovers: Optional[str] = None) -> CommandHandle:
     """Sends a ``run`` request; the shared body of every ``start``."""
     stream = on_stdout is not None or on_stderr is not None
     params = _run_params(sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, stream=stream,
-                         session=session)
+                         session=session, leftovers=leftovers)
     streams = _Streams(on_stdout, on_stderr) if stream else None
     call = client.send("run", params, on_notification=streams)
     return CommandHandle(client, call, streams)
@@ -250,22 +253,32 @@ class Commands:
         self._client = client
         self._sandbox_id = sandbox_id
 
+    def kill_leftovers(self) -> int:
+        """Kills everything earlier commands left running (background jobs, servers), in one
+        call: what frees a sandbox whose process budget they hold. Running commands and the
+        session shells are untouched. Returns how many commands' leftovers were killed."""
+        params: Dict[str, Any] = {}
+        if self._sandbox_id is not None:
+            params["sandboxId"] = self._sandbox_id
+        return int(self._client.request("process.killAll", params)["groups"])
+
     def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
               timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
               on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
-              session: Optional[str] = None) -> CommandHandle:
+              session: Optional[str] = None, leftovers: Optional[str] = None) -> CommandHandle:
         """Starts a command and returns at once; see :meth:`run` for the arguments.
 
         Returns:
             A :class:`CommandHandle`: ``.wait()`` for the result, ``.cancel()`` to stop it.
         """
         return start_command(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
-                             stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=session)
+                             stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=session,
+                             leftovers=leftovers)
 
     def run(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
             timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
             on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
-            session: Optional[str] = None) -> CommandResult:
+            session: Optional[str] = None, leftovers: Optional[str] = None) -> CommandResult:
         """Runs a bash command in the sandbox's persistent session and waits for it.
 
         State (working directory, exported variables, functions, background jobs)
@@ -284,6 +297,8 @@ class Commands:
                 Callbacks run on the SDK's reader thread: keep them short and do not make
                 blocking SDK calls from them (``handle.cancel()`` is fine).
             session: session name (default ``"default"``; created on first use).
+            leftovers: ``"kill"``: what the command leaves running (``server &``) is killed
+                when it ends; ``"keep"``: it keeps running; default: the sandbox's setting.
 
         Returns:
             The :class:`CommandResult`. A non-zero exit status does **not** raise (E2B
@@ -295,7 +310,7 @@ class Commands:
                 server went away (-32603).
         """
         return self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
-                          on_stderr=on_stderr, session=session).wait()
+                          on_stderr=on_stderr, session=session, leftovers=leftovers).wait()
 
 
 class Session:
@@ -317,16 +332,17 @@ class Session:
 
     def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
               timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
-              on_stdout: Optional[OutputCallback] = None,
-              on_stderr: Optional[OutputCallback] = None) -> CommandHandle:
+              on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
+              leftovers: Optional[str] = None) -> CommandHandle:
         """Starts a command in this session; see :meth:`Commands.run` for the arguments."""
         return start_command(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
-                             stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=self.name)
+                             stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=self.name,
+                             leftovers=leftovers)
 
     def run(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
             timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
             on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
-            session: Optional[str] = None) -> CommandResult:
+            session: Optional[str] = None, leftovers: Optional[str] = None) -> CommandResult:
         """Runs a command in this session and waits for it; see :meth:`Commands.run`.
 
         ``session``, if given, must be this session's name (it is accepted only so that
@@ -335,7 +351,7 @@ class Session:
         if session is not None and session != self.name:
             raise ValueError(f"this is session {self.name!r}, not {session!r}")
         return self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
-                          on_stderr=on_stderr).wait()
+                          on_stderr=on_stderr, leftovers=leftovers).wait()
 
     def delete(self) -> None:
         """Ends the session; its running command is cancelled."""

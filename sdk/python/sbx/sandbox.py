@@ -19,7 +19,7 @@ def _camel(key: str) -> str:
 
 def _sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
                      limits: Optional[Mapping[str, int]], envs: Optional[Mapping[str, str]],
-                     network: bool) -> Dict[str, Any]:
+                     network: bool, leftovers: Optional[str] = None) -> Dict[str, Any]:
     """The ``create`` / ``sandbox.create`` params for these options."""
     params: Dict[str, Any] = {}
     if timeout is not None:
@@ -33,6 +33,8 @@ def _sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
         params["env"] = dict(envs)
     if network:
         params["network"] = True
+    if leftovers is not None:
+        params["leftovers"] = leftovers
     return params
 
 
@@ -56,6 +58,9 @@ class Sandbox:
             stderrBytes, commandBytes, fileCount, memoryBytes, pids, rpcBytes.
         envs: extra environment variables for every command.
         network: share the host's network (default: loopback only).
+        leftovers: ``"kill"``: what a command leaves running is killed when it ends (for
+            agents that never want background processes); ``"keep"`` (the default): it keeps
+            running. A run may say otherwise (``commands.run(..., leftovers=...)``).
         binary: the sbx binary; default ``$SBX_BIN``, else ``sbx`` on ``$PATH``, else the
             repository's ``build/src/cli/sbx``.
 
@@ -72,8 +77,8 @@ class Sandbox:
 
     def __init__(self, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                  limits: Optional[Mapping[str, int]] = None, envs: Optional[Mapping[str, str]] = None,
-                 network: bool = False, binary: Optional[str] = None) -> None:
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network)
+                 network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None) -> None:
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
         client = Client.spawn(binary)
         try:
             result = client.request("create", params)
@@ -85,14 +90,15 @@ class Sandbox:
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
                 fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, int]] = None,
-                envs: Optional[Mapping[str, str]] = None, network: bool = False) -> "Sandbox":
+                envs: Optional[Mapping[str, str]] = None, network: bool = False,
+                leftovers: Optional[str] = None) -> "Sandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there (options as for the constructor).
 
         :meth:`kill` on it closes the connection, which destroys the sandboxes it made
         (except persistent ones); the server keeps running.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
         client = Client.connect(os.fspath(socket_path))
         try:
             result = client.request("create", params)
@@ -347,7 +353,8 @@ class Sandboxes:
 
     def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, int]] = None,
-               envs: Optional[Mapping[str, str]] = None, network: bool = False) -> Sandbox:
+               envs: Optional[Mapping[str, str]] = None, network: bool = False,
+               leftovers: Optional[str] = None) -> Sandbox:
         """Creates another sandbox (``sandbox.create``) and returns its handle.
 
         It lives until :meth:`Sandbox.destroy`, or until this connection closes, unless
@@ -356,9 +363,9 @@ class Sandboxes:
         Args:
             label: free text shown by :meth:`list`.
             persist: outlive this connection (socket server only).
-            timeout, fs_limit_bytes, limits, envs, network: as for :class:`Sandbox`.
+            timeout, fs_limit_bytes, limits, envs, network, leftovers: as for :class:`Sandbox`.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
         if label is not None:
             params["label"] = label
         if persist:
