@@ -13,7 +13,7 @@
 static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***ret_env, size_t *ret_rpc_bytes,
                                  RpcError *e) {
         json_t *limits = NULL, *env = NULL;
-        uint64_t v;
+        uint64_t v = 0; /* stays 0 (the default) when limits has no pids */
         sbx_sandbox_options_init(o);
         *ret_env = NULL;
         *ret_rpc_bytes = 0;
