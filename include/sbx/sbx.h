@@ -47,6 +47,8 @@ typedef struct SbxLimits {
         uint64_t file_count;    /* writable filesystem inodes (default 10,000) */
         uint64_t memory_bytes;  /* memory of all processes (default 512 MiB) */
         uint32_t pids;          /* processes and threads (default 256) */
+        uint32_t cpu_millis;    /* CPU time, in thousandths of a CPU (1500: 1.5 CPUs); at least
+                                   10, at most every online CPU (default: half of them) */
 } SbxLimits;
 
 typedef struct SbxSandboxOptions {

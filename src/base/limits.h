@@ -27,6 +27,34 @@
 #define SBX_DEFAULT_MEMORY_BYTES (512ULL * 1024 * 1024)
 #define SBX_DEFAULT_PIDS 256U
 
+/* CPU time of a whole sandbox, in thousandths of a CPU (limits.cpus 1.5 = 1500), enforced by
+ * the kernel's CFS bandwidth control: cgroup v2 cpu.max where the daemon can enable the cpu
+ * controller, else the v1 cpu hierarchy (cpu.cfs_quota_us). Without a limit two busy loops
+ * left in the background keep every core of a two-core host busy until the sandbox is
+ * destroyed. The default is half the host's online CPUs (one of two, four of eight, half of
+ * a single one): no one sandbox can take the whole machine, whatever its size, so the daemon,
+ * other sandboxes and the host's own work always keep the other half, while a parallel build
+ * on a large host still gets many cores without asking. A fixed 1 CPU would be the same
+ * everywhere but would slow every `make -j` on a big host ten-fold and still hand a
+ * single-CPU host over whole. Clients may ask for anything from the minimum to every online
+ * CPU; more would only look like a limit. Under contention each sandbox's share (cpu.weight,
+ * or cpu.shares in v1) is in proportion to its limit. */
+#define SBX_DEFAULT_CPU_PERCENT_OF_HOST 50U
+/* The smallest limit: the kernel refuses a quota under 1 ms per period, and 1 ms of a
+ * 100 ms period is 0.01 CPU. */
+#define SBX_MIN_CPU_MILLIS 10U
+/* The CFS bandwidth period (the kernel's default). A sandbox over its limit is stopped until
+ * the period ends: with 0.5 CPU and two busy threads it runs 25 ms and waits 75 ms. A shorter
+ * period would make those stalls shorter at the cost of more throttling work in the kernel. */
+#define SBX_CPU_PERIOD_US 100000U
+/* Where no cpu controller is writable (rootless: the delegated v2 directory holds the daemon
+ * itself, so it cannot enable controllers for its children, and the v1 hierarchy belongs to
+ * root), nothing can cap a sandbox's CPU time; its pid 1 then starts at this nice value,
+ * which every process of the sandbox inherits and none can lower (that takes CAP_SYS_NICE or
+ * a raised RLIMIT_NICE): a runaway still takes idle cores, but yields them to the host's own
+ * work. */
+#define SBX_CPU_FALLBACK_NICE 10
+
 /* Default per-command timeout; a timed-out command ends with exit code 124. */
 #define SBX_DEFAULT_TIMEOUT_MS 30000ULL
 #define SBX_EXIT_TIMEOUT 124

@@ -33,6 +33,7 @@ static void usage(FILE *f) {
                 "  -n, --network            share the host's network (default: loopback only)\n"
                 "      --memory SIZE        memory limit (default 512M)\n"
                 "      --pids N             process limit (default 256)\n"
+                "      --cpus N             CPUs, fractions allowed (default: half the host's)\n"
                 "      --fs-size SIZE       size of /tmp + /home/user (default 256M)\n"
                 "      --files N            inode limit of /tmp + /home/user (default 10000)\n"
                 "      --stdout-limit SIZE  stdout kept per command (default 1M)\n"
@@ -146,7 +147,19 @@ static int parse_seconds(const char *s, uint64_t *ret_ms) {
         return 0;
 }
 
-enum { OPT_MEMORY = 256, OPT_PIDS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT };
+/* CPUs, fractions allowed, into thousandths: from 0.01 to the host's online CPUs (the
+ * library's range, checked here too so that a bad value is a usage error). */
+static int parse_cpus(const char *s, uint32_t *ret_millis) {
+        char *end;
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        double millis = strtod(s, &end) * 1000 + 0.5; /* rounded: 0.0004 is refused, not 0 */
+        if (end == s || *end || !(millis >= SBX_MIN_CPU_MILLIS && millis < (n > 0 ? n : 1) * 1000.0 + 1))
+                return -EINVAL;
+        *ret_millis = (uint32_t)millis;
+        return 0;
+}
+
+enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT };
 
 typedef struct OpWait {
         bool done;
@@ -188,6 +201,7 @@ static const struct option run_opts[] = {
         { "network", no_argument, NULL, 'n' },
         { "memory", required_argument, NULL, OPT_MEMORY },
         { "pids", required_argument, NULL, OPT_PIDS },
+        { "cpus", required_argument, NULL, OPT_CPUS },
         { "fs-size", required_argument, NULL, OPT_FS },
         { "files", required_argument, NULL, OPT_FILES },
         { "stdout-limit", required_argument, NULL, OPT_STDOUT },
@@ -229,6 +243,7 @@ static bool parse_args(int argc, char **argv, RunArgs *a, int *ret_exit) {
                 case 'n': a->so.network = true; break;
                 case OPT_MEMORY: r = parse_size(optarg, &a->so.limits.memory_bytes); break;
                 case OPT_PIDS: r = parse_u64(optarg, SBX_MAX_PIDS, &v); a->so.limits.pids = (uint32_t)v; break;
+                case OPT_CPUS: r = parse_cpus(optarg, &a->so.limits.cpu_millis); break;
                 case OPT_FS: r = parse_size(optarg, &a->so.limits.fs_bytes); break;
                 case OPT_FILES: r = parse_u64(optarg, UINT32_MAX, &a->so.limits.file_count); break;
                 case OPT_STDOUT: r = parse_size(optarg, &a->so.limits.stdout_bytes); break;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -164,6 +165,17 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
         };
 }
 
+/* Without a cpu controller nothing caps the sandbox's CPU time: pid 1, still waiting for its
+ * id maps, gets SBX_CPU_FALLBACK_NICE (never a better priority than the daemon's own), which
+ * everything it starts inherits, so a runaway yields to the host's work. */
+static void lower_priority(pid_t pid) {
+        errno = 0;
+        int own = getpriority(PRIO_PROCESS, 0);
+        if (errno)
+                own = 0;
+        (void)setpriority(PRIO_PROCESS, (id_t)pid, MAX(own, SBX_CPU_FALLBACK_NICE));
+}
+
 /* clone3 into fresh namespaces and b's cgroup; the child closes the daemon's ends of sv and
  * sync and becomes pid 1 (init_main() never returns). */
 static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int sv[2], const int sync[2], char *err,
@@ -207,7 +219,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         r = random_hex(b->id, 16);
         if (r < 0)
                 return r;
-        r = cgroup_sandbox_create(&s->cg, b->id, c->memory_bytes, c->pids, &b->cg);
+        CgroupLimits cl = { .memory_bytes = c->memory_bytes, .pids = c->pids, .cpu_millis = c->cpu_millis };
+        r = cgroup_sandbox_create(&s->cg, b->id, &cl, &b->cg);
         if (r < 0) {
                 snprintf(err, errlen, "cgroup: %s", strerror(-r));
                 return r;
@@ -229,6 +242,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
                 snprintf(err, errlen, "cgroup v1 attach: %s", strerror(-r));
                 goto fail;
         }
+        if (!cgroup_has_cpu(&s->cg))
+                lower_priority(b->init_pid);
         r = write_id_maps(s, b);
         if (r < 0) {
                 snprintf(err, errlen, "uid/gid map: %s", strerror(-r));

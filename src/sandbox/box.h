@@ -26,6 +26,7 @@ typedef struct BoxShared {
 typedef struct BoxConfig {
         uint64_t fs_bytes, file_count, memory_bytes;
         uint32_t pids;
+        uint32_t cpu_millis; /* thousandths of a CPU (see SBX_CPU_PERIOD_US) */
         bool network;
         const char *rootfs;
         char **env; /* complete environment of session shells */

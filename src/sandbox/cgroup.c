@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* cgroup v2 containment and v1/v2 limits; see cgroup.h for the layout. */
+/* cgroup v2 containment and v1/v2 limits (memory, pids, cpu); see cgroup.h for the layout. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "base/limits.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "sandbox/cgroup.h"
 
-/* Mount point of the cgroup2 fs and of the v1 hierarchies holding memory and pids,
+/* Mount point of the cgroup2 fs and of the v1 hierarchies holding memory, pids and cpu,
  * read from mountinfo: "... mountpoint opts ... - fstype source superopts". */
-static void find_mounts(char *v2, char *mem, char *pids, size_t size) {
-        v2[0] = mem[0] = pids[0] = 0;
+static void find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size) {
+        v2[0] = mem[0] = pids[0] = cpu[0] = 0;
         FILE *f = fopen("/proc/self/mountinfo", "re");
         if (!f)
                 return;
@@ -33,6 +34,8 @@ static void find_mounts(char *v2, char *mem, char *pids, size_t size) {
                                         snprintf(mem, size, "%s", mnt);
                                 if (strcmp(t, "pids") == 0 && !pids[0])
                                         snprintf(pids, size, "%s", mnt);
+                                if (strcmp(t, "cpu") == 0 && !cpu[0])
+                                        snprintf(cpu, size, "%s", mnt);
                         }
                 }
         }
@@ -120,10 +123,27 @@ static int open_v1_base(const char *mnt, const char *controller, const char *lea
         return open_dir_mkdir(path);
 }
 
+/* Whether the space-separated list (cgroup.controllers) names `word`: "cpu" must not
+ * match "cpuset". */
+static bool has_word(const char *list, const char *word) {
+        size_t n = strlen(word);
+        for (const char *p = list; (p = strstr(p, word)); p += n)
+                if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ' || p[n] == '\n'))
+                        return true;
+        return false;
+}
+
+/* Enables a controller for the sandboxes below the v2 base. */
+static bool enable_v2(int fd, const char *ctl, const char *name) {
+        char add[32];
+        snprintf(add, sizeof add, "+%s", name);
+        return has_word(ctl, name) && write_file_at(fd, "cgroup.subtree_control", add) == 0;
+}
+
 int cgroup_root_open(CgroupRoot *r) {
-        char v2[1024], mem[1024], pids[1024], leaf[64];
-        *r = (CgroupRoot){ .v2 = -1, .v1_memory = -1, .v1_pids = -1 };
-        find_mounts(v2, mem, pids, sizeof v2);
+        char v2[1024], mem[1024], pids[1024], cpu[1024], leaf[64];
+        *r = (CgroupRoot){ .v2 = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
+        find_mounts(v2, mem, pids, cpu, sizeof v2);
         if (!v2[0])
                 return -ENOTSUP;
         snprintf(leaf, sizeof leaf, "sbx-%d", (int)getpid());
@@ -141,10 +161,12 @@ int cgroup_root_open(CgroupRoot *r) {
         r->v2 = fd;
         char ctl[256];
         if (read_file_at(fd, "cgroup.controllers", ctl, sizeof ctl) >= 0) {
-                if (strstr(ctl, "memory") && write_file_at(fd, "cgroup.subtree_control", "+memory") == 0)
-                        r->v2_memory = true;
-                if (strstr(ctl, "pids") && write_file_at(fd, "cgroup.subtree_control", "+pids") == 0)
-                        r->v2_pids = true;
+                r->v2_memory = enable_v2(fd, ctl, "memory");
+                r->v2_pids = enable_v2(fd, ctl, "pids");
+                /* The v2 cpu controller is missing where a v1 hierarchy holds it (it is then
+                 * absent from cgroup.controllers), and cannot be enabled while a realtime
+                 * process sits outside the root cgroup (EINVAL): the v1 one serves then. */
+                r->v2_cpu = enable_v2(fd, ctl, "cpu");
         }
         if (!r->v2_memory) {
                 int m = open_v1_base(mem, "memory", leaf);
@@ -156,10 +178,19 @@ int cgroup_root_open(CgroupRoot *r) {
                 int p = open_v1_base(pids, "pids", leaf);
                 r->v1_pids = p >= 0 ? p : -1;
         }
-        log_debug("cgroup: v2 %s memory=%s pids=%s", r->v2_path,
+        if (!r->v2_cpu) {
+                int c = open_v1_base(cpu, "cpu", leaf);
+                r->v1_cpu = c >= 0 ? c : -1;
+        }
+        log_debug("cgroup: v2 %s memory=%s pids=%s cpu=%s", r->v2_path,
                   r->v2_memory ? "v2" : r->v1_memory >= 0 ? "v1" : "none",
-                  r->v2_pids ? "v2" : r->v1_pids >= 0 ? "v1" : "none");
+                  r->v2_pids ? "v2" : r->v1_pids >= 0 ? "v1" : "none",
+                  r->v2_cpu ? "v2" : r->v1_cpu >= 0 ? "v1" : "none");
         return 0;
+}
+
+bool cgroup_has_cpu(const CgroupRoot *r) {
+        return r->v2_cpu || r->v1_cpu >= 0;
 }
 
 static void rmdir_base(int fd) {
@@ -179,7 +210,8 @@ void cgroup_root_close(CgroupRoot *r) {
         rmdir_base(r->v2);
         rmdir_base(r->v1_memory);
         rmdir_base(r->v1_pids);
-        r->v2 = r->v1_memory = r->v1_pids = -1;
+        rmdir_base(r->v1_cpu);
+        r->v2 = r->v1_memory = r->v1_pids = r->v1_cpu = -1;
 }
 
 static int mkdirat_open(int dirfd, const char *name) {
@@ -189,17 +221,51 @@ static int mkdirat_open(int dirfd, const char *name) {
         return fd < 0 ? negerrno() : fd;
 }
 
-int cgroup_sandbox_create(CgroupRoot *r, const char *name, uint64_t memory_bytes, uint32_t pids,
-                          CgroupSandbox *s) {
+/* cpu.max (v2) or cpu.cfs_quota_us (v1): `millis` thousandths of a CPU in every
+ * SBX_CPU_PERIOD_US, and a share of contended CPU in proportion to it (1 CPU: the default
+ * weight, 100 in v2, 1024 shares in v1). */
+static int set_cpu(const CgroupRoot *r, CgroupSandbox *s, uint32_t millis) {
+        char num[64];
+        uint64_t quota = (uint64_t)millis * SBX_CPU_PERIOD_US / 1000;
+        int rr;
+        if (r->v2_cpu) {
+                snprintf(num, sizeof num, "%llu %u", (unsigned long long)quota, SBX_CPU_PERIOD_US);
+                if ((rr = write_file_at(s->dir, "cpu.max", num)) < 0)
+                        return rr;
+                snprintf(num, sizeof num, "%u", MIN(MAX(millis / 10, 1U), 10000U));
+                return write_file_at(s->dir, "cpu.weight", num);
+        }
+        if (r->v1_cpu < 0)
+                return 0;
+        s->v1_cpu = mkdirat_open(r->v1_cpu, s->name);
+        if (s->v1_cpu < 0)
+                return s->v1_cpu;
+        snprintf(num, sizeof num, "%u", SBX_CPU_PERIOD_US);
+        if ((rr = write_file_at(s->v1_cpu, "cpu.cfs_period_us", num)) < 0)
+                return rr;
+        snprintf(num, sizeof num, "%llu", (unsigned long long)quota);
+        rr = write_file_at(s->v1_cpu, "cpu.cfs_quota_us", num);
+        /* v1 refuses a quota above an ancestor's (v2 takes the smaller one): the daemon's
+         * own cgroup is capped below what was asked, and that cap binds the sandbox. */
+        if (rr == -EINVAL)
+                log_debug("cgroup: v1 cpu quota %llu us above the daemon's own, which binds",
+                          (unsigned long long)quota);
+        else if (rr < 0)
+                return rr;
+        snprintf(num, sizeof num, "%llu", (unsigned long long)MAX(millis * 1024ULL / 1000, 2ULL));
+        return write_file_at(s->v1_cpu, "cpu.shares", num);
+}
+
+int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *s) {
         char num[32];
         int rr;
-        *s = (CgroupSandbox){ .dir = -1, .init = -1, .v1_memory = -1, .v1_pids = -1 };
+        *s = (CgroupSandbox){ .dir = -1, .init = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
         snprintf(s->name, sizeof s->name, "%s", name);
         s->dir = mkdirat_open(r->v2, name);
         if (s->dir < 0)
                 return s->dir;
-        if (memory_bytes > 0) {
-                snprintf(num, sizeof num, "%llu", (unsigned long long)memory_bytes);
+        if (l->memory_bytes > 0) {
+                snprintf(num, sizeof num, "%llu", (unsigned long long)l->memory_bytes);
                 if (r->v2_memory) {
                         if ((rr = write_file_at(s->dir, "memory.max", num)) < 0)
                                 goto fail;
@@ -216,8 +282,8 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, uint64_t memory_bytes
                         (void)write_file_at(s->v1_memory, "memory.memsw.limit_in_bytes", num);
                 }
         }
-        if (pids > 0) {
-                snprintf(num, sizeof num, "%u", pids);
+        if (l->pids > 0) {
+                snprintf(num, sizeof num, "%u", l->pids);
                 if (r->v2_pids) {
                         if ((rr = write_file_at(s->dir, "pids.max", num)) < 0)
                                 goto fail;
@@ -231,6 +297,8 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, uint64_t memory_bytes
                                 goto fail;
                 }
         }
+        if (l->cpu_millis > 0 && (rr = set_cpu(r, s, l->cpu_millis)) < 0)
+                goto fail;
         s->init = mkdirat_open(s->dir, "init");
         if (s->init < 0) {
                 rr = s->init;
@@ -247,6 +315,8 @@ int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid) {
         if (s->v1_memory >= 0 && (r = cgroup_move(s->v1_memory, pid)) < 0)
                 return r;
         if (s->v1_pids >= 0 && (r = cgroup_move(s->v1_pids, pid)) < 0)
+                return r;
+        if (s->v1_cpu >= 0 && (r = cgroup_move(s->v1_cpu, pid)) < 0)
                 return r;
         return 0;
 }
@@ -355,6 +425,10 @@ int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms) {
         if (s->v1_pids >= 0) {
                 s->v1_pids = safe_close(s->v1_pids);
                 (void)unlinkat(r->v1_pids, s->name, AT_REMOVEDIR);
+        }
+        if (s->v1_cpu >= 0) {
+                s->v1_cpu = safe_close(s->v1_cpu);
+                (void)unlinkat(r->v1_cpu, s->name, AT_REMOVEDIR);
         }
         return ret;
 }

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* cgroups: containment of each command (cgroup v2, cgroup.kill), and memory and pids limits
- * of each sandbox (v2 controllers where delegated, v1 memory and pids hierarchies otherwise).
+/* cgroups: containment of each command (cgroup v2, cgroup.kill), and memory, pids and cpu
+ * limits of each sandbox (v2 controllers where delegated, the v1 memory, pids and cpu
+ * hierarchies otherwise; each controller is chosen on its own).
  *
  * Layout, below one base directory per daemon in each hierarchy used:
- *   v2:  <base>/<sandbox>/init      the sandbox's pid 1 and its session shells
+ *   v2:  <base>/<sandbox>           memory.max, pids.max, cpu.max, cpu.weight
+ *        <base>/<sandbox>/init      the sandbox's pid 1 and its session shells
  *        <base>/<sandbox>/c<N>      the worker of command N and everything it starts
- *   v1:  <base>/<sandbox>           memory.limit_in_bytes, pids.max for the whole sandbox
+ *   v1:  <base>/<sandbox>           memory.limit_in_bytes, pids.max, cpu.cfs_quota_us and
+ *                                   cpu.shares for the whole sandbox
  * A command's cgroup is created and its worker moved in while the worker is idle, before it
  * has received the command, so no process of the command ever runs outside it. */
 #pragma once
@@ -17,14 +20,15 @@ typedef struct CgroupRoot {
         int v2;            /* dir fd of the daemon's v2 base, -1 until opened */
         int v1_memory;     /* dir fd of the daemon's v1 memory base, or -1 */
         int v1_pids;       /* dir fd of the daemon's v1 pids base, or -1 */
-        bool v2_memory, v2_pids; /* limits set through v2 controllers */
+        int v1_cpu;        /* dir fd of the daemon's v1 cpu base, or -1 */
+        bool v2_memory, v2_pids, v2_cpu; /* limits set through v2 controllers */
         char v2_path[512];
 } CgroupRoot;
 
 typedef struct CgroupSandbox {
         int dir;     /* v2 <base>/<sandbox> */
         int init;    /* v2 <base>/<sandbox>/init, for CLONE_INTO_CGROUP */
-        int v1_memory, v1_pids; /* v1 <base>/<sandbox>, or -1 */
+        int v1_memory, v1_pids, v1_cpu; /* v1 <base>/<sandbox>, or -1 */
         char name[64];
 } CgroupSandbox;
 
@@ -34,9 +38,17 @@ int cgroup_root_open(CgroupRoot *r);
 /* Removes the base directories (they must be empty). */
 void cgroup_root_close(CgroupRoot *r);
 
-/* Creates a sandbox's cgroups and sets its limits (0: no limit). Returns 0 or -errno. */
-int cgroup_sandbox_create(CgroupRoot *r, const char *name, uint64_t memory_bytes, uint32_t pids,
-                          CgroupSandbox *ret);
+/* What cgroup_sandbox_create() sets on the whole sandbox; 0: no limit. */
+typedef struct CgroupLimits {
+        uint64_t memory_bytes;
+        uint32_t pids;
+        uint32_t cpu_millis; /* thousandths of a CPU per SBX_CPU_PERIOD_US */
+} CgroupLimits;
+
+/* Creates a sandbox's cgroups and sets its limits. Returns 0 or -errno. */
+int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *ret);
+/* Whether a cpu controller (v2 or v1) caps the sandboxes' CPU time. */
+bool cgroup_has_cpu(const CgroupRoot *r);
 /* Adds a process (host pid) to the sandbox's v1 hierarchies. Returns 0 or -errno. */
 int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid);
 /* Kills everything in the sandbox, waits up to timeout_ms for it to be empty, removes its

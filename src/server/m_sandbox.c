@@ -3,9 +3,28 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "base/limits.h"
 #include "base/macro.h"
 #include "server/handler.h"
+
+/* limits.cpus: a number of CPUs, fractions allowed, from SBX_MIN_CPU_MILLIS thousandths to
+ * every online CPU of the host (the library refuses the same range). */
+static int parse_cpus(json_t *limits, uint32_t *ret_millis, RpcError *e) {
+        json_t *v = json_object_get(limits, "cpus");
+        if (!v || json_is_null(v))
+                return 0;
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        double max = n > 0 ? (double)n : 1;
+        /* In whole thousandths, rounded, so 0.0004 is refused rather than taken as 0 (the
+         * default). */
+        double millis = json_is_number(v) ? json_number_value(v) * 1000 + 0.5 : -1;
+        if (!(millis >= SBX_MIN_CPU_MILLIS && millis < max * 1000 + 1))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "limits.cpus must be a number from %g to %g (the host's CPUs)",
+                                SBX_MIN_CPU_MILLIS / 1000.0, max);
+        *ret_millis = (uint32_t)millis;
+        return 1;
+}
 
 /* Reads the sandbox options shared by create and sandbox.create. *ret_env gets the list
  * o->env points to (the caller frees it); *ret_rpc_bytes gets limits.rpcBytes (0 if absent),
@@ -13,7 +32,7 @@
 static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***ret_env, size_t *ret_rpc_bytes,
                                  RpcError *e) {
         json_t *limits = NULL, *env = NULL;
-        uint64_t v;
+        uint64_t v = 0; /* stays 0 (the default) when limits has no pids */
         sbx_sandbox_options_init(o);
         *ret_env = NULL;
         *ret_rpc_bytes = 0;
@@ -33,6 +52,8 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
                 if (param_u64(limits, "pids", false, SBX_MAX_PIDS, &v, e) < 0)
                         return -1;
                 o->limits.pids = (uint32_t)v;
+                if (parse_cpus(limits, &o->limits.cpu_millis, e) < 0)
+                        return -1;
                 v = 0;
                 if (param_u64(limits, "rpcBytes", false, 1ULL << 30, &v, e) < 0)
                         return -1;
@@ -209,7 +230,7 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
 #define SANDBOX_OPTIONS \
         { "timeoutMs", P_INT, false, "default per-run timeout (30000)" }, \
         { "fsLimitBytes", P_INT, false, "size of /tmp + /home/user (256 MiB)" }, \
-        { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids}" }, \
+        { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids, cpus (CPUs, fractions allowed; default half the host's)}" }, \
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
         { "network", P_BOOL, false, "share the host's network (default: loopback only)" }, \
         PARAM_LEFTOVERS("a command")

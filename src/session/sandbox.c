@@ -41,6 +41,12 @@ static const char *const default_env[] = {
 
 void sbx_sandbox_options_init(SbxSandboxOptions *o) { *o = (SbxSandboxOptions){ 0 }; }
 
+/* The CPUs a sandbox may ask for at most, and whose share its default is. */
+static uint32_t host_cpus(void) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        return n > 0 ? (uint32_t)MIN(n, 1L << 20) : 1;
+}
+
 static void fill_limits(SbxLimits *l) {
         if (!l->stdout_bytes) l->stdout_bytes = SBX_DEFAULT_STDOUT_BYTES;
         if (!l->stderr_bytes) l->stderr_bytes = SBX_DEFAULT_STDERR_BYTES;
@@ -49,6 +55,7 @@ static void fill_limits(SbxLimits *l) {
         if (!l->file_count) l->file_count = SBX_DEFAULT_FILE_COUNT;
         if (!l->memory_bytes) l->memory_bytes = SBX_DEFAULT_MEMORY_BYTES;
         if (!l->pids) l->pids = SBX_DEFAULT_PIDS;
+        if (!l->cpu_millis) l->cpu_millis = (uint32_t)((uint64_t)host_cpus() * 1000 * SBX_DEFAULT_CPU_PERCENT_OF_HOST / 100);
 }
 
 static void free_env(char **env) {
@@ -91,13 +98,21 @@ static char **build_env(const char *const *extra) {
         return env;
 }
 
-static int validate_options(const SbxSandboxOptions *o) {
+/* Returns 0, or -EINVAL with err saying what is wrong. */
+static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen) {
         const SbxLimits *l = &o->limits;
+        snprintf(err, errlen, "invalid sandbox options");
         if (l->stdout_bytes > SBX_MAX_OUTPUT_BYTES || l->stderr_bytes > SBX_MAX_OUTPUT_BYTES ||
             l->command_bytes > SBX_MAX_COMMAND_BYTES || o->timeout_ms > SBX_MAX_TIMEOUT_MS)
                 return -EINVAL;
         if (l->fs_bytes && l->fs_bytes < SBX_MIN_FS_BYTES)
                 return -EINVAL;
+        uint64_t max_cpu = (uint64_t)host_cpus() * 1000;
+        if (l->cpu_millis && (l->cpu_millis < SBX_MIN_CPU_MILLIS || l->cpu_millis > max_cpu)) {
+                snprintf(err, errlen, "cpu_millis must be from %u to %llu (the host's online CPUs)", SBX_MIN_CPU_MILLIS,
+                         (unsigned long long)max_cpu);
+                return -EINVAL;
+        }
         for (const char *const *e = o->env; e && *e; e++) {
                 const char *eq = strchr(*e, '=');
                 if (!eq || !env_name_valid(*e, (size_t)(eq - *e)))
@@ -107,8 +122,11 @@ static int validate_options(const SbxSandboxOptions *o) {
                 struct stat st;
                 char bash[SBX_MAX_PATH_BYTES];
                 snprintf(bash, sizeof bash, "%s/bin/bash", o->rootfs);
-                if (o->rootfs[0] != '/' || stat(o->rootfs, &st) < 0 || !S_ISDIR(st.st_mode) || access(bash, X_OK) < 0)
+                if (o->rootfs[0] != '/' || stat(o->rootfs, &st) < 0 || !S_ISDIR(st.st_mode) || access(bash, X_OK) < 0) {
+                        snprintf(err, errlen, "invalid sandbox options (rootfs must be an absolute path to a "
+                                              "directory with bin/bash)");
                         return -EINVAL;
+                }
         }
         return 0;
 }
@@ -262,12 +280,10 @@ static void sandbox_dealloc(SbxSandbox *sb) {
 
 int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
                 size_t errlen) {
-        int r = validate_options(o);
-        if (r < 0) {
-                snprintf(err, errlen, "invalid sandbox options%s",
-                         o->rootfs ? " (rootfs must be an absolute path to a directory with bin/bash)" : "");
+        int r = validate_options(o, err, errlen);
+        if (r < 0)
                 return r;
-        }
+        err[0] = 0;
         if (!host->shared_ready) {
                 r = box_shared_init(&host->shared);
                 if (r < 0) {
@@ -283,6 +299,7 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
         BoxConfig bc = {
                 .fs_bytes = sb->core.limits.fs_bytes, .file_count = sb->core.limits.file_count,
                 .memory_bytes = sb->core.limits.memory_bytes, .pids = sb->core.limits.pids,
+                .cpu_millis = sb->core.limits.cpu_millis,
                 .network = o->network, .rootfs = o->rootfs, .env = sb->env,
         };
         r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);

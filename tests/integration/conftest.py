@@ -211,9 +211,9 @@ def describe(cp):
 
 def cgroup_bases():
     """Directories under which sbx creates its sbx-<pid> cgroups: the cgroup2 mount(s) and,
-    for v1 memory and pids, this process's own cgroup in those hierarchies."""
+    for v1 memory, pids and cpu, this process's own cgroup in those hierarchies."""
     bases = list(CGROUP2_MOUNTS)
-    for ctrl in ("memory", "pids"):
+    for ctrl in ("memory", "pids", "cpu"):
         mnt = _v1_mount(ctrl)
         own = _v1_own_path(ctrl)
         if mnt and own is not None:

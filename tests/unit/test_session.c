@@ -363,6 +363,28 @@ static void test_limits(void) {
         CHECK(sbx_sandbox_new(ctx, &so, &sb) == -EINVAL, "bad env name refused at create");
 }
 
+/* limits.cpu_millis: the default is half the host's online CPUs; 10 to all of them are taken,
+ * the rest refused with a reason. */
+static void test_cpu_limits(void) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        SbxSandboxOptions so;
+        SbxSandbox *sb = NULL;
+        sbx_sandbox_options_init(&so);
+        so.limits.pids = 77; /* not the pool's */
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == 0 && sbx_sandbox_limits(sb)->cpu_millis == (uint32_t)(cpus * 500),
+              "cpu: default is half the host's CPUs (%ld)", cpus);
+        sb = sbx_sandbox_free(sb);
+        so.limits.cpu_millis = 250;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == 0 && sbx_sandbox_limits(sb)->cpu_millis == 250, "cpu: 0.25 CPU taken");
+        sb = sbx_sandbox_free(sb);
+        uint32_t bad[] = { 9, (uint32_t)cpus * 1000 + 1, UINT32_MAX };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                so.limits.cpu_millis = bad[i];
+                CHECK(sbx_sandbox_new(ctx, &so, &sb) == -EINVAL && strstr(sbx_context_last_error(ctx), "cpu_millis must be"),
+                      "cpu: %u refused (%s)", bad[i], sbx_context_last_error(ctx));
+        }
+}
+
 static void test_sessions(SbxSandbox *sb) {
         SbxSession *a = NULL, *b = NULL, *again = NULL;
         CHECK(sbx_session_get(sb, "a", &a) == 0 && sbx_session_get(sb, "b", &b) == 0, "named sessions");
@@ -524,6 +546,7 @@ int main(void) {
         test_sessions(sb);
         test_background(sb, s);
         test_limits();
+        test_cpu_limits();
         test_background_pipe_cap();
         test_contract();
 

@@ -18,7 +18,7 @@ def _camel(key: str) -> str:
 
 
 def _sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
-                     limits: Optional[Mapping[str, int]], envs: Optional[Mapping[str, str]],
+                     limits: Optional[Mapping[str, float]], envs: Optional[Mapping[str, str]],
                      network: bool, leftovers: Optional[str] = None) -> Dict[str, Any]:
     """The ``create`` / ``sandbox.create`` params for these options."""
     params: Dict[str, Any] = {}
@@ -55,7 +55,8 @@ class Sandbox:
         timeout: default per-command timeout in seconds (server default: 30).
         fs_limit_bytes: size of /tmp + /home/user (server default: 256 MiB).
         limits: resource limits, by protocol name or snake_case: stdoutBytes,
-            stderrBytes, commandBytes, fileCount, memoryBytes, pids, rpcBytes.
+            stderrBytes, commandBytes, fileCount, memoryBytes, pids, rpcBytes, and cpus
+            (a number of CPUs, fractions allowed; server default: half the host's).
         envs: extra environment variables for every command.
         network: share the host's network (default: loopback only).
         leftovers: ``"kill"``: what a command leaves running is killed when it ends (for
@@ -76,7 +77,7 @@ class Sandbox:
     _killed: bool
 
     def __init__(self, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
-                 limits: Optional[Mapping[str, int]] = None, envs: Optional[Mapping[str, str]] = None,
+                 limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
                  network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None) -> None:
         params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
         client = Client.spawn(binary)
@@ -89,7 +90,7 @@ class Sandbox:
 
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
-                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, int]] = None,
+                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                 envs: Optional[Mapping[str, str]] = None, network: bool = False,
                 leftovers: Optional[str] = None) -> "Sandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
@@ -352,7 +353,7 @@ class Sandboxes:
         self._client = client
 
     def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
-               fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, int]] = None,
+               fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                envs: Optional[Mapping[str, str]] = None, network: bool = False,
                leftovers: Optional[str] = None) -> Sandbox:
         """Creates another sandbox (``sandbox.create``) and returns its handle.

@@ -1,0 +1,191 @@
+"""CPU limits: the kernel caps each sandbox's CPU time (cgroup v2 cpu.max where the daemon can
+enable the cpu controller, else the v1 cpu hierarchy's CFS quota), limits.cpus and --cpus set
+it, forks inherit it, bad values are refused with -32602, and a sandbox at its limit leaves
+the host (and another sandbox's commands) their CPU.
+
+Usage is read from the sandbox's v2 cgroup, <cgroup2>/sbx-<server pid>/<sandboxId>: its
+cpu.stat counts usage_usec whatever hierarchy enforces the limit."""
+import os
+import statistics
+import subprocess
+import time
+
+import pytest
+
+import conftest
+from conftest import CGROUP2, SBX_BIN, Peer, _v1_mount, _v1_own_path, finish, killing, read_line, sbx_popen
+
+HOST_CPUS = os.sysconf("SC_NPROCESSORS_ONLN")
+PERIOD_US = 100000
+
+
+@pytest.fixture
+def server():
+    """`sbx serve --stdio` (counted for the leftover checks) and a Peer on it."""
+    proc = subprocess.Popen([SBX_BIN, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    conftest.SPAWNED.append(proc.pid)
+    peer = Peer(proc.stdout, proc.stdin)
+    peer.proc = proc
+    yield peer
+    if proc.poll() is None:
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cpu_config(daemon_pid, sandbox_id):
+    """(hierarchy, quota_us, period_us) of a sandbox's CPU limit; quota -1 means none."""
+    v2 = os.path.join(CGROUP2, f"sbx-{daemon_pid}", sandbox_id, "cpu.max")
+    if os.path.exists(v2):
+        with open(v2) as f:
+            quota, period = f.read().split()
+        return "v2", -1 if quota == "max" else int(quota), int(period)
+    mnt, own = _v1_mount("cpu"), _v1_own_path("cpu", daemon_pid)
+    if not mnt or own is None:
+        return "none", -1, 0
+    d = os.path.normpath(f"{mnt}{own}/sbx-{daemon_pid}/{sandbox_id}")
+    if not os.path.isdir(d):
+        return "none", -1, 0
+    with open(os.path.join(d, "cpu.cfs_quota_us")) as f, open(os.path.join(d, "cpu.cfs_period_us")) as g:
+        return "v1", int(f.read()), int(g.read())
+
+
+def usage_usec(daemon_pid, sandbox_id):
+    path = os.path.join(CGROUP2, f"sbx-{daemon_pid}", sandbox_id, "cpu.stat")
+    try:
+        with open(path) as f:
+            for line in f:
+                k, v = line.split()
+                if k == "usage_usec":
+                    return int(v)
+    except FileNotFoundError:
+        pass
+    pytest.skip(f"no usage_usec in {path} (kernel without cgroup v2 cpu.stat)")
+
+
+def timed_echo(peer, sandbox_id, n):
+    times = []
+    for _ in range(n):
+        t0 = time.monotonic()
+        r = peer.result("run", {"sandboxId": sandbox_id, "command": "echo hi"})
+        times.append(time.monotonic() - t0)
+        assert r["stdout"] == "hi\n", r
+    return times
+
+
+def test_cpus_caps_busy_loops_and_spares_another_sandbox(server):
+    pid = server.proc.pid
+    busy = server.result("sandbox.create", {"limits": {"cpus": 0.5}})["sandboxId"]
+    other = server.result("sandbox.create")["sandboxId"]
+    hier, quota, period = cpu_config(pid, busy)
+    if hier == "none":
+        pytest.skip("no cpu controller (v2 or v1) the daemon can use here")
+    assert (quota, period) == (PERIOD_US // 2, PERIOD_US), hier
+    # The default: half the host's CPUs.
+    assert cpu_config(pid, other)[1:] == (HOST_CPUS * PERIOD_US // 2, PERIOD_US)
+    # A fork keeps its source's limit.
+    fork = server.result("sandbox.fork", {"sandboxId": busy})["sandboxId"]
+    assert cpu_config(pid, fork) == (hier, PERIOD_US // 2, PERIOD_US)
+    server.result("sandbox.destroy", {"sandboxId": fork})
+
+    timed_echo(server, other, 5)  # warm: the session's shell and worker exist
+    idle = statistics.median(timed_echo(server, other, 20))
+
+    t = time.monotonic()
+    r = server.result("run", {"sandboxId": busy,
+                              "command": "for i in 1 2; do (while :; do :; done) & done; echo started"})
+    assert r["stdout"] == "started\n" and time.monotonic() - t < 5, r
+    u0, t0 = usage_usec(pid, busy), time.monotonic()
+    loaded = statistics.median(timed_echo(server, other, 20))
+    time.sleep(max(0.0, t0 + 2.0 - time.monotonic()))
+    u1, t1 = usage_usec(pid, busy), time.monotonic()
+    rate = (u1 - u0) / 1e6 / (t1 - t0)
+    # Unlimited, two busy loops would use ~2 CPU-seconds per second here; the quota allows
+    # 0.5 (plus at most one period's worth at the window's edges).
+    assert 0.05 < rate <= 0.75, f"{rate:.3f} CPU-seconds per second with cpus=0.5"
+    assert loaded < max(2 * idle, idle + 0.020), f"echo took {loaded * 1000:.1f} ms vs {idle * 1000:.1f} ms idle"
+    assert server.result("sandbox.destroy", {"sandboxId": busy}) == {"ok": True}
+
+
+def test_bad_cpus_refused(server):
+    want = {"code": -32602, "message": f"limits.cpus must be a number from 0.01 to {HOST_CPUS} (the host's CPUs)"}
+    for cpus in [0, -1, -0.5, 0.004, "1", True, [1], {}, HOST_CPUS + 0.01, HOST_CPUS + 1, 1e9, 1e300]:
+        for method in ("create", "sandbox.create"):
+            assert server.error(method, {"limits": {"cpus": cpus}}) == want, (method, cpus)
+    # Nothing was created meanwhile.
+    assert server.result("sandbox.list") == {"sandboxes": []}
+
+
+def test_cpus_bounds_and_create(server):
+    pid = server.proc.pid
+    # The root sandbox of create takes the same limit; the whole host is allowed.
+    sid = server.result("create", {"limits": {"cpus": HOST_CPUS}})["sandboxId"]
+    small = server.result("sandbox.create", {"limits": {"cpus": 0.01}})["sandboxId"]
+    hier, quota, _ = cpu_config(pid, sid)
+    if hier == "none":
+        pytest.skip("no cpu controller (v2 or v1) the daemon can use here")
+    assert quota == HOST_CPUS * PERIOD_US
+    assert cpu_config(pid, small)[1] == PERIOD_US // 100
+    assert server.result("run", {"sandboxId": small, "command": "echo ok"})["stdout"] == "ok\n"
+
+
+def test_cli_cpus():
+    cp = subprocess.run([SBX_BIN, "run", "--cpus", "0", "--", "true"], capture_output=True, timeout=30)
+    assert cp.returncode == 2 and b"invalid value for --cpus: '0'" in cp.stderr, cp
+    cp = subprocess.run([SBX_BIN, "run", "--cpus", str(HOST_CPUS + 1), "--", "true"], capture_output=True, timeout=30)
+    assert cp.returncode == 2, cp
+    p = sbx_popen("echo ready; sleep 30", opts=["--cpus", "0.25"])
+    with killing(p):
+        assert read_line(p) == b"ready\n"
+        base = os.path.join(CGROUP2, f"sbx-{p.pid}")
+        ids = [d for d in os.listdir(base) if len(d) == 32]
+        assert len(ids) == 1, os.listdir(base)
+        hier, quota, period = cpu_config(p.pid, ids[0])
+        assert hier == "none" or (quota, period) == (PERIOD_US // 4, PERIOD_US)
+        p.terminate()
+        rc, _, _ = finish(p)
+    assert rc == 125
+
+
+def test_rootless_without_cpu_controller_falls_back_to_nice():
+    """Rootless, the delegated v2 directory holds the daemon itself, so it cannot enable the cpu
+    controller for its children, and the v1 hierarchy is not writable: sandboxes still start,
+    at nice 10 instead of under a quota."""
+    from test_rootless import V2, run_rootless
+    import shutil
+    import uuid
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) missing")
+    d = V2 / f"sbx-test-deleg-{uuid.uuid4().hex[:8]}"
+    d.mkdir()
+    try:
+        for p in [d] + list(d.iterdir()):
+            os.chown(p, 65534, 65534)
+        cp = run_rootless(d, "nice", opts=["--cpus", "0.5"])
+        if cp.returncode != 0 and b"user namespaces" in cp.stderr:
+            pytest.skip("unprivileged user namespaces are not allowed here")
+        assert cp.returncode == 0, cp.stderr
+        assert cp.stdout == b"10\n", cp.stdout
+    finally:
+        for sub in sorted(d.glob("**/"), key=lambda p: len(p.parts), reverse=True):
+            try:
+                sub.rmdir()
+            except OSError:
+                pass
+
+
+def test_sdk_passes_cpus():
+    """The SDK's limits mapping takes cpus (a float) as it is."""
+    import sys
+    sys.path.insert(0, str(conftest.REPO / "sdk" / "python"))
+    from sbx import Sandbox, SbxError
+    with Sandbox(limits={"cpus": 0.5}, binary=SBX_BIN) as sb:
+        conftest.SPAWNED.append(sb._client.pid)  # for the leftover checks
+        assert sb.commands.run("echo hi").stdout == "hi\n"
+    with pytest.raises(SbxError) as ei:
+        Sandbox(limits={"cpus": 0}, binary=SBX_BIN)
+    assert ei.value.code == -32602
