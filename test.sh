@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds sbx and runs every test: C unit tests (meson) and integration tests (pytest), then the
 # same suite again on a second build under AddressSanitizer and UndefinedBehaviorSanitizer,
-# where any report fails it. SBX_SANITIZERS=0 skips that second pass.
+# where any report fails it, then the fuzz targets for a bounded time. SBX_SANITIZERS=0 and
+# SBX_FUZZ_SECONDS=0 skip those.
 set -uo pipefail
 cd "$(dirname "$0")"
 ./build.sh || exit 1
@@ -22,5 +23,37 @@ if [ "${SBX_SANITIZERS:-1}" != 0 ]; then
         meson test -C build-asan --print-errorlogs || status=1
         SBX_BIN="$PWD/build-asan/src/cli/sbx" SBX_SANITIZED=1 \
                 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
+fi
+# The fuzz targets for a bounded time each, on their corpora (new inputs go to a scratch copy,
+# not the tree's corpus): libFuzzer needs clang, installed here if it is missing.
+if [ "${SBX_FUZZ_SECONDS:-30}" != 0 ]; then
+        if ! command -v clang >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+                echo "test.sh: installing clang for the fuzz targets" >&2
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null 2>&1 ||
+                        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null 2>&1; }
+        fi
+        if command -v clang >/dev/null 2>&1; then
+                echo "test.sh: fuzz targets, ${SBX_FUZZ_SECONDS:-30} s each (build-fuzz/)" >&2
+                if [ ! -f build-fuzz/build.ninja ]; then
+                        CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
+                                -Db_lundef=false >/dev/null || exit 1
+                fi
+                ninja -C build-fuzz tests/fuzz/fuzz-rpc tests/fuzz/fuzz-archive >/dev/null || exit 1
+                for t in rpc archive; do
+                        scratch=$(mktemp -d)
+                        if build-fuzz/tests/fuzz/fuzz-$t -max_total_time="${SBX_FUZZ_SECONDS:-30}" \
+                                -artifact_prefix=build-fuzz/crash-$t- -print_final_stats=0 \
+                                "$scratch" tests/fuzz/corpus/$t >"build-fuzz/fuzz-$t.log" 2>&1; then
+                                echo "test.sh: fuzz-$t: $(grep -m1 -o 'Done [0-9]* runs[^$]*' build-fuzz/fuzz-$t.log), no finding" >&2
+                        else
+                                echo "test.sh: fuzz-$t FOUND A CRASH (build-fuzz/fuzz-$t.log, build-fuzz/crash-$t-*)" >&2
+                                tail -40 "build-fuzz/fuzz-$t.log" >&2
+                                status=1
+                        fi
+                        rm -rf "$scratch"
+                done
+        else
+                echo "test.sh: clang could not be installed: the fuzz targets were not run" >&2
+        fi
 fi
 exit $status
