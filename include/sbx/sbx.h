@@ -66,6 +66,9 @@ typedef enum SbxErrorClass {
         SBX_ERROR_TIMEOUT,        /* exit code 124 */
         SBX_ERROR_CANCELLED,      /* exit code 125 */
         SBX_ERROR_LIMIT_EXCEEDED, /* exit code 1, nothing ran */
+        SBX_ERROR_PIDS_LIMIT,     /* exit code 1: a fork was refused at the sandbox's process
+                                     limit, and the run was stopped at once (stderr says how
+                                     many processes earlier commands left running) */
 } SbxErrorClass;
 
 typedef enum SbxStream { SBX_STDOUT = 1, SBX_STDERR = 2 } SbxStream;

@@ -26,6 +26,14 @@
  * pids limit is what contains a fork bomb. */
 #define SBX_DEFAULT_MEMORY_BYTES (512ULL * 1024 * 1024)
 #define SBX_DEFAULT_PIDS 256U
+/* Of a sandbox's process limit, the part commands can never use, kept for the session shells:
+ * a holder must always be able to fork the next command's worker, whatever earlier commands
+ * left running (a backgrounded fork bomb, 300 `sleep &`). An eighth, at least 4 (a holder, its
+ * worker and the old holder of one session, and one more) and at most 32. */
+#define SBX_PIDS_RESERVE(pids) ((pids) / 8 < 4U ? 4U : (pids) / 8 > 32U ? 32U : (pids) / 8)
+/* How often a running command's pids limit is looked at: a refused fork ends the run with
+ * PIDS_LIMIT within this long, instead of bash retrying until the timeout. */
+#define SBX_PIDS_CHECK_MS 100U
 
 /* CPU time of a whole sandbox, in thousandths of a CPU (limits.cpus 1.5 = 1500), enforced by
  * the kernel's CFS bandwidth control: cgroup v2 cpu.max where the daemon can enable the cpu

@@ -219,7 +219,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         r = random_hex(b->id, 16);
         if (r < 0)
                 return r;
-        CgroupLimits cl = { .memory_bytes = c->memory_bytes, .pids = c->pids, .cpu_millis = c->cpu_millis };
+        CgroupLimits cl = { .memory_bytes = c->memory_bytes, .pids = c->pids, .cpu_millis = c->cpu_millis,
+                            .pids_reserve = SBX_PIDS_RESERVE(c->pids) };
         r = cgroup_sandbox_create(&s->cg, b->id, &cl, &b->cg);
         if (r < 0) {
                 snprintf(err, errlen, "cgroup: %s", strerror(-r));

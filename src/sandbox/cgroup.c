@@ -256,10 +256,34 @@ static int set_cpu(const CgroupRoot *r, CgroupSandbox *s, uint32_t millis) {
         return write_file_at(s->v1_cpu, "cpu.shares", num);
 }
 
+/* The commands' cgroup, whose pids limit leaves pids_reserve of the sandbox's to the session
+ * shells: what commands leave running can never take the pids a holder needs to fork the
+ * next worker. */
+static int make_cmds(const CgroupRoot *r, CgroupSandbox *s, const CgroupLimits *l) {
+        char num[32];
+        s->cmds = mkdirat_open(s->dir, "cmds");
+        if (s->cmds < 0)
+                return s->cmds;
+        if (l->pids == 0 || l->pids_reserve == 0 || l->pids_reserve >= l->pids)
+                return 0;
+        snprintf(num, sizeof num, "%u", l->pids - l->pids_reserve);
+        if (r->v2_pids) {
+                int rr = write_file_at(s->dir, "cgroup.subtree_control", "+pids");
+                return rr < 0 ? rr : write_file_at(s->cmds, "pids.max", num);
+        }
+        if (s->v1_pids < 0)
+                return 0;
+        s->v1_pids_cmds = mkdirat_open(s->v1_pids, "cmds");
+        if (s->v1_pids_cmds < 0)
+                return s->v1_pids_cmds;
+        return write_file_at(s->v1_pids_cmds, "pids.max", num);
+}
+
 int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *s) {
         char num[32];
         int rr;
-        *s = (CgroupSandbox){ .dir = -1, .init = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
+        *s = (CgroupSandbox){ .dir = -1, .init = -1, .cmds = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1,
+                              .v1_pids_cmds = -1 };
         snprintf(s->name, sizeof s->name, "%s", name);
         s->dir = mkdirat_open(r->v2, name);
         if (s->dir < 0)
@@ -304,6 +328,8 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l
                 rr = s->init;
                 goto fail;
         }
+        if ((rr = make_cmds(r, s, l)) < 0)
+                goto fail;
         return 0;
 fail:
         (void)cgroup_sandbox_destroy(r, s, 0);
@@ -321,12 +347,34 @@ int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid) {
         return 0;
 }
 
+int cgroup_sandbox_command_enter(CgroupSandbox *s, pid_t pid) {
+        return s->v1_pids_cmds >= 0 ? cgroup_move(s->v1_pids_cmds, pid) : 0;
+}
+
+int cgroup_sandbox_command_leave(CgroupSandbox *s, pid_t pid) {
+        return s->v1_pids_cmds >= 0 ? cgroup_move(s->v1_pids, pid) : 0;
+}
+
+int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret) {
+        char buf[128];
+        int dir = s->v1_pids_cmds >= 0 ? s->v1_pids_cmds : s->cmds;
+        ssize_t n = dir >= 0 ? read_file_at(dir, "pids.events", buf, sizeof buf) : -ENOENT;
+        if (n < 0)
+                return (int)n;
+        const char *p = strstr(buf, "max ");
+        unsigned long long v;
+        if (!p || sscanf(p + 4, "%llu", &v) != 1)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
 int cgroup_child_create(CgroupSandbox *s, const char *name) {
-        return mkdirat_open(s->dir, name);
+        return mkdirat_open(s->cmds, name);
 }
 
 int cgroup_child_remove(CgroupSandbox *s, const char *name) {
-        if (unlinkat(s->dir, name, AT_REMOVEDIR) < 0)
+        if (unlinkat(s->cmds, name, AT_REMOVEDIR) < 0)
                 return negerrno();
         return 0;
 }
@@ -411,6 +459,9 @@ int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms) {
                 (void)cgroup_kill(s->dir);
                 if (wait_empty(s->dir, timeout_ms) != 0)
                         ret = -EBUSY;
+                if (s->cmds >= 0)
+                        remove_children(s->cmds);
+                s->cmds = safe_close(s->cmds);
                 remove_children(s->dir);
                 s->init = safe_close(s->init);
                 s->dir = safe_close(s->dir);
@@ -418,9 +469,14 @@ int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms) {
                         ret = negerrno();
         }
         s->init = safe_close(s->init);
+        s->cmds = safe_close(s->cmds);
         if (s->v1_memory >= 0) {
                 s->v1_memory = safe_close(s->v1_memory);
                 (void)unlinkat(r->v1_memory, s->name, AT_REMOVEDIR);
+        }
+        if (s->v1_pids_cmds >= 0) {
+                s->v1_pids_cmds = safe_close(s->v1_pids_cmds);
+                (void)unlinkat(s->v1_pids, "cmds", AT_REMOVEDIR);
         }
         if (s->v1_pids >= 0) {
                 s->v1_pids = safe_close(s->v1_pids);

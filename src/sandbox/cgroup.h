@@ -6,9 +6,12 @@
  * Layout, below one base directory per daemon in each hierarchy used:
  *   v2:  <base>/<sandbox>           memory.max, pids.max, cpu.max, cpu.weight
  *        <base>/<sandbox>/init      the sandbox's pid 1 and its session shells
- *        <base>/<sandbox>/c<N>      the worker of command N and everything it starts
+ *        <base>/<sandbox>/cmds      every command; pids.max leaves a reserve to the shells
+ *        <base>/<sandbox>/cmds/c<N> the worker of command N and everything it starts
  *   v1:  <base>/<sandbox>           memory.limit_in_bytes, pids.max, cpu.cfs_quota_us and
  *                                   cpu.shares for the whole sandbox
+ *        pids: <sandbox>/cmds       the running commands' workers and what they start (their
+ *                                   pids.max leaves the reserve to the shells in <sandbox>)
  * A command's cgroup is created and its worker moved in while the worker is idle, before it
  * has received the command, so no process of the command ever runs outside it. */
 #pragma once
@@ -28,7 +31,9 @@ typedef struct CgroupRoot {
 typedef struct CgroupSandbox {
         int dir;     /* v2 <base>/<sandbox> */
         int init;    /* v2 <base>/<sandbox>/init, for CLONE_INTO_CGROUP */
+        int cmds;    /* v2 <base>/<sandbox>/cmds: every command's cgroup is below it */
         int v1_memory, v1_pids, v1_cpu; /* v1 <base>/<sandbox>, or -1 */
+        int v1_pids_cmds; /* v1 <base>/<sandbox>/cmds of pids, or -1 */
         char name[64];
 } CgroupSandbox;
 
@@ -43,12 +48,20 @@ typedef struct CgroupLimits {
         uint64_t memory_bytes;
         uint32_t pids;
         uint32_t cpu_millis; /* thousandths of a CPU per SBX_CPU_PERIOD_US */
+        uint32_t pids_reserve; /* of `pids`, kept from commands for the session shells */
 } CgroupLimits;
 
 /* Creates a sandbox's cgroups and sets its limits. Returns 0 or -errno. */
 int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *ret);
 /* Whether a cpu controller (v2 or v1) caps the sandboxes' CPU time. */
 bool cgroup_has_cpu(const CgroupRoot *r);
+/* A command's worker enters (leaves) the commands' share of the pids limit: in v1, where a
+ * process's pids cgroup is not its v2 one, it is moved there (back); v2 needs nothing. */
+int cgroup_sandbox_command_enter(CgroupSandbox *s, pid_t pid);
+int cgroup_sandbox_command_leave(CgroupSandbox *s, pid_t pid);
+/* How many forks the commands' pids limit has refused so far (pids.events "max"): -ENOENT
+ * where there is no such limit. */
+int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret);
 /* Adds a process (host pid) to the sandbox's v1 hierarchies. Returns 0 or -errno. */
 int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid);
 /* Kills everything in the sandbox, waits up to timeout_ms for it to be empty, removes its

@@ -85,7 +85,7 @@ static void cgroup_free(BgLog *bg, BgCgroup *c) {
 }
 
 static void kill_named(BgLog *bg, const char *name) {
-        _cleanup_close_ int dir = openat(bg->cg->dir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int dir = openat(bg->cg->cmds, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dir >= 0)
                 (void)cgroup_kill(dir);
 }
@@ -142,11 +142,25 @@ void bglog_doom_cgroup(BgLog *bg, int dir, const char *name, const void *owner) 
         retire(bg, dir, name, true, owner);
 }
 
+unsigned bglog_count_processes(const BgLog *bg) {
+        unsigned n = 0;
+        char buf[4096];
+        for (const BgCgroup *c = bg->cgroups; c; c = c->next) {
+                _cleanup_close_ int dir = openat(bg->cg->cmds, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                _cleanup_close_ int fd = dir >= 0 ? openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC) : -1;
+                ssize_t k;
+                while (fd >= 0 && (k = read(fd, buf, sizeof buf)) > 0)
+                        for (ssize_t i = 0; i < k; i++)
+                                n += buf[i] == '\n';
+        }
+        return n;
+}
+
 unsigned bglog_kill(BgLog *bg) {
         unsigned n = 0;
         for (BgCgroup *c = bg->cgroups; c; c = c->next) {
                 c->doomed = false;
-                _cleanup_close_ int dir = openat(bg->cg->dir, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                _cleanup_close_ int dir = openat(bg->cg->cmds, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 /* Only those with processes count: one killed before waits for the sweep. */
                 if (dir >= 0 && cgroup_populated(dir) == 1 && cgroup_kill(dir) == 0)
                         n++;

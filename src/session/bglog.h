@@ -42,6 +42,8 @@ void bglog_retire_cgroup(BgLog *bg, int dir, const char *name);
 void bglog_doom_cgroup(BgLog *bg, int dir, const char *name, const void *owner);
 /* Kills the doomed cgroups of owner (a session); NULL: all of them. */
 void bglog_kill_doomed(BgLog *bg, const void *owner);
+/* Processes still in the retired cgroups: what earlier commands left running. */
+unsigned bglog_count_processes(const BgLog *bg);
 /* Kills every retired cgroup; returns how many were killed. */
 unsigned bglog_kill(BgLog *bg);
 /* Copies the newest up to size bytes of the log into buf; returns the length. */

@@ -46,6 +46,7 @@ const char *sbx_error_class_name(SbxErrorClass c) {
         case SBX_ERROR_TIMEOUT: return "TIMEOUT";
         case SBX_ERROR_CANCELLED: return "CANCELLED";
         case SBX_ERROR_LIMIT_EXCEEDED: return "LIMIT_EXCEEDED";
+        case SBX_ERROR_PIDS_LIMIT: return "PIDS_LIMIT";
         case SBX_ERROR_NONE:
         default: return NULL;
         }

@@ -220,7 +220,7 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
                 return;
         r->killed = true;
         r->error_class = why;
-        r->exit_code = why == SBX_ERROR_TIMEOUT ? SBX_EXIT_TIMEOUT : SBX_EXIT_CANCELLED;
+        r->exit_code = why == SBX_ERROR_TIMEOUT ? SBX_EXIT_TIMEOUT : why == SBX_ERROR_CANCELLED ? SBX_EXIT_CANCELLED : 1;
         if (!r->sent) {
                 if (s->current == r && why == SBX_ERROR_TIMEOUT && session_awaiting_worker(s))
                         run_unstarve(r);
@@ -239,11 +239,43 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
                 (void)loop_defer(l, run_finish_deferred, r);
 }
 
+/* The timer comes back every SBX_PIDS_CHECK_MS while the run is watched, else at the deadline. */
+static void run_arm(SbxRun *r) {
+        uint64_t now = now_ns(), left_ms = r->deadline > now ? (r->deadline - now + 999999) / 1000000 : 1;
+        (void)timerfd_arm_ms(r->timer_fd, r->pids_watched ? MIN(left_ms, (uint64_t)SBX_PIDS_CHECK_MS) : left_ms);
+}
+
+/* A fork was refused at the commands' pids limit: bash would retry it until the timeout, and
+ * what holds the limit is usually what earlier commands left running. Stopped now, saying so. */
+static void run_pids_limit(SbxRun *r) {
+        char msg[256];
+        unsigned left = bglog_count_processes(&r->s->core->bg);
+        snprintf(msg, sizeof msg,
+                 "sbx: the sandbox's process limit (%u) was reached and the command was stopped; %u processes "
+                 "left running by earlier commands hold part of it (process.killAll frees them; "
+                 "leftovers: kill keeps them from staying)\n",
+                 r->s->core->limits.pids, left);
+        size_t before = r->err.len;
+        (void)buf_append(&r->err, msg, strlen(msg));
+        if (r->on_output && r->err.len > before)
+                r->on_output(r->ud, SBX_STDERR, r->err.data + before, r->err.len - before);
+        run_kill(r, SBX_ERROR_PIDS_LIMIT);
+}
+
 static void run_timer_event(Watch *w, uint32_t events) {
         SbxRun *r = w->data;
-        uint64_t x;
+        uint64_t x, refused;
         (void)!read(r->timer_fd, &x, sizeof x);
-        run_kill(r, SBX_ERROR_TIMEOUT);
+        if (now_ns() >= r->deadline) {
+                run_kill(r, SBX_ERROR_TIMEOUT);
+                return;
+        }
+        if (r->pids_watched && cgroup_sandbox_pids_refused(&r->s->core->box.cg, &refused) == 0 &&
+            refused > r->pids_refused) {
+                run_pids_limit(r);
+                return;
+        }
+        run_arm(r);
 }
 
 static int make_pipe(int *rd, int *wr) {
@@ -304,6 +336,9 @@ static int run_send(SbxSession *s, SbxRun *r) {
         if ((rr = session_send_run(s, &h, parts, fds, &r->cg, r->cg_name)) < 0)
                 goto out;
         r->sent = true;
+        r->pids_watched = !r->internal && cgroup_sandbox_pids_refused(&s->core->box.cg, &r->pids_refused) == 0;
+        if (r->pids_watched)
+                run_arm(r);
         rr = run_watch_io(r);
 out:
         safe_close(fds[1]);
@@ -322,6 +357,7 @@ static bool run_begin(SbxSession *s) {
         r->next = NULL;
         s->current = r;
         r->t_start = now_ns();
+        r->deadline = r->t_start + r->timeout_ms * 1000000ULL;
         r->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (r->timer_fd < 0 || loop_add(s->core->loop, &r->timer_w, r->timer_fd, EPOLLIN, run_timer_event, r) < 0 ||
             timerfd_arm_ms(r->timer_fd, r->timeout_ms) < 0) {

@@ -78,6 +78,8 @@ static void on_spawned(SbxSession *s, int fd) {
                 pidfd_sigkill(s->worker_pidfd);
                 return;
         }
+        /* v1 pids: into the commands' share too (moving never fails on a full limit). */
+        (void)cgroup_sandbox_command_enter(&core->box.cg, pid);
         s->cg = dir;
         s->worker_pid = pid;
         s->state = SS_IDLE;
@@ -89,6 +91,7 @@ static void on_spawned(SbxSession *s, int fd) {
 static void on_done(SbxSession *s, pid_t pid, int status) {
         /* The worker is the new holder: out of the command's cgroup, old holder gone. */
         (void)cgroup_move(s->core->box.cg.init, pid);
+        (void)cgroup_sandbox_command_leave(&s->core->box.cg, pid);
         int old = TAKE_FD(s->holder_pidfd);
         loop_del(s->core->loop, &s->holder_w);
         pidfd_sigkill(old);

@@ -1,6 +1,7 @@
 """What a command leaves running: kept by default, killed when it ends with `leftovers: kill`
 (per sandbox or per run), and all of it killed at once by process.killAll."""
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,30 @@ def test_sdk_leftovers_and_kill_leftovers():
         assert sb.commands.run(alive).stdout == "2\n"
         assert sb.commands.kill_leftovers() == 2
         assert wait_until(lambda: sb.commands.run(alive).stdout == "0\n")
+
+
+def test_leftover_fork_bomb_does_not_wedge_the_session(stdio):
+    stdio.result("create", {"limits": {"pids": 64}, "timeoutMs": 20000})
+    assert run(stdio, "f(){ f|f & }; f; echo started")["stdout"] == "started\n"
+    # The shells keep a reserve of the process limit: the next run starts at once.
+    t0 = time.monotonic()
+    assert run(stdio, "echo alive")["stdout"] == "alive\n"
+    # One that must fork is stopped as soon as the limit refuses it, and says why.
+    r = run(stdio, "sleep 1; echo slept")
+    assert r["errorClass"] == "PIDS_LIMIT" and r["exitCode"] == 1, r
+    assert "left running by earlier commands" in r["stderr"], r
+    assert time.monotonic() - t0 < 5
+    # One call frees the sandbox.
+    assert stdio.result("process.killAll")["groups"] >= 1
+    assert wait_until(lambda: run(stdio, "sleep 0.1; echo ok")["stdout"] == "ok\n", timeout=10)
+
+
+def test_many_leftover_sleeps_are_counted_in_the_answer(stdio):
+    stdio.result("create", {"limits": {"pids": 64}, "timeoutMs": 20000})
+    assert run(stdio, "for i in $(seq 40); do sleep 1000 & done; echo ok")["stdout"] == "ok\n"
+    t0 = time.monotonic()
+    r = run(stdio, "for i in $(seq 30); do sleep 1000 & done; wait")
+    assert r["errorClass"] == "PIDS_LIMIT", r
+    assert "40 processes left running by earlier commands" in r["stderr"], r
+    assert time.monotonic() - t0 < 5
+    assert run(stdio, "echo alive")["stdout"] == "alive\n"
