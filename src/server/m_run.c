@@ -233,7 +233,8 @@ const Method server_methods_run[] = {
           "{exitCode, stdout, stderr, executionTimeMs, truncated?: {stdout, stderr}, errorClass?, stdoutEncoding?, stderrEncoding?}",
           "Runs a command in a session. stdout/stderr are strings when valid UTF-8, else base64 with "
           "`stdoutEncoding`/`stderrEncoding: \"base64\"`. errorClass: TIMEOUT (exit 124), CANCELLED (125), "
-          "LIMIT_EXCEEDED (1, nothing ran)." },
+          "LIMIT_EXCEEDED (1, nothing ran), PIDS_LIMIT (1: a fork was refused at the sandbox's process limit "
+          "and the run was stopped at once; stderr says how many processes earlier commands left running)." },
         { "cancel", m_cancel, 0, p_cancel, "{ok: true}",
           "Cancels a pending run of this connection; that run answers exit 125, errorClass CANCELLED." },
         { "env.set", m_env_set, M_SANDBOX, p_env_set, "{ok: true}", "Exports a variable in the session." },
