@@ -84,6 +84,16 @@ static void cgroup_free(BgLog *bg, BgCgroup *c) {
         free(c);
 }
 
+/* Sweeps within ms, or sooner if already due sooner: a later retire never postpones a sweep
+ * (commands ending less than a sweep apart would otherwise keep every cgroup forever). */
+static void sweep_within(BgLog *bg, uint64_t ms) {
+        uint64_t due = now_ns() + ms * 1000000ULL;
+        if (bg->timer < 0 || (bg->sweep_due && bg->sweep_due <= due))
+                return;
+        if (timerfd_arm_ms(bg->timer, ms) == 0)
+                bg->sweep_due = due;
+}
+
 static void kill_named(BgLog *bg, const char *name) {
         _cleanup_close_ int dir = openat(bg->cg->cmds, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dir >= 0)
@@ -103,6 +113,7 @@ static void sweep_event(Watch *w, uint32_t events) {
         BgLog *bg = w->data;
         uint64_t x;
         (void)!read(bg->timer, &x, sizeof x);
+        bg->sweep_due = 0;
         bglog_kill_doomed(bg, NULL);
         for (BgCgroup *c = bg->cgroups, *next; c; c = next) {
                 next = c->next;
@@ -110,7 +121,7 @@ static void sweep_event(Watch *w, uint32_t events) {
                         cgroup_free(bg, c);
         }
         if (bg->cgroups)
-                (void)timerfd_arm_ms(bg->timer, BG_SWEEP_MS);
+                sweep_within(bg, BG_SWEEP_MS);
 }
 
 static void retire(BgLog *bg, int dir, const char *name, bool doomed, const void *owner) {
@@ -133,7 +144,7 @@ static void retire(BgLog *bg, int dir, const char *name, bool doomed, const void
         c->doomed = doomed;
         c->owner = owner;
         LIST_LINK(bg->cgroups, c);
-        (void)timerfd_arm_ms(bg->timer, doomed ? BG_KILL_SWEEP_MS : BG_SWEEP_MS);
+        sweep_within(bg, doomed ? BG_KILL_SWEEP_MS : BG_SWEEP_MS);
 }
 
 void bglog_retire_cgroup(BgLog *bg, int dir, const char *name) { retire(bg, dir, name, false, NULL); }
@@ -166,7 +177,7 @@ unsigned bglog_kill(BgLog *bg) {
                         n++;
         }
         if (n > 0 && bg->timer >= 0)
-                (void)timerfd_arm_ms(bg->timer, BG_KILL_SWEEP_MS);
+                sweep_within(bg, BG_KILL_SWEEP_MS);
         return n;
 }
 

@@ -23,6 +23,7 @@ typedef struct BgLog {
         unsigned n_pipes;
         BgCgroup *cgroups;
         int timer; /* sweeps `cgroups` while there are any */
+        uint64_t sweep_due; /* when the timer fires (monotonic ns), 0 when it is not armed */
         Watch timer_w;
 } BgLog;
 

@@ -117,3 +117,19 @@ def test_many_leftover_sleeps_are_counted_in_the_answer(stdio):
     assert "40 processes left running by earlier commands" in r["stderr"], r
     assert time.monotonic() - t0 < 5
     assert run(stdio, "echo alive")["stdout"] == "alive\n"
+
+
+def test_emptied_command_cgroups_are_swept_while_commands_keep_coming(stdio):
+    """A command that leaves something running has its cgroup swept once that has exited;
+    commands ending less than a sweep apart must not keep postponing the sweep."""
+    sid = stdio.result("create")["sandboxId"]
+    cmds = Path(f"/sys/fs/cgroup/unified/sbx-{stdio.proc.pid}/{sid}/cmds")
+    if not cmds.is_dir():
+        pytest.skip(f"no {cmds}")
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 3.5:
+        run(stdio, "sleep 0.05 &")
+        n += 1
+    left = len([d for d in cmds.iterdir() if d.is_dir()])
+    # The sweep runs at least once a second: what is left is about the last second's worth.
+    assert n > 30 and left < n * 0.6, (n, left)
