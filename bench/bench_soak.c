@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "common.h"
+#include "sandbox/cgroup.h"
 #include "sbx/sbx.h"
 
 const char bench_prog[] = "sbx-bench-soak";
@@ -69,32 +70,11 @@ typedef struct Probe {
 
 /* The directories below which sbx makes this process's cgroups: <cgroup2>/sbx-<pid> (or below
  * $SBX_CGROUP_PARENT), and for v1 memory, pids and cpu <mount><own path>/sbx-<pid>; found as
- * src/sandbox/cgroup.c and tests/integration/conftest.py find them. */
+ * src/sandbox/cgroup.c (whose mount lookups this uses) finds them. */
 static char bases[4][2048];
 static size_t n_bases;
 /* Our v2 base as /proc/PID/cgroup spells it ("/sbx-<pid>"), "" if unknown. */
 static char v2_rel[1024];
-
-static void own_v1_path(const char *controller, char *out, size_t size) {
-        snprintf(out, size, "/");
-        FILE *f = fopen("/proc/self/cgroup", "re");
-        if (!f)
-                return;
-        char line[2048];
-        while (fgets(line, sizeof line, f)) {
-                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-                if (!c2)
-                        continue;
-                *c2 = 0;
-                char *save = NULL;
-                for (char *t = strtok_r(c1 + 1, ",", &save); t; t = strtok_r(NULL, ",", &save))
-                        if (strcmp(t, controller) == 0) {
-                                (c2 + 1)[strcspn(c2 + 1, "\n")] = 0;
-                                snprintf(out, size, "%s", c2 + 1);
-                        }
-        }
-        fclose(f);
-}
 
 static void add_base(const char *mnt, const char *own) {
         if (n_bases < sizeof bases / sizeof bases[0])
@@ -103,28 +83,9 @@ static void add_base(const char *mnt, const char *own) {
 }
 
 static void find_bases(void) {
-        char v2[1024] = "", v1[3][1024] = { "", "", "" };
+        char v2[1024], v1[3][1024];
         static const char *const ctrl[3] = { "memory", "pids", "cpu" };
-        FILE *f = fopen("/proc/self/mountinfo", "re");
-        char line[4096];
-        while (f && fgets(line, sizeof line, f)) {
-                char mnt[1024], fstype[64], super[1024];
-                char *dash = strstr(line, " - ");
-                if (!dash || sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 ||
-                    sscanf(dash + 3, "%63s %*s %1023s", fstype, super) != 2)
-                        continue;
-                if (strcmp(fstype, "cgroup2") == 0 && !v2[0])
-                        snprintf(v2, sizeof v2, "%s", mnt);
-                else if (strcmp(fstype, "cgroup") == 0) {
-                        char *save = NULL;
-                        for (char *t = strtok_r(super, ",", &save); t; t = strtok_r(NULL, ",", &save))
-                                for (int i = 0; i < 3; i++)
-                                        if (strcmp(t, ctrl[i]) == 0 && !v1[i][0])
-                                                snprintf(v1[i], sizeof v1[i], "%s", mnt);
-                }
-        }
-        if (f)
-                fclose(f);
+        cgroup_find_mounts(v2, v1[0], v1[1], v1[2], sizeof v2);
         if (v2[0]) {
                 const char *parent = getenv("SBX_CGROUP_PARENT");
                 add_base(parent && *parent ? parent : v2, "/");
@@ -136,7 +97,7 @@ static void find_bases(void) {
         for (int i = 0; i < 3; i++)
                 if (v1[i][0]) {
                         char own[1024];
-                        own_v1_path(ctrl[i], own, sizeof own);
+                        cgroup_own_v1_path(ctrl[i], own, sizeof own);
                         add_base(v1[i], own);
                 }
 }

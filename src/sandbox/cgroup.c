@@ -11,9 +11,7 @@
 #include "base/util.h"
 #include "sandbox/cgroup.h"
 
-/* Mount point of the cgroup2 fs and of the v1 hierarchies holding memory, pids and cpu,
- * read from mountinfo: "... mountpoint opts ... - fstype source superopts". */
-static void find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size) {
+void cgroup_find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size) {
         v2[0] = mem[0] = pids[0] = cpu[0] = 0;
         FILE *f = fopen("/proc/self/mountinfo", "re");
         if (!f)
@@ -42,8 +40,7 @@ static void find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size)
         fclose(f);
 }
 
-/* This process's cgroup path in the v1 hierarchy with `controller`, "/" if unknown. */
-static void own_v1_path(const char *controller, char *out, size_t size) {
+void cgroup_own_v1_path(const char *controller, char *out, size_t size) {
         snprintf(out, size, "/");
         FILE *f = fopen("/proc/self/cgroup", "re");
         if (!f)
@@ -116,7 +113,7 @@ static int open_v1_base(const char *mnt, const char *controller, const char *lea
         char own[1024], path[2048];
         if (!mnt[0])
                 return -ENOENT;
-        own_v1_path(controller, own, sizeof own);
+        cgroup_own_v1_path(controller, own, sizeof own);
         snprintf(path, sizeof path, "%s%s", mnt, strcmp(own, "/") == 0 ? "" : own);
         sweep_stale(path);
         snprintf(path, sizeof path, "%s%s/%s", mnt, strcmp(own, "/") == 0 ? "" : own, leaf);
@@ -143,7 +140,7 @@ static bool enable_v2(int fd, const char *ctl, const char *name) {
 int cgroup_root_open(CgroupRoot *r) {
         char v2[1024], mem[1024], pids[1024], cpu[1024], leaf[64];
         *r = (CgroupRoot){ .v2 = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
-        find_mounts(v2, mem, pids, cpu, sizeof v2);
+        cgroup_find_mounts(v2, mem, pids, cpu, sizeof v2);
         if (!v2[0])
                 return -ENOTSUP;
         snprintf(leaf, sizeof leaf, "sbx-%d", (int)getpid());
@@ -154,7 +151,9 @@ int cgroup_root_open(CgroupRoot *r) {
         if (parent && *parent)
                 snprintf(v2, sizeof v2, "%s", parent);
         sweep_stale(v2);
-        snprintf(r->v2_path, sizeof r->v2_path, "%s/%s", v2, leaf);
+        if (strlen(v2) + 1 + strlen(leaf) >= sizeof r->v2_path)
+                return -ENAMETOOLONG;
+        snprintf(r->v2_path, sizeof r->v2_path, "%.*s/%s", (int)(sizeof r->v2_path - sizeof leaf - 1), v2, leaf);
         int fd = open_dir_mkdir(r->v2_path);
         if (fd < 0)
                 return fd;
@@ -267,16 +266,22 @@ static int make_cmds(const CgroupRoot *r, CgroupSandbox *s, const CgroupLimits *
         if (l->pids == 0 || l->pids_reserve == 0 || l->pids_reserve >= l->pids)
                 return 0;
         snprintf(num, sizeof num, "%u", l->pids - l->pids_reserve);
+        int rr;
         if (r->v2_pids) {
-                int rr = write_file_at(s->dir, "cgroup.subtree_control", "+pids");
-                return rr < 0 ? rr : write_file_at(s->cmds, "pids.max", num);
-        }
-        if (s->v1_pids < 0)
+                if ((rr = write_file_at(s->dir, "cgroup.subtree_control", "+pids")) < 0 ||
+                    (rr = write_file_at(s->cmds, "pids.max", num)) < 0)
+                        return rr;
+        } else if (s->v1_pids >= 0) {
+                s->v1_pids_cmds = mkdirat_open(s->v1_pids, "cmds");
+                if (s->v1_pids_cmds < 0)
+                        return s->v1_pids_cmds;
+                if ((rr = write_file_at(s->v1_pids_cmds, "pids.max", num)) < 0)
+                        return rr;
+        } else {
                 return 0;
-        s->v1_pids_cmds = mkdirat_open(s->v1_pids, "cmds");
-        if (s->v1_pids_cmds < 0)
-                return s->v1_pids_cmds;
-        return write_file_at(s->v1_pids_cmds, "pids.max", num);
+        }
+        s->cmds_pids = true;
+        return 0;
 }
 
 int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *s) {

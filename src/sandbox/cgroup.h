@@ -34,9 +34,15 @@ typedef struct CgroupSandbox {
         int cmds;    /* v2 <base>/<sandbox>/cmds: every command's cgroup is below it */
         int v1_memory, v1_pids, v1_cpu; /* v1 <base>/<sandbox>, or -1 */
         int v1_pids_cmds; /* v1 <base>/<sandbox>/cmds of pids, or -1 */
+        bool cmds_pids;   /* cmds has a pids limit of its own (the shells' reserve) */
         char name[64];
 } CgroupSandbox;
 
+/* Mount points of the cgroup2 fs and of the v1 hierarchies holding memory, pids and cpu, from
+ * /proc/self/mountinfo ("" when absent); each buffer holds size bytes. */
+void cgroup_find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size);
+/* This process's cgroup path in the v1 hierarchy with `controller`, "/" if unknown. */
+void cgroup_own_v1_path(const char *controller, char *out, size_t size);
 /* Finds the hierarchies and creates the daemon's base directories. Returns 0, -ENOTSUP when
  * there is no usable cgroup v2 hierarchy (sbx cannot contain commands then), or -errno. */
 int cgroup_root_open(CgroupRoot *r);

@@ -270,10 +270,15 @@ static void run_timer_event(Watch *w, uint32_t events) {
                 run_kill(r, SBX_ERROR_TIMEOUT);
                 return;
         }
-        if (r->pids_watched && cgroup_sandbox_pids_refused(&r->s->core->box.cg, &refused) == 0 &&
-            refused > r->pids_refused) {
-                run_pids_limit(r);
-                return;
+        /* The first look only takes the count: a run over in less than SBX_PIDS_CHECK_MS (most
+         * are) never reads it, and a limit still refusing forks shows on the next look. */
+        if (r->pids_watched && cgroup_sandbox_pids_refused(&r->s->core->box.cg, &refused) == 0) {
+                if (r->pids_counted && refused > r->pids_refused) {
+                        run_pids_limit(r);
+                        return;
+                }
+                r->pids_refused = refused;
+                r->pids_counted = true;
         }
         run_arm(r);
 }
@@ -336,7 +341,7 @@ static int run_send(SbxSession *s, SbxRun *r) {
         if ((rr = session_send_run(s, &h, parts, fds, &r->cg, r->cg_name)) < 0)
                 goto out;
         r->sent = true;
-        r->pids_watched = !r->internal && cgroup_sandbox_pids_refused(&s->core->box.cg, &r->pids_refused) == 0;
+        r->pids_watched = !r->internal && s->core->box.cg.cmds_pids;
         if (r->pids_watched)
                 run_arm(r);
         rr = run_watch_io(r);

@@ -26,8 +26,9 @@ struct SbxRun {
         uint32_t seq;
         uint64_t nonce;
         uint64_t t_start, deadline; /* ns, monotonic */
-        uint64_t pids_refused;      /* forks refused at the pids limit when it was sent */
+        uint64_t pids_refused;      /* forks refused at the commands' pids limit, last look */
         bool pids_watched;          /* there is such a limit: looked at every SBX_PIDS_CHECK_MS */
+        bool pids_counted;          /* pids_refused has been read */
         int out_fd, err_fd, in_fd, timer_fd, cg, cg_events;
         char cg_name[24];
         Watch out_w, err_w, in_w, timer_w, cg_w;

@@ -13,28 +13,11 @@ import time
 import pytest
 
 import conftest
-from conftest import CGROUP2, SBX_BIN, Peer, _v1_mount, _v1_own_path, finish, killing, read_line, sbx_popen
+from test_rpc import stdio  # noqa: F401 (a fixture)
+from conftest import CGROUP2, SBX_BIN, _v1_mount, _v1_own_path, finish, killing, read_line, sbx_popen
 
 HOST_CPUS = os.sysconf("SC_NPROCESSORS_ONLN")
 PERIOD_US = 100000
-
-
-@pytest.fixture
-def server():
-    """`sbx serve --stdio` (counted for the leftover checks) and a Peer on it."""
-    proc = subprocess.Popen([SBX_BIN, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    conftest.SPAWNED.append(proc.pid)
-    peer = Peer(proc.stdout, proc.stdin)
-    peer.proc = proc
-    yield peer
-    if proc.poll() is None:
-        proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def cpu_config(daemon_pid, sandbox_id):
@@ -77,10 +60,10 @@ def timed_echo(peer, sandbox_id, n):
     return times
 
 
-def test_cpus_caps_busy_loops_and_spares_another_sandbox(server):
-    pid = server.proc.pid
-    busy = server.result("sandbox.create", {"limits": {"cpus": 0.5}})["sandboxId"]
-    other = server.result("sandbox.create")["sandboxId"]
+def test_cpus_caps_busy_loops_and_spares_another_sandbox(stdio):
+    pid = stdio.proc.pid
+    busy = stdio.result("sandbox.create", {"limits": {"cpus": 0.5}})["sandboxId"]
+    other = stdio.result("sandbox.create")["sandboxId"]
     hier, quota, period = cpu_config(pid, busy)
     if hier == "none":
         pytest.skip("no cpu controller (v2 or v1) the daemon can use here")
@@ -88,19 +71,19 @@ def test_cpus_caps_busy_loops_and_spares_another_sandbox(server):
     # The default: half the host's CPUs.
     assert cpu_config(pid, other)[1:] == (HOST_CPUS * PERIOD_US // 2, PERIOD_US)
     # A fork keeps its source's limit.
-    fork = server.result("sandbox.fork", {"sandboxId": busy})["sandboxId"]
+    fork = stdio.result("sandbox.fork", {"sandboxId": busy})["sandboxId"]
     assert cpu_config(pid, fork) == (hier, PERIOD_US // 2, PERIOD_US)
-    server.result("sandbox.destroy", {"sandboxId": fork})
+    stdio.result("sandbox.destroy", {"sandboxId": fork})
 
-    timed_echo(server, other, 5)  # warm: the session's shell and worker exist
-    idle = statistics.median(timed_echo(server, other, 20))
+    timed_echo(stdio, other, 5)  # warm: the session's shell and worker exist
+    idle = statistics.median(timed_echo(stdio, other, 20))
 
     t = time.monotonic()
-    r = server.result("run", {"sandboxId": busy,
+    r = stdio.result("run", {"sandboxId": busy,
                               "command": "for i in 1 2; do (while :; do :; done) & done; echo started"})
     assert r["stdout"] == "started\n" and time.monotonic() - t < 5, r
     u0, t0 = usage_usec(pid, busy), time.monotonic()
-    loaded = statistics.median(timed_echo(server, other, 20))
+    loaded = statistics.median(timed_echo(stdio, other, 20))
     time.sleep(max(0.0, t0 + 2.0 - time.monotonic()))
     u1, t1 = usage_usec(pid, busy), time.monotonic()
     rate = (u1 - u0) / 1e6 / (t1 - t0)
@@ -108,29 +91,29 @@ def test_cpus_caps_busy_loops_and_spares_another_sandbox(server):
     # 0.5 (plus at most one period's worth at the window's edges).
     assert 0.05 < rate <= 0.75, f"{rate:.3f} CPU-seconds per second with cpus=0.5"
     assert loaded < max(2 * idle, idle + 0.020), f"echo took {loaded * 1000:.1f} ms vs {idle * 1000:.1f} ms idle"
-    assert server.result("sandbox.destroy", {"sandboxId": busy}) == {"ok": True}
+    assert stdio.result("sandbox.destroy", {"sandboxId": busy}) == {"ok": True}
 
 
-def test_bad_cpus_refused(server):
+def test_bad_cpus_refused(stdio):
     want = {"code": -32602, "message": f"limits.cpus must be a number from 0.01 to {HOST_CPUS} (the host's CPUs)"}
     for cpus in [0, -1, -0.5, 0.004, "1", True, [1], {}, HOST_CPUS + 0.01, HOST_CPUS + 1, 1e9, 1e300]:
         for method in ("create", "sandbox.create"):
-            assert server.error(method, {"limits": {"cpus": cpus}}) == want, (method, cpus)
+            assert stdio.error(method, {"limits": {"cpus": cpus}}) == want, (method, cpus)
     # Nothing was created meanwhile.
-    assert server.result("sandbox.list") == {"sandboxes": []}
+    assert stdio.result("sandbox.list") == {"sandboxes": []}
 
 
-def test_cpus_bounds_and_create(server):
-    pid = server.proc.pid
+def test_cpus_bounds_and_create(stdio):
+    pid = stdio.proc.pid
     # The root sandbox of create takes the same limit; the whole host is allowed.
-    sid = server.result("create", {"limits": {"cpus": HOST_CPUS}})["sandboxId"]
-    small = server.result("sandbox.create", {"limits": {"cpus": 0.01}})["sandboxId"]
+    sid = stdio.result("create", {"limits": {"cpus": HOST_CPUS}})["sandboxId"]
+    small = stdio.result("sandbox.create", {"limits": {"cpus": 0.01}})["sandboxId"]
     hier, quota, _ = cpu_config(pid, sid)
     if hier == "none":
         pytest.skip("no cpu controller (v2 or v1) the daemon can use here")
     assert quota == HOST_CPUS * PERIOD_US
     assert cpu_config(pid, small)[1] == PERIOD_US // 100
-    assert server.result("run", {"sandboxId": small, "command": "echo ok"})["stdout"] == "ok\n"
+    assert stdio.result("run", {"sandboxId": small, "command": "echo ok"})["stdout"] == "ok\n"
 
 
 def test_cli_cpus():

@@ -98,8 +98,8 @@ def test_leftover_fork_bomb_does_not_wedge_the_session(stdio):
     # The shells keep a reserve of the process limit: the next run starts at once.
     t0 = time.monotonic()
     assert run(stdio, "echo alive")["stdout"] == "alive\n"
-    # One that must fork is stopped as soon as the limit refuses it, and says why.
-    r = run(stdio, "sleep 1; echo slept")
+    # One that keeps needing forks is stopped once the limit refuses them, and says why.
+    r = run(stdio, "for i in $(seq 30); do sleep 1000 & done; wait")
     assert r["errorClass"] == "PIDS_LIMIT" and r["exitCode"] == 1, r
     assert "left running by earlier commands" in r["stderr"], r
     assert time.monotonic() - t0 < 5

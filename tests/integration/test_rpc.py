@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Peer, memory_bound
+from conftest import SPAWNED, Peer, memory_bound
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -27,6 +27,7 @@ pytestmark = [
 def stdio():
     proc = subprocess.Popen([SBX, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
+    SPAWNED.append(proc.pid)  # for the leftover checks
     peer = Peer(proc.stdout, proc.stdin)
     peer.proc = proc
     yield peer

@@ -11,7 +11,6 @@ Client over a pipe, for answers the real server does not send on purpose.
 """
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ sys.path.insert(0, str(REPO / "sdk" / "python"))
 
 from sbx import Sandbox, SbxError  # noqa: E402
 from sbx._client import Client  # noqa: E402
+from test_sdk import socket_server  # noqa: E402,F401 (a fixture)
 
 try:  # the shared leftover check; the tests still work without it
     from conftest import SPAWNED
@@ -159,31 +159,12 @@ def test_error_goes_to_the_unreadable_call_not_an_older_running_one(sb):
 
 
 @needs_server
-def test_nul_over_a_socket_connection(tmp_path):
-    path = tmp_path / "sbx.sock"
-    with open(tmp_path / "server.err", "wb") as errf:
-        p = subprocess.Popen([SBX_BIN, "serve", "--socket", str(path)], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=errf)
-    SPAWNED.append(p.pid)
-    try:
-        deadline = time.monotonic() + 10
-        while not path.exists():
-            assert p.poll() is None, (tmp_path / "server.err").read_text()
-            assert time.monotonic() < deadline, "the socket server did not start"
-            time.sleep(0.02)
-        with Sandbox.connect(str(path)) as s:
-            for case in ("command", "path", "env value"):
-                err = raises_within(lambda: NUL_CASES[case](s))
-                assert err.code == PARSE_ERROR, (case, err)
-            assert_usable(s)
-    finally:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    assert p.returncode == 0, (tmp_path / "server.err").read_text()
+def test_nul_over_a_socket_connection(socket_server):
+    with Sandbox.connect(socket_server) as s:
+        for case in ("command", "path", "env value"):
+            err = raises_within(lambda: NUL_CASES[case](s))
+            assert err.code == PARSE_ERROR, (case, err)
+        assert_usable(s)
 
 
 # ---------------------------------------------------------------- hand-written answers
