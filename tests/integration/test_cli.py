@@ -360,3 +360,12 @@ def test_export_import_commands_against_a_socket_server(tmp_path):
     finally:
         srv.terminate()
         srv.wait(10)
+
+
+def test_cgroup_parent_too_long_is_refused_not_cut(sbx):
+    # A delegated cgroup directory whose path does not fit is an error, never a shortened path
+    # that would name some other directory.
+    env = dict(os.environ, SBX_CGROUP_PARENT="/sys/fs/cgroup/unified/" + "a" * 600)
+    cp = sbx("echo hi", env=env, timeout=30)
+    assert cp.returncode == 1 and cp.stdout == b"", describe(cp)
+    assert b"cannot create sandbox" in cp.stderr, describe(cp)
