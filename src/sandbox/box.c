@@ -59,24 +59,21 @@ int box_shared_init(BoxShared *s) {
         } else {
                 snprintf(s->staging, sizeof s->staging, "/run/sbx");
         }
-        if (mkdir(s->staging, 0700) < 0 && errno != EEXIST)
-                return negerrno();
-        r = cgroup_root_open(&s->cg);
-        if (r < 0)
-                return r;
+        if (mkdir(s->staging, 0700) < 0 && errno != EEXIST) {
+                r = negerrno();
+                goto fail;
+        }
+        if ((r = cgroup_root_open(&s->cg)) < 0)
+                goto fail;
         s->cg_open = true;
         s->builtin_fd = builtin_memfd();
-        if (s->builtin_fd < 0) {
-                r = s->builtin_fd;
-                box_shared_done(s);
-                return r;
-        }
-        r = seccomp_build(&s->seccomp);
-        if (r < 0) {
-                box_shared_done(s);
-                return r;
-        }
+        if ((r = s->builtin_fd) < 0 || (r = seccomp_build(&s->seccomp)) < 0)
+                goto fail;
         return 0;
+fail:
+        /* Whatever was made before the failure goes: a caller may try again later. */
+        box_shared_done(s);
+        return r;
 }
 
 void box_shared_done(BoxShared *s) {
