@@ -90,9 +90,9 @@
 /* ---- paths and names */
 
 /* Longest path, with its NUL: the kernel's PATH_MAX, past which no system call takes a path
- * anyway. It bounds the cwd of a run and sizes every buffer that holds a whole path (archive
- * entries and link targets, the tree copier's position, the host paths a sandbox's root is
- * built from). */
+ * anyway. It bounds the cwd of a run, symlink targets and the host paths a sandbox's root is
+ * built from. Positions inside a tree have no such limit (see SBX_MAX_TREE_DEPTH and
+ * SBX_MAX_ARCHIVE_PATH_BYTES): the walks hold them on the heap. */
 #define SBX_MAX_PATH_BYTES 4096U
 
 /* A path a client names in the files API. Below SBX_MAX_PATH_BYTES so that a relative one
@@ -104,17 +104,26 @@
 
 /* ---- whole trees (fork, snapshots, export, import, the files API) */
 
-/* Directory depth the recursive walks go to: the tree copier (fork, snapshots: "copy (too
- * deep)"), export ("export (too deep)"), import (deeper entries are refused) and the files
- * API's recursive remove. Each level holds an fd and a stack frame, and the walker runs on
- * trees a command made, so it is bounded; deeper trees fail with ELOOP. Clearing a tree
- * (restore, import) has no depth limit: a tree a command made as deep as it liked must never
- * stand in the way of a restore. */
-#define SBX_MAX_TREE_DEPTH 256U
+/* Directory depth the tree walks go to: the tree copier (fork, snapshots: "copy (too deep)"),
+ * export ("export (too deep)") and import (deeper entries are refused). The walks are
+ * iterative (fs/walk.h): a level costs heap (a few hundred bytes and its directory's listing),
+ * not stack, and only SBX_TREE_OPEN_LEVELS of them hold an fd. What really bounds a tree's
+ * depth is the sandbox's inode limit (fileCount: 10,000 by default, each level is an inode);
+ * this ceiling is for sandboxes given millions, so that one walk's memory stays in the
+ * megabytes. Export also stops at SBX_MAX_ARCHIVE_PATH_BYTES, which a tree of longer names
+ * reaches first. Clearing a tree (restore, import) has no depth limit at all: a tree a
+ * command made as deep as it liked must never stand in the way of a restore. */
+#define SBX_MAX_TREE_DEPTH 16384U
 
-/* Directory fds the unbounded clear keeps open on its way down; deeper levels are opened
- * again through ".." on the way back up. Bounds the fds of a job clearing a hostile tree. */
-#define SBX_TREE_CLEAR_OPEN_LEVELS 64U
+/* Directory fds a tree walk (copy, export, extract, clear) keeps open on its way down, from
+ * the top; deeper levels are opened again through ".." on the way back up, and only if they
+ * are still the directory the walk came down from. Bounds the fds of a job walking a hostile
+ * tree. */
+#define SBX_TREE_OPEN_LEVELS 64U
+
+/* Levels the files API's recursive remove goes to. It runs in the daemon's loop and recurses
+ * with an fd per level; a deeper tree is for `rm -rf` in the sandbox (ELOOP). */
+#define SBX_MAX_REMOVE_DEPTH 256U
 
 /* Copy buffer of the tree copier (fork, snapshots). */
 #define SBX_TREE_COPY_BUF (256U * 1024)
@@ -159,9 +168,25 @@
  * builds them, so that a few KB of zstd ({"a":[{},{},...]}) cannot make it allocate
  * gigabytes. */
 #define SBX_MAX_MANIFEST_NODES 4096U
-/* Tar overhead allowed per entry on top of the data (header, pax header, long names,
- * padding) when bounding how much a hostile archive may decompress to. */
+/* Longest entry path (and hard link target) in an archive, with its NUL. Paths of a deep tree
+ * pass PATH_MAX (5,000 levels of one-letter names make 10 KB): export writes them as pax
+ * headers and both export and import only ever use them one component at a time relative to
+ * a directory fd, never as a whole path in a system call. It bounds what one header may make
+ * import hold and hash, and with SBX_MAX_TREE_DEPTH the depth an export reaches (16,384
+ * levels of names up to three bytes). */
+#define SBX_MAX_ARCHIVE_PATH_BYTES (64U * 1024)
+/* Tar overhead allowed per entry on top of the data (header, pax header, padding) when
+ * bounding how much a hostile archive may decompress to; an entry's path and link target are
+ * allowed on top, for their length (up to SBX_MAX_ARCHIVE_PATH_BYTES each). */
 #define SBX_ARCHIVE_ENTRY_SLACK (16U * 1024)
+/* Directories an import's extraction may enter and leave, on top of four per entry. It walks
+ * to each entry's directory from the previous one (and for a hard link on to its target's),
+ * then to each directory again to set its mode and time: an archive in export's order needs
+ * about four per directory, but one made to send it up and down the whole depth for every
+ * entry would need entries times depth (10,000 x 16,384 x 2), minutes of opening directories.
+ * The check refuses such an archive; this much more (about ten seconds of it at worst) is left
+ * for hard links far from their targets. */
+#define SBX_ARCHIVE_WALK_SLACK (4U * 1024 * 1024)
 /* Read and write buffer of export and import. */
 #define SBX_ARCHIVE_IO_BUF (64U * 1024)
 

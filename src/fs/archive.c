@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* What export, check and extract share (archive_private.h): the writable top directories, the
  * digest record, the reader and entry path checks; and archive_meta_clear(). */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "base/limits.h"
+#include "base/macro.h"
 #include "fs/archive.h"
 #include "fs/archive_private.h"
 
@@ -95,16 +97,20 @@ const char *archive_hardlink_of(struct archive_entry *e) {
         return p ? p : archive_entry_hardlink_utf8(e);
 }
 
-int archive_canonical_path(const char *raw, const char *what, char *out, char *err, size_t errlen) {
+int archive_canonical_path(const char *raw, const char *what, char **ret, char *err, size_t errlen) {
+        *ret = NULL;
         if (!raw || !raw[0])
                 return archive_err(err, errlen, "archive entry with an empty %s", what);
         if (raw[0] == '/')
-                return archive_err(err, errlen, "archive entry %s: absolute path", raw);
-        size_t len = strlen(raw);
-        if (len >= SBX_MAX_PATH_BYTES)
-                return archive_err(err, errlen, "archive entry %.64s...: path too long", raw);
+                return archive_err(err, errlen, "archive entry %.64s: absolute path", raw);
+        size_t len = strnlen(raw, SBX_MAX_ARCHIVE_PATH_BYTES);
+        if (len >= SBX_MAX_ARCHIVE_PATH_BYTES)
+                return archive_err(err, errlen, "archive entry %.64s...: path longer than %u bytes", raw,
+                                   SBX_MAX_ARCHIVE_PATH_BYTES - 1);
+        _cleanup_free_ char *out = strdup(raw);
+        if (!out)
+                return -ENOMEM;
         /* Directories come with a trailing slash; the digest and messages name them without. */
-        memcpy(out, raw, len + 1);
         while (len > 0 && out[len - 1] == '/')
                 out[--len] = 0;
         unsigned depth = 0;
@@ -112,16 +118,237 @@ int archive_canonical_path(const char *raw, const char *what, char *out, char *e
                 const char *end = strchrnul(c, '/');
                 size_t l = (size_t)(end - c);
                 if (l == 2 && c[0] == '.' && c[1] == '.')
-                        return archive_err(err, errlen, "archive entry %s: '..' component", out);
+                        return archive_err(err, errlen, "archive entry %.200s: '..' component", out);
                 if (l == 0 || (l == 1 && c[0] == '.'))
-                        return archive_err(err, errlen, "archive entry %s: empty or '.' component", out);
+                        return archive_err(err, errlen, "archive entry %.200s: empty or '.' component", out);
+                /* No directory entry takes a longer name: extraction would fail half-way. */
+                if (l > NAME_MAX)
+                        return archive_err(err, errlen, "archive entry %.64s...: a component longer than %d bytes", out,
+                                           NAME_MAX);
                 c = *end ? end + 1 : end;
         }
-        /* As deep as an export can go: extraction walks every level from the root. */
-        if (depth > SBX_MAX_TREE_DEPTH + 2)
+        int top = archive_top_of(out);
+        if (top < 0)
+                return archive_err(err, errlen, "archive entry %.200s: outside tmp, home/user and dev/shm", out);
+        /* As deep as an export can go: SBX_MAX_TREE_DEPTH directories below a top directory,
+         * and an entry in the deepest. */
+        unsigned top_depth = archive_tops[top][strcspn(archive_tops[top], "/")] ? 2 : 1;
+        if (depth - top_depth > SBX_MAX_TREE_DEPTH + 1)
                 return archive_err(err, errlen, "archive entry %.64s...: more than %u levels deep", out,
                                    SBX_MAX_TREE_DEPTH);
-        if (archive_top_of(out) < 0)
-                return archive_err(err, errlen, "archive entry %s: outside tmp, home/user and dev/shm", out);
+        *ret = TAKE_PTR(out);
+        return 0;
+}
+
+/* ---- ArchiveTree */
+
+static uint64_t node_hash(uint32_t parent, const char *name, size_t len) {
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (int i = 0; i < 4; i++)
+                h = (h ^ ((parent >> (8 * i)) & 0xff)) * 0x100000001b3ULL;
+        for (size_t i = 0; i < len; i++)
+                h = (h ^ (uint8_t)name[i]) * 0x100000001b3ULL;
+        return h;
+}
+
+/* The slot holding child `name` of `parent`, or the empty slot where it would go. */
+static size_t node_slot(const ArchiveTree *t, uint32_t parent, const char *name, size_t len) {
+        size_t mask = t->n_slots - 1, i = (size_t)node_hash(parent, name, len) & mask;
+        for (;; i = (i + 1) & mask) {
+                uint32_t s = t->slots[i];
+                if (!s)
+                        return i;
+                const ArchiveNode *n = &t->nodes[s - 1];
+                if (n->parent == parent && strncmp(n->name, name, len) == 0 && n->name[len] == 0)
+                        return i;
+        }
+}
+
+int archive_tree_init(ArchiveTree *t) {
+        *t = (ArchiveTree){ 0 };
+        t->nodes = calloc(64, sizeof *t->nodes);
+        t->slots = calloc(128, sizeof *t->slots);
+        char *root = strdup("");
+        if (!t->nodes || !t->slots || !root) {
+                free(root);
+                archive_tree_free(t);
+                return -ENOMEM;
+        }
+        t->cap = 64;
+        t->n_slots = 128;
+        /* The root: its own parent, never in the table. */
+        t->nodes[t->n++] = (ArchiveNode){ .name = root };
+        return 0;
+}
+
+void archive_tree_free(ArchiveTree *t) {
+        for (size_t i = 0; i < t->n; i++)
+                free(t->nodes[i].name);
+        free(t->nodes);
+        free(t->slots);
+        *t = (ArchiveTree){ 0 };
+}
+
+int64_t archive_tree_child(const ArchiveTree *t, uint32_t parent, const char *name, size_t len) {
+        uint32_t s = t->slots[node_slot(t, parent, name, len)];
+        return s ? (int64_t)s - 1 : -1;
+}
+
+static int tree_grow(ArchiveTree *t) {
+        if (t->n == t->cap) {
+                if (t->cap >= UINT32_MAX / 2)
+                        return -E2BIG;
+                ArchiveNode *v = reallocarray(t->nodes, t->cap * 2, sizeof *v);
+                if (!v)
+                        return -ENOMEM;
+                t->nodes = v;
+                t->cap *= 2;
+        }
+        if (t->n * 2 >= t->n_slots) {
+                size_t n_slots = t->n_slots * 2;
+                uint32_t *slots = calloc(n_slots, sizeof *slots);
+                if (!slots)
+                        return -ENOMEM;
+                uint32_t *old = t->slots;
+                t->slots = slots;
+                t->n_slots = n_slots;
+                for (size_t i = 1; i < t->n; i++) {
+                        const ArchiveNode *n = &t->nodes[i];
+                        t->slots[node_slot(t, n->parent, n->name, strlen(n->name))] = (uint32_t)i + 1;
+                }
+                free(old);
+        }
+        return 0;
+}
+
+int64_t archive_tree_add(ArchiveTree *t, uint32_t parent, const char *name, size_t len, uint8_t kind) {
+        int r = tree_grow(t);
+        if (r < 0)
+                return r;
+        char *copy = strndup(name, len);
+        if (!copy)
+                return -ENOMEM;
+        uint32_t i = (uint32_t)t->n++;
+        t->nodes[i] = (ArchiveNode){ copy, parent, t->nodes[parent].depth + 1, kind };
+        t->slots[node_slot(t, parent, name, len)] = i + 1;
+        return i;
+}
+
+int64_t archive_tree_find(const ArchiveTree *t, const char *path) {
+        int64_t node = 0;
+        for (const char *c = path; *c && node >= 0;) {
+                const char *end = strchrnul(c, '/');
+                node = archive_tree_child(t, (uint32_t)node, c, (size_t)(end - c));
+                c = *end ? end + 1 : end;
+        }
+        return node;
+}
+
+char *archive_tree_path(const ArchiveTree *t, uint32_t node) {
+        size_t len = 0;
+        for (uint32_t i = node; i != 0; i = t->nodes[i].parent)
+                len += strlen(t->nodes[i].name) + 1;
+        char *p = malloc(len ? len : 1);
+        if (!p)
+                return NULL;
+        p[len ? len - 1 : 0] = 0;
+        size_t end = len ? len - 1 : 0;
+        for (uint32_t i = node; i != 0; i = t->nodes[i].parent) {
+                size_t l = strlen(t->nodes[i].name);
+                end -= l;
+                memcpy(p + end, t->nodes[i].name, l);
+                if (end > 0)
+                        p[--end] = '/';
+        }
+        return p;
+}
+
+uint64_t archive_tree_distance(const ArchiveTree *t, uint32_t a, uint32_t b) {
+        uint64_t d = 0;
+        while (a != b) {
+                if (t->nodes[a].depth >= t->nodes[b].depth)
+                        a = t->nodes[a].parent;
+                else
+                        b = t->nodes[b].parent;
+                d++;
+        }
+        return d;
+}
+
+int64_t archive_tree_place(ArchiveTree *t, uint32_t from, const char *rest, uint8_t kind) {
+        int64_t node = from;
+        for (const char *c = rest; *c;) {
+                const char *end = strchrnul(c, '/');
+                size_t l = (size_t)(end - c);
+                int64_t i = archive_tree_child(t, (uint32_t)node, c, l);
+                if (i < 0 && (i = archive_tree_add(t, (uint32_t)node, c, l, kind)) < 0)
+                        return i;
+                node = i;
+                c = *end ? end + 1 : end;
+        }
+        return node;
+}
+
+uint32_t archive_cursor_start(const ArchiveTree *t, const ArchiveCursor *c, const char *path, const char **ret_rest) {
+        /* The components path shares with the previous path: up to the first byte that
+         * differs, back to the start of its component. */
+        size_t i = 0;
+        while (i < c->len && path[i] && path[i] == c->path[i])
+                i++;
+        size_t end;
+        if ((path[i] == '/' || path[i] == 0) && (i == c->len || c->path[i] == '/'))
+                end = i;
+        else {
+                while (i > 0 && c->path[i - 1] != '/')
+                        i--;
+                end = i ? i - 1 : 0;
+        }
+        uint32_t shared = 0;
+        if (end > 0) {
+                shared = 1;
+                for (const char *s = path; (s = memchr(s, '/', (size_t)(path + end - s))); s++)
+                        shared++;
+        }
+        /* Above the previous node and above path's own. */
+        uint32_t prev_depth = t->nodes[c->node].depth, start = MIN(shared, prev_depth ? prev_depth - 1 : 0);
+        if (path[end] == 0 && start == shared && start > 0)
+                start--;
+        uint32_t node = c->node;
+        while (t->nodes[node].depth > start)
+                node = t->nodes[node].parent;
+        const char *rest = path;
+        for (uint32_t k = 0; k < start; k++)
+                rest = strchr(rest, '/') + 1;
+        *ret_rest = rest;
+        return node;
+}
+
+int archive_cursor_set(ArchiveCursor *c, const char *path, uint32_t node) {
+        size_t l = strlen(path);
+        if (l + 1 > c->cap) {
+                size_t cap = MAX(l + 1, c->cap * 2);
+                char *p = realloc(c->path, cap);
+                if (!p)
+                        return -ENOMEM;
+                c->path = p;
+                c->cap = cap;
+        }
+        memcpy(c->path, path, l + 1);
+        c->len = l;
+        c->node = node;
+        return 0;
+}
+
+void archive_cursor_free(ArchiveCursor *c) {
+        free(c->path);
+        *c = (ArchiveCursor){ 0 };
+}
+
+int archive_tree_add_tops(ArchiveTree *t, uint8_t kind) {
+        for (size_t i = 0; i < ELEMENTSOF(archive_tops); i++) {
+                int64_t r = archive_tree_place(t, 0, archive_tops[i], kind);
+                if (r < 0)
+                        return (int)r;
+        }
         return 0;
 }

@@ -18,9 +18,13 @@
  * three writable directories, a hard or symbolic link whose target resolves outside them,
  * device nodes, sockets, setuid/setgid bits, more bytes than limits->fs_bytes or more entries
  * than limits->file_count (counting hard links and implied parent directories, not the three
- * top directories), or anything extraction would stumble on (a duplicate path, an entry
- * below a non-directory). Only then does the caller clear the tree and call
- * archive_extract(). Both block: run them in a job process (base/job.h). */
+ * top directories), anything extraction would stumble on (a duplicate path, an entry below
+ * a non-directory, a name longer than NAME_MAX), a path of SBX_MAX_ARCHIVE_PATH_BYTES or more
+ * or more than SBX_MAX_TREE_DEPTH directories below its top, or entries in an order that
+ * would make extraction walk up and down the tree past SBX_ARCHIVE_WALK_SLACK. Paths may be
+ * longer than PATH_MAX (a deep tree): neither side ever hands one whole to a system call.
+ * Only then does the caller clear the tree and call archive_extract(). Both block: run them
+ * in a job process (base/job.h). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -75,81 +75,20 @@ enum {
         KIND_OTHER,
 };
 
-/* Every path of the archive so far, open addressing, at most half full. It answers "is this a
- * duplicate", "is the parent a directory" and "is this hard link target an earlier file". */
-typedef struct PathSet {
-        char **keys;
-        uint8_t *kinds;
-        size_t cap, n;
-} PathSet;
-
-static uint64_t hash_str(const char *s) {
-        uint64_t h = 0xcbf29ce484222325ULL;
-        for (; *s; s++)
-                h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
-        return h;
-}
-
-static size_t set_slot(const PathSet *s, const char *key) {
-        size_t i = (size_t)hash_str(key) & (s->cap - 1);
-        while (s->keys[i] && strcmp(s->keys[i], key) != 0)
-                i = (i + 1) & (s->cap - 1);
-        return i;
-}
-
-static uint8_t set_get(const PathSet *s, const char *key) {
-        if (!s->cap)
-                return KIND_NONE;
-        size_t i = set_slot(s, key);
-        return s->keys[i] ? s->kinds[i] : KIND_NONE;
-}
-
-static int set_put(PathSet *s, const char *key, uint8_t kind) {
-        if ((s->n + 1) * 2 > s->cap) {
-                size_t cap = s->cap ? s->cap * 2 : 256;
-                PathSet g = { calloc(cap, sizeof(char *)), calloc(cap, 1), cap, s->n };
-                if (!g.keys || !g.kinds) {
-                        free(g.keys);
-                        free(g.kinds);
-                        return -ENOMEM;
-                }
-                for (size_t i = 0; i < s->cap; i++)
-                        if (s->keys[i]) {
-                                size_t j = set_slot(&g, s->keys[i]);
-                                g.keys[j] = s->keys[i];
-                                g.kinds[j] = s->kinds[i];
-                        }
-                free(s->keys);
-                free(s->kinds);
-                *s = g;
-        }
-        size_t i = set_slot(s, key);
-        if (!s->keys[i]) {
-                if (!(s->keys[i] = strdup(key)))
-                        return -ENOMEM;
-                s->n++;
-        }
-        s->kinds[i] = kind;
-        return 0;
-}
-
-static void set_free(PathSet *s) {
-        for (size_t i = 0; i < s->cap; i++)
-                free(s->keys[i]);
-        free(s->keys);
-        free(s->kinds);
-        *s = (PathSet){ 0 };
-}
-
 typedef struct Check {
         struct archive *a;
         const ArchiveLimits *limits;
-        PathSet paths;
+        ArchiveTree paths; /* every path so far, kinds KIND_*: duplicates, parents, link targets */
+        ArchiveCursor cursor; /* the previous entry's */
         struct sha256_ctx sha;
         uint64_t entries, bytes;
         uint64_t charged;   /* bytes tmpfs will charge for what extraction creates */
         uint64_t inodes;    /* what extraction creates: entries and implicit parents */
         uint64_t max_read;  /* bound on the decompressed stream */
+        /* The extraction's walk (archive_extract.c), played here: the directory it is in and
+         * the directories it enters and leaves to get there, entry after entry. */
+        uint32_t walk_at;
+        uint64_t walk_steps;
         char *manifest;
         size_t manifest_len;
         uint8_t *buf;
@@ -176,37 +115,58 @@ static int check_count_inode(Check *c) {
         return 0;
 }
 
-/* Records path (and its implicit parents) in the set, refusing duplicates and entries under
- * something that is not a directory: either would make extraction fail half-way. */
-static int check_place(Check *c, const char *path, uint8_t kind) {
-        char parent[SBX_MAX_PATH_BYTES];
-        size_t top_len = strlen(archive_tops[archive_top_of(path)]);
-        for (const char *s = path + top_len; (s = strchr(s, '/')); s++) {
-                if (s == path + top_len)
-                        continue;
-                size_t l = (size_t)(s - path);
-                memcpy(parent, path, l);
-                parent[l] = 0;
-                uint8_t k = set_get(&c->paths, parent);
-                if (k == KIND_NONE) {
+/* Records path (and its implicit parents) in the tree, refusing duplicates and entries under
+ * something that is not a directory: either would make extraction fail half-way. Adds nodes
+ * exactly as archive_tree_place() does, so that the extraction's tree is this one; from the
+ * deepest directory path shares with the previous entry (already checked). Returns the path's
+ * node or -errno. */
+static int64_t check_place(Check *c, const char *path, uint8_t kind) {
+        const char *comp;
+        uint32_t node = archive_cursor_start(&c->paths, &c->cursor, path, &comp);
+        for (;;) {
+                const char *end = strchrnul(comp, '/');
+                size_t l = (size_t)(end - comp);
+                bool last = !*end;
+                int64_t i = archive_tree_child(&c->paths, node, comp, l);
+                if (i < 0) {
+                        /* Hard links too: tmpfs charges every extra link against its inode limit. */
                         int r = check_count_inode(c);
                         if (r < 0)
                                 return r;
-                        if ((r = set_put(&c->paths, parent, KIND_IMPLICIT_DIR)) < 0)
-                                return r;
-                } else if (k != KIND_DIR && k != KIND_IMPLICIT_DIR)
-                        return archive_err(c->err, c->errlen, "archive entry %s: parent %s is not a directory", path, parent);
+                        if ((i = archive_tree_add(&c->paths, node, comp, l, last ? kind : KIND_IMPLICIT_DIR)) < 0)
+                                return i;
+                } else {
+                        uint8_t *k = &c->paths.nodes[i].kind;
+                        if (last && kind == KIND_DIR && *k == KIND_IMPLICIT_DIR)
+                                *k = KIND_DIR; /* its inode was counted as a parent */
+                        else if (last)
+                                return archive_err(c->err, c->errlen, "archive entry %.200s: duplicate entry", path);
+                        else if (*k != KIND_DIR && *k != KIND_IMPLICIT_DIR)
+                                return archive_err(c->err, c->errlen, "archive entry %.200s: parent %.*s is not a directory",
+                                                   path, (int)MIN((size_t)(end - path), (size_t)200), path);
+                }
+                if (last) {
+                        int r = archive_cursor_set(&c->cursor, path, (uint32_t)i);
+                        return r < 0 ? r : i;
+                }
+                node = (uint32_t)i;
+                comp = end + 1;
         }
-        uint8_t k = set_get(&c->paths, path);
-        if (k == KIND_IMPLICIT_DIR && kind == KIND_DIR)
-                return set_put(&c->paths, path, KIND_DIR); /* its inode was counted as a parent */
-        if (k != KIND_NONE)
-                return archive_err(c->err, c->errlen, "archive entry %s: duplicate entry", path);
-        /* Hard links too: tmpfs charges every extra link against its inode limit. */
-        int r = check_count_inode(c);
-        if (r < 0)
-                return r;
-        return set_put(&c->paths, path, kind);
+}
+
+/* The extraction's walk goes on to directory node `to`: refused once it would enter and leave
+ * more directories than four per entry and SBX_ARCHIVE_WALK_SLACK, which an archive in
+ * export's order never comes near; one in an order made to send it up and down the whole
+ * depth for every entry does. */
+static int check_walk(Check *c, uint32_t to) {
+        c->walk_steps += archive_tree_distance(&c->paths, c->walk_at, to);
+        c->walk_at = to;
+        uint64_t max = 4 * (c->inodes + 16) + SBX_ARCHIVE_WALK_SLACK;
+        if (c->walk_steps > max)
+                return archive_err(c->err, c->errlen,
+                                   "archive entries out of order: extracting them would enter and leave more than %llu "
+                                   "directories", (unsigned long long)max);
+        return 0;
 }
 
 /* The digest's type letter and the path set's kind of entry e at path, refusing the types
@@ -236,30 +196,40 @@ static int check_type(Check *c, struct archive_entry *e, const char *path, char 
 /* Refuses a symlink ('l') whose target resolves outside the sandbox, or a hard link ('h') to
  * anything but an earlier file of the same link group; *ret_target is the target the digest
  * records (borrowed from e), NULL for other types. */
-static int check_link(Check *c, struct archive_entry *e, const char *path, char type, const char **ret_target) {
-        char buf[SBX_MAX_PATH_BYTES];
+static int check_link(Check *c, struct archive_entry *e, const char *path, char type, const char **ret_target,
+                      uint32_t *ret_target_node) {
         *ret_target = NULL;
         if (type == 'l') {
                 const char *target = archive_symlink_of(e);
                 if (!target || !target[0] || strlen(target) >= SBX_MAX_PATH_BYTES)
-                        return archive_err(c->err, c->errlen, "archive entry %s: empty or too long link target", path);
-                if (!resolve_lexical(path, target, buf, sizeof buf) || (archive_top_of(buf) < 0 && !in_system_dir(buf)))
+                        return archive_err(c->err, c->errlen, "archive entry %.200s: empty or too long link target", path);
+                /* Resolved against the link's directory, which may be longer than PATH_MAX. */
+                size_t len = strlen(path) + strlen(target) + 2;
+                _cleanup_free_ char *buf = malloc(len);
+                if (!buf)
+                        return -ENOMEM;
+                if (!resolve_lexical(path, target, buf, len) || (archive_top_of(buf) < 0 && !in_system_dir(buf)))
                         return archive_err(c->err, c->errlen,
-                                           "archive entry %s: link target outside the sandbox (its writable and system directories)", path);
+                                           "archive entry %.200s: link target outside the sandbox (its writable and system directories)", path);
                 *ret_target = target;
         } else if (type == 'h') {
                 const char *hardlink = archive_hardlink_of(e);
                 char discard[256];
                 discard[0] = 0;
-                if (archive_canonical_path(hardlink, "link target", buf, discard, sizeof discard) < 0 ||
-                    set_get(&c->paths, buf) != KIND_FILE)
+                _cleanup_free_ char *buf = NULL;
+                int r = archive_canonical_path(hardlink, "link target", &buf, discard, sizeof discard);
+                if (r == -ENOMEM)
+                        return r;
+                int64_t node = r < 0 ? -1 : archive_tree_find(&c->paths, buf);
+                if (node < 0 || c->paths.nodes[node].kind != KIND_FILE)
                         return archive_err(c->err, c->errlen,
-                                           "archive entry %s: hard link target %s is not an earlier file of the archive",
+                                           "archive entry %.200s: hard link target %.200s is not an earlier file of the archive",
                                            path, hardlink);
                 if (archive_link_group(archive_top_of(buf)) != archive_link_group(archive_top_of(path)))
                         return archive_err(c->err, c->errlen,
-                                           "archive entry %s: hard link between two of tmp, home/user and dev/shm", path);
+                                           "archive entry %.200s: hard link between two of tmp, home/user and dev/shm", path);
                 *ret_target = hardlink;
+                *ret_target_node = (uint32_t)node;
         }
         return 0;
 }
@@ -301,8 +271,8 @@ static int check_data(Check *c, const char *path, uint64_t size) {
 }
 
 static int check_entry(Check *c, struct archive_entry *e, const char *name) {
-        char path[SBX_MAX_PATH_BYTES];
-        int r = archive_canonical_path(name, "path", path, c->err, c->errlen);
+        _cleanup_free_ char *path = NULL;
+        int r = archive_canonical_path(name, "path", &path, c->err, c->errlen);
         if (r < 0)
                 return r;
         la_int64_t size = archive_entry_size(e);
@@ -322,11 +292,18 @@ static int check_entry(Check *c, struct archive_entry *e, const char *name) {
         if (type != 'f' && size > 0)
                 return archive_err(c->err, c->errlen, "archive entry %s: data in an entry that is not a regular file", path);
         const char *target;
-        if ((r = check_link(c, e, path, type, &target)) < 0)
+        uint32_t target_node = 0;
+        if ((r = check_link(c, e, path, type, &target, &target_node)) < 0)
                 return r;
         if ((r = check_charge(c, type, (uint64_t)size, target)) < 0)
                 return r;
-        if ((r = check_place(c, path, kind)) < 0)
+        int64_t node = check_place(c, path, kind);
+        if (node < 0)
+                return (int)node;
+        /* Extraction goes to the entry's directory, and for a hard link on to its target's. */
+        if ((r = check_walk(c, c->paths.nodes[node].parent)) < 0)
+                return r;
+        if (type == 'h' && (r = check_walk(c, c->paths.nodes[target_node].parent)) < 0)
                 return r;
         archive_digest_header(&c->sha, path, type, mode, type == 'f' ? (uint64_t)size : 0, target);
         c->entries++;
@@ -523,9 +500,8 @@ static int check_all(Check *c, ArchiveMeta *m) {
          * per-entry header overhead; nothing but the manifest is buffered, so this bounds time. */
         c->max_read = add_sat(add_sat(l->fs_bytes, SBX_MAX_MANIFEST_BYTES),
                               (MIN(l->file_count, (uint64_t)1 << 40) + 16) * SBX_ARCHIVE_ENTRY_SLACK);
-        for (size_t i = 0; i < ELEMENTSOF(archive_tops); i++)
-                if (set_put(&c->paths, archive_tops[i], KIND_IMPLICIT_DIR) < 0)
-                        return -ENOMEM;
+        if (archive_tree_init(&c->paths) < 0 || archive_tree_add_tops(&c->paths, KIND_IMPLICIT_DIR) < 0)
+                return -ENOMEM;
         bool first = true;
         for (;;) {
                 struct archive_entry *e;
@@ -543,9 +519,15 @@ static int check_all(Check *c, ArchiveMeta *m) {
                 }
                 if (r < ARCHIVE_WARN)
                         return check_read_fail(c);
+                /* A path past PATH_MAX (a deep tree) takes a pax header of its length, on top of
+                 * the per-entry slack: allowed for what the entry really names. */
+                const char *raw = archive_name_of(e), *link = archive_symlink_of(e);
+                if (!link)
+                        link = archive_hardlink_of(e);
+                c->max_read = add_sat(c->max_read, (raw ? strnlen(raw, SBX_MAX_ARCHIVE_PATH_BYTES) : 0) +
+                                                           (link ? strnlen(link, SBX_MAX_ARCHIVE_PATH_BYTES) : 0));
                 if ((r = check_stream_bound(c)) < 0)
                         return r;
-                const char *raw = archive_name_of(e);
                 if (c->manifest)
                         return archive_err(c->err, c->errlen, "archive entry %s: after the manifest", raw ? raw : "");
                 if (raw && strcmp(raw, ARCHIVE_MANIFEST) == 0)
@@ -557,6 +539,13 @@ static int check_all(Check *c, ArchiveMeta *m) {
         }
         if (!c->manifest)
                 return archive_err(c->err, c->errlen, "not an sbx archive: no %s", ARCHIVE_MANIFEST);
+        /* Last, extraction sets the directories' modes and times, children first: in
+         * decreasing order of their nodes (see ArchiveTree). */
+        for (size_t i = c->paths.n; i-- > 0;) {
+                int r = c->paths.nodes[i].kind == KIND_DIR ? check_walk(c, c->paths.nodes[i].parent) : 0;
+                if (r < 0)
+                        return r;
+        }
         return check_manifest(c, m);
 }
 
@@ -580,7 +569,8 @@ int archive_check(const uint8_t *data, size_t len, const ArchiveLimits *limits, 
                 r = check_all(&c, &m);
         if (c.a)
                 archive_read_free(c.a);
-        set_free(&c.paths);
+        archive_tree_free(&c.paths);
+        archive_cursor_free(&c.cursor);
         free(c.manifest);
         free(c.buf);
         if (r == -ENOMEM)

@@ -16,6 +16,7 @@
 #include "base/text.h"
 #include "fs/archive.h"
 #include "fs/archive_private.h"
+#include "fs/walk.h"
 
 typedef struct ExportLink {
         dev_t dev;
@@ -31,8 +32,8 @@ typedef struct Export {
         struct sha256_ctx sha;
         dev_t dev;   /* of the top directory being walked: other filesystems are skipped */
         int group;   /* archive_link_group() of that top directory */
-        char path[SBX_MAX_PATH_BYTES];
-        size_t path_len;
+        Walk walk;   /* the directory being exported, from the top directory down */
+        const char *path; /* the entry at hand: its archive path (borrowed) */
         ExportLink *links;
         size_t n_links, cap_links;
         uint8_t *buf;
@@ -52,23 +53,6 @@ static int export_archive_fail(Export *x) {
         archive_err(x->err, x->errlen, "write archive at %s: %s", x->path[0] ? x->path : ARCHIVE_MANIFEST,
                     archive_error_string(x->a) ?: "unknown error");
         return e > 0 ? -e : -EIO;
-}
-
-static bool export_push(Export *x, const char *name, size_t *saved) {
-        size_t l = strlen(name);
-        *saved = x->path_len;
-        if (x->path_len + l + 2 > sizeof x->path)
-                return false;
-        if (x->path_len)
-                x->path[x->path_len++] = '/';
-        memcpy(x->path + x->path_len, name, l + 1);
-        x->path_len += l;
-        return true;
-}
-
-static void export_pop(Export *x, size_t saved) {
-        x->path_len = saved;
-        x->path[saved] = 0;
 }
 
 static la_ssize_t write_cb(struct archive *a, void *data, const void *buf, size_t len) {
@@ -180,8 +164,6 @@ static int export_link_add(Export *x, const struct stat *st) {
         return 0;
 }
 
-static int export_dir(Export *x, int dir, unsigned depth);
-
 /* Opens name in dir with flags and stats what was opened (the entry may have been swapped
  * since the listing). Returns the fd, -ENOENT if it is gone (not an error: nothing is
  * exported), or -errno (x->err says why). */
@@ -194,18 +176,28 @@ static int export_open(Export *x, int dir, const char *name, int flags, struct s
         return TAKE_FD(fd);
 }
 
-/* The directory name of dir at x->path, then its contents. */
-static int export_subdir(Export *x, int dir, const char *name, unsigned depth) {
-        if (depth >= SBX_MAX_TREE_DEPTH)
+/* The directory name of the current one, at x->path: its header, then it becomes the current
+ * directory, its entries listed in order. */
+static int export_subdir(Export *x, int dir, const char *name) {
+        if (walk_depth(&x->walk) >= x->walk.max_depth)
                 return export_fail(x, -ELOOP, "export (too deep)");
         struct stat st;
-        _cleanup_close_ int fd = export_open(x, dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, &st);
+        int fd = export_open(x, dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, &st);
         if (fd < 0)
                 return fd == -ENOENT ? 0 : fd;
         int r = export_header(x, 'd', &st, 0, NULL);
-        if (r < 0)
+        if (r < 0) {
+                safe_close(fd);
                 return r;
-        return export_dir(x, fd, depth + 1);
+        }
+        r = walk_push(&x->walk, fd, name);
+        x->path = walk_path(&x->walk); /* the push may have moved it */
+        if (r < 0)
+                return export_fail(x, r, "open");
+        /* Sorted, so that the same tree always gives the same archive. */
+        if ((r = walk_list(&x->walk, true)) < 0)
+                return export_fail(x, r, "read");
+        return 0;
 }
 
 /* The regular file name of dir at x->path (st: its stat from the listing): a hard link to a
@@ -245,80 +237,55 @@ static int export_symlink(Export *x, int dir, const char *name, const struct sta
         return export_header(x, 'l', st, 0, target);
 }
 
-static int export_entry(Export *x, int dir, const char *name, unsigned depth) {
+static int export_entry(Export *x, const char *name) {
+        int dir = walk_fd(&x->walk);
         struct stat st;
+        if (!(x->path = walk_child_path(&x->walk, name)))
+                return export_fail(x, -ENOMEM, "export");
         if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                 return errno == ENOENT ? 0 : export_fail(x, negerrno(), "stat");
         if (st.st_dev != x->dev)
                 return 0;
-        size_t saved;
-        if (!export_push(x, name, &saved))
-                return export_fail(x, -ENAMETOOLONG, "export");
-        int r = 0;
+        /* Longer paths would be refused on import; the archive names every entry by its
+         * whole path, whatever the depth. */
+        if (strlen(x->path) >= SBX_MAX_ARCHIVE_PATH_BYTES)
+                return export_fail(x, -ENAMETOOLONG, "export (path too long)");
         if (S_ISDIR(st.st_mode))
-                r = export_subdir(x, dir, name, depth);
-        else if (S_ISREG(st.st_mode))
-                r = export_file(x, dir, name, &st);
-        else if (S_ISLNK(st.st_mode))
-                r = export_symlink(x, dir, name, &st);
-        else if (S_ISFIFO(st.st_mode))
-                r = export_header(x, 'p', &st, 0, NULL);
+                return export_subdir(x, dir, name);
+        if (S_ISREG(st.st_mode))
+                return export_file(x, dir, name, &st);
+        if (S_ISLNK(st.st_mode))
+                return export_symlink(x, dir, name, &st);
+        if (S_ISFIFO(st.st_mode))
+                return export_header(x, 'p', &st, 0, NULL);
         /* Sockets and device nodes are left out: neither can be recreated meaningfully. */
-        export_pop(x, saved);
-        return r;
+        return 0;
 }
 
-static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static int export_dir(Export *x, int dir, unsigned depth) {
-        int fd = fcntl(dir, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
-                return export_fail(x, negerrno(), "open");
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                int r = negerrno();
-                close(fd);
-                return export_fail(x, r, "read");
-        }
-        /* Sorted, so that the same tree always gives the same archive. */
-        char **names = NULL;
-        size_t n = 0, cap = 0;
-        int r = 0;
-        struct dirent *de;
-        errno = 0;
-        while ((de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                if (n == cap) {
-                        size_t c = cap ? cap * 2 : 32;
-                        char **p = reallocarray(names, c, sizeof *p);
-                        if (!p) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        names = p;
-                        cap = c;
-                }
-                if (!(names[n] = strdup(de->d_name))) {
-                        r = -ENOMEM;
-                        break;
-                }
-                n++;
-                errno = 0;
-        }
-        if (r == 0 && errno != 0)
-                r = negerrno();
-        closedir(d);
+/* The tree below the top directory open as fd (borrowed), whose header is written, without
+ * recursion: the walk goes down into each directory as it meets it (pre-order, by name) and
+ * back up once it is done. */
+static int export_tree(Export *x, int fd, const char *top) {
+        int r = walk_init(&x->walk, fd, top, SBX_MAX_TREE_DEPTH);
         if (r < 0)
-                export_fail(x, r, "read");
-        else if (n > 0)
-                qsort(names, n, sizeof *names, cmp_names);
-        for (size_t i = 0; i < n; i++) {
-                if (r >= 0)
-                        r = export_entry(x, dir, names[i], depth);
-                free(names[i]);
+                return export_fail(x, r, "open");
+        if ((r = walk_list(&x->walk, true)) < 0)
+                r = export_fail(x, r, "read");
+        while (r >= 0) {
+                const WalkEntry *e = walk_next(&x->walk);
+                if (e)
+                        r = export_entry(x, e->name);
+                else if (walk_depth(&x->walk) > 0)
+                        r = walk_pop(&x->walk);
+                else
+                        break;
         }
-        free(names);
+        if (r < 0) {
+                x->path = walk_path(&x->walk);
+                r = export_fail(x, r, r == -ESTALE ? "export (a directory was moved meanwhile)" : "export");
+        }
+        walk_done(&x->walk);
+        x->path = "";
         return r;
 }
 
@@ -379,7 +346,7 @@ static int export_manifest(Export *x, ArchiveMeta *meta) {
                 return -ENOMEM;
         }
         size_t len = strlen(json);
-        x->path[0] = 0;
+        x->path = "";
         struct archive_entry *e = archive_entry_clear(x->e);
         archive_entry_set_pathname(e, ARCHIVE_MANIFEST);
         archive_entry_set_filetype(e, AE_IFREG);
@@ -403,7 +370,7 @@ int archive_export(int root, const TreeIds *ids, ArchiveMeta *meta, int out_fd, 
                 clock_gettime(CLOCK_REALTIME, &ts);
                 meta->created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
         }
-        Export x = { .ids = ids, .err = err, .errlen = errlen, .max_bytes = meta->limits.fs_bytes };
+        Export x = { .ids = ids, .path = "", .err = err, .errlen = errlen, .max_bytes = meta->limits.fs_bytes };
         sha256_init(&x.sha);
         int r = -ENOMEM;
         x.buf = malloc(SBX_ARCHIVE_IO_BUF);
@@ -423,8 +390,7 @@ int archive_export(int root, const TreeIds *ids, ArchiveMeta *meta, int out_fd, 
                 goto out;
         }
         for (size_t i = 0; i < ELEMENTSOF(archive_tops); i++) {
-                snprintf(x.path, sizeof x.path, "%s", archive_tops[i]);
-                x.path_len = strlen(x.path);
+                x.path = archive_tops[i];
                 _cleanup_close_ int fd = open_top(root, archive_tops[i]);
                 if (fd == -ENOENT)
                         continue; /* a sandbox without this directory has nothing in it */
@@ -435,7 +401,7 @@ int archive_export(int root, const TreeIds *ids, ArchiveMeta *meta, int out_fd, 
                 }
                 x.dev = st.st_dev;
                 x.group = archive_link_group((int)i);
-                if ((r = export_header(&x, 'd', &st, 0, NULL)) < 0 || (r = export_dir(&x, fd, 1)) < 0)
+                if ((r = export_header(&x, 'd', &st, 0, NULL)) < 0 || (r = export_tree(&x, fd, archive_tops[i])) < 0)
                         goto out;
         }
         if ((r = export_manifest(&x, meta)) < 0)

@@ -384,7 +384,7 @@ int fs_mkdir(const FsCtx *c, const char *path, bool parents) {
 }
 
 static int remove_tree(int dfd, const char *name, unsigned depth) {
-        if (depth > SBX_MAX_TREE_DEPTH)
+        if (depth > SBX_MAX_REMOVE_DEPTH)
                 return -ELOOP;
         int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;

@@ -17,6 +17,7 @@
 #include "base/limits.h"
 #include "base/util.h"
 #include "fs/tree.h"
+#include "fs/walk.h"
 
 /* A parallel copy found what two copiers cannot do (hard links, a tree that changed): the
  * copy is made again by one. */
@@ -27,13 +28,14 @@ typedef struct Link {
         char *path; /* of the first copy, relative to the destination's top */
 } Link;
 
+/* A copy walks the source and the destination in step (fs/walk.h): src.v[i] and dst.v[i]
+ * are a directory and its copy, and have the same path relative to their tops. */
 typedef struct Copy {
         const TreeIds *ids;
         TreeStats *stats;
         int dst_top;
         dev_t dev;
-        char path[SBX_MAX_PATH_BYTES]; /* current position relative to the top, for links and errors */
-        size_t path_len;
+        Walk src, dst;
         Link *links;
         size_t n_links, cap_links;
         uid_t own_uid; /* what a file this process creates belongs to */
@@ -49,28 +51,14 @@ typedef struct Copy {
         size_t errlen;
 } Copy;
 
+/* Says in c->err (unless something already did) what failed on the entry `name` of the
+ * current directory (NULL: the directory itself), with its path relative to the top. */
 static int fail(Copy *c, int r, const char *what, const char *name) {
-        if (c->err && c->err[0] == 0)
-                snprintf(c->err, c->errlen, "%s %.*s%s%s: %s", what, (int)c->path_len, c->path,
-                         c->path_len && name ? "/" : "", name ? name : "", strerror(-r));
+        if (c->err && c->err[0] == 0) {
+                const char *path = !c->src.v ? NULL : name ? walk_child_path(&c->src, name) : walk_path(&c->src);
+                snprintf(c->err, c->errlen, "%s %s: %s", what, path ? path : name ? name : "", strerror(-r));
+        }
         return r;
-}
-
-static bool path_push(Copy *c, const char *name, size_t *saved) {
-        size_t l = strlen(name);
-        *saved = c->path_len;
-        if (c->path_len + l + 2 > sizeof c->path)
-                return false;
-        if (c->path_len)
-                c->path[c->path_len++] = '/';
-        memcpy(c->path + c->path_len, name, l + 1);
-        c->path_len += l;
-        return true;
-}
-
-static void path_pop(Copy *c, size_t saved) {
-        c->path_len = saved;
-        c->path[saved] = 0;
 }
 
 static uid_t map_uid(const Copy *c, uid_t u) { return u == c->ids->src_uid ? c->ids->dst_uid : u; }
@@ -179,7 +167,8 @@ static const char *link_find(Copy *c, ino_t ino) {
         return NULL;
 }
 
-static void link_add(Copy *c, ino_t ino) {
+/* Records the file `name` of the current directory, just copied, as the first copy of ino. */
+static void link_add(Copy *c, ino_t ino, const char *name) {
         if (c->n_links == c->cap_links) {
                 size_t cap = c->cap_links ? c->cap_links * 2 : 64;
                 Link *l = realloc(c->links, cap * sizeof *l);
@@ -188,87 +177,79 @@ static void link_add(Copy *c, ino_t ino) {
                 c->links = l;
                 c->cap_links = cap;
         }
-        char *p = strdup(c->path);
+        const char *path = walk_child_path(&c->src, name);
+        char *p = path ? strdup(path) : NULL;
         if (p)
                 c->links[c->n_links++] = (Link){ ino, p };
 }
 
-static int copy_dir(Copy *c, int src, int dst, unsigned depth);
-
-static int copy_file(Copy *c, int dst, const char *name, int in);
-
-/* A directory of the top, in a parallel copy: both workers make it (whoever comes second
- * finds it there) and copy their share of its entries; its attributes come last, from
- * tree_copy_parallel(), once both are done. */
-static int copy_shared_dir(Copy *c, int src, int dst, const char *name) {
-        size_t saved;
-        if (!path_push(c, name, &saved))
-                return fail(c, -ENAMETOOLONG, "copy", name);
-        int r = 0;
-        _cleanup_close_ int o = -1;
-        _cleanup_close_ int in = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        struct stat st;
-        if (in < 0 || fstat(in, &st) < 0) {
-                r = errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 0 : fail(c, negerrno(), "open", NULL);
-                goto out;
-        }
-        if (st.st_dev != c->dev)
-                goto out;
-        if (mkdirat(dst, name, 0700) < 0 && errno != EEXIST) {
-                r = fail(c, negerrno(), "mkdir", NULL);
-                goto out;
-        }
-        o = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (o < 0) {
-                r = fail(c, negerrno(), "open", NULL);
-                goto out;
-        }
-        if (c->worker == 0)
-                c->stats->dirs++;
-        r = copy_dir(c, in, o, 1);
-out:
-        path_pop(c, saved);
-        return r;
-}
-
-/* The directory `name` of src (st: its stat) as a new directory of dst, its contents, then
- * its attributes. c->path already names it. */
-static int copy_subdir(Copy *c, int src, int dst, const char *name, const struct stat *st, unsigned depth) {
-        if (depth >= SBX_MAX_TREE_DEPTH)
-                return fail(c, -ELOOP, "copy (too deep)", NULL);
-        _cleanup_close_ int in = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (in < 0)
-                return fail(c, negerrno(), "open", NULL);
-        if (mkdirat(dst, name, 0700) < 0)
-                return fail(c, negerrno(), "mkdir", NULL);
-        _cleanup_close_ int out = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (out < 0)
-                return fail(c, negerrno(), "open", NULL);
-        c->stats->dirs++;
-        int r = copy_dir(c, in, out, depth + 1);
-        if (r < 0)
-                return r;
-        if ((r = finish_entry(c, out, -1, NULL, st, false)) < 0)
-                return fail(c, r, "set attributes of", NULL);
+/* The file `name` of the current destination directory as a hard link to `first` (a path
+ * relative to the destination's top), reached one directory at a time without following
+ * symlinks, and at any length. */
+static int copy_hard_link(Copy *c, const char *first, const char *name) {
+        const char *tname;
+        _cleanup_close_ int tdir = walk_open_parent(c->dst_top, first, &tname);
+        if (tdir < 0)
+                return fail(c, tdir, "link", name);
+        /* No AT_SYMLINK_FOLLOW: the first copy itself is linked, never what it points to. */
+        if (linkat(tdir, tname, walk_fd(&c->dst), name, 0) < 0)
+                return fail(c, negerrno(), "link", name);
         return 0;
 }
 
-static int copy_symlink(Copy *c, int src, int dst, const char *name, const struct stat *st) {
+/* Copies the regular file open as `in_fd` (taken over), the entry `name` of the current
+ * source directory, into the current destination directory. */
+static int copy_file(Copy *c, const char *name, int in_fd) {
+        _cleanup_close_ int in = in_fd;
+        struct stat st;
+        if (fstat(in, &st) < 0)
+                return fail(c, negerrno(), "stat", name);
+        if (!S_ISREG(st.st_mode) || st.st_dev != c->dev)
+                return 0;
+        /* Two copiers cannot share a table of hard links: such a tree is copied by one. */
+        if (c->worker >= 0 && st.st_nlink > 1)
+                return TREE_ONE_COPIER;
+        const char *first = st.st_nlink > 1 ? link_find(c, st.st_ino) : NULL;
+        if (first)
+                return copy_hard_link(c, first, name);
+        /* Created with its final mode (the job's umask is 0): a file needs no chmod. */
+        _cleanup_close_ int out = openat(walk_fd(&c->dst), name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                                         st.st_mode & 07777);
+        if (out < 0 && errno == EEXIST && c->worker >= 0)
+                /* The two copiers did not list the same entries: the tree changed after all. */
+                return TREE_ONE_COPIER;
+        if (out < 0)
+                return fail(c, negerrno(), "create", name);
+        int r = copy_data(c, in, out, &st);
+        if (r < 0)
+                return fail(c, r, "write", name);
+        if ((r = finish_entry(c, out, -1, NULL, &st, false)) < 0)
+                return fail(c, r, "set attributes of", name);
+        c->stats->files++;
+        c->stats->bytes += (uint64_t)st.st_size;
+        if (st.st_nlink > 1)
+                link_add(c, st.st_ino, name);
+        return 0;
+}
+
+static int copy_symlink(Copy *c, const char *name, const struct stat *st) {
         char target[SBX_MAX_PATH_BYTES];
-        ssize_t n = readlinkat(src, name, target, sizeof target - 1);
+        ssize_t n = readlinkat(walk_fd(&c->src), name, target, sizeof target - 1);
         if (n < 0)
-                return errno == ENOENT ? 0 : fail(c, negerrno(), "readlink", NULL);
+                return errno == ENOENT ? 0 : fail(c, negerrno(), "readlink", name);
         target[n] = 0;
+        int dst = walk_fd(&c->dst);
         if (symlinkat(target, dst, name) < 0)
-                return fail(c, negerrno(), "symlink", NULL);
+                return fail(c, negerrno(), "symlink", name);
         (void)finish_entry(c, -1, dst, name, st, true);
         c->stats->files++;
         return 0;
 }
 
-static int copy_fifo(Copy *c, int dst, const char *name, const struct stat *st) {
+static int copy_fifo(Copy *c, const char *name, const struct stat *st) {
+        int dst = walk_fd(&c->dst);
         if (mkfifoat(dst, name, st->st_mode & 07777) < 0)
-                return fail(c, negerrno(), "mkfifo", NULL);
+                return fail(c, negerrno(), "mkfifo", name);
         /* mkfifoat() gave it its mode (umask 0); a chmod by name could follow a symlink
          * swapped in meanwhile. */
         (void)finish_entry(c, -1, dst, name, st, true);
@@ -276,7 +257,56 @@ static int copy_fifo(Copy *c, int dst, const char *name, const struct stat *st) 
         return 0;
 }
 
-static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char d_type, unsigned depth) {
+/* Enters the directory `name` of the current source directory and makes its copy, which
+ * becomes the current destination directory; its entries are listed for the walk. `shared`:
+ * a directory of the top in a parallel copy, which both copiers make (whoever comes second
+ * finds it there). Returns 0, 1 if there is nothing to copy (gone, no longer a directory, on
+ * another filesystem), or -errno. */
+static int copy_enter(Copy *c, const char *name, bool shared) {
+        if (walk_depth(&c->src) >= c->src.max_depth)
+                return fail(c, -ELOOP, "copy (too deep)", name);
+        _cleanup_close_ int in = openat(walk_fd(&c->src), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (in < 0)
+                return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 1 : fail(c, negerrno(), "open", name);
+        if (fstat(in, &st) < 0)
+                return fail(c, negerrno(), "stat", name);
+        if (st.st_dev != c->dev)
+                return 1;
+        int dst = walk_fd(&c->dst);
+        if (mkdirat(dst, name, 0700) < 0 && !(shared && errno == EEXIST))
+                return fail(c, negerrno(), "mkdir", name);
+        int out = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (out < 0)
+                return fail(c, negerrno(), "open the copy of", name);
+        int r = walk_push(&c->dst, out, name);
+        if (r < 0)
+                return fail(c, r, "open the copy of", name);
+        if ((r = walk_push(&c->src, TAKE_FD(in), name)) < 0)
+                return fail(c, r, "open", name);
+        if (!shared || c->worker == 0)
+                c->stats->dirs++;
+        if ((r = walk_list(&c->src, false)) < 0)
+                return fail(c, r, "read", NULL);
+        return 0;
+}
+
+/* The current directory is copied: its copy gets its attributes, and both walks go up. */
+static int copy_leave(Copy *c) {
+        int r;
+        /* The top's directories of a parallel copy get theirs from finish_shared_dirs(). */
+        bool shared = c->worker >= 0 && walk_depth(&c->src) == 1;
+        if (!shared && (r = finish_entry(c, walk_fd(&c->dst), -1, NULL, walk_stat(&c->src), false)) < 0)
+                return fail(c, r, "set attributes of", NULL);
+        if ((r = walk_pop(&c->src)) < 0 || (r = walk_pop(&c->dst)) < 0)
+                return fail(c, r, r == -ESTALE ? "copy (a directory was moved meanwhile)" : "open the parent of", NULL);
+        return 0;
+}
+
+/* The entry `name` (d_type: its type as listed) of the current source directory. */
+static int copy_entry(Copy *c, const char *name, unsigned char d_type) {
+        int src = walk_fd(&c->src);
+        size_t depth = walk_depth(&c->src);
         struct stat st;
         if (c->worker >= 0 && depth <= 1) {
                 if (d_type == DT_UNKNOWN) {
@@ -285,7 +315,7 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
                         d_type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_LNK;
                 }
                 if (depth == 0 && d_type == DT_DIR)
-                        return copy_shared_dir(c, src, dst, name);
+                        return MIN(copy_enter(c, name, true), 0);
                 if (c->k++ % 2 != (uint64_t)c->worker)
                         return 0;
         }
@@ -293,7 +323,7 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
                 /* Most entries: opened at once, and the open file is what gets stat'ed. */
                 int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
                 if (in >= 0)
-                        return copy_file(c, dst, name, in);
+                        return copy_file(c, name, in);
                 if (errno == ENOENT)
                         return 0;
                 if (errno != ELOOP && errno != ENXIO)
@@ -308,92 +338,39 @@ static int copy_entry(Copy *c, int src, int dst, const char *name, unsigned char
                 int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
                 if (in < 0)
                         return errno == ENOENT || errno == ELOOP ? 0 : fail(c, negerrno(), "open", name);
-                return copy_file(c, dst, name, in);
+                return copy_file(c, name, in);
         }
-        size_t saved;
-        if (!path_push(c, name, &saved))
-                return fail(c, -ENAMETOOLONG, "copy", name);
-        int r = 0;
         if (S_ISDIR(st.st_mode))
-                r = copy_subdir(c, src, dst, name, &st, depth);
-        else if (S_ISLNK(st.st_mode))
-                r = copy_symlink(c, src, dst, name, &st);
-        else if (S_ISFIFO(st.st_mode))
-                r = copy_fifo(c, dst, name, &st);
-        path_pop(c, saved);
-        return r;
+                return MIN(copy_enter(c, name, false), 0);
+        if (S_ISLNK(st.st_mode))
+                return copy_symlink(c, name, &st);
+        if (S_ISFIFO(st.st_mode))
+                return copy_fifo(c, name, &st);
+        return 0;
 }
 
-/* Copies the regular file open as `in_fd` (taken over) into dst as `name`. */
-static int copy_file(Copy *c, int dst, const char *name, int in_fd) {
-        _cleanup_close_ int in = in_fd;
-        struct stat st;
-        if (fstat(in, &st) < 0)
-                return fail(c, negerrno(), "stat", name);
-        if (!S_ISREG(st.st_mode) || st.st_dev != c->dev)
-                return 0;
-        /* Two copiers cannot share a table of hard links: such a tree is copied by one. */
-        if (c->worker >= 0 && st.st_nlink > 1)
-                return TREE_ONE_COPIER;
-        size_t saved;
-        if (!path_push(c, name, &saved))
-                return fail(c, -ENAMETOOLONG, "copy", name);
-        int r = 0;
-        _cleanup_close_ int out = -1;
-        const char *first = st.st_nlink > 1 ? link_find(c, st.st_ino) : NULL;
-        if (first) {
-                if (linkat(c->dst_top, first, dst, name, 0) < 0)
-                        r = fail(c, negerrno(), "link", NULL);
-                goto out;
+/* Copies everything inside src into dst without recursion: the walks go down into each
+ * directory as they meet it and back up once it is done, so the depth costs heap (a level
+ * and its listing each), never stack, and at most SBX_TREE_OPEN_LEVELS fds a walk. */
+static int copy_run(Copy *c, int src, int dst) {
+        int r = walk_init(&c->src, src, "", SBX_MAX_TREE_DEPTH);
+        if (r < 0 || (r = walk_init(&c->dst, dst, "", SBX_MAX_TREE_DEPTH)) < 0) {
+                walk_done(&c->src);
+                return fail(c, r, "open", NULL);
         }
-        /* Created with its final mode (the job's umask is 0): a file needs no chmod. */
-        out = openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 07777);
-        if (out < 0 && errno == EEXIST && c->worker >= 0) {
-                /* The two copiers did not list the same entries: the tree changed after all. */
-                r = TREE_ONE_COPIER;
-                goto out;
-        }
-        if (out < 0) {
-                r = fail(c, negerrno(), "create", NULL);
-                goto out;
-        }
-        if ((r = copy_data(c, in, out, &st)) < 0) {
-                r = fail(c, r, "write", NULL);
-                goto out;
-        }
-        if ((r = finish_entry(c, out, -1, NULL, &st, false)) < 0) {
-                r = fail(c, r, "set attributes of", NULL);
-                goto out;
-        }
-        c->stats->files++;
-        c->stats->bytes += (uint64_t)st.st_size;
-        if (st.st_nlink > 1)
-                link_add(c, st.st_ino);
-out:
-        path_pop(c, saved);
-        return r;
-}
-
-static int copy_dir(Copy *c, int src, int dst, unsigned depth) {
-        /* A description of its own: a dup would share the read position (with the other
-         * copier of a parallel copy, or with the caller). */
-        int fd = openat(src, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return fail(c, negerrno(), "open", NULL);
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return fail(c, negerrno(), "read", NULL);
-        }
-        int r = 0;
-        struct dirent *de;
-        while ((de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                if ((r = copy_entry(c, src, dst, de->d_name, de->d_type, depth)) < 0)
+        if ((r = walk_list(&c->src, false)) < 0)
+                r = fail(c, r, "read", NULL);
+        while (r >= 0) {
+                const WalkEntry *e = walk_next(&c->src);
+                if (e)
+                        r = copy_entry(c, e->name, e->type);
+                else if (walk_depth(&c->src) > 0)
+                        r = copy_leave(c);
+                else
                         break;
         }
-        closedir(d);
+        walk_done(&c->src);
+        walk_done(&c->dst);
         return r;
 }
 
@@ -431,15 +408,15 @@ static int finish_shared_dirs(Copy *c, int src, int dst) {
 
 static int copy_top(Copy *c, int src, int dst, bool parallel) {
         if (!parallel)
-                return copy_dir(c, src, dst, 0);
+                return copy_run(c, src, dst);
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
-                return copy_dir(c, src, dst, 0);
+                return copy_run(c, src, dst);
         pid_t pid = fork();
         if (pid < 0) {
                 close(p[0]);
                 close(p[1]);
-                return copy_dir(c, src, dst, 0);
+                return copy_run(c, src, dst);
         }
         if (pid == 0) {
                 (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -449,13 +426,13 @@ static int copy_top(Copy *c, int src, int dst, bool parallel) {
                 c->stats = &wr.stats;
                 c->err = wr.err;
                 c->errlen = sizeof wr.err;
-                wr.r = copy_dir(c, src, dst, 0);
+                wr.r = copy_run(c, src, dst);
                 (void)!write(p[1], &wr, sizeof wr);
                 _exit(0);
         }
         close(p[1]);
         c->worker = 0;
-        int r = copy_dir(c, src, dst, 0);
+        int r = copy_run(c, src, dst);
         if (r < 0)
                 kill(pid, SIGKILL);
         WorkerResult wr = { .r = -EIO };
@@ -479,7 +456,7 @@ static int copy_top(Copy *c, int src, int dst, bool parallel) {
                         c->err[0] = 0;
                 if ((r = tree_clear(dst, ignore, sizeof ignore)) < 0)
                         return fail(c, r, "clear for a second try", NULL);
-                return copy_dir(c, src, dst, 0);
+                return copy_run(c, src, dst);
         }
         c->stats->files += wr.stats.files;
         c->stats->dirs += wr.stats.dirs;
@@ -524,10 +501,13 @@ int tree_copy_parallel(int src, int dst, const TreeIds *ids, TreeStats *stats, c
 }
 
 /* One level of the clear's walk: the directory's fd, its listing (closed beyond
- * SBX_TREE_CLEAR_OPEN_LEVELS, then listed again on the way back up) and its name in its parent. */
+ * SBX_TREE_OPEN_LEVELS, then listed again on the way back up), which directory it is (to know
+ * it again when it is opened through "..") and its name in its parent. */
 typedef struct Level {
         int fd;
         DIR *d;
+        dev_t dev;
+        ino_t ino;
         char *name;
 } Level;
 
@@ -545,6 +525,8 @@ typedef struct Clear {
         size_t n, cap;
         int cur;
         DIR *d; /* cur's listing */
+        dev_t cur_dev; /* which directory cur is */
+        ino_t cur_ino;
         char *err;
         size_t errlen;
 } Clear;
@@ -576,7 +558,8 @@ static int clear_files(Clear *k, char **ret_sub) {
 /* Makes the directory sub (taken over) of the current one the current one. */
 static int clear_descend(Clear *k, char *sub) {
         int s = openat(k->cur, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        DIR *sd = s >= 0 ? list_dir(s) : NULL;
+        struct stat st;
+        DIR *sd = s >= 0 && fstat(s, &st) == 0 ? list_dir(s) : NULL;
         if (!sd) {
                 int r = s < 0 ? negerrno() : -EIO;
                 snprintf(k->err, k->errlen, "open %s: %s", sub, strerror(-r));
@@ -598,14 +581,16 @@ static int clear_descend(Clear *k, char *sub) {
                 k->stack = ns;
                 k->cap = ncap;
         }
-        if (k->n >= SBX_TREE_CLEAR_OPEN_LEVELS) {
+        if (k->n >= SBX_TREE_OPEN_LEVELS) {
                 closedir(k->d);
                 k->d = NULL;
                 k->cur = safe_close(k->cur);
         }
-        k->stack[k->n++] = (Level){ k->cur, k->d, sub };
+        k->stack[k->n++] = (Level){ k->cur, k->d, k->cur_dev, k->cur_ino, sub };
         k->cur = s;
         k->d = sd;
+        k->cur_dev = st.st_dev;
+        k->cur_ino = st.st_ino;
         return 0;
 }
 
@@ -617,16 +602,29 @@ static int clear_ascend(Clear *k) {
         if (k->n == 0)
                 return 1;
         Level up = k->stack[--k->n];
+        int r = 0;
         if (up.fd < 0) {
+                /* ".." is where cur is now, which a rename may have changed: only the very
+                 * directory the walk came down from will do. */
+                struct stat st;
                 up.fd = openat(k->cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                up.d = up.fd >= 0 ? list_dir(up.fd) : NULL;
+                if (up.fd < 0 || fstat(up.fd, &st) < 0)
+                        r = negerrno();
+                else if (st.st_dev != up.dev || st.st_ino != up.ino)
+                        r = -ESTALE;
+                else
+                        up.d = list_dir(up.fd);
         }
         k->cur = safe_close(k->cur);
         k->cur = up.fd;
         k->d = up.d;
-        if (k->cur < 0 || !k->d || (unlinkat(k->cur, up.name, AT_REMOVEDIR) < 0 && errno != ENOENT)) {
-                int r = k->cur < 0 || !k->d ? -EIO : negerrno();
-                snprintf(k->err, k->errlen, "rmdir %s: %s", up.name, strerror(-r));
+        k->cur_dev = up.dev;
+        k->cur_ino = up.ino;
+        if (r == 0 && (!k->d || (unlinkat(k->cur, up.name, AT_REMOVEDIR) < 0 && errno != ENOENT)))
+                r = !k->d ? -EIO : negerrno();
+        if (r < 0) {
+                snprintf(k->err, k->errlen, "rmdir %s: %s", up.name,
+                         r == -ESTALE ? "a directory was moved meanwhile" : strerror(-r));
                 free(up.name);
                 return r;
         }
@@ -635,20 +633,23 @@ static int clear_ascend(Clear *k) {
 }
 
 /* Iterative, without a depth limit: a tree a command made as deep as it liked must never
- * stand in the way of a restore. It goes back up through "..", which is the parent it came
- * from as long as nothing renames directories meanwhile (the sandbox is frozen); if something
- * does, the walk still stays on the tree's own filesystem below its top (a top directory is
- * a mount point, and nothing can be moved out of a mount). */
+ * stand in the way of a restore. Below SBX_TREE_OPEN_LEVELS it goes back up through "..",
+ * which is the parent it came from as long as nothing renames directories meanwhile (the
+ * sandbox is frozen); if something did, the parent is no longer the directory it was and the
+ * clear stops (-ESTALE) rather than remove anything elsewhere. */
 int tree_clear(int top, char *err, size_t errlen) {
         if (err && errlen)
                 err[0] = 0;
         Clear k = { .err = err, .errlen = errlen };
         k.cur = openat(top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        k.d = k.cur >= 0 ? list_dir(k.cur) : NULL;
+        struct stat st;
+        k.d = k.cur >= 0 && fstat(k.cur, &st) == 0 ? list_dir(k.cur) : NULL;
         if (!k.d) {
                 safe_close(k.cur);
                 return -EIO;
         }
+        k.cur_dev = st.st_dev;
+        k.cur_ino = st.st_ino;
         int r;
         for (;;) {
                 char *sub;

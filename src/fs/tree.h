@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Whole-tree operations on a sandbox's writable filesystem: copy (fork, snapshots) and clear
- * (restore, import). They walk with one directory fd per level and never follow a symlink
- * (each component is opened O_NOFOLLOW relative to its parent), so a tree that changes
- * under them cannot lead them outside it. They block: run them in a job process
- * (base/job.h), never in the daemon's loop. */
+ * (restore, import). They walk without recursion, whatever the depth, and never follow a
+ * symlink (each component is opened O_NOFOLLOW relative to its parent); below
+ * SBX_TREE_OPEN_LEVELS they go back up through "..", and only to the very directory they came
+ * down from. So a tree that changes under them cannot lead them outside it (-ESTALE when a
+ * directory was moved meanwhile). They block: run them in a job process (base/job.h), never
+ * in the daemon's loop. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -22,7 +24,8 @@ typedef struct TreeStats {
 /* Copies everything inside directory `src` into directory `dst` (expected empty), then gives
  * dst src's mode, owner and times. Regular files (holes kept), directories, symlinks, fifos
  * and hard links are copied; sockets and device nodes are skipped. Only entries on src's
- * filesystem are copied. On failure err says which path and why. Returns 0 or -errno. */
+ * filesystem are copied. On failure err says which path and why. Returns 0 or -errno (-ELOOP
+ * past SBX_MAX_TREE_DEPTH levels, -ESTALE if a directory was moved during the copy). */
 int tree_copy(int src, int dst, const TreeIds *ids, TreeStats *stats, char *err, size_t errlen);
 
 /* The same with two processes where there are two CPUs or more, each taking every other entry

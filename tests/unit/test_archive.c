@@ -12,7 +12,9 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
+#include "base/limits.h"
 #include "base/macro.h"
 #include "base/sha256.h"
 #include "fs/archive.h"
@@ -386,7 +388,7 @@ static void t_write(struct archive *a, const TEnt *e) {
 }
 
 static uint8_t *build(const TEnt *es, size_t n, const TOpts *o, size_t *ret_len) {
-        size_t cap = 1 << 20, used = 0;
+        size_t cap = 32 << 20, used = 0;
         uint8_t *buf = malloc(cap);
         struct archive *a = archive_write_new();
         archive_write_set_format_pax_restricted(a);
@@ -589,6 +591,164 @@ static void test_sparse_refused(void) {
         safe_close(root);
 }
 
+/* ---- deep trees ------------------------------------------------------------------------- */
+
+static char deep_dir[128];
+
+/* An fd of the directory `levels` "d" below dir, made where missing if create. */
+static int chain(int dir, size_t levels, bool create) {
+        int fd = fcntl(dir, F_DUPFD_CLOEXEC, 3);
+        for (size_t i = 0; fd >= 0 && i < levels; i++) {
+                if (create && mkdirat(fd, "d", 0755) < 0) {
+                        fd = safe_close(fd);
+                        break;
+                }
+                int next = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                close(fd);
+                fd = next;
+        }
+        return fd;
+}
+
+static int deep_open(const char *rel, int flags) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", deep_dir, rel);
+        return open(p, flags | O_CLOEXEC, 0600);
+}
+
+static double seconds(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* 5,000 levels (paths of 10 KB) through export, check and extract: a file, a symlink and a
+ * hard link between levels 4,000 and 5,000 at the bottom. */
+static void test_deep_round_trip(void) {
+        char src_root[256], dst_root[256];
+        snprintf(src_root, sizeof src_root, "%s/src", deep_dir);
+        snprintf(dst_root, sizeof dst_root, "%s/dst", deep_dir);
+        CHECK(make_root(src_root) && make_root(dst_root), "deep roots built");
+        _cleanup_close_ int home = deep_open("src/home/user", O_RDONLY | O_DIRECTORY);
+        int bottom = chain(home, 5000, true), at4000 = chain(home, 4000, false);
+        bool ok = bottom >= 0 && at4000 >= 0;
+        int fd = ok ? openat(bottom, "f", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640) : -1;
+        ok = fd >= 0 && write(fd, "bottom\n", 7) == 7;
+        safe_close(fd);
+        ok = ok && symlinkat("f", bottom, "l") == 0 && mkdirat(at4000, "x", 0755) == 0;
+        int x = ok ? openat(at4000, "x", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        ok = ok && x >= 0 && linkat(bottom, "f", x, "hl", 0) == 0;
+        struct timespec ts[2] = { { 1600000000, 0 }, { 1600000000, 0 } };
+        ok = ok && futimens(bottom, ts) == 0;
+        safe_close(x);
+        safe_close(at4000);
+        safe_close(bottom);
+        CHECK(ok, "a 5,000-level tree built");
+
+        ArchiveMeta m = { .limits = { .fs_bytes = 1 << 20, .file_count = 20000 } };
+        TreeIds ids = { getuid(), 1000, getgid(), 1000 };
+        int root = deep_open("src", O_PATH | O_DIRECTORY);
+        int out = deep_open("deep.tar.zst", O_WRONLY | O_CREAT | O_EXCL);
+        char err[512] = "";
+        double t0 = seconds();
+        int r = archive_export(root, &ids, &m, out, err, sizeof err);
+        double t1 = seconds();
+        safe_close(out);
+        safe_close(root);
+        /* 3 tops, 5,000 directories, f l x hl */
+        CHECK(r == 0 && m.entries == 5007, "export of 5,000 levels (%d %s, %llu entries)", r, err,
+              (unsigned long long)m.entries);
+        char path[512];
+        snprintf(path, sizeof path, "%s/deep.tar.zst", deep_dir);
+        size_t len = 0;
+        _cleanup_free_ uint8_t *data = slurp(path, &len);
+        ArchiveLimits limits = { .fs_bytes = 1 << 20, .file_count = 20000 };
+        double t2 = seconds();
+        r = data ? archive_check(data, len, &limits, NULL, err, sizeof err) : -EIO;
+        double t3 = seconds();
+        CHECK(r == 0, "check accepts it (%d %s)", r, err);
+        ArchiveLimits tight = { .fs_bytes = 1 << 20, .file_count = 5003 };
+        r = data ? archive_check(data, len, &tight, NULL, err, sizeof err) : -EIO;
+        CHECK(r == -EINVAL && strstr(err, "too many entries"), "the inode limit is what bounds the depth (%s)", err);
+        err[0] = 0;
+        root = deep_open("dst", O_PATH | O_DIRECTORY);
+        double t4 = seconds();
+        r = data ? archive_extract(data, len, root, err, sizeof err) : -EIO;
+        double t5 = seconds();
+        safe_close(root);
+        CHECK(r == 0, "extract of 5,000 levels (%d %s)", r, err);
+        printf("# export %.3f s, check %.3f s, extract %.3f s, %zu bytes\n", t1 - t0, t3 - t2, t5 - t4, len);
+        _cleanup_close_ int dhome = deep_open("dst/home/user", O_RDONLY | O_DIRECTORY);
+        bottom = chain(dhome, 5000, false);
+        at4000 = chain(dhome, 4000, false);
+        char buf[16] = "", target[8] = "";
+        struct stat sf, sh, sd;
+        fd = bottom >= 0 ? openat(bottom, "f", O_RDONLY | O_CLOEXEC) : -1;
+        CHECK(fd >= 0 && read(fd, buf, sizeof buf) == 7 && memcmp(buf, "bottom\n", 7) == 0 && fstat(fd, &sf) == 0 &&
+                      (sf.st_mode & 07777) == 0640,
+              "the bottom file is extracted with its mode");
+        safe_close(fd);
+        CHECK(bottom >= 0 && readlinkat(bottom, "l", target, sizeof target - 1) == 1 && fstat(bottom, &sd) == 0 &&
+                      sd.st_mtim.tv_sec == 1600000000,
+              "the symlink and the bottom directory's time");
+        CHECK(at4000 >= 0 && fstatat(at4000, "x/hl", &sh, 0) == 0 && sh.st_ino == sf.st_ino,
+              "the hard link 1,000 levels up is the same inode");
+        safe_close(bottom);
+        safe_close(at4000);
+}
+
+/* "head" + n times "unit" + "tail", malloc'd. */
+static char *repeat(const char *head, const char *unit, size_t n, const char *tail) {
+        size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+        char *p = malloc(hl + n * ul + tl + 1);
+        memcpy(p, head, hl);
+        for (size_t i = 0; i < n; i++)
+                memcpy(p + hl + i * ul, unit, ul);
+        memcpy(p + hl + n * ul, tail, tl + 1);
+        return p;
+}
+
+static void test_deep_hostile(void) {
+        ArchiveLimits deep = { .fs_bytes = 1 << 20, .file_count = 20000 };
+        _cleanup_free_ char *too_long = repeat("tmp/", "d/", 33000, "f");
+        EXPECT("path of 66 KB", {}, &deep, "path longer than 65535 bytes", TOP, { too_long, 'f', 0644, "x", NULL });
+        _cleanup_free_ char *wide = repeat("tmp/", "x", 300, "");
+        EXPECT("component of 300 bytes", {}, NULL, "a component longer than 255 bytes", TOP, { wide, 'f', 0644, "x", NULL });
+        _cleanup_free_ char *deepest = repeat("tmp/", "d/", SBX_MAX_TREE_DEPTH, "f");
+        EXPECT("16,384 directories and a file", {}, &deep, NULL, TOP, { deepest, 'f', 0644, "x", NULL });
+        _cleanup_free_ char *deeper = repeat("tmp/", "d/", SBX_MAX_TREE_DEPTH + 1, "f");
+        EXPECT("16,385 directories and a file", {}, &deep, "more than 16384 levels deep", TOP,
+               { deeper, 'f', 0644, "x", NULL });
+        _cleanup_free_ char *symlink_deep = repeat("home/user/", "d/", 3000, "l");
+        EXPECT("symlink at 6 KB resolved from its directory", {}, &deep, NULL, TOP,
+               { symlink_deep, 'l', 0777, NULL, "../../../x" });
+
+        /* Files of two 1,500-level branches, in turns: extraction would climb the whole depth
+         * and down again for each. The same entries branch by branch are fine. */
+        enum { N = 2200 };
+        TEnt *turns = calloc(N + 1, sizeof *turns), *grouped = calloc(N + 1, sizeof *grouped);
+        char **names = calloc(N, sizeof *names);
+        ArchiveLimits room = { .fs_bytes = 16 << 20, .file_count = 10000 };
+        turns[0] = grouped[0] = (TEnt)TOP;
+        for (size_t i = 0; i < N; i++) {
+                char tail[16];
+                snprintf(tail, sizeof tail, "f%zu", i);
+                names[i] = repeat(i % 2 ? "tmp/b/" : "tmp/a/", "d/", 1500, tail);
+                turns[i + 1] = (TEnt){ names[i], 'f', 0644, "x", NULL };
+                grouped[i / 2 + (i % 2 ? N / 2 : 0) + 1] = turns[i + 1];
+        }
+        double t = seconds();
+        expect("files of two deep branches in turns", turns, N + 1, &(const TOpts){ 0 }, &room,
+               "archive entries out of order: extracting them would enter and leave more than");
+        expect("the same files branch by branch", grouped, N + 1, &(const TOpts){ 0 }, &room, NULL);
+        printf("# two walk checks of %d entries at 1,500 levels: %.3f s\n", N, seconds() - t);
+        for (size_t i = 0; i < N; i++)
+                free(names[i]);
+        free(names);
+        free(turns);
+        free(grouped);
+}
+
 int main(void) {
         test_sha256();
         snprintf(base_dir, sizeof base_dir, "/tmp/sbx-test-archive-XXXXXX");
@@ -600,6 +760,18 @@ int main(void) {
         test_foreign_order();
         test_hostile();
         test_sparse_refused();
+        /* tmpfs, as a sandbox's tree is: a disk filesystem takes far longer on deep trees. */
+        snprintf(deep_dir, sizeof deep_dir, "/dev/shm/sbx-test-deep-XXXXXX");
+        if (!mkdtemp(deep_dir))
+                snprintf(deep_dir, sizeof deep_dir, "%s/deep", base_dir);
+        if (deep_dir[1] == 'd' || mkdir(deep_dir, 0755) == 0) {
+                test_deep_round_trip();
+                test_deep_hostile();
+                char rm[512];
+                snprintf(rm, sizeof rm, "rm -rf '%s'", deep_dir);
+                if (deep_dir[1] == 'd' && system(rm) != 0)
+                        printf("# could not remove %s\n", deep_dir);
+        }
         char cmd[256];
         snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", base_dir, base_dir);
         if (system(cmd) != 0)

@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: MIT */
+/* Walking a directory tree of any depth with a bounded number of open fds (see walk.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "base/limits.h"
+#include "base/macro.h"
+#include "fs/walk.h"
+
+static int path_reserve(Walk *w, size_t need) {
+        if (need <= w->path_cap)
+                return 0;
+        size_t cap = MAX(need, w->path_cap * 2);
+        char *p = realloc(w->path, cap);
+        if (!p)
+                return -ENOMEM;
+        w->path = p;
+        w->path_cap = cap;
+        return 0;
+}
+
+int walk_init(Walk *w, int top, const char *prefix, size_t max_depth) {
+        *w = (Walk){ .max_depth = max_depth, .open_levels = SBX_TREE_OPEN_LEVELS };
+        size_t l = strlen(prefix);
+        w->v = calloc(16, sizeof *w->v);
+        if (!w->v || path_reserve(w, MAX(l + 1, (size_t)256)) < 0) {
+                walk_done(w);
+                return -ENOMEM;
+        }
+        w->cap = 16;
+        memcpy(w->path, prefix, l + 1);
+        w->v[0] = (WalkLevel){ .fd = top, .path_len = l };
+        if (fstat(top, &w->v[0].st) < 0) {
+                int r = negerrno();
+                walk_done(w);
+                return r;
+        }
+        w->n = 1;
+        return 0;
+}
+
+static void level_unlist(WalkLevel *l) {
+        for (size_t i = 0; i < l->n_ents; i++)
+                free(l->ents[i].name);
+        free(l->ents);
+        l->ents = NULL;
+        l->n_ents = l->next = 0;
+}
+
+void walk_done(Walk *w) {
+        for (size_t i = 0; i < w->n; i++) {
+                if (i > 0)
+                        safe_close(w->v[i].fd);
+                level_unlist(&w->v[i]);
+        }
+        free(w->v);
+        free(w->path);
+        *w = (Walk){ 0 };
+}
+
+const char *walk_path(Walk *w) {
+        w->path[w->v[w->n - 1].path_len] = 0;
+        return w->path;
+}
+
+const char *walk_child_path(Walk *w, const char *name) {
+        size_t len = w->v[w->n - 1].path_len, l = strlen(name);
+        if (path_reserve(w, len + 1 + l + 1) < 0)
+                return NULL;
+        if (len)
+                w->path[len++] = '/';
+        memcpy(w->path + len, name, l + 1);
+        return w->path;
+}
+
+int walk_push(Walk *w, int fd, const char *name) {
+        _cleanup_close_ int own = fd;
+        if (walk_depth(w) >= w->max_depth)
+                return -ELOOP;
+        WalkLevel l = { .fd = -1 };
+        if (fstat(own, &l.st) < 0)
+                return negerrno();
+        if (w->n == w->cap) {
+                size_t cap = w->cap * 2;
+                WalkLevel *v = reallocarray(w->v, cap, sizeof *v);
+                if (!v)
+                        return -ENOMEM;
+                w->v = v;
+                w->cap = cap;
+        }
+        if (!walk_child_path(w, name))
+                return -ENOMEM;
+        l.path_len = strlen(w->path);
+        l.fd = TAKE_FD(own);
+        /* The parent keeps its fd only among the first open_levels levels: deeper ones are
+         * opened again through ".." when the walk comes back (walk_pop()). */
+        WalkLevel *parent = &w->v[w->n - 1];
+        if (w->n - 1 > w->open_levels)
+                parent->fd = safe_close(parent->fd);
+        w->v[w->n++] = l;
+        return 0;
+}
+
+int walk_enter(Walk *w, const char *name) {
+        int fd = openat(walk_fd(w), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return negerrno();
+        return walk_push(w, fd, name);
+}
+
+int walk_pop(Walk *w) {
+        if (w->n < 2)
+                return -EINVAL;
+        WalkLevel *cur = &w->v[w->n - 1], *parent = &w->v[w->n - 2];
+        if (parent->fd < 0) {
+                /* ".." is where the current directory is now, which a rename may have changed:
+                 * only the very directory the walk came down from will do. */
+                _cleanup_close_ int fd = openat(cur->fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                struct stat st;
+                if (fd < 0 || fstat(fd, &st) < 0)
+                        return negerrno();
+                if (st.st_dev != parent->st.st_dev || st.st_ino != parent->st.st_ino)
+                        return -ESTALE;
+                parent->fd = TAKE_FD(fd);
+        }
+        level_unlist(cur);
+        safe_close(cur->fd);
+        w->n--;
+        return 0;
+}
+
+int walk_pop_to(Walk *w, size_t depth) {
+        while (walk_depth(w) > depth) {
+                int r = walk_pop(w);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int cmp_entries(const void *a, const void *b) {
+        return strcmp(((const WalkEntry *)a)->name, ((const WalkEntry *)b)->name);
+}
+
+int walk_list(Walk *w, bool sorted) {
+        WalkLevel *l = &w->v[w->n - 1];
+        level_unlist(l);
+        /* A description of its own: the level's fd may be shared (the top is the caller's). */
+        int fd = openat(l->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                int r = negerrno();
+                safe_close(fd);
+                return r;
+        }
+        size_t cap = 0;
+        int r = 0;
+        struct dirent *de;
+        errno = 0;
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (l->n_ents == cap) {
+                        size_t c = cap ? cap * 2 : 16;
+                        WalkEntry *e = reallocarray(l->ents, c, sizeof *e);
+                        if (!e) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        l->ents = e;
+                        cap = c;
+                }
+                char *name = strdup(de->d_name);
+                if (!name) {
+                        r = -ENOMEM;
+                        break;
+                }
+                l->ents[l->n_ents++] = (WalkEntry){ name, de->d_type };
+                errno = 0;
+        }
+        if (r == 0 && errno != 0)
+                r = negerrno();
+        closedir(d);
+        if (r < 0) {
+                level_unlist(l);
+                return r;
+        }
+        if (sorted && l->n_ents > 1)
+                qsort(l->ents, l->n_ents, sizeof *l->ents, cmp_entries);
+        return 0;
+}
+
+const WalkEntry *walk_next(Walk *w) {
+        WalkLevel *l = &w->v[w->n - 1];
+        return l->next < l->n_ents ? &l->ents[l->next++] : NULL;
+}
+
+int walk_open_parent(int top, const char *path, const char **ret_name) {
+        const char *last = strrchr(path, '/');
+        *ret_name = last ? last + 1 : path;
+        int fd = fcntl(top, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return negerrno();
+        for (const char *c = path; last && c <= last;) {
+                const char *end = strchr(c, '/');
+                size_t l = (size_t)(end - c);
+                char name[NAME_MAX + 1];
+                if (l == 0 || l > NAME_MAX) {
+                        safe_close(fd);
+                        return l ? -ENAMETOOLONG : -EINVAL;
+                }
+                memcpy(name, c, l);
+                name[l] = 0;
+                int next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                int e = errno;
+                safe_close(fd);
+                if (next < 0)
+                        return -e;
+                fd = next;
+                c = end + 1;
+        }
+        return fd;
+}
