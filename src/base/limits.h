@@ -242,11 +242,14 @@
 #define SBX_MAX_SESSIONS 64U
 #define SBX_MAX_QUEUED_RUNS 16U
 
-/* As root, each sandbox's user (uid 1000 inside) is a host uid of its own, from this range,
- * so sandboxes share no per-user kernel limit (processes, inotify, pipes, signals) with each
- * other or with a real account, and no host user owns their processes. */
+/* As root, each sandbox's ids 0..SBX_HOST_ID_BLOCK-1 (root, its user 1000, nobody 65534) are
+ * a block of host ids of its own, from this range, so sandboxes share no per-user kernel limit
+ * (processes, inotify, pipes, signals) with each other or with a real account, no host user
+ * owns their processes, and no process of a sandbox, its pid 1 included, is host root. The
+ * range stays below 2^31 and below systemd's "foreign" range (0x7FFE0000). */
 #define SBX_HOST_UID_BASE 1600000000U
-#define SBX_HOST_UID_SLOTS 65536U
+#define SBX_HOST_ID_BLOCK 65536U
+#define SBX_HOST_UID_SLOTS 8192U
 /* The sandbox user's ids as commands see them (inside the user namespace). */
 #define SBX_SANDBOX_UID 1000U
 #define SBX_SANDBOX_GID 1000U

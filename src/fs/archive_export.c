@@ -92,16 +92,12 @@ static int export_header(Export *x, char type, const struct stat *st, uint64_t s
         archive_entry_set_perm(e, mode);
         archive_entry_set_size(e, (la_int64_t)size);
         archive_entry_set_mtime(e, st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
-        uid_t uid = st->st_uid;
-        gid_t gid = st->st_gid;
-        if (x->ids && uid == x->ids->src_uid) {
-                uid = x->ids->dst_uid;
+        uid_t uid = x->ids ? tree_map_uid(x->ids, st->st_uid) : st->st_uid;
+        gid_t gid = x->ids ? tree_map_gid(x->ids, st->st_gid) : st->st_gid;
+        if (x->ids && st->st_uid == x->ids->src_uid)
                 archive_entry_set_uname(e, "user");
-        }
-        if (x->ids && gid == x->ids->src_gid) {
-                gid = x->ids->dst_gid;
+        if (x->ids && st->st_gid == x->ids->src_gid)
                 archive_entry_set_gname(e, "user");
-        }
         archive_entry_set_uid(e, uid);
         archive_entry_set_gid(e, gid);
         /* ARCHIVE_WARN: a name not convertible to UTF-8 is stored as raw bytes; still fine. */

@@ -61,15 +61,13 @@ static int fail(Copy *c, int r, const char *what, const char *name) {
         return r;
 }
 
-static uid_t map_uid(const Copy *c, uid_t u) { return u == c->ids->src_uid ? c->ids->dst_uid : u; }
-static gid_t map_gid(const Copy *c, gid_t g) { return g == c->ids->src_gid ? c->ids->dst_gid : g; }
 
 /* Owner and times of a copied entry; the owner only where creation did not already give it.
  * Entries without an fd (symlinks, fifos) are named by their parent's fd and their own name,
  * never by a longer path, whose directories could have been swapped meanwhile. */
 static int finish_entry(Copy *c, int fd, int dir, const char *name, const struct stat *st, bool is_link) {
-        uid_t u = map_uid(c, st->st_uid);
-        gid_t g = map_gid(c, st->st_gid);
+        uid_t u = tree_map_uid(c->ids, st->st_uid);
+        gid_t g = tree_map_gid(c->ids, st->st_gid);
         /* Everything is created in directories that are 0700 until filled (never setgid),
          * so a new entry belongs to this process's fs ids. */
         int r = 0;

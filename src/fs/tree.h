@@ -11,11 +11,25 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Owner mapping: entries owned by src_uid/src_gid get dst_uid/dst_gid; others keep theirs. */
+/* Owner mapping: entries owned by src_uid/src_gid (the sandbox user) get dst_uid/dst_gid;
+ * where count > 0, any other id of [src_base, src_base + count) keeps its offset from
+ * dst_base (a root daemon's sandbox is a block of host ids: uids and gids alike); others
+ * keep theirs. */
 typedef struct TreeIds {
         uid_t src_uid, dst_uid;
         gid_t src_gid, dst_gid;
+        uint32_t src_base, dst_base, count;
 } TreeIds;
+
+static inline uint32_t tree_map_id(const TreeIds *ids, uint32_t id, uint32_t src_user, uint32_t dst_user) {
+        if (id == src_user)
+                return dst_user;
+        if (ids->count && id - ids->src_base < ids->count)
+                return ids->dst_base + (id - ids->src_base);
+        return id;
+}
+static inline uid_t tree_map_uid(const TreeIds *ids, uid_t u) { return tree_map_id(ids, u, ids->src_uid, ids->dst_uid); }
+static inline gid_t tree_map_gid(const TreeIds *ids, gid_t g) { return tree_map_id(ids, g, ids->src_gid, ids->dst_gid); }
 
 typedef struct TreeStats {
         uint64_t files, dirs, bytes;

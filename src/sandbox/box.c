@@ -87,14 +87,14 @@ void box_shared_done(BoxShared *s) {
         s->seccomp.filter = NULL;
 }
 
-/* Rootless: uid 1000 inside is the caller. Root: 0 inside is pid 1 (host root, as without a
- * user namespace) and 1000 inside is the sandbox's own host uid. */
+/* Rootless: uid 1000 inside is the caller, nothing else is mapped. Root: ids 0..65535 inside
+ * (root, the user, nobody) are the sandbox's own block of host ids; host root is none of them. */
 static int write_id_maps(const BoxShared *s, const Box *b) {
         char path[64], map[128];
         if (s->rootless)
                 snprintf(map, sizeof map, "%u %u 1\n", SBX_SANDBOX_UID, (unsigned)b->host_uid);
         else
-                snprintf(map, sizeof map, "0 0 1\n%u %u 1\n", SBX_SANDBOX_UID, (unsigned)b->host_uid);
+                snprintf(map, sizeof map, "0 %u %u\n", (unsigned)b->host_base, b->host_ids);
         snprintf(path, sizeof path, "/proc/%d/uid_map", (int)b->init_pid);
         int r = write_file_at(AT_FDCWD, path, map);
         if (r < 0)
@@ -104,7 +104,7 @@ static int write_id_maps(const BoxShared *s, const Box *b) {
                 (void)write_file_at(AT_FDCWD, path, "deny");
                 snprintf(map, sizeof map, "%u %u 1\n", SBX_SANDBOX_GID, (unsigned)b->host_gid);
         } else {
-                snprintf(map, sizeof map, "0 0 1\n%u %u 1\n", SBX_SANDBOX_GID, (unsigned)b->host_gid);
+                snprintf(map, sizeof map, "0 %u %u\n", (unsigned)b->host_base, b->host_ids);
         }
         snprintf(path, sizeof path, "/proc/%d/gid_map", (int)b->init_pid);
         return write_file_at(AT_FDCWD, path, map);
@@ -128,7 +128,11 @@ static void slot_release(BoxShared *s, Box *b) {
         b->slot = -1;
 }
 
-/* The host ids the sandbox's user maps to: the caller's rootless, a slot of its own as root. */
+_Static_assert((uint64_t)SBX_HOST_UID_BASE + (uint64_t)SBX_HOST_UID_SLOTS * SBX_HOST_ID_BLOCK <= 0x7FFE0000ULL,
+               "host id blocks end below 2^31 and systemd's foreign range");
+_Static_assert(SBX_SANDBOX_UID < SBX_HOST_ID_BLOCK && SBX_SANDBOX_GID < SBX_HOST_ID_BLOCK, "the user is in the block");
+
+/* The host ids the sandbox's user maps to: the caller's rootless, a block of its own as root. */
 static int take_host_ids(BoxShared *s, Box *b, char *err, size_t errlen) {
         if (s->rootless) {
                 b->host_uid = s->user_uid;
@@ -141,7 +145,10 @@ static int take_host_ids(BoxShared *s, Box *b, char *err, size_t errlen) {
                 return slot;
         }
         b->slot = slot;
-        b->host_uid = b->host_gid = SBX_HOST_UID_BASE + (unsigned)slot;
+        b->host_base = SBX_HOST_UID_BASE + (unsigned)slot * SBX_HOST_ID_BLOCK;
+        b->host_ids = SBX_HOST_ID_BLOCK;
+        b->host_uid = b->host_base + SBX_SANDBOX_UID;
+        b->host_gid = b->host_base + SBX_SANDBOX_GID;
         return 0;
 }
 
@@ -154,7 +161,7 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                            .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID },
-                .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd,
+                .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd, .ns_root = !s->rootless,
                 .env = c->env, .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID, .network = c->network,
                 .seccomp = &s->seccomp,
                 .rlimit_as = s->cg.v2_memory || s->cg.v1_memory >= 0 ? 0 : c->memory_bytes,
@@ -180,7 +187,7 @@ static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int 
         InitConfig ic = init_config(s, c, sv[1], sync[0]);
         int pidfd = -1;
         struct clone_args ca = {
-                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
+                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
                          CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_NEWUSER | (c->network ? 0 : CLONE_NEWNET),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .exit_signal = SIGCHLD,

@@ -20,7 +20,7 @@ typedef struct BoxShared {
         uid_t user_uid;            /* rootless: the sandbox's user as the host sees it */
         gid_t user_gid;
         uint32_t next_slot;        /* root: next host uid slot to try */
-        uint8_t *slots;            /* root: SBX_HOST_UID_SLOTS bits, host uids in use */
+        uint8_t *slots;            /* root: SBX_HOST_UID_SLOTS bits, host id blocks in use */
 } BoxShared;
 
 typedef struct BoxConfig {
@@ -41,7 +41,11 @@ typedef struct Box {
         int snap_fd;   /* O_PATH fd of its snapshot store (see mount_build_root()) */
         uid_t host_uid; /* the sandbox's user (uid 1000 inside) as the host sees it */
         gid_t host_gid;
-        int slot;       /* root: its host uid slot, else -1 */
+        /* Root: ids 0..host_ids-1 inside are host ids host_base.. (uids and gids alike), so
+         * host_uid is host_base + 1000. Rootless: only the user is mapped, host_ids is 0. */
+        uid_t host_base;
+        uint32_t host_ids;
+        int slot;       /* root: its host id block, else -1 */
         bool ready;     /* pid 1 reported its root built (root_fd valid) */
         dev_t writable_dev; /* st_dev of its writable tmpfs (/tmp, /home/user, /dev/shm) */
         CgroupSandbox cg;

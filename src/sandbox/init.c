@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -58,25 +59,36 @@ static int loopback_up(void) {
         return ioctl(s, SIOCSIFFLAGS, &ifr) < 0 ? negerrno() : 0;
 }
 
-int identity_drop(unsigned uid, unsigned gid, const struct sock_fprog *seccomp) {
+/* Sets the permitted and effective sets to `keep` (a mask of CAP_* bits), inheritable to none. */
+static int caps_set(uint64_t keep) {
+        struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+        struct __user_cap_data_struct d[2] = {
+                { .effective = (uint32_t)keep, .permitted = (uint32_t)keep },
+                { .effective = (uint32_t)(keep >> 32), .permitted = (uint32_t)(keep >> 32) },
+        };
+        return syscall(SYS_capset, &h, d) < 0 ? negerrno() : 0;
+}
+
+/* Empties the bounding set but for `keep`: no exec can ever bring a capability back. */
+static void bounding_drop(uint64_t keep) {
         for (int cap = 0; cap < 64; cap++)
-                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL)
+                if (!(keep & (1ULL << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL)
                         break;
         (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+}
+
+int identity_drop(unsigned uid, unsigned gid) {
+        bounding_drop(0);
         if (setgroups(0, NULL) < 0 && errno != EPERM)
                 return negerrno();
         if (setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
                 return negerrno();
-        /* A uid change from 0 clears the permitted and effective sets; make sure. */
-        struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
-        struct __user_cap_data_struct d[2] = { 0 };
-        if (syscall(SYS_capset, &h, d) < 0)
-                return negerrno();
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                return negerrno();
-        if (seccomp && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, seccomp, 0, 0) < 0)
-                return negerrno();
-        return 0;
+        /* A uid change from root clears the permitted and effective sets, but rootless pid 1
+         * is not root of its namespace (only uid 1000 is mapped): clear them either way. */
+        int r = caps_set(0);
+        if (r < 0)
+                return r;
+        return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? negerrno() : 0;
 }
 
 /* Starts a session shell: bash running the sbx_session builtin on the given socket. */
@@ -111,7 +123,7 @@ static void spawn_session(const InitConfig *c, int sock) {
                 struct rlimit rl = { c->rlimit_as, c->rlimit_as };
                 (void)setrlimit(RLIMIT_AS, &rl);
         }
-        if (identity_drop(c->uid, c->gid, c->seccomp) < 0)
+        if (identity_drop(c->uid, c->gid) < 0)
                 _exit(126);
         static char boot[] =
                 "shopt -s expand_aliases; "
@@ -149,8 +161,8 @@ static void reap(void) {
                 ;
 }
 
-/* Rootless, the daemon writes this process's id maps after clone3: until it says so, no id
- * of this process means anything inside its user namespace. */
+/* The daemon writes this process's id maps and joins it to the v1 cgroups after clone3:
+ * until it says so, no id of this process means anything inside its user namespace. */
 static void wait_for_id_maps(int sync_fd) {
         if (sync_fd < 0)
                 return;
@@ -182,12 +194,49 @@ static int keep_only_ctl(const InitConfig *c) {
         return ctl;
 }
 
-/* Builds the root, names the host and brings loopback up; on failure tells the daemon why
- * on ctl and exits. Returns the snapshot store's fd, or -1. */
+/* As root, the daemon maps the sandbox's ids 0..65535 to a host block, and host root, which
+ * pid 1 still is, to nothing: files it made on the sandbox's tmpfs could have no owner.
+ * It becomes its namespace's root, a host uid of that block; the capabilities it holds over
+ * its own namespaces stay. A change of ids clears the parent-death signal: set again. */
+static int become_ns_root(void) {
+        if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+                return negerrno();
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        return 0;
+}
+
+/* After setup pid 1 only starts session shells: it keeps INIT_KEPT_CAPS, and takes the
+ * commands' seccomp filter, which everything it starts then inherits. */
+static int confine(const InitConfig *c) {
+        bounding_drop(INIT_KEPT_CAPS);
+        int r = caps_set(INIT_KEPT_CAPS);
+        if (r < 0)
+                return r;
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return negerrno();
+        if (c->seccomp && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, c->seccomp, 0, 0) < 0)
+                return negerrno();
+        return 0;
+}
+
+/* Takes its identity, builds the root, names the host, brings loopback up and confines
+ * itself; on failure tells the daemon why on ctl and exits. Returns the snapshot store's fd,
+ * or -1. */
 static int setup_or_exit(const InitConfig *c, int ctl) {
         char err[400] = "";
         int snap = -1;
-        int r = mount_build_root(&c->mount, &snap, err, sizeof err);
+        int r = 0;
+        if (c->ns_root && (r = become_ns_root()) < 0)
+                snprintf(err, sizeof err, "take the namespace's root: %s", strerror(-r));
+        /* The cgroup namespace starts here, once the daemon has put pid 1 in all of the
+         * sandbox's cgroups, v1 ones included: every hierarchy then shows the sandbox's own
+         * cgroup as /, and nothing of the host's paths or the sandbox's id. */
+        if (r >= 0 && unshare(CLONE_NEWCGROUP) < 0) {
+                r = negerrno();
+                snprintf(err, sizeof err, "cgroup namespace: %s", strerror(-r));
+        }
+        if (r >= 0)
+                r = mount_build_root(&c->mount, &snap, err, sizeof err);
         /* Only now: the config's strings (the rootfs path) may point into that memory. */
         hide_cmdline();
         if (r >= 0 && sethostname("sandbox", 7) < 0) {
@@ -196,6 +245,8 @@ static int setup_or_exit(const InitConfig *c, int ctl) {
         }
         if (r >= 0 && !c->network && (r = loopback_up()) < 0)
                 snprintf(err, sizeof err, "loopback up: %s", strerror(-r));
+        if (r >= 0 && (r = confine(c)) < 0)
+                snprintf(err, sizeof err, "confine pid 1: %s", strerror(-r));
         if (r < 0) {
                 send_ready(ctl, r, err, -1);
                 _exit(1);

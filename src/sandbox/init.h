@@ -4,6 +4,7 @@
  * named here. When its control socket closes it exits, and the kernel kills every process
  * of the pid namespace with it. */
 #pragma once
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <stdint.h>
 #include "base/macro.h"
@@ -30,20 +31,27 @@ typedef struct InitConfig {
         MountConfig mount;
         int ctl_fd;           /* control socket */
         int builtin_fd;       /* sealed memfd holding the bash builtin */
-        int userns_sync_fd;   /* rootless: read one byte once the id maps are written; else -1 */
+        int userns_sync_fd;   /* one byte comes on it once the id maps are written and the v1
+                               * cgroups joined */
+        bool ns_root;         /* uid 0 is mapped (root daemon): pid 1 takes it before setup */
         char **env;           /* environment of session shells */
         unsigned uid, gid;    /* identity commands run as */
         bool network;
-        const struct sock_fprog *seccomp; /* filter for session shells, NULL for none */
+        const struct sock_fprog *seccomp; /* filter of pid 1 after setup, and so of everything
+                                           * it starts; NULL for none */
         uint64_t rlimit_as;    /* fallback when no memory cgroup: per-process bytes, 0 none */
         uint64_t rlimit_nproc; /* fallback when no pids cgroup: processes, 0 none */
 } InitConfig;
 
 _noreturn_ void init_main(const InitConfig *c);
 
-/* Drops every capability, sets the ids and no_new_privs, loads the seccomp filter.
- * Returns 0 or -errno. Used between fork and exec: no allocation. */
-int identity_drop(unsigned uid, unsigned gid, const struct sock_fprog *seccomp);
+/* Capabilities pid 1 keeps after setup: to give each session shell the sandbox user's ids
+ * and to empty its bounding set. Nothing else: no mount, no chown, no kill, no ptrace. */
+#define INIT_KEPT_CAPS ((1ULL << CAP_SETGID) | (1ULL << CAP_SETUID) | (1ULL << CAP_SETPCAP))
+
+/* Drops every capability, sets the ids and no_new_privs (the seccomp filter is inherited
+ * from pid 1). Returns 0 or -errno. Used between fork and exec: no allocation. */
+int identity_drop(unsigned uid, unsigned gid);
 
 /* Builds the seccomp filter applied to every command (see seccomp.c). The program is
  * malloc'd and owned by the caller. Returns 0 or -errno. */

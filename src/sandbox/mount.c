@@ -55,11 +55,12 @@ static int write_text(const char *path, const char *text, mode_t mode) {
 }
 
 /* Bind-mounts src onto dst (created as a file or directory to match) read-only. Missing
- * sources are skipped: returns 0, or -errno on a real failure. */
+ * sources are skipped: returns 0, or -errno on a real failure (one the sandbox's ids may not
+ * reach, too). */
 static int bind_ro(const char *src, const char *dst, unsigned long extra) {
         struct stat st;
         if (lstat(src, &st) < 0)
-                return 0;
+                return errno == ENOENT || errno == ENOTDIR ? 0 : negerrno();
         if (S_ISLNK(st.st_mode)) {
                 char target[SBX_MAX_PATH_BYTES];
                 ssize_t n = readlink(src, target, sizeof target - 1);
@@ -163,6 +164,10 @@ int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errle
         if (chdir(c->staging) < 0)
                 return fail(err, errlen, "chdir %s", c->staging);
 
+        /* pid 1 is no host user (see init.c): a tree only its owner may enter is out of reach. */
+        if (c->rootfs && access(c->rootfs, X_OK) < 0)
+                return fail(err, errlen, "rootfs %s is out of the sandbox's reach (its ids are host ids of its "
+                                         "own: the directory and its parents need o+x)", c->rootfs);
         const char *base = c->rootfs ? c->rootfs : "";
         for (size_t i = 0; i < ELEMENTSOF(system_dirs); i++) {
                 snprintf(src, sizeof src, "%s/%s", base, system_dirs[i]);

@@ -40,6 +40,18 @@ static int copy(bool source_still, int src, int dst, const TreeIds *ids, TreeSta
         return source_still ? tree_copy_parallel(src, dst, ids, st, err, errlen) : tree_copy(src, dst, ids, st, err, errlen);
 }
 
+/* Owners from one sandbox's tree to another's: the user's host ids, and as root the whole
+ * block (its root's files, /tmp itself, move to the other block's root). */
+static TreeIds ids_between(const Box *from, const Box *to) {
+        return (TreeIds){ from->host_uid, to->host_uid, from->host_gid, to->host_gid,
+                          from->host_base, to->host_base, MIN(from->host_ids, to->host_ids) };
+}
+
+/* Owners as the sandbox sees them (for an archive): host ids to ids inside. */
+static TreeIds ids_inside(const Box *b) {
+        return (TreeIds){ b->host_uid, SBX_SANDBOX_UID, b->host_gid, SBX_SANDBOX_GID, b->host_base, 0, b->host_ids };
+}
+
 /* A job that creates files in b's tree acts as b's user. */
 static int become(const Box *b, char *err, size_t errlen) {
         int r = tree_become(b->host_uid, b->host_gid);
@@ -51,7 +63,7 @@ static int become(const Box *b, char *err, size_t errlen) {
 int image_job_fork(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         const Box *from = a->from, *to = a->to;
-        TreeIds ids = { from->host_uid, to->host_uid, from->host_gid, to->host_gid };
+        TreeIds ids = ids_between(from, to);
         int r = become(to, err, errlen);
         if (r < 0)
                 return r;
@@ -72,7 +84,7 @@ int image_job_fork(void *arg, char *err, size_t errlen) {
 int image_job_snapshot(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         const Box *b = a->from;
-        TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
+        TreeIds ids = ids_between(b, b);
         TreeStats st = { 0 };
         int r = become(b, err, errlen);
         if (r < 0)
@@ -117,7 +129,7 @@ int image_job_snapshot(void *arg, char *err, size_t errlen) {
 int image_job_restore(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         const Box *b = a->from;
-        TreeIds ids = { b->host_uid, b->host_uid, b->host_gid, b->host_gid };
+        TreeIds ids = ids_between(b, b);
         int r = become(b, err, errlen);
         if (r < 0)
                 return r;
@@ -144,7 +156,7 @@ int image_job_export(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         const Box *b = a->from;
         const SbxLimits *l = a->limits;
-        TreeIds ids = { b->host_uid, SBX_SANDBOX_UID, b->host_gid, SBX_SANDBOX_GID };
+        TreeIds ids = ids_inside(b);
         ArchiveMeta meta = {
                 .limits = { .fs_bytes = l->fs_bytes, .file_count = l->file_count,
                             .memory_bytes = l->memory_bytes, .stdout_bytes = l->stdout_bytes,

@@ -107,6 +107,8 @@ def rootfs_dir():
     if not shutil.which("unshare") or not shutil.which("mount"):
         pytest.skip("needs unshare(1) and mount(1)")
     d = tempfile.mkdtemp(prefix="sbx-test-rootfs-")
+    # The sandbox's root is a host uid of its own, an "other" to this tree.
+    os.chmod(d, 0o755)
     try:
         os.makedirs(f"{d}/usr")
         os.makedirs(f"{d}/etc")
@@ -126,20 +128,35 @@ def rootfs_dir():
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_rootfs_option_uses_the_given_tree(rootfs_dir):
+def _run_in_rootfs(rootfs_dir, command):
     # /usr of the tree is a bind of the host's /usr, made in a private mount namespace so the
     # host never sees it; everything else comes from the tree.
     p = subprocess.Popen(
         ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         'mount --bind /usr "$1/usr" && exec "$2" run --rootfs "$1" -- '
-         '"cat /etc/os-release; test -e /lib32 && echo HOST-LIB32; test -e /etc/bash.bashrc && '
-         'echo HOST-ETC; echo ok"',
-         "sh", rootfs_dir, SBX_BIN],
+         'mount --bind /usr "$1/usr" && exec "$2" run --rootfs "$1" -- "$3"',
+         "sh", rootfs_dir, SBX_BIN, command],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     SPAWNED.append(p.pid)  # unshare execs sh, which execs sbx: same pid
     o, e = p.communicate(timeout=30)
-    assert p.returncode == 0, (o, e)
+    return p.returncode, o, e
+
+
+def test_rootfs_option_uses_the_given_tree(rootfs_dir):
+    rc, o, e = _run_in_rootfs(rootfs_dir, "cat /etc/os-release; test -e /lib32 && echo HOST-LIB32; "
+                                          "test -e /etc/bash.bashrc && echo HOST-ETC; echo ok")
+    assert rc == 0, (o, e)
     assert o == b"ID=sbx-test-rootfs\nok\n", (o, e)
+
+
+def test_rootfs_out_of_the_sandboxs_reach_is_refused_with_the_reason(rootfs_dir):
+    if os.geteuid() != 0:
+        pytest.skip("rootless, the tree's owner is the sandbox's user")
+    # As root, the sandbox's ids (its root's too) are a host block of their own: a tree that
+    # only its host owner may enter cannot be the sandbox's root, and create says so.
+    os.chmod(rootfs_dir, 0o700)
+    rc, o, e = _run_in_rootfs(rootfs_dir, "echo ran")
+    assert rc != 0 and o == b"", (rc, o, e)
+    assert b"out of the sandbox's reach" in e and b"o+x" in e, e
 
 
 def test_rootfs_must_be_absolute(sbx):

@@ -222,6 +222,23 @@ static void test_walk_moved(void) {
         CHECK(bad == -ENOENT, "and says when it is missing (%d)", bad);
 }
 
+/* A root daemon's sandbox is a block of host ids: a copy between two moves every owner of
+ * the block to the same place in the other; the user pair wins, ids outside stay. */
+static void test_id_block(void) {
+        TreeIds between = { 5001000, 7001000, 5001000, 7001000, 5000000, 7000000, 65536 };
+        CHECK(tree_map_uid(&between, 5000000) == 7000000, "the block's root moves to the other block's");
+        CHECK(tree_map_gid(&between, 5065534) == 7065534, "its nobody too");
+        CHECK(tree_map_uid(&between, 5001000) == 7001000, "its user");
+        CHECK(tree_map_uid(&between, 5065536) == 5065536 && tree_map_uid(&between, 4999999) == 4999999 &&
+              tree_map_uid(&between, 0) == 0, "ids outside the block stay");
+        TreeIds inside = { 5001000, 1000, 5001000, 1000, 5000000, 0, 65536 };
+        CHECK(tree_map_uid(&inside, 5000000) == 0 && tree_map_gid(&inside, 5001000) == 1000,
+              "an archive names owners as the sandbox sees them");
+        TreeIds rootless = { 1234, 1000, 1234, 1000, 0, 0, 0 };
+        CHECK(tree_map_uid(&rootless, 1234) == 1000 && tree_map_uid(&rootless, 0) == 0 &&
+              tree_map_uid(&rootless, 5) == 5, "rootless: only the user is mapped");
+}
+
 int main(void) {
         /* tmpfs, as a sandbox's tree is: a disk filesystem takes far longer on deep trees. */
         snprintf(base_dir, sizeof base_dir, "/dev/shm/sbx-test-tree-XXXXXX");
@@ -231,6 +248,7 @@ int main(void) {
                 CHECK(false, "mkdtemp");
                 return tap_done();
         }
+        test_id_block();
         test_deep_copy();
         test_depth_ceiling();
         test_walk_moved();
