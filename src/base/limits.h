@@ -31,6 +31,9 @@
  * left running (a backgrounded fork bomb, 300 `sleep &`). An eighth, at least 4 (a holder, its
  * worker and the old holder of one session, and one more) and at most 32. */
 #define SBX_PIDS_RESERVE(pids) ((pids) / 8 < 4U ? 4U : (pids) / 8 > 32U ? 32U : (pids) / 8)
+/* The commands' share of a pids limit: all but the reserve; 0 (no share of their own) when the
+ * limit is too small to keep one. */
+#define SBX_PIDS_FOR_COMMANDS(pids) ((pids) > SBX_PIDS_RESERVE(pids) ? (pids) - SBX_PIDS_RESERVE(pids) : 0U)
 /* How often a running command's pids limit is looked at: a refused fork ends the run with
  * PIDS_LIMIT within this long, instead of bash retrying until the timeout. */
 #define SBX_PIDS_CHECK_MS 100U

@@ -30,6 +30,7 @@
 #include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -43,6 +44,7 @@
 #include "variables.h"
 #include "builtext.h"
 
+#include "base/limits.h"
 #include "base/util.h"
 #include "session/wire.h"
 
@@ -616,6 +618,16 @@ static int run_command(const WireHdr *h, char *env, const char *cmd, const char 
 
 /* The worker's life: take one command, run it, report. Returns when this process
  * is to become the holder; exits when the daemon is gone. */
+/* A command's share of the process limit (true), or the holder's whole (false); see worker(). */
+static void nproc_limit(bool command) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NPROC, &rl) < 0 || rl.rlim_max == RLIM_INFINITY || rl.rlim_max > UINT32_MAX ||
+            !SBX_PIDS_FOR_COMMANDS((uint32_t)rl.rlim_max))
+                return;
+        rl.rlim_cur = command ? SBX_PIDS_FOR_COMMANDS((uint32_t)rl.rlim_max) : rl.rlim_max;
+        (void)setrlimit(RLIMIT_NPROC, &rl);
+}
+
 static void worker(void) {
         int fds[WIRE_RUN_FDS];
 
@@ -627,6 +639,12 @@ static void worker(void) {
          * shell that holds the session's state. Raising one's own score needs no privilege
          * (lowering the holder's would need CAP_SYS_RESOURCE, which hosts may not have). */
         set_oom_score_adj("500");
+        /* Without a pids cgroup, RLIMIT_NPROC (the sandbox's limit, counted over all of its
+         * processes) is all there is: a command and what it starts get its share only, so what
+         * commands leave running can never keep a holder from forking the next worker. Only
+         * the soft limit: this process becomes the next holder, which takes the whole again
+         * (a command could too, with `ulimit -Su`; the reserve is for what it forgets). */
+        nproc_limit(true);
         ssize_t n = recv_run(fds);
         if (n < 0)
                 _exit(0);
@@ -727,12 +745,16 @@ static int sbx_session_builtin(WORD_LIST *list) {
                 if (w == 0) {
                         worker();
                         sigprocmask(SIG_BLOCK, &chld, NULL);
+                        nproc_limit(false);
                         continue; /* this process is now the holder */
                 }
                 announce_worker(w);
+                /* This process ran the last command: what it left running in the background are
+                 * its children. Reaped here as they end, or their zombies would keep pids of the
+                 * sandbox's limit (and show in ps) until the session ends. */
                 int ws;
-                while (waitpid(w, &ws, 0) < 0)
-                        if (errno != EINTR)
+                for (pid_t p; (p = waitpid(-1, &ws, 0)) != w;)
+                        if (p < 0 && errno != EINTR)
                                 _exit(1);
                 if (send_hdr(WIRE_DIED, 0, ws, 0) < 0)
                         _exit(0);

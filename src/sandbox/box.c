@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Creating and destroying sandboxes: clone3 into fresh namespaces and the sandbox's cgroup,
  * pid 1 builds the root, the daemon waits for its word. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <poll.h>
@@ -208,6 +209,7 @@ static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int 
         }
         b->init_pid = (pid_t)pid;
         b->init_pidfd = pidfd;
+        b->nproc_limit = (uint32_t)ic.rlimit_nproc;
         return 0;
 }
 
@@ -309,6 +311,25 @@ int box_ready(Box *b, char *err, size_t errlen) {
         safe_close(fd);
         safe_close(snap);
         return n == (ssize_t)sizeof m && m.status < 0 ? m.status : -EIO;
+}
+
+int box_count_processes(const Box *b) {
+        if (b->root_fd < 0)
+                return -EAGAIN;
+        int fd = openat(b->root_fd, "proc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return negerrno();
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return -ENOMEM;
+        }
+        int n = 0;
+        for (struct dirent *e; (e = readdir(d));)
+                if (e->d_name[0] >= '1' && e->d_name[0] <= '9')
+                        n++;
+        closedir(d);
+        return n;
 }
 
 int box_spawn_session(Box *b, int sock) {

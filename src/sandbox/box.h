@@ -46,6 +46,9 @@ typedef struct Box {
         uid_t host_base;
         uint32_t host_ids;
         int slot;       /* root: its host id block, else -1 */
+        /* Without a pids cgroup: the RLIMIT_NPROC of its shells (its pids limit; commands get
+         * that less SBX_PIDS_RESERVE), 0 where a cgroup limits processes or nothing does. */
+        uint32_t nproc_limit;
         bool ready;     /* pid 1 reported its root built (root_fd valid) */
         dev_t writable_dev; /* st_dev of its writable tmpfs (/tmp, /home/user, /dev/shm) */
         CgroupSandbox cg;
@@ -59,6 +62,8 @@ void box_shared_done(BoxShared *s);
  * shells may already be asked for: pid 1 starts them after). On failure err says what
  * failed. Returns 0 or -errno. */
 int box_create(BoxShared *s, const BoxConfig *c, Box *ret, char *err, size_t errlen);
+/* The processes of the sandbox (entries of its /proc), or -errno. */
+int box_count_processes(const Box *b);
 /* Takes pid 1's word when it has come (wait on ctl_fd): 1 ready, 0 not yet, -errno if setup
  * failed (err says why; pid 1 then exits). */
 int box_ready(Box *b, char *err, size_t errlen);

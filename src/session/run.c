@@ -262,9 +262,29 @@ static void run_pids_limit(SbxRun *r) {
         run_kill(r, SBX_ERROR_PIDS_LIMIT);
 }
 
+/* Whether forks are being refused at the commands' share of the pids limit: 1 yes, 0 no (or
+ * not known yet). With a pids cgroup, its count of refused forks has grown since the last
+ * look; with RLIMIT_NPROC alone (which counts every process of the sandbox), the sandbox has
+ * been at the commands' share on two looks in a row, when any fork of a command fails. */
+static int pids_refusing(SbxRun *r) {
+        Box *b = &r->s->core->box;
+        uint64_t now;
+        if (b->nproc_limit) {
+                int n = box_count_processes(b);
+                uint32_t share = SBX_PIDS_FOR_COMMANDS(b->nproc_limit);
+                now = n >= 0 && (uint32_t)n >= (share ? share : b->nproc_limit);
+        } else if (cgroup_sandbox_pids_refused(&b->cg, &now) < 0) {
+                return 0;
+        }
+        int refusing = r->pids_counted && (b->nproc_limit ? now && r->pids_refused : now > r->pids_refused);
+        r->pids_refused = now;
+        r->pids_counted = true;
+        return refusing;
+}
+
 static void run_timer_event(Watch *w, uint32_t events) {
         SbxRun *r = w->data;
-        uint64_t x, refused;
+        uint64_t x;
         (void)!read(r->timer_fd, &x, sizeof x);
         if (now_ns() >= r->deadline) {
                 run_kill(r, SBX_ERROR_TIMEOUT);
@@ -272,13 +292,9 @@ static void run_timer_event(Watch *w, uint32_t events) {
         }
         /* The first look only takes the count: a run over in less than SBX_PIDS_CHECK_MS (most
          * are) never reads it, and a limit still refusing forks shows on the next look. */
-        if (r->pids_watched && cgroup_sandbox_pids_refused(&r->s->core->box.cg, &refused) == 0) {
-                if (r->pids_counted && refused > r->pids_refused) {
-                        run_pids_limit(r);
-                        return;
-                }
-                r->pids_refused = refused;
-                r->pids_counted = true;
+        if (r->pids_watched && pids_refusing(r)) {
+                run_pids_limit(r);
+                return;
         }
         run_arm(r);
 }
@@ -341,7 +357,7 @@ static int run_send(SbxSession *s, SbxRun *r) {
         if ((rr = session_send_run(s, &h, parts, fds, &r->cg, r->cg_name)) < 0)
                 goto out;
         r->sent = true;
-        r->pids_watched = !r->internal && s->core->box.cg.cmds_pids;
+        r->pids_watched = !r->internal && (s->core->box.cg.cmds_pids || s->core->box.nproc_limit);
         if (r->pids_watched)
                 run_arm(r);
         rr = run_watch_io(r);

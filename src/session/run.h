@@ -26,7 +26,8 @@ struct SbxRun {
         uint32_t seq;
         uint64_t nonce;
         uint64_t t_start, deadline; /* ns, monotonic */
-        uint64_t pids_refused;      /* forks refused at the commands' pids limit, last look */
+        uint64_t pids_refused;      /* forks refused at the commands' pids limit, last look
+                                     * (RLIMIT_NPROC: 1 if the sandbox was at the limit) */
         bool pids_watched;          /* there is such a limit: looked at every SBX_PIDS_CHECK_MS */
         bool pids_counted;          /* pids_refused has been read */
         int out_fd, err_fd, in_fd, timer_fd, cg, cg_events;

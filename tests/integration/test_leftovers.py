@@ -17,8 +17,8 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
 ]
 
-# Counts the sleeps still alive (a killed one stays a zombie until its parent shell reaps it),
-# giving dying ones up to 2 s to go.
+# Counts the sleeps still alive (zombies aside: test_killed_leftovers_leave_no_zombies looks at
+# those), giving dying ones up to 2 s to go.
 ALIVE = "ps -eo stat=,comm= | awk '$2 == \"sleep\" && $1 !~ /^Z/' | wc -l"
 COUNT = ("for i in $(seq 40); do n=$(" + ALIVE + "); [ \"$n\" -le {want} ] && break; sleep 0.05; done; "
          + ALIVE)
@@ -75,6 +75,18 @@ def test_process_kill_all_frees_the_sandbox_in_one_call(stdio):
     # Nothing left to kill (the killed ones' zombies go once pid 1 has reaped them).
     assert wait_until(lambda: stdio.result("process.killAll") == {"groups": 0})
     assert run(stdio, "echo ok")["stdout"] == "ok\n"
+
+
+def test_killed_leftovers_leave_no_zombies(stdio):
+    # What a command leaves running is a child of the shell that ran it, which holds the
+    # session afterwards: it reaps them as they end, so they hold no pid of the limit.
+    stdio.result("create")
+    run(stdio, "for i in 1 2 3 4 5; do sleep 300 & done")
+    run(stdio, "sleep 301 &")
+    assert stdio.result("process.killAll") == {"groups": 2}
+    zombies = ("for i in $(seq 40); do n=$(ps -eo stat= | grep -c '^Z'); [ $n -eq 0 ] && break; sleep 0.05; done; "
+               "echo $n")
+    assert run(stdio, zombies)["stdout"] == "0\n"
 
 
 def test_sdk_leftovers_and_kill_leftovers():

@@ -66,7 +66,21 @@ def test_rootless_kill_and_limits(delegated):
                       "ps -eo comm | grep -c '^sleep$'; python3 -c 'bytearray(600 << 20)' 2>/dev/null || echo nomem",
                       opts=["-t", "2", "--pids", "64", "--memory", "256M"], timeout=60)
     assert cp.returncode == 0, cp.stderr
-    assert cp.stdout.splitlines() == [b"64", str(256 * 1024).encode(), b"0", b"nomem"]
+    # Commands get the limit less the shells' reserve (8 of 64).
+    assert cp.stdout.splitlines() == [b"56", str(256 * 1024).encode(), b"0", b"nomem"]
+
+
+def test_rootless_leftovers_never_wedge_the_session(delegated):
+    """With RLIMIT_NPROC alone, what commands leave running can take the commands' share of the
+    process limit but not the shells' reserve: the run that needs to fork then stops at once
+    with the reason and the count of leftovers, and the next runs still start."""
+    cp = run_rootless(delegated, "for i in $(seq 40); do sleep 1000 & done; echo started",
+                      "for i in $(seq 30); do sleep 1000 & done 2>/dev/null; wait; echo never",
+                      "echo still; kill $(pgrep -x sleep); sleep 0.2; ps -eo comm | grep -c '^sleep$' || true",
+                      opts=["-t", "20", "--pids", "64"], timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.splitlines() == [b"started", b"still", b"0"], (cp.stdout, cp.stderr)
+    assert b"process limit (64) was reached" in cp.stderr and b"40 processes left running" in cp.stderr, cp.stderr
 
 
 def test_rootless_leaves_nothing(delegated):
