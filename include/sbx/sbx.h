@@ -69,6 +69,10 @@ typedef enum SbxErrorClass {
         SBX_ERROR_PIDS_LIMIT,     /* exit code 1: a fork was refused at the sandbox's process
                                      limit, and the run was stopped at once (stderr says how
                                      many processes earlier commands left running) */
+        SBX_ERROR_OOM,            /* the command failed and the kernel killed a process of the
+                                     sandbox at its memory limit meanwhile (cgroup events) */
+        SBX_ERROR_FS_FULL,        /* the command failed and the sandbox's filesystem was left
+                                     without free bytes or inodes */
 } SbxErrorClass;
 
 typedef enum SbxStream { SBX_STDOUT = 1, SBX_STDERR = 2 } SbxStream;
@@ -102,6 +106,9 @@ typedef struct SbxResult {
         const uint8_t *stderr_data;
         size_t stderr_len;
         bool stdout_truncated, stderr_truncated;
+        uint64_t stdout_dropped, stderr_dropped; /* bytes past the caps, read and thrown away */
+        uint32_t killed;       /* processes of the command killed at a timeout, cancel or
+                                  process limit (0 otherwise) */
         uint64_t exec_time_us; /* from the run's start (first in its queue) to its result */
 } SbxResult;
 
@@ -109,6 +116,19 @@ typedef struct SbxResult {
 typedef void (*SbxOutputFn)(void *userdata, SbxStream stream, const uint8_t *data, size_t len);
 /* The run's end. The SbxRun is freed right after this returns. */
 typedef void (*SbxDoneFn)(void *userdata, const SbxResult *result);
+
+/* The limits a sandbox or a run can be given. One rule each, the same for the CLI, the
+ * protocol and this API. */
+typedef enum SbxLimitId {
+        SBX_LIMIT_STDOUT, SBX_LIMIT_STDERR, SBX_LIMIT_COMMAND, SBX_LIMIT_FS, SBX_LIMIT_FILES,
+        SBX_LIMIT_MEMORY, SBX_LIMIT_PIDS, SBX_LIMIT_CPU, SBX_LIMIT_TIMEOUT,
+} SbxLimitId;
+
+/* Checks a limit that was given (0 is a value here, refused where it makes no sense, not "the
+ * default"). Values: bytes, counts, thousandths of a CPU, milliseconds. Returns 0, or -EINVAL
+ * with err saying in one line the bound, the unit and the value, under the name the caller's
+ * user knows ("--memory must be at least 16M; got 1K"). */
+SBX_API int sbx_limit_check(SbxLimitId id, uint64_t value, const char *name, char *err, size_t errlen);
 
 SBX_API const char *sbx_version(void);
 SBX_API const char *sbx_error_class_name(SbxErrorClass c);

@@ -21,11 +21,19 @@
 #define SBX_DEFAULT_FILE_COUNT 10000ULL
 /* Smallest filesystem a sandbox may ask for: below it not even a shell's dotfiles fit. */
 #define SBX_MIN_FS_BYTES (64ULL * 1024)
+/* And the fewest inodes: /tmp, /home/user and /dev/shm themselves take three. */
+#define SBX_MIN_FILE_COUNT 16ULL
+/* The least memory a sandbox may ask for: pid 1, a session's bash pair and a small command
+ * fit; below it setup itself fails. */
+#define SBX_MIN_MEMORY_BYTES (16ULL * 1024 * 1024)
 
 /* Memory and process count of a whole sandbox, through cgroups (rlimits where none). The
  * pids limit is what contains a fork bomb. */
 #define SBX_DEFAULT_MEMORY_BYTES (512ULL * 1024 * 1024)
 #define SBX_DEFAULT_PIDS 256U
+/* The fewest processes: pid 1, a holder and its worker, the shells' reserve and a few for
+ * commands (a pipeline). Fewer and no command could ever start. */
+#define SBX_MIN_PIDS 12U
 /* Of a sandbox's process limit, the part commands can never use, kept for the session shells:
  * a holder must always be able to fork the next command's worker, whatever earlier commands
  * left running (a backgrounded fork bomb, 300 `sleep &`). An eighth, at least 4 (a holder, its

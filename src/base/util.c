@@ -179,6 +179,17 @@ int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
         return 0;
 }
 
+void format_size(uint64_t v, char *out, size_t size) {
+        static const char suffix[] = "KMGT";
+        int k = -1;
+        while (k < 3 && v && v % (1ULL << (10 * (k + 2))) == 0)
+                k++;
+        if (k < 0)
+                snprintf(out, size, "%llu byte%s", (unsigned long long)v, v == 1 ? "" : "s");
+        else
+                snprintf(out, size, "%llu%c", (unsigned long long)(v >> (10 * (k + 1))), suffix[k]);
+}
+
 int parse_size(const char *s, uint64_t *ret) {
         char num[32];
         size_t len = s ? strlen(s) : 0;
@@ -190,6 +201,7 @@ int parse_size(const char *s, uint64_t *ret) {
         case 'k': case 'K': mult = 1ULL << 10; break;
         case 'm': case 'M': mult = 1ULL << 20; break;
         case 'g': case 'G': mult = 1ULL << 30; break;
+        case 't': case 'T': mult = 1ULL << 40; break;
         default: break;
         }
         if (mult != 1)

@@ -45,3 +45,6 @@ int write_file_replace(const char *path, const void *data, size_t len);
 int parse_u64(const char *s, uint64_t max, uint64_t *ret);
 /* Parses "10", "10k", "64M", "1G" (powers of 1024). Returns 0 or -EINVAL/-ERANGE. */
 int parse_size(const char *s, uint64_t *ret);
+/* A byte count as parse_size() reads it back: the largest K/M/G/T suffix that divides it
+ * ("16M", "1536K"), else "N bytes". */
+void format_size(uint64_t v, char *out, size_t size);

@@ -24,10 +24,14 @@ static void usage(FILE *f) {
                 "Creates a sandbox, runs each CMD in order in one session (state such as cwd,\n"
                 "variables and functions carries from one to the next), streams their output,\n"
                 "destroys the sandbox and exits with the last command's exit code\n"
-                "(124 on timeout, 125 when interrupted).\n"
+                "(124 on timeout, 125 when interrupted). A command that fails does not stop\n"
+                "the next ones (the session outlives it) unless --fail-fast is given; every\n"
+                "command that does not end normally is named on stderr with what happened.\n"
                 "\n"
                 "Options:\n"
                 "  -t, --timeout SECONDS    per-command timeout (default 30; fractions allowed)\n"
+                "      --fail-fast          stop at the first command that fails and exit with\n"
+                "                           its status\n"
                 "  -C, --cwd DIR            working directory of each command (default /home/user)\n"
                 "  -e, --env NAME=VALUE     set an environment variable (repeatable)\n"
                 "  -n, --network            share the host's network (default: loopback only)\n"
@@ -46,7 +50,7 @@ static void usage(FILE *f) {
                 "  -v, --verbose            debug logging on stderr\n"
                 "  -h, --help               show this help\n"
                 "\n"
-                "SIZE takes a k, M or G suffix (powers of 1024).\n");
+                "SIZE takes a K, M, G or T suffix (powers of 1024).\n");
 }
 
 /* Output waiting for our stdout or stderr. The loop never blocks on a slow consumer (the
@@ -63,6 +67,9 @@ typedef struct RunState {
         bool done;
         int exit_code;
         SbxErrorClass ec;
+        bool truncated[2];
+        uint64_t dropped[2];
+        uint32_t killed;
         SbxRun *run;
         bool paused;
         OutQueue q[2];
@@ -130,6 +137,11 @@ static void on_done(void *ud, const SbxResult *r) {
         rs->run = NULL;
         rs->exit_code = r->exit_code;
         rs->ec = r->error_class;
+        rs->truncated[0] = r->stdout_truncated;
+        rs->truncated[1] = r->stderr_truncated;
+        rs->dropped[0] = r->stdout_dropped;
+        rs->dropped[1] = r->stderr_dropped;
+        rs->killed = r->killed;
 }
 
 static void queue_init(OutQueue *q, int fd) {
@@ -138,28 +150,19 @@ static void queue_init(OutQueue *q, int fd) {
         q->is_pipe = fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
-static int parse_seconds(const char *s, uint64_t *ret_ms) {
+/* A decimal number (fractions allowed) into thousandths, rounded (0.0004 is 0, which the
+ * rules then refuse); the range is the limit's rule's. */
+static int parse_thousandths(const char *s, uint64_t *ret) {
         char *end;
         double v = strtod(s, &end);
-        if (end == s || *end || v <= 0 || v * 1000 > (double)SBX_MAX_TIMEOUT_MS)
+        if (end == s || *end || !(v >= 0 && v < 1e12))
                 return -EINVAL;
-        *ret_ms = (uint64_t)(v * 1000 + 0.5);
+        *ret = (uint64_t)(v * 1000 + 0.5);
         return 0;
 }
 
-/* CPUs, fractions allowed, into thousandths: from 0.01 to the host's online CPUs (the
- * library's range, checked here too so that a bad value is a usage error). */
-static int parse_cpus(const char *s, uint32_t *ret_millis) {
-        char *end;
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        double millis = strtod(s, &end) * 1000 + 0.5; /* rounded: 0.0004 is refused, not 0 */
-        if (end == s || *end || !(millis >= SBX_MIN_CPU_MILLIS && millis < (n > 0 ? n : 1) * 1000.0 + 1))
-                return -EINVAL;
-        *ret_millis = (uint32_t)millis;
-        return 0;
-}
-
-enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT };
+enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT,
+       OPT_FAIL_FAST };
 
 typedef struct OpWait {
         bool done;
@@ -209,6 +212,7 @@ static const struct option run_opts[] = {
         { "rootfs", required_argument, NULL, OPT_ROOTFS },
         { "import", required_argument, NULL, OPT_IMPORT },
         { "export", required_argument, NULL, OPT_EXPORT },
+        { "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         {},
@@ -219,52 +223,91 @@ typedef struct RunArgs {
         const char *cwd, *import_path, *export_path;
         const char **env; /* the caller's, room for one per argument; so.env points here */
         size_t n_env;
+        bool fail_fast;
 } RunArgs;
+
+typedef enum ArgKind { A_SIZE, A_COUNT, A_THOUSANDTHS } ArgKind;
+
+/* A limit given on the command line: its syntax here, its range by the library's rule (the
+ * same as the protocol's). Returns 0, or -EINVAL once stderr says why in one line. */
+static int limit_arg(SbxLimitId id, ArgKind kind, const char *opt, const char *arg, uint64_t *ret) {
+        static const char *const what[] = { "a size (a number, with K, M, G or T for powers of 1024)",
+                                            "a whole number", "a number (fractions allowed)" };
+        char msg[256];
+        int r = kind == A_SIZE ? parse_size(arg, ret) : kind == A_COUNT ? parse_u64(arg, UINT64_MAX, ret)
+                                                                          : parse_thousandths(arg, ret);
+        if (r < 0) {
+                fprintf(stderr, "sbx run: %s takes %s; got '%s'\n", opt, what[kind], arg);
+                return -EINVAL;
+        }
+        if (sbx_limit_check(id, *ret, opt, msg, sizeof msg) < 0) {
+                fprintf(stderr, "sbx run: %s\n", msg);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* Reads one option into a. Returns 0, 1 after --help, -EINVAL once stderr says why. */
+static int parse_one(int c, const char *opt, RunArgs *a) {
+        SbxLimits *l = &a->so.limits;
+        uint64_t v = 0;
+        int r = 0;
+        switch (c) {
+        case 't': r = limit_arg(SBX_LIMIT_TIMEOUT, A_THOUSANDTHS, "--timeout", optarg, &a->so.timeout_ms); break;
+        case 'C': a->cwd = optarg; break;
+        case 'e':
+                if (!strchr(optarg, '=') || !env_name_valid(optarg, (size_t)(strchr(optarg, '=') - optarg))) {
+                        fprintf(stderr, "sbx run: --env takes NAME=VALUE, NAME of letters, digits and _ (not starting "
+                                        "with a digit); got '%s'\n", optarg);
+                        return -EINVAL;
+                }
+                a->env[a->n_env++] = optarg;
+                break;
+        case 'n': a->so.network = true; break;
+        case OPT_MEMORY: r = limit_arg(SBX_LIMIT_MEMORY, A_SIZE, opt, optarg, &l->memory_bytes); break;
+        case OPT_PIDS:
+                r = limit_arg(SBX_LIMIT_PIDS, A_COUNT, opt, optarg, &v);
+                l->pids = (uint32_t)v;
+                break;
+        case OPT_CPUS:
+                r = limit_arg(SBX_LIMIT_CPU, A_THOUSANDTHS, opt, optarg, &v);
+                l->cpu_millis = (uint32_t)v;
+                break;
+        case OPT_FS: r = limit_arg(SBX_LIMIT_FS, A_SIZE, opt, optarg, &l->fs_bytes); break;
+        case OPT_FILES: r = limit_arg(SBX_LIMIT_FILES, A_COUNT, opt, optarg, &l->file_count); break;
+        case OPT_STDOUT: r = limit_arg(SBX_LIMIT_STDOUT, A_SIZE, opt, optarg, &l->stdout_bytes); break;
+        case OPT_STDERR: r = limit_arg(SBX_LIMIT_STDERR, A_SIZE, opt, optarg, &l->stderr_bytes); break;
+        case OPT_ROOTFS: a->so.rootfs = optarg; break;
+        case OPT_IMPORT: a->import_path = optarg; break;
+        case OPT_EXPORT: a->export_path = optarg; break;
+        case OPT_FAIL_FAST: a->fail_fast = true; break;
+        case 'v': sbx_log_level = LOG_DEBUG; break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return -EINVAL;
+        }
+        return r;
+}
 
 /* Parses the options into a, leaving optind at the first command. False when cmd_run is to
  * return *ret_exit at once: 0 after --help, 2 after a usage error (said on stderr). */
 static bool parse_args(int argc, char **argv, RunArgs *a, int *ret_exit) {
-        uint64_t timeout_ms = 0, v;
-        int c;
-
+        char opt[64];
+        int c, li = -1;
         sbx_sandbox_options_init(&a->so);
         optind = 1;
-        int li = -1;
         while ((c = getopt_long(argc, argv, "+t:C:e:nvh", run_opts, &li)) != -1) {
-                int r = 0;
-                switch (c) {
-                case 't': r = parse_seconds(optarg, &timeout_ms); break;
-                case 'C': a->cwd = optarg; break;
-                case 'e':
-                        if (!strchr(optarg, '=') || !env_name_valid(optarg, (size_t)(strchr(optarg, '=') - optarg)))
-                                r = -EINVAL;
-                        a->env[a->n_env++] = optarg;
-                        break;
-                case 'n': a->so.network = true; break;
-                case OPT_MEMORY: r = parse_size(optarg, &a->so.limits.memory_bytes); break;
-                case OPT_PIDS: r = parse_u64(optarg, SBX_MAX_PIDS, &v); a->so.limits.pids = (uint32_t)v; break;
-                case OPT_CPUS: r = parse_cpus(optarg, &a->so.limits.cpu_millis); break;
-                case OPT_FS: r = parse_size(optarg, &a->so.limits.fs_bytes); break;
-                case OPT_FILES: r = parse_u64(optarg, UINT32_MAX, &a->so.limits.file_count); break;
-                case OPT_STDOUT: r = parse_size(optarg, &a->so.limits.stdout_bytes); break;
-                case OPT_STDERR: r = parse_size(optarg, &a->so.limits.stderr_bytes); break;
-                case OPT_ROOTFS: a->so.rootfs = optarg; break;
-                case OPT_IMPORT: a->import_path = optarg; break;
-                case OPT_EXPORT: a->export_path = optarg; break;
-                case 'v': sbx_log_level = LOG_DEBUG; break;
-                case 'h': usage(stdout); *ret_exit = 0; return false;
-                default: usage(stderr); *ret_exit = 2; return false;
-                }
-                if (r < 0) {
-                        if (li >= 0)
-                                fprintf(stderr, "sbx run: invalid value for --%s: '%s'\n\n", run_opts[li].name, optarg);
-                        else
-                                fprintf(stderr, "sbx run: invalid value for -%c: '%s'\n\n", c, optarg);
-                        usage(stderr);
-                        *ret_exit = 2;
-                        return false;
-                }
+                if (li >= 0)
+                        snprintf(opt, sizeof opt, "--%s", run_opts[li].name);
+                else
+                        snprintf(opt, sizeof opt, "-%c", c);
+                int r = parse_one(c, opt, a);
                 li = -1;
+                if (r == 0)
+                        continue;
+                if (r < 0 && c != '?' && c != ':')
+                        fprintf(stderr, "Try 'sbx run --help'.\n");
+                *ret_exit = r > 0 ? 0 : 2;
+                return false;
         }
         if (optind >= argc) {
                 fprintf(stderr, "sbx run: no command given\n\n");
@@ -273,7 +316,6 @@ static bool parse_args(int argc, char **argv, RunArgs *a, int *ret_exit) {
                 return false;
         }
         a->so.env = a->n_env ? a->env : NULL;
-        a->so.timeout_ms = timeout_ms;
         return true;
 }
 
@@ -349,6 +391,102 @@ static void run_wait(SbxContext *ctx, RunState *rs, int sfd, bool *interrupted) 
         }
 }
 
+static const char *plural(uint64_t n) { return n == 1 ? "" : "es"; }
+
+/* One line on stderr for a command that did not end normally: what happened, in the units
+ * it was given in. Cut output is said for commands that otherwise ended well too. */
+static void report(int n, const RunArgs *a, const RunState *rs) {
+        char lim[32], t[32];
+        const SbxLimits *l = &a->so.limits;
+        uint64_t timeout = a->so.timeout_ms ? a->so.timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
+        snprintf(t, sizeof t, "%g s", (double)timeout / 1000);
+        switch (rs->ec) {
+        case SBX_ERROR_TIMEOUT:
+                fprintf(stderr, "sbx: command %d timed out after %s; killed %u process%s\n", n, t, rs->killed,
+                        plural(rs->killed));
+                break;
+        case SBX_ERROR_CANCELLED:
+                fprintf(stderr, "sbx: command %d was interrupted; killed %u process%s\n", n, rs->killed, plural(rs->killed));
+                break;
+        case SBX_ERROR_PIDS_LIMIT:
+                fprintf(stderr, "sbx: command %d was stopped: the sandbox's process limit (%u) was reached; "
+                                "killed %u process%s (--pids raises it)\n",
+                        n, l->pids ? l->pids : SBX_DEFAULT_PIDS, rs->killed, plural(rs->killed));
+                break;
+        case SBX_ERROR_OOM:
+                format_size(l->memory_bytes ? l->memory_bytes : SBX_DEFAULT_MEMORY_BYTES, lim, sizeof lim);
+                fprintf(stderr, "sbx: command %d failed (exit %d): the sandbox ran out of memory (%s); the kernel killed "
+                                "a process (--memory raises it)\n", n, rs->exit_code, lim);
+                break;
+        case SBX_ERROR_FS_FULL:
+                format_size(l->fs_bytes ? l->fs_bytes : SBX_DEFAULT_FS_BYTES, lim, sizeof lim);
+                fprintf(stderr, "sbx: command %d failed (exit %d): the sandbox's filesystem is full (%s, %llu files; "
+                                "--fs-size and --files raise them)\n",
+                        n, rs->exit_code, lim, (unsigned long long)(l->file_count ? l->file_count : SBX_DEFAULT_FILE_COUNT));
+                break;
+        case SBX_ERROR_LIMIT_EXCEEDED:
+                format_size(l->command_bytes ? l->command_bytes : SBX_DEFAULT_COMMAND_BYTES, lim, sizeof lim);
+                fprintf(stderr, "sbx: command %d was not run: it is longer than the command limit (%s)\n", n, lim);
+                break;
+        case SBX_ERROR_NONE:
+        default:
+                break;
+        }
+        static const char *const names[] = { "stdout", "stderr" };
+        for (int i = 0; i < 2; i++) {
+                uint64_t cap = i == 0 ? l->stdout_bytes : l->stderr_bytes;
+                char dropped[32];
+                if (!rs->truncated[i])
+                        continue;
+                format_size(cap ? cap : i == 0 ? SBX_DEFAULT_STDOUT_BYTES : SBX_DEFAULT_STDERR_BYTES, lim, sizeof lim);
+                format_size(rs->dropped[i], dropped, sizeof dropped);
+                fprintf(stderr, "sbx: command %d: %s was cut at %s; %s more were dropped (--%s-limit raises it)\n", n,
+                        names[i], lim, dropped, names[i]);
+        }
+}
+
+/* Runs the commands in s in turn; returns the exit status of the last one run, or -errno
+ * when one could not be started (said on stderr). */
+static int run_all(SbxContext *ctx, SbxSession *s, const RunArgs *a, int argc, char **argv, int sfd, bool *interrupted) {
+        RunState rs = { .exit_code = 1 };
+        char failed[512] = "";
+        size_t flen = 0;
+        int r = 0, last = 0;
+        queue_init(&rs.q[0], STDOUT_FILENO);
+        queue_init(&rs.q[1], STDERR_FILENO);
+        for (int i = optind; i < argc && !*interrupted; i++) {
+                SbxRunOptions ro = { .command = argv[i], .command_len = strlen(argv[i]), .cwd = a->cwd };
+                rs.done = false;
+                rs.paused = false;
+                if ((r = sbx_session_run(s, &ro, on_output, on_done, &rs, &rs.run)) < 0)
+                        break;
+                run_wait(ctx, &rs, sfd, interrupted);
+                int n = i - optind + 1;
+                report(n, a, &rs);
+                last = rs.exit_code;
+                if (rs.exit_code != 0 && i + 1 < argc && flen < sizeof failed - 64)
+                        flen += (size_t)snprintf(failed + flen, sizeof failed - flen, "%s%d (exit %d)", flen ? ", " : "",
+                                                 n, rs.exit_code);
+                if (rs.exit_code != 0 && a->fail_fast) {
+                        if (i + 1 < argc)
+                                fprintf(stderr, "sbx: --fail-fast: the %d command%s after it did not run\n", argc - i - 1,
+                                        argc - i - 1 == 1 ? "" : "s");
+                        flen = 0;
+                        break;
+                }
+        }
+        bq_done(&rs.q[0].q);
+        bq_done(&rs.q[1].q);
+        if (r < 0) {
+                fprintf(stderr, "sbx run: %s\n", strerror(-r));
+                return r;
+        }
+        /* The exit status is the last command's: say which earlier ones failed. */
+        if (flen && !*interrupted)
+                fprintf(stderr, "sbx: earlier commands failed: %s\n", failed);
+        return last;
+}
+
 int cmd_run(int argc, char **argv) {
         _cleanup_free_ const char **env = calloc((size_t)argc + 1, sizeof *env);
         if (!env)
@@ -375,29 +513,17 @@ int cmd_run(int argc, char **argv) {
                 sbx_context_free(ctx);
                 return 1;
         }
-        r = sbx_session_get(sb, NULL, &s);
-        RunState rs = { .exit_code = 1 };
-        queue_init(&rs.q[0], STDOUT_FILENO);
-        queue_init(&rs.q[1], STDERR_FILENO);
         bool interrupted = false;
-        for (int i = optind; r >= 0 && i < argc && !interrupted; i++) {
-                SbxRunOptions ro = { .command = argv[i], .command_len = strlen(argv[i]), .cwd = a.cwd };
-                rs.done = false;
-                rs.paused = false;
-                r = sbx_session_run(s, &ro, on_output, on_done, &rs, &rs.run);
-                if (r < 0)
-                        break;
-                run_wait(ctx, &rs, sfd, &interrupted);
-        }
-        bq_done(&rs.q[0].q);
-        bq_done(&rs.q[1].q);
+        r = sbx_session_get(sb, NULL, &s);
         if (r < 0)
                 fprintf(stderr, "sbx run: %s\n", strerror(-r));
+        else
+                r = code = run_all(ctx, s, &a, argc, argv, sfd, &interrupted);
         if (r >= 0 && a.export_path && !interrupted) {
                 int e = export_archive(ctx, sb, a.export_path);
                 if (e < 0)
                         r = e;
         }
         sbx_context_free(ctx);
-        return r < 0 ? 1 : rs.exit_code;
+        return r < 0 ? 1 : code;
 }

@@ -374,6 +374,32 @@ int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret) {
         return 0;
 }
 
+int cgroup_sandbox_oom_kills(const CgroupSandbox *s, uint64_t *ret) {
+        char buf[512];
+        bool v1 = s->v1_memory >= 0;
+        ssize_t n = read_file_at(v1 ? s->v1_memory : s->dir, v1 ? "memory.oom_control" : "memory.events", buf, sizeof buf);
+        if (n < 0)
+                return (int)n;
+        const char *p = strstr(buf, "oom_kill ");
+        unsigned long long v;
+        if (!p || sscanf(p + 9, "%llu", &v) != 1)
+                return -ENOENT;
+        *ret = v;
+        return 0;
+}
+
+int cgroup_count_procs(int dir) {
+        char buf[4096];
+        _cleanup_close_ int fd = openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negerrno();
+        int n = 0;
+        for (ssize_t k; (k = read(fd, buf, sizeof buf)) > 0;)
+                for (ssize_t i = 0; i < k; i++)
+                        n += buf[i] == '\n';
+        return n;
+}
+
 int cgroup_child_create(CgroupSandbox *s, const char *name) {
         return mkdirat_open(s->cmds, name);
 }

@@ -68,6 +68,11 @@ int cgroup_sandbox_command_leave(CgroupSandbox *s, pid_t pid);
 /* How many forks the commands' pids limit has refused so far (pids.events "max"): -ENOENT
  * where there is no such limit. */
 int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret);
+/* How many processes the kernel's OOM killer has killed in the sandbox so far (v2
+ * memory.events or v1 memory.oom_control "oom_kill"): -ENOENT without a memory cgroup. */
+int cgroup_sandbox_oom_kills(const CgroupSandbox *s, uint64_t *ret);
+/* Processes in the cgroup dir (its cgroup.procs, not its children's), or -errno. */
+int cgroup_count_procs(int dir);
 /* Adds a process (host pid) to the sandbox's v1 hierarchies. Returns 0 or -errno. */
 int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid);
 /* Kills everything in the sandbox, waits up to timeout_ms for it to be empty, removes its

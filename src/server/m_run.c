@@ -49,11 +49,16 @@ static json_t *run_result_json(const SbxResult *res) {
                 json_decref(out);
                 return NULL;
         }
-        if (res->stdout_truncated || res->stderr_truncated)
+        if (res->stdout_truncated || res->stderr_truncated) {
                 json_object_set_new(out, "truncated", json_pack("{s:b, s:b}", "stdout", res->stdout_truncated, "stderr",
                                                                 res->stderr_truncated));
+                json_object_set_new(out, "droppedBytes", json_pack("{s:I, s:I}", "stdout", (json_int_t)res->stdout_dropped,
+                                                                   "stderr", (json_int_t)res->stderr_dropped));
+        }
         if (res->error_class != SBX_ERROR_NONE)
                 json_object_set_new(out, "errorClass", json_string(sbx_error_class_name(res->error_class)));
+        if (res->killed)
+                json_object_set_new(out, "killedProcesses", json_integer(res->killed));
         return out;
 }
 
@@ -114,10 +119,14 @@ static int m_run(Req *r, json_t **ret, RpcError *e) {
         if (param_string(r->params, "command", true, &cmd, &cmd_len, e) < 0 ||
             param_string(r->params, "cwd", false, &cwd, NULL, e) < 0 ||
             param_string(r->params, "stdin", false, &stdin_b64, &stdin_len, e) < 0 ||
-            param_u64(r->params, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &o.timeout_ms, e) < 0 ||
+            param_u64(r->params, "timeoutMs", false, UINT64_MAX, &o.timeout_ms, e) < 0 ||
             param_bool(r->params, "stream", &stream, e) < 0 || param_object(r->params, "env", &env, e) < 0 ||
             handler_leftovers(r->params, &o.leftovers, e) < 0)
                 return -1;
+        char msg[256];
+        if (json_object_get(r->params, "timeoutMs") && !json_is_null(json_object_get(r->params, "timeoutMs")) &&
+            sbx_limit_check(SBX_LIMIT_TIMEOUT, o.timeout_ms, "timeoutMs", msg, sizeof msg) < 0)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "%s", msg);
         if (cwd && (!*cwd || strlen(cwd) >= SBX_MAX_PATH_BYTES))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "cwd must be a non-empty path");
         if (env && json_object_size(env) > SBX_MAX_RUN_ENV)
@@ -230,11 +239,16 @@ static const Param p_history[] = { PARAM_SANDBOX_ID, PARAM_SESSION, { 0 } };
 
 const Method server_methods_run[] = {
         { "run", m_run, M_SANDBOX, p_run,
-          "{exitCode, stdout, stderr, executionTimeMs, truncated?: {stdout, stderr}, errorClass?, stdoutEncoding?, stderrEncoding?}",
+          "{exitCode, stdout, stderr, executionTimeMs, truncated?: {stdout, stderr}, droppedBytes?: {stdout, stderr}, "
+          "errorClass?, killedProcesses?, stdoutEncoding?, stderrEncoding?}",
           "Runs a command in a session. stdout/stderr are strings when valid UTF-8, else base64 with "
           "`stdoutEncoding`/`stderrEncoding: \"base64\"`. errorClass: TIMEOUT (exit 124), CANCELLED (125), "
           "LIMIT_EXCEEDED (1, nothing ran), PIDS_LIMIT (1: a fork was refused at the sandbox's process limit "
-          "and the run was stopped at once; stderr says how many processes earlier commands left running)." },
+          "and the run was stopped at once; stderr says how many processes earlier commands left running), "
+          "OOM (the command failed and the kernel killed a process of the sandbox at its memory limit), "
+          "FS_FULL (the command failed and the sandbox's filesystem has no free bytes or inodes left). "
+          "droppedBytes: output past the caps, read and thrown away. killedProcesses: how many processes "
+          "of the command a timeout, cancel or process limit killed." },
         { "cancel", m_cancel, 0, p_cancel, "{ok: true}",
           "Cancels a pending run of this connection; that run answers exit 125, errorClass CANCELLED." },
         { "env.set", m_env_set, M_SANDBOX, p_env_set, "{ok: true}", "Exports a variable in the session." },

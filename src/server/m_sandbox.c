@@ -8,22 +8,45 @@
 #include "base/macro.h"
 #include "server/handler.h"
 
-/* limits.cpus: a number of CPUs, fractions allowed, from SBX_MIN_CPU_MILLIS thousandths to
- * every online CPU of the host (the library refuses the same range). */
+/* A limit the client gave (present, not null) must keep its rule: an explicit 0 is refused
+ * where it makes no sense, not taken as the default. */
+static int check_given(json_t *obj, const char *key, const char *name, SbxLimitId id, uint64_t v, RpcError *e) {
+        char msg[256];
+        json_t *j = obj ? json_object_get(obj, key) : NULL;
+        if (!j || json_is_null(j) || sbx_limit_check(id, v, name, msg, sizeof msg) == 0)
+                return 0;
+        return rpc_fail(e, RPC_INVALID_PARAMS, "%s", msg);
+}
+
+/* limits.cpus: a number of CPUs, fractions allowed, into thousandths (rounded, so 0.0004 is
+ * refused rather than taken as 0, the default); the range is SBX_LIMIT_CPU's. */
 static int parse_cpus(json_t *limits, uint32_t *ret_millis, RpcError *e) {
         json_t *v = json_object_get(limits, "cpus");
         if (!v || json_is_null(v))
                 return 0;
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        double max = n > 0 ? (double)n : 1;
-        /* In whole thousandths, rounded, so 0.0004 is refused rather than taken as 0 (the
-         * default). */
-        double millis = json_is_number(v) ? json_number_value(v) * 1000 + 0.5 : -1;
-        if (!(millis >= SBX_MIN_CPU_MILLIS && millis < max * 1000 + 1))
-                return rpc_fail(e, RPC_INVALID_PARAMS, "limits.cpus must be a number from %g to %g (the host's CPUs)",
-                                SBX_MIN_CPU_MILLIS / 1000.0, max);
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1e9)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "limits.cpus must be a number of CPUs (fractions allowed)");
+        uint64_t millis = (uint64_t)(json_number_value(v) * 1000 + 0.5);
+        if (check_given(limits, "cpus", "limits.cpus", SBX_LIMIT_CPU, millis, e) < 0)
+                return -1;
         *ret_millis = (uint32_t)millis;
         return 1;
+}
+
+/* Every limit given against its rule, under the name the client used. */
+static int check_limits(json_t *p, json_t *limits, const SbxSandboxOptions *o, RpcError *e) {
+        const SbxLimits *l = &o->limits;
+        if (check_given(p, "timeoutMs", "timeoutMs", SBX_LIMIT_TIMEOUT, o->timeout_ms, e) < 0 ||
+            check_given(p, "fsLimitBytes", "fsLimitBytes", SBX_LIMIT_FS, l->fs_bytes, e) < 0 ||
+            check_given(limits, "fsBytes", "limits.fsBytes", SBX_LIMIT_FS, l->fs_bytes, e) < 0 ||
+            check_given(limits, "stdoutBytes", "limits.stdoutBytes", SBX_LIMIT_STDOUT, l->stdout_bytes, e) < 0 ||
+            check_given(limits, "stderrBytes", "limits.stderrBytes", SBX_LIMIT_STDERR, l->stderr_bytes, e) < 0 ||
+            check_given(limits, "commandBytes", "limits.commandBytes", SBX_LIMIT_COMMAND, l->command_bytes, e) < 0 ||
+            check_given(limits, "fileCount", "limits.fileCount", SBX_LIMIT_FILES, l->file_count, e) < 0 ||
+            check_given(limits, "memoryBytes", "limits.memoryBytes", SBX_LIMIT_MEMORY, l->memory_bytes, e) < 0 ||
+            check_given(limits, "pids", "limits.pids", SBX_LIMIT_PIDS, l->pids, e) < 0)
+                return -1;
+        return 0;
 }
 
 /* Reads the sandbox options shared by create and sandbox.create. *ret_env gets the list
@@ -36,20 +59,20 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
         sbx_sandbox_options_init(o);
         *ret_env = NULL;
         *ret_rpc_bytes = 0;
-        if (param_u64(p, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &o->timeout_ms, e) < 0 ||
-            param_u64(p, "fsLimitBytes", false, SBX_MAX_FS_BYTES, &o->limits.fs_bytes, e) < 0 ||
+        if (param_u64(p, "timeoutMs", false, UINT64_MAX, &o->timeout_ms, e) < 0 ||
+            param_u64(p, "fsLimitBytes", false, UINT64_MAX, &o->limits.fs_bytes, e) < 0 ||
             param_bool(p, "network", &o->network, e) < 0 || param_object(p, "limits", &limits, e) < 0 ||
             param_object(p, "env", &env, e) < 0)
                 return -1;
         if (limits) {
-                if (param_u64(limits, "stdoutBytes", false, SBX_MAX_OUTPUT_BYTES, &o->limits.stdout_bytes, e) < 0 ||
-                    param_u64(limits, "stderrBytes", false, SBX_MAX_OUTPUT_BYTES, &o->limits.stderr_bytes, e) < 0 ||
-                    param_u64(limits, "commandBytes", false, SBX_MAX_COMMAND_BYTES, &o->limits.command_bytes, e) < 0 ||
-                    param_u64(limits, "fileCount", false, 1ULL << 32, &o->limits.file_count, e) < 0 ||
-                    param_u64(limits, "memoryBytes", false, SBX_MAX_MEMORY_BYTES, &o->limits.memory_bytes, e) < 0 ||
-                    param_u64(limits, "fsBytes", false, SBX_MAX_FS_BYTES, &o->limits.fs_bytes, e) < 0)
+                if (param_u64(limits, "stdoutBytes", false, UINT64_MAX, &o->limits.stdout_bytes, e) < 0 ||
+                    param_u64(limits, "stderrBytes", false, UINT64_MAX, &o->limits.stderr_bytes, e) < 0 ||
+                    param_u64(limits, "commandBytes", false, UINT64_MAX, &o->limits.command_bytes, e) < 0 ||
+                    param_u64(limits, "fileCount", false, UINT64_MAX, &o->limits.file_count, e) < 0 ||
+                    param_u64(limits, "memoryBytes", false, UINT64_MAX, &o->limits.memory_bytes, e) < 0 ||
+                    param_u64(limits, "fsBytes", false, UINT64_MAX, &o->limits.fs_bytes, e) < 0)
                         return -1;
-                if (param_u64(limits, "pids", false, SBX_MAX_PIDS, &v, e) < 0)
+                if (param_u64(limits, "pids", false, UINT32_MAX, &v, e) < 0)
                         return -1;
                 o->limits.pids = (uint32_t)v;
                 if (parse_cpus(limits, &o->limits.cpu_millis, e) < 0)
@@ -61,6 +84,8 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
                         return rpc_fail(e, RPC_INVALID_PARAMS, "limits.rpcBytes must be at least 1024");
                 *ret_rpc_bytes = (size_t)v;
         }
+        if (check_limits(p, limits, o, e) < 0)
+                return -1;
         SbxLeftovers leftovers = SBX_LEFTOVERS_DEFAULT;
         if (handler_leftovers(p, &leftovers, e) < 0)
                 return -1;

@@ -155,14 +155,10 @@ void bglog_doom_cgroup(BgLog *bg, int dir, const char *name, const void *owner) 
 
 unsigned bglog_count_processes(const BgLog *bg) {
         unsigned n = 0;
-        char buf[4096];
         for (const BgCgroup *c = bg->cgroups; c; c = c->next) {
                 _cleanup_close_ int dir = openat(bg->cg->cmds, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                _cleanup_close_ int fd = dir >= 0 ? openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC) : -1;
-                ssize_t k;
-                while (fd >= 0 && (k = read(fd, buf, sizeof buf)) > 0)
-                        for (ssize_t i = 0; i < k; i++)
-                                n += buf[i] == '\n';
+                int k = dir >= 0 ? cgroup_count_procs(dir) : -1;
+                n += k > 0 ? (unsigned)k : 0;
         }
         return n;
 }

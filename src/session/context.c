@@ -47,6 +47,8 @@ const char *sbx_error_class_name(SbxErrorClass c) {
         case SBX_ERROR_CANCELLED: return "CANCELLED";
         case SBX_ERROR_LIMIT_EXCEEDED: return "LIMIT_EXCEEDED";
         case SBX_ERROR_PIDS_LIMIT: return "PIDS_LIMIT";
+        case SBX_ERROR_OOM: return "OOM";
+        case SBX_ERROR_FS_FULL: return "FS_FULL";
         case SBX_ERROR_NONE:
         default: return NULL;
         }

@@ -26,6 +26,7 @@ typedef struct SandboxCore {
         /* The tree is being copied or replaced: the files API refuses changes (-EBUSY),
          * which would land half in, half out. */
         bool tree_busy;
+        uint64_t oom_kills;    /* the sandbox's count of OOM kills at the last failed run */
         bool dying;            /* being freed, or its pid 1 is gone: no new shells */
         bool kill_leftovers;   /* runs kill what they leave running unless told otherwise */
 } SandboxCore;

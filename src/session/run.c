@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <sys/random.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -125,6 +126,25 @@ static void refused_unlink(SbxRun *r) {
                 *pp = r->next;
 }
 
+/* Why a command that failed on its own may have: the kernel's OOM killer struck in the
+ * sandbox since the last failed run (a kill during a run that succeeded counts for the next
+ * failure), or its filesystem is out of bytes or inodes. Looked at only after a failure: no
+ * file is read on the way of a command that succeeds. */
+static SbxErrorClass failure_class(SandboxCore *core) {
+        uint64_t kills;
+        if (cgroup_sandbox_oom_kills(&core->box.cg, &kills) == 0) {
+                bool oom = kills > core->oom_kills;
+                core->oom_kills = kills;
+                if (oom)
+                        return SBX_ERROR_OOM;
+        }
+        struct statfs st;
+        _cleanup_close_ int fd = core->box.root_fd >= 0 ? openat(core->box.root_fd, "tmp", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (fd >= 0 && fstatfs(fd, &st) == 0 && (st.f_bavail == 0 || st.f_ffree == 0))
+                return SBX_ERROR_FS_FULL;
+        return SBX_ERROR_NONE;
+}
+
 /* Ends a run: result to the caller, pipes and cgroup handed over or released. */
 static void run_finish(SbxRun *r) {
         SbxSession *s = r->s;
@@ -155,12 +175,15 @@ static void run_finish(SbxRun *r) {
         if (r->cg >= 0)
                 bglog_retire_cgroup(&core->bg, TAKE_FD(r->cg), r->cg_name);
 
+        if (r->exit_code != 0 && r->error_class == SBX_ERROR_NONE && !r->internal)
+                r->error_class = failure_class(core);
         SbxResult res = {
                 .exit_code = r->exit_code,
                 .error_class = r->error_class,
                 .stdout_data = r->out.data ? r->out.data : (const uint8_t *)"", .stdout_len = r->out.len,
                 .stderr_data = r->err.data ? r->err.data : (const uint8_t *)"", .stderr_len = r->err.len,
                 .stdout_truncated = r->out.truncated, .stderr_truncated = r->err.truncated,
+                .stdout_dropped = r->out.dropped, .stderr_dropped = r->err.dropped, .killed = r->killed_procs,
                 .exec_time_us = r->t_start ? (now_ns() - r->t_start) / 1000 : 0,
         };
         if (r->on_done)
@@ -229,6 +252,8 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
                 return;
         }
         session_mark_killing(s);
+        int n = cgroup_count_procs(r->cg);
+        r->killed_procs = n > 0 ? (uint32_t)n : 0;
         (void)cgroup_kill(r->cg);
         loop_del(l, &r->timer_w);
         r->cg_events = cgroup_events_open(r->cg);

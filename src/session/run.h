@@ -39,6 +39,7 @@ struct SbxRun {
         bool kill_leftovers; /* its cgroup is killed when it ends: nothing it started survives */
         uint64_t order;      /* sandbox-wide order of requests (caller runs only) */
         uint32_t wire_flags; /* WIRE_F_DUMP, WIRE_F_RESTORE or RUN_BARRIER */
+        uint32_t killed_procs; /* in its cgroup when run_kill() killed it */
         int exit_code;
         SbxErrorClass error_class;
 };

@@ -101,30 +101,40 @@ static char **build_env(const char *const *extra) {
 /* Returns 0, or -EINVAL with err saying what is wrong. */
 static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen) {
         const SbxLimits *l = &o->limits;
-        snprintf(err, errlen, "invalid sandbox options");
-        if (l->stdout_bytes > SBX_MAX_OUTPUT_BYTES || l->stderr_bytes > SBX_MAX_OUTPUT_BYTES ||
-            l->command_bytes > SBX_MAX_COMMAND_BYTES || o->timeout_ms > SBX_MAX_TIMEOUT_MS)
-                return -EINVAL;
-        if (l->fs_bytes && l->fs_bytes < SBX_MIN_FS_BYTES)
-                return -EINVAL;
-        uint64_t max_cpu = (uint64_t)host_cpus() * 1000;
-        if (l->cpu_millis && (l->cpu_millis < SBX_MIN_CPU_MILLIS || l->cpu_millis > max_cpu)) {
-                snprintf(err, errlen, "cpu_millis must be from %u to %llu (the host's online CPUs)", SBX_MIN_CPU_MILLIS,
-                         (unsigned long long)max_cpu);
-                return -EINVAL;
-        }
+        /* 0 is "the default" here; anything else must be within its rule. */
+        const struct {
+                SbxLimitId id;
+                uint64_t v;
+                const char *name;
+        } given[] = {
+                { SBX_LIMIT_STDOUT, l->stdout_bytes, "limits.stdout_bytes" },
+                { SBX_LIMIT_STDERR, l->stderr_bytes, "limits.stderr_bytes" },
+                { SBX_LIMIT_COMMAND, l->command_bytes, "limits.command_bytes" },
+                { SBX_LIMIT_FS, l->fs_bytes, "limits.fs_bytes" },
+                { SBX_LIMIT_FILES, l->file_count, "limits.file_count" },
+                { SBX_LIMIT_MEMORY, l->memory_bytes, "limits.memory_bytes" },
+                { SBX_LIMIT_PIDS, l->pids, "limits.pids" },
+                { SBX_LIMIT_CPU, l->cpu_millis, "limits.cpu_millis" },
+                { SBX_LIMIT_TIMEOUT, o->timeout_ms, "timeout_ms" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(given); i++)
+                if (given[i].v && sbx_limit_check(given[i].id, given[i].v, given[i].name, err, errlen) < 0)
+                        return -EINVAL;
         for (const char *const *e = o->env; e && *e; e++) {
                 const char *eq = strchr(*e, '=');
-                if (!eq || !env_name_valid(*e, (size_t)(eq - *e)))
+                if (!eq || !env_name_valid(*e, (size_t)(eq - *e))) {
+                        snprintf(err, errlen, "env entry '%.64s' is not NAME=VALUE with NAME of letters, digits and _ "
+                                              "(not starting with a digit)", *e);
                         return -EINVAL;
+                }
         }
         if (o->rootfs) {
                 struct stat st;
                 char bash[SBX_MAX_PATH_BYTES];
                 snprintf(bash, sizeof bash, "%s/bin/bash", o->rootfs);
                 if (o->rootfs[0] != '/' || stat(o->rootfs, &st) < 0 || !S_ISDIR(st.st_mode) || access(bash, X_OK) < 0) {
-                        snprintf(err, errlen, "invalid sandbox options (rootfs must be an absolute path to a "
-                                              "directory with bin/bash)");
+                        snprintf(err, errlen, "rootfs must be an absolute path to a directory with bin/bash; got '%.200s'",
+                                 o->rootfs);
                         return -EINVAL;
                 }
         }

@@ -74,18 +74,46 @@ def test_run_without_command_exits_2(args):
     assert "Usage: sbx run" in err(cp)
 
 
-@pytest.mark.parametrize("args", [
-    ["-t", "0"], ["-t", "-1"], ["-t", "abc"], ["--timeout", "1x"],
-    ["--memory", "12X"], ["--memory", ""], ["--pids", "many"], ["--fs-size", "lots"],
-    ["--files", "-3"], ["--stdout-limit", "1Q"], ["--stderr-limit", "x"],
-    ["-e", "NOEQUALS"], ["-e", "1BAD=x"], ["-e", "=x"],
+NUMBER = "takes a number (fractions allowed)"
+SIZE = "takes a size (a number, with K, M, G or T for powers of 1024)"
+WHOLE = "takes a whole number"
+ENV = "--env takes NAME=VALUE, NAME of letters, digits and _ (not starting with a digit)"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-t", "0"], "--timeout must be at least 0.001 s; got 0 s"),
+    (["-t", "-1"], f"--timeout {NUMBER}; got '-1'"),
+    (["-t", "abc"], f"--timeout {NUMBER}; got 'abc'"),
+    (["--timeout", "1x"], f"--timeout {NUMBER}; got '1x'"),
+    (["--timeout", "86401"], "--timeout must be at most 86400 s; got 86401 s"),
+    (["--memory", "12X"], f"--memory {SIZE}; got '12X'"),
+    (["--memory", ""], f"--memory {SIZE}; got ''"),
+    (["--memory", "1k"], "--memory must be at least 16M; got 1K"),
+    (["--memory", "0"], "--memory must be at least 16M; got 0 bytes"),
+    (["--memory", "32T"], "--memory must be at most 16T; got 32T"),
+    (["--pids", "many"], f"--pids {WHOLE}; got 'many'"),
+    (["--pids", "1"], "--pids must be at least 12; got 1"),
+    (["--pids", "2"], "--pids must be at least 12; got 2"),
+    (["--fs-size", "lots"], f"--fs-size {SIZE}; got 'lots'"),
+    (["--fs-size", "1"], "--fs-size must be at least 64K; got 1 byte"),
+    (["--files", "-3"], f"--files {WHOLE}; got '-3'"),
+    (["--files", "0"], "--files must be at least 16; got 0"),
+    (["--stdout-limit", "1Q"], f"--stdout-limit {SIZE}; got '1Q'"),
+    (["--stdout-limit", "0"], "--stdout-limit must be at least 1 byte; got 0 bytes"),
+    (["--stderr-limit", "x"], f"--stderr-limit {SIZE}; got 'x'"),
+    (["--cpus", "0"], "--cpus must be at least 0.01 CPUs; got 0 CPUs"),
+    (["--cpus", "4096"], "--cpus must be at most "),
+    (["-e", "NOEQUALS"], f"{ENV}; got 'NOEQUALS'"),
+    (["-e", "1BAD=x"], f"{ENV}; got '1BAD=x'"),
+    (["-e", "=x"], f"{ENV}; got '=x'"),
 ])
-def test_invalid_option_values_exit_2(args):
+def test_invalid_option_values_exit_2_with_the_reason(args, message):
     cp = sbx_raw("run", *args, "--", "echo SHOULD-NOT-RUN")
     assert cp.returncode == 2, describe(cp)
     assert b"SHOULD-NOT-RUN" not in cp.stdout
-    assert "invalid value" in err(cp)
-    assert "Usage: sbx run" in err(cp)
+    lines = err(cp).splitlines()
+    assert lines[0].startswith("sbx run: " + message), lines
+    assert lines[1:] == ["Try 'sbx run --help'."], lines
 
 
 def test_invalid_value_message_names_the_option():
@@ -250,12 +278,14 @@ def test_stdout_limit_is_per_command(sbx):
     cp = sbx("head -c 5000 /dev/zero", "echo after", opts=["--stdout-limit", "1k"])
     assert cp.returncode == 0, describe(cp)
     assert cp.stdout == b"\0" * 1024 + b"after\n"
+    # The cut is said, with how much was dropped; the second command's output was whole.
+    assert cp.stderr == b"sbx: command 1: stdout was cut at 1K; 3976 bytes more were dropped (--stdout-limit raises it)\n"
 
 
 def test_stderr_limit(sbx):
     cp = sbx("head -c 5000 /dev/zero | tr '\\0' e >&2; echo out", opts=["--stderr-limit", "1k"])
     assert cp.returncode == 0, describe(cp)
-    assert cp.stderr == b"e" * 1024
+    assert cp.stderr == b"e" * 1024 + b"sbx: command 1: stderr was cut at 1K; 3976 bytes more were dropped (--stderr-limit raises it)\n"
     assert cp.stdout == b"out\n"
 
 
@@ -264,7 +294,8 @@ def test_stdout_limit_does_not_block_the_writer(sbx):
     cp = sbx("head -c 20000000 /dev/zero; echo done >&2", opts=["--stdout-limit", "1k", "-t", "20"])
     assert cp.returncode == 0, describe(cp)
     assert len(cp.stdout) == 1024
-    assert cp.stderr == b"done\n"
+    assert cp.stderr == (b"done\nsbx: command 1: stdout was cut at 1K; 19998976 bytes more were dropped "
+                         b"(--stdout-limit raises it)\n")
     assert cp.elapsed < 10
 
 

@@ -38,7 +38,7 @@ def test_timeout_output_before_the_kill_is_kept(sbx):
     cp = sbx("echo partial; echo err-partial >&2; sleep 300", opts=["-t", "1"], timeout=30)
     assert cp.returncode == 124, describe(cp)
     assert cp.stdout == b"partial\n"
-    assert cp.stderr == b"err-partial\n"
+    assert cp.stderr == b"err-partial\nsbx: command 1 timed out after 1 s; killed 2 processes\n"
 
 
 def test_timed_out_command_does_not_stop_the_next_ones(sbx):
