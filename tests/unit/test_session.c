@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base/util.h"
@@ -517,6 +518,29 @@ static void test_contract(void) {
         sbx_sandbox_free(sb);
 }
 
+/* One rule per limit: the message says the bound, the unit and the value; the C API takes 0
+ * as the default and refuses the rest outside the rule with the same words. */
+static void test_limit_rules(void) {
+        char err[256];
+        CHECK(sbx_limit_check(SBX_LIMIT_MEMORY, 1024, "--memory", err, sizeof err) == -EINVAL &&
+              strcmp(err, "--memory must be at least 16M; got 1K") == 0, "memory floor said (%s)", err);
+        CHECK(sbx_limit_check(SBX_LIMIT_MEMORY, 16ULL << 20, "--memory", err, sizeof err) == 0, "16M accepted");
+        CHECK(sbx_limit_check(SBX_LIMIT_PIDS, 0, "limits.pids", err, sizeof err) == -EINVAL &&
+              strcmp(err, "limits.pids must be at least 12; got 0") == 0, "zero pids refused (%s)", err);
+        CHECK(sbx_limit_check(SBX_LIMIT_FS, 3ULL << 40, "fs", err, sizeof err) == -EINVAL &&
+              strcmp(err, "fs must be at most 1T; got 3T") == 0, "fs ceiling said (%s)", err);
+        CHECK(sbx_limit_check(SBX_LIMIT_TIMEOUT, 1500, "t", err, sizeof err) == 0, "1.5 s accepted");
+        CHECK(sbx_limit_check(SBX_LIMIT_STDOUT, 1536, "o", err, sizeof err) == 0, "1536 bytes accepted");
+        CHECK(sbx_limit_check((SbxLimitId)99, 1, "x", err, sizeof err) == -EINVAL, "an unknown limit refused");
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        so.limits.file_count = 3;
+        SbxSandbox *sb = NULL;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == -EINVAL && !sb &&
+              strcmp(sbx_context_last_error(ctx), "limits.file_count must be at least 16; got 3") == 0,
+              "the C API says the same (%s)", sbx_context_last_error(ctx));
+}
+
 int main(void) {
         if (geteuid() != 0) {
                 printf("1..0 # SKIP needs root\n");
@@ -546,6 +570,7 @@ int main(void) {
         test_sessions(sb);
         test_background(sb, s);
         test_limits();
+        test_limit_rules();
         test_cpu_limits();
         test_background_pipe_cap();
         test_contract();
