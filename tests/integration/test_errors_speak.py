@@ -130,3 +130,18 @@ def test_protocol_run_timeout_zero_refused(stdio):
     assert stdio.error("run", {"command": "echo hi", "timeoutMs": 0}) == {
         "code": -32602, "message": "timeoutMs must be at least 0.001 s; got 0 s"}
     assert stdio.result("run", {"command": "echo hi"})["stdout"] == "hi\n"
+
+
+def test_sdk_result_carries_the_counts():
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "sdk", "python"))
+    from sbx import Sandbox
+    from conftest import SBX_BIN
+    with Sandbox(binary=SBX_BIN, limits={"stdoutBytes": 1000}) as sb:
+        r = sb.commands.run("head -c 3000 /dev/zero")
+        assert (r.truncated, r.dropped_bytes, r.killed_processes) == ({"stdout": True, "stderr": False},
+                                                                     {"stdout": 2000, "stderr": 0}, 0), r
+        r = sb.commands.run("sleep 100", timeout=0.3)
+        assert (r.exit_code, r.error_class, r.killed_processes, r.dropped_bytes) == (124, "TIMEOUT", 2, None), r
+        r = sb.commands.run("head -c 300M /dev/zero > /tmp/big")
+        assert (r.exit_code, r.error_class) == (1, "FS_FULL"), r

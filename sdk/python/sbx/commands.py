@@ -41,9 +41,15 @@ class CommandResult:
         truncated: ``{"stdout": bool, "stderr": bool}`` when an output hit its cap
             (``limits.stdoutBytes`` / ``stderrBytes``), else None.
         error_class: ``"TIMEOUT"`` (exit 124), ``"CANCELLED"`` (125),
-            ``"LIMIT_EXCEEDED"`` (1, nothing ran), or None.
+            ``"LIMIT_EXCEEDED"`` (1, nothing ran), ``"PIDS_LIMIT"`` (1, stopped at the
+            process limit), ``"OOM"`` (failed, and the kernel killed a process of the sandbox
+            at its memory limit), ``"FS_FULL"`` (failed, and the sandbox's filesystem is
+            full), or None.
         stdout_bytes: standard output, exactly as the command wrote it.
         stderr_bytes: standard error, exactly as the command wrote it.
+        dropped_bytes: ``{"stdout": n, "stderr": n}``, what went past the caps, when
+            ``truncated``; else None.
+        killed_processes: processes a timeout, cancel or process limit killed (0 otherwise).
     """
 
     stdout: str
@@ -54,6 +60,8 @@ class CommandResult:
     error_class: Optional[str]
     stdout_bytes: bytes
     stderr_bytes: bytes
+    dropped_bytes: Optional[Dict[str, int]] = None
+    killed_processes: int = 0
 
     @classmethod
     def from_wire(cls, result: Mapping[str, Any]) -> "CommandResult":
@@ -61,6 +69,7 @@ class CommandResult:
         out = _wire_bytes(result, "stdout", "stdoutEncoding")
         err = _wire_bytes(result, "stderr", "stderrEncoding")
         truncated = as_object(result.get("truncated"))
+        dropped = as_object(result.get("droppedBytes"))
         return cls(
             stdout=out.decode("utf-8", "replace"),
             stderr=err.decode("utf-8", "replace"),
@@ -70,6 +79,8 @@ class CommandResult:
             error_class=result.get("errorClass"),
             stdout_bytes=out,
             stderr_bytes=err,
+            dropped_bytes={str(k): int(v) for k, v in dropped.items()} if dropped is not None else None,
+            killed_processes=int(result.get("killedProcesses", 0)),
         )
 
     @property
