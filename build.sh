@@ -1,10 +1,12 @@
 #!/bin/bash
-# Installs what the build needs (Debian packages) and builds sbx into ./build.
+# Installs what the build needs (Debian packages), builds sbx into ./build and, as root,
+# installs it (meson install: sbx on PATH).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
-          libseccomp-dev libarchive-dev nettle-dev zstd python3 python3-pytest procps curl)
+          libseccomp-dev libarchive-dev nettle-dev zstd python3 python3-pytest python3-venv
+          procps curl)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,4 +27,13 @@ if [ ! -f build/build.ninja ]; then
     meson setup build >/dev/null
 fi
 ninja -C build >/dev/null
-echo "build.sh: built build/src/cli/sbx" >&2
+# Installs sbx on PATH, with the header, libsbx and its pkg-config file for embedders (meson's
+# prefix, /usr/local by default: bin/sbx, include/sbx/sbx.h, lib/<multiarch>/libsbx.so,
+# lib/<multiarch>/pkgconfig/sbx.pc). That needs root; otherwise the build is left as it is.
+if [ "$(id -u)" = 0 ]; then
+    meson install -C build --no-rebuild --quiet >/dev/null
+    "$(command -v ldconfig || echo /sbin/ldconfig)"
+    echo "build.sh: built and installed $(command -v sbx || echo "sbx (not on PATH?)")" >&2
+else
+    echo "build.sh: built build/src/cli/sbx; to install it (on PATH): sudo meson install -C build" >&2
+fi
