@@ -159,10 +159,13 @@ def test_signal_to_sbx_cancels_with_125_and_leaves_nothing(sig):
         rc = p.wait(timeout=10)
         elapsed = time.monotonic() - t0
     rest = p.stdout.read()
+    said = p.stderr.read()
     p.stdout.close()
     p.stderr.close()
     assert rc == 125, rc
     assert b"SHOULD-NOT-RUN" not in rest
+    # Its shell and the three sleeps, however they were started.
+    assert said == b"sbx: command 2 was interrupted; killed 4 processes\n", said
     assert elapsed < 5
     assert not sbx_processes()
     assert not sbx_cgroup_dirs()
