@@ -80,6 +80,12 @@ static int m_files_read(Req *r, json_t **ret, RpcError *e) {
         return 0;
 }
 
+/* Whether the request gives param key (null is not giving it, as for the dispatcher). */
+static bool has_param(const Req *r, const char *key) {
+        json_t *v = json_object_get(r->params, key);
+        return v && !json_is_null(v);
+}
+
 /* The decoded `data` param into *ret (malloc'd; NULL when absent and not required). */
 static int param_data(Req *r, bool required, uint8_t **ret, size_t *ret_len, RpcError *e) {
         const char *b64 = NULL;
@@ -124,7 +130,7 @@ static int upload_begin(Req *r, const char *path, int mode, json_t **ret, RpcErr
         uint8_t *data;
         size_t n;
         SbxUpload *u;
-        if (json_object_get(r->params, "uploadId"))
+        if (has_param(r, "uploadId"))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "upload \"begin\" takes no uploadId: its answer gives one");
         if (param_data(r, true, &data, &n, e) < 0)
                 return -1;
@@ -161,15 +167,17 @@ static int upload_next(Req *r, const char *path, UploadStep step, json_t **ret, 
         if (strcmp(sbx_upload_path(u), path) != 0)
                 rpc_fail(e, RPC_INVALID_PARAMS, "uploadId %.64s is the upload of %.200s, not of %.200s", id,
                          sbx_upload_path(u), path);
-        else if (json_object_get(r->params, "mode"))
+        else if (has_param(r, "mode"))
                 rpc_fail(e, RPC_INVALID_PARAMS, "mode goes with upload \"begin\" only");
         else if (param_data(r, true, &data, &n, e) == 0) {
                 int rr = sbx_upload_write(u, data, n); /* frees u when it fails */
                 free(data);
                 if (rr == 0 && step == UP_COMMIT)
                         rr = sbx_upload_commit(u);
-                if (rr < 0)
-                        return files_fail(e, rr, path), upload_ended(e);
+                if (rr < 0) {
+                        files_fail(e, rr, path);
+                        return upload_ended(e);
+                }
                 *ret = handler_ok_json();
                 return 0;
         }
@@ -187,7 +195,7 @@ static int m_files_write(Req *r, json_t **ret, RpcError *e) {
         if (param_path(r, "path", &path, e) < 0 || param_u64(r->params, "mode", false, 07777, &mode, e) < 0 ||
             param_bool(r->params, "append", &append, e) < 0 || param_upload(r, &step, e) < 0)
                 return -1;
-        int m = json_object_get(r->params, "mode") ? (int)mode : -1;
+        int m = has_param(r, "mode") ? (int)mode : -1;
         if (step != UP_NONE && append)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "append and upload do not go together (an upload's parts "
                                 "are appended in order)");
@@ -195,7 +203,7 @@ static int m_files_write(Req *r, json_t **ret, RpcError *e) {
                 return upload_begin(r, path, m, ret, e);
         if (step != UP_NONE)
                 return upload_next(r, path, step, ret, e);
-        if (json_object_get(r->params, "uploadId"))
+        if (has_param(r, "uploadId"))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "uploadId goes with upload \"append\", \"commit\" or \"abort\"");
         if (param_data(r, true, &data, &n, e) < 0)
                 return -1;
