@@ -295,8 +295,8 @@ static const Param p_files_write[] = { PARAM_SANDBOX_ID, PARAM_PATH,
         { "data", P_STRING, false, "base64 bytes (required but with upload \"abort\"); at most what fits the "
           "request line limit (the Python SDK sends 4 MiB parts)" },
         { "mode", P_INT, false, "permission bits (default 0644); with an upload, on \"begin\"" },
-        { "append", P_BOOL, false, "append instead of replacing atomically (not all or nothing: a failed append "
-          "leaves the file as it was, but a crash between appends leaves the parts written)" },
+        { "append", P_BOOL, false, "append instead of replacing atomically: a failed append leaves the file as it "
+          "was, but a series of appends is not all or nothing (an upload is)" },
         { "upload", P_STRING, false, "a file in parts, all or nothing: \"begin\" (the first part, answered with an "
           "uploadId), \"append\" (more), \"commit\" (the last part; the file is renamed into place) or \"abort\"" },
         { "uploadId", P_STRING, false, "with upload \"append\", \"commit\" and \"abort\": what \"begin\" answered "
