@@ -226,8 +226,9 @@ typedef struct SbxFileInfo {
  * non-regular files (a fifo would block). */
 SBX_API int sbx_file_read(SbxSandbox *sb, const char *path, uint64_t offset, uint64_t length,
                           uint8_t **ret_data, size_t *ret_len, uint64_t *ret_size);
-/* Writes atomically (temp file + rename; no reader ever sees half a file), or appends.
- * Missing parent directories are created. mode < 0: 0644. */
+/* Writes atomically (temp file + rename; no reader ever sees half a file), or appends (a
+ * failed append leaves the file as it was). Missing parent directories are created.
+ * mode < 0: 0644. */
 SBX_API int sbx_file_write(SbxSandbox *sb, const char *path, const void *data, size_t len, int mode,
                            bool append);
 SBX_API int sbx_file_stat(SbxSandbox *sb, const char *path, SbxFileInfo *ret);
@@ -240,6 +241,37 @@ SBX_API int sbx_file_remove(SbxSandbox *sb, const char *path, bool recursive);
 SBX_API int sbx_file_rename(SbxSandbox *sb, const char *from, const char *to);
 SBX_API void sbx_file_info_clear(SbxFileInfo *i);
 SBX_API void sbx_file_list_free(SbxFileInfo *v, size_t n);
+/* Why the last failed sbx_file_* or sbx_upload_* call of this thread failed, in words naming
+ * the path as it was given, where the errno alone would mislead or say too little (a full
+ * filesystem and its limit, a mount point, which of a rename's paths); "" otherwise. */
+SBX_API const char *sbx_file_error(void);
+
+/* Files written in parts, all or nothing: the parts go to a hidden temp file next to the
+ * target (".sbx-<random>.tmp"), which sbx_upload_commit renames over it. A failed write or
+ * commit, sbx_upload_free(_owned) and freeing the sandbox all remove the temp file, so the
+ * sandbox's filesystem is left as it was. An upload belongs to its sandbox; at most 16
+ * (SBX_MAX_UPLOADS) are open in one at once. */
+typedef struct SbxUpload SbxUpload;
+/* Starts an upload of path: missing parents are made now, and what the commit would refuse
+ * (a directory or mount point at path, a read-only place) is refused now. mode < 0: 0644.
+ * owner is any tag of the caller's (a client connection, say) for sbx_upload_free_owned.
+ * Returns 0, -EMFILE when 16 are open, or -errno. */
+SBX_API int sbx_upload_begin(SbxSandbox *sb, const char *path, int mode, const void *owner,
+                             SbxUpload **ret);
+/* The open upload of sb with this id, or NULL. */
+SBX_API SbxUpload *sbx_upload_find(SbxSandbox *sb, const char *id);
+/* Its unguessable id (32 hex digits), its path as given to begin, its owner. */
+SBX_API const char *sbx_upload_id(const SbxUpload *u);
+SBX_API const char *sbx_upload_path(const SbxUpload *u);
+SBX_API const void *sbx_upload_owner(const SbxUpload *u);
+/* Appends data. On failure u is freed (its temp file removed). Returns 0 or -errno. */
+SBX_API int sbx_upload_write(SbxUpload *u, const void *data, size_t len);
+/* Renames the temp file over the path. Frees u whatever the result. Returns 0 or -errno. */
+SBX_API int sbx_upload_commit(SbxUpload *u);
+/* Abandons the upload: its temp file is removed. */
+SBX_API SbxUpload *sbx_upload_free(SbxUpload *u);
+/* Frees every upload of sb with this owner. */
+SBX_API void sbx_upload_free_owned(SbxSandbox *sb, const void *owner);
 
 /* ---------------------------------------------------------------- fork, snapshots, export
  *

@@ -150,6 +150,12 @@
  * daemon's own loop with an fd per level, and a deeper answer would be cut off by
  * SBX_MAX_LIST_ENTRIES anyway. */
 #define SBX_MAX_LIST_DEPTH 64U
+/* Uploads (files written in parts, all or nothing) open at once in one sandbox. Each holds
+ * two daemon fds (its temp file and the target's directory) and its temp file's space until
+ * it is committed or aborted, or its connection closes. */
+#define SBX_MAX_UPLOADS 16U
+/* Why a files API call failed, in words: a message naming up to two client paths. */
+#define SBX_FILE_ERROR_BYTES 512U
 
 /* ---- snapshots, session states, forks */
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "base/limits.h"
@@ -81,10 +83,55 @@ static int split(const char *abs, char *dir, char *base) {
         dir[dlen ? dlen : 1] = 0;
         if (!dlen)
                 dir[0] = '/';
+        if (strlen(slash + 1) > NAME_MAX)
+                return -ENAMETOOLONG;
         snprintf(base, NAME_MAX + 1, "%s", slash + 1);
-        if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || strlen(slash + 1) > NAME_MAX)
+        if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
                 return -EINVAL;
         return 0;
+}
+
+/* Puts why a call failed into c->err and returns r: for `return fail(c, r, ...)`. */
+__attribute__((format(printf, 3, 4))) static int fail(const FsCtx *c, int r, const char *fmt, ...) {
+        if (c->err && c->errlen) {
+                va_list ap;
+                va_start(ap, fmt);
+                vsnprintf(c->err, c->errlen, fmt, ap);
+                va_end(ap);
+        }
+        return r;
+}
+
+static bool failed_in_words(const FsCtx *c) { return c->err && c->err[0]; }
+
+/* The absolute form of a path whose last component is to be changed, split. */
+static int target(const FsCtx *c, const char *path, char *abs, char *dir, char *base) {
+        int r = normalize(path, abs);
+        if (r == 0 && (r = split(abs, dir, base)) == -EINVAL)
+                return fail(c, r, "%s does not name an entry that can be changed (/, . and .. do not)", path);
+        return r;
+}
+
+static int read_only(const FsCtx *c, const char *path) {
+        return fail(c, -EROFS, "%s is in a read-only place (only /tmp, /home/user and /dev/shm can be changed)", path);
+}
+
+/* r in words when the writable tmpfs (the one fd is on) ran out of bytes or inodes. */
+static int full(const FsCtx *c, int fd, int r, const char *path) {
+        if (r != -ENOSPC && r != -EDQUOT)
+                return r;
+        struct statfs sf;
+        if (fstatfs(fd, &sf) == 0 && sf.f_files && sf.f_ffree == 0)
+                return fail(c, r, "the sandbox's filesystem is full: it holds its limit of %llu files and "
+                            "directories (fileCount): %s", (unsigned long long)c->file_count, path);
+        uint64_t b = c->fs_bytes;
+        if (b && b % (1024 * 1024) == 0)
+                return fail(c, r, "the sandbox's filesystem is full (its limit, fsLimitBytes, is %llu MiB): %s",
+                            (unsigned long long)(b >> 20), path);
+        if (b)
+                return fail(c, r, "the sandbox's filesystem is full (its limit, fsLimitBytes, is %llu bytes): %s",
+                            (unsigned long long)b, path);
+        return fail(c, r, "the sandbox's filesystem is full: %s", path);
 }
 
 static int resolve(const FsCtx *c, const char *abs, uint64_t flags, uint64_t mode) {
@@ -102,16 +149,39 @@ static int open_parent(const FsCtx *c, const char *dir) {
         return resolve(c, dir, O_PATH | O_DIRECTORY, 0);
 }
 
-/* A parent directory whose entries may be changed: on the writable tmpfs, else EROFS (the
- * read-only system binds, /proc, /dev and the skeleton all land here). */
-static int open_parent_writable(const FsCtx *c, const char *dir) {
-        int fd = open_parent(c, dir);
-        struct stat st;
-        if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_dev != c->writable)) {
-                close(fd);
-                return -EROFS;
+/* What a call does to the entry it changes. */
+typedef enum Change { CH_WRITE, CH_MKDIR, CH_REMOVE, CH_MOVE, CH_REPLACE } Change;
+
+/* Whether entry `base` of directory pfd may be changed as ch says; when not, why, in words
+ * naming path. Only entries of the writable tmpfs change (the read-only system binds, /proc,
+ * /dev and the skeleton are refused with EROFS), and a mount point (/tmp, /home/user,
+ * /dev/shm) is never removed, moved or replaced: the kernel would say EROFS (its parent is
+ * the skeleton) or EBUSY, naming neither the path nor the cause. *ret_mode gets the entry's
+ * st_mode, 0 when there is none. */
+static int check_change(const FsCtx *c, int pfd, const char *base, const char *path, Change ch, mode_t *ret_mode) {
+        static const char *const verbs[] = { "write", "create", "remove", "move", "replace" };
+        struct statx sx;
+        struct stat pst;
+        *ret_mode = 0;
+        if (fstat(pfd, &pst) < 0)
+                return negerrno();
+        if (statx(pfd, base, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_TYPE, &sx) == 0) {
+                *ret_mode = sx.stx_mode;
+                bool mount = (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT)
+                                     ? (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0
+                                     : makedev(sx.stx_dev_major, sx.stx_dev_minor) != pst.st_dev;
+                if (ch == CH_MKDIR)
+                        return -EEXIST;
+                if (ch == CH_WRITE && S_ISDIR(sx.stx_mode))
+                        return fail(c, -EISDIR, "cannot write %s: it is a directory", path);
+                if (mount)
+                        return fail(c, -EBUSY, "cannot %s %s: it is a mount point (a directory in use)", verbs[ch], path);
+        } else if (errno != ENOENT) {
+                return negerrno();
+        } else if (ch == CH_REMOVE || ch == CH_MOVE) {
+                return -ENOENT;
         }
-        return fd;
+        return pst.st_dev == c->writable ? 0 : read_only(c, path);
 }
 
 /* Kernel file systems whose files act on the kernel when read (or whose permission checks
@@ -171,7 +241,8 @@ int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, 
         } else if (fstat(fd, &st) < 0) {
                 r = negerrno();
         } else if (!S_ISREG(st.st_mode)) {
-                r = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL; /* a fifo or device would block */
+                r = S_ISDIR(st.st_mode) ? -EISDIR /* a fifo or device could block the daemon */
+                    : fail(c, -EINVAL, "cannot read %s: it is not a regular file (but a fifo, socket or device)", path);
         } else if (!readable_fs(fd)) {
                 r = -EACCES;
         } else {
@@ -207,8 +278,9 @@ int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, 
         return r;
 }
 
-/* mkdir -p of an absolute path, one component at a time, each resolved in the jail. */
-static int mkdir_parents(const FsCtx *c, const char *abs) {
+/* mkdir -p of an absolute path, one component at a time, each resolved in the jail; path is
+ * the caller's, for messages. */
+static int mkdir_parents(const FsCtx *c, const char *abs, const char *path) {
         char prefix[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1];
         size_t n = strlen(abs);
         for (size_t i = 1; i <= n; i++) {
@@ -226,60 +298,155 @@ static int mkdir_parents(const FsCtx *c, const char *abs) {
                         continue;
                 struct stat pst;
                 if (fstat(pfd, &pst) < 0 || pst.st_dev != c->writable)
-                        return -EROFS;
+                        return read_only(c, path);
                 if (mkdirat(pfd, base, 0755) < 0 && errno != EEXIST)
-                        return negerrno();
+                        return full(c, pfd, negerrno(), path);
         }
         _cleanup_close_ int fd = resolve(c, abs, O_PATH | O_DIRECTORY, 0);
         return fd < 0 ? fd : 0;
 }
 
-int fs_write(const FsCtx *c, const char *path, const void *data, size_t len, int mode, bool append) {
-        char abs[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1], tmp[64];
-        int r = normalize(path, abs);
-        if (r < 0 || (r = split(abs, dir, base)) < 0)
+/* The directory of path (made if missing) and the checked name in it, for a write. */
+static int open_for_write(const FsCtx *c, const char *path, char *base, mode_t *ret_mode) {
+        char abs[ABS_BYTES], dir[ABS_BYTES];
+        int r = target(c, path, abs, dir, base);
+        if (r < 0 || (r = mkdir_parents(c, dir, path)) < 0)
                 return r;
+        int pfd = open_parent(c, dir);
+        if (pfd >= 0 && (r = check_change(c, pfd, base, path, CH_WRITE, ret_mode)) < 0) {
+                close(pfd);
+                return r;
+        }
+        return pfd;
+}
+
+/* Whether the name tmp in dir is still the file open as fd (a command may have removed it or
+ * put something else there). */
+static bool still_there(int dir, const char *tmp, int fd) {
+        struct stat mine, now;
+        return fstat(fd, &mine) == 0 && fstatat(dir, tmp, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+               now.st_ino == mine.st_ino && now.st_dev == mine.st_dev;
+}
+
+int fs_upload_begin(const FsCtx *c, const char *path, int mode, FsUpload *ret) {
         if (mode > 07777)
                 return -EINVAL;
+        FsUpload u = { .dir = -1, .fd = -1, .uid = c->uid, .gid = c->gid, .mode = mode >= 0 ? (mode_t)mode : 0644 };
+        char hex[17];
+        mode_t m;
+        if (random_hex(hex, 8) < 0)
+                snprintf(hex, sizeof hex, "%016llx", (unsigned long long)now_ns());
+        snprintf(u.tmp, sizeof u.tmp, ".sbx-%s.tmp", hex);
         as_user(c);
-        r = mkdir_parents(c, dir);
-        _cleanup_close_ int pfd = r < 0 ? -1 : open_parent_writable(c, dir);
-        if (r == 0 && pfd < 0)
-                r = pfd;
-        if (r == 0 && append) {
-                /* Relative to the checked parent, never following the last component: a
-                 * symlink planted there (to /proc/sys/..., say) is refused with ELOOP. */
-                _cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_NOCTTY |
-                                                O_NOFOLLOW | O_CLOEXEC, mode >= 0 ? (mode_t)mode : 0644);
-                struct stat st;
-                if (fd < 0)
-                        r = negerrno();
-                else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != c->writable)
-                        r = -EINVAL;
-                else
-                        r = write_all(fd, data, len);
-        } else if (r == 0) {
-                /* Written aside, then renamed over: nobody sees half a file, and rename
-                 * replaces whatever `base` is (a symlink included) without following it. */
-                char hex[17];
-                if (random_hex(hex, 8) < 0)
-                        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)now_ns());
-                snprintf(tmp, sizeof tmp, ".sbx-%s.tmp", hex);
-                int fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-                if (fd < 0) {
-                        r = negerrno();
-                } else {
-                        r = write_all(fd, data, len);
-                        if (r == 0 && fchmod(fd, mode >= 0 ? (mode_t)mode : 0644) < 0)
-                                r = negerrno();
-                        close(fd);
-                        if (r == 0 && renameat(pfd, tmp, pfd, base) < 0)
-                                r = negerrno();
-                        if (r < 0)
-                                (void)unlinkat(pfd, tmp, 0);
-                }
-        }
+        int r = u.dir = open_for_write(c, path, u.base, &m);
+        /* Made by the sandbox's user, 0600 until the commit gives it its mode. */
+        if (r >= 0 && (u.fd = openat(u.dir, u.tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+                r = full(c, u.dir, negerrno(), path);
         as_daemon();
+        if (r < 0) {
+                safe_close(u.dir);
+                return r;
+        }
+        *ret = u;
+        return 0;
+}
+
+int fs_upload_write(const FsCtx *c, FsUpload *u, const void *data, size_t len, const char *path) {
+        if (u->fd < 0)
+                return -EBADF;
+        int r = write_all(u->fd, data, len);
+        return r < 0 ? full(c, u->fd, r, path) : 0;
+}
+
+int fs_upload_commit(const FsCtx *c, FsUpload *u, const char *path) {
+        mode_t m;
+        int r = 0;
+        if (u->fd < 0)
+                return -EBADF;
+        as_user(c);
+        if (!still_there(u->dir, u->tmp, u->fd))
+                r = fail(c, -ENOENT, "cannot write %s: its temp file %s was removed or replaced meanwhile (by a command, "
+                         "a restore or an import)", path, u->tmp);
+        else if (fchmod(u->fd, u->mode) < 0)
+                r = negerrno();
+        /* The target again: it may have become a directory since the upload began. rename
+         * replaces whatever else `base` is (a symlink included) without following it. */
+        else if ((r = check_change(c, u->dir, u->base, path, CH_WRITE, &m)) == 0 &&
+                 renameat(u->dir, u->tmp, u->dir, u->base) < 0)
+                r = negerrno();
+        as_daemon();
+        if (r < 0) {
+                fs_upload_abort(u);
+                return r;
+        }
+        u->fd = safe_close(u->fd);
+        u->dir = safe_close(u->dir);
+        return 0;
+}
+
+void fs_upload_abort(FsUpload *u) {
+        if (u->fd >= 0) {
+                (void)setfsgid(u->gid);
+                (void)setfsuid(u->uid);
+                /* Emptied first: the space comes back even if a command linked the file
+                 * elsewhere, and only our own file is unlinked, never what a command put
+                 * under its name. */
+                (void)!ftruncate(u->fd, 0);
+                if (still_there(u->dir, u->tmp, u->fd))
+                        (void)unlinkat(u->dir, u->tmp, 0);
+                as_daemon();
+        }
+        u->fd = safe_close(u->fd);
+        u->dir = safe_close(u->dir);
+}
+
+/* Appends to `base` in pfd, which check_change found to be of mode m (0: none). A failed
+ * append leaves things as they were: the file is cut back to its old size, or removed if
+ * this call made it, so the space comes back. */
+static int append_at(const FsCtx *c, int pfd, const char *base, mode_t m, const void *data, size_t len, int mode,
+                     const char *path) {
+        if (S_ISLNK(m))
+                return fail(c, -ELOOP, "cannot append to %s: it is a symbolic link, which appending does not follow "
+                            "(a write without append replaces it)", path);
+        if (m && !S_ISREG(m))
+                return fail(c, -EINVAL, "cannot append to %s: it is not a regular file", path);
+        /* Never following the last component: a symlink planted since the check (to
+         * /proc/sys/..., say) is refused with ELOOP. */
+        _cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW |
+                                        O_CLOEXEC, mode >= 0 ? (mode_t)mode : 0644);
+        struct stat st;
+        if (fd < 0)
+                return full(c, pfd, negerrno(), path);
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_dev != c->writable)
+                return fail(c, -EINVAL, "cannot append to %s: it is not a regular file", path);
+        int r = write_all(fd, data, len);
+        if (r < 0) {
+                r = full(c, fd, r, path);
+                if (!m && still_there(pfd, base, fd))
+                        (void)unlinkat(pfd, base, 0);
+                else
+                        (void)!ftruncate(fd, st.st_size);
+        }
+        return r;
+}
+
+int fs_write(const FsCtx *c, const char *path, const void *data, size_t len, int mode, bool append) {
+        char base[NAME_MAX + 1];
+        mode_t m;
+        if (mode > 07777)
+                return -EINVAL;
+        if (append) {
+                as_user(c);
+                _cleanup_close_ int pfd = open_for_write(c, path, base, &m);
+                int r = pfd < 0 ? pfd : append_at(c, pfd, base, m, data, len, mode, path);
+                as_daemon();
+                return r;
+        }
+        FsUpload u = FS_UPLOAD_NONE;
+        int r = fs_upload_begin(c, path, mode, &u);
+        if (r == 0 && (r = fs_upload_write(c, &u, data, len, path)) == 0)
+                return fs_upload_commit(c, &u, path);
+        fs_upload_abort(&u);
         return r;
 }
 
@@ -356,6 +523,9 @@ int fs_list(const FsCtx *c, const char *path, unsigned depth, FsInfo **ret, size
         _cleanup_close_ int fd = resolve(c, abs, O_RDONLY | O_DIRECTORY, 0);
         r = fd < 0 ? fd : list_dir(fd, abs, MAX(1U, MIN(depth, SBX_MAX_LIST_DEPTH)), &l);
         as_daemon();
+        if (r == -E2BIG)
+                fail(c, r, "%s holds more than %u entries at that depth: list fewer levels (depth) or its "
+                     "subdirectories one by one", path, SBX_MAX_LIST_ENTRIES);
         if (r < 0) {
                 for (size_t i = 0; i < l.n; i++)
                         fs_info_clear(&l.v[i]);
@@ -369,23 +539,28 @@ int fs_list(const FsCtx *c, const char *path, unsigned depth, FsInfo **ret, size
 
 int fs_mkdir(const FsCtx *c, const char *path, bool parents) {
         char abs[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1];
-        int r = normalize(path, abs);
-        if (r < 0 || (r = split(abs, dir, base)) < 0)
+        mode_t m;
+        int r = target(c, path, abs, dir, base);
+        if (r < 0)
                 return r;
         as_user(c);
         if (parents) {
-                r = mkdir_parents(c, abs);
+                r = mkdir_parents(c, abs, path);
         } else {
-                _cleanup_close_ int pfd = open_parent_writable(c, dir);
-                r = pfd < 0 ? pfd : mkdirat(pfd, base, 0755) < 0 ? negerrno() : 0;
+                _cleanup_close_ int pfd = open_parent(c, dir);
+                if ((r = pfd) >= 0 && (r = check_change(c, pfd, base, path, CH_MKDIR, &m)) == 0 &&
+                    mkdirat(pfd, base, 0755) < 0)
+                        r = full(c, pfd, negerrno(), path);
         }
         as_daemon();
         return r;
 }
 
-static int remove_tree(int dfd, const char *name, unsigned depth) {
+/* Removes directory `name` of dfd and all below it; path is the top's, for messages. */
+static int remove_tree(const FsCtx *c, int dfd, const char *name, unsigned depth, const char *path) {
         if (depth > SBX_MAX_REMOVE_DEPTH)
-                return -ELOOP;
+                return fail(c, -ELOOP, "cannot remove %s: it is more than %u directories deep (remove it with a "
+                            "command: rm -rf)", path, SBX_MAX_REMOVE_DEPTH);
         int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
         if (!d) {
@@ -400,7 +575,7 @@ static int remove_tree(int dfd, const char *name, unsigned depth) {
                 if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue;
                 if (S_ISDIR(st.st_mode))
-                        r = remove_tree(dirfd(d), de->d_name, depth + 1);
+                        r = remove_tree(c, dirfd(d), de->d_name, depth + 1, path);
                 else if (unlinkat(dirfd(d), de->d_name, 0) < 0)
                         r = negerrno();
         }
@@ -412,41 +587,83 @@ static int remove_tree(int dfd, const char *name, unsigned depth) {
 
 int fs_remove(const FsCtx *c, const char *path, bool recursive) {
         char abs[ABS_BYTES], dir[ABS_BYTES], base[NAME_MAX + 1];
-        int r = normalize(path, abs);
-        if (r < 0 || (r = split(abs, dir, base)) < 0)
+        mode_t m;
+        int r = target(c, path, abs, dir, base);
+        if (r < 0)
                 return r;
         as_user(c);
-        _cleanup_close_ int pfd = open_parent_writable(c, dir);
-        struct stat st;
+        _cleanup_close_ int pfd = open_parent(c, dir);
         if (pfd < 0)
                 r = pfd;
-        else if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                r = negerrno();
-        else if (!S_ISDIR(st.st_mode))
+        else if ((r = check_change(c, pfd, base, path, CH_REMOVE, &m)) < 0)
+                ;
+        else if (!S_ISDIR(m))
                 r = unlinkat(pfd, base, 0) < 0 ? negerrno() : 0;
         else if (recursive)
-                r = remove_tree(pfd, base, 0);
+                r = remove_tree(c, pfd, base, 0, path);
         else
                 r = unlinkat(pfd, base, AT_REMOVEDIR) < 0 ? negerrno() : 0;
         as_daemon();
         return r;
 }
 
+/* Adds to c->err how to move `from` into the directory `dir` instead of replacing it. */
+static int hint_into(const FsCtx *c, int r, const char *from, const char *dir, const char *name) {
+        size_t n = c->err ? strlen(c->err) : 0;
+        if (n)
+                snprintf(c->err + n, c->errlen - n, "; to move %s into it, give the new path: %s/%s", from,
+                         strcmp(dir, "/") ? dir : "", name);
+        return r;
+}
+
+/* A failed renameat in words: most errnos are about one of the two paths, or both. */
+static int rename_failed(const FsCtx *c, int r, int p2, const char *from, const char *to) {
+        switch (-r) {
+        case EISDIR:
+                return fail(c, r, "cannot replace %s: it is a directory", to);
+        case ENOTDIR:
+                return fail(c, r, "cannot replace %s with the directory %s: it is not a directory", to, from);
+        case ENOTEMPTY:
+        case EEXIST:
+                return fail(c, r, "cannot replace %s: it is a directory that is not empty", to);
+        case EXDEV:
+                return fail(c, r, "cannot move %s to %s: /tmp, /home/user and /dev/shm are separate mounts and a "
+                            "rename stays within one (copy it instead)", from, to);
+        case EINVAL:
+                return fail(c, r, "cannot move %s into itself (%s)", from, to);
+        case EBUSY:
+                return fail(c, r, "cannot move %s to %s: one of them is in use (a mount point)", from, to);
+        case ENOSPC:
+        case EDQUOT:
+                return full(c, p2, r, to);
+        default:
+                return fail(c, r, "%s: cannot move %s to %s", strerror(-r), from, to);
+        }
+}
+
+/* Errors name the path they are about; those of `to` are always in words (a bare errno is
+ * reported with `from`). */
 int fs_rename(const FsCtx *c, const char *from, const char *to) {
         char a1[ABS_BYTES], d1[ABS_BYTES], b1[NAME_MAX + 1];
         char a2[ABS_BYTES], d2[ABS_BYTES], b2[NAME_MAX + 1];
-        int r = normalize(from, a1);
-        if (r < 0 || (r = normalize(to, a2)) < 0 || (r = split(a1, d1, b1)) < 0 || (r = split(a2, d2, b2)) < 0)
+        mode_t m1 = 0, m2 = 0;
+        int r = target(c, from, a1, d1, b1);
+        if (r < 0)
                 return r;
+        if ((r = target(c, to, a2, d2, b2)) < 0)
+                return failed_in_words(c) ? r : fail(c, r, "%s: %s", strerror(-r), to);
         as_user(c);
-        _cleanup_close_ int p1 = open_parent_writable(c, d1);
-        _cleanup_close_ int p2 = p1 < 0 ? -1 : open_parent_writable(c, d2);
-        if (p1 < 0)
-                r = p1;
-        else if (p2 < 0)
-                r = p2;
-        else
-                r = renameat(p1, b1, p2, b2) < 0 ? negerrno() : 0;
+        _cleanup_close_ int p1 = open_parent(c, d1);
+        _cleanup_close_ int p2 = -1;
+        if ((r = p1) >= 0 && (r = check_change(c, p1, b1, from, CH_MOVE, &m1)) == 0) {
+                if ((r = p2 = open_parent(c, d2)) >= 0 && (r = check_change(c, p2, b2, to, CH_REPLACE, &m2)) == 0 &&
+                    renameat(p1, b1, p2, b2) < 0)
+                        r = rename_failed(c, negerrno(), p2, from, to);
+                else if (r < 0 && !failed_in_words(c))
+                        r = fail(c, r, "%s: %s", strerror(-r), to);
+                if ((r == -EBUSY || r == -EISDIR) && S_ISDIR(m2) && !S_ISDIR(m1))
+                        r = hint_into(c, r, from, a2, b1);
+        }
         as_daemon();
         return r;
 }

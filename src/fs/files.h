@@ -14,6 +14,7 @@
  * component is never followed when writing), and procfs and devpts are never read.
  * Relative paths are relative to /home/user. */
 #pragma once
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +27,11 @@ typedef struct FsCtx {
         uid_t uid;       /* the sandbox user as the host sees it */
         gid_t gid;
         dev_t writable;  /* st_dev of the sandbox's writable tmpfs: the only place changed */
+        uint64_t fs_bytes, file_count; /* that tmpfs's limits, for the words of ENOSPC */
+        /* Gets why a call failed, in words that name the path as the caller gave it, where
+         * the errno alone would mislead or say too little (left as it is otherwise). */
+        char *err;
+        size_t errlen;
 } FsCtx;
 
 /* The public SbxFileInfo, so the API hands results over without copying. */
@@ -45,9 +51,38 @@ void fs_info_clear(FsInfo *i);
  * regular file). */
 int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, uint8_t **ret,
             size_t *ret_len, uint64_t *ret_size);
-/* Writes a file atomically (temp file + rename), or appends. Missing parents are created.
- * mode < 0: 0644. Returns 0 or -errno. */
+/* Writes a file atomically (an upload of one part), or appends. Missing parents are
+ * created. mode < 0: 0644. A failed append cuts the file back to its old size. Returns 0 or
+ * -errno. */
 int fs_write(const FsCtx *c, const char *path, const void *data, size_t len, int mode, bool append);
+
+/* A file written in parts, all or nothing: the parts go to a hidden temp file
+ * (".sbx-<random>.tmp", made O_EXCL) in the target's directory, so that fs_upload_commit's
+ * rename is atomic; failing or aborting removes it, leaving the filesystem as it was. The
+ * fds keep the directory and the temp file themselves: what a command renames or swaps in
+ * meanwhile is never written through. */
+typedef struct FsUpload {
+        int dir;                 /* O_PATH fd of the target's directory */
+        int fd;                  /* the temp file; -1 once the upload is over */
+        uid_t uid;               /* who removes the temp file */
+        gid_t gid;
+        mode_t mode;             /* given to the file at commit */
+        char tmp[32];            /* the temp file's name in dir */
+        char base[NAME_MAX + 1]; /* the target's name in dir */
+} FsUpload;
+#define FS_UPLOAD_NONE ((FsUpload){ .dir = -1, .fd = -1 })
+
+/* Creates the temp file for path (and path's missing parents). Refuses at once what commit
+ * would (a directory or mount point at path, a read-only place). Returns 0 or -errno. */
+int fs_upload_begin(const FsCtx *c, const char *path, int mode, FsUpload *ret);
+/* Appends a part; path is the target as the caller gave it, for messages. On failure the
+ * upload is still open: the caller aborts it. Returns 0 or -errno. */
+int fs_upload_write(const FsCtx *c, FsUpload *u, const void *data, size_t len, const char *path);
+/* Renames the temp file over the target (whatever it is, a symlink included: never
+ * followed). On failure the temp file is removed. Either way the upload is over. */
+int fs_upload_commit(const FsCtx *c, FsUpload *u, const char *path);
+/* Removes the temp file and closes the upload; nothing for one that is over. */
+void fs_upload_abort(FsUpload *u);
 int fs_stat(const FsCtx *c, const char *path, FsInfo *ret);
 /* Entries below path, depth levels deep (1: the directory's own entries; at most
  * SBX_MAX_LIST_DEPTH), SBX_MAX_LIST_ENTRIES of them at most (-E2BIG past that). */

@@ -36,10 +36,20 @@ static json_t *info_json(SbxFileInfo *i) {
         return o;
 }
 
-/* The answer of a method that only succeeds or fails on path. */
-static int ok_or_errno(int rr, const char *path, json_t **ret, RpcError *e) {
-        if (rr < 0)
+/* A failed call: the library's words when it has them (they name the path as the client
+ * gave it, and the real cause), else the errno's and path. */
+static int files_fail(RpcError *e, int rr, const char *path) {
+        const char *why = sbx_file_error();
+        if (!*why)
                 return rpc_fail_errno(e, rr, path);
+        const char *name = strerrorname_np(rr < 0 ? -rr : EIO);
+        return rpc_fail(e, RPC_SANDBOX_ERROR, "%s: %s", name ? name : "EIO", why);
+}
+
+/* The answer of a method that only succeeds or fails on path. */
+static int ok_or_fail(int rr, const char *path, json_t **ret, RpcError *e) {
+        if (rr < 0)
+                return files_fail(e, rr, path);
         *ret = handler_ok_json();
         return 0;
 }
@@ -57,7 +67,7 @@ static int m_files_read(Req *r, json_t **ret, RpcError *e) {
                 return rpc_fail(e, RPC_SANDBOX_ERROR, "EFBIG: %s is too large for one read: read it in chunks with "
                                 "offset and length (at most %u bytes each)", path, SBX_MAX_FILE_READ_BYTES);
         if (rr < 0)
-                return rpc_fail_errno(e, rr, path);
+                return files_fail(e, rr, path);
         size_t blen;
         char *b = b64_encode(data, n, &blen);
         free(data);
@@ -70,20 +80,136 @@ static int m_files_read(Req *r, json_t **ret, RpcError *e) {
         return 0;
 }
 
+/* Whether the request gives param key (null is not giving it, as for the dispatcher). */
+static bool has_param(const Req *r, const char *key) {
+        json_t *v = json_object_get(r->params, key);
+        return v && !json_is_null(v);
+}
+
+/* The decoded `data` param into *ret (malloc'd; NULL when absent and not required). */
+static int param_data(Req *r, bool required, uint8_t **ret, size_t *ret_len, RpcError *e) {
+        const char *b64 = NULL;
+        size_t b64_len = 0;
+        *ret = NULL;
+        *ret_len = 0;
+        if (param_string(r->params, "data", required, &b64, &b64_len, e) < 0)
+                return -1;
+        if (b64 && !(*ret = b64_decode(b64, b64_len, ret_len)))
+                return errno == ENOMEM ? rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory")
+                                       : rpc_fail(e, RPC_INVALID_PARAMS, "data must be base64");
+        return 0;
+}
+
+/* files.write's `upload` param. */
+typedef enum UploadStep { UP_NONE, UP_BEGIN, UP_APPEND, UP_COMMIT, UP_ABORT, _UP_MAX } UploadStep;
+
+static int param_upload(Req *r, UploadStep *ret, RpcError *e) {
+        static const char *const names[_UP_MAX] = { NULL, "begin", "append", "commit", "abort" };
+        const char *v = NULL;
+        *ret = UP_NONE;
+        if (param_string(r->params, "upload", false, &v, NULL, e) < 0)
+                return -1;
+        for (UploadStep i = UP_BEGIN; v && i < _UP_MAX; i++)
+                if (strcmp(v, names[i]) == 0) {
+                        *ret = i;
+                        return 0;
+                }
+        if (v)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "upload must be \"begin\", \"append\", \"commit\" or \"abort\"");
+        return 0;
+}
+
+/* Says, after e's message, that the upload failed whole. */
+static int upload_ended(RpcError *e) {
+        size_t n = strlen(e->message);
+        snprintf(e->message + n, sizeof e->message - n, " (the upload is aborted: nothing of it was written)");
+        return -1;
+}
+
+static int upload_begin(Req *r, const char *path, int mode, json_t **ret, RpcError *e) {
+        uint8_t *data;
+        size_t n;
+        SbxUpload *u;
+        if (has_param(r, "uploadId"))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "upload \"begin\" takes no uploadId: its answer gives one");
+        if (param_data(r, true, &data, &n, e) < 0)
+                return -1;
+        int rr = sbx_upload_begin(r->sb->sb, path, mode, r->conn, &u);
+        if (rr == 0)
+                rr = sbx_upload_write(u, data, n); /* frees u when it fails */
+        free(data);
+        if (rr < 0)
+                return files_fail(e, rr, path);
+        *ret = json_pack("{s:b, s:s}", "ok", 1, "uploadId", sbx_upload_id(u));
+        return 0;
+}
+
+/* A later step of an upload this connection began. Any failure ends the upload (its temp
+ * file removed): a client cannot go on from a part it does not know was written. */
+static int upload_next(Req *r, const char *path, UploadStep step, json_t **ret, RpcError *e) {
+        const char *id = NULL;
+        uint8_t *data = NULL;
+        size_t n = 0;
+        if (param_string(r->params, "uploadId", false, &id, NULL, e) < 0)
+                return -1;
+        if (!id)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "upload \"%s\" needs the uploadId that \"begin\" answered",
+                                json_string_value(json_object_get(r->params, "upload")));
+        SbxUpload *u = sbx_upload_find(r->sb->sb, id);
+        if (!u || sbx_upload_owner(u) != r->conn)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown uploadId: %.64s (an upload ends with its commit, its "
+                                "abort, its first failed request or its connection)", id);
+        if (step == UP_ABORT) {
+                sbx_upload_free(u);
+                *ret = handler_ok_json();
+                return 0;
+        }
+        if (strcmp(sbx_upload_path(u), path) != 0)
+                rpc_fail(e, RPC_INVALID_PARAMS, "uploadId %.64s is the upload of %.200s, not of %.200s", id,
+                         sbx_upload_path(u), path);
+        else if (has_param(r, "mode"))
+                rpc_fail(e, RPC_INVALID_PARAMS, "mode goes with upload \"begin\" only");
+        else if (param_data(r, true, &data, &n, e) == 0) {
+                int rr = sbx_upload_write(u, data, n); /* frees u when it fails */
+                free(data);
+                if (rr == 0 && step == UP_COMMIT)
+                        rr = sbx_upload_commit(u);
+                if (rr < 0) {
+                        files_fail(e, rr, path);
+                        return upload_ended(e);
+                }
+                *ret = handler_ok_json();
+                return 0;
+        }
+        sbx_upload_free(u);
+        return upload_ended(e);
+}
+
 static int m_files_write(Req *r, json_t **ret, RpcError *e) {
-        const char *path, *b64;
-        size_t b64_len, n;
+        const char *path;
         uint64_t mode = 0;
         bool append = false;
-        if (param_path(r, "path", &path, e) < 0 || param_string(r->params, "data", true, &b64, &b64_len, e) < 0 ||
-            param_u64(r->params, "mode", false, 07777, &mode, e) < 0 || param_bool(r->params, "append", &append, e) < 0)
+        UploadStep step;
+        uint8_t *data;
+        size_t n;
+        if (param_path(r, "path", &path, e) < 0 || param_u64(r->params, "mode", false, 07777, &mode, e) < 0 ||
+            param_bool(r->params, "append", &append, e) < 0 || param_upload(r, &step, e) < 0)
                 return -1;
-        uint8_t *data = b64_decode(b64, b64_len, &n);
-        if (!data)
-                return rpc_fail(e, RPC_INVALID_PARAMS, "data must be base64");
-        int rr = sbx_file_write(r->sb->sb, path, data, n, json_object_get(r->params, "mode") ? (int)mode : -1, append);
+        int m = has_param(r, "mode") ? (int)mode : -1;
+        if (step != UP_NONE && append)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "append and upload do not go together (an upload's parts "
+                                "are appended in order)");
+        if (step == UP_BEGIN)
+                return upload_begin(r, path, m, ret, e);
+        if (step != UP_NONE)
+                return upload_next(r, path, step, ret, e);
+        if (has_param(r, "uploadId"))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "uploadId goes with upload \"append\", \"commit\" or \"abort\"");
+        if (param_data(r, true, &data, &n, e) < 0)
+                return -1;
+        int rr = sbx_file_write(r->sb->sb, path, data, n, m, append);
         free(data);
-        return ok_or_errno(rr, path, ret, e);
+        return ok_or_fail(rr, path, ret, e);
 }
 
 static int m_files_list(Req *r, json_t **ret, RpcError *e) {
@@ -99,7 +225,7 @@ static int m_files_list(Req *r, json_t **ret, RpcError *e) {
                 depth = recursive ? SBX_MAX_LIST_DEPTH : 1;
         int rr = sbx_file_list(r->sb->sb, path, (unsigned)depth, &v, &n);
         if (rr < 0)
-                return rpc_fail_errno(e, rr, path);
+                return files_fail(e, rr, path);
         json_t *list = json_array();
         for (size_t i = 0; i < n; i++) {
                 json_t *e1 = info_json(&v[i]);
@@ -118,7 +244,7 @@ static int m_files_stat(Req *r, json_t **ret, RpcError *e) {
                 return -1;
         int rr = sbx_file_stat(r->sb->sb, path, &i);
         if (rr < 0)
-                return rpc_fail_errno(e, rr, path);
+                return files_fail(e, rr, path);
         *ret = info_json(&i);
         sbx_file_info_clear(&i);
         return 0;
@@ -143,7 +269,7 @@ static int m_files_mkdir(Req *r, json_t **ret, RpcError *e) {
         bool parents = false;
         if (param_path(r, "path", &path, e) < 0 || param_bool(r->params, "parents", &parents, e) < 0)
                 return -1;
-        return ok_or_errno(sbx_file_mkdir(r->sb->sb, path, parents), path, ret, e);
+        return ok_or_fail(sbx_file_mkdir(r->sb->sb, path, parents), path, ret, e);
 }
 
 static int m_files_rm(Req *r, json_t **ret, RpcError *e) {
@@ -151,23 +277,31 @@ static int m_files_rm(Req *r, json_t **ret, RpcError *e) {
         bool recursive = false;
         if (param_path(r, "path", &path, e) < 0 || param_bool(r->params, "recursive", &recursive, e) < 0)
                 return -1;
-        return ok_or_errno(sbx_file_remove(r->sb->sb, path, recursive), path, ret, e);
+        return ok_or_fail(sbx_file_remove(r->sb->sb, path, recursive), path, ret, e);
 }
 
 static int m_files_rename(Req *r, json_t **ret, RpcError *e) {
         const char *from, *to;
         if (param_path(r, "from", &from, e) < 0 || param_path(r, "to", &to, e) < 0)
                 return -1;
-        return ok_or_errno(sbx_file_rename(r->sb->sb, from, to), from, ret, e);
+        return ok_or_fail(sbx_file_rename(r->sb->sb, from, to), from, ret, e);
 }
 
 #define PARAM_PATH { "path", P_STRING, true, "as the sandbox sees it; relative: from /home/user" }
 static const Param p_files_read[] = { PARAM_SANDBOX_ID, PARAM_PATH,
         { "offset", P_INT, false, "first byte (default 0)" },
         { "length", P_INT, false, "bytes at most (default: the rest, which must be at most 4 MiB)" }, { 0 } };
-static const Param p_files_write[] = { PARAM_SANDBOX_ID, PARAM_PATH, { "data", P_STRING, true, "base64 bytes" },
-        { "mode", P_INT, false, "permission bits (default 0644)" },
-        { "append", P_BOOL, false, "append instead of replacing atomically" }, { 0 } };
+static const Param p_files_write[] = { PARAM_SANDBOX_ID, PARAM_PATH,
+        { "data", P_STRING, false, "base64 bytes (required but with upload \"abort\"); at most what fits the "
+          "request line limit (the Python SDK sends 4 MiB parts)" },
+        { "mode", P_INT, false, "permission bits (default 0644); with an upload, on \"begin\"" },
+        { "append", P_BOOL, false, "append instead of replacing atomically: a failed append leaves the file as it "
+          "was, but a series of appends is not all or nothing (an upload is)" },
+        { "upload", P_STRING, false, "a file in parts, all or nothing: \"begin\" (the first part, answered with an "
+          "uploadId), \"append\" (more), \"commit\" (the last part; the file is renamed into place) or \"abort\"" },
+        { "uploadId", P_STRING, false, "with upload \"append\", \"commit\" and \"abort\": what \"begin\" answered "
+          "(and path as given to it)" },
+        { 0 } };
 static const Param p_files_list[] = { PARAM_SANDBOX_ID, PARAM_PATH, { "recursive", P_BOOL, false, "descend (depth 64)" },
         { "depth", P_INT, false, "levels to descend (1: the directory's entries)" }, { 0 } };
 static const Param p_files_path[] = { PARAM_SANDBOX_ID, PARAM_PATH, { 0 } };
@@ -177,13 +311,19 @@ static const Param p_files_rm[] = { PARAM_SANDBOX_ID, PARAM_PATH, { "recursive",
         { 0 } };
 static const Param p_files_rename[] = { PARAM_SANDBOX_ID, { "from", P_STRING, true, "existing path" },
         { "to", P_STRING, true, "new path (replaced if it exists)" }, { 0 } };
+/* files.write's doc gives the number. */
+_Static_assert(SBX_MAX_UPLOADS == 16, "update files.write's doc");
 #define FILE_INFO "{name, path, type: file|dir|symlink|other, size, mode, mtime, target?}"
 
 const Method server_methods_files[] = {
         { "files.read", m_files_read, M_SANDBOX, p_files_read, "{data (base64), size, offset, length}",
           "Reads a regular file (in chunks of at most 4 MiB for larger ones)." },
-        { "files.write", m_files_write, M_SANDBOX, p_files_write, "{ok: true}",
-          "Writes a file atomically (temp file + rename), creating missing parents; or appends." },
+        { "files.write", m_files_write, M_SANDBOX, p_files_write, "{ok: true, uploadId? (upload \"begin\")}",
+          "Writes a file atomically (temp file + rename), creating missing parents; or appends. A file too large "
+          "for one request is an upload: its parts go to a hidden temp file next to it (\".sbx-<random>.tmp\") that "
+          "\"commit\" renames into place. \"abort\", the upload's first failed request (its temp file is removed "
+          "at once, so the sandbox's space is as before), its connection closing and its sandbox going all end it. "
+          "An uploadId is for the connection that began it; at most 16 uploads are open per sandbox. A full filesystem is ENOSPC (or EDQUOT) with the path and the limit." },
         { "files.list", m_files_list, M_SANDBOX, p_files_list, "{entries: [" FILE_INFO "]}", "Lists a directory." },
         { "files.stat", m_files_stat, M_SANDBOX, p_files_path, FILE_INFO, "Describes a path (symlinks not followed)." },
         { "files.exists", m_files_exists, M_SANDBOX, p_files_path, "{exists}", "Whether a path exists." },

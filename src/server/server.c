@@ -53,6 +53,9 @@ static void on_eof(void *data, Conn *c) {
 static void on_closed(void *data, Conn *c) {
         Server *s = data;
         pending_detach(&s->core.pending, c);
+        /* Its uploads go with it, in persistent sandboxes too: their temp files hold space. */
+        for (SrvSandbox *sb = registry_next(&s->core.registry, NULL); sb; sb = registry_next(&s->core.registry, sb))
+                sbx_upload_free_owned(sb->sb, c);
         /* Its sandboxes go with it, persistent ones excepted. */
         registry_destroy_owned(&s->core.registry, c);
 }

@@ -7,10 +7,11 @@ directories raise ``SbxError(1, "EROFS: ...")`` and the sandbox's size limits ap
 from __future__ import annotations
 
 import base64
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
-from ._client import Client
+from ._client import Client, SbxError
 
 __all__ = ["Files", "EntryInfo"]
 
@@ -64,21 +65,32 @@ class Files:
         return data if format == "bytes" else data.decode("utf-8", errors="replace")
 
     def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> None:
-        """Writes a file, creating missing parent directories. Up to 4 MiB the write is atomic
-        (no reader ever sees half of it); larger data is sent in chunks, the first replacing
-        the file atomically and the rest appended."""
+        """Writes a file, creating missing parent directories, all or nothing: no reader ever
+        sees half of it, and a write that fails leaves no file and no temp file behind, and
+        the sandbox's space as it was. A full filesystem raises ``SbxError(1, "ENOSPC: the
+        sandbox's filesystem is full (its limit, fsLimitBytes, is ...): PATH ...")``. Data
+        over 4 MiB is sent in 4 MiB parts as an upload, which the server renames into place
+        with the last part."""
         raw = data.encode() if isinstance(data, str) else bytes(data)
-        off = 0
-        while True:
-            params: Dict[str, Any] = {"path": path, "data": base64.b64encode(raw[off:off + CHUNK]).decode()}
-            if off:
-                params["append"] = True
-            elif mode is not None:
-                params["mode"] = mode
-            self._call("files.write", **params)
-            off += CHUNK
-            if off >= len(raw):
-                return
+        first: Dict[str, Any] = {"path": path, "data": base64.b64encode(raw[:CHUNK]).decode()}
+        if mode is not None:
+            first["mode"] = mode
+        if len(raw) <= CHUNK:
+            self._call("files.write", **first)
+            return
+        upload_id = self._call("files.write", upload="begin", **first)["uploadId"]
+        try:
+            for off in range(CHUNK, len(raw), CHUNK):
+                step = "commit" if off + CHUNK >= len(raw) else "append"
+                self._call("files.write", path=path, data=base64.b64encode(raw[off:off + CHUNK]).decode(),
+                           upload=step, uploadId=upload_id)
+        except SbxError:
+            raise  # the server ended the upload with the request that failed
+        except BaseException:
+            # Interrupted between parts (KeyboardInterrupt, say): the server still holds it.
+            with contextlib.suppress(SbxError):
+                self._call("files.write", path=path, upload="abort", uploadId=upload_id)
+            raise
 
     def list(self, path: str, *, depth: int = 1) -> List[EntryInfo]:
         """Entries below a directory, ``depth`` levels deep."""
