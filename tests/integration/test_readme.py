@@ -274,12 +274,15 @@ def test_daemon_line_serves_the_sdk(tmp_path):
               f"with Sandbox.connect({sock!r}) as sb:\n"
               "    r = sb.commands.run('cd /tmp && x=42'); r = sb.commands.run('echo $x in $PWD')\n"
               "    print(r.exit_code, r.stdout, end='')\n")
+    # The checkout may itself be under the socket's directory (a clone in /tmp): the SDK is
+    # reached through the working directory, taken before the tmpfs hides the path.
     script = f"""set -u
+cd {REPO}/sdk/python
 mount -t tmpfs sbx-readme {os.path.dirname(sock)}
 {line}
 pid=$!
 for i in $(seq 200); do [ -S {sock} ] && break; sleep 0.05; done
-PYTHONPATH={REPO}/sdk/python python3 -c "$CLIENT"
+PYTHONPATH=/proc/self/cwd python3 -c "$CLIENT"
 status=$?
 kill $pid; wait $pid
 echo "serve: $?"
