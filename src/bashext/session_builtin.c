@@ -616,18 +616,28 @@ static int run_command(const WireHdr *h, char *env, const char *cmd, const char 
         return status;
 }
 
-/* The worker's life: take one command, run it, report. Returns when this process
- * is to become the holder; exits when the daemon is gone. */
+/* RLIMIT_NPROC as the first holder found it (the sandbox's limit, where no pids cgroup
+ * holds one), and the commands' share of it; share 0: nothing to do. Read once, so the
+ * per-command path makes no call when a cgroup does the job. */
+static struct rlimit nproc_whole;
+static rlim_t nproc_share;
+
+static void nproc_init(void) {
+        if (getrlimit(RLIMIT_NPROC, &nproc_whole) == 0 && nproc_whole.rlim_max != RLIM_INFINITY &&
+            nproc_whole.rlim_max <= UINT32_MAX)
+                nproc_share = SBX_PIDS_FOR_COMMANDS((uint32_t)nproc_whole.rlim_max);
+}
+
 /* A command's share of the process limit (true), or the holder's whole (false); see worker(). */
 static void nproc_limit(bool command) {
-        struct rlimit rl;
-        if (getrlimit(RLIMIT_NPROC, &rl) < 0 || rl.rlim_max == RLIM_INFINITY || rl.rlim_max > UINT32_MAX ||
-            !SBX_PIDS_FOR_COMMANDS((uint32_t)rl.rlim_max))
+        if (!nproc_share)
                 return;
-        rl.rlim_cur = command ? SBX_PIDS_FOR_COMMANDS((uint32_t)rl.rlim_max) : rl.rlim_max;
+        struct rlimit rl = { command ? nproc_share : nproc_whole.rlim_max, nproc_whole.rlim_max };
         (void)setrlimit(RLIMIT_NPROC, &rl);
 }
 
+/* The worker's life: take one command, run it, report. Returns when this process
+ * is to become the holder; exits when the daemon is gone. */
 static void worker(void) {
         int fds[WIRE_RUN_FDS];
 
@@ -725,6 +735,7 @@ static int sbx_session_builtin(WORD_LIST *list) {
         /* Not `bash -c` any more: otherwise bash execs the last simple command of a string in
          * place of the worker instead of forking it. */
         startup_state = 1;
+        nproc_init();
 
         /* The holder reaps its worker itself; bash's SIGCHLD handler must not get there
          * first, so SIGCHLD stays blocked in the holder and is unblocked in each worker. */

@@ -360,32 +360,30 @@ int cgroup_sandbox_command_leave(CgroupSandbox *s, pid_t pid) {
         return s->v1_pids_cmds >= 0 ? cgroup_move(s->v1_pids, pid) : 0;
 }
 
-int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret) {
-        char buf[128];
-        int dir = s->v1_pids_cmds >= 0 ? s->v1_pids_cmds : s->cmds;
-        ssize_t n = dir >= 0 ? read_file_at(dir, "pids.events", buf, sizeof buf) : -ENOENT;
+/* The number after "<key> " in a cgroup file of flat keyed counters (pids.events,
+ * memory.events, memory.oom_control). -ENOENT where the file or the key is missing. */
+static int read_counter(int dir, const char *file, const char *key, uint64_t *ret) {
+        char buf[512];
+        ssize_t n = dir >= 0 ? read_file_at(dir, file, buf, sizeof buf) : -ENOENT;
         if (n < 0)
                 return (int)n;
-        const char *p = strstr(buf, "max ");
+        size_t klen = strlen(key);
         unsigned long long v;
-        if (!p || sscanf(p + 4, "%llu", &v) != 1)
-                return -EINVAL;
-        *ret = v;
-        return 0;
+        for (const char *p = buf; (p = strstr(p, key)); p += klen)
+                if ((p == buf || p[-1] == '\n') && p[klen] == ' ' && sscanf(p + klen + 1, "%llu", &v) == 1) {
+                        *ret = v;
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret) {
+        return read_counter(s->v1_pids_cmds >= 0 ? s->v1_pids_cmds : s->cmds, "pids.events", "max", ret);
 }
 
 int cgroup_sandbox_oom_kills(const CgroupSandbox *s, uint64_t *ret) {
-        char buf[512];
         bool v1 = s->v1_memory >= 0;
-        ssize_t n = read_file_at(v1 ? s->v1_memory : s->dir, v1 ? "memory.oom_control" : "memory.events", buf, sizeof buf);
-        if (n < 0)
-                return (int)n;
-        const char *p = strstr(buf, "oom_kill ");
-        unsigned long long v;
-        if (!p || sscanf(p + 9, "%llu", &v) != 1)
-                return -ENOENT;
-        *ret = v;
-        return 0;
+        return read_counter(v1 ? s->v1_memory : s->dir, v1 ? "memory.oom_control" : "memory.events", "oom_kill", ret);
 }
 
 int cgroup_count_procs(int dir) {
