@@ -179,6 +179,18 @@ int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
         return 0;
 }
 
+int array_grow(void **array, size_t n, size_t *cap, size_t size, size_t first) {
+        if (n < *cap)
+                return 0;
+        size_t want = *cap ? *cap * 2 : first;
+        void *p = reallocarray(*array, want, size);
+        if (!p)
+                return -ENOMEM;
+        *array = p;
+        *cap = want;
+        return 0;
+}
+
 void format_size(uint64_t v, char *out, size_t size) {
         static const char suffix[] = "KMGT";
         int k = -1;

@@ -45,6 +45,12 @@ int write_file_replace(const char *path, const void *data, size_t len);
 int parse_u64(const char *s, uint64_t max, uint64_t *ret);
 /* Parses "10", "10k", "64M", "1G" (powers of 1024). Returns 0 or -EINVAL/-ERANGE. */
 int parse_size(const char *s, uint64_t *ret);
+
+/* Makes room for element n of *array, which has room for *cap elements of `size` bytes:
+ * when n has reached *cap, doubles it (from `first`). Returns 0, or -ENOMEM with the array
+ * as it was. */
+int array_grow(void **array, size_t n, size_t *cap, size_t size, size_t first);
+#define ARRAY_GROW(a, n, cap, first) array_grow((void **)&(a), (n), &(cap), sizeof *(a), (first))
 /* A byte count as parse_size() reads it back: the largest K/M/G/T suffix that divides it
  * ("16M", "1536K"), else "N bytes". */
 void format_size(uint64_t v, char *out, size_t size);

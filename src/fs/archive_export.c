@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/text.h"
+#include "base/util.h"
 #include "fs/archive.h"
 #include "fs/archive_private.h"
 #include "fs/walk.h"
@@ -145,14 +146,8 @@ static const char *export_link_find(Export *x, const struct stat *st) {
 }
 
 static int export_link_add(Export *x, const struct stat *st) {
-        if (x->n_links == x->cap_links) {
-                size_t cap = x->cap_links ? x->cap_links * 2 : 64;
-                ExportLink *l = reallocarray(x->links, cap, sizeof *l);
-                if (!l)
-                        return -ENOMEM;
-                x->links = l;
-                x->cap_links = cap;
-        }
+        if (ARRAY_GROW(x->links, x->n_links, x->cap_links, 64) < 0)
+                return -ENOMEM;
         char *p = strdup(x->path);
         if (!p)
                 return -ENOMEM;

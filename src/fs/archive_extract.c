@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "base/limits.h"
+#include "base/util.h"
 #include "fs/archive.h"
 #include "fs/archive_private.h"
 #include "fs/walk.h"
@@ -148,14 +149,8 @@ static int extract_data(Extract *x, int fd, la_int64_t size, const char *path) {
 }
 
 static int extract_dir_later(Extract *x, uint32_t node, mode_t mode, struct timespec mtime) {
-        if (x->n_dirs == x->cap_dirs) {
-                size_t cap = x->cap_dirs ? x->cap_dirs * 2 : 64;
-                DirFix *d = reallocarray(x->dirs, cap, sizeof *d);
-                if (!d)
-                        return -ENOMEM;
-                x->dirs = d;
-                x->cap_dirs = cap;
-        }
+        if (ARRAY_GROW(x->dirs, x->n_dirs, x->cap_dirs, 64) < 0)
+                return -ENOMEM;
         x->dirs[x->n_dirs++] = (DirFix){ node, mode, mtime };
         return 0;
 }

@@ -167,14 +167,8 @@ static const char *link_find(Copy *c, ino_t ino) {
 
 /* Records the file `name` of the current directory, just copied, as the first copy of ino. */
 static void link_add(Copy *c, ino_t ino, const char *name) {
-        if (c->n_links == c->cap_links) {
-                size_t cap = c->cap_links ? c->cap_links * 2 : 64;
-                Link *l = realloc(c->links, cap * sizeof *l);
-                if (!l)
-                        return; /* the next link becomes a copy: correct bytes, one inode more */
-                c->links = l;
-                c->cap_links = cap;
-        }
+        if (ARRAY_GROW(c->links, c->n_links, c->cap_links, 64) < 0)
+                return; /* the next link becomes a copy: correct bytes, one inode more */
         const char *path = walk_child_path(&c->src, name);
         char *p = path ? strdup(path) : NULL;
         if (p)

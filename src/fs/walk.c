@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/macro.h"
+#include "base/util.h"
 #include "fs/walk.h"
 
 static int path_reserve(Walk *w, size_t need) {
@@ -84,14 +85,8 @@ int walk_push(Walk *w, int fd, const char *name) {
         WalkLevel l = { .fd = -1 };
         if (fstat(own, &l.st) < 0)
                 return negerrno();
-        if (w->n == w->cap) {
-                size_t cap = w->cap * 2;
-                WalkLevel *v = reallocarray(w->v, cap, sizeof *v);
-                if (!v)
-                        return -ENOMEM;
-                w->v = v;
-                w->cap = cap;
-        }
+        if (ARRAY_GROW(w->v, w->n, w->cap, 16) < 0)
+                return -ENOMEM;
         if (!walk_child_path(w, name))
                 return -ENOMEM;
         l.path_len = strlen(w->path);
@@ -164,15 +159,9 @@ int walk_list(Walk *w, bool sorted) {
         while ((de = readdir(d))) {
                 if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
                         continue;
-                if (l->n_ents == cap) {
-                        size_t c = cap ? cap * 2 : 16;
-                        WalkEntry *e = reallocarray(l->ents, c, sizeof *e);
-                        if (!e) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        l->ents = e;
-                        cap = c;
+                if (ARRAY_GROW(l->ents, l->n_ents, cap, 16) < 0) {
+                        r = -ENOMEM;
+                        break;
                 }
                 char *name = strdup(de->d_name);
                 if (!name) {

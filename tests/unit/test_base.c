@@ -108,6 +108,21 @@ static void test_parse(void) {
 
 /* Whole files in a directory of our own: replaced atomically, read back, refused when not
  * regular or too large. */
+static void test_array_grow(void) {
+        int *a = NULL;
+        size_t n = 0, cap = 0;
+        bool ok = true;
+        for (int i = 0; i < 100 && ok; i++) {
+                ok = ARRAY_GROW(a, n, cap, 4) == 0 && cap > n;
+                if (ok)
+                        a[n++] = i;
+        }
+        CHECK(ok && cap == 128 && a[99] == 99, "array_grow: 100 elements, room doubled from 4 (%zu)", cap);
+        size_t before = cap;
+        CHECK(ARRAY_GROW(a, 5, cap, 4) == 0 && cap == before, "array_grow: no growth while there is room");
+        free(a);
+}
+
 static void test_whole_files(void) {
         char dir[] = "/tmp/sbx-test-base-XXXXXX", path[64], sub[64];
         CHECK(mkdtemp(dir) != NULL, "temporary directory");
@@ -240,6 +255,7 @@ int main(void) {
         test_buf();
         test_buf_reserve();
         test_queue();
+        test_array_grow();
         test_ring();
         test_parse();
         test_whole_files();
