@@ -137,14 +137,10 @@ static void uploads_freeing(SandboxObserver *o, SbxSandbox *sb) {
 static const SandboxObserverOps upload_ops = { .freeing = uploads_freeing };
 
 static UploadSet *upload_set(SbxSandbox *sb, bool create) {
-        SandboxObserver *o = sandbox_observer_find(sb, &upload_ops);
-        if (o || !create)
-                return o ? container_of(o, UploadSet, o) : NULL;
-        UploadSet *set = calloc(1, sizeof *set);
-        if (!set)
-                return NULL;
-        set->sb = sb;
-        sandbox_observe(sb, &set->o, &upload_ops);
+        SandboxObserver *o = sandbox_observer_state(sb, &upload_ops, sizeof(UploadSet), offsetof(UploadSet, o), create);
+        UploadSet *set = o ? container_of(o, UploadSet, o) : NULL;
+        if (set)
+                set->sb = sb;
         return set;
 }
 

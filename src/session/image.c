@@ -707,14 +707,10 @@ static const SandboxObserverOps state_ops = { state_ready, state_freeing };
 
 /* sb's state in this room; made on first use when `create`. */
 static ImageState *image_state(SbxSandbox *sb, bool create) {
-        SandboxObserver *o = sandbox_observer_find(sb, &state_ops);
-        if (o || !create)
-                return o ? container_of(o, ImageState, o) : NULL;
-        ImageState *st = calloc(1, sizeof *st);
-        if (!st)
-                return NULL;
-        st->sb = sb;
-        sandbox_observe(sb, &st->o, &state_ops);
+        SandboxObserver *o = sandbox_observer_state(sb, &state_ops, sizeof(ImageState), offsetof(ImageState, o), create);
+        ImageState *st = o ? container_of(o, ImageState, o) : NULL;
+        if (st)
+                st->sb = sb;
         return st;
 }
 

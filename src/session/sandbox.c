@@ -188,6 +188,19 @@ SandboxObserver *sandbox_observer_find(SbxSandbox *sb, const SandboxObserverOps 
         return NULL;
 }
 
+SandboxObserver *sandbox_observer_state(SbxSandbox *sb, const SandboxObserverOps *ops, size_t size, size_t offset,
+                                        bool create) {
+        SandboxObserver *o = sandbox_observer_find(sb, ops);
+        if (o || !create)
+                return o;
+        uint8_t *state = calloc(1, size);
+        if (!state)
+                return NULL;
+        o = (SandboxObserver *)(state + offset);
+        sandbox_observe(sb, o, ops);
+        return o;
+}
+
 /* Tells one observer not yet told that the setup is settled, from the loop, and comes back
  * for the next on a later call: the observer may free anything, the sandbox included (whose
  * free cancels that next call). */

@@ -60,6 +60,11 @@ void sandbox_observe(SbxSandbox *sb, SandboxObserver *o, const SandboxObserverOp
 void sandbox_unobserve(SbxSandbox *sb, SandboxObserver *o);
 /* The registered observer with these ops, or NULL. */
 SandboxObserver *sandbox_observer_find(SbxSandbox *sb, const SandboxObserverOps *ops);
+/* A room's state kept on sb: its observer with these ops, or when absent and `create`, a
+ * zeroed object of `size` bytes whose SandboxObserver is at `offset`, made and registered
+ * (the room frees it from ops->freeing). NULL when absent or out of memory. */
+SandboxObserver *sandbox_observer_state(SbxSandbox *sb, const SandboxObserverOps *ops, size_t size, size_t offset,
+                                        bool create);
 
 /* 1 when the root was built, 0 while it is being built, -errno when setup failed (or pid 1
  * died first). A pid 1 that dies later leaves it 1: sandbox_dying() says so. */

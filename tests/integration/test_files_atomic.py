@@ -12,9 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
-import shutil
-import signal
 import time
 from pathlib import Path
 
@@ -27,6 +24,7 @@ SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
 sys.path.insert(0, str(REPO / "sdk" / "python"))
 
 from sbx import Sandbox, SbxError  # noqa: E402
+from test_rpc import connect as rpc_connect, server  # noqa: E402,F401 (server: a fixture)
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
@@ -65,30 +63,8 @@ def sb():
     stop(peer)
 
 
-@pytest.fixture
-def server():
-    d = tempfile.mkdtemp(prefix="sbx-atomic-")
-    path = os.path.join(d, "sbx.sock")
-    proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.DEVNULL)
-    SPAWNED.append(proc.pid)
-    assert wait_until(lambda: os.path.exists(path), timeout=10)
-    proc.path = path
-    yield proc
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    shutil.rmtree(d, ignore_errors=True)
-    assert proc.returncode == 0
-
-
 def connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    peer = Peer(s.makefile("rb"), s.makefile("wb"))
-    peer.sock = s
+    peer = rpc_connect(path)
     peer.sh = lambda cmd, **kw: peer.result("run", {"command": cmd, **kw})["stdout"]
     return peer
 

@@ -47,6 +47,7 @@ def server():
     os.chmod(d, 0o755)
     path = os.path.join(d, "sbx.sock")
     proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.PIPE)
+    SPAWNED.append(proc.pid)  # for the leftover checks
     for _ in range(200):
         if os.path.exists(path):
             break
@@ -60,6 +61,8 @@ def server():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        # SIGTERM is a clean shutdown (non-zero under the sanitizers when the daemon leaked).
+        assert proc.returncode == 0, proc.stderr.read()
     shutil.rmtree(d, ignore_errors=True)
 
 

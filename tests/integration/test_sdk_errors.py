@@ -23,27 +23,17 @@ sys.path.insert(0, str(REPO / "sdk" / "python"))
 
 from sbx import Sandbox, SbxError  # noqa: E402
 from sbx._client import Client  # noqa: E402
-from test_sdk import socket_server  # noqa: E402,F401 (a fixture)
+from test_sdk import SBX_BIN, _skip_reason, socket_server  # noqa: E402,F401 (socket_server: a fixture)
 
 try:  # the shared leftover check; the tests still work without it
     from conftest import SPAWNED
 except ImportError:  # pragma: no cover
     SPAWNED = []
 
-SBX_BIN = os.environ.get("SBX_BIN") or str(REPO / "build" / "src" / "cli" / "sbx")
-
 PARSE_ERROR = -32700
 INTERNAL_ERROR = -32603
 #: How long a call may take before the test calls it hung.
 HANG = 5.0
-
-
-def _skip_reason():
-    if os.geteuid() != 0:
-        return "the sbx SDK tests need root"
-    if not (os.path.isfile(SBX_BIN) and os.access(SBX_BIN, os.X_OK)):
-        return f"sbx binary not found at {SBX_BIN} (build it, or set SBX_BIN)"
-    return None
 
 
 needs_server = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
