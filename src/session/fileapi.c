@@ -111,7 +111,7 @@ void sbx_file_list_free(SbxFileInfo *v, size_t n) {
 typedef struct UploadSet UploadSet;
 
 struct SbxUpload {
-        SbxUpload *next;
+        SbxUpload *next, *prev;
         UploadSet *set;
         const void *owner;
         char id[33];
@@ -165,8 +165,7 @@ int sbx_upload_begin(SbxSandbox *sb, const char *path, int mode, const void *own
         }
         u->set = set;
         u->owner = owner;
-        u->next = set->head;
-        set->head = u;
+        LIST_LINK(set->head, u);
         set->n++;
         *ret = TAKE_PTR(u);
         return 0;
@@ -206,14 +205,8 @@ int sbx_upload_commit(SbxUpload *u) {
 SbxUpload *sbx_upload_free(SbxUpload *u) {
         if (!u)
                 return NULL;
-        UploadSet *set = u->set;
-        SbxUpload **pp = &set->head;
-        while (*pp && *pp != u)
-                pp = &(*pp)->next;
-        if (*pp) {
-                *pp = u->next;
-                set->n--;
-        }
+        LIST_UNLINK(u->set->head, u);
+        u->set->n--;
         fs_upload_abort(&u->fs);
         free(u->path);
         free(u);
