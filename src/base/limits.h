@@ -132,10 +132,6 @@
  * tree. */
 #define SBX_TREE_OPEN_LEVELS 64U
 
-/* Levels the files API's recursive remove goes to. It runs in the daemon's loop and recurses
- * with an fd per level; a deeper tree is for `rm -rf` in the sandbox (ELOOP). */
-#define SBX_MAX_REMOVE_DEPTH 256U
-
 /* Copy buffer of the tree copier (fork, snapshots). */
 #define SBX_TREE_COPY_BUF (256U * 1024)
 

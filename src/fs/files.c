@@ -21,6 +21,7 @@
 #include "base/macro.h"
 #include "base/util.h"
 #include "fs/files.h"
+#include "fs/tree.h"
 
 /* A normalized path: a client's, with "/home/user/" in front at most. */
 #define ABS_BYTES (SBX_MAX_FILES_PATH_BYTES + 16)
@@ -124,14 +125,11 @@ static int full(const FsCtx *c, int fd, int r, const char *path) {
         if (fstatfs(fd, &sf) == 0 && sf.f_files && sf.f_ffree == 0)
                 return fail(c, r, "the sandbox's filesystem is full: it holds its limit of %llu files and "
                             "directories (fileCount): %s", (unsigned long long)c->file_count, path);
-        uint64_t b = c->fs_bytes;
-        if (b && b % (1024 * 1024) == 0)
-                return fail(c, r, "the sandbox's filesystem is full (its limit, fsLimitBytes, is %llu MiB): %s",
-                            (unsigned long long)(b >> 20), path);
-        if (b)
-                return fail(c, r, "the sandbox's filesystem is full (its limit, fsLimitBytes, is %llu bytes): %s",
-                            (unsigned long long)b, path);
-        return fail(c, r, "the sandbox's filesystem is full: %s", path);
+        char limit[32];
+        if (!c->fs_bytes)
+                return fail(c, r, "the sandbox's filesystem is full: %s", path);
+        format_size(c->fs_bytes, limit, sizeof limit);
+        return fail(c, r, "the sandbox's filesystem is full (its limit, fsLimitBytes, is %s): %s", limit, path);
 }
 
 static int resolve(const FsCtx *c, const char *abs, uint64_t flags, uint64_t mode) {
@@ -487,15 +485,9 @@ static int list_dir(int dfd, const char *path, unsigned depth, List *l) {
                         r = -E2BIG;
                         break;
                 }
-                if (l->n == l->cap) {
-                        size_t ncap = l->cap ? l->cap * 2 : 64;
-                        FsInfo *nv = realloc(l->v, ncap * sizeof *nv);
-                        if (!nv) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        l->v = nv;
-                        l->cap = ncap;
+                if (ARRAY_GROW(l->v, l->n, l->cap, 64) < 0) {
+                        r = -ENOMEM;
+                        break;
                 }
                 char child[ABS_BYTES + NAME_MAX + 1];
                 snprintf(child, sizeof child, "%s%s%s", path, strcmp(path, "/") ? "/" : "", de->d_name);
@@ -556,33 +548,17 @@ int fs_mkdir(const FsCtx *c, const char *path, bool parents) {
         return r;
 }
 
-/* Removes directory `name` of dfd and all below it; path is the top's, for messages. */
-static int remove_tree(const FsCtx *c, int dfd, const char *name, unsigned depth, const char *path) {
-        if (depth > SBX_MAX_REMOVE_DEPTH)
-                return fail(c, -ELOOP, "cannot remove %s: it is more than %u directories deep (remove it with a "
-                            "command: rm -rf)", path, SBX_MAX_REMOVE_DEPTH);
-        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d) {
-                safe_close(fd);
+/* Removes directory `name` of dfd and all below it, at any depth (tree_clear() walks it
+ * without recursion); path is the caller's, for messages. */
+static int remove_tree(const FsCtx *c, int dfd, const char *name, const char *path) {
+        char why[256];
+        _cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
                 return negerrno();
-        }
-        int r = 0;
-        for (struct dirent *de; r == 0 && (de = readdir(d));) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                struct stat st;
-                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                        continue;
-                if (S_ISDIR(st.st_mode))
-                        r = remove_tree(c, dirfd(d), de->d_name, depth + 1, path);
-                else if (unlinkat(dirfd(d), de->d_name, 0) < 0)
-                        r = negerrno();
-        }
-        closedir(d);
-        if (r == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0)
-                r = negerrno();
-        return r;
+        int r = tree_clear(fd, why, sizeof why);
+        if (r < 0)
+                return fail(c, r, "cannot remove all of %s: %s", path, why[0] ? why : strerror(-r));
+        return unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? negerrno() : 0;
 }
 
 int fs_remove(const FsCtx *c, const char *path, bool recursive) {
@@ -600,7 +576,7 @@ int fs_remove(const FsCtx *c, const char *path, bool recursive) {
         else if (!S_ISDIR(m))
                 r = unlinkat(pfd, base, 0) < 0 ? negerrno() : 0;
         else if (recursive)
-                r = remove_tree(c, pfd, base, 0, path);
+                r = remove_tree(c, pfd, base, path);
         else
                 r = unlinkat(pfd, base, AT_REMOVEDIR) < 0 ? negerrno() : 0;
         as_daemon();

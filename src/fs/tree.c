@@ -561,17 +561,11 @@ static int clear_descend(Clear *k, char *sub) {
         }
         /* Rootless, our own read-only directory must become writable to be emptied. */
         (void)fchmod(s, 0700);
-        if (k->n == k->cap) {
-                size_t ncap = k->cap ? k->cap * 2 : 64;
-                Level *ns = realloc(k->stack, ncap * sizeof *ns);
-                if (!ns) {
-                        closedir(sd);
-                        close(s);
-                        free(sub);
-                        return -ENOMEM;
-                }
-                k->stack = ns;
-                k->cap = ncap;
+        if (ARRAY_GROW(k->stack, k->n, k->cap, 64) < 0) {
+                closedir(sd);
+                close(s);
+                free(sub);
+                return -ENOMEM;
         }
         if (k->n >= SBX_TREE_OPEN_LEVELS) {
                 closedir(k->d);

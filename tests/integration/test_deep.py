@@ -73,3 +73,14 @@ def test_export_and_import_of_a_deep_tree(srv, levels):  # noqa: F811
     assert "error" not in res, res
     assert deepest(dst, levels) == expected(levels)
     assert at_bottom(dst, "sha256sum f; stat -c %a f") == at_bottom(src, "sha256sum f; stat -c %a f")
+
+
+@pytest.mark.parametrize("levels", LEVELS)
+def test_files_rm_of_a_deep_tree(srv, levels):  # noqa: F811
+    # The files API removes a tree the same way, without recursion: any depth, all of it.
+    box = new_box(srv)
+    build(box, levels)
+    box.sh("mkdir /home/user/other && echo keep > /home/user/other/f")
+    assert srv.result("files.rm", box.p(path=f"/home/user/{NAME}", recursive=True)) == {"ok": True}
+    assert box.sh(f"test -e /home/user/{NAME} && echo present || echo gone") == "gone\n"
+    assert box.sh("cat /home/user/other/f") == "keep\n"
