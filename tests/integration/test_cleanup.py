@@ -163,4 +163,5 @@ def test_rootfs_must_be_absolute(sbx):
     cp = sbx("echo SHOULD-NOT-RUN", opts=["--rootfs", "relative/dir"])
     assert cp.returncode == 1, describe(cp)
     assert b"SHOULD-NOT-RUN" not in cp.stdout
-    assert b"cannot create sandbox" in cp.stderr
+    assert cp.stderr == (b"sbx run: cannot create sandbox: rootfs must be an absolute path to a directory with "
+                         b"bin/bash; got 'relative/dir'\n"), describe(cp)

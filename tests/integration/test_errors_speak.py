@@ -76,6 +76,14 @@ def test_full_filesystem_is_said():
     assert any("the sandbox's filesystem is full (256M, 32 files" in l for l in err(cp).splitlines()), describe(cp)
 
 
+def test_a_command_over_the_command_limit_is_named():
+    cp = sbx("echo " + "x" * (70 * 1024), "echo after")
+    assert cp.returncode == 0 and cp.stdout == b"after\n", describe(cp)
+    lines = err(cp).splitlines()
+    assert "sbx: command 1 was not run: it is longer than the command limit (64K)" in lines, lines
+    assert lines[-1] == "sbx: earlier commands failed: 1 (exit 1)", lines
+
+
 def test_a_normal_failure_says_no_more_than_the_command():
     cp = sbx("echo oops >&2; exit 2")
     assert (cp.returncode, cp.stderr) == (2, b"oops\n"), describe(cp)

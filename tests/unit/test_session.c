@@ -539,6 +539,13 @@ static void test_limit_rules(void) {
         CHECK(sbx_sandbox_new(ctx, &so, &sb) == -EINVAL && !sb &&
               strcmp(sbx_context_last_error(ctx), "limits.file_count must be at least 16; got 3") == 0,
               "the C API says the same (%s)", sbx_context_last_error(ctx));
+        static const char *const bad_env[] = { "1BAD=x", NULL };
+        sbx_sandbox_options_init(&so);
+        so.env = bad_env;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == -EINVAL && !sb &&
+              strcmp(sbx_context_last_error(ctx), "env entry '1BAD=x' is not NAME=VALUE with NAME of letters, digits "
+                                                  "and _ (not starting with a digit)") == 0,
+              "a bad env entry is named (%s)", sbx_context_last_error(ctx));
 }
 
 int main(void) {
