@@ -316,7 +316,8 @@ def test_files_api_refuses_changes_while_a_tree_is_copied(srv):
     box = new_box(srv)
     box.sh("mkdir -p /home/user/data && for i in $(seq 100); do head -c 1000000 /dev/urandom > /home/user/data/f$i; done",
            timeout=60)
-    busy = ok = 0
+    box.write("/tmp/before", b"x")
+    busy = 0
     for _ in range(5):
         snap = box.peer.send("snapshot.create", box.p())
         writes = []
@@ -330,10 +331,13 @@ def test_files_api_refuses_changes_while_a_tree_is_copied(srv):
                 assert ans["error"]["code"] == 1 and ans["error"]["message"].startswith("EBUSY"), ans
                 busy += 1
             else:
-                ok += 1
+                assert ans["result"] == {"ok": True}, ans
         if busy:
             break
-    assert busy > 0 and ok > 0, (busy, ok)
+    # Whether a write lands before the copy starts is timing (on a loaded machine all may
+    # meet it): what must hold is that some met it and were refused, and that writes work
+    # before and after.
+    assert busy > 0, busy
     box.write("/tmp/after", b"y")
 
 
