@@ -10,8 +10,9 @@ persistent bash sessions.
 
 Standard library only. See docs/PROTOCOL.md in the sbx repository for the wire protocol.
 """
-from ._client import Client, SbxError, find_binary
+from ._client import Client, ProcessEndedError, SbxError, WaitTimeoutError, find_binary
 from .commands import CommandHandle, CommandResult, Commands, OutputCallback, Session
+from .processes import OutputChunk, ProcessHandle, ProcessInfo, ProcessResult, Pty, TerminalHandle
 from .files import EntryInfo, Files
 from .sandbox import Env, Sandbox, Sandboxes, Sessions
 
@@ -20,6 +21,14 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox",
     "SbxError",
+    "ProcessEndedError",
+    "WaitTimeoutError",
+    "ProcessHandle",
+    "ProcessResult",
+    "ProcessInfo",
+    "OutputChunk",
+    "TerminalHandle",
+    "Pty",
     "CommandResult",
     "CommandHandle",
     "Commands",

@@ -27,7 +27,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any, Callable, Deque, Dict, List, Optional, cast
 
-__all__ = ["SbxError", "Client", "PendingCall", "find_binary", "as_object", "INTERNAL_ERROR"]
+__all__ = ["SbxError", "ProcessEndedError", "WaitTimeoutError", "Client", "PendingCall", "find_binary",
+           "as_object", "INTERNAL_ERROR", "PROCESS_ENDED", "WAIT_TIMEOUT"]
 
 #: JSON-RPC "internal error": also used for a dead server or a closed connection.
 INTERNAL_ERROR = -32603
@@ -36,6 +37,10 @@ INTERNAL_ERROR = -32603
 _STDERR_LINES = 50
 #: At most this many characters of them go into one error message.
 _STDERR_CHARS = 4000
+#: ``process.wait``: the process ended before the awaited log line or port showed up.
+PROCESS_ENDED = -32010
+#: ``process.wait``: its ``timeoutMs`` passed before the condition held.
+WAIT_TIMEOUT = -32011
 #: The server's default limit on one request line (``limits.rpcBytes``), newline excluded.
 DEFAULT_RPC_BYTES = 8 << 20
 #: JSON-RPC parse error: the server's answer to a line it cannot parse or that is over
@@ -70,9 +75,22 @@ class SbxError(Exception):
         return f"SbxError({self.code!r}, {self.message!r})"
 
     def copy(self) -> "SbxError":
-        """A fresh instance with the same code, message and data (one error may be raised
-        in many threads; each gets its own traceback)."""
-        return SbxError(self.code, self.message, self.data)
+        """A fresh instance of the same class with the same code, message and data (one
+        error may be raised in many threads; each gets its own traceback)."""
+        return type(self)(self.code, self.message, self.data)
+
+
+class ProcessEndedError(SbxError):
+    """``process.wait`` (``wait_for_log``, ``wait_for_port``): the process ended before the
+    condition held (code -32010, message ``PROCESS_ENDED: ...``)."""
+
+
+class WaitTimeoutError(SbxError):
+    """``process.wait`` (``wait_for_log``, ``wait_for_port``): the wait's timeout passed
+    first (code -32011, message ``WAIT_TIMEOUT: ...``). The process keeps running."""
+
+
+_ERROR_CLASSES = {PROCESS_ENDED: ProcessEndedError, WAIT_TIMEOUT: WaitTimeoutError}
 
 
 def _repo_binary() -> Path:
@@ -141,7 +159,7 @@ def _error_of(msg: Dict[str, Any]) -> Optional[SbxError]:
     code = err.get("code")
     if not isinstance(code, int) or isinstance(code, bool):
         code = INTERNAL_ERROR
-    return SbxError(code, str(err.get("message", "")), err.get("data"))
+    return _ERROR_CLASSES.get(code, SbxError)(code, str(err.get("message", "")), err.get("data"))
 
 
 def as_object(value: Any) -> Optional[Dict[str, Any]]:
@@ -163,17 +181,20 @@ def _rpc_bytes_param(params: Dict[str, Any]) -> Optional[int]:
 class PendingCall:
     """One request in flight: its answer, once it came, and its notification handler."""
 
-    __slots__ = ("request_id", "method", "size", "unreadable", "on_notification", "event", "result", "error",
-                 "callback_error")
+    __slots__ = ("request_id", "method", "size", "unreadable", "on_notification", "on_done", "event", "result",
+                 "error", "callback_error")
 
     def __init__(self, request_id: int, method: str, size: int,
-                 on_notification: Optional[NotificationHandler], unreadable: bool = False) -> None:
+                 on_notification: Optional[NotificationHandler], unreadable: bool = False,
+                 on_done: Optional[Callable[[], None]] = None) -> None:
         self.request_id = request_id
         self.method = method
         self.size = size  # bytes of the request line, newline excluded
         # The server's parser rejects the request (see _unreadable): it answers without an id.
         self.unreadable = unreadable
         self.on_notification = on_notification
+        # Called once the answer (or the connection's end) is in, before waiters wake.
+        self.on_done = on_done
         self.event = threading.Event()
         self.result: Any = None
         self.error: Optional[SbxError] = None
@@ -182,6 +203,16 @@ class PendingCall:
 
     def done(self) -> bool:
         return self.event.is_set()
+
+    def complete(self) -> None:
+        """Runs on_done (an exception it raises goes to the waiter), then wakes waiters."""
+        if self.on_done is not None and not self.event.is_set():
+            try:
+                self.on_done()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiter
+                if self.callback_error is None:
+                    self.callback_error = e
+        self.event.set()
 
     def wait(self, timeout: Optional[float] = None) -> Any:
         """The result; raises the SbxError answered, or TimeoutError after ``timeout`` s."""
@@ -307,11 +338,14 @@ class Client:
     # ------------------------------------------------------------ requests
 
     def send(self, method: str, params: Optional[Dict[str, Any]] = None,
-             on_notification: Optional[NotificationHandler] = None) -> PendingCall:
+             on_notification: Optional[NotificationHandler] = None,
+             on_done: Optional[Callable[[], None]] = None) -> PendingCall:
         """Sends a request without waiting; ``.wait()`` on the returned call gets its result.
 
         ``on_notification`` is called on the reader thread with the params of every
-        notification whose ``requestId`` is this request's id.
+        notification whose ``requestId`` is this request's id. ``on_done`` is called once
+        the answer is in (on the reader thread) or the connection is gone (on the thread
+        that noticed), before ``.wait()`` returns.
         """
         # Encoded first: a value that cannot be sent (say a lone surrogate) fails here,
         # before anything is registered or written.
@@ -329,7 +363,7 @@ class Client:
                 raise SbxError(PARSE_ERROR, f"Request too large (limit {self._rpc_limit} bytes): this {method} "
                                             f"request is {size} bytes; raise limits.rpcBytes")
             self._next_id += 1
-            call = PendingCall(rid, method, size, on_notification, unreadable)
+            call = PendingCall(rid, method, size, on_notification, unreadable, on_done)
             # Registered before writing: the answer may come before the write returns.
             self._calls[rid] = call
         try:
@@ -460,7 +494,7 @@ class Client:
             call.error = error
         else:
             call.result = msg.get("result")
-        call.event.set()
+        call.complete()
 
     def _unmatched_call(self, error: SbxError) -> Optional[PendingCall]:
         """The pending call an error that names no pending request goes to (lock held), or
@@ -525,7 +559,7 @@ class Client:
             self._calls.clear()
         for call in calls:
             call.error = err
-            call.event.set()
+            call.complete()
 
     def __repr__(self) -> str:
         return f"<sbx.Client {self._description}{' closed' if self.closed else ''}>"

@@ -5,9 +5,12 @@ import base64
 import codecs
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, Optional, Union, overload
 
 from ._client import INTERNAL_ERROR, Client, PendingCall, SbxError, as_object
+
+if TYPE_CHECKING:
+    from .processes import ProcessHandle, ProcessInfo
 
 __all__ = ["CommandResult", "CommandHandle", "Commands", "Session", "OutputCallback"]
 
@@ -18,7 +21,9 @@ OutputCallback = Callable[[str], None]
 _INVALID_PARAMS = -32602
 
 
-def _wire_bytes(obj: Mapping[str, Any], key: str, encoding_key: str) -> bytes:
+def wire_bytes(obj: Mapping[str, Any], key: str, encoding_key: str) -> bytes:
+    """The bytes of ``obj[key]``: the string's UTF-8, or its base64 decoding when
+    ``obj[encoding_key]`` is ``"base64"``."""
     value = obj.get(key) or ""
     if obj.get(encoding_key) == "base64":
         return base64.b64decode(value)
@@ -66,8 +71,8 @@ class CommandResult:
     @classmethod
     def from_wire(cls, result: Mapping[str, Any]) -> "CommandResult":
         """Builds a result from the ``run`` method's JSON result."""
-        out = _wire_bytes(result, "stdout", "stdoutEncoding")
-        err = _wire_bytes(result, "stderr", "stderrEncoding")
+        out = wire_bytes(result, "stdout", "stdoutEncoding")
+        err = wire_bytes(result, "stderr", "stderrEncoding")
         truncated = as_object(result.get("truncated"))
         dropped = as_object(result.get("droppedBytes"))
         return cls(
@@ -109,7 +114,7 @@ class _Streams:
         callback = self._callbacks[name]
         if callback is None:
             return
-        data = _wire_bytes(params, "data", "encoding")
+        data = wire_bytes(params, "data", "encoding")
         text = self._decoders[name].decode(data)
         if text:
             callback(text)
@@ -286,42 +291,134 @@ class Commands:
                              stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=session,
                              leftovers=leftovers)
 
-    def run(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
-            timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
-            on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
-            session: Optional[str] = None, leftovers: Optional[str] = None) -> CommandResult:
-        """Runs a bash command in the sandbox's persistent session and waits for it.
+    @overload
+    def run(self, cmd: str, *, background: Literal[False] = False, cwd: Optional[str] = None,
+            envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+            stdin: Union[bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
+            on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
+            leftovers: Optional[str] = None) -> CommandResult: ...
 
-        State (working directory, exported variables, functions, background jobs)
-        persists from one run to the next in the same session.
+    @overload
+    def run(self, cmd: str, *, background: Literal[True], cwd: Optional[str] = None,
+            envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+            stdin: Union[bool, bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
+            on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
+            label: Optional[str] = None) -> "ProcessHandle": ...
+
+    def run(self, cmd: str, *, background: bool = False, cwd: Optional[str] = None,
+            envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+            stdin: Union[bool, bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
+            on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
+            leftovers: Optional[str] = None, label: Optional[str] = None) -> Union[CommandResult, "ProcessHandle"]:
+        """Runs a bash command in the sandbox's persistent session and waits for it, or,
+        with ``background=True``, starts it as a background process and returns at once.
+
+        A foreground run's state changes (working directory, exported variables, functions,
+        background jobs) persist from one run to the next in the same session. A background
+        process starts from its session's state but never changes it.
 
         Args:
             cmd: bash source text.
+            background: start a background process (``process.start``) and return its
+                :class:`~sbx.ProcessHandle` (``wait``, ``kill``, ``send_stdin``,
+                ``wait_for_port``, ...); it runs until it ends or is killed, also past
+                later runs.
             cwd: working directory for this run only.
             envs: extra environment variables for this run only.
-            timeout: seconds before the command is killed (exit 124, error_class
-                ``"TIMEOUT"``); default: the sandbox's timeout.
+            timeout: seconds before the command is killed. Foreground: exit 124,
+                error_class ``"TIMEOUT"``, default the sandbox's timeout. Background: the
+                process and all it started are killed (status ``"timeout"``, exit 137),
+                default none.
             stdin: bytes (or text, sent as UTF-8) on the command's standard input;
-                default: /dev/null.
+                default: /dev/null. Background only: True keeps stdin open for
+                ``handle.send_stdin()`` / ``close_stdin()``.
             on_stdout: called with each piece of standard output as it arrives.
             on_stderr: called with each piece of standard error as it arrives.
                 Callbacks run on the SDK's reader thread: keep them short and do not make
-                blocking SDK calls from them (``handle.cancel()`` is fine).
+                blocking SDK calls from them (``handle.cancel()`` / ``handle.kill()`` are
+                fine).
             session: session name (default ``"default"``; created on first use).
-            leftovers: ``"kill"``: what the command leaves running (``server &``) is killed
-                when it ends; ``"keep"``: it keeps running; default: the sandbox's setting.
+            leftovers: foreground only. ``"kill"``: what the command leaves running
+                (``server &``) is killed when it ends; ``"keep"``: it keeps running;
+                default: the sandbox's setting.
+            label: background only: free text shown by :meth:`list`.
 
         Returns:
-            The :class:`CommandResult`. A non-zero exit status does **not** raise (E2B
-            raises ``CommandExitException``; sbx returns the result): check
-            ``result.exit_code``.
+            Foreground: the :class:`CommandResult`. A non-zero exit status does **not**
+            raise (E2B raises ``CommandExitException``; sbx returns the result): check
+            ``result.exit_code``. Background: a :class:`~sbx.ProcessHandle`.
 
         Raises:
-            SbxError: a protocol error, e.g. an invalid env name (code -32602), or the
-                server went away (-32603).
+            SbxError: a protocol error, e.g. an invalid env name (code -32602), the
+                sandbox's 64 live background processes (-32001), or the server went away
+                (-32603).
+            ValueError: an argument of the other mode (``label`` or ``stdin=True`` without
+                ``background``, ``leftovers`` with it).
         """
+        if background:
+            if leftovers is not None:
+                raise ValueError("leftovers applies to foreground runs only")
+            from .processes import start_process
+            return start_process(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
+                                 stdin=stdin, session=session, label=label, on_stdout=on_stdout,
+                                 on_stderr=on_stderr)
+        if label is not None:
+            raise ValueError("label applies to background processes only (background=True)")
+        if isinstance(stdin, bool):
+            if stdin:
+                raise ValueError("stdin=True (an open stdin) needs background=True")
+            stdin = None
         return self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
                           on_stderr=on_stderr, session=session, leftovers=leftovers).wait()
+
+    def list(self) -> List["ProcessInfo"]:
+        """The sandbox's background processes (``process.list``), oldest first: those of
+        ``run(background=True)`` and terminals (origin ``"start"``), and what foreground
+        runs left running (origin ``"leftover"``), running or ended."""
+        from .processes import list_processes
+        return list_processes(self._client, self._sandbox_id)
+
+    def kill(self, pid: Union[int, str], signal: Union[str, int, None] = None) -> bool:
+        """Kills a background process and everything it started, by its pid inside the
+        sandbox (or by its process id, a str such as ``"p12"``): ``signal`` (default TERM),
+        then KILL after 2 s. Returns once they are all dead.
+
+        Returns:
+            True when it was killed; False when no running process has that pid.
+        """
+        from .processes import _kill, find_process  # pyright: ignore[reportPrivateUsage]
+        info = find_process(self._client, self._sandbox_id, pid)
+        if info is None or not info.running:
+            return False
+        params: Dict[str, Any] = {"processId": info.process_id}
+        if self._sandbox_id is not None:
+            params["sandboxId"] = self._sandbox_id
+        if signal is not None:
+            params["signal"] = signal
+        return _kill(self._client, self._sandbox_id, info.process_id, params)
+
+    def connect(self, pid: Union[int, str], on_stdout: Optional[OutputCallback] = None,
+                on_stderr: Optional[OutputCallback] = None) -> "ProcessHandle":
+        """A handle on a background process that is running (or has ended), by its pid inside
+        the sandbox (or its process id, a str).
+
+        Its output is delivered from where this SDK (this Python process) last delivered
+        output of that process, through any handle and any connection, else from the start:
+        across reconnects every byte reaches the callbacks exactly once (bytes the daemon's
+        1 MiB log dropped in between are counted in ``dropped_bytes``). Typical use: a
+        persistent sandbox reached again with ``Sandbox.connect(socket)`` and
+        ``sandboxes.get(sandbox_id)``.
+
+        Raises:
+            SbxError: no process of the sandbox has that pid (-32602).
+        """
+        from .processes import TerminalHandle, ProcessHandle, find_process
+        info = find_process(self._client, self._sandbox_id, pid)
+        if info is None:
+            raise SbxError(_INVALID_PARAMS, f"no background process with pid {pid!r} in this sandbox")
+        cls = TerminalHandle if info.pty else ProcessHandle
+        return cls(self._client, self._sandbox_id, info.process_id, info.pid, on_stdout=on_stdout,
+                   on_stderr=on_stderr, resume=True)
 
 
 class Session:

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Type, Union
 from ._client import Client, SbxError, as_object
 from .commands import Commands, Session, seconds_to_ms
 from .files import Files
+from .processes import Pty
 
 __all__ = ["Sandbox", "Sessions", "Env", "Sandboxes"]
 
@@ -125,6 +126,8 @@ class Sandbox:
         ``remove``, ``rename``."""
         self.sandboxes: Sandboxes = Sandboxes(client)
         """More sandboxes on this connection: ``create``, ``list``, ``get``."""
+        self.pty: Pty = Pty(client, sandbox_id)
+        """Interactive terminals: ``create``."""
 
     # ------------------------------------------------------------ identity
 
@@ -174,6 +177,31 @@ class Sandbox:
             raise
         answer = as_object(result)
         return answer is not None and answer.get("pong") is True
+
+    # ------------------------------------------------------------ ports
+
+    def get_host(self, port: int) -> str:
+        """``"127.0.0.1:N"``: an address on the host that reaches TCP ``port`` inside the
+        sandbox (``port.expose``; the daemon forwards each connection into the sandbox's
+        network namespace). Asking again for the same port returns the same address. The
+        mapping lives as long as the sandbox.
+
+        Raises:
+            SbxError: ``port`` is not in 1-65535 (-32602).
+        """
+        params = self._params(port=int(port))
+        try:
+            result = self._client.request("port.expose", params)
+        except SbxError as e:
+            if e.code != -32602:
+                raise
+            # Already exposed (E2B's get_host may be called any number of times): the
+            # existing mapping. Anything else (a bad port) is re-raised.
+            for entry in self._client.request("port.list", self._params())["ports"]:
+                if int(entry["port"]) == int(port):
+                    return f"{entry['host']}:{entry['hostPort']}"
+            raise
+        return f"{result['host']}:{result['port']}"
 
     # ------------------------------------------------------------ fork, snapshots, export
 
