@@ -186,14 +186,15 @@ class PendingCall:
 
     def __init__(self, request_id: int, method: str, size: int,
                  on_notification: Optional[NotificationHandler], unreadable: bool = False,
-                 on_done: Optional[Callable[[], None]] = None) -> None:
+                 on_done: Optional[Callable[["PendingCall"], None]] = None) -> None:
         self.request_id = request_id
         self.method = method
         self.size = size  # bytes of the request line, newline excluded
         # The server's parser rejects the request (see _unreadable): it answers without an id.
         self.unreadable = unreadable
         self.on_notification = on_notification
-        # Called once the answer (or the connection's end) is in, before waiters wake.
+        # Called with this call once the answer (or the connection's end) is in, before
+        # waiters wake.
         self.on_done = on_done
         self.event = threading.Event()
         self.result: Any = None
@@ -208,7 +209,7 @@ class PendingCall:
         """Runs on_done (an exception it raises goes to the waiter), then wakes waiters."""
         if self.on_done is not None and not self.event.is_set():
             try:
-                self.on_done()
+                self.on_done(self)
             except BaseException as e:  # noqa: BLE001 - handed to the waiter
                 if self.callback_error is None:
                     self.callback_error = e
@@ -339,12 +340,12 @@ class Client:
 
     def send(self, method: str, params: Optional[Dict[str, Any]] = None,
              on_notification: Optional[NotificationHandler] = None,
-             on_done: Optional[Callable[[], None]] = None) -> PendingCall:
+             on_done: Optional[Callable[[PendingCall], None]] = None) -> PendingCall:
         """Sends a request without waiting; ``.wait()`` on the returned call gets its result.
 
         ``on_notification`` is called on the reader thread with the params of every
-        notification whose ``requestId`` is this request's id. ``on_done`` is called once
-        the answer is in (on the reader thread) or the connection is gone (on the thread
+        notification whose ``requestId`` is this request's id. ``on_done`` is called with
+        the call once the answer is in (on the reader thread) or the connection is gone (on the thread
         that noticed), before ``.wait()`` returns.
         """
         # Encoded first: a value that cannot be sent (say a lone surrogate) fails here,

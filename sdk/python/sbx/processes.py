@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from ._client import INTERNAL_ERROR, Client, SbxError, as_object
+from ._client import INTERNAL_ERROR, Client, PendingCall, SbxError, as_object
 from .commands import OutputCallback, seconds_to_ms, wire_bytes
 
 __all__ = ["ProcessHandle", "ProcessResult", "ProcessInfo", "OutputChunk", "TerminalHandle", "Pty",
@@ -328,8 +328,7 @@ class ProcessHandle:
         # for the next connection).
         _remember(self._sandbox_id, self._process_id, cursor, states)
 
-    def _on_done(self) -> None:
-        call = self._call
+    def _on_done(self, call: PendingCall) -> None:
         ok = call.error is None and call.callback_error is None
         result = as_object(call.result) if ok else None
         tails: Dict[str, str] = {}
