@@ -137,8 +137,7 @@ uint64_t sbx_process_read_log(const SbxProcess *p, uint64_t cursor, size_t max, 
                 *ret_dropped = cursor < oldest ? oldest - cursor : 0;
         if (cursor < oldest)
                 cursor = oldest;
-        if (cursor > l->end)
-                cursor = l->end;
+        /* A cursor past the end is where the caller wants to start once the bytes come. */
         for (const LogChunk *c = l->head; c && max > 0; c = c->next) {
                 if (c->start + c->len <= cursor)
                         continue;
