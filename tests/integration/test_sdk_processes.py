@@ -205,12 +205,13 @@ def test_stdin_to_cat(sb):
 
 def test_kill_of_a_process_tree(sb):
     h = sb.commands.run("sleep 300 & echo $! > /tmp/a; (sleep 301 & echo $! > /tmp/b; wait) & "
-                        "echo started; wait", background=True)
+                        "until [ -s /tmp/b ]; do sleep 0.01; done; echo started; wait", background=True)
     assert "started" in h.wait_for_log("^start", timeout=10)
     pids = sb.commands.run("cat /tmp/a /tmp/b").stdout.split()
     assert len(pids) == 2
-    alive = f"for p in {' '.join(pids)} {h.pid}; do kill -0 $p 2>/dev/null && echo $p; done"
-    assert sorted(sb.commands.run(alive).stdout.split()) == sorted(pids + [str(h.pid)])
+    # pid:state of those that still exist.
+    alive = f"for p in {' '.join(pids)} {h.pid}; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null) && echo $p:$s; done"
+    assert sorted(x.split(":")[0] for x in sb.commands.run(alive).stdout.split()) == sorted(pids + [str(h.pid)])
     t0 = time.monotonic()
     assert sb.commands.kill(h.pid) is True
     assert time.monotonic() - t0 < 5  # TERM, not the 2 s grace then KILL of a stubborn one
@@ -237,6 +238,8 @@ def test_list_shows_status_and_exit_codes(sb):
     assert timed.wait(timeout=10).exit_code == 137
     assert sleeper.wait(timeout=10).exit_code == 137
     sb.commands.run("sleep 100 &")  # a foreground run's leftover
+    # The daemon lists a run's leftover a few ms after the run's answer (seen: up to 20 ms).
+    assert wait_until(lambda: any(p.origin == "leftover" for p in sb.commands.list()), timeout=5)
     procs = sb.commands.list()
     assert all(isinstance(p, ProcessInfo) for p in procs)
     by_id = {p.process_id: p for p in procs}
@@ -354,8 +357,10 @@ def test_output_past_the_log_is_reported_as_dropped_not_waited_for(socket_server
         h2 = again.commands.connect(h.pid)
         r = h2.wait(timeout=20)
         assert r.exit_code == 0
-        assert r.dropped_bytes == h2.dropped_bytes == total - LOG_BYTES
-        assert r.stdout_bytes == b"x" * (LOG_BYTES - 4) + b"END\n"
+        # The log keeps at most its last MiB (whole pieces of it): the rest is dropped.
+        assert r.dropped_bytes == h2.dropped_bytes >= total - LOG_BYTES
+        assert len(r.stdout_bytes) + r.dropped_bytes == total
+        assert r.stdout_bytes == b"x" * (len(r.stdout_bytes) - 4) + b"END\n"
         again.destroy()
     finally:
         a.kill()

@@ -3,8 +3,9 @@
 A :class:`Client` owns either a spawned ``sbx serve --stdio`` process or a Unix socket
 connection to ``sbx serve --socket PATH``. Requests are newline-delimited JSON-RPC 2.0
 lines with integer ids from a counter; a background reader thread routes every answer to
-the request waiting for it and every ``output`` notification to the run that asked for
-streaming. An error answer that names no waiting request (the server answers a line it
+the request waiting for it, every ``output`` notification to the run that asked for
+streaming (by its ``requestId``), and every ``process.output`` / ``process.exit``
+notification, which names no request, to the listeners of its ``processId``. An error answer that names no waiting request (the server answers a line it
 cannot read, e.g. one with a NUL character, with ``"id": null``) still fails one: see
 :meth:`Client._unmatched_call`. Writes are serialised by a lock, so a client may be used
 from many threads.
@@ -243,6 +244,7 @@ class Client:
         self._lock = threading.Lock()  # guards _calls, _next_id, _dead, _closing
         self._write_lock = threading.Lock()  # one line at a time on the wire
         self._calls: Dict[int, PendingCall] = {}
+        self._process_listeners: Dict[str, List[NotificationHandler]] = {}
         self._next_id = 1
         self._dead: Optional[SbxError] = None
         self._closing = False
@@ -382,6 +384,24 @@ class Client:
             raise err from None
         return call
 
+    def listen_process(self, process_id: str, handler: NotificationHandler) -> None:
+        """Calls ``handler`` on the reader thread with the params of every notification
+        naming ``processId`` ``process_id`` (``process.output``, ``process.exit``) and no
+        request. They come from every ``process.stream`` of that process on this
+        connection: a handler sorts them by their cursors. An exception it raises is
+        dropped: the handler must keep its own."""
+        with self._lock:
+            self._process_listeners.setdefault(process_id, []).append(handler)
+
+    def unlisten_process(self, process_id: str, handler: NotificationHandler) -> None:
+        """Undoes :meth:`listen_process` (nothing if it is not listening)."""
+        with self._lock:
+            handlers = self._process_listeners.get(process_id, [])
+            if handler in handlers:
+                handlers.remove(handler)
+            if not handlers:
+                self._process_listeners.pop(process_id, None)
+
     def request(self, method: str, params: Optional[Dict[str, Any]] = None,
                 timeout: Optional[float] = None) -> Any:
         """Sends a request and waits for its result.
@@ -471,6 +491,15 @@ class Client:
                 return
             rid = params.get("requestId")
             if not isinstance(rid, int):
+                process_id = params.get("processId")
+                if isinstance(process_id, str):
+                    with self._lock:
+                        handlers = list(self._process_listeners.get(process_id, ()))
+                    for handler in handlers:
+                        try:
+                            handler(params)
+                        except Exception:  # noqa: BLE001 - the handler's own business
+                            pass
                 return
             with self._lock:
                 call = self._calls.get(rid)

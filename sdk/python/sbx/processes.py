@@ -22,6 +22,7 @@ import base64
 import codecs
 import collections
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
@@ -35,6 +36,10 @@ __all__ = ["ProcessHandle", "ProcessResult", "ProcessInfo", "OutputChunk", "Term
 DataCallback = Callable[[bytes], None]
 
 _INVALID_PARAMS = -32602
+
+#: At most this many bytes of pieces past a handle's cursor are held (beyond: dropped, and
+#: read again from the log): a stream's pieces after a loss, another stream's ahead of it.
+_AHEAD_MAX = 4 << 20
 
 #: A daemon's default TERM for terminals unless the caller's envs say otherwise.
 _DEFAULT_TERM = "xterm-256color"
@@ -230,17 +235,29 @@ class ProcessHandle:
         self._cursor = cursor
         self._dropped = 0
         self._chunks: List[OutputChunk] = []
+        # Pieces past the cursor, by start offset (see _apply).
+        self._ahead: Dict[int, Tuple[str, bytes, int]] = {}
+        self._ahead_bytes = 0
         self._exit: Optional[Dict[str, Any]] = None
         self._finished = False
+        self._finished_event = threading.Event()  # set once _finished and the callbacks are done
         self._result: Optional[ProcessResult] = None
+        # The first exception an output callback raised; no output is delivered after it.
+        self._callback_error: Optional[BaseException] = None
         self._cond = threading.Condition()
         params: Dict[str, Any] = {"processId": process_id, "cursor": cursor}
         if sandbox_id is not None:
             params["sandboxId"] = sandbox_id
-        # Everything the stream notifies touches only what is set above (it may come before
-        # send() returns).
-        self._call = client.send("process.stream", params, on_notification=self._on_notification,
-                                 on_done=self._on_done)
+        # Listening before asking, and touching only what is set above: the first
+        # notifications may come before send() returns. (A daemon that named the request in
+        # its notifications would reach on_notification instead; both lead to _take.)
+        client.listen_process(process_id, self._on_notification)
+        try:
+            self._call = client.send("process.stream", params, on_notification=self._on_notification,
+                                     on_done=self._on_done)
+        except BaseException:
+            client.unlisten_process(process_id, self._on_notification)
+            raise
 
     # ------------------------------------------------------------ identity and state
 
@@ -284,74 +301,165 @@ class ProcessHandle:
     # ------------------------------------------------------------ the stream
 
     def _on_notification(self, params: Dict[str, Any]) -> None:
+        try:
+            self._take(params)
+        except BaseException as e:  # noqa: BLE001 - handed to wait()
+            with self._cond:
+                if self._callback_error is None:
+                    self._callback_error = e
+
+    def _take(self, params: Dict[str, Any]) -> None:
+        """One ``process.output`` or ``process.exit``.
+
+        The daemon's notifications name the process, not the stream request, so those of
+        every stream of this process on this connection come here (another handle's, or a
+        reconnect's). Each stream sends the log contiguously from its own cursor, so a piece
+        is taken only where it continues this handle's cursor: a piece already had is
+        skipped (or its new tail taken), one further on belongs to a stream ahead of this
+        one, whose bytes this handle's own stream sends in turn.
+        """
         if "stream" not in params:
             if "status" in params:  # process.exit
                 with self._cond:
                     self._exit = dict(params)
             return
-        name = str(params.get("stream"))
-        if name not in self._decoders:
-            return
-        data = wire_bytes(params, "data", "dataEncoding" if "dataEncoding" in params else "encoding")
         end = params.get("cursor")
         dropped = params.get("dropped")
+        self._take_bytes(str(params.get("stream")),
+                         wire_bytes(params, "data", "dataEncoding" if "dataEncoding" in params else "encoding"),
+                         end if isinstance(end, int) and not isinstance(end, bool) else None,
+                         dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0)
+
+    def _take_bytes(self, name: str, data: bytes, end: Optional[int], dropped: int) -> None:
+        if name not in self._decoders:
+            return
+        pieces: List[OutputChunk] = []
         with self._cond:
-            if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped > 0:
-                # The log no longer holds [cursor, cursor + dropped): what is left starts there.
-                self._dropped += dropped
-                self._cursor += dropped
-            if isinstance(end, int) and not isinstance(end, bool):
-                start = end - len(data)
-                if end <= self._cursor:
-                    return  # delivered already
-                if start < self._cursor:
-                    data = data[self._cursor - start:]
-                elif start > self._cursor:
-                    self._dropped += start - self._cursor
-                self._cursor = end
-            else:
-                self._cursor += len(data)
+            if self._finished or self._callback_error is not None:
+                return
+            self._apply(name, data, end, dropped, pieces)
+            # A piece held as "ahead" may continue the cursor now.
+            while self._ahead:
+                start = min(self._ahead)
+                held_name, held_data, held_end = self._ahead[start]
+                if start > self._cursor:
+                    break
+                del self._ahead[start]
+                self._ahead_bytes -= len(held_data)
+                self._apply(held_name, held_data, held_end, 0, pieces)
             cursor = self._cursor
-            text = ""
-            if data:
-                text = self._decoders[name].decode(data)
-                self._chunks.append(OutputChunk(name, data, text, cursor))
-                self._cond.notify_all()
+            self._chunks.extend(pieces)
+            self._cond.notify_all()
             states = {n: d.getstate() for n, d in self._decoders.items()}
-        if data:
+        for piece in pieces:
             if self._on_data is not None:
-                self._on_data(data)
-            callback = self._text_callbacks[name]
-            if callback is not None and text:
-                callback(text)
+                self._on_data(piece.data)
+            callback = self._text_callbacks[piece.stream]
+            if callback is not None and piece.text:
+                callback(piece.text)
         # Only what reached the callbacks counts as delivered (an exception above leaves it
         # for the next connection).
         _remember(self._sandbox_id, self._process_id, cursor, states)
 
+    def _apply(self, name: str, data: bytes, end: Optional[int], dropped: int, pieces: List[OutputChunk]) -> None:
+        """Moves the cursor over one piece (lock held); what it adds goes to ``pieces``."""
+        if dropped > 0:
+            # The log no longer holds [end - dropped, end): what is left starts at end.
+            lost_from, lost_to = (end - dropped, end) if end is not None else (self._cursor, self._cursor + dropped)
+            if not lost_from <= self._cursor < lost_to:
+                return
+            self._dropped += lost_to - self._cursor
+            self._cursor = lost_to
+            return
+        if end is not None:
+            start = end - len(data)
+            if end <= self._cursor:
+                return
+            if start > self._cursor:
+                # Either another stream's, ahead of this one (this handle's own stream sends
+                # those bytes in turn), or this stream's first piece after a loss, which the
+                # daemon sends before its dropped notice: held until the cursor gets there.
+                if start not in self._ahead and self._ahead_bytes + len(data) <= _AHEAD_MAX:
+                    self._ahead[start] = (name, data, end)
+                    self._ahead_bytes += len(data)
+                return
+            data = data[self._cursor - start:]
+            self._cursor = end
+        else:
+            self._cursor += len(data)
+        if data:
+            pieces.append(OutputChunk(name, data, self._decoders[name].decode(data), self._cursor))
+
     def _on_done(self, call: PendingCall) -> None:
-        ok = call.error is None and call.callback_error is None
-        result = as_object(call.result) if ok else None
+        result = as_object(call.result) if call.error is None else None
+        if result is None or self._callback_error is not None:
+            self._finish(complete=False)
+            return
+        with self._cond:
+            if self._exit is None:
+                self._exit = dict(result)
+        # The daemon may answer a stream that a slow reader made it pause before it sent the
+        # whole log (seen: the answer's cursor 2.5 of 3 MiB, no dropped notice). The log
+        # says whether anything is left: read until its eof.
+        self._read_tail()
+
+    def _read_tail(self) -> None:
+        with self._cond:
+            params = self._params(cursor=self._cursor)
+        try:
+            self._client.send("process.logs", params, on_done=self._on_tail)
+        except SbxError:  # the connection is gone
+            self._finish(complete=False)
+
+    def _on_tail(self, call: PendingCall) -> None:
+        result = as_object(call.result) if call.error is None else None
+        if result is None:
+            # The process was forgotten or the connection is gone: what came is all there is.
+            self._finish(complete=call.error is not None and call.error.code == _INVALID_PARAMS)
+            return
+        before = self.cursor
+        out = wire_bytes(result, "stdout", "stdoutEncoding")
+        err = wire_bytes(result, "stderr", "stderrEncoding")
+        end = result.get("cursor")
+        dropped = result.get("dropped")
+        if isinstance(end, int) and not isinstance(end, bool):
+            start = end - len(out) - len(err)
+            if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped > 0:
+                self._take_bytes("stdout", b"", start, dropped)
+            # process.logs splits the bytes by stream: their interleaving is lost here.
+            self._take_bytes("stdout", out, start + len(out), 0)
+            self._take_bytes("stderr", err, end, 0)
+        if result.get("eof") is True or self._callback_error is not None or self.cursor == before:
+            self._finish(complete=self._callback_error is None)
+        else:
+            self._read_tail()
+
+    def _finish(self, complete: bool) -> None:
+        """The end of the handle's stream; ``complete``: the process ended and its output
+        is all in (else the connection went away or a callback failed)."""
+        self._client.unlisten_process(self._process_id, self._on_notification)
         tails: Dict[str, str] = {}
         with self._cond:
-            if result is not None:
-                if self._exit is None:
-                    self._exit = dict(result)
-                end = result.get("cursor")
-                if isinstance(end, int) and not isinstance(end, bool) and end > self._cursor:
-                    self._cursor = end
+            if complete:
                 # The process is over: an incomplete character at the end will never be
                 # completed; the callbacks get it as U+FFFD.
                 tails = {n: d.decode(b"", final=True) for n, d in self._decoders.items()}
             self._finished = True
             cursor = self._cursor
             self._cond.notify_all()
-        if result is None:
-            return
-        for name, text in tails.items():
-            callback = self._text_callbacks[name]
-            if text and callback is not None:
-                callback(text)
-        _remember(self._sandbox_id, self._process_id, cursor, {})
+        try:
+            for name, text in tails.items():
+                callback = self._text_callbacks[name]
+                if text and callback is not None:
+                    callback(text)
+        except BaseException as e:  # noqa: BLE001 - handed to wait()
+            with self._cond:
+                if self._callback_error is None:
+                    self._callback_error = e
+        finally:
+            self._finished_event.set()
+        if complete:
+            _remember(self._sandbox_id, self._process_id, cursor, {})
 
     def __iter__(self) -> Iterator[OutputChunk]:
         """Yields the output chunks, from this handle's first until the process ended.
@@ -397,9 +505,15 @@ class ProcessHandle:
             return self._result
         if self._client.on_reader_thread() and not self._call.done():
             raise RuntimeError("sbx: cannot wait for a process inside an output callback")
+        deadline = None if timeout is None else time.monotonic() + timeout
         raw = self._call.wait(timeout)
         if as_object(raw) is None:
             raise SbxError(INTERNAL_ERROR, f"malformed process.stream result: {raw!r}")
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._finished_event.wait(left):
+            raise TimeoutError(f"process {self._process_id} did not end within {timeout} s")
+        if self._callback_error is not None:
+            raise self._callback_error
         with self._cond:
             ex = self._exit or {}
             out = b"".join(c.data for c in self._chunks if c.stream == "stdout")
