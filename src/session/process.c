@@ -355,10 +355,10 @@ static void cgroup_gone(SbxProcess *p) {
 static void proc_end(SbxProcess *p) {
         if (p->ended)
                 return;
-        /* Everything it wrote before it ended is in the pipes: into the log before the end is
-         * told (bounded: what it left running may keep writing). */
-        drain(p, true, 4 * SBX_PROCESS_READ_BYTES);
-        drain(p, false, 4 * SBX_PROCESS_READ_BYTES);
+        /* Everything it wrote before it ended is in the pipes (a full pipe at most): into the
+         * log before the end is told (bounded: what it left running may keep writing). */
+        drain(p, true, 2 * SBX_PIPE_BYTES);
+        drain(p, false, 2 * SBX_PIPE_BYTES);
         p->ended = true;
         p->ended_ms = wall_ms();
         p->deadline = 0;
@@ -541,9 +541,8 @@ static int watch_output(SbxProcess *p) {
         return 0;
 }
 
-static void on_detached(RunDetach *d, pid_t pid, int pidfd, int cg, const char *cg_name) {
+static void on_detached(RunDetach *d, pid_t pid, int cg, const char *cg_name) {
         SbxProcess *p = container_of(d, SbxProcess, detach);
-        safe_close(pidfd);
         p->pid = pid;
         p->started = true;
         p->started_ms = wall_ms();
