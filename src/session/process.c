@@ -765,6 +765,16 @@ void sbx_process_info(const SbxProcess *p, SbxProcessInfo *ret) {
         };
 }
 
+unsigned process_kill_leftovers(SandboxCore *core) {
+        unsigned n = 0;
+        for (SbxProcess *p = core->procs; p; p = p->next)
+                if (p->leftover && p->cg >= 0) {
+                        kill_tree(p);
+                        n++;
+                }
+        return n + bglog_kill(&core->bg);
+}
+
 unsigned process_count_alive(const SandboxCore *core) {
         unsigned n = 0;
         for (const SbxProcess *p = core->procs; p; p = p->next) {

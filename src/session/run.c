@@ -248,7 +248,7 @@ static void run_unstarve(SbxRun *r) {
         static const char msg[] = "sbx: no worker could start in time (process limit reached?); "
                                   "background processes of earlier commands were killed\n";
         size_t before = r->err.len;
-        if (bglog_kill(&r->s->core->bg) > 0)
+        if (process_kill_leftovers(r->s->core) > 0)
                 (void)buf_append(&r->err, msg, sizeof msg - 1);
         if (r->on_output && r->err.len > before)
                 r->on_output(r->ud, SBX_STDERR, r->err.data + before, r->err.len - before);
