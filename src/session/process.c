@@ -17,7 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
 #include <sys/ioctl.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -569,9 +573,16 @@ static void start_done(void *ud, const SbxResult *res) {
 static int open_pty(SandboxCore *core, uint16_t cols, uint16_t rows, int *master, int *slave) {
         if (core->box.root_fd < 0)
                 return -EAGAIN;
-        _cleanup_close_ int m = openat(core->box.root_fd, "dev/pts/ptmx", O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        /* Resolved inside the sandbox's root with no symlink followed, and checked to be a
+         * devpts: whatever the sandbox did to its /dev, the terminal is one of its own. */
+        struct open_how how = { .flags = O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC,
+                                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+        _cleanup_close_ int m = (int)syscall(SYS_openat2, core->box.root_fd, "dev/pts/ptmx", &how, sizeof how);
+        struct statfs sf;
         if (m < 0)
                 return negerrno();
+        if (fstatfs(m, &sf) < 0 || sf.f_type != DEVPTS_SUPER_MAGIC)
+                return -ENOTTY;
         int unlock = 0;
         if (ioctl(m, TIOCSPTLCK, &unlock) < 0)
                 return negerrno();
