@@ -270,13 +270,16 @@ class Commands:
         self._sandbox_id = sandbox_id
 
     def kill_leftovers(self) -> int:
-        """Kills everything earlier commands left running (background jobs, servers), in one
-        call: what frees a sandbox whose process budget they hold. Running commands and the
-        session shells are untouched. Returns how many commands' leftovers were killed."""
+        """Kills everything earlier commands left running (background jobs, servers) and every
+        background process (``run(background=True)``, terminals), in one call: what frees a
+        sandbox whose process budget they hold. Running foreground commands and the session
+        shells are untouched. Returns how many process trees were killed."""
         params: Dict[str, Any] = {}
         if self._sandbox_id is not None:
             params["sandboxId"] = self._sandbox_id
-        return int(self._client.request("process.killAll", params)["groups"])
+        result = self._client.request("process.killAll", params)
+        # "groups" is the daemon's older name for the count.
+        return int(result["killed"] if "killed" in result else result["groups"])
 
     def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
               timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
