@@ -14,6 +14,7 @@
  * maker and the connections waiting for a socket; freeing the sandbox closes them all. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/nsfs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -21,8 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include "base/job.h"
 #include "base/limits.h"
@@ -117,7 +120,7 @@ static void reset_close(int fd) {
 /* ---------------------------------------------------------------- the socket maker */
 
 typedef struct MakerArgs {
-        int sock, pidfd;
+        int sock, netns;
         bool rootless;
         pid_t daemon;
 } MakerArgs;
@@ -128,25 +131,48 @@ typedef struct MakerAnswer {
         int32_t error;
 } MakerAnswer;
 
-/* The socket maker, a forked process (a job: it keeps only its socket and pid 1's pidfd, and
- * dies with the daemon). It joins the sandbox's network namespace through pid 1's pidfd; rootless
- * it joins its user namespace too, in the same call: the daemon's user owns that one, which
- * gives the maker the capability the network namespace asks for. Then it drops every privilege
- * (making a socket needs none) and answers each request, one byte saying how many sockets, with
- * that many fresh non-blocking ones, until the daemon closes its end. It never connects nor
- * listens itself, and nothing of the sandbox can reach it. */
+/* Enters the network namespace `netns` (an fd of it). Rootless, the user namespace that owns
+ * it first: the daemon's user owns that one, so the maker gets there the capability that
+ * entering the network namespace asks for. Nothing to do for the daemon's own namespace (a
+ * sandbox with `network: true`). Returns 0 or -errno, with err saying which step failed. */
+static int maker_enter(int netns, bool rootless, char *err, size_t errlen) {
+        struct stat want, own;
+        if (fstat(netns, &want) < 0 || stat("/proc/self/ns/net", &own) < 0) {
+                snprintf(err, errlen, "cannot look at the sandbox's network namespace: %m");
+                return negerrno();
+        }
+        if (want.st_dev == own.st_dev && want.st_ino == own.st_ino)
+                return 0;
+        if (rootless) {
+                _cleanup_close_ int userns = ioctl(netns, NS_GET_USERNS);
+                if (userns < 0 || setns(userns, CLONE_NEWUSER) < 0) {
+                        snprintf(err, errlen, "cannot enter the sandbox's user namespace: %m");
+                        return negerrno();
+                }
+        }
+        if (setns(netns, CLONE_NEWNET) < 0) {
+                snprintf(err, errlen, "cannot enter the sandbox's network namespace: %m");
+                return negerrno();
+        }
+        return 0;
+}
+
+/* The socket maker, a forked process (a job: it keeps only its socket and the fd of the
+ * sandbox's network namespace, and dies with the daemon). It enters the namespace, drops every
+ * privilege (making a socket needs none) and answers each request, one byte saying how many
+ * sockets, with that many fresh non-blocking ones, until the daemon closes its end. It never
+ * connects nor listens itself, and no process of the sandbox can see it (it is not in the
+ * sandbox's pid namespace) nor reach it. */
 static int maker_main(void *arg, char *err, size_t errlen) {
         const MakerArgs *a = arg;
         (void)prctl(PR_SET_NAME, "sbx-sockets", 0, 0, 0);
         /* Its memory is a copy of the daemon's. */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        if (setns(a->pidfd, a->rootless ? CLONE_NEWUSER | CLONE_NEWNET : CLONE_NEWNET) < 0) {
-                int r = negerrno();
-                snprintf(err, errlen, "cannot enter the sandbox's network namespace: %s", strerror(-r));
+        int r = maker_enter(a->netns, a->rootless, err, errlen);
+        if (r < 0)
                 return r;
-        }
-        close(a->pidfd);
-        int r = job_drop_privileges();
+        close(a->netns);
+        r = job_drop_privileges();
         if (r < 0) {
                 snprintf(err, errlen, "cannot drop privileges: %s", strerror(-r));
                 return r;
@@ -281,12 +307,14 @@ static int maker_start(PortSet *set) {
         if (sandbox_dying(set->sb))
                 return -ESRCH;
         const Box *b = sandbox_box(set->sb);
+        if (b->netns_fd < 0)
+                return -ENOTSUP;
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return negerrno();
-        MakerArgs a = { .sock = sv[1], .pidfd = b->init_pidfd, .rootless = sandbox_host(set->sb)->shared.rootless,
+        MakerArgs a = { .sock = sv[1], .netns = b->netns_fd, .rootless = sandbox_host(set->sb)->shared.rootless,
                         .daemon = getpid() };
-        int keep[] = { sv[1], b->init_pidfd };
+        int keep[] = { sv[1], b->netns_fd };
         int r = job_start(&m->job, maker_main, &a, keep, ELEMENTSOF(keep));
         close(sv[1]);
         if (r < 0) {
