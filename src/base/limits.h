@@ -248,10 +248,13 @@
  * transit; past it a new connection is accepted and reset at once, so a client that opens
  * connections without end exhausts neither. */
 #define SBX_MAX_PORT_CONNECTIONS 256U
-/* Capacity asked for each direction's pipe of a forwarded connection: the most the daemon holds
- * in transit per direction (nothing else is buffered: a side that does not read stops the
- * other side's reads, and TCP's flow control does the rest). Larger pipes move more per
- * system call; the kernel gives the default 64 KiB where the user's pipe budget is spent. */
+/* Capacity asked for each direction's pipe of a forwarded connection, as root: the most the
+ * daemon holds in transit per direction (nothing else is buffered: a side that does not read
+ * stops the other side's reads, and TCP's flow control does the rest). Larger pipes move more
+ * per system call. Rootless the pipes keep the kernel's default (64 KiB): the kernel counts
+ * every pipe's size against its user's budget (fs.pipe-user-pages-soft, 64 MiB by default),
+ * past which each new pipe of that user gets two pages, and rootless that user is also the
+ * sandboxes' own, so 256 connections of large pipes would shrink the pipes of every command. */
 #define SBX_PORT_PIPE_BYTES (256U * 1024)
 /* Bytes one forwarded connection moves in one turn of the loop before it lets other fds have
  * theirs (it is called again while its sockets stay ready). */

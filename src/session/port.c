@@ -101,6 +101,7 @@ struct PortSet {
         SandboxObserver o;
         SbxSandbox *sb;
         Loop *loop;
+        bool rootless; /* the daemon is: see SBX_PORT_PIPE_BYTES */
         Port *ports;
         unsigned n_ports;
         Maker maker;
@@ -312,7 +313,7 @@ static int maker_start(PortSet *set) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return negerrno();
-        MakerArgs a = { .sock = sv[1], .netns = b->netns_fd, .rootless = sandbox_host(set->sb)->shared.rootless,
+        MakerArgs a = { .sock = sv[1], .netns = b->netns_fd, .rootless = set->rootless,
                         .daemon = getpid() };
         int keep[] = { sv[1], b->netns_fd };
         int r = job_start(&m->job, maker_main, &a, keep, ELEMENTSOF(keep));
@@ -511,8 +512,8 @@ static int fwd_open(Fwd *f) {
                 Flow *fl = &f->flow[i];
                 if (pipe2(fl->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
                         return negerrno();
-                /* Refused past the user's pipe budget (rootless): the default size works too. */
-                (void)fcntl(fl->pipe[1], F_SETPIPE_SZ, (int)SBX_PORT_PIPE_BYTES);
+                if (!f->port->set->rootless)
+                        (void)fcntl(fl->pipe[1], F_SETPIPE_SZ, (int)SBX_PORT_PIPE_BYTES);
                 int sz = fcntl(fl->pipe[1], F_GETPIPE_SZ);
                 fl->cap = sz > 0 ? (size_t)sz : 4096;
                 /* Bytes go on as they come: the sender's own stack already merged its small
@@ -680,6 +681,7 @@ static PortSet *port_set(SbxSandbox *sb, bool create) {
         if (set && !set->loop) {
                 set->sb = sb;
                 set->loop = sandbox_loop(sb);
+                set->rootless = sandbox_host(sb)->shared.rootless;
                 set->maker.job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
                 set->maker.sock = -1;
                 set->retry_timer = -1;
