@@ -334,11 +334,12 @@ static int maker_start(PortSet *set) {
         return 0;
 }
 
-/* Asks the maker (started if need be) for what the waiting connections and the pool lack,
- * unless a request is in flight: its answer asks again. */
+/* Asks the maker (started if need be) for what the waiting connections and the pool lack, once
+ * someone waits or the pool is half empty (a request per connection would cost the maker a
+ * wakeup each), unless a request is in flight: its answer asks again. */
 static void maker_ask(PortSet *set) {
         Maker *m = &set->maker;
-        if (m->asked > 0 || !set->ports)
+        if (m->asked > 0 || !set->ports || (set->n_waiting == 0 && m->n_pool > SBX_PORT_SOCKET_POOL / 2))
                 return;
         unsigned want = MIN(set->n_waiting + SBX_PORT_SOCKET_POOL - m->n_pool, SBX_PORT_SOCKET_BATCH);
         if (want == 0)
