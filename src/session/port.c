@@ -7,8 +7,9 @@
  * itself: switching the daemon into the namespace and back (setns) is possible as root but not
  * rootless, where the namespace belongs to the sandbox's user namespace, which a process can
  * join only while it has a single thread, and never back. So a small process, the socket maker
- * (maker_main), joins the namespaces once and makes sockets on request; the loop keeps a few of
- * them ready (SBX_PORT_SOCKET_POOL) so a connection rarely waits for one.
+ * (maker_main), enters the namespace once, through the fd of it that box_create() opened, and
+ * makes sockets on request; the loop keeps a few of them ready (SBX_PORT_SOCKET_POOL) so a
+ * connection rarely waits for one.
  *
  * Everything belongs to the sandbox: a PortSet, kept on an observer of it, holds its ports, the
  * maker and the connections waiting for a socket; freeing the sandbox closes them all. */
@@ -733,7 +734,14 @@ int sbx_port_expose(SbxSandbox *sb, uint16_t port, uint16_t *ret_host_port) {
         p->fd = TAKE_FD(fd);
         LIST_LINK(set->ports, p);
         set->n_ports++;
-        /* The maker starts now, so the first connection finds sockets ready. */
+        /* The maker starts now, so the first connection finds sockets ready, and a maker that
+         * cannot start fails the call rather than every connection. */
+        if (set->maker.job.pid <= 0 && (r = maker_start(set)) < 0) {
+                port_free(p);
+                if (!set->ports)
+                        set_idle(set);
+                return r;
+        }
         maker_ask(set);
         *ret_host_port = p->host_port;
         return 0;
