@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -17,7 +18,8 @@ import pytest
 
 from conftest import SPAWNED, Peer, host_ipv4
 from test_rootless import delegated  # noqa: F401 (the fixture: a delegated cgroup for a rootless daemon)
-from test_rpc import SBX, stdio  # noqa: F401 (the fixture: `sbx serve --stdio` and a Peer on it)
+from test_rpc import SBX, connect, server, stdio  # noqa: F401 (fixtures: `sbx serve --stdio` and a Peer on it;
+# `sbx serve --socket`)
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
@@ -321,6 +323,30 @@ def test_limits_ports_and_connections(stdio):
     finally:
         for c in conns:
             c.close()
+
+
+def test_shutdown_with_ports_and_connections_open(server):  # noqa: F811
+    """SIGTERM while a persistent sandbox has ports exposed and connections open: they are
+    closed, and the daemon exits cleanly (its status is non-zero under the sanitizers on a
+    leak)."""
+    peer = connect(server.path)
+    sid = peer.result("sandbox.create", {"persist": True})["sandboxId"]
+    start_echo(peer, 7000, sandboxId=sid)
+    hp = peer.result("port.expose", {"sandboxId": sid, "port": 7000})["port"]
+    peer.result("port.expose", {"sandboxId": sid, "port": 7001})
+    held = [socket.create_connection(("127.0.0.1", hp), timeout=10) for _ in range(3)]
+    for c in held:
+        c.settimeout(10)
+        assert echo_once(c, b"hi") == b"hi"
+    peer.sock.close()
+    assert echo_once(held[0], b"still") == b"still"  # persistent: its ports outlive the connection
+    server.send_signal(signal.SIGTERM)
+    server.wait(10)
+    assert server.returncode == 0, server.stderr.read()
+    for c in held:
+        assert closed_by_peer(c)
+        c.close()
+    assert refused(hp)
 
 
 def test_rootless_daemon_forwards(delegated):  # noqa: F811
