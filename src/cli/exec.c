@@ -221,8 +221,13 @@ int cmd_exec(int argc, char **argv) {
                         fprintf(stderr, "sbx exec: writing the output: %s\n", strerror(-w.werr));
                 code = (int)json_integer_value(json_object_get(w.result, "exitCode"));
                 const char *ec = json_string_value(json_object_get(w.result, "errorClass"));
-                if (ec && strcmp(ec, "TIMEOUT") == 0)
-                        fprintf(stderr, "sbx exec: command %d timed out; killed %lld processes\n", i - optind + 1,
+                if (ec && strcmp(ec, "TIMEOUT") == 0 && a.timeout_ms)
+                        fprintf(stderr, "sbx exec: command %d timed out after %g s; killed %lld process(es)\n",
+                                i - optind + 1, (double)a.timeout_ms / 1000,
+                                (long long)json_integer_value(json_object_get(w.result, "killedProcesses")));
+                else if (ec && strcmp(ec, "TIMEOUT") == 0)
+                        fprintf(stderr, "sbx exec: command %d timed out (the sandbox's timeout); killed %lld "
+                                        "process(es)\n", i - optind + 1,
                                 (long long)json_integer_value(json_object_get(w.result, "killedProcesses")));
                 else if (ec && strcmp(ec, "CANCELLED") != 0)
                         fprintf(stderr, "sbx exec: command %d: %s\n", i - optind + 1, ec);
