@@ -179,9 +179,12 @@ static int shell_stdin(Shell *sh) {
         uint8_t buf[4096];
         size_t room = SBX_SHELL_INPUT_BYTES - bq_pending(&sh->in);
         ssize_t k = read(STDIN_FILENO, buf, MIN(room, sizeof buf));
-        if (k < 0)
-                return errno == EINTR || errno == EAGAIN ? 0 : negerrno();
-        if (k == 0) {
+        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+                return 0;
+        /* EIO: the terminal is gone (its emulator closed), as much a hangup as EOF. */
+        if (k < 0 && errno != EIO)
+                return negerrno();
+        if (k <= 0) {
                 sh->stdin_gone = true;
                 return 0;
         }
