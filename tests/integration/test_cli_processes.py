@@ -451,6 +451,20 @@ def exit_file(tmp_path, timeout=10):
     return path.read_text().strip()
 
 
+def shell_pids(daemon):
+    """The sbx shell processes talking to this daemon (not the tmux and sh running them)."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[:4] == [SBX_BIN.encode(), b"shell", b"--socket", daemon.path.encode()]:
+            found.append(int(d))
+    return found
+
+
 def assert_terminal_restored(tmp_path):
     modes = (tmp_path / "stty").read_text().split()
     for mode in ("icanon", "echo", "isig", "opost", "icrnl"):
@@ -502,10 +516,9 @@ def test_shell_sigterm_restores_terminal_and_ends_the_shell(daemon, sid, tmp_pat
     t = tmux_session(shell_command(daemon, tmp_path, sid))
     t.type("echo ready")
     t.wait_for(r"^ready\s*$")
-    pids = subprocess.run(["pgrep", "-f", f"{SBX_BIN} shell --socket {daemon.path}"],
-                          stdout=subprocess.PIPE).stdout.split()
+    pids = shell_pids(daemon)
     assert len(pids) == 1, pids
-    os.kill(int(pids[0]), signal.SIGTERM)
+    os.kill(pids[0], signal.SIGTERM)
     assert exit_file(tmp_path) == "EXIT=143"
     assert_terminal_restored(tmp_path)
     assert wait_until(lambda: all(p["status"] != "running" for p in
