@@ -204,6 +204,101 @@ SBX_API bool sbx_run_started(const SbxRun *r);
 /* Stops (or resumes) reading the run's output pipes: backpressure for slow consumers. */
 SBX_API void sbx_run_pause_output(SbxRun *r, bool paused);
 
+/* ---- Processes: commands that run on their own, beside the session's runs. Each has its own
+ * command cgroup (kill and timeout end its whole tree; the sandbox's limits hold for all of
+ * them together), its own bounded log, optional stdin or terminal, and a status kept after it
+ * ends. A sandbox tracks at most SBX_MAX_PROCESSES; ended ones are forgotten oldest first. A
+ * process is freed with its sandbox, or when forgotten: its watchers hear `freeing` first. */
+typedef struct SbxProcess SbxProcess;
+
+typedef enum SbxProcessStatus {
+        SBX_PROCESS_RUNNING, SBX_PROCESS_EXITED, SBX_PROCESS_KILLED, SBX_PROCESS_TIMEOUT,
+} SbxProcessStatus;
+
+typedef struct SbxProcessOptions {
+        const char *command;    /* shell text, command_len bytes */
+        size_t command_len;
+        const char *cwd;        /* NULL: the session's */
+        const char *const *env; /* NAME=VALUE, NULL-terminated, this process only */
+        bool stdin_pipe;        /* a stdin to write to (sbx_process_write); else /dev/null */
+        bool pty;               /* a terminal of the sandbox's own devpts for stdin, stdout and
+                                   stderr, cols x rows; its output is all stdout */
+        uint16_t cols, rows;
+        uint64_t timeout_ms;    /* 0: none; then its cgroup is killed, status TIMEOUT */
+        const char *label;      /* free text, may be NULL */
+} SbxProcessOptions;
+
+typedef struct SbxProcessInfo {
+        uint64_t id;            /* unique in the process (the daemon): "p<id>" on the wire */
+        int pid;                /* inside the sandbox; 0 for a leftover not yet seen */
+        const char *command, *label; /* valid while the process lives; label may be NULL */
+        SbxProcessStatus status;
+        int exit_code;          /* exit status or 128+signal; -1 while running or unknown */
+        int signal;             /* that killed it, 0 if none */
+        uint64_t started_ms, ended_ms; /* wall clock, ms since the epoch; ended 0 while running */
+        bool leftover;          /* left running by a run, not started by sbx_process_start */
+        bool pty, stdin_open;
+        bool alive;             /* something of it still runs (its cgroup is not empty) */
+        uint64_t log_end;       /* cursor after the newest byte of its log */
+} SbxProcessInfo;
+
+/* done gets the process (valid until its sandbox frees or forgets it), or NULL and -errno:
+ * -ETIMEDOUT no worker in time, -ECANCELED, -ECHILD it could not start. Called from the loop. */
+typedef void (*SbxProcessStartFn)(void *userdata, SbxProcess *p, int error);
+/* Starts a process from session s's state (cwd, env, functions, aliases), queued behind the
+ * session's runs; the session's state never changes. Returns 0, -EUSERS when the sandbox
+ * tracks SBX_MAX_PROCESSES live ones, -EBUSY when the session's queue is full, -EINVAL bad
+ * options, -E2BIG command over the limit, or -errno. */
+SBX_API int sbx_process_start(SbxSession *s, const SbxProcessOptions *o, SbxProcessStartFn done, void *userdata);
+/* The sandbox's process with that id, or NULL. */
+SBX_API SbxProcess *sbx_sandbox_process(SbxSandbox *sb, uint64_t id);
+/* The sandbox's processes, oldest first: NULL gives the first, a process the next one. */
+SBX_API SbxProcess *sbx_sandbox_next_process(SbxSandbox *sb, SbxProcess *after);
+SBX_API SbxSandbox *sbx_process_sandbox(const SbxProcess *p);
+SBX_API void sbx_process_info(const SbxProcess *p, SbxProcessInfo *ret);
+
+/* Its log: one stream of bytes, stdout and stderr interleaved as they came, the newest
+ * SBX_PROCESS_LOG_BYTES kept. A cursor is an offset into that stream. fn gets the pieces
+ * from `cursor` on, at most max bytes, each with the cursor after it; *ret_dropped the bytes
+ * before the oldest one kept that `cursor` asked for. Returns the cursor after the last
+ * piece given. */
+typedef void (*SbxLogFn)(void *userdata, SbxStream stream, const uint8_t *data, size_t len, uint64_t cursor);
+SBX_API uint64_t sbx_process_read_log(const SbxProcess *p, uint64_t cursor, size_t max, SbxLogFn fn, void *userdata,
+                                      uint64_t *ret_dropped);
+
+/* Hears a process's new output and its end. Registered with sbx_process_watch(); the
+ * callbacks may unwatch any watcher. `ended` fires once the status is final; `freeing` when
+ * the process goes (the watcher is dropped before). Both may be NULL. */
+typedef struct SbxProcessWatcher SbxProcessWatcher;
+struct SbxProcessWatcher {
+        void (*output)(SbxProcessWatcher *w, SbxStream stream, const uint8_t *data, size_t len, uint64_t cursor);
+        void (*ended)(SbxProcessWatcher *w);
+        void (*freeing)(SbxProcessWatcher *w);
+        /* libsbx's */
+        SbxProcessWatcher *next;
+        SbxProcess *process;
+};
+SBX_API void sbx_process_watch(SbxProcess *p, SbxProcessWatcher *w);
+SBX_API void sbx_process_unwatch(SbxProcessWatcher *w);
+
+/* Queues bytes for its stdin (or terminal); -EPIPE when closed or never opened, -EAGAIN past
+ * SBX_PROCESS_STDIN_BYTES not yet taken. */
+SBX_API int sbx_process_write(SbxProcess *p, const void *data, size_t len);
+/* Closes stdin once what is queued is written; -EPIPE if not open, -ENOTTY for a terminal. */
+SBX_API int sbx_process_close_stdin(SbxProcess *p);
+/* A terminal's new size; -ENOTTY when it has none, -ESRCH when it ended. */
+SBX_API int sbx_process_resize(SbxProcess *p, uint16_t cols, uint16_t rows);
+
+/* done fires once every process of it is gone (its cgroup empty), with the final status. */
+typedef void (*SbxKillDoneFn)(void *userdata, SbxProcess *p);
+/* Sends sig to every process of it, then SIGKILL (cgroup.kill) after grace_ms (0: at once).
+ * Returns 0, or -ESRCH when it ended and nothing of it is left. done is called from the loop,
+ * never before this returns; not at all if the process is freed first (the watcher's
+ * `freeing` says so). */
+SBX_API int sbx_process_kill(SbxProcess *p, int sig, uint64_t grace_ms, SbxKillDoneFn done, void *userdata);
+/* Kills every process of the sandbox and what runs left running; returns how many. */
+SBX_API unsigned sbx_sandbox_kill_processes(SbxSandbox *sb);
+
 /* ---- Files, as the sandbox sees them (relative paths start at /home/user). Jailed in the
  * sandbox's root by the kernel (openat2 RESOLVE_IN_ROOT), done with the sandbox user's
  * identity, so permissions, read-only mounts and the filesystem limits apply as to a

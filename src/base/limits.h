@@ -259,6 +259,25 @@
 /* Pipe capacity asked for command output; bigger pipes mean fewer wakeups at high volume. */
 #define SBX_PIPE_BYTES (1024U * 1024)
 
+/* Processes (process.start and what runs leave running) a sandbox tracks; past it the oldest
+ * ended one is forgotten, and with none ended a start is refused. */
+#define SBX_MAX_PROCESSES 64U
+/* Each process's log: the newest bytes kept (in chunks of at least SBX_PROCESS_LOG_CHUNK),
+ * what it may have queued for stdin, and how much is read from its output per call. */
+#define SBX_PROCESS_LOG_BYTES (1024U * 1024)
+#define SBX_PROCESS_LOG_CHUNK 4096U
+#define SBX_PROCESS_STDIN_BYTES (1024U * 1024)
+#define SBX_PROCESS_READ_BYTES (64U * 1024)
+/* What a process's listing shows of its command and label. */
+#define SBX_PROCESS_COMMAND_SHOWN 4096U
+#define SBX_PROCESS_LABEL_BYTES 256U
+/* process.wait until log: lines are matched up to this long (longer ones in pieces), and
+ * until port: how often the sandbox's listening sockets are looked at. */
+#define SBX_WAIT_LINE_BYTES (64U * 1024)
+#define SBX_WAIT_PORT_POLL_MS 10U
+/* process.kill: how long the signal has before SIGKILL, by default. */
+#define SBX_PROCESS_KILL_GRACE_MS 2000U
+
 /* Named sessions per sandbox, and runs one session holds at once: the running one and those
  * waiting behind it (counting the running one keeps the cap independent of timing). */
 #define SBX_MAX_SESSIONS 64U

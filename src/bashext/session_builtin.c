@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
@@ -636,6 +637,63 @@ static void nproc_limit(bool command) {
         (void)setrlimit(RLIMIT_NPROC, &rl);
 }
 
+/* Sends WIRE_DETACHED for the RUN seq/nonce, with a pidfd of pid when there is one. */
+static void send_detached(uint32_t seq, uint64_t nonce, int32_t status, pid_t pid) {
+        WireHdr h = { .type = WIRE_DETACHED, .seq = seq, .status = status, .nonce = nonce };
+        int pfd = pid > 0 ? pidfd_open(pid, 0) : -1;
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        struct iovec iov = { &h, sizeof h };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (pfd >= 0) {
+                mh.msg_control = cm.buf;
+                mh.msg_controllen = sizeof cm.buf;
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(c), &pfd, sizeof pfd);
+        }
+        while (sendmsg(SOCK_FD, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR)
+                ;
+        if (pfd >= 0)
+                close(pfd);
+}
+
+/* A WIRE_F_DETACH run: the command goes to a process of its own, forked from this worker,
+ * which exits at once. The process is orphaned to the sandbox's pid 1, which reaps it and
+ * reports its status; the holder, whose state nothing touched, forks the next worker. SIGCHLD
+ * stays blocked here until the exit: bash's handler would otherwise reap the process before
+ * pid 1 could. Never returns. */
+static void detach(const WireHdr *h, uint32_t seq, uint64_t nonce, const char *cwd, char *env, const char *cmd) {
+        sigset_t chld;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &chld, NULL);
+        pid_t p = fork();
+        if (p == 0) {
+                /* The session socket is the holder's and the worker's, never the process's. */
+                close(SOCK_FD);
+                sigprocmask(SIG_SETMASK, &command_mask, NULL);
+                dollar_dollar_pid = getpid();
+                if (h->flags & WIRE_F_PTY) {
+                        (void)setsid();
+                        (void)ioctl(0, TIOCSCTTY, 0);
+                }
+                char *old_cwd = NULL, *run_cwd = NULL;
+                int status = 1;
+                if (h->cwd_len == 0 || enter_cwd(cwd, h->cwd_len, &old_cwd, &run_cwd) == 0)
+                        status = run_command(h, env, cmd, run_cwd, old_cwd);
+                fflush(stdout);
+                fflush(stderr);
+                _exit(status & 0xff);
+        }
+        send_detached(seq, nonce, p > 0 ? (int32_t)p : -errno, p);
+        _exit(0);
+}
+
 /* The worker's life: take one command, run it, report. Returns when this process
  * is to become the holder; exits when the daemon is gone. */
 static void worker(void) {
@@ -667,6 +725,8 @@ static void worker(void) {
         char *env = cwd + h->cwd_len;
         char *cmd = env + h->env_len;
         take_fds(fds);
+        if (h->flags & WIRE_F_DETACH)
+                detach(h, seq, nonce, cwd, env, cmd);
 
         int status;
         char *old_cwd = NULL, *run_cwd = NULL;

@@ -15,6 +15,10 @@ enum {
         /* A cap of the server was reached (sandboxes per server, runs queued per session);
          * retry later. The predecessor's WORKER_UNAVAILABLE. */
         RPC_WORKER_UNAVAILABLE = -32001,
+        /* process.wait: the process ended before the condition held. */
+        RPC_PROCESS_ENDED = -32010,
+        /* process.wait: timeoutMs passed first. */
+        RPC_WAIT_TIMEOUT = -32011,
         /* A sandbox or file operation failed; the message starts with the errno name. */
         RPC_SANDBOX_ERROR = 1,
 };

@@ -351,6 +351,31 @@ int box_spawn_session(Box *b, int sock) {
         return 0;
 }
 
+int box_watch_pid(Box *b, pid_t pid) {
+        InitMsg m = { .type = INIT_WATCH, .pid = pid };
+        if (b->ctl_fd < 0)
+                return -ESRCH;
+        return send(b->ctl_fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? negerrno() : 0;
+}
+
+int box_read_exit(Box *b, pid_t *ret_pid, int *ret_status) {
+        InitMsg m;
+        for (;;) {
+                ssize_t n = recv(b->ctl_fd, &m, sizeof m, MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return 0;
+                if (n <= 0)
+                        return n < 0 ? negerrno() : -ESRCH;
+                if (n == (ssize_t)sizeof m && m.type == INIT_EXITED) {
+                        *ret_pid = m.pid;
+                        *ret_status = m.status;
+                        return 1;
+                }
+        }
+}
+
 void box_kill(Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);

@@ -70,6 +70,11 @@ int box_ready(Box *b, char *err, size_t errlen);
 /* Asks init for a session shell on `sock` (the bash end of a session socketpair; the caller
  * keeps its own copy). Returns 0 or -errno. */
 int box_spawn_session(Box *b, int sock);
+/* Asks init to report the end of process pid (a pid of the sandbox). Returns 0 or -errno. */
+int box_watch_pid(Box *b, pid_t pid);
+/* After READY: takes init's next report without waiting. 1 with the ended process's pid and
+ * wait status, 0 when there is none now, -errno when init is gone. */
+int box_read_exit(Box *b, pid_t *ret_pid, int *ret_status);
 /* Kills everything and removes the cgroups. Waits (bounded) for the processes to be gone. */
 void box_destroy(BoxShared *s, Box *b);
 /* The same in two steps that never block: box_kill() sends the kills; box_try_finish()

@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -396,6 +398,58 @@ int cgroup_count_procs(int dir) {
                 for (ssize_t i = 0; i < k; i++)
                         n += buf[i] == '\n';
         return n;
+}
+
+/* Calls fn with each pid listed in the cgroup until it returns false; -errno if unreadable. */
+static int each_pid(int dir, bool (*fn)(pid_t pid, void *ud), void *ud) {
+        char buf[4096];
+        _cleanup_close_ int fd = openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negerrno();
+        size_t have = 0;
+        for (ssize_t k; (k = read(fd, buf + have, sizeof buf - 1 - have)) > 0;) {
+                have += (size_t)k;
+                buf[have] = 0;
+                char *line = buf, *nl;
+                while ((nl = strchr(line, '\n'))) {
+                        *nl = 0;
+                        int pid = atoi(line);
+                        if (pid > 0 && !fn((pid_t)pid, ud))
+                                return 0;
+                        line = nl + 1;
+                }
+                have = strlen(line);
+                memmove(buf, line, have);
+        }
+        return 0;
+}
+
+typedef struct SignalAll {
+        int sig, n;
+} SignalAll;
+
+static bool signal_one(pid_t pid, void *ud) {
+        SignalAll *s = ud;
+        if (kill(pid, s->sig) == 0)
+                s->n++;
+        return true;
+}
+
+int cgroup_signal(int dirfd, int sig) {
+        SignalAll s = { sig, 0 };
+        int r = each_pid(dirfd, signal_one, &s);
+        return r < 0 ? r : s.n;
+}
+
+static bool first_one(pid_t pid, void *ud) {
+        *(pid_t *)ud = pid;
+        return false;
+}
+
+pid_t cgroup_first_pid(int dirfd) {
+        pid_t first = 0;
+        int r = each_pid(dirfd, first_one, &first);
+        return r < 0 ? r : first;
 }
 
 int cgroup_child_create(CgroupSandbox *s, const char *name) {

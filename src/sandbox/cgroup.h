@@ -89,6 +89,11 @@ int cgroup_child_create(CgroupSandbox *s, const char *name);
 int cgroup_child_remove(CgroupSandbox *s, const char *name);
 /* Moves a process (host pid) into the cgroup whose dir fd is given. Returns 0 or -errno. */
 int cgroup_move(int dirfd, pid_t pid);
+/* Sends sig to every process listed in the cgroup (forks racing it may be missed: the kill
+ * that follows is cgroup_kill). Returns how many were signalled, or -errno. */
+int cgroup_signal(int dirfd, int sig);
+/* The first process listed in the cgroup (host pid), 0 if none, or -errno. */
+pid_t cgroup_first_pid(int dirfd);
 /* SIGKILLs every process in the cgroup and its descendants, forks racing it included. */
 int cgroup_kill(int dirfd);
 /* 1 if the cgroup has processes, 0 if empty, -errno on failure. */

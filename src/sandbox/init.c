@@ -156,9 +156,57 @@ static void hide_cmdline(void) {
         memcpy((void *)start, "sbx-init", 8);
 }
 
-static void reap(void) {
-        while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+/* Processes the daemon asked about (detached commands: their own parents exited at once, so
+ * pid 1 is the only one that can learn their status), and the last exits of orphans nobody
+ * asked about yet. */
+static pid_t watched[INIT_MAX_WATCHED];
+static struct {
+        pid_t pid;
+        int status;
+} recent[INIT_RECENT_EXITS];
+static unsigned recent_next;
+
+static void send_exited(int ctl, pid_t pid, int status) {
+        InitMsg m = { .type = INIT_EXITED, .status = status, .pid = pid };
+        while (send(ctl, &m, sizeof m, MSG_NOSIGNAL) < 0 && errno == EINTR)
                 ;
+}
+
+static void reap(int ctl) {
+        int ws;
+        for (pid_t p; (p = waitpid(-1, &ws, WNOHANG | __WALL)) > 0;) {
+                bool told = false;
+                for (size_t i = 0; i < ELEMENTSOF(watched); i++)
+                        if (watched[i] == p) {
+                                watched[i] = 0;
+                                send_exited(ctl, p, ws);
+                                told = true;
+                                break;
+                        }
+                if (!told) {
+                        recent[recent_next].pid = p;
+                        recent[recent_next].status = ws;
+                        recent_next = (recent_next + 1) % INIT_RECENT_EXITS;
+                }
+        }
+}
+
+/* The daemon wants to hear of pid's end: at once if it has been reaped already. A full table
+ * drops the request; the daemon then learns the end from the process's pidfd alone. */
+static void watch(int ctl, pid_t pid) {
+        if (pid <= 1)
+                return;
+        for (size_t i = 0; i < ELEMENTSOF(recent); i++)
+                if (recent[i].pid == pid) {
+                        recent[i].pid = 0;
+                        send_exited(ctl, pid, recent[i].status);
+                        return;
+                }
+        for (size_t i = 0; i < ELEMENTSOF(watched); i++)
+                if (watched[i] == 0) {
+                        watched[i] = pid;
+                        return;
+                }
 }
 
 /* The daemon writes this process's id maps and joins it to the v1 cgroups after clone3:
@@ -278,6 +326,8 @@ static void handle_ctl(const InitConfig *c, int ctl) {
                 spawn_session(c, fd);
         else if (fd >= 0)
                 close(fd);
+        else if ((size_t)n == sizeof m && m.type == INIT_WATCH)
+                watch(ctl, m.pid);
 }
 
 void init_main(const InitConfig *c) {
@@ -310,7 +360,7 @@ void init_main(const InitConfig *c) {
                         struct signalfd_siginfo si;
                         while (read(sfd, &si, sizeof si) > 0)
                                 ;
-                        reap();
+                        reap(ctl);
                 }
                 if (p[0].revents)
                         handle_ctl(c, ctl);

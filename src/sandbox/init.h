@@ -19,13 +19,22 @@
 enum {
         INIT_READY = 1, /* init -> daemon: root built (status 0) or failed (-errno, text) */
         INIT_SPAWN = 2, /* daemon -> init: start a session shell on the attached socket */
+        INIT_WATCH = 3, /* daemon -> init: report when process `pid` (of the sandbox) ends */
+        INIT_EXITED = 4, /* init -> daemon: watched process `pid` ended, `status` is its wait
+                            status */
 };
 
 typedef struct InitMsg {
         uint32_t type;
         int32_t status;
+        int32_t pid;
         char text[480];
 } InitMsg;
+
+/* How many watched pids init holds, and how many exits of unwatched orphans it remembers (a
+ * process can end, and be reaped, before the daemon's WATCH for it arrives). */
+#define INIT_MAX_WATCHED 256
+#define INIT_RECENT_EXITS 256
 
 typedef struct InitConfig {
         MountConfig mount;

@@ -80,6 +80,8 @@ static void flush(Conn *c) {
 
 static void close_deferred(void *data) { conn_close(data); }
 
+bool conn_paused(const Conn *c) { return c->paused; }
+
 void conn_send(Conn *c, char *line, size_t len) {
         if (!line)
                 return;

@@ -49,6 +49,8 @@ void conn_close_all(ConnList *l);
 void conn_flush_all(ConnList *l, uint64_t deadline_ms);
 
 uid_t conn_uid(const Conn *c);
+/* Whether c's answers wait past SBX_OUTPUT_QUEUE_HIGH_BYTES (ops->paused said so). */
+bool conn_paused(const Conn *c);
 bool conn_is_stdio(const Conn *c);
 /* The longest request line accepted; longer ones reach ops->line as too_large. */
 size_t conn_line_max(const Conn *c);

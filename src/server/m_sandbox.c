@@ -192,11 +192,6 @@ static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
         return answer_when_ready(r, sb, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)), e);
 }
 
-static int m_process_kill_all(Req *r, json_t **ret, RpcError *e) {
-        *ret = json_pack("{s:I}", "groups", (json_int_t)sbx_sandbox_kill_background(r->sb->sb));
-        return 0;
-}
-
 static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
         Registry *reg = &r->core->registry;
         json_t *list = json_array();
@@ -282,8 +277,4 @@ const Method server_methods_sandbox[] = {
         { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
         { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",
           "Ends a session; its running command is cancelled." },
-        { "process.killAll", m_process_kill_all, M_SANDBOX, handler_params_sandbox, "{groups}",
-          "Kills every process that earlier commands left running (background jobs, daemons), in one "
-          "call: what frees a session whose process budget they hold. Running commands and session "
-          "shells are untouched. groups: how many commands' leftovers were killed." },
         { 0 } };

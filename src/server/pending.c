@@ -80,13 +80,19 @@ void pending_detach(PendingSet *set, const Conn *c) {
                 pending_unlink(p);
                 if (p->run)
                         (void)sbx_run_cancel(p->run);
+                else if (p->detached)
+                        p->detached(p);
         }
 }
 
 void pending_pause(PendingSet *set, const Conn *c, bool paused) {
-        for (Pending *p = set->head; p; p = p->next)
+        for (Pending *p = set->head, *next; p; p = next) {
+                next = p->next;
                 if (p->conn == c && p->run && p->stream)
                         sbx_run_pause_output(p->run, paused);
+                else if (p->conn == c && p->paused)
+                        p->paused(p, paused);
+        }
 }
 
 void pending_count(const PendingSet *set, unsigned *ret_running, unsigned *ret_queued) {

@@ -29,4 +29,11 @@ typedef struct SandboxCore {
         uint64_t oom_kills;    /* the sandbox's count of OOM kills at the last failed run */
         bool dying;            /* being freed, or its pid 1 is gone: no new shells */
         bool kill_leftovers;   /* runs kill what they leave running unless told otherwise */
+        SbxSandbox *self;      /* the sandbox this is the core of, as the public API names it */
+        /* process.c: the sandbox's processes, newest first, at most SBX_MAX_PROCESSES */
+        SbxProcess *procs, *procs_tail;
+        unsigned n_procs;
 } SandboxCore;
+
+/* The core of a sandbox (defined in sandbox.c). */
+SandboxCore *sandbox_core(SbxSandbox *sb);

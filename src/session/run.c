@@ -18,6 +18,7 @@
 #include "base/limits.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "session/process.h"
 #include "session/run.h"
 
 static void pump(SbxSession *s);
@@ -41,6 +42,8 @@ static void run_close_io(SbxRun *r) {
 
 static void run_free(SbxRun *r) {
         Loop *l = r->s->core->loop;
+        for (int i = 0; i < 3; i++)
+                safe_close(r->detach_fds[i]);
         loop_cancel_defer(l, r);
         loop_del(l, &r->out_w);
         loop_del(l, &r->err_w);
@@ -145,6 +148,56 @@ static SbxErrorClass failure_class(SandboxCore *core) {
         return SBX_ERROR_NONE;
 }
 
+/* What the last run left running becomes a process once the session's next worker is out
+ * of its cgroup, or goes to the background log (nothing left, or the sandbox tracks no more
+ * processes). */
+static void leftover_resolve(SbxSession *s) {
+        SandboxCore *core = s->core;
+        if (s->left.cg < 0)
+                return;
+        if (cgroup_populated(s->left.cg) == 1 &&
+            process_adopt_leftover(core, s->left.command, s->left.command_len, s->left.out_fd, s->left.err_fd,
+                                   s->left.cg, s->left.cg_name) == 0) {
+                s->left.out_fd = s->left.err_fd = s->left.cg = -1;
+        } else {
+                if (s->left.out_fd >= 0)
+                        bglog_adopt_pipe(&core->bg, TAKE_FD(s->left.out_fd));
+                if (s->left.err_fd >= 0)
+                        bglog_adopt_pipe(&core->bg, TAKE_FD(s->left.err_fd));
+                bglog_retire_cgroup(&core->bg, TAKE_FD(s->left.cg), s->left.cg_name);
+        }
+        s->left.out_fd = s->left.err_fd = s->left.cg = -1;
+        free(s->left.command);
+        s->left.command = NULL;
+}
+
+/* Keeps what an ended run left running (its cgroup still has processes) for
+ * leftover_resolve(): the run's pipes stay unread meanwhile. Returns false when it is not
+ * kept. */
+static bool leftover_stash(SbxRun *r) {
+        SbxSession *s = r->s;
+        if (r->cg < 0 || r->kill_leftovers || r->internal || r->killed || r->detach || s->core->dying ||
+            cgroup_populated(r->cg) != 1)
+                return false;
+        leftover_resolve(s);
+        s->left.command = malloc(r->command_len + 1);
+        if (!s->left.command)
+                return false;
+        memcpy(s->left.command, r->command, r->command_len);
+        s->left.command_len = r->command_len;
+        Loop *l = s->core->loop;
+        loop_del(l, &r->out_w);
+        loop_del(l, &r->err_w);
+        s->left.out_fd = TAKE_FD(r->out_fd);
+        s->left.err_fd = TAKE_FD(r->err_fd);
+        s->left.cg = TAKE_FD(r->cg);
+        memcpy(s->left.cg_name, r->cg_name, sizeof s->left.cg_name);
+        /* Already out if the worker died on its own: its holder forks the next one. */
+        if (!session_awaiting_worker(s))
+                leftover_resolve(s);
+        return true;
+}
+
 /* Ends a run: result to the caller, pipes and cgroup handed over or released. */
 static void run_finish(SbxRun *r) {
         SbxSession *s = r->s;
@@ -162,6 +215,7 @@ static void run_finish(SbxRun *r) {
         run_drain(r, true, 2 * SBX_PIPE_BYTES);
         run_drain(r, false, 2 * SBX_PIPE_BYTES);
         run_close_io(r);
+        (void)leftover_stash(r);
         if (r->out_fd >= 0) {
                 loop_del(core->loop, &r->out_w);
                 bglog_adopt_pipe(&core->bg, TAKE_FD(r->out_fd));
@@ -274,7 +328,7 @@ static void run_arm(SbxRun *r) {
  * what holds the limit is usually what earlier commands left running. Stopped now, saying so. */
 static void run_pids_limit(SbxRun *r) {
         char msg[256];
-        unsigned left = bglog_count_processes(&r->s->core->bg);
+        unsigned left = bglog_count_processes(&r->s->core->bg) + process_count_alive(r->s->core);
         snprintf(msg, sizeof msg,
                  "sbx: the sandbox's process limit (%u) was reached and the command was stopped; %u processes "
                  "left running by earlier commands hold part of it (process.killAll frees them; "
@@ -352,12 +406,39 @@ static int run_watch_io(SbxRun *r) {
         return 0;
 }
 
+/* A fresh nonce per run: a DONE (or DETACHED) counts only if it echoes it, so it must not be
+ * derivable from any value a command could have seen. */
+static int run_nonce(SbxRun *r) {
+        return getrandom(&r->nonce, sizeof r->nonce, 0) == (ssize_t)sizeof r->nonce ? 0 : -EIO;
+}
+
+/* Sends a detached run with its process's own fds; its output is the process's, not the
+ * run's. */
+static int run_send_detached(SbxSession *s, SbxRun *r) {
+        int rr = run_nonce(r);
+        if (rr < 0)
+                return rr;
+        WireHdr h = { .type = WIRE_RUN, .seq = r->seq, .nonce = r->nonce,
+                      .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
+                      .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len,
+                      .flags = WIRE_F_DETACH | (r->pty ? WIRE_F_PTY : 0) };
+        struct iovec parts[3] = { { r->cwd, h.cwd_len }, { r->env, r->env_len }, { r->command, r->command_len } };
+        if ((rr = session_send_run(s, &h, parts, r->detach_fds, &r->cg, r->cg_name)) < 0)
+                return rr;
+        r->sent = true;
+        for (int i = 0; i < 3; i++)
+                r->detach_fds[i] = safe_close(r->detach_fds[i]);
+        return 0;
+}
+
 /* Sends the current run to the idle worker with fresh pipes. Returns 0 or -errno (r->sent
  * says whether the worker has it). */
 static int run_send(SbxSession *s, SbxRun *r) {
         int fds[WIRE_RUN_FDS] = { -1, -1, -1 };
         int r_in = -1, rr;
 
+        if (r->detach)
+                return run_send_detached(s, r);
         if ((rr = make_pipe(&r->out_fd, &fds[1])) < 0 || (rr = make_pipe(&r->err_fd, &fds[2])) < 0)
                 goto out;
         if (r->stdin_len > 0) {
@@ -367,12 +448,8 @@ static int run_send(SbxSession *s, SbxRun *r) {
         } else {
                 fds[0] = s->core->devnull;
         }
-        /* Fresh from the kernel per run: a DONE counts only if it echoes this, so it must not
-         * be derivable from any value a command could have seen. */
-        if (getrandom(&r->nonce, sizeof r->nonce, 0) != (ssize_t)sizeof r->nonce) {
-                rr = -EIO;
+        if ((rr = run_nonce(r)) < 0)
                 goto out;
-        }
         WireHdr h = { .type = WIRE_RUN, .seq = r->seq, .nonce = r->nonce,
                       .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
                       .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len,
@@ -446,7 +523,10 @@ static void pump(SbxSession *s) {
 
 /* ---------------------------------------------------------------- what the shells say */
 
-static void hook_idle(SbxSession *s) { pump(s); }
+static void hook_idle(SbxSession *s) {
+        leftover_resolve(s);
+        pump(s);
+}
 
 static void hook_ended(SbxSession *s, int status) {
         SbxRun *r = s->current;
@@ -461,6 +541,22 @@ static void hook_died(SbxSession *s, int wstatus) {
         if (!r || !r->sent || r->killed)
                 return;
         r->exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : 1;
+        run_finish(r);
+}
+
+static void hook_detached(SbxSession *s, pid_t pid, int pidfd) {
+        SbxRun *r = s->current;
+        if (!r || !r->sent || r->killed || !r->detach) {
+                safe_close(pidfd);
+                return;
+        }
+        if (pid > 0) {
+                r->detach_to->detached(r->detach_to, pid, pidfd, TAKE_FD(r->cg), r->cg_name);
+                r->exit_code = 0;
+        } else {
+                safe_close(pidfd);
+                r->exit_code = 1;
+        }
         run_finish(r);
 }
 
@@ -483,6 +579,7 @@ static void fail_all(SbxSession *s, int exit_code, const char *msg) {
  * what is queued. */
 static void hook_lost(SbxSession *s, bool never_started) {
         SbxRun *r = s->current;
+        leftover_resolve(s);
         if (never_started) {
                 /* It cannot start at all (no bash in the root, exec refused). Answer what waits
                  * instead of retrying in a loop; the next run tries again. */
@@ -507,7 +604,8 @@ static void hook_lost(SbxSession *s, bool never_started) {
 }
 
 const SessionHooks run_session_hooks = {
-        .idle = hook_idle, .ended = hook_ended, .died = hook_died, .lost = hook_lost,
+        .idle = hook_idle, .ended = hook_ended, .detached = hook_detached, .died = hook_died,
+        .lost = hook_lost,
 };
 
 /* ---------------------------------------------------------------- queueing */
@@ -519,6 +617,7 @@ static SbxRun *run_new(SbxSession *s, size_t out_cap, size_t err_cap, SbxDoneFn 
                 return NULL;
         r->s = s;
         r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = -1;
+        r->detach_fds[0] = r->detach_fds[1] = r->detach_fds[2] = -1;
         buf_init(&r->out, out_cap);
         buf_init(&r->err, err_cap);
         r->on_done = done;
@@ -631,6 +730,49 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         return 0;
 }
 
+int run_detach(SbxSession *s, const SbxRunOptions *o, const int fds[3], bool pty, RunDetach *to, SbxDoneFn done,
+               void *ud, SbxRun **ret) {
+        SandboxCore *core = s->core;
+        long env_len = run_check_options(o);
+        int rr = env_len < 0 ? (int)env_len : 0;
+        SbxRun *r = NULL;
+        if (rr == 0 && o->command_len > core->limits.command_bytes)
+                rr = -E2BIG;
+        if (rr == 0 && s->n_queued + (s->current != NULL) >= SBX_MAX_QUEUED_RUNS)
+                rr = -EBUSY;
+        if (rr == 0 && !(r = run_new(s, 0, SBX_INTERNAL_STDERR_BYTES, done, ud)))
+                rr = -ENOMEM;
+        if (rr < 0) {
+                for (int i = 0; i < 3; i++)
+                        safe_close(fds[i]);
+                return rr;
+        }
+        for (int i = 0; i < 3; i++)
+                r->detach_fds[i] = fds[i];
+        r->detach = true;
+        r->pty = pty;
+        r->detach_to = to;
+        r->kill_leftovers = true; /* only its worker is in its cgroup if it never detaches */
+        r->order = ++core->run_order;
+        r->timeout_ms = SBX_STATE_TIMEOUT_MS;
+        SbxRunOptions copy = *o;
+        copy.stdin_len = 0;
+        if (run_copy_options(r, &copy, (size_t)env_len) < 0) {
+                run_free(r);
+                return -ENOMEM;
+        }
+        if (s->queue_tail)
+                s->queue_tail->next = r;
+        else
+                s->queue = r;
+        s->queue_tail = r;
+        s->n_queued++;
+        run_pump_later(s);
+        if (ret)
+                *ret = r;
+        return 0;
+}
+
 int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark, SbxDoneFn done,
                  void *ud) {
         SbxRun *r = run_new(s, SBX_MAX_STATE_BYTES, SBX_INTERNAL_STDERR_BYTES, done, ud);
@@ -664,6 +806,7 @@ int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len
 }
 
 void run_cancel_all(SbxSession *s) {
+        leftover_resolve(s);
         loop_cancel_defer(s->core->loop, s);
         s->pump_pending = false;
         while (s->refused)

@@ -42,7 +42,26 @@ struct SbxRun {
         uint32_t killed_procs; /* in its cgroup when run_kill() killed it */
         int exit_code;
         SbxErrorClass error_class;
+        /* A detached run (run_detach()): its process's fds until sent, and who takes it. */
+        bool detach, pty;
+        int detach_fds[3];
+        struct RunDetach *detach_to;
 };
+
+/* Who takes a detached run's process: called once the process runs, before the run's done
+ * callback (exit 0). pidfd (or -1) and cg, the process's command cgroup named cg_name, are
+ * the callee's. */
+typedef struct RunDetach {
+        void (*detached)(struct RunDetach *d, pid_t pid, int pidfd, int cg, const char *cg_name);
+} RunDetach;
+
+/* Queues a caller run (in the sandbox-wide order, so operations hold it like any run) whose
+ * command runs in a process of its own, forked from the session's state without changing it,
+ * on the three fds given (taken: closed once sent or when the run ends). pty: they are one
+ * terminal's. `to` hears of the process; done then gets exit 0, or only done with a failure
+ * (124 timeout to start, 125 cancelled, 1 no process). Returns 0 or -errno (fds closed). */
+int run_detach(SbxSession *s, const SbxRunOptions *o, const int fds[3], bool pty, RunDetach *to, SbxDoneFn done,
+               void *ud, SbxRun **ret);
 
 /* What the shells of every session report to. */
 extern const SessionHooks run_session_hooks;

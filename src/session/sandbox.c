@@ -12,6 +12,7 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "session/process.h"
 #include "session/run.h"
 #include "session/sandbox.h"
 
@@ -242,19 +243,31 @@ static void init_event(Watch *w, uint32_t events) {
         sb->core.dying = true;
         for (SbxSession *s = sb->sessions; s; s = s->next)
                 session_lose(s);
+        process_all_lost(&sb->core);
         settle(sb, -ESRCH);
 }
 
-/* pid 1's word on its setup, taken from the loop: creating a sandbox never waits for it. */
+/* pid 1's word on its setup, taken from the loop: creating a sandbox never waits for it.
+ * After that, its reports of processes that ended. */
 static void ctl_event(Watch *w, uint32_t events) {
         SbxSandbox *sb = w->data;
         char err[512];
+        if (sb->setup > 0) {
+                pid_t pid;
+                int ws, r;
+                for (int i = 0; i < 64 && (r = box_read_exit(&sb->core.box, &pid, &ws)) > 0; i++)
+                        process_exited(&sb->core, pid, ws);
+                if (r < 0)
+                        loop_del(sb->core.loop, &sb->ctl_w); /* pid 1 is gone: init_event() follows */
+                return;
+        }
         int r = box_ready(&sb->core.box, err, sizeof err);
         if (r == 0)
                 return;
-        loop_del(sb->core.loop, &sb->ctl_w);
-        if (r < 0)
+        if (r < 0) {
+                loop_del(sb->core.loop, &sb->ctl_w);
                 log_warn("sandbox %s: setup failed: %s", sb->core.box.id, err);
+        }
         /* On failure pid 1 exits too, and init_event() answers what waits. */
         settle(sb, r > 0 ? 1 : r);
 }
@@ -281,6 +294,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         fill_limits(&sb->core.limits);
         sb->core.timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
         sb->core.hold_after = UINT64_MAX;
+        sb->core.self = sb;
         sb->core.kill_leftovers = o->kill_leftovers;
         sb->setup_timer = -1;
         sb->env = build_env(o->env);
@@ -364,6 +378,8 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         }
         while (sb->sessions)
                 sbx_session_free(sb->sessions);
+        /* After the sessions: a process still starting is a run of one, answered above. */
+        process_free_all(&sb->core);
         loop_cancel_defer(l, sb);
         loop_del(l, &sb->init_w);
         loop_del(l, &sb->ctl_w);
@@ -400,6 +416,7 @@ void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
 }
 
 SandboxHost *sandbox_host(const SbxSandbox *sb) { return sb->host; }
+SandboxCore *sandbox_core(SbxSandbox *sb) { return &sb->core; }
 int sandbox_setup_state(const SbxSandbox *sb) { return sb->setup; }
 const Box *sandbox_box(const SbxSandbox *sb) { return &sb->core.box; }
 Loop *sandbox_loop(const SbxSandbox *sb) { return sb->core.loop; }

@@ -9,6 +9,7 @@
  *   RUNNING --DONE--> WAIT_READY        (worker became the holder; old holder is killed)
  *   RUNNING --DIED--> WAIT_READY        (worker died on its own; holder forks a new one)
  *   RUNNING --timeout/cancel--> KILLING --DIED--> WAIT_READY
+ *   RUNNING --DETACHED--> KILLING --DIED--> WAIT_READY   (a process of its own runs the command)
  *
  * On SPAWNED (the holder's word, with a pidfd, on the worker it just forked) the next
  * command's cgroup is created and the worker moved into it before it has any command, so
@@ -202,6 +203,14 @@ static void session_event(Watch *w, uint32_t events) {
                         on_spawned(s, fds[0]);
                         continue;
                 }
+                /* The worker's word that a detached command runs: it counts once, from the
+                 * worker, echoing the run. */
+                if (n == (ssize_t)sizeof h && h.type == WIRE_DETACHED && s->state == SS_RUNNING && pid > 0 &&
+                    pid == s->worker_pid && h.seq == s->sent_seq && h.nonce == s->sent_nonce && n_fds <= 1) {
+                        s->state = SS_KILLING;
+                        s->hooks->detached(s, (pid_t)h.status, n_fds == 1 ? fds[0] : -1);
+                        continue;
+                }
                 for (int j = 0; j < n_fds; j++)
                         close(fds[j]);
                 if (n == (ssize_t)sizeof h && pid > 0)
@@ -254,6 +263,7 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->core = core;
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = -1;
+        s->left.out_fd = s->left.err_fd = s->left.cg = -1;
 }
 
 bool session_idle(const SbxSession *s) { return s->state == SS_IDLE; }

@@ -26,6 +26,10 @@ enum {
         WIRE_SPAWNED = 6, /* holder -> daemon: a pidfd of the worker it just forked; only
                              that process's READY counts (its siblings, background jobs of
                              earlier commands, could otherwise pose as the worker) */
+        WIRE_DETACHED = 7, /* worker -> daemon, for a WIRE_F_DETACH run: `status` is the pid
+                              (in the sandbox) of the process it forked for the command, or
+                              -errno; seq and nonce echo the RUN. The worker then exits, and the
+                              holder, untouched, forks the next one (DIED follows). */
 };
 
 typedef struct WireHdr {
@@ -51,6 +55,13 @@ typedef struct WireHdr {
 /* RUN flag: no command; stdin carries a state written by WIRE_F_DUMP (of any session),
  * which the worker applies to its own fresh state. */
 #define WIRE_F_RESTORE 8u
+/* RUN flag: the command runs in a process of its own, forked by the worker from the
+ * session's state and orphaned at once (sandbox pid 1 reaps it and reports its status); the
+ * session's state never changes. Answered by WIRE_DETACHED instead of DONE. */
+#define WIRE_F_DETACH 16u
+/* With WIRE_F_DETACH: the three fds are one terminal's; the process makes it its controlling
+ * terminal in a session of its own. */
+#define WIRE_F_PTY 32u
 
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */
