@@ -55,7 +55,8 @@ static int tty_raw(Tty *t) {
         /* Every key, Ctrl-C and Ctrl-Z included, goes to the sandbox's pty, whose line
          * discipline does what ours would have done. */
         cfmakeraw(&raw);
-        if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw) < 0)
+        /* TCSADRAIN, not TCSAFLUSH: keys typed while the shell was starting are kept for it. */
+        if (tcsetattr(STDIN_FILENO, TCSADRAIN, &raw) < 0)
                 return negerrno();
         t->raw = true;
         return 0;
