@@ -99,7 +99,10 @@ int cmd_kill(int argc, char **argv) {
                status ? status : "ended");
         if (how)
                 printf(" by %s", how);
-        printf(", exit %d\n", procs_exit_status(res));
+        if (procs_exit_known(res))
+                printf(", exit %d\n", procs_exit_status(res));
+        else
+                printf(" (a leftover: its exit status is not known)\n");
         json_decref(res);
         json_decref(entry);
         return fflush(stdout) == 0 ? 0 : CLIENT_EXIT_FAILURE;

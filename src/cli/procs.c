@@ -64,7 +64,15 @@ int procs_exit_status(json_t *obj) {
         int n = json_is_integer(sig) ? (int)json_integer_value(sig)
                 : json_is_string(sig)  ? signal_number(json_string_value(sig))
                                        : 0;
-        return n > 0 && n < NSIG ? 128 + n : 1;
+        if (n > 0 && n < NSIG)
+                return 128 + n;
+        const char *status = json_string_value(json_object_get(obj, "status"));
+        return status && strcmp(status, "exited") == 0 ? 0 : 1;
+}
+
+bool procs_exit_known(json_t *obj) {
+        return json_is_integer(json_object_get(obj, "exitCode")) || json_is_integer(json_object_get(obj, "signal")) ||
+               json_is_string(json_object_get(obj, "signal"));
 }
 
 int procs_write_bytes(int fd, json_t *obj, const char *key, const char *enc_key) {

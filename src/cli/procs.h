@@ -3,6 +3,7 @@
  * of a sandbox, its exit status, and bytes out of the daemon's answers. */
 #pragma once
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include "cli/client.h"
 
@@ -13,10 +14,13 @@
  * (which client_fail maps to CLIENT_EXIT_NO_PROCESS). */
 int procs_find(Client *c, const char *sandbox, const char *proc, json_t **ret, ClientError *err);
 
-/* The exit status of an ended process as E2B gives it ({exitCode, signal} of process.exit,
- * process.stream, process.kill and process.wait): exitCode, else 128 + the signal's number,
- * else 1. */
+/* The exit status of an ended process as E2B gives it ({status, exitCode, signal} of
+ * process.exit, process.stream, process.kill and process.wait): exitCode, else 128 + the
+ * signal's number. A leftover (what a command left running) has neither, not being the
+ * daemon's child: then 0 when its status is "exited", else 1. */
 int procs_exit_status(json_t *obj);
+/* Whether obj says an exit code or a signal (a leftover's says neither). */
+bool procs_exit_known(json_t *obj);
 
 /* Writes the bytes of obj's member key to fd: a string, base64 when obj's member enc_key is
  * "base64". A missing member writes nothing. Returns 0, or -errno (-EBADMSG: bad base64). */

@@ -251,6 +251,20 @@ def test_ps_lists_processes(daemon, sid):
     daemon.peer.result("process.kill", {"processId": run["processId"], "signal": "KILL"})
 
 
+def test_what_exec_leaves_running_is_a_leftover_process(daemon, sid):
+    cp = cli(daemon, "exec", sid, "--", "echo started; (sleep 0.3; echo later; exec sleep 100) &")
+    assert cp.returncode == 0 and cp.stdout == b"started\n", show(cp)
+    rows = table(cli(daemon, "ps", sid))[1:]
+    assert len(rows) == 1 and rows[0][2:5] == ["running", "-", "leftover"], rows
+    proc = rows[0][0]
+    # Its log is the command's output after the command ended.
+    assert wait_until(lambda: cli(daemon, "logs", sid, proc).stdout == b"later\n", timeout=5)
+    cp = cli(daemon, "kill", "-s", "KILL", sid, proc)
+    assert cp.returncode == 0, show(cp)
+    assert text(cp.stdout) == f"{proc} (pid {rows[0][1]}): killed (a leftover: its exit status is not known)\n"
+    assert table(cli(daemon, "ps", sid))[1][2] == "killed"
+
+
 def test_ps_unknown_sandbox(daemon):
     cp = cli(daemon, "ps", "f" * 32)
     assert cp.returncode == NO_SANDBOX, show(cp)

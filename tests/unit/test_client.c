@@ -171,7 +171,10 @@ static void test_procs(void) {
         json_object_set_new(o, "signal", json_string("SIGTERM"));
         CHECK(procs_exit_status(o) == 128 + SIGTERM, "a signal named with SIG");
         json_object_set_new(o, "signal", json_null());
-        CHECK(procs_exit_status(o) == 1, "neither: 1");
+        json_object_set_new(o, "status", json_string("killed"));
+        CHECK(procs_exit_status(o) == 1 && !procs_exit_known(o), "neither, killed: 1");
+        json_object_set_new(o, "status", json_string("exited"));
+        CHECK(procs_exit_status(o) == 0, "neither, exited: 0");
         json_decref(o);
 
         int p[2];
