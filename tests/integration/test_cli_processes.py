@@ -51,6 +51,12 @@ class Daemon:
         return self.peer.result("process.wait", {"processId": pid, "until": "exit",
                                                  "timeoutMs": int(timeout * 1000)}, timeout=timeout + 5)
 
+    def wait_log(self, pid, want, timeout=10):
+        """Waits until the process's log holds `want` (text)."""
+        def has():
+            return want in self.peer.result("process.logs", {"processId": pid})["stdout"]
+        assert wait_until(has, timeout=timeout), f"{pid} never wrote {want!r}"
+
     def sh(self, sid, command):
         r = self.peer.result("run", {"sandboxId": sid, "command": command})
         assert r["exitCode"] == 0, r
@@ -286,8 +292,7 @@ def test_logs_by_process_id_and_pid(daemon, sid):
 
 def test_logs_of_a_running_process_returns_what_is_there(daemon, sid):
     p = daemon.start(sid, "echo early; sleep 100")
-    daemon.peer.result("process.wait", {"processId": p["processId"], "until": "log",
-                                        "pattern": "early", "timeoutMs": 10000}, timeout=15)
+    daemon.wait_log(p["processId"], "early\n")
     cp = cli(daemon, "logs", sid, p["processId"], timeout=10)
     assert cp.returncode == 0, show(cp)
     assert cp.stdout == b"early\n"
@@ -382,8 +387,7 @@ def test_kill_signal_by_pid(daemon, sid, sig, status):
 def test_kill_grace_then_kill(daemon, sid):
     # A process that ignores TERM is KILLed once the grace time is over.
     p = daemon.start(sid, "trap '' TERM; echo ready; while :; do sleep 0.1; done")
-    daemon.peer.result("process.wait", {"processId": p["processId"], "until": "log",
-                                        "pattern": "ready", "timeoutMs": 10000}, timeout=15)
+    daemon.wait_log(p["processId"], "ready\n")
     t0 = time.monotonic()
     cp = cli(daemon, "kill", "--grace", "0.5", sid, p["processId"])
     assert cp.returncode == 0, show(cp)
