@@ -108,7 +108,7 @@ typedef struct Shell {
         unsigned cols, rows;
         bool ended;         /* process.stream answered: the shell is gone, its output written */
         json_t *end;        /* that answer's result ({status, exitCode, signal}) */
-        ClientError err;    /* why the loop stopped, when it failed */
+        ClientError err;    /* process.stream's error, when it failed */
         bool failed;
         int leave_signal;   /* a signal that made us leave, 0 if none */
         bool stdin_gone;    /* the terminal hung up */
