@@ -171,9 +171,9 @@ SBX_API const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb);
 /* Copies up to size bytes of the background log (newest kept) into buf; returns the length. */
 SBX_API size_t sbx_sandbox_background_log(const SbxSandbox *sb, uint8_t *buf, size_t size);
 /* Kills every process that earlier commands of the sandbox left running (background jobs,
- * daemons); running commands and session shells are untouched. Also done automatically when
- * a run times out because no worker could be forked. Returns how many command cgroups were
- * killed. */
+ * daemons) and every process of sbx_process_start(); running commands and session shells are
+ * untouched. Also done when a snapshot is restored. Returns how many command cgroups were
+ * killed. The same as sbx_sandbox_kill_processes(). */
 SBX_API unsigned sbx_sandbox_kill_background(SbxSandbox *sb);
 /* The sandbox's pid 1 as the host sees it (for tests and tools). */
 SBX_API int sbx_sandbox_init_pid(const SbxSandbox *sb);

@@ -637,31 +637,6 @@ static void nproc_limit(bool command) {
         (void)setrlimit(RLIMIT_NPROC, &rl);
 }
 
-/* Sends WIRE_DETACHED for the RUN seq/nonce, with a pidfd of pid when there is one. */
-static void send_detached(uint32_t seq, uint64_t nonce, int32_t status, pid_t pid) {
-        WireHdr h = { .type = WIRE_DETACHED, .seq = seq, .status = status, .nonce = nonce };
-        int pfd = pid > 0 ? pidfd_open(pid, 0) : -1;
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
-        } cm;
-        struct iovec iov = { &h, sizeof h };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        if (pfd >= 0) {
-                mh.msg_control = cm.buf;
-                mh.msg_controllen = sizeof cm.buf;
-                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(c), &pfd, sizeof pfd);
-        }
-        while (sendmsg(SOCK_FD, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR)
-                ;
-        if (pfd >= 0)
-                close(pfd);
-}
-
 /* A WIRE_F_DETACH run: the command goes to a process of its own, forked from this worker,
  * which exits at once. The process is orphaned to the sandbox's pid 1, which reaps it and
  * reports its status; the holder, whose state nothing touched, forks the next worker. SIGCHLD
@@ -690,7 +665,8 @@ static void detach(const WireHdr *h, uint32_t seq, uint64_t nonce, const char *c
                 fflush(stderr);
                 _exit(status & 0xff);
         }
-        send_detached(seq, nonce, p > 0 ? (int32_t)p : -errno, p);
+        if (send_hdr(WIRE_DETACHED, seq, p > 0 ? (int32_t)p : -errno, nonce) < 0 && p > 0)
+                kill(p, SIGKILL); /* the daemon is gone: nobody would ever hear of it */
         _exit(0);
 }
 
@@ -749,6 +725,22 @@ static void worker(void) {
         if (send_hdr(WIRE_DONE, seq, status & 0xff, nonce) < 0)
                 _exit(status & 0xff);
         set_oom_score_adj("0"); /* holder again: back to the default */
+}
+
+/* A worker that became the holder forks the next worker only once the daemon has moved it out
+ * of the command's cgroup (WIRE_MOVED), so that cgroup ends up holding only what the command
+ * left running. Nothing else reads the socket now: there is no worker. */
+static void await_moved(void) {
+        WireHdr h;
+        for (;;) {
+                ssize_t n = recv(SOCK_FD, &h, sizeof h, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        _exit(0);
+                if ((size_t)n == sizeof h && h.type == WIRE_MOVED)
+                        return;
+        }
 }
 
 /* Tells the daemon which process is the new worker, by a pidfd (the daemon cannot tell it
@@ -817,6 +809,7 @@ static int sbx_session_builtin(WORD_LIST *list) {
                         worker();
                         sigprocmask(SIG_BLOCK, &chld, NULL);
                         nproc_limit(false);
+                        await_moved();
                         continue; /* this process is now the holder */
                 }
                 announce_worker(w);

@@ -33,7 +33,8 @@ typedef struct ProcReq {
         SbxSandbox *sb;
         SbxProcessWatcher w;
         uint64_t cursor;       /* stream: the next byte to send; wait log: the next to match */
-        bool paused, ended, done;
+        bool paused, ended;
+        json_t *hit;           /* wait log: the answer, once a line matched */
         regex_t re;
         bool have_re;
         Buf line[2];           /* wait log: the partial last line of stdout, of stderr */
@@ -144,6 +145,7 @@ static void req_free(ProcReq *q) {
         }
         if (q->have_re)
                 regfree(&q->re);
+        json_decref(q->hit);
         buf_done(&q->line[0]);
         buf_done(&q->line[1]);
         pending_free(q->pending);
@@ -582,25 +584,29 @@ static void wait_ended_first(ProcReq *q) {
                   status_name(i.status), code);
 }
 
-/* Matches one complete line; answers and returns false (q freed) on a match. */
+/* Answers with the matched line. */
+static void reply_hit(ProcReq *q) {
+        json_t *hit = q->hit;
+        q->hit = NULL;
+        req_reply(q, hit);
+}
+
+/* Matches one complete line; on a match keeps the answer in q->hit and returns false. */
 static bool match_line(ProcReq *q, SbxStream st, const char *line, size_t len) {
         char *s = strndup(line, len);
         if (!s)
                 return true;
         bool hit = regexec(&q->re, s, 0, NULL, 0) == 0;
         if (hit) {
-                json_t *o = json_pack("{s:s, s:s}", "stream", st == SBX_STDOUT ? "stdout" : "stderr", "line", "");
-                if (o)
-                        (void)json_set_bytes(o, "line", (const uint8_t *)s, strlen(s));
-                free(s);
-                req_reply(q, o);
-                return false;
+                q->hit = json_pack("{s:s, s:s}", "stream", st == SBX_STDOUT ? "stdout" : "stderr", "line", "");
+                if (q->hit)
+                        (void)json_set_bytes(q->hit, "line", (const uint8_t *)s, strlen(s));
         }
         free(s);
-        return true;
+        return !hit;
 }
 
-/* Feeds output to the line matcher. Returns false once q answered (and was freed). A line
+/* Feeds output to the line matcher. Returns false once a line matched (q->hit). A line
  * longer than SBX_WAIT_LINE_BYTES is matched in pieces of that size. */
 static bool feed_lines(ProcReq *q, SbxStream st, const uint8_t *d, size_t n) {
         Buf *b = &q->line[st == SBX_STDOUT ? 0 : 1];
@@ -626,11 +632,10 @@ static bool feed_lines(ProcReq *q, SbxStream st, const uint8_t *d, size_t n) {
 
 static void scan_piece(void *ud, SbxStream st, const uint8_t *d, size_t n, uint64_t cursor) {
         ProcReq *q = ud;
-        if (q->done)
+        if (q->hit)
                 return;
         q->cursor = cursor;
-        if (!feed_lines(q, st, d, n))
-                q->done = true;
+        (void)feed_lines(q, st, d, n);
 }
 
 static void wait_output(SbxProcessWatcher *w, SbxStream st, const uint8_t *d, size_t n, uint64_t cursor) {
@@ -638,7 +643,8 @@ static void wait_output(SbxProcessWatcher *w, SbxStream st, const uint8_t *d, si
         if (q->kind != PR_WAIT_LOG)
                 return;
         q->cursor = cursor;
-        (void)feed_lines(q, st, d, n);
+        if (!feed_lines(q, st, d, n))
+                reply_hit(q);
 }
 
 static void wait_ended(SbxProcessWatcher *w) {
@@ -651,8 +657,10 @@ static void wait_ended(SbxProcessWatcher *w) {
                 /* The last line may have no newline. */
                 for (int k = 0; k < 2; k++)
                         if (q->line[k].len > 0 &&
-                            !match_line(q, k == 0 ? SBX_STDOUT : SBX_STDERR, (const char *)q->line[k].data, q->line[k].len))
+                            !match_line(q, k == 0 ? SBX_STDOUT : SBX_STDERR, (const char *)q->line[k].data, q->line[k].len)) {
+                                reply_hit(q);
                                 return;
+                        }
         }
         if (q->kind == PR_WAIT_PORT && port_listening(q->sb, q->port) == 1) {
                 req_reply(q, json_pack("{s:i}", "port", q->port));
@@ -726,8 +734,10 @@ static int m_process_wait(Req *r, json_t **ret, RpcError *e) {
                 do {
                         uint64_t before = c;
                         next = sbx_process_read_log(p, c, SBX_PROCESS_READ_BYTES, scan_piece, q, NULL);
-                        if (q->done)
+                        if (q->hit) {
+                                reply_hit(q);
                                 return 1;
+                        }
                         c = next;
                         if (c == before)
                                 break;

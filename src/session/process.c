@@ -17,7 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
 #include <sys/ioctl.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -137,8 +141,7 @@ uint64_t sbx_process_read_log(const SbxProcess *p, uint64_t cursor, size_t max, 
                 *ret_dropped = cursor < oldest ? oldest - cursor : 0;
         if (cursor < oldest)
                 cursor = oldest;
-        if (cursor > l->end)
-                cursor = l->end;
+        /* A cursor past the end is where the caller wants to start once the bytes come. */
         for (const LogChunk *c = l->head; c && max > 0; c = c->next) {
                 if (c->start + c->len <= cursor)
                         continue;
@@ -356,10 +359,10 @@ static void cgroup_gone(SbxProcess *p) {
 static void proc_end(SbxProcess *p) {
         if (p->ended)
                 return;
-        /* Everything it wrote before it ended is in the pipes: into the log before the end is
-         * told (bounded: what it left running may keep writing). */
-        drain(p, true, 4 * SBX_PROCESS_READ_BYTES);
-        drain(p, false, 4 * SBX_PROCESS_READ_BYTES);
+        /* Everything it wrote before it ended is in the pipes (a full pipe at most): into the
+         * log before the end is told (bounded: what it left running may keep writing). */
+        drain(p, true, 2 * SBX_PIPE_BYTES);
+        drain(p, false, 2 * SBX_PIPE_BYTES);
         p->ended = true;
         p->ended_ms = wall_ms();
         p->deadline = 0;
@@ -542,9 +545,8 @@ static int watch_output(SbxProcess *p) {
         return 0;
 }
 
-static void on_detached(RunDetach *d, pid_t pid, int pidfd, int cg, const char *cg_name) {
+static void on_detached(RunDetach *d, pid_t pid, int cg, const char *cg_name) {
         SbxProcess *p = container_of(d, SbxProcess, detach);
-        safe_close(pidfd);
         p->pid = pid;
         p->started = true;
         p->started_ms = wall_ms();
@@ -571,9 +573,16 @@ static void start_done(void *ud, const SbxResult *res) {
 static int open_pty(SandboxCore *core, uint16_t cols, uint16_t rows, int *master, int *slave) {
         if (core->box.root_fd < 0)
                 return -EAGAIN;
-        _cleanup_close_ int m = openat(core->box.root_fd, "dev/pts/ptmx", O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        /* Resolved inside the sandbox's root with no symlink followed, and checked to be a
+         * devpts: whatever the sandbox did to its /dev, the terminal is one of its own. */
+        struct open_how how = { .flags = O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC,
+                                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+        _cleanup_close_ int m = (int)syscall(SYS_openat2, core->box.root_fd, "dev/pts/ptmx", &how, sizeof how);
+        struct statfs sf;
         if (m < 0)
                 return negerrno();
+        if (fstatfs(m, &sf) < 0 || sf.f_type != DEVPTS_SUPER_MAGIC)
+                return -ENOTTY;
         int unlock = 0;
         if (ioctl(m, TIOCSPTLCK, &unlock) < 0)
                 return negerrno();
@@ -765,6 +774,16 @@ void sbx_process_info(const SbxProcess *p, SbxProcessInfo *ret) {
                 .leftover = p->leftover, .pty = p->pty, .stdin_open = p->stdin_open && !p->stdin_closing,
                 .alive = p->cg >= 0, .log_end = p->log.end,
         };
+}
+
+unsigned process_kill_leftovers(SandboxCore *core) {
+        unsigned n = 0;
+        for (SbxProcess *p = core->procs; p; p = p->next)
+                if (p->leftover && p->cg >= 0) {
+                        kill_tree(p);
+                        n++;
+                }
+        return n + bglog_kill(&core->bg);
 }
 
 unsigned process_count_alive(const SandboxCore *core) {

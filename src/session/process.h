@@ -17,6 +17,9 @@ void process_all_lost(SandboxCore *core);
 /* Frees every process of the sandbox (it is being freed); kill callbacks and watchers are
  * told first. */
 void process_free_all(SandboxCore *core);
+/* Kills what runs left running (leftover processes) and the background log's cgroups;
+ * returns how many. For a session that cannot fork its next worker. */
+unsigned process_kill_leftovers(SandboxCore *core);
 /* Processes alive in the cgroups of the sandbox's processes. */
 unsigned process_count_alive(const SandboxCore *core);
 /* What an ended run left running: its cgroup (dir fd, name) still has processes. Takes the

@@ -148,54 +148,20 @@ static SbxErrorClass failure_class(SandboxCore *core) {
         return SBX_ERROR_NONE;
 }
 
-/* What the last run left running becomes a process once the session's next worker is out
- * of its cgroup, or goes to the background log (nothing left, or the sandbox tracks no more
- * processes). */
-static void leftover_resolve(SbxSession *s) {
-        SandboxCore *core = s->core;
-        if (s->left.cg < 0)
-                return;
-        if (cgroup_populated(s->left.cg) == 1 &&
-            process_adopt_leftover(core, s->left.command, s->left.command_len, s->left.out_fd, s->left.err_fd,
-                                   s->left.cg, s->left.cg_name) == 0) {
-                s->left.out_fd = s->left.err_fd = s->left.cg = -1;
-        } else {
-                if (s->left.out_fd >= 0)
-                        bglog_adopt_pipe(&core->bg, TAKE_FD(s->left.out_fd));
-                if (s->left.err_fd >= 0)
-                        bglog_adopt_pipe(&core->bg, TAKE_FD(s->left.err_fd));
-                bglog_retire_cgroup(&core->bg, TAKE_FD(s->left.cg), s->left.cg_name);
-        }
-        s->left.out_fd = s->left.err_fd = s->left.cg = -1;
-        free(s->left.command);
-        s->left.command = NULL;
-}
-
-/* Keeps what an ended run left running (its cgroup still has processes) for
- * leftover_resolve(): the run's pipes stay unread meanwhile. Returns false when it is not
- * kept. */
-static bool leftover_stash(SbxRun *r) {
-        SbxSession *s = r->s;
-        if (r->cg < 0 || r->kill_leftovers || r->internal || r->killed || r->detach || s->core->dying ||
+/* What an ended run left running (its cgroup still has processes: the worker, now the holder,
+ * has been moved out and forks the next worker only after that) becomes a process of the
+ * sandbox with the run's pipes, unless the sandbox tracks no more: then it goes to the
+ * background log. */
+static void leftover_adopt(SbxRun *r) {
+        SandboxCore *core = r->s->core;
+        if (r->cg < 0 || r->kill_leftovers || r->internal || r->killed || r->detach || core->dying ||
             cgroup_populated(r->cg) != 1)
-                return false;
-        leftover_resolve(s);
-        s->left.command = malloc(r->command_len + 1);
-        if (!s->left.command)
-                return false;
-        memcpy(s->left.command, r->command, r->command_len);
-        s->left.command_len = r->command_len;
-        Loop *l = s->core->loop;
-        loop_del(l, &r->out_w);
-        loop_del(l, &r->err_w);
-        s->left.out_fd = TAKE_FD(r->out_fd);
-        s->left.err_fd = TAKE_FD(r->err_fd);
-        s->left.cg = TAKE_FD(r->cg);
-        memcpy(s->left.cg_name, r->cg_name, sizeof s->left.cg_name);
-        /* Already out if the worker died on its own: its holder forks the next one. */
-        if (!session_awaiting_worker(s))
-                leftover_resolve(s);
-        return true;
+                return;
+        loop_del(core->loop, &r->out_w);
+        loop_del(core->loop, &r->err_w);
+        if (process_adopt_leftover(core, r->command, r->command_len, r->out_fd, r->err_fd, r->cg, r->cg_name) == 0) {
+                r->out_fd = r->err_fd = r->cg = -1;
+        }
 }
 
 /* Ends a run: result to the caller, pipes and cgroup handed over or released. */
@@ -215,7 +181,7 @@ static void run_finish(SbxRun *r) {
         run_drain(r, true, 2 * SBX_PIPE_BYTES);
         run_drain(r, false, 2 * SBX_PIPE_BYTES);
         run_close_io(r);
-        (void)leftover_stash(r);
+        leftover_adopt(r);
         if (r->out_fd >= 0) {
                 loop_del(core->loop, &r->out_w);
                 bglog_adopt_pipe(&core->bg, TAKE_FD(r->out_fd));
@@ -282,7 +248,7 @@ static void run_unstarve(SbxRun *r) {
         static const char msg[] = "sbx: no worker could start in time (process limit reached?); "
                                   "background processes of earlier commands were killed\n";
         size_t before = r->err.len;
-        if (bglog_kill(&r->s->core->bg) > 0)
+        if (process_kill_leftovers(r->s->core) > 0)
                 (void)buf_append(&r->err, msg, sizeof msg - 1);
         if (r->on_output && r->err.len > before)
                 r->on_output(r->ud, SBX_STDERR, r->err.data + before, r->err.len - before);
@@ -523,10 +489,7 @@ static void pump(SbxSession *s) {
 
 /* ---------------------------------------------------------------- what the shells say */
 
-static void hook_idle(SbxSession *s) {
-        leftover_resolve(s);
-        pump(s);
-}
+static void hook_idle(SbxSession *s) { pump(s); }
 
 static void hook_ended(SbxSession *s, int status) {
         SbxRun *r = s->current;
@@ -544,17 +507,14 @@ static void hook_died(SbxSession *s, int wstatus) {
         run_finish(r);
 }
 
-static void hook_detached(SbxSession *s, pid_t pid, int pidfd) {
+static void hook_detached(SbxSession *s, pid_t pid) {
         SbxRun *r = s->current;
-        if (!r || !r->sent || r->killed || !r->detach) {
-                safe_close(pidfd);
+        if (!r || !r->sent || r->killed || !r->detach)
                 return;
-        }
         if (pid > 0) {
-                r->detach_to->detached(r->detach_to, pid, pidfd, TAKE_FD(r->cg), r->cg_name);
+                r->detach_to->detached(r->detach_to, pid, TAKE_FD(r->cg), r->cg_name);
                 r->exit_code = 0;
         } else {
-                safe_close(pidfd);
                 r->exit_code = 1;
         }
         run_finish(r);
@@ -579,7 +539,6 @@ static void fail_all(SbxSession *s, int exit_code, const char *msg) {
  * what is queued. */
 static void hook_lost(SbxSession *s, bool never_started) {
         SbxRun *r = s->current;
-        leftover_resolve(s);
         if (never_started) {
                 /* It cannot start at all (no bash in the root, exec refused). Answer what waits
                  * instead of retrying in a loop; the next run tries again. */
@@ -806,7 +765,6 @@ int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len
 }
 
 void run_cancel_all(SbxSession *s) {
-        leftover_resolve(s);
         loop_cancel_defer(s->core->loop, s);
         s->pump_pending = false;
         while (s->refused)

@@ -48,11 +48,11 @@ struct SbxRun {
         struct RunDetach *detach_to;
 };
 
-/* Who takes a detached run's process: called once the process runs, before the run's done
- * callback (exit 0). pidfd (or -1) and cg, the process's command cgroup named cg_name, are
+/* Who takes a detached run's process: called once the process runs (pid in the sandbox),
+ * before the run's done callback (exit 0). cg, the process's command cgroup named cg_name, is
  * the callee's. */
 typedef struct RunDetach {
-        void (*detached)(struct RunDetach *d, pid_t pid, int pidfd, int cg, const char *cg_name);
+        void (*detached)(struct RunDetach *d, pid_t pid, int cg, const char *cg_name);
 } RunDetach;
 
 /* Queues a caller run (in the sandbox-wide order, so operations hold it like any run) whose

@@ -442,7 +442,7 @@ const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb) { return &sb->core.lim
 int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->core.box.init_pid; }
 bool sbx_sandbox_ready(const SbxSandbox *sb) { return sb->setup > 0; }
 
-unsigned sbx_sandbox_kill_background(SbxSandbox *sb) { return bglog_kill(&sb->core.bg); }
+unsigned sbx_sandbox_kill_background(SbxSandbox *sb) { return sbx_sandbox_kill_processes(sb); }
 
 size_t sbx_sandbox_background_log(const SbxSandbox *sb, uint8_t *buf, size_t size) {
         return bglog_copy(&sb->core.bg, buf, size);

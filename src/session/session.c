@@ -90,9 +90,12 @@ static void on_spawned(SbxSession *s, int fd) {
 }
 
 static void on_done(SbxSession *s, pid_t pid, int status) {
-        /* The worker is the new holder: out of the command's cgroup, old holder gone. */
+        /* The worker is the new holder: out of the command's cgroup, old holder gone. It forks
+         * the next worker once told, so the cgroup keeps only what the command left. */
         (void)cgroup_move(s->core->box.cg.init, pid);
         (void)cgroup_sandbox_command_leave(&s->core->box.cg, pid);
+        WireHdr moved = { .type = WIRE_MOVED };
+        (void)send(s->sock, &moved, sizeof moved, MSG_NOSIGNAL | MSG_DONTWAIT);
         int old = TAKE_FD(s->holder_pidfd);
         loop_del(s->core->loop, &s->holder_w);
         pidfd_sigkill(old);
@@ -206,9 +209,9 @@ static void session_event(Watch *w, uint32_t events) {
                 /* The worker's word that a detached command runs: it counts once, from the
                  * worker, echoing the run. */
                 if (n == (ssize_t)sizeof h && h.type == WIRE_DETACHED && s->state == SS_RUNNING && pid > 0 &&
-                    pid == s->worker_pid && h.seq == s->sent_seq && h.nonce == s->sent_nonce && n_fds <= 1) {
+                    pid == s->worker_pid && h.seq == s->sent_seq && h.nonce == s->sent_nonce && n_fds == 0) {
                         s->state = SS_KILLING;
-                        s->hooks->detached(s, (pid_t)h.status, n_fds == 1 ? fds[0] : -1);
+                        s->hooks->detached(s, (pid_t)h.status);
                         continue;
                 }
                 for (int j = 0; j < n_fds; j++)
@@ -263,7 +266,6 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->core = core;
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = -1;
-        s->left.out_fd = s->left.err_fd = s->left.cg = -1;
 }
 
 bool session_idle(const SbxSession *s) { return s->state == SS_IDLE; }

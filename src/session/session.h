@@ -24,9 +24,9 @@ typedef struct SessionHooks {
         /* The sent command ended; status is its exit code. The worker is now the holder. */
         void (*ended)(SbxSession *s, int status);
         /* The sent WIRE_F_DETACH command runs in a process of its own: pid (in the sandbox),
-         * a pidfd of it (owned by the hook; -1 if none came), or -errno in pid if the worker
-         * could not fork. The worker is dying; the holder forks the next one. */
-        void (*detached)(SbxSession *s, pid_t pid, int pidfd);
+         * or -errno if the worker could not fork. The worker is dying; the holder forks the
+         * next one. */
+        void (*detached)(SbxSession *s, pid_t pid);
         /* The worker of the sent command died on its own (wait status). */
         void (*died)(SbxSession *s, int wstatus);
         /* The holder is gone: the state is lost and no shell is left. never_started: it died
@@ -61,15 +61,6 @@ struct SbxSession {
         uint32_t seq;
         bool pump_pending;
         bool broken;        /* the shell could not start; retried on the next run */
-        /* run.c: what the last run left running, until the next worker is out of its cgroup
-         * (the holder may fork it in there): then it becomes a process, or goes to the
-         * background log if nothing is left. cg -1: none. */
-        struct {
-                int out_fd, err_fd, cg;
-                char cg_name[24];
-                char *command;
-                size_t command_len;
-        } left;
 };
 
 /* Fills in a new session's shell fields (no shell yet). */

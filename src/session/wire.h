@@ -30,6 +30,9 @@ enum {
                               (in the sandbox) of the process it forked for the command, or
                               -errno; seq and nonce echo the RUN. The worker then exits, and the
                               holder, untouched, forks the next one (DIED follows). */
+        WIRE_MOVED = 8,    /* daemon -> the new holder, after its DONE: it is out of the
+                              command's cgroup, so the worker it forks now is too. What is left
+                              in that cgroup is then exactly what the command left running. */
 };
 
 typedef struct WireHdr {

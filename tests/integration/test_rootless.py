@@ -149,3 +149,51 @@ def test_rootless_fork_and_snapshot(delegated):
     finally:
         p.stdin.close()
         p.wait(10)
+
+
+def test_rootless_processes(delegated):
+    """Processes as an unprivileged daemon: pid 1 reports their status, their cgroups kill
+    their trees, and a terminal comes from the sandbox's own devpts."""
+    import base64
+    import json
+    import time
+    procs = str(delegated / "cgroup.procs")
+
+    def enter():
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(delegated)}
+    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SBX, "serve", "--stdio"],
+                         preexec_fn=enter, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    n = [0]
+
+    def call(method, params=None):
+        n[0] += 1
+        p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": n[0], "method": method, "params": params or {}}) + "\n").encode())
+        p.stdin.flush()
+        while True:
+            msg = json.loads(p.stdout.readline())
+            if msg.get("id") == n[0]:
+                return msg
+
+    try:
+        created = call("create")
+        if "error" in created and "namespace" in created["error"]["message"]:
+            pytest.skip("unprivileged user namespaces are not allowed here")
+        a = call("process.start", {"command": "echo hi; exit 6"})["result"]["processId"]
+        assert call("process.wait", {"processId": a, "until": "exit", "timeoutMs": 10000})["result"] == {
+            "status": "exited", "exitCode": 6, "signal": None}
+        assert call("process.logs", {"processId": a})["result"]["stdout"] == "hi\n"
+        b = call("process.start", {"command": "trap '' TERM; setsid sleep 1000 & sleep 1001"})["result"]["processId"]
+        assert call("process.kill", {"processId": b, "graceMs": 100})["result"]["status"] == "killed"
+        assert "sleep" not in call("run", {"command": "ps -eo comm"})["result"]["stdout"]
+        t = call("process.start", {"command": "exec bash --norc -i", "pty": {"cols": 90, "rows": 20}})["result"]["processId"]
+        call("process.write", {"processId": t, "data": base64.b64encode(b"tty; stty size; exit 3\n").decode()})
+        assert call("process.wait", {"processId": t, "until": "exit", "timeoutMs": 10000})["result"]["exitCode"] == 3
+        out = call("process.logs", {"processId": t})["result"]["stdout"]
+        assert "/dev/pts/0" in out and "20 90" in out, out
+    finally:
+        p.stdin.close()
+        p.wait(10)
