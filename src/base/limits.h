@@ -218,6 +218,15 @@
  * base64, with room for the rest of the answer. */
 #define SBX_MAX_CLIENT_LINE_BYTES (SBX_MAX_ARCHIVE_BYTES / 3 * 4 + 1024 * 1024)
 
+/* sbx shell: keystrokes (or a paste) read from the user's terminal and not yet sent. One
+ * process.write is in flight at a time, so they reach the pty in the order typed; what
+ * arrives meanwhile is sent as one write of at most this many bytes, and the terminal is not
+ * read while that many wait (a huge paste then waits in the terminal, not in our memory). */
+#define SBX_SHELL_INPUT_BYTES (64U * 1024)
+/* The pty's size when the user's terminal does not say its own. */
+#define SBX_SHELL_DEFAULT_COLS 80U
+#define SBX_SHELL_DEFAULT_ROWS 24U
+
 /* Output queued for a consumer that reads slowly (a client's socket, the CLI's stdout): above
  * HIGH the producer (a command's pipes) is no longer read until the queue is below LOW, so a
  * slow reader costs at most this much memory and never blocks the loop. */
