@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# tmux: the tests drive sbx shell in a terminal of its own.
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
           libseccomp-dev libarchive-dev nettle-dev zstd python3 python3-pytest python3-venv
-          procps curl)
+          procps curl tmux)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,13 +1,14 @@
 #!/bin/bash
 # Builds sbx, installs what the benchmarks compare against (bubblewrap, the npm package
 # just-bash), runs sbx-bench, then sbx-bench-rpc (the daemon over its Unix socket), then
-# sbx-bench-image (fork, snapshot, restore), and prints a Markdown report on stdout (also saved
-# to bench/.results/). Progress goes to stderr.
+# sbx-bench-image (fork, snapshot, restore), then sbx-bench-ports (exposed ports), and prints a
+# Markdown report on stdout (also saved to bench/.results/). Progress goes to stderr.
 #
 # Usage: bench/run.sh [sbx-bench options]      e.g. bench/run.sh --quick
-# --quick is passed on to sbx-bench-rpc and sbx-bench-image too (the latter then takes -n 3);
-# their other options go in SBX_BENCH_RPC_ARGS and SBX_BENCH_IMAGE_ARGS, and SBX_BENCH_RPC=0
-# or SBX_BENCH_IMAGE=0 skips one.
+# --quick is passed on to sbx-bench-rpc, sbx-bench-image and sbx-bench-ports too (the image one
+# then takes -n 3);
+# their other options go in SBX_BENCH_RPC_ARGS, SBX_BENCH_IMAGE_ARGS and SBX_BENCH_PORTS_ARGS,
+# and SBX_BENCH_RPC=0, SBX_BENCH_IMAGE=0 or SBX_BENCH_PORTS=0 skips one.
 # Needs root (sandboxes, cgroups) and takes about 4-5 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -135,6 +136,22 @@ if [ "${SBX_BENCH_IMAGE:-1}" = 1 ]; then
                 echo
         } | tee -a "$OUT"
         run_accounted ./build/bench/sbx-bench-image "${IMAGE_ARGS[@]}" "${IMAGE_EXTRA[@]}"
+fi
+# A sandbox's port exposed on the host's loopback: HTTP GETs through it against the same server
+# on the host, and 1 GiB through both (bench/bench_ports.c); about 20 s with the defaults.
+if [ "${SBX_BENCH_PORTS:-1}" = 1 ]; then
+        PORTS_ARGS=()
+        for a in "$@"; do
+                if [ "$a" = --quick ]; then PORTS_ARGS+=(--quick); fi
+        done
+        read -r -a PORTS_EXTRA <<< "${SBX_BENCH_PORTS_ARGS:-}"
+        log "exposed ports: build/bench/sbx-bench-ports ${PORTS_ARGS[*]} ${PORTS_EXTRA[*]}"
+        {
+                echo
+                echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+                echo
+        } | tee -a "$OUT"
+        run_accounted ./build/bench/sbx-bench-ports "${PORTS_ARGS[@]}" "${PORTS_EXTRA[@]}"
 fi
 echo | tee -a "$OUT"
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"

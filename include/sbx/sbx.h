@@ -425,3 +425,5 @@ SBX_API void sbx_result_clear(SbxResult *r);
 #ifdef __cplusplus
 }
 #endif
+
+#include "sbx/port.h"

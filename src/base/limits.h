@@ -218,6 +218,15 @@
  * base64, with room for the rest of the answer. */
 #define SBX_MAX_CLIENT_LINE_BYTES (SBX_MAX_ARCHIVE_BYTES / 3 * 4 + 1024 * 1024)
 
+/* sbx shell: keystrokes (or a paste) read from the user's terminal and not yet sent. One
+ * process.write is in flight at a time, so they reach the pty in the order typed; what
+ * arrives meanwhile is sent as one write of at most this many bytes, and the terminal is not
+ * read while that many wait (a huge paste then waits in the terminal, not in our memory). */
+#define SBX_SHELL_INPUT_BYTES (64U * 1024)
+/* The pty's size when the user's terminal does not say its own. */
+#define SBX_SHELL_DEFAULT_COLS 80U
+#define SBX_SHELL_DEFAULT_ROWS 24U
+
 /* Output queued for a consumer that reads slowly (a client's socket, the CLI's stdout): above
  * HIGH the producer (a command's pipes) is no longer read until the queue is below LOW, so a
  * slow reader costs at most this much memory and never blocks the loop. */
@@ -236,6 +245,39 @@
 /* Ceilings a client may ask for, per sandbox: memory and filesystem bytes. */
 #define SBX_MAX_MEMORY_BYTES (1ULL << 44)
 #define SBX_MAX_FS_BYTES (1ULL << 40)
+
+/* ---- exposed ports (port.expose) */
+
+/* Ports one sandbox exposes at once. Each is a listening socket of the daemon on the host's
+ * 127.0.0.1 and a port of the host's loopback range taken; past it port.expose is refused with
+ * LIMIT_EXCEEDED. */
+#define SBX_MAX_PORTS 32U
+/* Connections forwarded at once through one exposed port. Each holds six fds of the daemon (its
+ * two sockets and a pipe per direction) and up to twice SBX_PORT_PIPE_BYTES of kernel memory in
+ * transit; past it a new connection is accepted and reset at once, so a client that opens
+ * connections without end exhausts neither. */
+#define SBX_MAX_PORT_CONNECTIONS 256U
+/* Capacity asked for each direction's pipe of a forwarded connection, as root: the most the
+ * daemon holds in transit per direction (nothing else is buffered: a side that does not read
+ * stops the other side's reads, and TCP's flow control does the rest). Larger pipes move more
+ * per system call. Rootless the pipes keep the kernel's default (64 KiB): the kernel counts
+ * every pipe's size against its user's budget (fs.pipe-user-pages-soft, 64 MiB by default),
+ * past which each new pipe of that user gets two pages, and rootless that user is also the
+ * sandboxes' own, so 256 connections of large pipes would shrink the pipes of every command. */
+#define SBX_PORT_PIPE_BYTES (256U * 1024)
+/* Bytes one forwarded connection moves in one turn of the loop before it lets other fds have
+ * theirs (it is called again while its sockets stay ready). */
+#define SBX_PORT_TURN_BYTES (4U * 1024 * 1024)
+/* Unconnected sockets of the sandbox's network namespace kept ready per sandbox with exposed
+ * ports, so that a new connection needs no round trip to the process that makes them; asked
+ * for in batches of at most SBX_PORT_SOCKET_BATCH (one SCM_RIGHTS message each). */
+#define SBX_PORT_SOCKET_POOL 8U
+#define SBX_PORT_SOCKET_BATCH 32U
+/* Connections one listener accepts per turn of the loop. */
+#define SBX_PORT_ACCEPT_BATCH 16U
+/* A listener that cannot accept (the daemon is out of fds or memory) stops listening for this
+ * long, instead of being woken again at once by the connection still waiting. */
+#define SBX_PORT_ACCEPT_RETRY_MS 100U
 
 /* ---- sandboxes */
 

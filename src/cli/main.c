@@ -2,8 +2,18 @@
 /* The sbx binary: dispatches to one subcommand per file. */
 #include <stdio.h>
 #include <string.h>
+#include "base/macro.h"
 #include "cli/cli.h"
 #include "sbx/sbx.h"
+
+static const struct {
+        const char *name;
+        int (*fn)(int argc, char **argv);
+} commands[] = {
+        { "run", cmd_run },   { "serve", cmd_serve }, { "export", cmd_export }, { "import", cmd_import },
+        { "ls", cmd_ls },     { "exec", cmd_exec },   { "ps", cmd_ps },         { "logs", cmd_logs },
+        { "kill", cmd_kill }, { "shell", cmd_shell },
+};
 
 static void usage(FILE *f) {
         fprintf(f,
@@ -18,6 +28,15 @@ static void usage(FILE *f) {
                 "                                   save a daemon's sandbox to an archive\n"
                 "  import --socket PATH --sandbox ID FILE\n"
                 "                                   load an archive into a daemon's sandbox\n"
+                "\n"
+                "Commands on a daemon's sandboxes (--socket PATH, or $SBX_SOCKET):\n"
+                "  ls                               its sandboxes\n"
+                "  exec ID -- CMD [CMD ...]         run commands in sandbox ID, output streamed\n"
+                "  ps ID                            the processes of sandbox ID\n"
+                "  logs ID PROC [-f]                a process's output (-f: follow to its end)\n"
+                "  kill ID PROC [-s SIGNAL]         signal a process and wait until it is dead\n"
+                "  shell [ID]                       an interactive bash in sandbox ID (or in a\n"
+                "                                   new sandbox, destroyed when it ends)\n"
                 "\n"
                 "Options:\n"
                 "  -h, --help       show this help\n"
@@ -40,14 +59,9 @@ int main(int argc, char **argv) {
                 printf("sbx %s\n", sbx_version());
                 return 0;
         }
-        if (strcmp(cmd, "run") == 0)
-                return cmd_run(argc - 1, argv + 1);
-        if (strcmp(cmd, "serve") == 0)
-                return cmd_serve(argc - 1, argv + 1);
-        if (strcmp(cmd, "export") == 0)
-                return cmd_export(argc - 1, argv + 1);
-        if (strcmp(cmd, "import") == 0)
-                return cmd_import(argc - 1, argv + 1);
+        for (size_t i = 0; i < ELEMENTSOF(commands); i++)
+                if (strcmp(cmd, commands[i].name) == 0)
+                        return commands[i].fn(argc - 1, argv + 1);
         fprintf(stderr, "sbx: unknown command '%s'\n\n", cmd);
         usage(stderr);
         return 2;

@@ -217,7 +217,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         int sv[2] = { -1, -1 }, sync[2] = { -1, -1 };
         int r;
 
-        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .slot = -1 };
+        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .netns_fd = -1,
+                    .slot = -1 };
         r = take_host_ids(s, b, err, errlen);
         if (r < 0)
                 return r;
@@ -243,6 +244,9 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         b->ctl_fd = TAKE_FD(sv[0]);
         sv[1] = safe_close(sv[1]);
         sync[0] = safe_close(sync[0]);
+        char ns[64];
+        snprintf(ns, sizeof ns, "/proc/%d/ns/net", (int)b->init_pid);
+        b->netns_fd = open(ns, O_RDONLY | O_CLOEXEC);
 
         r = cgroup_sandbox_attach_v1(&b->cg, b->init_pid);
         if (r < 0) {
@@ -380,6 +384,7 @@ void box_kill(Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
+        b->netns_fd = safe_close(b->netns_fd);
         pidfd_sigkill(b->init_pidfd);
         if (b->cg.dir >= 0)
                 (void)cgroup_kill(b->cg.dir);
@@ -403,6 +408,7 @@ void box_destroy(BoxShared *s, Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
+        b->netns_fd = safe_close(b->netns_fd);
         if (b->init_pidfd >= 0) {
                 pidfd_sigkill(b->init_pidfd);
                 siginfo_t si;

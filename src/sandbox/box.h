@@ -39,6 +39,11 @@ typedef struct Box {
         int ctl_fd;
         int root_fd;   /* O_PATH fd of the sandbox's / (from its pid 1) */
         int snap_fd;   /* O_PATH fd of its snapshot store (see mount_build_root()) */
+        /* Its network namespace (/proc/<pid 1>/ns/net), for the sockets of exposed ports; -1 if
+         * it could not be opened. Opened while pid 1 waits for its id maps: pid 1 turns
+         * non-dumpable after, and then only a process with CAP_SYS_PTRACE over the daemon's
+         * user namespace may open its namespaces (rootless, none may). */
+        int netns_fd;
         uid_t host_uid; /* the sandbox's user (uid 1000 inside) as the host sees it */
         gid_t host_gid;
         /* Root: ids 0..host_ids-1 inside are host ids host_base.. (uids and gids alike), so

@@ -60,6 +60,7 @@ extern const Method server_methods_process[]; /* m_process.c */
 extern const Method server_methods_files[];   /* m_files.c */
 extern const Method server_methods_image[];   /* m_image.c: fork, snapshots, export/import */
 extern const Method server_methods_server[];  /* m_server.c: health, ping, kill */
+extern const Method server_methods_port[];    /* m_port.c: exposed ports */
 
 /* {ok: true} */
 json_t *handler_ok_json(void);

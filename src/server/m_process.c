@@ -108,32 +108,6 @@ static int find_process(Req *r, SbxProcess **ret, RpcError *e) {
         return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown processId: %s (process.list names them)", id);
 }
 
-/* Whether something in sb's network namespace listens on TCP port (v4 or v6): 1, 0, or
- * -errno. Read from pid 1's /proc/PID/net/tcp{,6}, which never blocks. */
-static int port_listening(SbxSandbox *sb, uint16_t port) {
-        static const char *const files[] = { "tcp", "tcp6" };
-        int pid = sbx_sandbox_init_pid(sb), found = 0;
-        if (pid <= 0)
-                return -ESRCH;
-        for (size_t f = 0; f < ELEMENTSOF(files) && !found; f++) {
-                char path[64], line[512];
-                snprintf(path, sizeof path, "/proc/%d/net/%s", pid, files[f]);
-                FILE *in = fopen(path, "re");
-                if (!in)
-                        continue;
-                while (!found && fgets(line, sizeof line, in)) {
-                        unsigned lport, st;
-                        char *colon = strchr(line, ':');
-                        colon = colon ? strchr(colon + 1, ':') : NULL;
-                        if (colon && sscanf(colon + 1, "%x %*[0-9A-Fa-f]:%*x %x", &lport, &st) == 2 && lport == port &&
-                            st == 0x0A)
-                                found = 1;
-                }
-                fclose(in);
-        }
-        return found;
-}
-
 /* ---------------------------------------------------------------- pending requests */
 
 static void req_free(ProcReq *q) {
@@ -662,7 +636,7 @@ static void wait_ended(SbxProcessWatcher *w) {
                                 return;
                         }
         }
-        if (q->kind == PR_WAIT_PORT && port_listening(q->sb, q->port) == 1) {
+        if (q->kind == PR_WAIT_PORT && sbx_port_listening(q->sb, q->port) == 1) {
                 req_reply(q, json_pack("{s:i}", "port", q->port));
                 return;
         }
@@ -673,7 +647,7 @@ static void timer_event(Watch *w, uint32_t events) {
         ProcReq *q = w->data;
         uint64_t x;
         (void)!read(q->timer_fd, &x, sizeof x);
-        if (q->kind == PR_WAIT_PORT && port_listening(q->sb, q->port) == 1) {
+        if (q->kind == PR_WAIT_PORT && sbx_port_listening(q->sb, q->port) == 1) {
                 req_reply(q, json_pack("{s:i}", "port", q->port));
                 return;
         }
@@ -743,7 +717,7 @@ static int m_process_wait(Req *r, json_t **ret, RpcError *e) {
                                 break;
                 } while (c < i.log_end);
         }
-        if (kind == PR_WAIT_PORT && port_listening(q->sb, q->port) == 1) {
+        if (kind == PR_WAIT_PORT && sbx_port_listening(q->sb, q->port) == 1) {
                 req_reply(q, json_pack("{s:i}", "port", q->port));
                 return 1;
         }

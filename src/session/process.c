@@ -318,17 +318,29 @@ int sbx_process_resize(SbxProcess *p, uint16_t cols, uint16_t rows) {
 
 /* ---------------------------------------------------------------- end, kill, timeout */
 
+static void timer_event(Watch *w, uint32_t events);
+
 static void arm_timer(SbxProcess *p) {
         uint64_t due = 0;
         if (p->deadline && !p->ended)
                 due = p->deadline;
         if (p->kill_at && (!due || p->kill_at < due))
                 due = p->kill_at;
-        if (p->timer_fd < 0)
-                return;
         if (!due) {
-                (void)timerfd_arm_ms(p->timer_fd, 0);
+                if (p->timer_fd >= 0)
+                        (void)timerfd_arm_ms(p->timer_fd, 0);
                 return;
+        }
+        /* Made on first need: most processes never have a timeout or a kill in progress, and a
+         * sandbox may hold many (their fds count). */
+        if (p->timer_fd < 0) {
+                p->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (p->timer_fd < 0 || loop_add(p->core->loop, &p->timer_w, p->timer_fd, EPOLLIN, timer_event, p) < 0) {
+                        log_warn("process p%llu: no timer: its timeout or kill grace will not fire",
+                                 (unsigned long long)p->id);
+                        p->timer_fd = safe_close(p->timer_fd);
+                        return;
+                }
         }
         uint64_t now = now_ns();
         (void)timerfd_arm_ms(p->timer_fd, due > now ? (due - now + 999999) / 1000000 : 1);
@@ -441,10 +453,7 @@ static SbxProcess *proc_new(SandboxCore *core, const char *command, size_t comma
         size_t cl = MIN(command_len, (size_t)SBX_PROCESS_COMMAND_SHOWN);
         p->command = malloc(cl + 1);
         p->label = label ? strndup(label, SBX_PROCESS_LABEL_BYTES) : NULL;
-        p->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (!p->command || (label && !p->label) || p->timer_fd < 0 ||
-            loop_add(core->loop, &p->timer_w, p->timer_fd, EPOLLIN, timer_event, p) < 0) {
-                safe_close(p->timer_fd);
+        if (!p->command || (label && !p->label)) {
                 free(p->command);
                 free(p->label);
                 free(p);

@@ -14,6 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 FRESH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENV = {"PATH": FRESH_PATH, "LANG": "C.UTF-8"}
+# The public headers: sbx/sbx.h and what it includes (sbx/port.h).
+HEADERS = sorted((REPO / "include" / "sbx").glob("*.h"))
 
 
 def pkg_config(*args):
@@ -83,10 +85,11 @@ def test_pkg_config_names_the_installed_header_and_library():
     mv = pkg_config("--modversion")
     assert mv.stdout.decode().strip() == project_version(), mv
     incdir = Path(pkg_config("--variable=includedir").stdout.decode().strip())
-    header = incdir / "sbx" / "sbx.h"
-    assert header.is_file(), f"no {header}"
-    assert header.read_bytes() == (REPO / "include" / "sbx" / "sbx.h").read_bytes(), \
-        f"{header} is not this checkout's include/sbx/sbx.h: run ./build.sh"
+    for h in HEADERS:
+        header = incdir / "sbx" / h.name
+        assert header.is_file(), f"no {header}"
+        assert header.read_bytes() == h.read_bytes(), \
+            f"{header} is not this checkout's include/sbx/{h.name}: run ./build.sh"
     libdir = Path(pkg_config("--variable=libdir").stdout.decode().strip())
     assert (libdir / "libsbx.so").exists(), f"no libsbx.so in {libdir}"
 
@@ -96,7 +99,7 @@ def test_library_exports_only_the_c_api():
     nm = subprocess.run(["nm", "-D", "--defined-only", str(libdir / "libsbx.so")], env=ENV,
                         stdout=subprocess.PIPE, timeout=30, check=True).stdout.decode()
     names = [l.split()[-1] for l in nm.splitlines() if len(l.split()) == 3]
-    api = set(re.findall(r"^SBX_API .*?\b(sbx_\w+)\(", (REPO / "include/sbx/sbx.h").read_text(), re.M))
+    api = {name for h in HEADERS for name in re.findall(r"^SBX_API .*?\b(sbx_\w+)\(", h.read_text(), re.M)}
     assert len(api) > 30, "the header's SBX_API functions were not found"
     assert set(names) == api, (f"not in the header: {sorted(set(names) - api)}; "
                                f"not exported: {sorted(api - set(names))}")

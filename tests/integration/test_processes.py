@@ -310,9 +310,11 @@ def test_a_dev_server_waited_for_by_port(stdio):
     res = stdio.result("process.wait", {"processId": p["processId"], "until": "port", "port": 8000,
                                         "timeoutMs": 20000}, timeout=30)
     assert res == {"port": 8000}
-    r = stdio.result("run", {"command": "python3 -c \"import urllib.request;"
-                                        "print(urllib.request.urlopen('http://127.0.0.1:8000/').read().decode())\""})
-    assert r["stdout"] == "<h1>hi</h1>\n", r
+    # Fetched from the host, through the forwarded port on the host's loopback.
+    fwd = stdio.result("port.expose", {"port": 8000})
+    assert fwd["host"] == "127.0.0.1"
+    body = urllib.request.urlopen(f"http://127.0.0.1:{fwd['port']}/", timeout=10).read()
+    assert body == b"<h1>hi</h1>"
     assert stdio.result("process.wait", {"processId": p["processId"], "until": "log", "pattern": "GET / ",
                                          "timeoutMs": 5000})["stream"] == "stderr"
     assert stdio.result("process.kill", {"processId": p["processId"]})["exitCode"] == 143
