@@ -120,7 +120,8 @@ def test_http_server_waited_for_by_port_and_fetched_through_get_host(sb):
         pytest.skip(f"the daemon has no port.expose yet ({e.message}): get_host is untested")
     assert re.fullmatch(r"127\.0\.0\.1:\d+", host), host
     assert sb.get_host(8000) == host  # the existing mapping, not an error
-    with urllib.request.urlopen(f"http://{host}/index.html", timeout=10) as resp:
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never an http_proxy
+    with direct.open(f"http://{host}/index.html", timeout=10) as resp:
         assert resp.read() == b"hello from the sandbox\n"
     with pytest.raises(SbxError) as ei:
         sb.get_host(70000)
@@ -263,7 +264,9 @@ def test_list_shows_status_and_exit_codes(sb):
     assert [p.started_at for p in procs] == sorted(p.started_at for p in procs)
     assert sb.commands.kill(left.pid) is True
     assert sb.commands.kill_leftovers() == 1  # background processes too: only `running` is left
-    assert {p.process_id: p.status for p in sb.commands.list()}[running.process_id] == "killed"
+    # killAll answers once it has signalled them, not once they are dead (unlike process.kill).
+    assert wait_until(lambda: info_of(sb, running).status == "killed", timeout=5), info_of(sb, running)
+    assert running.wait(timeout=10).exit_code == 137
 
 
 def test_wait_errors_are_typed(sb):
