@@ -392,47 +392,11 @@ class ProcessHandle:
 
     def _on_done(self, call: PendingCall) -> None:
         result = as_object(call.result) if call.error is None else None
-        if result is None or self._callback_error is not None:
-            self._finish(complete=False)
-            return
-        with self._cond:
-            if self._exit is None:
-                self._exit = dict(result)
-        # The daemon may answer a stream that a slow reader made it pause before it sent the
-        # whole log (seen: the answer's cursor 2.5 of 3 MiB, no dropped notice). The log
-        # says whether anything is left: read until its eof.
-        self._read_tail()
-
-    def _read_tail(self) -> None:
-        with self._cond:
-            params = self._params(cursor=self._cursor)
-        try:
-            self._client.send("process.logs", params, on_done=self._on_tail)
-        except SbxError:  # the connection is gone
-            self._finish(complete=False)
-
-    def _on_tail(self, call: PendingCall) -> None:
-        result = as_object(call.result) if call.error is None else None
-        if result is None:
-            # The process was forgotten or the connection is gone: what came is all there is.
-            self._finish(complete=call.error is not None and call.error.code == _INVALID_PARAMS)
-            return
-        before = self.cursor
-        out = wire_bytes(result, "stdout", "stdoutEncoding")
-        err = wire_bytes(result, "stderr", "stderrEncoding")
-        end = result.get("cursor")
-        dropped = result.get("dropped")
-        if isinstance(end, int) and not isinstance(end, bool):
-            start = end - len(out) - len(err)
-            if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped > 0:
-                self._take_bytes("stdout", b"", start, dropped)
-            # process.logs splits the bytes by stream: their interleaving is lost here.
-            self._take_bytes("stdout", out, start + len(out), 0)
-            self._take_bytes("stderr", err, end, 0)
-        if result.get("eof") is True or self._callback_error is not None or self.cursor == before:
-            self._finish(complete=self._callback_error is None)
-        else:
-            self._read_tail()
+        if result is not None:
+            with self._cond:
+                if self._exit is None:
+                    self._exit = dict(result)
+        self._finish(complete=result is not None and self._callback_error is None)
 
     def _finish(self, complete: bool) -> None:
         """The end of the handle's stream; ``complete``: the process ended and its output
