@@ -231,7 +231,6 @@ class ProcessHandle:
             cursor, states = _progress_of(sandbox_id, process_id)
             for name, state in states.items():
                 self._decoders[name].setstate(state)
-        self._start_cursor = cursor
         self._cursor = cursor
         self._dropped = 0
         self._chunks: List[OutputChunk] = []
@@ -409,6 +408,7 @@ class ProcessHandle:
                 # completed; the callbacks get it as U+FFFD.
                 tails = {n: d.decode(b"", final=True) for n, d in self._decoders.items()}
             self._finished = True
+            self._ahead.clear()
             cursor = self._cursor
             self._cond.notify_all()
         try:
