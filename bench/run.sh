@@ -8,7 +8,7 @@
 # --quick is passed on to sbx-bench-rpc and sbx-bench-image too (the latter then takes -n 3);
 # their other options go in SBX_BENCH_RPC_ARGS and SBX_BENCH_IMAGE_ARGS, and SBX_BENCH_RPC=0
 # or SBX_BENCH_IMAGE=0 skips one.
-# Needs root (sandboxes, cgroups) and takes about 4-5 minutes with the defaults.
+# Needs root (sandboxes, cgroups) and takes about 5-6 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
