@@ -15,6 +15,18 @@
  *      of it: request written -> response line read, each; the bytes read back are decoded (a
  *      base64 decoder of this file's own, not the server's) and compared with those written.
  *      Also the same through the C API (sbx_file_write + sbx_file_read), for comparison
+ *   s  `process.start` of `echo hi`, then `process.stream` of it from cursor 0: start request
+ *      written -> first `process.output` with data read (its data, the exit and the final cursor
+ *      checked); interleaved with `run` of `echo hi` in the same session
+ *   o  a process writing 1 GiB of 'x' (`head -c N /dev/zero | tr '\0' x`, so JSON strings), then
+ *      256 MiB of 0xFF bytes (base64), through `process.stream`: MB/s of payload received, every
+ *      piece checked (cursors contiguous, content, total exact, what the log dropped), and the
+ *      server's VmRSS before, during, after (and VmHWM, reset first). The process waits for a
+ *      line on its stdin, so the stream is in place before its first byte; the generator alone
+ *      (into /dev/null, in the same sandbox) is timed too
+ *   k  `process.kill` (graceMs 0) of a tree of 200 TERM-ignoring `sleep 1000`s in a sandbox with
+ *      limits {pids: 1024}, once `ready` was logged and pgrep in the sandbox counts all 200;
+ *      then the same for one sleep
  *
  * The benchmark starts its own server (`sbx serve --socket` in a fresh directory under /tmp)
  * and shuts it down with `kill` at the end. Responses are parsed minimally with strstr: the
@@ -71,13 +83,22 @@ typedef struct Config {
         unsigned files_n;     /* f: write + read round trips */
         unsigned files_warmup; /* f */
         size_t file_bytes;    /* f: bytes per file */
+        unsigned proc_n;      /* s: interleaved iterations */
+        unsigned proc_warmup; /* s */
+        uint64_t stream_bytes; /* o: bytes the ASCII process writes (0: skip) */
+        uint64_t stream_bin_bytes; /* o: bytes the binary process writes (0: skip) */
+        const char *stream_cmd; /* o: writes stream_bytes of 'x' instead of head | tr */
+        unsigned kill_n;      /* k: kills of the tree */
+        unsigned kill_tree;   /* k: sleeps in the tree */
 } Config;
 
 static Config cfg = {
-        .sbx = NULL, .only = "rfpcl", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
+        .sbx = NULL, .only = "rfpclsok", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
         .ping_gap_us = 1000, .busy = 8, .settle_ms = 1000, .busy_cmd = "while :; do :; done",
         .clients = 64, .cmds = 100, .host_busy = true, .load_reps = 5,
         .pool = -1, .loop_rounds = 10, .files_n = 50, .files_warmup = 3, .file_bytes = 1024 * 1024,
+        .proc_n = 300, .proc_warmup = 20, .stream_bytes = 1ULL << 30, .stream_bin_bytes = 256ULL << 20,
+        .kill_n = 30, .kill_tree = 200,
 };
 
 static bool want(char letter) { return strchr(cfg.only, letter) != NULL; }
@@ -1426,9 +1447,719 @@ static void bench_loop(Conn *ctl) {
         samples_free(&round_ms);
 }
 
+/* ------------------------------------------------------------------ processes (s, o, k) */
+
+/* VmRSS and VmHWM of a process, in kB (0 when unreadable). */
+static void proc_rss_kb(pid_t pid, long *rss, long *hwm) {
+        char path[64], line[256];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+        *rss = *hwm = 0;
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return;
+        while (fgets(line, sizeof line, f)) {
+                if (strncmp(line, "VmRSS:", 6) == 0)
+                        *rss = strtol(line + 6, NULL, 10);
+                else if (strncmp(line, "VmHWM:", 6) == 0)
+                        *hwm = strtol(line + 6, NULL, 10);
+        }
+        fclose(f);
+}
+
+/* Sets VmHWM back to the current VmRSS (proc(5), clear_refs "5"), so that the peak read later
+ * is the peak of what comes after. */
+static bool proc_reset_hwm(pid_t pid) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/clear_refs", (int)pid);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        bool ok = write(fd, "5", 1) == 1;
+        close(fd);
+        return ok;
+}
+
+/* An integer `"key":N` within [from, to): the parts of a line around a big data string, so
+ * that the string itself is not scanned again. */
+static bool json_int_in(const char *from, const char *to, const char *key, long long *ret) {
+        char pat[64];
+        int n = snprintf(pat, sizeof pat, "\"%s\":", key);
+        const char *p = to > from ? memmem(from, (size_t)(to - from), pat, (size_t)n) : NULL;
+        if (!p)
+                return false;
+        char *end;
+        long long v = strtoll(p + n, &end, 10);
+        if (end == p + n)
+                return false;
+        *ret = v;
+        return true;
+}
+
+/* Whether a line is the notification `method`: the server writes "jsonrpc", then "method",
+ * so it is in the first bytes; a full search only if not (another key order). */
+static bool is_notification(const char *line, size_t len, const char *method) {
+        char pat[64];
+        int n = snprintf(pat, sizeof pat, "\"method\":\"%s\"", method);
+        if (memmem(line, (len < 80 ? len : 80), pat, (size_t)n))
+                return true;
+        return len > 80 && strncmp(line, "{\"jsonrpc\":\"2.0\",\"method\":", 26) != 0 && strstr(line, pat) != NULL;
+}
+
+/* Starts a process; its processId into id. Returns the answer line, or NULL (then err says
+ * why). */
+static char *proc_start(Conn *c, const char *params, char *id, size_t idsz, char *err, size_t errsz) {
+        char *l = rpc_call(c, "process.start", params);
+        if (resp_is_error(l) || !json_str(l, "processId", id, idsz)) {
+                describe(err, errsz, l);
+                return NULL;
+        }
+        return l;
+}
+
+/* ---------------------------------------------------------------- s */
+
+/* One `echo hi` process: process.start written -> its answer (*start_ms), then process.stream
+ * from cursor 0 -> the first process.output with data; the rest of the stream is read and
+ * checked (data "hi\n", process.exit, answer exited 0 at cursor 3). Returns start written ->
+ * first output read, in ms, or -1 (err says why). */
+static double proc_first_output(Conn *c, double *start_ms, char *err, size_t errsz) {
+        char id[40], params[128];
+        uint64_t t0 = bench_now_ns();
+        long sid = rpc_send(c, "process.start", "{\"command\":\"echo hi\"}");
+        char *l = rpc_wait(c, sid);
+        uint64_t t1 = bench_now_ns();
+        if (!l || resp_is_error(l) || !json_str(l, "processId", id, sizeof id)) {
+                describe(err, errsz, l);
+                return -1;
+        }
+        *start_ms = bench_ms_between(t0, t1);
+        snprintf(params, sizeof params, "{\"processId\":\"%s\",\"cursor\":0}", id);
+        long qid = rpc_send(c, "process.stream", params);
+        uint64_t t2 = 0;
+        bool exit_seen = false;
+        char data[64] = "";
+        for (;;) {
+                l = conn_read_line(c);
+                if (!l) {
+                        describe(err, errsz, NULL);
+                        return -1;
+                }
+                if (strstr(l, "\"method\":\"process.output\"")) {
+                        char d[64] = "";
+                        if (json_str(l, "data", d, sizeof d) && d[0] && !t2) {
+                                t2 = bench_now_ns();
+                                snprintf(data, sizeof data, "%s", d);
+                        }
+                        continue;
+                }
+                if (strstr(l, "\"method\":\"process.exit\"")) {
+                        exit_seen = true;
+                        continue;
+                }
+                if (resp_id(l) == qid)
+                        break;
+        }
+        long ec = -1, cur = -1;
+        if (!t2 || strcmp(data, "hi\\n") != 0 || !exit_seen || resp_is_error(l) || !strstr(l, "\"status\":\"exited\"") ||
+            !json_int(l, "exitCode", &ec) || ec != 0 || !json_int(l, "cursor", &cur) || cur != 3) {
+                snprintf(err, errsz, "first data \"%s\", process.exit %s, answer %.200s", data,
+                         exit_seen ? "seen" : "missing", l);
+                return -1;
+        }
+        return bench_ms_between(t0, t2);
+}
+
+static void bench_proc_start(Conn *ctl) {
+        Conn c;
+        conn_open(&c, false);
+        char *l = rpc_call(&c, "create", NULL);
+        if (resp_is_error(l) || !strstr(l, "\"sandboxId\":"))
+                bench_die("create: %.200s", l);
+        char err[300], first_bad[300] = "";
+        double start_ms;
+        bench_progress("s: %u warm-up iterations", cfg.proc_warmup);
+        for (unsigned i = 0; i < cfg.proc_warmup; i++) {
+                (void)proc_first_output(&c, &start_ms, err, sizeof err);
+                sleep_us(cfg.quiet_ms * 1000);
+                (void)rpc_run_hi(&c);
+                sleep_us(cfg.quiet_ms * 1000);
+        }
+        Samples sfirst = { 0 }, sstart = { 0 }, srun = { 0 };
+        unsigned bad_proc = 0, bad_run = 0;
+        bench_progress("s: %u interleaved iterations (process.start + stream of `echo hi`, `run` of it)", cfg.proc_n);
+        for (unsigned i = 0; i < cfg.proc_n; i++) {
+                for (unsigned j = 0; j < 2; j++) {
+                        if ((i + j) % 2 == 0) {
+                                double ms = proc_first_output(&c, &start_ms, err, sizeof err);
+                                if (ms < 0) {
+                                        if (bad_proc++ == 0)
+                                                snprintf(first_bad, sizeof first_bad, "%s", err);
+                                } else {
+                                        samples_add(&sfirst, ms);
+                                        samples_add(&sstart, start_ms);
+                                }
+                        } else {
+                                double ms = rpc_run_hi(&c);
+                                if (ms < 0)
+                                        bad_run++;
+                                else
+                                        samples_add(&srun, ms);
+                        }
+                        /* Each start, like each run, uses up the session's worker: the next
+                         * one is made ready while we sleep. */
+                        sleep_us(cfg.quiet_ms * 1000);
+                }
+        }
+        l = rpc_call(&c, "process.list", NULL);
+        long listed = 0;
+        for (const char *p = l; (p = strstr(p, "\"processId\":")); p++)
+                listed++;
+        conn_close(&c);
+        (void)wait_no_sandboxes(ctl, 10000);
+        if (first_bad[0])
+                bench_note("s: first failure: %s", first_bad);
+        Summary xf = summarize(&sfirst), xs = summarize(&sstart), xr = summarize(&srun);
+        row_add("s_first", "`process.start` `echo hi` → first `process.output` (start written → start answered → "
+                "`process.stream` from 0 → first output read)", &xf,
+                "interleaved with s_run, %u ms pause after each; data, exit and cursor checked; %u failed; the "
+                "sandbox listed %ld processes at the end (at most 64 kept, ended ones forgotten oldest first)",
+                cfg.quiet_ms, bad_proc, listed);
+        row_add("s_start", "  of which `process.start` (request written → answer read)", &xs, "%s", "");
+        row_add("s_run", "for comparison: `run` `echo hi` (request written → response read)", &xr,
+                "same session, interleaved; %u failed", bad_run);
+        samples_free(&sfirst);
+        samples_free(&sstart);
+        samples_free(&srun);
+}
+
+/* ---------------------------------------------------------------- o */
+
+/* Results of o, kept for the report. */
+typedef struct StreamResult {
+        bool have, ok;
+        const char *what;        /* "ASCII" or "binary" */
+        char command[300];
+        uint64_t want, bytes, dropped, pieces, wire;
+        unsigned gaps, dups, bad_content, bad_lines;
+        double first_ms, total_ms, mb_s, wire_mb_s, producer_mb_s;
+        long rss0, rss_peak, hwm, rss1;    /* the server's, kB */
+        long long log_end;      /* process.list's logEnd after the answer: what the log got */
+        double srv_cpu_s, cli_cpu_s, srv_run_s, srv_wait_s;
+        char status[160];
+        char first_bad[300];
+} StreamResult;
+
+static StreamResult streams[2];
+
+/* The decoded length of a JSON string's raw text (n bytes, no quotes): escapes count as
+ * the bytes they stand for (\uXXXX as its UTF-8 length, a surrogate pair as 4). */
+static uint64_t json_unescaped_len(const char *s, size_t n) {
+        uint64_t len = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (s[i] != '\\' || i + 1 >= n) {
+                        len++;
+                        continue;
+                }
+                i++;
+                if (s[i] != 'u') {
+                        len++;
+                        continue;
+                }
+                unsigned v = i + 4 < n ? (unsigned)strtoul((char[5]){ s[i + 1], s[i + 2], s[i + 3], s[i + 4], 0 }, NULL, 16)
+                                       : 0;
+                len += v < 0x80 ? 1 : v < 0x800 ? 2 : v >= 0xD800 && v < 0xDC00 ? 4 : v >= 0xDC00 && v < 0xE000 ? 0 : 3;
+                i += 4;
+        }
+        return len;
+}
+
+/* The expected content: every byte 'x' (ASCII), or every byte 0xFF, whose base64 is "////"
+ * with "/w==" or "//8=" for a last 1 or 2 bytes. */
+static char pat_x[65536], pat_slash[65536];
+
+static bool all_same(const char *s, size_t n, const char *pat) {
+        for (size_t o = 0; o < n; o += sizeof pat_x)
+                if (memcmp(s + o, pat, (n - o < sizeof pat_x ? n - o : sizeof pat_x)) != 0)
+                        return false;
+        return true;
+}
+
+/* Checks one process.output line (len bytes) against r: the cursor follows on from the
+ * last one (no gap, no byte twice), the data is what the generator writes. */
+static void stream_piece(StreamResult *r, uint64_t *next, const char *l, size_t len) {
+        const char *end = l + len;
+        const char *d = strstr(l, "\"data\":\"");
+        long long cursor = -1, dropped = 0;
+        if (!d) {
+                if (r->bad_lines++ == 0)
+                        describe(r->first_bad, sizeof r->first_bad, l);
+                return;
+        }
+        d += 8;
+        const char *e = d;
+        for (;;) {
+                e = memchr(e, '"', (size_t)(end - e));
+                if (!e)
+                        break;
+                const char *b = e;
+                while (b > d && b[-1] == '\\')
+                        b--;
+                if ((e - b) % 2 == 0)
+                        break;
+                e++;
+        }
+        if (!e || (!json_int_in(l, d, "cursor", &cursor) && !json_int_in(e, end, "cursor", &cursor))) {
+                if (r->bad_lines++ == 0)
+                        describe(r->first_bad, sizeof r->first_bad, l);
+                return;
+        }
+        (void)json_int_in(e, end, "dropped", &dropped);
+        size_t raw = (size_t)(e - d);
+        bool b64 = memmem(e, (size_t)(end - e), "\"dataEncoding\":\"base64\"", 23) != NULL;
+        uint64_t n;
+        bool content_ok;
+        if (b64) {
+                size_t pad = raw >= 1 && d[raw - 1] == '=' ? raw >= 2 && d[raw - 2] == '=' ? 2 : 1 : 0;
+                n = raw % 4 == 0 ? raw / 4 * 3 - pad : 0;
+                content_ok = raw % 4 == 0 && raw >= 4 && all_same(d, raw - 4, pat_slash) &&
+                             (memcmp(d + raw - 4, "////", 4) == 0 || memcmp(d + raw - 4, "/w==", 4) == 0 ||
+                              memcmp(d + raw - 4, "//8=", 4) == 0);
+        } else {
+                n = memchr(d, '\\', raw) ? json_unescaped_len(d, raw) : raw;
+                content_ok = all_same(d, raw, pat_x);
+        }
+        r->wire += len + 1;
+        if (dropped > 0) {
+                /* The log lost bytes before the cursor asked for: one notification, empty data,
+                 * its cursor where the bytes kept begin. */
+                r->dropped += (uint64_t)dropped;
+                if ((uint64_t)cursor - (uint64_t)dropped != *next)
+                        r->gaps++;
+                *next = (uint64_t)cursor;
+                return;
+        }
+        r->pieces++;
+        r->bytes += n;
+        if (!content_ok || b64 != (r->what[0] == 'b')) {
+                if (r->bad_content++ == 0)
+                        snprintf(r->first_bad, sizeof r->first_bad, "piece at cursor %lld: %.80s", cursor, d);
+        }
+        if ((uint64_t)cursor - n > *next)
+                r->gaps++;
+        else if ((uint64_t)cursor - n < *next)
+                r->dups++;
+        *next = (uint64_t)cursor;
+}
+
+/* Streams one process that writes r->want bytes once it reads a line on its stdin (so that
+ * the stream is in place before the first byte): the line written -> the answer to the
+ * stream, every piece checked, the server's RSS sampled. */
+static void stream_one(Conn *c, StreamResult *r, const char *gen) {
+        char esc[512], params[1024], id[40], err[300];
+        snprintf(r->command, sizeof r->command, "%s", gen);
+
+        /* How fast the generator alone goes in this sandbox: into /dev/null, no pipe to us. */
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "%s >/dev/null", gen);
+        json_escape(esc, sizeof esc, cmd);
+        snprintf(params, sizeof params, "{\"command\":\"%s\",\"timeoutMs\":600000}", esc);
+        uint64_t t0 = bench_now_ns();
+        char *l = rpc_call(c, "run", params);
+        double gen_ms = bench_ms_since(t0);
+        long ec = -1;
+        if (resp_is_error(l) || !json_int(l, "exitCode", &ec) || ec != 0)
+                bench_note("o: the generator alone (`%s`) failed: %.200s", cmd, l);
+        else
+                r->producer_mb_s = (double)r->want / 1e6 / (gen_ms / 1e3);
+        sleep_us(cfg.quiet_ms * 1000);
+
+        snprintf(cmd, sizeof cmd, "read -r go && %s", gen);
+        json_escape(esc, sizeof esc, cmd);
+        snprintf(params, sizeof params, "{\"command\":\"%s\",\"stdin\":true}", esc);
+        if (!proc_start(c, params, id, sizeof id, err, sizeof err)) {
+                snprintf(r->first_bad, sizeof r->first_bad, "process.start: %.250s", err);
+                r->have = true;
+                return;
+        }
+        /* The server's peak from here on, not from the benchmarks before. */
+        if (!proc_reset_hwm(srv_pid))
+                bench_note("o: cannot reset the server's VmHWM (/proc/%d/clear_refs): %s", (int)srv_pid, strerror(errno));
+        long hwm;
+        proc_rss_kb(srv_pid, &r->rss0, &hwm);
+        r->rss_peak = r->rss0;
+        double srv0 = proc_cpu_s(srv_pid), cli0 = proc_cpu_s(getpid()), run0, wait0;
+        proc_schedstat(srv_pid, &run0, &wait0);
+
+        snprintf(params, sizeof params, "{\"processId\":\"%s\",\"cursor\":0}", id);
+        t0 = bench_now_ns();
+        long qid = rpc_send(c, "process.stream", params);
+        snprintf(params, sizeof params, "{\"processId\":\"%s\",\"data\":\"Z28K\"}", id); /* "go\n" */
+        long wid = rpc_send(c, "process.write", params);
+        uint64_t next = 0, t_first = 0, t_last = 0, next_sample = 16u << 20;
+        bool exit_seen = false;
+        for (;;) {
+                l = conn_take_line(c);
+                if (!l) {
+                        ssize_t k = conn_fill(c);
+                        if (k <= 0) {
+                                snprintf(r->first_bad, sizeof r->first_bad, "the connection %s after %" PRIu64 " bytes",
+                                         k == 0 ? "closed" : "failed", r->bytes);
+                                r->have = true;
+                                return;
+                        }
+                        continue;
+                }
+                size_t len = (size_t)(c->buf + c->start - 1 - l);
+                if (is_notification(l, len, "process.output")) {
+                        uint64_t before = r->bytes;
+                        stream_piece(r, &next, l, len);
+                        if (r->bytes > before) {
+                                t_last = bench_now_ns();
+                                if (!t_first)
+                                        t_first = t_last;
+                        }
+                        if (r->bytes >= next_sample) {
+                                long rss;
+                                proc_rss_kb(srv_pid, &rss, &hwm);
+                                if (rss > r->rss_peak)
+                                        r->rss_peak = rss;
+                                next_sample += 16u << 20;
+                        }
+                        continue;
+                }
+                if (is_notification(l, len, "process.exit")) {
+                        exit_seen = true;
+                        continue;
+                }
+                long rid = resp_id(l);
+                if (rid == wid && resp_is_error(l))
+                        snprintf(r->first_bad, sizeof r->first_bad, "process.write: %.200s", l);
+                if (rid == qid)
+                        break;
+        }
+        uint64_t t_end = bench_now_ns();
+        r->srv_cpu_s = proc_cpu_s(srv_pid) - srv0;
+        r->cli_cpu_s = proc_cpu_s(getpid()) - cli0;
+        proc_schedstat(srv_pid, &r->srv_run_s, &r->srv_wait_s);
+        r->srv_run_s -= run0;
+        r->srv_wait_s -= wait0;
+        proc_rss_kb(srv_pid, &r->rss1, &r->hwm);
+        if (r->rss1 > r->rss_peak)
+                r->rss_peak = r->rss1;
+        long long cur = -1;
+        char st[32] = "?";
+        (void)json_int_in(l, l + strlen(l), "cursor", &cur);
+        (void)json_str(l, "status", st, sizeof st);
+        long ecode = -1;
+        (void)json_int(l, "exitCode", &ecode);
+        snprintf(r->status, sizeof r->status, "%s, exit code %ld, final cursor %lld, process.exit %s", st, ecode, cur,
+                 exit_seen ? "sent" : "missing");
+        bool answer_ok = !resp_is_error(l);
+        /* What the log holds in all, a moment later: bytes the stream did not send, if more. */
+        sleep_us(100000);
+        char *ll = rpc_call(c, "process.list", NULL);
+        char pat[64];
+        snprintf(pat, sizeof pat, "\"processId\":\"%s\"", id);
+        const char *me = strstr(ll, pat);
+        r->log_end = -1;
+        if (me)
+                (void)json_int_in(me, me + strlen(me), "logEnd", &r->log_end);
+        r->first_ms = t_first ? bench_ms_between(t0, t_first) : 0;
+        r->total_ms = bench_ms_between(t0, t_end);
+        double span_s = t_last > t0 ? bench_ms_between(t0, t_last) / 1e3 : 0;
+        r->mb_s = span_s > 0 ? (double)r->bytes / 1e6 / span_s : 0;
+        r->wire_mb_s = span_s > 0 ? (double)r->wire / 1e6 / span_s : 0;
+        r->ok = answer_ok && strcmp(st, "exited") == 0 && ecode == 0 && exit_seen && cur == (long long)r->want &&
+                r->bytes + r->dropped == r->want && next == r->want && !r->gaps && !r->dups && !r->bad_content &&
+                !r->bad_lines;
+        r->have = true;
+}
+
+static void bench_stream(Conn *ctl) {
+        memset(pat_x, 'x', sizeof pat_x);
+        memset(pat_slash, '/', sizeof pat_slash);
+        Conn c;
+        conn_open(&c, false);
+        /* Lines of about 64 KiB come one after the other: read them in big gulps. */
+        c.cap = 8u << 20;
+        if (!(c.buf = malloc(c.cap)))
+                bench_die("out of memory");
+        char *l = rpc_call(&c, "create", NULL);
+        if (resp_is_error(l) || !strstr(l, "\"sandboxId\":"))
+                bench_die("create: %.200s", l);
+        char gen[300];
+        for (int k = 0; k < 2; k++) {
+                StreamResult *r = &streams[k];
+                uint64_t n = k == 0 ? cfg.stream_bytes : cfg.stream_bin_bytes;
+                if (!n)
+                        continue;
+                r->what = k == 0 ? "ASCII" : "binary";
+                r->want = n;
+                if (k == 0 && cfg.stream_cmd)
+                        snprintf(gen, sizeof gen, "%s", cfg.stream_cmd);
+                else
+                        snprintf(gen, sizeof gen, "head -c %" PRIu64 " /dev/zero | tr '\\0' %s", n, k == 0 ? "x" : "'\\377'");
+                bench_progress("o: process.stream of `%s` (%" PRIu64 " bytes, %s)", gen, n, k == 0 ? "JSON strings" : "base64");
+                stream_one(&c, r, gen);
+                if (!r->ok)
+                        bench_note("o (%s): not as expected: %" PRIu64 " bytes received, %" PRIu64 " dropped, %u gaps, "
+                                   "%u duplicates, %u pieces with other content, %u unreadable lines; %s; %s",
+                                   r->what, r->bytes, r->dropped, r->gaps, r->dups, r->bad_content, r->bad_lines,
+                                   r->status, r->first_bad);
+                bench_progress("o: %.0f MB/s of payload in %.2f s (the generator alone %.0f MB/s), %" PRIu64 " dropped; "
+                               "server RSS %ld -> peak %ld (VmHWM %ld) -> %ld kB; CPU-s: server %.2f, client %.2f",
+                               r->mb_s, r->total_ms / 1e3, r->producer_mb_s, r->dropped, r->rss0, r->rss_peak, r->hwm,
+                               r->rss1, r->srv_cpu_s, r->cli_cpu_s);
+        }
+        conn_close(&c);
+        (void)wait_no_sandboxes(ctl, 10000);
+}
+
+/* ---------------------------------------------------------------- k */
+
+/* Results of k, kept for the report. */
+static struct {
+        bool have;
+        unsigned bad;
+} killr;
+
+/* How many `sleep` processes live in the sandbox (pgrep there, in its pid namespace), or -1;
+ * *zombies: how many more have died but wait for the sandbox's pid 1 to reap them (they have
+ * left their cgroup already). */
+static long count_sleeps(Conn *c, const char *sbid, long *zombies) {
+        char params[256];
+        snprintf(params, sizeof params,
+                 "{\"sandboxId\":\"%s\",\"command\":\"echo $(pgrep -cx sleep) $(pgrep -cx -r Z sleep)\"}", sbid);
+        char *l = rpc_call(c, "run", params), out[64];
+        long all = -1, z = -1;
+        if (resp_is_error(l) || !json_str(l, "stdout", out, sizeof out) || sscanf(out, "%ld %ld", &all, &z) != 2)
+                return -1;
+        *zombies = z;
+        return all - z;
+}
+
+/* Starts a process in sbid and waits until a line of it matches `^ready$`. */
+static bool start_ready(Conn *c, const char *sbid, const char *cmd, char *id, size_t idsz, char *err, size_t errsz) {
+        char esc[512], params[1024];
+        json_escape(esc, sizeof esc, cmd);
+        snprintf(params, sizeof params, "{\"sandboxId\":\"%s\",\"command\":\"%s\"}", sbid, esc);
+        if (!proc_start(c, params, id, idsz, err, errsz))
+                return false;
+        snprintf(params, sizeof params,
+                 "{\"sandboxId\":\"%s\",\"processId\":\"%s\",\"until\":\"log\",\"pattern\":\"^ready$\",\"timeoutMs\":60000}",
+                 sbid, id);
+        char *l = rpc_call(c, "process.wait", params);
+        if (resp_is_error(l)) {
+                describe(err, errsz, l);
+                return false;
+        }
+        return true;
+}
+
+/* process.kill with graceMs 0: request written -> answer read, in ms; -1 unless the answer
+ * is a killed process with exit code 137 (SIGKILL). */
+static double kill_now(Conn *c, const char *sbid, const char *id, char *err, size_t errsz) {
+        char params[256];
+        snprintf(params, sizeof params, "{\"sandboxId\":\"%s\",\"processId\":\"%s\",\"signal\":\"TERM\",\"graceMs\":0}",
+                 sbid, id);
+        uint64_t t0 = bench_now_ns();
+        char *l = rpc_call(c, "process.kill", params);
+        double ms = bench_ms_since(t0);
+        long ec = -1;
+        if (resp_is_error(l) || !strstr(l, "\"status\":\"killed\"") || !json_int(l, "exitCode", &ec) || ec != 137) {
+                describe(err, errsz, l);
+                return -1;
+        }
+        return ms;
+}
+
+static void bench_kill(Conn *ctl) {
+        Conn c;
+        conn_open(&c, false);
+        char sbid[64], id[40], err[300], first_bad[300] = "", tree[300];
+        char *l = rpc_call(&c, "sandbox.create", "{\"limits\":{\"pids\":1024}}");
+        if (resp_is_error(l) || !json_str(l, "sandboxId", sbid, sizeof sbid))
+                bench_die("sandbox.create: %.200s", l);
+        snprintf(tree, sizeof tree,
+                 "trap '' TERM; for i in $(seq %u); do (trap '' TERM; exec sleep 1000) & done; echo ready; wait",
+                 cfg.kill_tree);
+        Samples skill = { 0 }, sone = { 0 }, sready = { 0 };
+        unsigned bad = 0, bad_one = 0, left = 0, with_zombies = 0;
+        long zombies = 0, zombies_max = 0;
+        bench_progress("k: %u × process.kill (graceMs 0) of a tree of %u TERM-ignoring sleeps (+1 warm-up), "
+                       "and of one `sleep 1000`", cfg.kill_n, cfg.kill_tree);
+        for (unsigned i = 0; i < cfg.kill_n + 1; i++) {
+                /* The tree: `ready` once every subshell is forked, then every sleep exec'd. */
+                uint64_t t0 = bench_now_ns();
+                if (!start_ready(&c, sbid, tree, id, sizeof id, err, sizeof err)) {
+                        if (bad++ == 0)
+                                snprintf(first_bad, sizeof first_bad, "tree: %.250s", err);
+                        continue;
+                }
+                long n = 0;
+                while ((n = count_sleeps(&c, sbid, &zombies)) < (long)cfg.kill_tree) {
+                        if (bench_ms_since(t0) > 60000)
+                                bench_die("k: only %ld of %u sleeps running after 60 s", n, cfg.kill_tree);
+                        sleep_us(5000);
+                }
+                if (n != (long)cfg.kill_tree)
+                        bench_note("k: %ld sleeps running, not %u", n, cfg.kill_tree);
+                double ready = bench_ms_since(t0);
+                sleep_us(cfg.quiet_ms * 1000);
+                double ms = kill_now(&c, sbid, id, err, sizeof err);
+                if (ms < 0) {
+                        if (bad++ == 0)
+                                snprintf(first_bad, sizeof first_bad, "tree kill: %.250s", err);
+                } else if (i > 0) {
+                        samples_add(&skill, ms);
+                        samples_add(&sready, ready);
+                }
+                if ((n = count_sleeps(&c, sbid, &zombies)) != 0) {
+                        left++;
+                        bench_note("k: %ld sleeps still alive after the kill was answered", n);
+                }
+                if (zombies > 0 && i > 0) {
+                        with_zombies++;
+                        if (zombies > zombies_max)
+                                zombies_max = zombies;
+                }
+                /* For comparison, the same kill of a single process. */
+                if (!start_ready(&c, sbid, "trap '' TERM; echo ready; exec sleep 1000", id, sizeof id, err, sizeof err)) {
+                        if (bad_one++ == 0)
+                                snprintf(first_bad, sizeof first_bad, "one: %.250s", err);
+                        continue;
+                }
+                sleep_us(cfg.quiet_ms * 1000);
+                ms = kill_now(&c, sbid, id, err, sizeof err);
+                if (ms < 0) {
+                        if (bad_one++ == 0)
+                                snprintf(first_bad, sizeof first_bad, "one kill: %.250s", err);
+                } else if (i > 0) {
+                        samples_add(&sone, ms);
+                }
+        }
+        conn_close(&c);
+        (void)wait_no_sandboxes(ctl, 10000);
+        if (first_bad[0])
+                bench_note("k: first failure: %s", first_bad);
+        Summary xk = summarize(&skill), xo = summarize(&sone), xr = summarize(&sready);
+        row_add("k_tree", "`process.kill` of a tree of TERM-ignoring sleeps, graceMs 0 (request written → answer read)",
+                &xk, "%u sleeps running first; answer killed/137, no sleep alive after it: %u failed, %u left some "
+                "alive; %u answers came before pid 1 had reaped every dead sleep (at most %ld zombies)",
+                cfg.kill_tree, bad, left, with_zombies, zombies_max);
+        bench_note("k: the tree: `%s`, in a sandbox with limits {pids: 1024}; sleeps counted with pgrep in the "
+                   "sandbox (zombies apart: they have left their cgroup already)", tree);
+        row_add("k_one", "  for comparison: the same kill of one `sleep 1000`", &xo, "%u failed", bad_one);
+        row_add("k_setup", "  the tree's start → `ready` and every sleep running (not a target)", &xr, "%s", "");
+        killr.have = xk.n > 0;
+        killr.bad = bad + left;
+        samples_free(&skill);
+        samples_free(&sone);
+        samples_free(&sready);
+}
+
 /* ------------------------------------------------------------------ report */
 
 static char pool_txt[16];
+
+/* A row of the stream table: one cell per variant measured. */
+static void stream_row(const char *name, void (*cell)(const StreamResult *r, char *buf, size_t size)) {
+        printf("| %s |", name);
+        for (int k = 0; k < 2; k++) {
+                char buf[400] = "–";
+                if (streams[k].have)
+                        cell(&streams[k], buf, sizeof buf);
+                printf(" %s |", buf);
+        }
+        printf("\n");
+}
+
+static void c_cmd(const StreamResult *r, char *b, size_t n) { snprintf(b, n, "`read -r go && %s`", r->command); }
+static void c_bytes(const StreamResult *r, char *b, size_t n) {
+        snprintf(b, n, "%" PRIu64 " of %" PRIu64 " (%s); %" PRIu64 " dropped by the log", r->bytes, r->want,
+                 r->bytes + r->dropped == r->want ? "all accounted for" : "**some missing**", r->dropped);
+}
+static void c_pieces(const StreamResult *r, char *b, size_t n) {
+        snprintf(b, n, "%" PRIu64 " `process.output`; cursors: %u gaps, %u duplicates; %u with other content, "
+                 "%u unreadable", r->pieces, r->gaps, r->dups, r->bad_content, r->bad_lines);
+}
+static void c_end(const StreamResult *r, char *b, size_t n) {
+        snprintf(b, n, "%s; logEnd %lld a moment later", r->status, r->log_end);
+}
+static void c_first(const StreamResult *r, char *b, size_t n) { snprintf(b, n, "%.2f ms", r->first_ms); }
+static void c_rate(const StreamResult *r, char *b, size_t n) {
+        snprintf(b, n, "**%.0f MB/s** (%.2f s to the last piece)", r->mb_s, r->mb_s > 0 ? (double)r->bytes / 1e6 / r->mb_s : 0);
+}
+static void c_wire(const StreamResult *r, char *b, size_t n) {
+        snprintf(b, n, "%.0f MB/s (%" PRIu64 " bytes of lines)", r->wire_mb_s, r->wire);
+}
+static void c_gen(const StreamResult *r, char *b, size_t n) {
+        snprintf(b, n, r->producer_mb_s > 0 ? "%.0f MB/s" : "failed", r->producer_mb_s);
+}
+static void c_rss(const StreamResult *r, char *b, size_t n) {
+        snprintf(b, n, "%ld → %ld → %ld kB (VmHWM %ld kB)", r->rss0, r->rss_peak, r->rss1, r->hwm);
+}
+static void c_srv(const StreamResult *r, char *b, size_t n) {
+        snprintf(b, n, "%.2f CPU-s (on a CPU %.2f s, waiting for one %.2f s, of %.2f s)", r->srv_cpu_s, r->srv_run_s,
+                 r->srv_wait_s, r->total_ms / 1e3);
+}
+static void c_cli(const StreamResult *r, char *b, size_t n) { snprintf(b, n, "%.2f CPU-s", r->cli_cpu_s); }
+
+static void stream_report(void) {
+        printf("\n## The daemon: a process's output through `process.stream` (1 MB = 10⁶ bytes)\n\n");
+        printf("| | ASCII: JSON strings | binary: base64 |\n|---|---|---|\n");
+        stream_row("command (`process.start`, stdin: true; \"go\" written once the stream is in place)", c_cmd);
+        stream_row("payload bytes received", c_bytes);
+        stream_row("pieces", c_pieces);
+        stream_row("the stream's end", c_end);
+        stream_row("stream request written → first payload byte", c_first);
+        stream_row("payload rate, stream request written → last piece read", c_rate);
+        stream_row("on the wire", c_wire);
+        stream_row("the generator alone in the same sandbox, into /dev/null (a `run`)", c_gen);
+        stream_row("server VmRSS before → peak (read every 16 MiB) → after", c_rss);
+        stream_row("server CPU during the stream (/proc/PID/stat, schedstat)", c_srv);
+        stream_row("this client's CPU", c_cli);
+}
+
+/* Growth of the server's RSS over a stream that stays within the bounds it keeps: the log
+ * (1 MiB), the output queue (pauses at 4 MiB) and a piece in flight, with room for malloc. */
+#define STREAM_RSS_SLACK_KB (16L * 1024)
+
+static void proc_targets(void) {
+        const Row *sf = row_find("s_first"), *sr = row_find("s_run"), *kt = row_find("k_tree");
+        if (sf)
+                printf("| `process.start` `echo hi` → first `process.output` at the client, p50 ≤ 2 ms | p50 %.3f ms, "
+                       "p90 %.3f, p99 %.3f (N %zu); `run` of it in the same run p50 %.3f ms | %s |\n",
+                       sf->s.p50, sf->s.p90, sf->s.p99, sf->s.n, sr ? sr->s.p50 : 0, bench_verdict(true, sf->s.p50 <= 2));
+        else
+                printf("| `process.start` → first output p50 ≤ 2 ms | – | not measured |\n");
+        const StreamResult *a = &streams[0];
+        if (a->have) {
+                bool whole = a->ok && a->bytes + a->dropped == a->want;
+                printf("| `process.stream` of a process writing %" PRIu64 " MiB (ASCII) ≥ 300 MB/s, every byte accounted "
+                       "for | %.0f MB/s; %" PRIu64 " bytes received, %" PRIu64 " dropped; %s | %s%s |\n",
+                       a->want >> 20, a->mb_s, a->bytes, a->dropped, a->status, bench_verdict(true, a->mb_s >= 300 && whole),
+                       whole ? "" : " (bytes missing at the end of the stream)");
+                long grow = a->rss_peak - a->rss0;
+                for (int k = 1; k < 2; k++)
+                        if (streams[k].have && streams[k].rss_peak - streams[k].rss0 > grow)
+                                grow = streams[k].rss_peak - streams[k].rss0;
+                printf("| the server's RSS stays flat while it streams (peak ≤ before + %ld MiB) | ASCII %ld → %ld → %ld kB",
+                       STREAM_RSS_SLACK_KB / 1024, a->rss0, a->rss_peak, a->rss1);
+                if (streams[1].have)
+                        printf("; binary %ld → %ld → %ld kB", streams[1].rss0, streams[1].rss_peak, streams[1].rss1);
+                printf(" | %s |\n", bench_verdict(true, grow <= STREAM_RSS_SLACK_KB));
+        } else {
+                printf("| `process.stream` of 1 GiB ≥ 300 MB/s | – | not measured |\n");
+        }
+        if (kt)
+                printf("| `process.kill` (graceMs 0) of %u TERM-ignoring processes, p99 ≤ 20 ms | p50 %.2f ms, p99 %.2f ms, "
+                       "max %.2f (N %zu)%s | %s |\n",
+                       cfg.kill_tree, kt->s.p50, kt->s.p99, kt->s.max, kt->s.n, killr.bad ? "; some kills failed" : "",
+                       bench_verdict(true, kt->s.p99 <= 20 && !killr.bad));
+        else
+                printf("| `process.kill` of a 200-process tree p99 ≤ 20 ms | – | not measured |\n");
+}
 
 static void report(void) {
         printf("Server: `%s serve --socket PATH%s%s`%s.\n\n", cfg.sbx, cfg.pool >= 0 ? " --pool " : "",
@@ -1454,6 +2185,9 @@ static void report(void) {
                 if (conc.first_error[0])
                         printf("| first error | %s |\n", conc.first_error);
         }
+
+        if (streams[0].have || streams[1].have)
+                stream_report();
 
         printf("\n## The daemon: targets\n\n| Target | Measured | Verdict |\n|---|---|---|\n");
         const Row *rr = row_find("r_rpc"), *rc = row_find("r_capi");
@@ -1486,6 +2220,7 @@ static void report(void) {
         } else {
                 printf("| N clients × M commands, zero errors | – | not measured |\n");
         }
+        proc_targets();
         bench_notes_print();
 }
 
@@ -1496,8 +2231,9 @@ static void usage(FILE *f) {
                 "Usage: sbx-bench-rpc [OPTIONS]\n"
                 "  --sbx PATH         the sbx binary (default: ../src/cli/sbx next to this program)\n"
                 "  --only LETTERS     r (run round trip vs C API), f (files.write + files.read of 1 MiB),\n"
-                "                     p (ping under load), c (clients), l (ping during creates and forks);\n"
-                "                     default rfpcl\n"
+                "                     p (ping under load), c (clients), l (ping during creates and forks),\n"
+                "                     s (process.start -> first output), o (a process's output through\n"
+                "                     process.stream), k (process.kill of a tree); default rfpclsok\n"
                 "  -n, --iterations N r: interleaved iterations (default %u)\n"
                 "  --warmup N         r: warm-up iterations (default %u)\n"
                 "  --quiet-ms MS      r: pause after each run so the next worker is ready (default %u)\n"
@@ -1512,17 +2248,26 @@ static void usage(FILE *f) {
                 "  --no-host-busy     p: skip the comparison with busy loops outside any sandbox\n"
                 "  --files-n N        f: write + read round trips (default %u)\n"
                 "  --files-bytes N    f: bytes per file (default %zu; the server reads at most 4 MiB at once)\n"
+                "  --proc-n N         s: interleaved iterations (default %u)\n"
+                "  --proc-warmup N    s: warm-up iterations (default %u)\n"
+                "  --stream-mib N     o: MiB the ASCII process writes (default %" PRIu64 "; 0 skips it)\n"
+                "  --stream-bin-mib N o: MiB the binary (base64) process writes (default %" PRIu64 "; 0 skips it)\n"
+                "  --stream-cmd CMD   o: writes the ASCII MiB, all 'x', instead of head -c N /dev/zero | tr '\\0' x\n"
+                "  --kill-n N         k: timed kills of the tree (default %u, after 1 warm-up)\n"
+                "  --kill-tree N      k: TERM-ignoring sleeps in the tree (default %u)\n"
                 "  --pool N           start the server with --pool N (default: the server's default)\n"
                 "  --server-autogroup-nice N  start the server in a session (autogroup) of its own\n"
                 "                     with this nice value (-20..19); default: the caller's session\n"
                 "  --quick            small N everywhere (a smoke test)\n",
                 cfg.warm_n, cfg.warmup, cfg.quiet_ms, cfg.pings, cfg.ping_gap_us, cfg.busy, cfg.busy_cmd,
-                cfg.settle_ms, cfg.clients, cfg.cmds, cfg.load_reps, cfg.files_n, cfg.file_bytes);
+                cfg.settle_ms, cfg.clients, cfg.cmds, cfg.load_reps, cfg.files_n, cfg.file_bytes, cfg.proc_n,
+                cfg.proc_warmup, cfg.stream_bytes >> 20, cfg.stream_bin_bytes >> 20, cfg.kill_n, cfg.kill_tree);
 }
 
 int main(int argc, char **argv) {
         bench_die_hook = on_die;
-        enum { O_SBX = 256, O_ONLY, O_WARMUP, O_QUIET, O_PINGS, O_GAP, O_BUSY, O_BUSYCMD, O_SETTLE, O_CLIENTS, O_CMDS, O_QUICK, O_NICE, O_NOHOST, O_REPS, O_POOL, O_FILES_N, O_FILES_BYTES };
+        enum { O_SBX = 256, O_ONLY, O_WARMUP, O_QUIET, O_PINGS, O_GAP, O_BUSY, O_BUSYCMD, O_SETTLE, O_CLIENTS, O_CMDS, O_QUICK, O_NICE, O_NOHOST, O_REPS, O_POOL, O_FILES_N, O_FILES_BYTES,
+               O_PROC_N, O_PROC_WARMUP, O_STREAM_MIB, O_STREAM_BIN_MIB, O_STREAM_CMD, O_KILL_N, O_KILL_TREE };
         static const struct option opts[] = {
                 { "sbx", required_argument, NULL, O_SBX },
                 { "only", required_argument, NULL, O_ONLY },
@@ -1543,6 +2288,13 @@ int main(int argc, char **argv) {
                 { "pool", required_argument, NULL, O_POOL },
                 { "files-n", required_argument, NULL, O_FILES_N },
                 { "files-bytes", required_argument, NULL, O_FILES_BYTES },
+                { "proc-n", required_argument, NULL, O_PROC_N },
+                { "proc-warmup", required_argument, NULL, O_PROC_WARMUP },
+                { "stream-mib", required_argument, NULL, O_STREAM_MIB },
+                { "stream-bin-mib", required_argument, NULL, O_STREAM_BIN_MIB },
+                { "stream-cmd", required_argument, NULL, O_STREAM_CMD },
+                { "kill-n", required_argument, NULL, O_KILL_N },
+                { "kill-tree", required_argument, NULL, O_KILL_TREE },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -1571,6 +2323,15 @@ int main(int argc, char **argv) {
                                 return 2;
                         }
                         break;
+                case O_PROC_N: cfg.proc_n = bench_parse_uint(optarg, "proc-n"); break;
+                case O_PROC_WARMUP: cfg.proc_warmup = bench_parse_uint(optarg, "proc-warmup"); break;
+                case O_STREAM_MIB: cfg.stream_bytes = (uint64_t)bench_parse_uint(optarg, "stream-mib") << 20; break;
+                case O_STREAM_BIN_MIB:
+                        cfg.stream_bin_bytes = (uint64_t)bench_parse_uint(optarg, "stream-bin-mib") << 20;
+                        break;
+                case O_STREAM_CMD: cfg.stream_cmd = optarg; break;
+                case O_KILL_N: cfg.kill_n = bench_parse_uint(optarg, "kill-n"); break;
+                case O_KILL_TREE: cfg.kill_tree = bench_parse_uint(optarg, "kill-tree"); break;
                 case O_POOL:
                         cfg.pool = (int)bench_parse_uint(optarg, "pool");
                         snprintf(pool_txt, sizeof pool_txt, "%d", cfg.pool);
@@ -1594,6 +2355,11 @@ int main(int argc, char **argv) {
                         cfg.load_reps = 2;
                         cfg.cmds = 10;
                         cfg.files_n = 10;
+                        cfg.proc_n = 30;
+                        cfg.proc_warmup = 3;
+                        cfg.stream_bytes = 128ULL << 20;
+                        cfg.stream_bin_bytes = 32ULL << 20;
+                        cfg.kill_n = 3;
                         break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -1633,6 +2399,12 @@ int main(int argc, char **argv) {
                 bench_clients(&ctl);
         if (want('l'))
                 bench_loop(&ctl);
+        if (want('s'))
+                bench_proc_start(&ctl);
+        if (want('o'))
+                bench_stream(&ctl);
+        if (want('k'))
+                bench_kill(&ctl);
 
         /* Shut the server down the way a client would, then make sure it is gone. */
         char *l = rpc_call(&ctl, "kill", NULL);

@@ -9,7 +9,7 @@
 # then takes -n 3);
 # their other options go in SBX_BENCH_RPC_ARGS, SBX_BENCH_IMAGE_ARGS and SBX_BENCH_PORTS_ARGS,
 # and SBX_BENCH_RPC=0, SBX_BENCH_IMAGE=0 or SBX_BENCH_PORTS=0 skips one.
-# Needs root (sandboxes, cgroups) and takes about 4-5 minutes with the defaults.
+# Needs root (sandboxes, cgroups) and takes about 6-7 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

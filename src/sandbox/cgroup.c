@@ -497,6 +497,20 @@ int cgroup_events_open(int dirfd) {
         return fd < 0 ? negerrno() : fd;
 }
 
+/* Reads an open cgroup.events from its start; 1 if it has `key` 1, 0 if not, -errno. */
+static int events_flag(int fd, const char *key) {
+        char buf[256], want[64];
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        if (n < 0)
+                return negerrno();
+        buf[n] = 0;
+        snprintf(want, sizeof want, "%s 1", key);
+        return strstr(buf, want) ? 1 : 0;
+}
+
+int cgroup_events_populated(int events_fd) { return events_flag(events_fd, "populated"); }
+int cgroup_events_frozen(int events_fd) { return events_flag(events_fd, "frozen"); }
+
 /* Waits for a cgroup to be empty, up to timeout_ms, watching cgroup.events. */
 static int wait_empty(int dirfd, int timeout_ms) {
         _cleanup_close_ int ev = cgroup_events_open(dirfd);

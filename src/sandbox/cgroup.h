@@ -100,6 +100,11 @@ int cgroup_kill(int dirfd);
 int cgroup_populated(int dirfd);
 /* An fd of cgroup.events for epoll (EPOLLPRI fires on every change), or -errno. */
 int cgroup_events_open(int dirfd);
+/* The same as cgroup_populated() and cgroup_frozen(), read through the fd being watched:
+ * kernfs keeps reporting a change (EPOLLPRI) to each open file until that very file is read
+ * again, so a watcher that read another fd would be woken forever. */
+int cgroup_events_populated(int events_fd);
+int cgroup_events_frozen(int events_fd);
 /* cgroup v2 freezer of a cgroup and all below it. Freezing is asynchronous: cgroup_frozen()
  * says 1 once every process is stopped (cgroup.events signals the change). */
 int cgroup_freeze(int dirfd, bool frozen);

@@ -38,7 +38,13 @@ static void corpse_try(Corpse *c) {
                 corpse_free(c);
 }
 
-static void corpse_event(Watch *w, uint32_t events) { corpse_try(w->data); }
+static void corpse_event(Watch *w, uint32_t events) {
+        Corpse *c = w->data;
+        /* Reading the watched cgroup.events is what stops it from waking the loop again. */
+        if (w == &c->cg_w)
+                (void)cgroup_events_populated(c->events);
+        corpse_try(c);
+}
 
 void corpse_add(CorpseYard *y, const Box *b) {
         Corpse *c = calloc(1, sizeof *c);

@@ -20,7 +20,7 @@ static void freeze_event(Watch *w, uint32_t events) {
         Freeze *f = w->data;
         if (w == &f->timer_w)
                 log_warn("sandbox %s: not frozen after %d ms; copying it live", f->who, SBX_FREEZE_WAIT_MS);
-        else if (cgroup_frozen(f->cg) != 1)
+        else if (cgroup_events_frozen(f->ev) != 1)
                 return;
         else
                 f->still = true;

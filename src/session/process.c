@@ -385,7 +385,7 @@ static void proc_end(SbxProcess *p) {
 
 static void cgroup_event(Watch *w, uint32_t events) {
         SbxProcess *p = w->data;
-        if (p->cg < 0 || cgroup_populated(p->cg) != 0)
+        if (p->cg < 0 || (p->cg_events >= 0 ? cgroup_events_populated(p->cg_events) : cgroup_populated(p->cg)) != 0)
                 return;
         cgroup_gone(p);
         /* A leftover has no status to wait for: it ends when nothing of it is left. */

@@ -216,7 +216,7 @@ static void run_finish_deferred(void *data) { run_finish(data); }
 
 static void run_cgroup_event(Watch *w, uint32_t events) {
         SbxRun *r = w->data;
-        if (cgroup_populated(r->cg) == 0)
+        if (cgroup_events_populated(r->cg_events) == 0)
                 run_finish(r);
 }
 

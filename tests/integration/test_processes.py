@@ -417,3 +417,21 @@ def test_a_connection_reaches_only_processes_of_sandboxes_it_may_use(server):
     assert b.error("process.logs", {"processId": pid})["code"] == -32602
     assert b.error("process.kill", {"processId": pid})["code"] == -32602
     assert a.result("process.kill", {"processId": pid, "graceMs": 0})["status"] == "killed"
+
+
+def test_an_idle_daemon_with_live_processes_uses_no_cpu(stdio):
+    """Watching a process's cgroup must not keep the loop awake (kernfs reports a change to an
+    open cgroup.events until that file is read again)."""
+    stdio.result("create")
+    start(stdio, "sleep 100")
+    stdio.result("run", {"command": "sleep 101 &"})
+    time.sleep(0.3)
+
+    def cpu_s():
+        fields = open(f"/proc/{stdio.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    before = cpu_s()
+    time.sleep(1.5)
+    assert cpu_s() - before < 0.15
+    stdio.result("process.killAll")
