@@ -298,6 +298,9 @@ typedef void (*SbxKillDoneFn)(void *userdata, SbxProcess *p);
 SBX_API int sbx_process_kill(SbxProcess *p, int sig, uint64_t grace_ms, SbxKillDoneFn done, void *userdata);
 /* Kills every process of the sandbox and what runs left running; returns how many. */
 SBX_API unsigned sbx_sandbox_kill_processes(SbxSandbox *sb);
+/* Kills only what runs left running past SBX_MAX_PROCESSES tracked (the background log's
+ * command cgroups); returns how many. */
+SBX_API unsigned sbx_sandbox_kill_background_log(SbxSandbox *sb);
 
 /* ---- Files, as the sandbox sees them (relative paths start at /home/user). Jailed in the
  * sandbox's root by the kernel (openat2 RESOLVE_IN_ROOT), done with the sandbox user's

@@ -42,6 +42,7 @@ typedef struct ProcReq {
         Watch timer_w;
         uint64_t deadline;     /* monotonic ns */
         uint16_t port;
+        unsigned left, killed; /* killAll: kills not answered yet, and all it sent */
 } ProcReq;
 
 /* ---------------------------------------------------------------- lookup and JSON */
@@ -354,7 +355,8 @@ static void stream_finish(ProcReq *q) {
 static bool stream_catch_up(ProcReq *q) {
         while (!q->paused && q->pending->conn) {
                 uint64_t dropped, before = q->cursor;
-                uint64_t next = sbx_process_read_log(q->p, q->cursor, SBX_PROCESS_READ_BYTES, send_output, q, &dropped);
+                /* What the log lost is said before what follows it. */
+                (void)sbx_process_read_log(q->p, q->cursor, 0, send_output, q, &dropped);
                 if (dropped) {
                         char id[32];
                         SbxProcessInfo i;
@@ -364,7 +366,9 @@ static bool stream_catch_up(ProcReq *q) {
                                     json_pack("{s:s, s:s, s:s, s:I, s:I}", "processId", id, "stream", "stdout", "data",
                                               "", "cursor", (json_int_t)(before + dropped), "dropped",
                                               (json_int_t)dropped));
+                        q->cursor = before + dropped;
                 }
+                uint64_t next = sbx_process_read_log(q->p, q->cursor, SBX_PROCESS_READ_BYTES, send_output, q, NULL);
                 q->cursor = next;
                 if (next == before && !dropped)
                         break;
@@ -536,10 +540,35 @@ static int m_process_kill(Req *r, json_t **ret, RpcError *e) {
         return 1;
 }
 
+static json_t *kill_all_json(unsigned n) {
+        return json_pack("{s:I, s:I}", "killed", (json_int_t)n, "groups", (json_int_t)n);
+}
+
+static void kill_all_done(void *ud, SbxProcess *p) {
+        ProcReq *q = ud;
+        if (--q->left == 0)
+                req_reply(q, kill_all_json(q->killed));
+}
+
+/* Every process of the sandbox gets SIGKILL through its cgroup, answered once all of them
+ * are gone; what runs left past the processes' cap (the background log's cgroups) is killed
+ * too, without a way to wait for it. */
 static int m_process_kill_all(Req *r, json_t **ret, RpcError *e) {
-        json_int_t n = (json_int_t)sbx_sandbox_kill_processes(r->sb->sb);
-        *ret = json_pack("{s:I, s:I}", "killed", n, "groups", n);
-        return 0;
+        ProcReq *q;
+        if (req_new(r, PR_KILL, NULL, &q, e) < 0)
+                return -1;
+        SbxSandbox *sb = r->sb->sb;
+        for (SbxProcess *p = sbx_sandbox_next_process(sb, NULL); p; p = sbx_sandbox_next_process(sb, p))
+                if (sbx_process_kill(p, SIGKILL, 0, kill_all_done, q) == 0)
+                        q->left++;
+        q->killed = q->left + sbx_sandbox_kill_background_log(sb);
+        if (q->left == 0) {
+                *ret = kill_all_json(q->killed);
+                q->kind = PR_STREAM;
+                req_free(q);
+                return 0;
+        }
+        return 1;
 }
 
 /* ---------------------------------------------------------------- wait */

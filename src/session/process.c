@@ -46,6 +46,7 @@ typedef struct LogChunk {
  * the last ends, `held` counts their allocations and stays within SBX_PROCESS_LOG_BYTES. */
 typedef struct ProcLog {
         LogChunk *head, *tail;
+        LogChunk **tail_ref; /* the pointer that holds tail: &head, or the one before's next */
         uint64_t end;
         size_t held;
 } ProcLog;
@@ -99,6 +100,18 @@ static void log_append(ProcLog *l, SbxStream stream, const uint8_t *d, size_t n)
                 l->end += n;
                 return;
         }
+        /* The last chunk is done: it gives back the room it will never use, so output that
+         * switches streams often (a line each) costs its bytes, not a chunk's room each. */
+        if (t && t->cap > t->len) {
+                size_t unused = t->cap - t->len;
+                LogChunk *shrunk = realloc(t, sizeof *t + t->len);
+                if (shrunk) {
+                        l->held -= unused;
+                        shrunk->cap = shrunk->len;
+                        *l->tail_ref = shrunk;
+                        l->tail = t = shrunk;
+                }
+        }
         size_t cap = MAX(n, (size_t)SBX_PROCESS_LOG_CHUNK);
         LogChunk *c = malloc(sizeof *c + cap);
         if (!c) {
@@ -108,16 +121,16 @@ static void log_append(ProcLog *l, SbxStream stream, const uint8_t *d, size_t n)
         }
         *c = (LogChunk){ .start = l->end, .len = (uint32_t)n, .cap = (uint32_t)cap, .stream = stream };
         memcpy(c->data, d, n);
-        if (t)
-                t->next = c;
-        else
-                l->head = c;
+        l->tail_ref = t ? &t->next : &l->head;
+        *l->tail_ref = c;
         l->tail = c;
         l->end += n;
         l->held += sizeof *c + cap;
         while (l->held > SBX_PROCESS_LOG_BYTES && l->head != l->tail) {
                 LogChunk *h = l->head;
                 l->head = h->next;
+                if (l->tail_ref == &h->next)
+                        l->tail_ref = &l->head;
                 l->held -= sizeof *h + h->cap;
                 free(h);
         }
@@ -803,6 +816,8 @@ unsigned process_count_alive(const SandboxCore *core) {
         }
         return n;
 }
+
+unsigned sbx_sandbox_kill_background_log(SbxSandbox *sb) { return bglog_kill(&sandbox_core(sb)->bg); }
 
 unsigned sbx_sandbox_kill_processes(SbxSandbox *sb) {
         SandboxCore *core = sandbox_core(sb);

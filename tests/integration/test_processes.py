@@ -435,3 +435,39 @@ def test_an_idle_daemon_with_live_processes_uses_no_cpu(stdio):
     time.sleep(1.5)
     assert cpu_s() - before < 0.15
     stdio.result("process.killAll")
+
+
+def test_the_log_keeps_a_mib_of_output_that_switches_streams_every_line(stdio):
+    stdio.result("create")
+    p = start(stdio, "for i in $(seq 1 20000); do echo o$i; echo e$i >&2; done")
+    pid = p["processId"]
+    wait_exit(stdio, pid, 60000)
+    end = info(stdio, pid)["logEnd"]
+    log = stdio.result("process.logs", {"processId": pid, "cursor": 0})
+    # Each line its own piece: what is kept is most of a MiB, not a few pieces' worth.
+    kept = end - log["dropped"]
+    assert end > 200_000 and kept == end, (end, log["dropped"])
+    assert log["stdout"].startswith("o1\n") and log["stderr"].endswith("e20000\n")
+
+
+def test_a_stream_behind_the_log_says_what_was_dropped_first(stdio):
+    stdio.result("create")
+    p = start(stdio, "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo end")
+    pid = p["processId"]
+    wait_exit(stdio, pid, 30000)
+    res = stdio.result("process.stream", {"processId": pid, "cursor": 0})
+    notes = output_notes(stdio, pid)
+    assert notes[0]["data"] == "" and notes[0]["dropped"] > 1_900_000, notes[0]
+    assert notes[0]["cursor"] == notes[0]["dropped"]
+    got = sum(len(n["data"]) for n in notes)
+    assert notes[0]["dropped"] + got == res["cursor"] == 3000005
+
+
+def test_kill_all_answers_once_everything_is_dead(stdio):
+    stdio.result("create")
+    ids = [start(stdio, "trap '' TERM; sleep 1000")["processId"] for _ in range(5)]
+    stdio.result("run", {"command": "sleep 1001 & setsid sleep 1002 &"})
+    assert stdio.result("process.killAll")["killed"] == 6
+    for pid in ids:
+        assert info(stdio, pid)["status"] == "killed"
+    assert all(not p["alive"] for p in stdio.result("process.list")["processes"])
