@@ -246,7 +246,7 @@ def run_python_example(python, cwd, home):
     cp.stdout, cp.stderr = cp.stdout.decode("utf-8", "replace"), cp.stderr.decode("utf-8", "replace")
     assert cp.returncode == 0, show(cp)
     # print(r.exit_code, r.stdout)  # 0 42 in /tmp; then the file read back and the listing.
-    assert cp.stdout.startswith("0 42 in /tmp\n\na,b\n1,2\n ['in.csv']\n"), show(cp)
+    assert cp.stdout.startswith("0 42 in /tmp\n\na,b\n1,2\n ['in.csv']\n200\n"), show(cp)
     assert "archive has data/in.csv: True\n" in cp.stdout, show(cp)
     return re.search(r"^module: (.*)$", cp.stdout, re.M).group(1)
 
