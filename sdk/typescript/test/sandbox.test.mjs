@@ -206,8 +206,13 @@ describe("a spawned sandbox", { skip }, () => {
     await assert.rejects(sb.commands.run("true", { envs: { "BAD NAME": "x" } }), (e) => e instanceof SbxError && e.code === -32602);
     await assert.rejects(sb.sessions.create("no spaces allowed"), (e) => e instanceof SbxError && e.code === -32602);
     await assert.rejects(sb.client.request("no.such.method"), (e) => e instanceof SbxError && e.code === -32601);
-    // A NUL character: the daemon cannot parse the line, answers without an id.
+    // A NUL character: the daemon cannot parse the line and answers without an id; the error
+    // goes to that request, not to the process stream pending beside it.
+    const bg = await sb.commands.run("sleep 30", { background: true });
     await assert.rejects(sb.commands.run("echo a\u0000b"), (e) => e instanceof SbxError && e.code === -32700);
+    assert.equal(bg.done(), false);
+    assert.equal(await bg.kill({ graceMs: 0 }), true);
+    assert.equal((await bg.wait()).status, "killed");
     await assert.rejects(sb.files.write("/usr/nope", "x"), (e) => e instanceof SbxError && e.code === 1);
     assert.equal(await sb.commands.kill("p999999"), false);
     await assert.rejects(sb.client.request("process.kill", { processId: "p999999" }), (e) => e.code === -32602);
@@ -217,6 +222,13 @@ describe("a spawned sandbox", { skip }, () => {
   });
 
   it("has named sessions and session variables", async () => {
+    // Answers come out of order: the quick run in another session is not held behind the slow.
+    const order = [];
+    const slow = sb.commands.run("sleep 0.5; echo slow", { session: "one" }).then((r) => order.push(r.stdout));
+    const quick = sb.commands.run("echo quick", { session: "two" }).then((r) => order.push(r.stdout));
+    await Promise.all([slow, quick]);
+    assert.deepEqual(order, ["quick\n", "slow\n"]);
+
     const s = await sb.sessions.create("build");
     await s.run("cd /tmp; x=1");
     assert.equal((await s.run("echo $x $PWD")).stdout, "1 /tmp\n");
