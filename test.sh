@@ -1,7 +1,8 @@
 #!/bin/bash
-# Builds sbx and runs every test: C unit tests (meson) and integration tests (pytest), then the
-# same suite again on a second build under AddressSanitizer and UndefinedBehaviorSanitizer,
-# where any report fails it, then the fuzz targets for a bounded time. SBX_SANITIZERS=0 and
+# Builds sbx and runs every test: C unit tests (meson), integration tests (pytest) and the
+# TypeScript SDK's tests (node --test, when Node.js >= 18 is there), then the C and pytest ones
+# again on a second build under AddressSanitizer and UndefinedBehaviorSanitizer, where any
+# report fails it, then the fuzz targets for a bounded time. SBX_SANITIZERS=0 and
 # SBX_FUZZ_SECONDS=0 skip those.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -10,6 +11,16 @@ cd "$(dirname "$0")"
 status=0
 meson test -C build --print-errorlogs || status=1
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
+# The TypeScript SDK's tests (node's own runner, against this build's daemon; the npm pack test
+# needs npm too). They need Node.js 18 or later, which build.sh does not install.
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -ge 18 ]; then
+        SBX_BIN="$PWD/build/src/cli/sbx" node --test sdk/typescript/test/*.test.mjs || status=1
+elif command -v node >/dev/null 2>&1; then
+        echo "test.sh: node $(node --version) is older than 18: the TypeScript SDK's tests were not run" >&2
+else
+        echo "test.sh: node is missing: the TypeScript SDK's tests were not run (they need Node.js >= 18)" >&2
+fi
 
 if [ "${SBX_SANITIZERS:-1}" != 0 ]; then
         echo "test.sh: the suite again under ASan and UBSan (build-asan/)" >&2

@@ -1,0 +1,432 @@
+// Type declarations of the sbx SDK (src/*.js), written by hand: the package ships plain ESM and
+// has no build step. Bytes are Uint8Array in these types (at run time they are Node Buffers),
+// so the declarations need no @types/node.
+
+/** Text, or bytes (a Node Buffer is a Uint8Array). */
+export type Data = string | Uint8Array | ArrayBuffer;
+
+/** Called with each piece of output, decoded as UTF-8 (a character split between pieces whole). */
+export type OutputCallback = (text: string) => void;
+
+// ------------------------------------------------------------------ errors
+
+/**
+ * A JSON-RPC error the daemon answered, or a lost connection. `code`: -32700 parse error (a
+ * NUL character in a string, a request over limits.rpcBytes), -32600 invalid request, -32601
+ * unknown method, -32602 invalid params, -32603 internal error (also: the server exited, the
+ * connection closed), -32001 a server cap was reached, -32010 / -32011 see ProcessEndedError /
+ * WaitTimeoutError, 1 a sandbox or file error ("ENOENT: ...").
+ */
+export class SbxError extends Error {
+  constructor(code: number, message: string, data?: unknown);
+  readonly code: number;
+  /** The daemon's message (`message` adds " (code N)"). */
+  readonly rpcMessage: string;
+  readonly data: unknown;
+}
+
+/** waitForLog / waitForPort: the process ended before the condition held (code -32010). */
+export class ProcessEndedError extends SbxError {
+  constructor(message: string, data?: unknown);
+}
+
+/** waitForLog / waitForPort: the timeout passed first (code -32011). */
+export class WaitTimeoutError extends SbxError {
+  constructor(message: string, data?: unknown);
+}
+
+// ------------------------------------------------------------------ options
+
+export interface Limits {
+  stdoutBytes?: number;
+  stderrBytes?: number;
+  commandBytes?: number;
+  fileCount?: number;
+  rpcBytes?: number;
+  memoryBytes?: number;
+  pids?: number;
+  /** CPUs, fractions allowed; default half the host's. */
+  cpus?: number;
+}
+
+export interface SandboxOpts {
+  /** Default per-command timeout in ms (server default 30000). Not the sandbox's lifetime. */
+  timeoutMs?: number;
+  /** Size of /tmp + /home/user (server default 256 MiB). */
+  fsLimitBytes?: number;
+  limits?: Limits;
+  /** Extra environment variables for every command. */
+  envs?: Record<string, string>;
+  /** Share the host's network (default: loopback only). */
+  network?: boolean;
+  /** "kill": what a command leaves running is killed when it ends; "keep" (default): it stays. */
+  leftovers?: "keep" | "kill";
+}
+
+export interface CreateOpts extends SandboxOpts {
+  /** The sbx binary; default $SBX_BIN, else sbx on $PATH, else the repository's build/src/cli/sbx. */
+  binary?: string;
+  /** More arguments for `sbx serve --stdio`. */
+  serverArgs?: string[];
+}
+
+export interface SandboxCreateOpts extends SandboxOpts {
+  /** Free text shown by sandboxes.list(). */
+  label?: string;
+  /** Socket servers only: outlive this connection. */
+  persist?: boolean;
+}
+
+export interface RunOpts {
+  /** Working directory for this command only. */
+  cwd?: string;
+  /** Extra environment variables for this command only. */
+  envs?: Record<string, string>;
+  /** Foreground: killed after this long (exit 124, errorClass "TIMEOUT"; default the sandbox's).
+   * Background: the process and all it started are killed (status "timeout"; default never). */
+  timeoutMs?: number;
+  /** Session name (default "default", created on first use). */
+  session?: string;
+  /** Called with each piece of standard output as it arrives. */
+  onStdout?: OutputCallback;
+  /** Called with each piece of standard error as it arrives. */
+  onStderr?: OutputCallback;
+}
+
+export interface ForegroundOpts extends RunOpts {
+  background?: false;
+  /** Bytes (or text, as UTF-8) on standard input; default /dev/null. */
+  stdin?: Data;
+  /** "kill": what this command leaves running is killed when it ends; "keep": it stays. */
+  leftovers?: "keep" | "kill";
+  /** Aborting it cancels the command (exit 125, errorClass "CANCELLED"). */
+  signal?: AbortSignal;
+}
+
+export interface BackgroundOpts extends RunOpts {
+  background: true;
+  /** true: keep stdin open for sendStdin() / closeStdin(); bytes or text: written, then closed. */
+  stdin?: boolean | Data;
+  /** Free text shown by commands.list(). */
+  label?: string;
+}
+
+// ------------------------------------------------------------------ results
+
+/** The outcome of a foreground command. A non-zero exit is a result, not an exception. */
+export class CommandResult {
+  private constructor();
+  /** Standard output as UTF-8 text (invalid bytes replaced by U+FFFD). */
+  readonly stdout: string;
+  readonly stderr: string;
+  /** The exit status; 124 on timeout, 125 when cancelled. */
+  readonly exitCode: number;
+  readonly executionTimeMs: number;
+  /** Which output hit its cap (limits.stdoutBytes / stderrBytes), or null. */
+  readonly truncated: { stdout: boolean; stderr: boolean } | null;
+  /** What went past the caps, or null. */
+  readonly droppedBytes: { stdout: number; stderr: number } | null;
+  readonly errorClass: "TIMEOUT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PIDS_LIMIT" | "OOM" | "FS_FULL" | null;
+  /** Processes a timeout, cancel or process limit killed. */
+  readonly killedProcesses: number;
+  /** Standard output exactly as written. */
+  readonly stdoutBytes: Uint8Array;
+  readonly stderrBytes: Uint8Array;
+  /** exitCode === 0. */
+  readonly ok: boolean;
+}
+
+/** A background process's outcome, from ProcessHandle.wait(). */
+export interface ProcessResult {
+  /** The exit status, or 128 + the signal's number (143 TERM, 137 KILL and timeout). */
+  exitCode: number;
+  status: "exited" | "killed" | "timeout";
+  /** The signal that ended it ("TERM", "KILL", ...), or null. */
+  signal: string | null;
+  /** The output this handle received (from where it started), as text. */
+  stdout: string;
+  stderr: string;
+  stdoutBytes: Uint8Array;
+  stderrBytes: Uint8Array;
+  /** Bytes the daemon's bounded log (1 MiB per process) lost before this handle got them. */
+  droppedBytes: number;
+  /** The log offset after the last byte received. */
+  cursor: number;
+}
+
+/** One piece of a background process's output, as iterating over its handle yields it. */
+export interface OutputChunk {
+  /** A terminal's output is all "stdout". */
+  stream: "stdout" | "stderr";
+  data: Uint8Array;
+  /** data as UTF-8 text, a character split between chunks whole in the later one. */
+  text: string;
+  /** The log offset after this chunk. */
+  cursor: number;
+}
+
+/** One process of a sandbox, as commands.list() reports it (process.list). */
+export interface ProcessInfo {
+  processId: string;
+  /** Its pid inside the sandbox. */
+  pid: number;
+  command: string;
+  label: string | null;
+  status: "running" | "exited" | "killed" | "timeout";
+  exitCode: number | null;
+  signal: string | null;
+  /** Milliseconds since the epoch. */
+  startedAt: number;
+  endedAt: number | null;
+  /** "start": run(..., {background: true}) or a terminal; "leftover": what a run left running. */
+  origin: "start" | "leftover";
+  pty: boolean;
+  stdin: boolean;
+  /** Something of it still runs. */
+  alive?: boolean;
+  logEnd?: number;
+}
+
+export interface EntryInfo {
+  name: string;
+  /** Absolute, as the sandbox sees it. */
+  path: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  mode: number;
+  /** ISO 8601, UTC. */
+  mtime: string;
+  /** Where a symlink points. */
+  target?: string;
+}
+
+export interface HistoryEntry {
+  index: number;
+  command: string;
+  /** ISO 8601, UTC. */
+  timestamp: string;
+}
+
+export interface SnapshotInfo {
+  id: string;
+  /** ISO 8601, UTC. */
+  createdAt: string;
+  bytes: number;
+}
+
+export interface SandboxInfo {
+  sandboxId: string;
+  label?: string;
+  /** ISO 8601, UTC. */
+  createdAt: string;
+  persist: boolean;
+  root: boolean;
+}
+
+// ------------------------------------------------------------------ handles
+
+/** A foreground command sent and perhaps still running, from commands.start(). */
+export class CommandHandle {
+  private constructor();
+  /** The JSON-RPC id of the `run` request. */
+  readonly requestId: number;
+  done(): boolean;
+  /** The result; rejects with an SbxError the server answered or what a callback threw. */
+  wait(): Promise<CommandResult>;
+  /** Cancels it (exit 125, "CANCELLED"); false when it had finished already. */
+  cancel(): Promise<boolean>;
+}
+
+export interface KillOpts {
+  /** "TERM" (default), "INT", "SIGKILL", ... or a number. */
+  signal?: string | number;
+  /** Then KILL to all of it after this long (default 2000; 0: at once). */
+  graceMs?: number;
+}
+
+export interface WaitOpts {
+  /** Default 60000. */
+  timeoutMs?: number;
+}
+
+/** A background process of a sandbox. Async iteration yields its output chunks. */
+export class ProcessHandle implements AsyncIterable<OutputChunk> {
+  protected constructor();
+  readonly processId: string;
+  /** Its pid inside the sandbox. */
+  readonly pid: number;
+  readonly cursor: number;
+  readonly droppedBytes: number;
+  /** Once it ended, else undefined. */
+  readonly exitCode: number | undefined;
+  /** Output received so far, as text. */
+  readonly stdout: string;
+  readonly stderr: string;
+  /** The process ended and all of its output is in. */
+  done(): boolean;
+  /** Waits for the end and all output; a non-zero exit is a result. */
+  wait(): Promise<ProcessResult>;
+  /** The first line of stdout or stderr (earlier ones count) matching a POSIX extended regex. */
+  waitForLog(pattern: string | RegExp, opts?: WaitOpts): Promise<string>;
+  /** Resolves once something in the sandbox accepts TCP connections on port. */
+  waitForPort(port: number, opts?: WaitOpts): Promise<void>;
+  /** Kills it and all it started; false when it had ended already. */
+  kill(opts?: KillOpts): Promise<boolean>;
+  /** Writes to its stdin (started with stdin: true). */
+  sendStdin(data: Data): Promise<void>;
+  closeStdin(): Promise<void>;
+  [Symbol.asyncIterator](): AsyncIterator<OutputChunk>;
+}
+
+/** An interactive program on a terminal, from sandbox.pty.create(). */
+export class TerminalHandle extends ProcessHandle {
+  sendInput(data: Data): Promise<void>;
+  resize(size: { cols: number; rows: number }): Promise<void>;
+}
+
+// ------------------------------------------------------------------ namespaces
+
+export class Commands {
+  private constructor();
+  /** Runs a command and resolves with its result, or starts it in the background. */
+  run(cmd: string, opts?: ForegroundOpts): Promise<CommandResult>;
+  run(cmd: string, opts: BackgroundOpts): Promise<ProcessHandle>;
+  /** Starts a foreground command; its handle can wait() or cancel(). */
+  start(cmd: string, opts?: ForegroundOpts): CommandHandle;
+  /** The sandbox's background processes (started ones and leftovers), oldest first. */
+  list(): Promise<ProcessInfo[]>;
+  /** Kills a background process by its pid in the sandbox (or its processId). */
+  kill(pid: number | string, opts?: KillOpts): Promise<boolean>;
+  /** A handle on a background process, resuming where this SDK last delivered its output. */
+  connect(pid: number | string, opts?: { onStdout?: OutputCallback; onStderr?: OutputCallback }): Promise<ProcessHandle>;
+  /** Kills every background process and leftover; resolves with how many trees. */
+  killAll(): Promise<number>;
+}
+
+export class Session {
+  private constructor();
+  readonly name: string;
+  run(cmd: string, opts?: ForegroundOpts): Promise<CommandResult>;
+  run(cmd: string, opts: BackgroundOpts): Promise<ProcessHandle>;
+  start(cmd: string, opts?: ForegroundOpts): CommandHandle;
+  delete(): Promise<void>;
+  history(): Promise<HistoryEntry[]>;
+  clearHistory(): Promise<void>;
+}
+
+export class Sessions {
+  private constructor();
+  create(name: string): Promise<Session>;
+  get(name: string): Session;
+  list(): Promise<string[]>;
+  delete(name: string): Promise<void>;
+}
+
+export class Env {
+  private constructor();
+  set(name: string, value: string, session?: string): Promise<void>;
+  get(name: string, session?: string): Promise<string | null>;
+}
+
+export class Files {
+  private constructor();
+  read(path: string, opts?: { format?: "text" }): Promise<string>;
+  read(path: string, opts: { format: "bytes" }): Promise<Uint8Array>;
+  /** Atomic; creates missing parents; over 4 MiB as an upload in parts. */
+  write(path: string, data: Data, opts?: { mode?: number }): Promise<void>;
+  list(path: string, opts?: { depth?: number }): Promise<EntryInfo[]>;
+  getInfo(path: string): Promise<EntryInfo>;
+  exists(path: string): Promise<boolean>;
+  makeDir(path: string, opts?: { parents?: boolean }): Promise<void>;
+  remove(path: string, opts?: { recursive?: boolean }): Promise<void>;
+  rename(oldPath: string, newPath: string): Promise<void>;
+}
+
+export class Pty {
+  private constructor();
+  create(opts?: {
+    cols?: number;
+    rows?: number;
+    onData?: (data: Uint8Array) => void;
+    cwd?: string;
+    envs?: Record<string, string>;
+    timeoutMs?: number;
+    /** Default "exec bash -i". */
+    command?: string;
+  }): Promise<TerminalHandle>;
+  sendInput(pid: number | string, data: Data): Promise<void>;
+  resize(pid: number | string, size: { cols: number; rows: number }): Promise<void>;
+  kill(pid: number | string): Promise<boolean>;
+}
+
+export class Sandboxes {
+  private constructor();
+  create(opts?: SandboxCreateOpts): Promise<Sandbox>;
+  get(sandboxId: string): Sandbox;
+  list(): Promise<SandboxInfo[]>;
+}
+
+export class Sandbox {
+  private constructor();
+  /** Spawns `sbx serve --stdio` and creates the sandbox. */
+  static create(opts?: CreateOpts): Promise<Sandbox>;
+  /** Connects to `sbx serve --socket socketPath` and creates this connection's root sandbox. */
+  static connect(socketPath: string, opts?: SandboxOpts): Promise<Sandbox>;
+  readonly sandboxId: string;
+  readonly isRoot: boolean;
+  readonly client: Client;
+  readonly commands: Commands;
+  readonly files: Files;
+  readonly sessions: Sessions;
+  readonly env: Env;
+  readonly sandboxes: Sandboxes;
+  readonly pty: Pty;
+  history(session?: string): Promise<HistoryEntry[]>;
+  clearHistory(session?: string): Promise<void>;
+  health(): Promise<Record<string, unknown>>;
+  ping(): Promise<boolean>;
+  /** An independent copy on the same connection; end it with kill(). */
+  fork(): Promise<Sandbox>;
+  /** Resolves with the snapshot's id. */
+  snapshot(): Promise<string>;
+  restore(snapshotId: string): Promise<void>;
+  listSnapshots(): Promise<SnapshotInfo[]>;
+  deleteSnapshot(snapshotId: string): Promise<void>;
+  /** A zstd-compressed tar: `tar --zstd -xf` opens it. */
+  exportState(): Promise<Uint8Array>;
+  importState(blob: Data): Promise<void>;
+  /** Ends the sandbox (a spawned server shuts down; a socket connection closes). Idempotent. */
+  kill(): Promise<void>;
+  destroy(): Promise<void>;
+  close(): Promise<void>;
+}
+
+// ------------------------------------------------------------------ transport
+
+export interface CallOpts {
+  onNotification?: (params: Record<string, unknown>) => void;
+  /** The wait does not keep Node's event loop alive. */
+  weak?: boolean;
+}
+
+/** One JSON-RPC connection to an sbx daemon; most code wants Sandbox. */
+export class Client {
+  private constructor();
+  static spawn(binary?: string, args?: string[]): Client;
+  static connect(socketPath: string): Promise<Client>;
+  readonly description: string;
+  /** The spawned server's pid; undefined for a socket. */
+  readonly pid: number | undefined;
+  readonly closed: boolean;
+  /** The longest request line the server takes on this connection, in bytes. */
+  rpcLimit: number;
+  stderrTail(): string;
+  request(method: string, params?: Record<string, unknown>, opts?: CallOpts): Promise<any>;
+  call(method: string, params?: Record<string, unknown>, opts?: CallOpts): { id: number; promise: Promise<any> };
+  /** Keeps the event loop alive until the returned function is called. */
+  hold(): () => void;
+  close(waitMs?: number): Promise<void>;
+}
+
+/** The sbx binary Sandbox.create runs: binary, $SBX_BIN, sbx on $PATH, the repository's build. */
+export function findBinary(binary?: string): string;

@@ -1,0 +1,279 @@
+// The Sandbox handle and its per-sandbox namespaces (commands, files, sessions, env, sandboxes,
+// pty). A Sandbox is (connection, sandbox id); fork() and sandboxes.create() give more handles
+// on the same connection.
+
+import { toBuffer } from "./bytes.js";
+import { Client } from "./client.js";
+import { Commands, Session, msOption } from "./commands.js";
+import { SbxError } from "./errors.js";
+import { Files } from "./files.js";
+import { Pty } from "./processes.js";
+
+/** The create / sandbox.create params for these options. */
+function sandboxParams(opts) {
+  const params = {};
+  const timeoutMs = msOption("timeoutMs", opts.timeoutMs);
+  if (timeoutMs !== undefined) params.timeoutMs = timeoutMs;
+  if (opts.fsLimitBytes != null) params.fsLimitBytes = opts.fsLimitBytes;
+  if (opts.limits != null) params.limits = { ...opts.limits };
+  if (opts.envs != null) params.env = { ...opts.envs };
+  if (opts.network) params.network = true;
+  if (opts.leftovers != null) params.leftovers = opts.leftovers;
+  return params;
+}
+
+export class Sandbox {
+  /** Use Sandbox.create, Sandbox.connect, fork() or sandboxes.create(). */
+  constructor(client, sandboxId, { root = false, ownsServer = false } = {}) {
+    this._client = client;
+    this._root = root;
+    this._ownsServer = ownsServer;
+    this._killed = false;
+    /** The sandbox's id (32 hex digits). */
+    this.sandboxId = sandboxId;
+    this.commands = new Commands(client, sandboxId);
+    this.files = new Files(client, sandboxId);
+    this.sessions = new Sessions(client, sandboxId);
+    this.env = new Env(client, sandboxId);
+    this.sandboxes = new Sandboxes(client);
+    this.pty = new Pty(client, sandboxId);
+  }
+
+  /**
+   * Spawns a private `sbx serve --stdio` (the binary: opts.binary, $SBX_BIN, sbx on $PATH,
+   * the repository's build/src/cli/sbx) and creates the sandbox. kill() shuts that server down.
+   */
+  static async create(opts = {}) {
+    const params = sandboxParams(opts);
+    const client = Client.spawn(opts.binary, opts.serverArgs);
+    try {
+      const r = await client.request("create", params);
+      return new this(client, String(r.sandboxId), { root: true, ownsServer: true });
+    } catch (e) {
+      await client.close(1000);
+      throw e;
+    }
+  }
+
+  /**
+   * Connects to `sbx serve --socket socketPath` and creates this connection's root sandbox
+   * there (options as for create). kill() closes the connection, which destroys the sandboxes
+   * it made (not persistent ones); the server keeps running.
+   */
+  static async connect(socketPath, opts = {}) {
+    const params = sandboxParams(opts);
+    const client = await Client.connect(socketPath);
+    try {
+      const r = await client.request("create", params);
+      return new this(client, String(r.sandboxId), { root: true });
+    } catch (e) {
+      await client.close();
+      throw e;
+    }
+  }
+
+  /** True for the connection's root sandbox (made by create or connect). */
+  get isRoot() {
+    return this._root;
+  }
+
+  /** The JSON-RPC connection this sandbox is reached through. */
+  get client() {
+    return this._client;
+  }
+
+  _params(extra) {
+    const params = { sandboxId: this.sandboxId };
+    for (const [k, v] of Object.entries(extra ?? {})) if (v !== undefined && v !== null) params[k] = v;
+    return params;
+  }
+
+  _request(method, extra) {
+    return this._client.request(method, this._params(extra));
+  }
+
+  // ------------------------------------------------------------ history, server
+
+  /** Commands run in a session (default "default"): [{index, command, timestamp}]. */
+  async history(session) {
+    return (await this._request("shell.history.list", { session })).entries;
+  }
+
+  async clearHistory(session) {
+    await this._request("shell.history.clear", { session });
+  }
+
+  /** Server statistics. */
+  health() {
+    return this._client.request("health");
+  }
+
+  /** True when the server answers; false when the connection is gone. */
+  async ping() {
+    try {
+      return (await this._client.request("ping"))?.pong === true;
+    } catch (e) {
+      if (this._client.closed) return false;
+      throw e;
+    }
+  }
+
+  // ------------------------------------------------------------ fork, snapshots, export
+
+  /**
+   * A new sandbox with a copy of this one's files, every session's state, its limits and
+   * options, on the same connection (background processes are not copied). End it with
+   * kill().
+   */
+  async fork() {
+    const r = await this._request("sandbox.fork");
+    return new Sandbox(this._client, String(r.sandboxId));
+  }
+
+  /** Saves the files and session states; resolves with the snapshot id. */
+  async snapshot() {
+    return String((await this._request("snapshot.create")).id);
+  }
+
+  /** Brings back a snapshot's files and session states; background processes are killed. */
+  async restore(snapshotId) {
+    await this._request("snapshot.restore", { id: snapshotId });
+  }
+
+  /** [{id, createdAt, bytes}], oldest first. */
+  async listSnapshots() {
+    return (await this._request("snapshot.list")).snapshots;
+  }
+
+  async deleteSnapshot(snapshotId) {
+    await this._request("snapshot.delete", { id: snapshotId });
+  }
+
+  /** The sandbox as a zstd-compressed tar (files, session states, limits, digest). */
+  async exportState() {
+    return Buffer.from((await this._request("persistence.export")).data, "base64");
+  }
+
+  /** Replaces files and session states with an exported archive's; a refused one changes nothing. */
+  async importState(blob) {
+    await this._request("persistence.import", { data: toBuffer(blob).toString("base64") });
+  }
+
+  // ------------------------------------------------------------ ending
+
+  /**
+   * Ends the sandbox; idempotent. A spawned server (create) is told to shut down and waited
+   * for; a socket connection (connect) is closed, which destroys the sandboxes it made; a fork
+   * or a sandboxes.create() one is destroyed (sandbox.destroy), the connection staying open.
+   */
+  async kill() {
+    if (this._killed) return;
+    if (!this._root) {
+      try {
+        await this._client.request("sandbox.destroy", { sandboxId: this.sandboxId });
+      } catch (e) {
+        if (!(e instanceof SbxError) || !this._client.closed) throw e;
+      }
+      this._killed = true;
+      return;
+    }
+    this._killed = true;
+    if (this._ownsServer) {
+      // Not waited for: pending runs still get their answers until the server closes stdout.
+      this._client.request("kill").catch(() => {});
+    }
+    await this._client.close();
+  }
+
+  /** Alias of kill() (the Python SDK's name for a fork's end). */
+  destroy() {
+    return this.kill();
+  }
+
+  /** Alias of kill(). */
+  close() {
+    return this.kill();
+  }
+}
+
+/** `sandbox.sessions`: named sessions, each with its own shell state and history. */
+export class Sessions {
+  constructor(client, sandboxId) {
+    this._client = client;
+    this._sandboxId = sandboxId;
+  }
+
+  /** Creates a session (name: 1-64 of [A-Za-z0-9_.-]); -32602 when it exists or is invalid. */
+  async create(name) {
+    const r = await this._client.request("session.create", { sandboxId: this._sandboxId, name });
+    return new Session(this._client, this._sandboxId, String(r.name ?? name));
+  }
+
+  /** A handle on a session by name, without asking the server (runs create it on first use). */
+  get(name) {
+    return new Session(this._client, this._sandboxId, name);
+  }
+
+  /** The names of the sandbox's sessions. */
+  async list() {
+    return (await this._client.request("session.list", { sandboxId: this._sandboxId })).sessions.map((s) => s.name);
+  }
+
+  /** Ends a session; its running command is cancelled. */
+  async delete(name) {
+    await this._client.request("session.delete", { sandboxId: this._sandboxId, name });
+  }
+}
+
+/** `sandbox.env`: variables exported in a session's shell (they persist). */
+export class Env {
+  constructor(client, sandboxId) {
+    this._client = client;
+    this._sandboxId = sandboxId;
+  }
+
+  _params(name, session, extra) {
+    const params = { sandboxId: this._sandboxId, name, ...extra };
+    if (session != null) params.session = session;
+    return params;
+  }
+
+  /** Exports name=value in a session (default "default"). */
+  async set(name, value, session) {
+    await this._client.request("env.set", this._params(name, session, { value }));
+  }
+
+  /** The value of an exported variable, or null when unset. */
+  async get(name, session) {
+    return (await this._client.request("env.get", this._params(name, session))).value ?? null;
+  }
+}
+
+/** `sandbox.sandboxes`: more sandboxes on the same connection. */
+export class Sandboxes {
+  constructor(client) {
+    this._client = client;
+  }
+
+  /**
+   * Creates another sandbox (sandbox.create): it lives until its kill(), or until this
+   * connection closes unless opts.persist (socket servers only). opts.label is shown by list().
+   */
+  async create(opts = {}) {
+    const params = sandboxParams(opts);
+    if (opts.label != null) params.label = opts.label;
+    if (opts.persist) params.persist = true;
+    const r = await this._client.request("sandbox.create", params);
+    return new Sandbox(this._client, String(r.sandboxId));
+  }
+
+  /** A handle on an existing sandbox this connection may use, without asking the server. */
+  get(sandboxId) {
+    return new Sandbox(this._client, sandboxId);
+  }
+
+  /** [{sandboxId, label?, createdAt, persist, root}]. */
+  async list() {
+    return (await this._client.request("sandbox.list")).sandboxes;
+  }
+}

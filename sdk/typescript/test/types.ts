@@ -1,0 +1,39 @@
+// Compiled by `npm run typecheck` (never run): index.d.ts must accept this use under --strict
+// and reject misuse, e.g. a background handle where a result is expected.
+import { Sandbox, SbxError, ProcessEndedError, type CommandResult, type ProcessHandle, type OutputChunk } from "sbx";
+
+async function main(): Promise<void> {
+  const sb = await Sandbox.create({ timeoutMs: 5000, limits: { cpus: 0.5 }, envs: { A: "b" } });
+  const r: CommandResult = await sb.commands.run("echo hi", { onStdout: (s) => console.log(s), cwd: "/tmp" });
+  const code: number = r.exitCode;
+  const bytes: Uint8Array = r.stdoutBytes;
+  const h: ProcessHandle = await sb.commands.run("sleep 1", { background: true, stdin: true });
+  const line: string = await h.waitForLog(/ready/, { timeoutMs: 100 });
+  for await (const c of h) { const x: OutputChunk = c; console.log(x.text); }
+  const res = await h.wait();
+  const st: "exited" | "killed" | "timeout" = res.status;
+  const t: string = await sb.files.read("x");
+  const b: Uint8Array = await sb.files.read("x", { format: "bytes" });
+  await sb.files.write("y", new Uint8Array([1, 2]));
+  const f = await sb.fork();
+  const id: string = await sb.snapshot();
+  await sb.restore(id);
+  const handle = sb.commands.start("sleep 3");
+  await handle.cancel();
+  try { await sb.commands.run("x"); } catch (e) { if (e instanceof SbxError) console.log(e.code); if (e instanceof ProcessEndedError) console.log(e.rpcMessage); }
+  const s2 = await Sandbox.connect("/tmp/s.sock");
+  const term = await sb.pty.create({ cols: 80, rows: 24, onData: (d) => d.length });
+  await term.resize({ cols: 100, rows: 30 });
+  await f.kill(); await s2.kill(); await sb.kill();
+  console.log(code, bytes, line, st, t, b);
+}
+void main;
+
+async function misuse(sb: Sandbox): Promise<void> {
+  // @ts-expect-error a foreground run resolves with a CommandResult, not a handle
+  const h: ProcessHandle = await sb.commands.run("x");
+  // @ts-expect-error format "bytes" gives bytes
+  const s: string = await sb.files.read("x", { format: "bytes" });
+  console.log(h, s);
+}
+void misuse;
