@@ -385,6 +385,8 @@ export class Sandbox {
   clearHistory(session?: string): Promise<void>;
   health(): Promise<Record<string, unknown>>;
   ping(): Promise<boolean>;
+  /** "127.0.0.1:N" on the host, forwarded to TCP `port` inside the sandbox (port.expose). */
+  getHost(port: number): Promise<string>;
   /** An independent copy on the same connection; end it with kill(). */
   fork(): Promise<Sandbox>;
   /** Resolves with the snapshot's id. */

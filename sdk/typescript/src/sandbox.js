@@ -108,6 +108,25 @@ export class Sandbox {
     return this._client.request("health");
   }
 
+  /**
+   * "127.0.0.1:N": an address on the host that reaches TCP `port` inside the sandbox
+   * (port.expose: the daemon forwards each connection into the sandbox's network namespace).
+   * Asking again for the same port gives the same address; it lives as long as the sandbox.
+   */
+  async getHost(port) {
+    try {
+      const r = await this._request("port.expose", { port });
+      return `${r.host}:${r.port}`;
+    } catch (e) {
+      if (!(e instanceof SbxError) || e.code !== -32602) throw e;
+      // Already exposed (E2B's getHost may be called any number of times): its mapping.
+      const { ports } = await this._request("port.list", {});
+      const hit = ports.find((p) => p.port === port);
+      if (!hit) throw e;
+      return `${hit.host}:${hit.hostPort}`;
+    }
+  }
+
   /** True when the server answers; false when the connection is gone. */
   async ping() {
     try {

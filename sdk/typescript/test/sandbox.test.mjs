@@ -140,6 +140,14 @@ describe("a spawned sandbox", { skip }, () => {
     await server.waitForPort(8765, { timeoutMs: 15000 });
     const r = await sb.commands.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8765/");
     assert.equal(r.stdout, "200");
+    // From the host, through the forwarded port; asking twice gives the same address.
+    const host = await sb.getHost(8765);
+    assert.match(host, /^127\.0\.0\.1:\d+$/);
+    assert.equal(await sb.getHost(8765), host);
+    const res = await fetch(`http://${host}/`);
+    assert.equal(res.status, 200);
+    await res.text();
+    await assert.rejects(sb.getHost(0), (e) => e instanceof SbxError && e.code === -32602);
     assert.equal(await sb.commands.kill(server.pid), true);
     assert.equal((await server.wait()).status, "killed");
     assert.equal(await sb.commands.kill(server.pid), false);
