@@ -1,13 +1,13 @@
 """Running commands: results, handles, and named sessions."""
 from __future__ import annotations
 
-import base64
-import codecs
-import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, Optional, Union, overload
 
+from . import _ops as ops
 from ._client import INTERNAL_ERROR, Client, PendingCall, SbxError, as_object
+from ._ops import run_params as _run_params
+from ._ops import seconds_to_ms
+from ._results import CommandResult, TextDecoders, wire_bytes  # noqa: F401 - wire_bytes: older imports
 
 if TYPE_CHECKING:
     from .processes import ProcessHandle, ProcessInfo
@@ -17,117 +17,29 @@ __all__ = ["CommandResult", "CommandHandle", "Commands", "Session", "OutputCallb
 #: Called with each piece of streamed output, decoded as UTF-8 (invalid bytes replaced).
 OutputCallback = Callable[[str], None]
 
-# Code the server answers for invalid params, among them "cancel" of a finished run.
-_INVALID_PARAMS = -32602
-
-
-def wire_bytes(obj: Mapping[str, Any], key: str, encoding_key: str) -> bytes:
-    """The bytes of ``obj[key]``: the string's UTF-8, or its base64 decoding when
-    ``obj[encoding_key]`` is ``"base64"``."""
-    value = obj.get(key) or ""
-    if obj.get(encoding_key) == "base64":
-        return base64.b64decode(value)
-    return str(value).encode("utf-8")
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """The outcome of one command.
-
-    A command that exits non-zero is *not* an error: unlike E2B, which raises
-    ``CommandExitException``, the result is returned and ``exit_code`` tells. Timeouts and
-    cancellation are results too (``error_class``).
-
-    Attributes:
-        stdout: standard output decoded as UTF-8 (invalid bytes replaced by U+FFFD).
-        stderr: standard error, decoded the same way.
-        exit_code: the command's exit status; 124 on timeout, 125 when cancelled.
-        execution_time_ms: how long the command ran, in milliseconds.
-        truncated: ``{"stdout": bool, "stderr": bool}`` when an output hit its cap
-            (``limits.stdoutBytes`` / ``stderrBytes``), else None.
-        error_class: ``"TIMEOUT"`` (exit 124), ``"CANCELLED"`` (125),
-            ``"LIMIT_EXCEEDED"`` (1, nothing ran), ``"PIDS_LIMIT"`` (1, stopped at the
-            process limit), ``"OOM"`` (failed, and the kernel killed a process of the sandbox
-            at its memory limit), ``"FS_FULL"`` (failed, and the sandbox's filesystem is
-            full), or None.
-        stdout_bytes: standard output, exactly as the command wrote it.
-        stderr_bytes: standard error, exactly as the command wrote it.
-        dropped_bytes: ``{"stdout": n, "stderr": n}``, what went past the caps, when
-            ``truncated``; else None.
-        killed_processes: processes a timeout, cancel or process limit killed (0 otherwise).
-    """
-
-    stdout: str
-    stderr: str
-    exit_code: int
-    execution_time_ms: int
-    truncated: Optional[Dict[str, bool]]
-    error_class: Optional[str]
-    stdout_bytes: bytes
-    stderr_bytes: bytes
-    dropped_bytes: Optional[Dict[str, int]] = None
-    killed_processes: int = 0
-
-    @classmethod
-    def from_wire(cls, result: Mapping[str, Any]) -> "CommandResult":
-        """Builds a result from the ``run`` method's JSON result."""
-        out = wire_bytes(result, "stdout", "stdoutEncoding")
-        err = wire_bytes(result, "stderr", "stderrEncoding")
-        truncated = as_object(result.get("truncated"))
-        dropped = as_object(result.get("droppedBytes"))
-        return cls(
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
-            exit_code=int(result.get("exitCode", -1)),
-            execution_time_ms=int(result.get("executionTimeMs", 0)),
-            truncated={str(k): bool(v) for k, v in truncated.items()} if truncated is not None else None,
-            error_class=result.get("errorClass"),
-            stdout_bytes=out,
-            stderr_bytes=err,
-            dropped_bytes={str(k): int(v) for k, v in dropped.items()} if dropped is not None else None,
-            killed_processes=int(result.get("killedProcesses", 0)),
-        )
-
-    @property
-    def ok(self) -> bool:
-        """True when the command exited 0."""
-        return self.exit_code == 0
-
 
 class _Streams:
-    """Turns ``output`` notifications into on_stdout/on_stderr calls.
-
-    Each stream has its own incremental UTF-8 decoder, so a character split between two
-    chunks reaches the callback whole.
-    """
+    """Turns ``output`` notifications into on_stdout/on_stderr calls (on the reader thread),
+    decoded by :class:`~sbx._results.TextDecoders`."""
 
     def __init__(self, on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback]) -> None:
         self._callbacks: Dict[str, Optional[OutputCallback]] = {"stdout": on_stdout, "stderr": on_stderr}
-        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in self._callbacks}
-        self._lock = threading.Lock()
-        self._flushed = False
+        self._decoders = TextDecoders()
 
     def __call__(self, params: Dict[str, Any]) -> None:
-        name = params.get("stream")
-        if name not in self._callbacks:
+        if self._callbacks.get(str(params.get("stream"))) is None:
             return
-        callback = self._callbacks[name]
-        if callback is None:
-            return
-        data = wire_bytes(params, "data", "encoding")
-        text = self._decoders[name].decode(data)
-        if text:
-            callback(text)
+        piece = self._decoders.decode(params)
+        if piece is not None:
+            callback = self._callbacks[piece[0]]
+            if callback is not None:
+                callback(piece[1])
 
     def flush(self) -> None:
         """Delivers what the decoders still hold (an incomplete character at the end)."""
-        with self._lock:
-            if self._flushed:
-                return
-            self._flushed = True
-        for name, callback in self._callbacks.items():
-            text = self._decoders[name].decode(b"", final=True)
-            if text and callback is not None:
+        for name, text in self._decoders.flush():
+            callback = self._callbacks[name]
+            if callback is not None:
                 callback(text)
 
 
@@ -217,37 +129,6 @@ class CommandHandle:
         return f"<sbx.CommandHandle request {self.request_id} {state}>"
 
 
-def _run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs: Optional[Mapping[str, str]],
-                timeout: Optional[float], stdin: Union[bytes, str, None], stream: bool,
-                session: Optional[str], leftovers: Optional[str] = None) -> Dict[str, Any]:
-    params: Dict[str, Any] = {"command": cmd}
-    if sandbox_id is not None:
-        params["sandboxId"] = sandbox_id
-    if session is not None:
-        params["session"] = session
-    if cwd is not None:
-        params["cwd"] = cwd
-    if envs is not None:
-        params["env"] = dict(envs)
-    if timeout is not None:
-        params["timeoutMs"] = seconds_to_ms(timeout)
-    if stdin is not None:
-        data = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
-        params["stdin"] = base64.b64encode(data).decode("ascii")
-    if stream:
-        params["stream"] = True
-    if leftovers is not None:
-        params["leftovers"] = leftovers
-    return params
-
-
-def seconds_to_ms(seconds: float) -> int:
-    """A timeout in seconds as the protocol's whole milliseconds."""
-    if seconds < 0:
-        raise ValueError(f"timeout must not be negative: {seconds!r}")
-    return int(round(seconds * 1000))
-
-
 def start_command(client: Client, sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str] = None,
                   envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
                   stdin: Union[bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
@@ -274,12 +155,7 @@ class Commands:
         background process (``run(background=True)``, terminals), in one call: what frees a
         sandbox whose process budget they hold. Running foreground commands and the session
         shells are untouched. Returns how many process trees were killed."""
-        params: Dict[str, Any] = {}
-        if self._sandbox_id is not None:
-            params["sandboxId"] = self._sandbox_id
-        result = self._client.request("process.killAll", params)
-        # "groups" is the daemon's older name for the count.
-        return int(result["killed"] if "killed" in result else result["groups"])
+        return int(self._client.run_op(ops.kill_leftovers(self._sandbox_id)))
 
     def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
               timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
@@ -358,19 +234,13 @@ class Commands:
             ValueError: an argument of the other mode (``label`` or ``stdin=True`` without
                 ``background``, ``leftovers`` with it).
         """
+        stdin = ops.check_run_mode(background, stdin, leftovers, label)
         if background:
-            if leftovers is not None:
-                raise ValueError("leftovers applies to foreground runs only")
             from .processes import start_process
             return start_process(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
                                  stdin=stdin, session=session, label=label, on_stdout=on_stdout,
                                  on_stderr=on_stderr)
-        if label is not None:
-            raise ValueError("label applies to background processes only (background=True)")
-        if isinstance(stdin, bool):
-            if stdin:
-                raise ValueError("stdin=True (an open stdin) needs background=True")
-            stdin = None
+        assert not isinstance(stdin, bool)
         return self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
                           on_stderr=on_stderr, session=session, leftovers=leftovers).wait()
 
@@ -378,8 +248,8 @@ class Commands:
         """The sandbox's background processes (``process.list``), oldest first: those of
         ``run(background=True)`` and terminals (origin ``"start"``), and what foreground
         runs left running (origin ``"leftover"``), running or ended."""
-        from .processes import list_processes
-        return list_processes(self._client, self._sandbox_id)
+        processes: List["ProcessInfo"] = self._client.run_op(ops.list_processes(self._sandbox_id))
+        return processes
 
     def kill(self, pid: Union[int, str], signal: Union[str, int, None] = None) -> bool:
         """Kills a background process and everything it started, by its pid inside the
@@ -389,16 +259,7 @@ class Commands:
         Returns:
             True when it was killed; False when no running process has that pid.
         """
-        from .processes import _kill, find_process  # pyright: ignore[reportPrivateUsage]
-        info = find_process(self._client, self._sandbox_id, pid)
-        if info is None or not info.running:
-            return False
-        params: Dict[str, Any] = {"processId": info.process_id}
-        if self._sandbox_id is not None:
-            params["sandboxId"] = self._sandbox_id
-        if signal is not None:
-            params["signal"] = signal
-        return _kill(self._client, self._sandbox_id, info.process_id, params)
+        return bool(self._client.run_op(ops.kill_by_pid(self._sandbox_id, pid, signal)))
 
     def connect(self, pid: Union[int, str], on_stdout: Optional[OutputCallback] = None,
                 on_stderr: Optional[OutputCallback] = None) -> "ProcessHandle":
@@ -415,10 +276,8 @@ class Commands:
         Raises:
             SbxError: no process of the sandbox has that pid (-32602).
         """
-        from .processes import TerminalHandle, ProcessHandle, find_process
-        info = find_process(self._client, self._sandbox_id, pid)
-        if info is None:
-            raise SbxError(_INVALID_PARAMS, f"no background process with pid {pid!r} in this sandbox")
+        from .processes import TerminalHandle, ProcessHandle
+        info: "ProcessInfo" = self._client.run_op(ops.connectable(self._sandbox_id, pid))
         cls = TerminalHandle if info.pty else ProcessHandle
         return cls(self._client, self._sandbox_id, info.process_id, info.pid, on_stdout=on_stdout,
                    on_stderr=on_stderr, resume=True)
@@ -468,15 +327,16 @@ class Session:
         """Ends the session; its running command is cancelled."""
         params = self._params(name=self.name)
         del params["session"]
-        self._client.request("session.delete", params)
+        self._client.run_op(ops.call("session.delete", params))
 
     def history(self) -> List[Dict[str, Any]]:
         """Commands run in this session: ``[{index, command, timestamp}]``, oldest first."""
-        return list(self._client.request("shell.history.list", self._params())["entries"])
+        entries: List[Dict[str, Any]] = self._client.run_op(ops.history(self._sandbox_id, self.name))
+        return entries
 
     def clear_history(self) -> None:
         """Forgets this session's history."""
-        self._client.request("shell.history.clear", self._params())
+        self._client.run_op(ops.call("shell.history.clear", self._params()))
 
     def __repr__(self) -> str:
         return f"<sbx.Session {self.name!r}>"

@@ -6,58 +6,104 @@ directories raise ``SbxError(1, "EROFS: ...")`` and the sandbox's size limits ap
 """
 from __future__ import annotations
 
-import base64
-import contextlib
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+import threading
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from ._client import Client, SbxError
+from . import _ops as ops
+from ._client import Client, PendingCall, SbxError
+from ._protocol import as_object
+from ._results import EntryInfo, FilesystemEvent, FilesystemEventType, sandbox_path
 
-__all__ = ["Files", "EntryInfo"]
+__all__ = ["Files", "EntryInfo", "WatchHandle", "FilesystemEvent", "FilesystemEventType"]
 
-#: Bytes moved per request: the server reads at most 4 MiB per call, and a base64 request
-#: must stay under the 8 MiB line limit.
-CHUNK = 4 * 1024 * 1024
+#: Bytes moved per request (see :data:`sbx._ops.CHUNK`).
+CHUNK = ops.CHUNK
+
+#: Called with each change in a watched directory.
+EventCallback = Callable[[FilesystemEvent], None]
 
 
-@dataclass(frozen=True)
-class EntryInfo:
-    """One file system entry."""
+class WatchHandle:
+    """A watch on a directory of a sandbox, from :meth:`Files.watch_dir`; :meth:`stop` ends
+    it. Its ``on_event`` runs on the SDK's reader thread (keep it short; no blocking SDK
+    calls from it)."""
 
-    name: str
-    path: str
-    type: str  #: "file", "dir", "symlink" or "other"
-    size: int
-    mode: int
-    mtime: str  #: ISO 8601, UTC
-    target: Optional[str] = None  #: where a symlink points
+    def __init__(self, client: Client, path: str, on_event: EventCallback) -> None:
+        self._client = client
+        self._base = sandbox_path(path)
+        self._on_event = on_event
+        self._lock = threading.Lock()
+        self._watch_id: Optional[str] = None
+        self._stopped = False
+        self._error: Optional[BaseException] = None
 
-    @classmethod
-    def _from(cls, d: Dict[str, Any]) -> "EntryInfo":
-        return cls(name=str(d["name"]), path=str(d["path"]), type=str(d["type"]), size=int(d["size"]),
-                   mode=int(d["mode"]), mtime=str(d["mtime"]), target=d.get("target"))
+    @property
+    def watch_id(self) -> Optional[str]:
+        """The daemon's id of the watch (``"w3"``)."""
+        return self._watch_id
+
+    def _attach(self, call: PendingCall) -> None:
+        # The files.watch answer, on the reader thread before the line after it: listening
+        # from here misses no event.
+        result = as_object(call.result) if call.error is None else None
+        if result is not None and isinstance(result.get("watchId"), str):
+            self._watch_id = str(result["watchId"])
+            self._client.listen("watchId", self._watch_id, self._take)
+
+    def _take(self, params: Dict[str, Any]) -> None:
+        event = FilesystemEvent._from(params, self._base)  # pyright: ignore[reportPrivateUsage]
+        with self._lock:
+            if event is None or self._stopped or self._error is not None:
+                return
+        try:
+            self._on_event(event)
+        except BaseException as e:  # noqa: BLE001 - raised by stop()
+            with self._lock:
+                if self._error is None:
+                    self._error = e
+
+    def stop(self) -> None:
+        """Ends the watch (``files.unwatch``); no event is delivered after it returns.
+        Idempotent; a watch that ended with its sandbox or connection is no error.
+
+        Raises:
+            Exception: what ``on_event`` raised first (no event was delivered after it).
+        """
+        with self._lock:
+            stopped, self._stopped = self._stopped, True
+        if not stopped and self._watch_id is not None:
+            self._client.unlisten("watchId", self._watch_id, self._take)
+            if not self._client.closed:
+                try:
+                    self._client.run_op(ops.unwatch(self._watch_id))
+                except SbxError:
+                    if not self._client.closed:
+                        raise
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> "WatchHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<sbx.WatchHandle {self._watch_id} {self._base}{' stopped' if self._stopped else ''}>"
 
 
 class Files:
-    """``sandbox.files``: read, write, list, stat, make_dir, remove, rename, exists."""
+    """``sandbox.files``: read, write, list, get_info, make_dir, remove, rename, exists,
+    watch_dir."""
 
     def __init__(self, client: Client, sandbox_id: str) -> None:
         self._client = client
         self._sandbox_id = sandbox_id
 
-    def _call(self, method: str, **params: Any) -> Dict[str, Any]:
-        params["sandboxId"] = self._sandbox_id
-        result: Dict[str, Any] = self._client.request(method, params)
-        return result
-
     def read_bytes(self, path: str) -> bytes:
         """The whole file, fetched in 4 MiB chunks."""
-        out = bytearray()
-        while True:
-            r = self._call("files.read", path=path, offset=len(out), length=CHUNK)
-            out += base64.b64decode(r["data"])
-            if len(out) >= int(r["size"]) or not r["length"]:
-                return bytes(out)
+        data: bytes = self._client.run_op(ops.files_read(self._sandbox_id, path))
+        return data
 
     def read(self, path: str, *, format: str = "text") -> Union[str, bytes]:
         """The file's content: ``format="text"`` (UTF-8, errors replaced) or ``"bytes"``."""
@@ -71,49 +117,55 @@ class Files:
         sandbox's filesystem is full (its limit, fsLimitBytes, is ...): PATH ...")``. Data
         over 4 MiB is sent in 4 MiB parts as an upload, which the server renames into place
         with the last part."""
-        raw = data.encode() if isinstance(data, str) else bytes(data)
-        first: Dict[str, Any] = {"path": path, "data": base64.b64encode(raw[:CHUNK]).decode()}
-        if mode is not None:
-            first["mode"] = mode
-        if len(raw) <= CHUNK:
-            self._call("files.write", **first)
-            return
-        upload_id = self._call("files.write", upload="begin", **first)["uploadId"]
-        try:
-            for off in range(CHUNK, len(raw), CHUNK):
-                step = "commit" if off + CHUNK >= len(raw) else "append"
-                self._call("files.write", path=path, data=base64.b64encode(raw[off:off + CHUNK]).decode(),
-                           upload=step, uploadId=upload_id)
-        except SbxError:
-            raise  # the server ended the upload with the request that failed
-        except BaseException:
-            # Interrupted between parts (KeyboardInterrupt, say): the server still holds it.
-            with contextlib.suppress(SbxError):
-                self._call("files.write", path=path, upload="abort", uploadId=upload_id)
-            raise
+        self._client.run_op(ops.files_write(self._sandbox_id, path, data, mode))
 
     def list(self, path: str, *, depth: int = 1) -> List[EntryInfo]:
         """Entries below a directory, ``depth`` levels deep."""
-        return [EntryInfo._from(e) for e in self._call("files.list", path=path, depth=depth)["entries"]]
+        entries: List[EntryInfo] = self._client.run_op(ops.files_list(self._sandbox_id, path, depth))
+        return entries
 
     def get_info(self, path: str) -> EntryInfo:
         """Describes a path (a symlink itself, not what it points to)."""
-        return EntryInfo._from(self._call("files.stat", path=path))
+        info: EntryInfo = self._client.run_op(ops.files_stat(self._sandbox_id, path))
+        return info
 
     stat = get_info
 
     def exists(self, path: str) -> bool:
         """Whether something exists at path."""
-        return bool(self._call("files.exists", path=path)["exists"])
+        return bool(self._client.run_op(ops.files_exists(self._sandbox_id, path)))
 
-    def make_dir(self, path: str, *, parents: bool = True) -> None:
-        """Creates a directory (and its missing parents, by default)."""
-        self._call("files.mkdir", path=path, parents=parents)
+    def make_dir(self, path: str, *, parents: bool = True) -> bool:
+        """Creates a directory (and its missing parents, by default). Returns True when it
+        was created, False when a directory was there already (as E2B's)."""
+        return bool(self._client.run_op(ops.files_make_dir(self._sandbox_id, path, parents)))
 
     def remove(self, path: str, *, recursive: bool = True) -> None:
         """Removes a file or a directory tree."""
-        self._call("files.rm", path=path, recursive=recursive)
+        self._client.run_op(ops.files_remove(self._sandbox_id, path, recursive))
 
     def rename(self, old_path: str, new_path: str) -> None:
         """Renames or moves a path; an existing target is replaced."""
-        self._call("files.rename", **{"from": old_path, "to": new_path})
+        self._client.run_op(ops.files_rename(self._sandbox_id, old_path, new_path))
+
+    def watch_dir(self, path: str, on_event: EventCallback, recursive: bool = False) -> WatchHandle:
+        """Watches a directory (``files.watch``): ``on_event`` gets a
+        :class:`FilesystemEvent` for each change in it (with ``recursive``, also below it,
+        directories created later included) until :meth:`WatchHandle.stop`. The directory
+        must be on the sandbox's writable tree (/tmp, /home/user, /dev/shm). Events the
+        client was too slow for are dropped and one ``FilesystemEventType.OVERFLOW`` event
+        says so. The watch ends with the sandbox and with the connection.
+
+        ``on_event`` runs on the SDK's reader thread: keep it short, and make no blocking SDK
+        calls from it.
+
+        Raises:
+            SbxError: not a directory (-32602), ``ENOENT: ...`` (1), 16 watches on this
+                sandbox already (-32001), or a daemon without ``files.watch`` (-32601).
+        """
+        if self._client.on_reader_thread():
+            raise RuntimeError("sbx: blocking requests cannot be made from an output callback")
+        handle = WatchHandle(self._client, path, on_event)
+        self._client.send("files.watch", ops.watch_params(self._sandbox_id, path, recursive),
+                          on_done=handle._attach).wait()  # pyright: ignore[reportPrivateUsage]
+        return handle

@@ -1,42 +1,18 @@
 """The Sandbox handle and its per-sandbox namespaces (sessions, env, sandboxes)."""
 from __future__ import annotations
 
-import base64
 import os
 from types import TracebackType
 from typing import Any, Dict, List, Mapping, Optional, Type, Union
 
-from ._client import Client, SbxError, as_object
-from .commands import Commands, Session, seconds_to_ms
+from . import _ops as ops
+from ._client import Client, SbxError
+from ._ops import sandbox_options as _sandbox_options
+from .commands import Commands, Session
 from .files import Files
 from .processes import Pty
 
 __all__ = ["Sandbox", "Sessions", "Env", "Sandboxes"]
-
-def _camel(key: str) -> str:
-    head, *rest = key.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def _sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
-                     limits: Optional[Mapping[str, float]], envs: Optional[Mapping[str, str]],
-                     network: bool, leftovers: Optional[str] = None) -> Dict[str, Any]:
-    """The ``create`` / ``sandbox.create`` params for these options."""
-    params: Dict[str, Any] = {}
-    if timeout is not None:
-        params["timeoutMs"] = seconds_to_ms(timeout)
-    if fs_limit_bytes is not None:
-        params["fsLimitBytes"] = int(fs_limit_bytes)
-    if limits:
-        # Both the protocol's names (stdoutBytes) and snake_case (stdout_bytes) are accepted.
-        params["limits"] = {_camel(k): v for k, v in limits.items()}
-    if envs:
-        params["env"] = dict(envs)
-    if network:
-        params["network"] = True
-    if leftovers is not None:
-        params["leftovers"] = leftovers
-    return params
 
 
 class Sandbox:
@@ -83,11 +59,20 @@ class Sandbox:
         params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
         client = Client.spawn(binary)
         try:
-            result = client.request("create", params)
+            sandbox_id: str = client.run_op(ops.create("create", params))
         except BaseException:
             client.close(wait_process=1)
             raise
-        self._setup(client, str(result["sandboxId"]), root=True, owns_server=True)
+        self._setup(client, sandbox_id, root=True, owns_server=True)
+
+    @classmethod
+    def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
+               limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
+               network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None) -> "Sandbox":
+        """E2B's name for the constructor: ``Sandbox.create(...)`` is ``Sandbox(...)`` (a
+        private ``sbx serve --stdio`` and its sandbox)."""
+        return cls(timeout=timeout, fs_limit_bytes=fs_limit_bytes, limits=limits, envs=envs, network=network,
+                   leftovers=leftovers, binary=binary)
 
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
@@ -103,11 +88,11 @@ class Sandbox:
         params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
         client = Client.connect(os.fspath(socket_path))
         try:
-            result = client.request("create", params)
+            sandbox_id: str = client.run_op(ops.create("create", params))
         except BaseException:
             client.close()
             raise
-        return _attach(cls, client, str(result["sandboxId"]), root=True)
+        return _attach(cls, client, sandbox_id, root=True)
 
     def _setup(self, client: Client, sandbox_id: str, *, root: bool, owns_server: bool) -> None:
         self._client = client
@@ -147,36 +132,34 @@ class Sandbox:
         return self._client
 
     def _params(self, **extra: Any) -> Dict[str, Any]:
-        params: Dict[str, Any] = {"sandboxId": self._sandbox_id}
-        params.update({k: v for k, v in extra.items() if v is not None})
-        return params
+        return ops.with_sandbox(self._sandbox_id, **extra)
 
     # ------------------------------------------------------------ history, server
 
     def history(self, session: Optional[str] = None) -> List[Dict[str, Any]]:
         """Commands run in a session (default "default"), oldest first: a list of
         ``{index, command, timestamp}`` (the newest 1000)."""
-        return list(self._client.request("shell.history.list", self._params(session=session))["entries"])
+        entries: List[Dict[str, Any]] = self._client.run_op(ops.history(self._sandbox_id, session))
+        return entries
 
     def clear_history(self, session: Optional[str] = None) -> None:
         """Forgets a session's history (default "default")."""
-        self._client.request("shell.history.clear", self._params(session=session))
+        self._client.run_op(ops.call("shell.history.clear", self._params(session=session)))
 
     def health(self) -> Dict[str, Any]:
         """Server statistics: ``{uptimeMs, sandboxes, sessions, running, queued,
         totals: {completed, failed, timedOut, cancelled, avgExecMs}}``."""
-        return dict(self._client.request("health"))
+        health: Dict[str, Any] = self._client.run_op(ops.health())
+        return health
 
     def ping(self) -> bool:
         """True when the server answers; False when the connection is gone."""
         try:
-            result = self._client.request("ping")
+            return bool(self._client.run_op(ops.ping()))
         except SbxError:
             if self._client.closed:
                 return False
             raise
-        answer = as_object(result)
-        return answer is not None and answer.get("pong") is True
 
     # ------------------------------------------------------------ ports
 
@@ -189,19 +172,8 @@ class Sandbox:
         Raises:
             SbxError: ``port`` is not in 1-65535 (-32602).
         """
-        params = self._params(port=int(port))
-        try:
-            result = self._client.request("port.expose", params)
-        except SbxError as e:
-            if e.code != -32602:
-                raise
-            # Already exposed (E2B's get_host may be called any number of times): the
-            # existing mapping. Anything else (a bad port) is re-raised.
-            for entry in self._client.request("port.list", self._params())["ports"]:
-                if int(entry["port"]) == int(port):
-                    return f"{entry['host']}:{entry['hostPort']}"
-            raise
-        return f"{result['host']}:{result['port']}"
+        host: str = self._client.run_op(ops.get_host(self._sandbox_id, port))
+        return host
 
     # ------------------------------------------------------------ fork, snapshots, export
 
@@ -210,37 +182,37 @@ class Sandbox:
         and options (``sandbox.fork``), on the same connection. Parent and fork are
         independent from then on; background processes are not copied. End it with
         :meth:`destroy`."""
-        result = self._client.request("sandbox.fork", self._params())
-        return _attach(type(self), self._client, str(result["sandboxId"]), root=False)
+        sandbox_id: str = self._client.run_op(ops.fork(self._sandbox_id))
+        return _attach(type(self), self._client, sandbox_id, root=False)
 
     def snapshot(self) -> str:
         """Saves the files and session states; returns the snapshot id (``snapshot.create``)."""
-        return str(self._client.request("snapshot.create", self._params())["id"])
+        return str(self._client.run_op(ops.snapshot(self._sandbox_id)))
 
     def restore(self, snapshot_id: str) -> None:
         """Brings back a snapshot's files and session states, as often as wanted
         (``snapshot.restore``). Background processes are killed."""
-        self._client.request("snapshot.restore", self._params(id=snapshot_id))
+        self._client.run_op(ops.call("snapshot.restore", self._params(id=snapshot_id)))
 
     def list_snapshots(self) -> List[Dict[str, Any]]:
         """``[{id, createdAt, bytes}]``, oldest first."""
-        return list(self._client.request("snapshot.list", self._params())["snapshots"])
+        snapshots: List[Dict[str, Any]] = self._client.run_op(ops.list_snapshots(self._sandbox_id))
+        return snapshots
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """Deletes a snapshot (``snapshot.delete``)."""
-        self._client.request("snapshot.delete", self._params(id=snapshot_id))
+        self._client.run_op(ops.call("snapshot.delete", self._params(id=snapshot_id)))
 
     def export_state(self) -> bytes:
         """The sandbox as a zstd-compressed tar (files, session states, limits, digest):
         ``persistence.export``. ``tar --zstd -xf`` opens it."""
-        result = self._client.request("persistence.export", self._params())
-        return base64.b64decode(result["data"])
+        blob: bytes = self._client.run_op(ops.export_state(self._sandbox_id))
+        return blob
 
     def import_state(self, blob: bytes) -> None:
         """Replaces the files and session states with an exported archive's
         (``persistence.import``). A refused archive raises and changes nothing."""
-        self._client.request("persistence.import",
-                             self._params(data=base64.b64encode(bytes(blob)).decode("ascii")))
+        self._client.run_op(ops.import_state(self._sandbox_id, blob))
 
     # ------------------------------------------------------------ ending
 
@@ -254,7 +226,7 @@ class Sandbox:
             return
         if self._killed:
             return
-        self._client.request("sandbox.destroy", {"sandboxId": self._sandbox_id})
+        self._client.run_op(ops.call("sandbox.destroy", {"sandboxId": self._sandbox_id}))
         self._killed = True
 
     def kill(self) -> None:
@@ -323,8 +295,8 @@ class Sessions:
         Raises:
             SbxError: it exists already, or the name is invalid (-32602).
         """
-        result = self._client.request("session.create", {"sandboxId": self._sandbox_id, "name": name})
-        return Session(self._client, self._sandbox_id, str(result.get("name", name)))
+        created: str = self._client.run_op(ops.session_create(self._sandbox_id, name))
+        return Session(self._client, self._sandbox_id, created)
 
     def get(self, name: str) -> Session:
         """A handle on a session by name, without asking the server (runs create it on
@@ -333,8 +305,8 @@ class Sessions:
 
     def list(self) -> List[str]:
         """The names of the sandbox's sessions."""
-        result = self._client.request("session.list", {"sandboxId": self._sandbox_id})
-        return [str(s["name"]) for s in result["sessions"]]
+        names: List[str] = self._client.run_op(ops.session_list(self._sandbox_id))
+        return names
 
     def delete(self, name: str) -> None:
         """Ends a session; its running command is cancelled.
@@ -342,7 +314,7 @@ class Sessions:
         Raises:
             SbxError: no such session (-32602).
         """
-        self._client.request("session.delete", {"sandboxId": self._sandbox_id, "name": name})
+        self._client.run_op(ops.call("session.delete", {"sandboxId": self._sandbox_id, "name": name}))
 
 
 class Env:
@@ -352,26 +324,18 @@ class Env:
         self._client = client
         self._sandbox_id = sandbox_id
 
-    def _params(self, name: str, session: Optional[str]) -> Dict[str, Any]:
-        params: Dict[str, Any] = {"sandboxId": self._sandbox_id, "name": name}
-        if session is not None:
-            params["session"] = session
-        return params
-
     def set(self, name: str, value: str, session: Optional[str] = None) -> None:
         """Exports ``name=value`` in a session (default "default").
 
         Raises:
             SbxError: the name does not match ``^[A-Za-z_][A-Za-z0-9_]*$`` (-32602).
         """
-        params = self._params(name, session)
-        params["value"] = value
-        self._client.request("env.set", params)
+        self._client.run_op(ops.env_set(self._sandbox_id, name, value, session))
 
     def get(self, name: str, session: Optional[str] = None) -> Optional[str]:
         """The value of an exported variable of a session, or None when it is unset."""
-        value = self._client.request("env.get", self._params(name, session)).get("value")
-        return None if value is None else str(value)
+        value: Optional[str] = self._client.run_op(ops.env_get(self._sandbox_id, name, session))
+        return value
 
 
 class Sandboxes:
@@ -399,8 +363,8 @@ class Sandboxes:
             params["label"] = label
         if persist:
             params["persist"] = True
-        result = self._client.request("sandbox.create", params)
-        return _attach(Sandbox, self._client, str(result["sandboxId"]), root=False)
+        sandbox_id: str = self._client.run_op(ops.create("sandbox.create", params))
+        return _attach(Sandbox, self._client, sandbox_id, root=False)
 
     def get(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox this connection may use (one of its own, or a
@@ -410,4 +374,5 @@ class Sandboxes:
     def list(self) -> List[Dict[str, Any]]:
         """Sandboxes this connection may use: ``[{sandboxId, label?, createdAt, persist,
         root}]``."""
-        return list(self._client.request("sandbox.list")["sandboxes"])
+        sandboxes: List[Dict[str, Any]] = self._client.run_op(ops.list_sandboxes())
+        return sandboxes
