@@ -8,18 +8,26 @@ persistent bash sessions.
         r = sb.commands.run("echo $GREETING from $PWD")
         print(r.stdout, r.exit_code)
 
+    async with await AsyncSandbox.create(timeout=10) as sb:   # the same API for asyncio
+        r = await sb.commands.run("echo hi")
+
 Standard library only. See docs/PROTOCOL.md in the sbx repository for the wire protocol.
 """
 from ._client import Client, ProcessEndedError, SbxError, WaitTimeoutError, find_binary
+from ._async_client import AsyncClient
 from .commands import CommandHandle, CommandResult, Commands, OutputCallback, Session
 from .processes import OutputChunk, ProcessHandle, ProcessInfo, ProcessResult, Pty, TerminalHandle
-from .files import EntryInfo, Files
+from .files import EntryInfo, Files, FilesystemEvent, FilesystemEventType, WatchHandle
 from .sandbox import Env, Sandbox, Sandboxes, Sessions
+from .async_commands import (AsyncCommandHandle, AsyncCommands, AsyncProcessHandle, AsyncPty, AsyncSession,
+                             AsyncTerminalHandle)
+from .async_sandbox import AsyncEnv, AsyncFiles, AsyncSandbox, AsyncSandboxes, AsyncSessions, AsyncWatchHandle
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox",
+    "AsyncSandbox",
     "SbxError",
     "ProcessEndedError",
     "WaitTimeoutError",
@@ -39,6 +47,21 @@ __all__ = [
     "Files",
     "EntryInfo",
     "Client",
+    "AsyncClient",
+    "WatchHandle",
+    "FilesystemEvent",
+    "FilesystemEventType",
+    "AsyncCommands",
+    "AsyncCommandHandle",
+    "AsyncProcessHandle",
+    "AsyncTerminalHandle",
+    "AsyncPty",
+    "AsyncSession",
+    "AsyncSessions",
+    "AsyncEnv",
+    "AsyncFiles",
+    "AsyncSandboxes",
+    "AsyncWatchHandle",
     "OutputCallback",
     "find_binary",
     "__version__",

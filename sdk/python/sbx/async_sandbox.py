@@ -1,0 +1,440 @@
+""":class:`AsyncSandbox`: the asyncio twin of :class:`sbx.Sandbox`, with the same methods,
+awaited. Both run the same protocol operations (:mod:`sbx._ops`); this module only awaits
+them.
+
+    import asyncio
+    from sbx import AsyncSandbox
+
+    async def main():
+        async with await AsyncSandbox.create(timeout=10) as sb:
+            r = await sb.commands.run("echo hi")
+            print(r.stdout)
+
+    asyncio.run(main())
+"""
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Type, Union
+
+from . import _ops as ops
+from ._async_client import AsyncClient, AsyncPendingCall
+from ._protocol import SbxError, as_object
+from ._results import EntryInfo, FilesystemEvent, sandbox_path
+from .async_commands import AsyncCommands, AsyncPty, AsyncSession, Deliverer
+
+__all__ = ["AsyncSandbox", "AsyncSessions", "AsyncEnv", "AsyncSandboxes", "AsyncFiles", "AsyncWatchHandle"]
+
+#: Called with each change in a watched directory; may be a coroutine function.
+AsyncEventCallback = Callable[[FilesystemEvent], Union[None, Awaitable[None]]]
+
+
+class AsyncSandbox:
+    """One sbx sandbox, for asyncio. Make one with ``await AsyncSandbox.create(...)`` (a
+    private ``sbx serve --stdio``, started as an asyncio subprocess) or
+    ``await AsyncSandbox.connect(socket_path)`` (a shared ``sbx serve --socket``); options
+    as for :class:`sbx.Sandbox`. End it with ``await sb.kill()`` or ``async with``::
+
+        async with await AsyncSandbox.create(timeout=10) as sb:
+            print((await sb.commands.run("echo hi")).stdout)
+
+    The methods are :class:`sbx.Sandbox`'s, awaited; so are those of ``commands``,
+    ``files``, ``sessions``, ``env``, ``sandboxes`` and ``pty``. Use it from the event loop
+    it was made in.
+    """
+
+    _client: AsyncClient
+    _sandbox_id: str
+    _root: bool
+    _owns_server: bool
+    _killed: bool
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("an AsyncSandbox is made with `await AsyncSandbox.create(...)` or "
+                        "`await AsyncSandbox.connect(socket_path)`")
+
+    @classmethod
+    async def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
+                     limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
+                     network: bool = False, leftovers: Optional[str] = None,
+                     binary: Optional[str] = None) -> "AsyncSandbox":
+        """Starts ``sbx serve --stdio`` and creates the sandbox (as :class:`sbx.Sandbox`).
+
+        Raises:
+            SbxError: the server refused the options or could not create the sandbox.
+            FileNotFoundError: no sbx binary was found.
+        """
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        client = await AsyncClient.spawn(binary)
+        try:
+            sandbox_id: str = await client.run_op(ops.create("create", params))
+        except BaseException:
+            await client.close(wait_process=1)
+            raise
+        return _attach(cls, client, sandbox_id, root=True, owns_server=True)
+
+    @classmethod
+    async def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
+                      fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
+                      envs: Optional[Mapping[str, str]] = None, network: bool = False,
+                      leftovers: Optional[str] = None) -> "AsyncSandbox":
+        """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
+        sandbox there; :meth:`kill` closes the connection (as :meth:`sbx.Sandbox.connect`)."""
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        client = await AsyncClient.connect(os.fspath(socket_path))
+        try:
+            sandbox_id: str = await client.run_op(ops.create("create", params))
+        except BaseException:
+            await client.close()
+            raise
+        return _attach(cls, client, sandbox_id, root=True)
+
+    def _setup(self, client: AsyncClient, sandbox_id: str, *, root: bool, owns_server: bool) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+        self._root = root
+        self._owns_server = owns_server
+        self._killed = False
+        self.commands: AsyncCommands = AsyncCommands(client, sandbox_id)
+        """Runs commands: ``run``, ``start``, ``list``, ``kill``, ``connect``."""
+        self.sessions: AsyncSessions = AsyncSessions(client, sandbox_id)
+        """Named sessions: ``create``, ``get``, ``list``, ``delete``."""
+        self.env: AsyncEnv = AsyncEnv(client, sandbox_id)
+        """Session environment variables: ``set``, ``get``."""
+        self.files: AsyncFiles = AsyncFiles(client, sandbox_id)
+        """The filesystem: ``read``, ``write``, ``list``, ``get_info``, ``exists``, ``make_dir``,
+        ``remove``, ``rename``, ``watch_dir``."""
+        self.sandboxes: AsyncSandboxes = AsyncSandboxes(client)
+        """More sandboxes on this connection: ``create``, ``list``, ``get``."""
+        self.pty: AsyncPty = AsyncPty(client, sandbox_id)
+        """Interactive terminals: ``create``."""
+
+    @property
+    def sandbox_id(self) -> str:
+        """The sandbox's id (32 hex digits)."""
+        return self._sandbox_id
+
+    @property
+    def is_root(self) -> bool:
+        """True for the connection's root sandbox."""
+        return self._root
+
+    @property
+    def client(self) -> AsyncClient:
+        """The JSON-RPC connection this sandbox is reached through."""
+        return self._client
+
+    def _params(self, **extra: Any) -> Dict[str, Any]:
+        return ops.with_sandbox(self._sandbox_id, **extra)
+
+    async def history(self, session: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Commands run in a session (default "default"), oldest first."""
+        entries: List[Dict[str, Any]] = await self._client.run_op(ops.history(self._sandbox_id, session))
+        return entries
+
+    async def clear_history(self, session: Optional[str] = None) -> None:
+        """Forgets a session's history."""
+        await self._client.run_op(ops.call("shell.history.clear", self._params(session=session)))
+
+    async def health(self) -> Dict[str, Any]:
+        """Server statistics (as :meth:`sbx.Sandbox.health`)."""
+        health: Dict[str, Any] = await self._client.run_op(ops.health())
+        return health
+
+    async def ping(self) -> bool:
+        """True when the server answers; False when the connection is gone."""
+        try:
+            return bool(await self._client.run_op(ops.ping()))
+        except SbxError:
+            if self._client.closed:
+                return False
+            raise
+
+    async def get_host(self, port: int) -> str:
+        """``"127.0.0.1:N"``: an address on the host reaching TCP ``port`` in the sandbox (as
+        :meth:`sbx.Sandbox.get_host`)."""
+        host: str = await self._client.run_op(ops.get_host(self._sandbox_id, port))
+        return host
+
+    async def fork(self) -> "AsyncSandbox":
+        """A new sandbox copying this one's files and session states, on the same connection
+        (as :meth:`sbx.Sandbox.fork`)."""
+        sandbox_id: str = await self._client.run_op(ops.fork(self._sandbox_id))
+        return _attach(type(self), self._client, sandbox_id, root=False)
+
+    async def snapshot(self) -> str:
+        """Saves the files and session states; returns the snapshot id."""
+        return str(await self._client.run_op(ops.snapshot(self._sandbox_id)))
+
+    async def restore(self, snapshot_id: str) -> None:
+        """Brings back a snapshot's files and session states."""
+        await self._client.run_op(ops.call("snapshot.restore", self._params(id=snapshot_id)))
+
+    async def list_snapshots(self) -> List[Dict[str, Any]]:
+        """``[{id, createdAt, bytes}]``, oldest first."""
+        snapshots: List[Dict[str, Any]] = await self._client.run_op(ops.list_snapshots(self._sandbox_id))
+        return snapshots
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Deletes a snapshot."""
+        await self._client.run_op(ops.call("snapshot.delete", self._params(id=snapshot_id)))
+
+    async def export_state(self) -> bytes:
+        """The sandbox as a zstd-compressed tar (``persistence.export``)."""
+        blob: bytes = await self._client.run_op(ops.export_state(self._sandbox_id))
+        return blob
+
+    async def import_state(self, blob: bytes) -> None:
+        """Replaces the files and session states with an exported archive's."""
+        await self._client.run_op(ops.import_state(self._sandbox_id, blob))
+
+    async def destroy(self) -> None:
+        """Destroys this sandbox (``sandbox.destroy``); on a root sandbox this is :meth:`kill`."""
+        if self._root:
+            await self.kill()
+            return
+        if self._killed:
+            return
+        await self._client.run_op(ops.call("sandbox.destroy", {"sandboxId": self._sandbox_id}))
+        self._killed = True
+
+    async def kill(self) -> None:
+        """Ends the sandbox, idempotently: a spawned server is shut down (``kill``, then its
+        exit awaited), a socket connection closed, a child sandbox destroyed (as
+        :meth:`sbx.Sandbox.kill`)."""
+        if self._killed:
+            return
+        if not self._root:
+            try:
+                await self.destroy()
+            except SbxError:
+                if not self._client.closed:
+                    raise
+                self._killed = True
+            return
+        self._killed = True
+        if self._owns_server:
+            try:
+                # Not awaited: the reader keeps routing answers until the server closes its
+                # stdout; close() awaits the process.
+                self._client.send("kill")
+            except SbxError:
+                pass
+        await self._client.close(wait_process=5)
+
+    async def close(self) -> None:
+        """Alias of :meth:`kill`."""
+        await self.kill()
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        await self.kill()
+
+    def __repr__(self) -> str:
+        kind = "root" if self._root else "child"
+        return f"<sbx.AsyncSandbox {self._sandbox_id} {kind}{' killed' if self._killed else ''}>"
+
+
+def _attach(cls: Type[AsyncSandbox], client: AsyncClient, sandbox_id: str, *, root: bool,
+            owns_server: bool = False) -> AsyncSandbox:
+    obj = cls.__new__(cls)
+    obj._setup(client, sandbox_id, root=root, owns_server=owns_server)  # pyright: ignore[reportPrivateUsage]
+    return obj
+
+
+class AsyncSessions:
+    """``sandbox.sessions`` of an :class:`AsyncSandbox`."""
+
+    def __init__(self, client: AsyncClient, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    async def create(self, name: str) -> AsyncSession:
+        """Creates a session (name: 1-64 of ``[A-Za-z0-9_.-]``)."""
+        created: str = await self._client.run_op(ops.session_create(self._sandbox_id, name))
+        return AsyncSession(self._client, self._sandbox_id, created)
+
+    def get(self, name: str) -> AsyncSession:
+        """A handle on a session by name, without asking the server."""
+        return AsyncSession(self._client, self._sandbox_id, name)
+
+    async def list(self) -> List[str]:
+        """The names of the sandbox's sessions."""
+        names: List[str] = await self._client.run_op(ops.session_list(self._sandbox_id))
+        return names
+
+    async def delete(self, name: str) -> None:
+        """Ends a session; its running command is cancelled."""
+        await self._client.run_op(ops.call("session.delete", {"sandboxId": self._sandbox_id, "name": name}))
+
+
+class AsyncEnv:
+    """``sandbox.env`` of an :class:`AsyncSandbox`."""
+
+    def __init__(self, client: AsyncClient, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    async def set(self, name: str, value: str, session: Optional[str] = None) -> None:
+        """Exports ``name=value`` in a session (default "default")."""
+        await self._client.run_op(ops.env_set(self._sandbox_id, name, value, session))
+
+    async def get(self, name: str, session: Optional[str] = None) -> Optional[str]:
+        """The value of an exported variable, or None when it is unset."""
+        value: Optional[str] = await self._client.run_op(ops.env_get(self._sandbox_id, name, session))
+        return value
+
+
+class AsyncSandboxes:
+    """``sandbox.sandboxes`` of an :class:`AsyncSandbox`: more sandboxes on its connection."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
+                     fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
+                     envs: Optional[Mapping[str, str]] = None, network: bool = False,
+                     leftovers: Optional[str] = None) -> AsyncSandbox:
+        """Creates another sandbox (as :meth:`sbx.Sandboxes.create`)."""
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        if label is not None:
+            params["label"] = label
+        if persist:
+            params["persist"] = True
+        sandbox_id: str = await self._client.run_op(ops.create("sandbox.create", params))
+        return _attach(AsyncSandbox, self._client, sandbox_id, root=False)
+
+    def get(self, sandbox_id: str) -> AsyncSandbox:
+        """A handle on an existing sandbox this connection may use, without asking the server."""
+        return _attach(AsyncSandbox, self._client, sandbox_id, root=False)
+
+    async def list(self) -> List[Dict[str, Any]]:
+        """Sandboxes this connection may use."""
+        sandboxes: List[Dict[str, Any]] = await self._client.run_op(ops.list_sandboxes())
+        return sandboxes
+
+
+class AsyncWatchHandle:
+    """A watch on a directory, from ``await files.watch_dir(...)``; ``await stop()`` ends it.
+    Its ``on_event`` (a function or a coroutine function) runs in a task of the handle's own,
+    one event at a time, in order."""
+
+    def __init__(self, client: AsyncClient, path: str, on_event: AsyncEventCallback) -> None:
+        self._client = client
+        self._base = sandbox_path(path)
+        self._on_event = on_event
+        self._deliverer = Deliverer()
+        self._watch_id: Optional[str] = None
+        self._stopped = False
+
+    @property
+    def watch_id(self) -> Optional[str]:
+        """The daemon's id of the watch (``"w3"``)."""
+        return self._watch_id
+
+    def _attach(self, call: AsyncPendingCall) -> None:
+        # In the reader task, before the line after the answer: no event is missed.
+        result = as_object(call.result) if call.error is None else None
+        if result is not None and isinstance(result.get("watchId"), str):
+            self._watch_id = str(result["watchId"])
+            self._client.listen("watchId", self._watch_id, self._take)
+
+    def _take(self, params: Dict[str, Any]) -> None:
+        event = FilesystemEvent._from(params, self._base)  # pyright: ignore[reportPrivateUsage]
+        if event is not None and not self._stopped:
+            self._deliverer.push(self._on_event, event)
+
+    async def stop(self) -> None:
+        """Ends the watch (``files.unwatch``) and awaits the delivery of the events that came
+        before. Idempotent; a watch that ended with its sandbox or connection is no error.
+
+        Raises:
+            Exception: what ``on_event`` raised first (no event was delivered after it).
+        """
+        if not self._stopped:
+            self._stopped = True
+            if self._watch_id is not None:
+                self._client.unlisten("watchId", self._watch_id, self._take)
+                if not self._client.closed:
+                    try:
+                        await self._client.run_op(ops.unwatch(self._watch_id))
+                    except SbxError:
+                        if not self._client.closed:
+                            raise
+            self._deliverer.close()
+        await self._deliverer.join()
+
+    async def __aenter__(self) -> "AsyncWatchHandle":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    def __repr__(self) -> str:
+        return f"<sbx.AsyncWatchHandle {self._watch_id} {self._base}{' stopped' if self._stopped else ''}>"
+
+
+class AsyncFiles:
+    """``sandbox.files`` of an :class:`AsyncSandbox` (as :class:`sbx.Files`, awaited)."""
+
+    def __init__(self, client: AsyncClient, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    async def read_bytes(self, path: str) -> bytes:
+        """The whole file, fetched in 4 MiB chunks."""
+        data: bytes = await self._client.run_op(ops.files_read(self._sandbox_id, path))
+        return data
+
+    async def read(self, path: str, *, format: str = "text") -> Union[str, bytes]:
+        """The file's content: ``format="text"`` (UTF-8, errors replaced) or ``"bytes"``."""
+        data = await self.read_bytes(path)
+        return data if format == "bytes" else data.decode("utf-8", errors="replace")
+
+    async def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> None:
+        """Writes a file atomically, creating missing parents (as :meth:`sbx.Files.write`);
+        a cancelled task aborts a multi-part upload."""
+        await self._client.run_op(ops.files_write(self._sandbox_id, path, data, mode))
+
+    async def list(self, path: str, *, depth: int = 1) -> List[EntryInfo]:
+        """Entries below a directory, ``depth`` levels deep."""
+        entries: List[EntryInfo] = await self._client.run_op(ops.files_list(self._sandbox_id, path, depth))
+        return entries
+
+    async def get_info(self, path: str) -> EntryInfo:
+        """Describes a path (a symlink itself, not what it points to)."""
+        info: EntryInfo = await self._client.run_op(ops.files_stat(self._sandbox_id, path))
+        return info
+
+    stat = get_info
+
+    async def exists(self, path: str) -> bool:
+        """Whether something exists at path."""
+        return bool(await self._client.run_op(ops.files_exists(self._sandbox_id, path)))
+
+    async def make_dir(self, path: str, *, parents: bool = True) -> bool:
+        """Creates a directory; True when created, False when one was there already."""
+        return bool(await self._client.run_op(ops.files_make_dir(self._sandbox_id, path, parents)))
+
+    async def remove(self, path: str, *, recursive: bool = True) -> None:
+        """Removes a file or a directory tree."""
+        await self._client.run_op(ops.files_remove(self._sandbox_id, path, recursive))
+
+    async def rename(self, old_path: str, new_path: str) -> None:
+        """Renames or moves a path; an existing target is replaced."""
+        await self._client.run_op(ops.files_rename(self._sandbox_id, old_path, new_path))
+
+    async def watch_dir(self, path: str, on_event: AsyncEventCallback, recursive: bool = False) -> AsyncWatchHandle:
+        """Watches a directory (``files.watch``) until ``await handle.stop()``; as
+        :meth:`sbx.Files.watch_dir`, with ``on_event`` a function or a coroutine function."""
+        handle = AsyncWatchHandle(self._client, path, on_event)
+        call = self._client.send("files.watch", ops.watch_params(self._sandbox_id, path, recursive),
+                                 on_done=handle._attach)  # pyright: ignore[reportPrivateUsage]
+        await self._client.drain()
+        await call.wait()
+        return handle
+
