@@ -264,6 +264,26 @@ def test_python_example_from_the_checkout(tmp_path):
     assert module == str(REPO / "sdk" / "python" / "sbx" / "__init__.py"), module
 
 
+ASYNC_HEADING = "### The Python SDK with asyncio"
+
+
+def test_async_python_example_from_the_checkout(tmp_path):
+    [block] = blocks(ASYNC_HEADING, "python")
+    script = tmp_path / "readme_async.py"
+    script.write_text(block)
+    env = {"PATH": FRESH_PATH, "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    t0 = time.monotonic()
+    cp = subprocess.run(["python3", str(script)], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    cp.elapsed = time.monotonic() - t0
+    cp.stdout, cp.stderr = cp.stdout.decode("utf-8", "replace"), cp.stderr.decode("utf-8", "replace")
+    assert cp.returncode == 0, show(cp)
+    assert cp.stdout == "a\nb\nfree\n", show(cp)
+    # The two 2 s runs overlapped (one after the other: 4 s), and the cancelled `sleep 60` let
+    # its session go at once (else `echo free` would wait for it): 2 s + 1 s, plus start-up.
+    assert cp.elapsed < 4.5, show(cp)
+
+
 def test_daemon_line_serves_the_sdk(tmp_path):
     line = one(SDK_SH, "sbx serve --socket")
     sock = re.search(r"--socket (\S+)", line).group(1)

@@ -211,6 +211,34 @@ def test_files_round_trip_with_binary():
     arun(main())
 
 
+def test_a_cancelled_upload_is_aborted():
+    async def main():
+        async with await new_sandbox() as sb:
+            sent = []
+            real = sb.client.request
+
+            async def spy(method, params=None, timeout=None):
+                sent.append((method, (params or {}).get("upload")))
+                result = await real(method, params, timeout)
+                if sent.count(("files.write", "append")) == 1 and method == "files.write":
+                    task.cancel()  # between the second and the third part
+                return result
+
+            sb.client.request = spy
+            task = asyncio.ensure_future(sb.files.write("up/big.bin", os.urandom(20 << 20)))
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            del sb.client.request
+            assert sent[-1] == ("files.write", "abort") and ("files.write", "commit") not in sent, sent
+            assert not await sb.files.exists("up/big.bin")
+            # No part of it is left in the sandbox: not a temp file, not its space.
+            assert (await sb.commands.run("ls -A up")).stdout == ""
+            used = await sb.commands.run("df -k --output=used /home/user | tail -1")
+            assert int(used.stdout) < 1024, used  # KiB; the 20 MiB were not kept
+
+    arun(main())
+
+
 # ------------------------------------------------------------------ background, ports, pty
 
 
