@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, O
 from . import _ops as ops
 from ._client import INTERNAL_ERROR, Client, PendingCall, SbxError, as_object
 from ._ops import run_params as _run_params
-from ._ops import seconds_to_ms
+from ._ops import seconds_to_ms  # noqa: F401 - re-exported (older imports)
 from ._results import CommandResult, TextDecoders, wire_bytes  # noqa: F401 - wire_bytes: older imports
 
 if TYPE_CHECKING:
