@@ -18,6 +18,8 @@ static void usage(FILE *f) {
                 "                                   save a daemon's sandbox to an archive\n"
                 "  import --socket PATH --sandbox ID FILE\n"
                 "                                   load an archive into a daemon's sandbox\n"
+                "  mcp [--socket PATH [--sandbox ID]]\n"
+                "                                   an MCP server on stdio: a sandbox's tools for AI agents\n"
                 "\n"
                 "Options:\n"
                 "  -h, --help       show this help\n"
@@ -48,6 +50,8 @@ int main(int argc, char **argv) {
                 return cmd_export(argc - 1, argv + 1);
         if (strcmp(cmd, "import") == 0)
                 return cmd_import(argc - 1, argv + 1);
+        if (strcmp(cmd, "mcp") == 0)
+                return cmd_mcp(argc - 1, argv + 1);
         fprintf(stderr, "sbx: unknown command '%s'\n\n", cmd);
         usage(stderr);
         return 2;
