@@ -473,7 +473,8 @@ static void on_tools_call(Mcp *m, json_t *id, json_t *params) {
         c->tool = t;
         if (json_is_string(token) || json_is_integer(token))
                 c->progress_token = json_incref(token);
-        c->started_ms = c->last_progress_ms = now_ms();
+        /* The first output is reported at once; silence, after SBX_MCP_PROGRESS_MS. */
+        c->started_ms = now_ms();
         c->next_progress_ms = c->started_ms + SBX_MCP_PROGRESS_MS;
         LIST_LINK(m->calls, c);
         m->ncalls++;
@@ -607,10 +608,15 @@ static void daemon_lost(Mcp *m) {
         }
 }
 
-/* Closing the connection is what tells the daemon to destroy this connection's sandboxes (its
- * own child: everything, then it exits). The child is given the time that takes. */
+/* The end of the connection is what tells the daemon to destroy this connection's sandboxes
+ * (our own child: everything, then it exits), and the child is given the time that takes. Our
+ * side is shut for writing first and left open, so the daemon sees a plain EOF and still
+ * writes its last answers somewhere instead of failing on a closed socket. */
 static void daemon_close(Mcp *m) {
-        m->d_fd = safe_close(m->d_fd);
+        if (m->child > 0 && m->d_fd >= 0)
+                (void)shutdown(m->d_fd, SHUT_WR);
+        else
+                m->d_fd = safe_close(m->d_fd);
         if (m->child <= 0)
                 return;
         if (m->child_pidfd >= 0) {
@@ -626,6 +632,7 @@ static void daemon_close(Mcp *m) {
         }
         while (waitpid(m->child, NULL, 0) < 0 && errno == EINTR)
                 ;
+        m->d_fd = safe_close(m->d_fd);
         m->child_pidfd = safe_close(m->child_pidfd);
         m->child = 0;
 }

@@ -317,11 +317,14 @@ void tool_write_file(McpCall *c) {
 
 /* The line (from 1) of each of the first few occurrences, for the answer. */
 static void put_lines_of(FILE *f, const char *d, size_t n, const char *old, size_t olen) {
-        size_t line = 1, shown = 0;
+        size_t line = 1, shown = 0, last = 0;
         const char *at = d;
         for (const char *m = d; (m = memmem(m, n - (size_t)(m - d), old, olen)); m += olen) {
                 line += count_lines(at, (size_t)(m - at));
                 at = m;
+                if (line == last)
+                        continue;
+                last = line;
                 if (shown < 10)
                         fprintf(f, "%s%zu", shown ? ", " : "", line);
                 else if (shown == 10)
@@ -371,7 +374,7 @@ static void edit_read_answered(McpCall *c, json_t *res, const char *error) {
                                 "exactly, whitespace and indentation included (read_file shows the file; its line "
                                 "numbers and tab are not part of it).", path);
                 else {
-                        fprintf(f, "old_string occurs %zu times in %s (lines ", k, path);
+                        fprintf(f, "old_string occurs %zu times in %s (on line ", k, path);
                         put_lines_of(f, d, n, old, olen);
                         fputs("); nothing changed. Include more of the surrounding text to make it unique, or set "
                               "replace_all to replace every occurrence.", f);
@@ -403,9 +406,9 @@ static void edit_read_answered(McpCall *c, json_t *res, const char *error) {
                 o += nlen;
         }
         memcpy(out + o, from, n - (size_t)(from - d));
-        fprintf(f, "edited %s: replaced %zu occurrence%s (line%s ", path, k, k == 1 ? "" : "s", k == 1 ? "" : "s");
+        fprintf(f, "edited %s: replaced %zu occurrence%s (found on line ", path, k, k == 1 ? "" : "s");
         put_lines_of(f, d, n, old, olen);
-        fputs(" of the old file)", f);
+        fputs(" of the old text)", f);
         if (fclose(f) != 0 || !text) {
                 free(text);
                 mcp_answer(c, "out of memory", 13, true);

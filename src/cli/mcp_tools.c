@@ -12,6 +12,9 @@
 
 /* ---- arguments */
 
+/* The largest integer a JSON number holds exactly: an argument with no upper bound. */
+#define ARG_UNBOUNDED 9007199254740991.0
+
 static json_t *arg(McpCall *c, const char *name) {
         json_t *v = json_object_get(c->args, name);
         return json_is_null(v) ? NULL : v;
@@ -94,8 +97,12 @@ int mcp_args_check(const McpTool *t, json_t *args, char *err, size_t errlen) {
                 double d = json_number_value(v);
                 if ((a->type == ARG_INTEGER || a->type == ARG_NUMBER) && (a->min || a->max) &&
                     (d < a->min || d > a->max)) {
-                        snprintf(err, errlen, "Invalid arguments for %s: \"%s\" must be from %g to %g; got %g", t->name,
-                                 key, a->min, a->max, d);
+                        if (a->max >= ARG_UNBOUNDED)
+                                snprintf(err, errlen, "Invalid arguments for %s: \"%s\" must be at least %g; got %g",
+                                         t->name, key, a->min, d);
+                        else
+                                snprintf(err, errlen, "Invalid arguments for %s: \"%s\" must be from %g to %g; got %g",
+                                         t->name, key, a->min, a->max, d);
                         return -EINVAL;
                 }
         }
@@ -510,7 +517,7 @@ static const ToolArg process_start_args[] = {
 static const ToolArg sandbox_only_args[] = { ARG_SANDBOX, ARG_END };
 static const ToolArg process_logs_args[] = {
         { "process_id", ARG_STRING, true, 0, 0, "the process, as process_start or process_list name it (\"p3\")" },
-        { "cursor", ARG_INTEGER, false, 0, 9007199254740991.0,
+        { "cursor", ARG_INTEGER, false, 0, ARG_UNBOUNDED,
           "byte offset in its output to read from: 0 (default) for all the log holds, or the cursor a previous "
           "process_logs returned for only what came since" },
         ARG_SANDBOX,
@@ -524,7 +531,7 @@ static const ToolArg process_kill_args[] = {
 };
 static const ToolArg read_file_args[] = {
         { "path", ARG_STRING, true, 0, 0, "the file; relative paths are from /home/user" },
-        { "offset", ARG_INTEGER, false, 1, 9007199254740991.0, "first line to show, from 1 (default 1)" },
+        { "offset", ARG_INTEGER, false, 1, ARG_UNBOUNDED, "first line to show, from 1 (default 1)" },
         { "limit", ARG_INTEGER, false, 1, 1000000, "how many lines to show (default 2000)" },
         ARG_SANDBOX,
         ARG_END,
