@@ -97,6 +97,17 @@ def test_help_shows_client_config():
     assert cp.returncode == 2 and b"--sandbox needs --socket" in cp.stderr
 
 
+def test_readme_setup_is_what_help_prints():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### MCP: ", 1)[1].split("\n#", 1)[0]
+    snippets = [b.split("\n", 1)[1] for b in section.split("```")[1::2]]
+    assert len(snippets) == 2
+    help_text = subprocess.run([SBX_BIN, "mcp", "--help"], stdout=subprocess.PIPE, timeout=10).stdout.decode()
+    assert snippets[0].split("#")[0].strip() in help_text
+    assert json.loads(snippets[1]) == {"mcpServers": {"sbx": {"command": "sbx", "args": ["mcp"]}}}
+    assert snippets[1].strip() in help_text
+
+
 def test_raw_lifecycle_and_errors(mcp):
     # Before initialize: ping works, tools are refused.
     assert mcp.result("ping") == {}
