@@ -530,14 +530,13 @@ static bool on_client_line(void *ud, const char *line, size_t len, bool too_larg
                 on_initialize(m, req.id, req.params);
         else if (strcmp(method, "ping") == 0)
                 client_result(m, req.id, json_object());
-        else if (strcmp(method, "tools/list") == 0 || strcmp(method, "tools/call") == 0) {
-                if (!m->version)
-                        client_error(m, req.id, MCP_NOT_INITIALIZED, "Server not initialized: send initialize first");
-                else if (method[6] == 'l')
-                        on_tools_list(m, req.id);
-                else
-                        on_tools_call(m, req.id, req.params);
-        } else
+        else if ((strcmp(method, "tools/list") == 0 || strcmp(method, "tools/call") == 0) && !m->version)
+                client_error(m, req.id, MCP_NOT_INITIALIZED, "Server not initialized: send initialize first");
+        else if (strcmp(method, "tools/list") == 0)
+                on_tools_list(m, req.id);
+        else if (strcmp(method, "tools/call") == 0)
+                on_tools_call(m, req.id, req.params);
+        else
                 client_error(m, req.id, RPC_METHOD_NOT_FOUND, "Method not found: %s", method);
         rpc_request_done(&req);
         return true;
@@ -596,7 +595,8 @@ static int connect_daemon(Mcp *m, const char *path) {
         return 0;
 }
 
-/* The daemon is gone: every call is answered, since no answer will come. */
+/* The daemon is gone (it closed the connection, or a request could not be written): every
+ * call is answered, since no answer will come. */
 static void daemon_lost(Mcp *m) {
         m->d_gone = true;
         while (m->calls) {
@@ -622,9 +622,11 @@ static void daemon_close(Mcp *m) {
         if (m->child_pidfd >= 0) {
                 struct pollfd p = { .fd = m->child_pidfd, .events = POLLIN };
                 uint64_t end = now_ms() + SBX_MCP_CHILD_EXIT_MS;
-                for (uint64_t now = now_ms(); now < end; now = now_ms())
-                        if (poll(&p, 1, (int)(end - now)) != 0 && !(p.revents == 0 && errno == EINTR))
+                for (uint64_t now = now_ms(); now < end; now = now_ms()) {
+                        int r = poll(&p, 1, (int)(end - now));
+                        if (r > 0 || (r < 0 && errno != EINTR))
                                 break;
+                }
                 if (!pidfd_is_dead(m->child_pidfd)) {
                         log_warn("mcp: the daemon did not exit within %u ms: killing it", SBX_MCP_CHILD_EXIT_MS);
                         pidfd_sigkill(m->child_pidfd);
@@ -666,8 +668,10 @@ static int loop(Mcp *m) {
                 bool take_requests = !m->in_eof && !m->out_full && bq_pending(&m->dq) < SBX_OUTPUT_QUEUE_HIGH_BYTES;
                 if (m->in_eof && !m->calls)
                         break; /* the client is done and everything it asked is answered */
-                if (m->d_gone)
+                if (m->d_gone) {
+                        daemon_lost(m);
                         break;
+                }
                 struct pollfd p[4] = {
                         { .fd = take_requests ? m->in_fd : -1, .events = POLLIN },
                         { .fd = pending ? m->out_fd : -1, .events = POLLOUT },
@@ -691,13 +695,13 @@ static int loop(Mcp *m) {
                         break;
                 }
                 if (p[2].revents & POLLOUT && !flush_queue(m->d_fd, &m->dq))
-                        daemon_lost(m);
+                        m->d_gone = true;
                 if (p[2].revents & (POLLIN | POLLHUP | POLLERR)) {
                         bool eof = false;
                         read_into(m, m->d_fd, &m->d_fr, on_daemon_line, &eof);
                         if (eof) {
                                 log_error("mcp: the sbx daemon closed the connection");
-                                daemon_lost(m);
+                                m->d_gone = true;
                         }
                 }
                 if (p[0].revents)
