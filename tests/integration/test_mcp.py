@@ -330,6 +330,7 @@ def sdk_run():
     assert cp.returncode == 0, cp.stderr.decode()
     out = json.loads(cp.stdout)
     assert not out.get("fatal"), out["fatal"]
+    out["stderr"] = cp.stderr.decode("utf-8", "replace")  # sbx mcp's and its daemon's
     return out
 
 
@@ -430,6 +431,8 @@ def test_sdk_snapshot_fork(sdk_run):
 
 
 def test_sdk_leaves_nothing(sdk_run):
+    assert sdk_run["exit"] == {"code": 0, "signal": None}, sdk_run["stderr"]
+    assert "Sanitizer" not in sdk_run["stderr"] and "runtime error" not in sdk_run["stderr"], sdk_run["stderr"]
     pids = [sdk_run["pid"], *sdk_run["children"]]
     assert len(pids) == 2, pids  # sbx mcp and its daemon
     assert wait_until(lambda: not sbx_processes(pids), timeout=5), sbx_processes(pids)

@@ -114,6 +114,8 @@ try {
 } catch (e) {
   out.fatal = String(e?.stack ?? e);
 } finally {
+  const proc = transport._process; // how sbx mcp ended: the SDK keeps no public handle
   await client.close().catch(() => {});
+  out.exit = { code: proc?.exitCode ?? null, signal: proc?.signalCode ?? null };
 }
 process.stdout.write(JSON.stringify(out) + "\n");
