@@ -345,3 +345,44 @@
  * /etc, symlinks): a few KB are used; the bound only keeps a bug from growing it. */
 #define SBX_SKELETON_BYTES (4U * 1024 * 1024)
 #define SBX_SKELETON_INODES 4096U
+
+/* ---- sbx mcp (the Model Context Protocol front over the daemon) */
+
+/* Longest MCP message line read from the client: a write_file of SBX_MCP_FILE_BYTES whose
+ * content is mostly escapes (\n, \t, \") still fits; longer lines are refused (-32700) and
+ * skipped without being held whole. */
+#define SBX_MCP_LINE_BYTES (16U * 1024 * 1024)
+/* Largest file write_file writes and edit_file rewrites: one files.write of it in base64 stays
+ * under the daemon's default request line (SBX_DEFAULT_RPC_BYTES), so no upload is needed. */
+#define SBX_MCP_FILE_BYTES (4U * 1024 * 1024)
+/* Of each output stream of a run or a process's log, the bytes a tool result shows: the start
+ * and the end, with what lies between counted. A model's context is the scarce resource here:
+ * agent tools keep about this much (30,000 characters) and the rest only costs tokens. */
+#define SBX_MCP_SHOWN_BYTES 30000U
+/* read_file: lines shown when the call gives no limit, bytes shown of one line, and the bytes
+ * of one answer in all (about 25,000 tokens), after which it says where to go on. */
+#define SBX_MCP_READ_LINES 2000U
+#define SBX_MCP_READ_LINE_BYTES 2000U
+#define SBX_MCP_READ_SHOWN_BYTES (100U * 1024)
+/* read_file reads a file in pieces of this size (files.read), so a few lines of a large file
+ * cost one piece, not the whole file. */
+#define SBX_MCP_READ_CHUNK_BYTES (1024U * 1024)
+/* list_directory: entries shown; the rest are counted. */
+#define SBX_MCP_LIST_SHOWN 1000U
+/* The run tool's timeout when the call gives none: agents' builds and test suites outlast the
+ * daemon's 30 s default; a call can ask for up to SBX_MAX_TIMEOUT_MS. */
+#define SBX_MCP_DEFAULT_TIMEOUT_MS 120000ULL
+/* Progress of a run whose caller asked for it (a progressToken): at most one notification per
+ * MIN_MS however fast output comes (a flood of output is one notification per interval, not
+ * one per chunk), and one every MS while it is silent, so a client that resets its timeout on
+ * progress keeps waiting for a long quiet build. The last line of output shown in it is cut at
+ * LINE_BYTES. */
+#define SBX_MCP_PROGRESS_MIN_MS 200U
+#define SBX_MCP_PROGRESS_MS 1000U
+#define SBX_MCP_PROGRESS_LINE_BYTES 160U
+/* Tool calls in flight at once: each holds its arguments and, while it waits, a daemon answer
+ * of up to a few MiB; past it a call is answered with a tool error at once. */
+#define SBX_MCP_MAX_CALLS 256U
+/* At exit, how long sbx mcp waits for its own daemon to destroy the sandboxes and exit before
+ * it kills it: destroying waits up to SBX_DESTROY_TIMEOUT_MS per sandbox, a few at once. */
+#define SBX_MCP_CHILD_EXIT_MS 10000U
