@@ -45,7 +45,7 @@ try:
     import sbx  # noqa: F401  (installed, or on PYTHONPATH)
 except ImportError:  # run from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk" / "python"))
-from sbx import ProcessHandle, Sandbox, SbxError  # noqa: E402
+from sbx import ProcessEndedError, ProcessHandle, Sandbox, SbxError, WaitTimeoutError  # noqa: E402
 
 Message = Dict[str, Any]
 ModelFn = Callable[[List[Message], List[Dict[str, Any]]], Message]
@@ -247,7 +247,13 @@ class SandboxTools:
                 out["listening_on"] = int(wait_for_port)
             if wait_for_log is not None:
                 out["matched_line"] = h.wait_for_log(wait_for_log, timeout=wait)
-        except SbxError as e:  # it ended first, or the wait timed out: say so, with its output
+        except ProcessEndedError as e:  # it ended first: say so, with its exit code
+            out["wait_error"] = e.message
+            try:
+                h.wait(timeout=5)
+            except (TimeoutError, SbxError):
+                pass
+        except WaitTimeoutError as e:
             out["wait_error"] = e.message
         out.update(self._status(proc))
         return out
@@ -337,7 +343,8 @@ def run_agent(task: str, call_model: ModelFn, tools: SandboxTools, *, max_steps:
             args = call.get("arguments")
             log(f"[{step}] -> {call['name']}({_short(json.dumps(args, ensure_ascii=False), 200)})")
             if not isinstance(args, dict):
-                text, is_error = f"error: the arguments are not a JSON object: {call.get('arguments_error') or args!r}", True
+                detail = call.get("arguments_error") or repr(args)
+                text, is_error = f"error: the arguments are not a JSON object: {detail}", True
             else:
                 text, is_error = tools.call(call["name"], args)
             log(f"[{step}] <- {'ERROR ' if is_error else ''}{_short(text, 300)}")
