@@ -160,9 +160,10 @@
 #define SBX_MAX_WATCHES 16U
 /* Directories one sandbox's watches cover, all of them together (a recursive watch takes one
  * per directory below it). Each is a kernel inotify watch (up to 1 KiB of kernel memory,
- * counted against the daemon user's fs.inotify.max_user_watches) and its path in the daemon.
- * A recursive watch over more is refused; directories made later past it are not watched,
- * which the watch's client hears as an overflow. */
+ * counted against the daemon user's fs.inotify.max_user_watches) and its path in the daemon
+ * (under SBX_MAX_FILES_PATH_BYTES: 16 MiB for a sandbox at the very worst, a few hundred KiB
+ * for real trees). A recursive watch over more is refused; directories made later past it are
+ * not watched, which the watch's client hears as an overflow. */
 #define SBX_MAX_WATCH_DIRS 4096U
 /* Entries one walk of a watched tree reads (at the start of a recursive watch, and for a
  * directory made or moved in later): it runs in the loop, so it must be short. Past it, as

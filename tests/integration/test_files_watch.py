@@ -1,17 +1,14 @@
 """files.watch and files.unwatch: file change events from a sandbox, their bounds and their end."""
 import base64
 import os
-import signal
-import shutil
 import socket
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED, Peer, memory_bound
+from conftest import memory_bound
+from test_rpc import connect, server, stdio  # noqa: F401 (fixtures: `sbx serve --stdio`, `--socket`)
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -20,54 +17,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
     pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
 ]
-
-
-@pytest.fixture
-def stdio():
-    proc = subprocess.Popen([SBX, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    SPAWNED.append(proc.pid)
-    peer = Peer(proc.stdout, proc.stdin)
-    peer.proc = proc
-    yield peer
-    if proc.poll() is None:
-        proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture
-def server():
-    d = tempfile.mkdtemp(prefix="sbx-watch-")
-    path = os.path.join(d, "sbx.sock")
-    proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.PIPE)
-    SPAWNED.append(proc.pid)
-    for _ in range(200):
-        if os.path.exists(path):
-            break
-        time.sleep(0.01)
-    proc.path = path
-    yield proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert proc.returncode == 0, proc.stderr.read()
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    peer = Peer(s.makefile("rb"), s.makefile("wb"))
-    peer.sock = s
-    return peer
 
 
 def events(peer, wid=None):
