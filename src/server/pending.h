@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Requests answered later: a run, an env.set or env.get (both runs underneath), or a fork,
  * snapshot, export or import. Each waits in the server's PendingSet for its operation's done
- * callback, which answers it and frees it.
+ * callback, which answers it and frees it. A file watch is one too, though answered at once:
+ * it lives in the set until it ends, to hear of its connection's pauses and close.
  *
  * Invariant: a Pending whose conn is set is in the set. When its connection closes first it
  * leaves the set with conn NULL (pending_detach): the done callback then answers nobody and
