@@ -153,6 +153,30 @@
 /* Why a files API call failed, in words: a message naming up to two client paths. */
 #define SBX_FILE_ERROR_BYTES 512U
 
+/* ---- file change events (files.watch) */
+
+/* Watches open at once on one sandbox. They share one inotify instance per sandbox (the
+ * kernel allows a user 128 instances by default, and the daemon's user holds them all). */
+#define SBX_MAX_WATCHES 16U
+/* Directories one sandbox's watches cover, all of them together (a recursive watch takes one
+ * per directory below it). Each is a kernel inotify watch (up to 1 KiB of kernel memory,
+ * counted against the daemon user's fs.inotify.max_user_watches) and its path in the daemon
+ * (under SBX_MAX_FILES_PATH_BYTES: 16 MiB for a sandbox at the very worst, a few hundred KiB
+ * for real trees). A recursive watch over more is refused; directories made later past it are
+ * not watched, which the watch's client hears as an overflow. */
+#define SBX_MAX_WATCH_DIRS 4096U
+/* Entries one walk of a watched tree reads (at the start of a recursive watch, and for a
+ * directory made or moved in later): it runs in the loop, so it must be short. Past it, as
+ * past SBX_MAX_WATCH_DIRS. */
+#define SBX_MAX_WATCH_WALK_ENTRIES 65536U
+/* inotify events read per wakeup of the loop (one read). A sandbox that makes events faster
+ * than the loop reads them fills the kernel's queue (fs.inotify.max_queued_events), which
+ * then says so once: an overflow. */
+#define SBX_WATCH_READ_BYTES (16U * 1024)
+/* Buckets of a sandbox's table from inotify watch descriptors to directories: a few
+ * directories per bucket at SBX_MAX_WATCH_DIRS. */
+#define SBX_WATCH_BUCKETS 1024U
+
 /* ---- snapshots, session states, forks */
 
 /* Snapshots: each sandbox has a store of its own, FACTOR times its filesystem limits (bytes
