@@ -371,6 +371,46 @@ SBX_API SbxUpload *sbx_upload_free(SbxUpload *u);
 /* Frees every upload of sb with this owner. */
 SBX_API void sbx_upload_free_owned(SbxSandbox *sb, const void *owner);
 
+/* File change events: a watch tells what changes in a directory of the sandbox's writable
+ * tree (/tmp, /home/user, /dev/shm) and, recursive, below it, directories made or moved in
+ * later included (what they already hold when they are added is told as created). The
+ * kernel's inotify reports them, read in the context's loop; paths are absolute, as the
+ * sandbox sees them, under the watched path as it was given. A watch never follows a
+ * symlink below its directory, nor leaves the writable tree. Bounded: at most SBX_MAX_WATCHES
+ * per sandbox, SBX_MAX_WATCH_DIRS directories for all of them; what is lost (the kernel's
+ * queue full, directories past the bound, events while paused) is told as one overflow. A
+ * watch whose directory is removed or moved away says so (remove, rename) and tells nothing
+ * more. The files API's own temp files (".sbx-<16 hex>.tmp") are not told: a write through
+ * it is a create and a write of its target. */
+typedef enum SbxFileEventType {
+        SBX_FILE_EVENT_CREATE,   /* made, or moved in (the new path of a rename) */
+        SBX_FILE_EVENT_WRITE,    /* written to; one per file per read of the kernel's queue at most */
+        SBX_FILE_EVENT_REMOVE,
+        SBX_FILE_EVENT_RENAME,   /* moved away: the old path */
+        SBX_FILE_EVENT_CHMOD,    /* mode, owner, times or link count changed */
+        SBX_FILE_EVENT_OVERFLOW, /* events were lost; path is NULL */
+} SbxFileEventType;
+typedef struct SbxFileWatch SbxFileWatch;
+typedef struct SbxFileWatchOps {
+        /* One event, from the loop; path is valid during the call. It must not free the watch
+         * or its sandbox. */
+        void (*event)(void *userdata, SbxFileEventType type, const char *path, bool is_dir);
+        /* The sandbox is being freed: the watch is freed once this returns (not by the
+         * callee). May be NULL. */
+        void (*freeing)(void *userdata);
+} SbxFileWatchOps;
+/* Starts watching path (relative: from /home/user; a symlink there is followed, within the
+ * sandbox). No event is told before this returns. Returns 0, -ENOTDIR, -EROFS (not on the
+ * writable tree), -EUSERS (SBX_MAX_WATCHES open), -E2BIG (a recursive watch over more than
+ * the bounds allow), -EAGAIN / -ESRCH (root not built / never will be), or -errno; the words
+ * are in sbx_file_error(). ops must outlive the watch. */
+SBX_API int sbx_file_watch(SbxSandbox *sb, const char *path, bool recursive, const SbxFileWatchOps *ops,
+                           void *userdata, SbxFileWatch **ret);
+/* While paused, events are dropped; on resume, one overflow is told (from the loop) if any
+ * were. For a consumer that cannot take more now (a client's full output queue). */
+SBX_API void sbx_file_watch_pause(SbxFileWatch *w, bool paused);
+SBX_API SbxFileWatch *sbx_file_watch_free(SbxFileWatch *w);
+
 /* ---------------------------------------------------------------- fork, snapshots, export
  *
  * These take a point-in-time image of a sandbox: its writable filesystem (/tmp, /home/user,

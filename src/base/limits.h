@@ -153,6 +153,30 @@
 /* Why a files API call failed, in words: a message naming up to two client paths. */
 #define SBX_FILE_ERROR_BYTES 512U
 
+/* ---- file change events (files.watch) */
+
+/* Watches open at once on one sandbox. They share one inotify instance per sandbox (the
+ * kernel allows a user 128 instances by default, and the daemon's user holds them all). */
+#define SBX_MAX_WATCHES 16U
+/* Directories one sandbox's watches cover, all of them together (a recursive watch takes one
+ * per directory below it). Each is a kernel inotify watch (up to 1 KiB of kernel memory,
+ * counted against the daemon user's fs.inotify.max_user_watches) and its path in the daemon
+ * (under SBX_MAX_FILES_PATH_BYTES: 16 MiB for a sandbox at the very worst, a few hundred KiB
+ * for real trees). A recursive watch over more is refused; directories made later past it are
+ * not watched, which the watch's client hears as an overflow. */
+#define SBX_MAX_WATCH_DIRS 4096U
+/* Entries one walk of a watched tree reads (at the start of a recursive watch, and for a
+ * directory made or moved in later): it runs in the loop, so it must be short. Past it, as
+ * past SBX_MAX_WATCH_DIRS. */
+#define SBX_MAX_WATCH_WALK_ENTRIES 65536U
+/* inotify events read per wakeup of the loop (one read). A sandbox that makes events faster
+ * than the loop reads them fills the kernel's queue (fs.inotify.max_queued_events), which
+ * then says so once: an overflow. */
+#define SBX_WATCH_READ_BYTES (16U * 1024)
+/* Buckets of a sandbox's table from inotify watch descriptors to directories: a few
+ * directories per bucket at SBX_MAX_WATCH_DIRS. */
+#define SBX_WATCH_BUCKETS 1024U
+
 /* ---- snapshots, session states, forks */
 
 /* Snapshots: each sandbox has a store of its own, FACTOR times its filesystem limits (bytes
@@ -345,3 +369,44 @@
  * /etc, symlinks): a few KB are used; the bound only keeps a bug from growing it. */
 #define SBX_SKELETON_BYTES (4U * 1024 * 1024)
 #define SBX_SKELETON_INODES 4096U
+
+/* ---- sbx mcp (the Model Context Protocol front over the daemon) */
+
+/* Longest MCP message line read from the client: a write_file of SBX_MCP_FILE_BYTES whose
+ * content is mostly escapes (\n, \t, \") still fits; longer lines are refused (-32700) and
+ * skipped without being held whole. */
+#define SBX_MCP_LINE_BYTES (16U * 1024 * 1024)
+/* Largest file write_file writes and edit_file rewrites: one files.write of it in base64 stays
+ * under the daemon's default request line (SBX_DEFAULT_RPC_BYTES), so no upload is needed. */
+#define SBX_MCP_FILE_BYTES (4U * 1024 * 1024)
+/* Of each output stream of a run or a process's log, the bytes a tool result shows: the start
+ * and the end, with what lies between counted. A model's context is the scarce resource here:
+ * agent tools keep about this much (30,000 characters) and the rest only costs tokens. */
+#define SBX_MCP_SHOWN_BYTES 30000U
+/* read_file: lines shown when the call gives no limit, bytes shown of one line, and the bytes
+ * of one answer in all (about 25,000 tokens), after which it says where to go on. */
+#define SBX_MCP_READ_LINES 2000U
+#define SBX_MCP_READ_LINE_BYTES 2000U
+#define SBX_MCP_READ_SHOWN_BYTES (100U * 1024)
+/* read_file reads a file in pieces of this size (files.read), so a few lines of a large file
+ * cost one piece, not the whole file. */
+#define SBX_MCP_READ_CHUNK_BYTES (1024U * 1024)
+/* list_directory: entries shown; the rest are counted. */
+#define SBX_MCP_LIST_SHOWN 1000U
+/* The run tool's timeout when the call gives none: agents' builds and test suites outlast the
+ * daemon's 30 s default; a call can ask for up to SBX_MAX_TIMEOUT_MS. */
+#define SBX_MCP_DEFAULT_TIMEOUT_MS 120000ULL
+/* Progress of a run whose caller asked for it (a progressToken): at most one notification per
+ * MIN_MS however fast output comes (a flood of output is one notification per interval, not
+ * one per chunk), and one every MS while it is silent, so a client that resets its timeout on
+ * progress keeps waiting for a long quiet build. The last line of output shown in it is cut at
+ * LINE_BYTES. */
+#define SBX_MCP_PROGRESS_MIN_MS 200U
+#define SBX_MCP_PROGRESS_MS 1000U
+#define SBX_MCP_PROGRESS_LINE_BYTES 160U
+/* Tool calls in flight at once: each holds its arguments and, while it waits, a daemon answer
+ * of up to a few MiB; past it a call is answered with a tool error at once. */
+#define SBX_MCP_MAX_CALLS 256U
+/* At exit, how long sbx mcp waits for its own daemon to destroy the sandboxes and exit before
+ * it kills it: destroying waits up to SBX_DESTROY_TIMEOUT_MS per sandbox, a few at once. */
+#define SBX_MCP_CHILD_EXIT_MS 10000U

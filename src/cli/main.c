@@ -12,7 +12,7 @@ static const struct {
 } commands[] = {
         { "run", cmd_run },   { "serve", cmd_serve }, { "export", cmd_export }, { "import", cmd_import },
         { "ls", cmd_ls },     { "exec", cmd_exec },   { "ps", cmd_ps },         { "logs", cmd_logs },
-        { "kill", cmd_kill }, { "shell", cmd_shell },
+        { "kill", cmd_kill }, { "shell", cmd_shell }, { "mcp", cmd_mcp },
 };
 
 static void usage(FILE *f) {
@@ -28,6 +28,8 @@ static void usage(FILE *f) {
                 "                                   save a daemon's sandbox to an archive\n"
                 "  import --socket PATH --sandbox ID FILE\n"
                 "                                   load an archive into a daemon's sandbox\n"
+                "  mcp [--socket PATH [--sandbox ID]]\n"
+                "                                   an MCP server on stdio: a sandbox's tools for AI agents\n"
                 "\n"
                 "Commands on a daemon's sandboxes (--socket PATH, or $SBX_SOCKET):\n"
                 "  ls                               its sandboxes\n"

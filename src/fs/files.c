@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
+#include <sys/inotify.h>
 #include <sys/random.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
@@ -23,8 +24,7 @@
 #include "fs/files.h"
 #include "fs/tree.h"
 
-/* A normalized path: a client's, with "/home/user/" in front at most. */
-#define ABS_BYTES (SBX_MAX_FILES_PATH_BYTES + 16)
+#define ABS_BYTES FS_ABS_BYTES
 
 const char *fs_type_name(FsType t) {
         switch (t) {
@@ -642,4 +642,43 @@ int fs_rename(const FsCtx *c, const char *from, const char *to) {
         }
         as_daemon();
         return r;
+}
+
+int fs_abs_path(const char *path, char out[FS_ABS_BYTES]) { return normalize(path, out); }
+
+int fs_watch_dir(const FsCtx *c, const char *path, bool follow, int ifd, uint32_t mask, int *ret_wd) {
+        char abs[ABS_BYTES];
+        int r = normalize(path, abs);
+        if (r < 0)
+                return r;
+        as_user(c);
+        /* Not O_PATH: the walk reads its entries, and opening it for reading asks the
+         * permission inotify asks. */
+        int fd = resolve(c, abs, O_RDONLY | O_DIRECTORY | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW), 0);
+        struct stat st;
+        if (fd < 0)
+                r = fd == -ENOTDIR || (fd == -ELOOP && !follow)
+                            ? fail(c, -ENOTDIR, "cannot watch %s: it is not a directory", path) : fd;
+        else if (fstat(fd, &st) < 0)
+                r = negerrno();
+        else if (st.st_dev != c->writable)
+                /* Nothing else changes, and procfs or sysfs are no business of a watch. */
+                r = fail(c, -EROFS, "cannot watch %s: only directories of the sandbox's writable tree (/tmp, "
+                         "/home/user, /dev/shm) can be watched", path);
+        else if (ifd >= 0) {
+                /* The kernel resolves the magic link to the very directory the jail opened. */
+                char self[64];
+                snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+                int wd = inotify_add_watch(ifd, self, mask | IN_ONLYDIR);
+                if (wd < 0)
+                        r = negerrno();
+                else
+                        *ret_wd = wd;
+        }
+        as_daemon();
+        if (r < 0) {
+                safe_close(fd);
+                return r;
+        }
+        return fd;
 }

@@ -22,6 +22,9 @@
 #include "base/limits.h"
 #include "sbx/sbx.h"
 
+/* A normalized path: a client's, with "/home/user/" in front at most. */
+#define FS_ABS_BYTES (SBX_MAX_FILES_PATH_BYTES + 16)
+
 typedef struct FsCtx {
         int root;        /* O_PATH fd of the sandbox's / */
         uid_t uid;       /* the sandbox user as the host sees it */
@@ -90,3 +93,14 @@ int fs_list(const FsCtx *c, const char *path, unsigned depth, FsInfo **ret, size
 int fs_mkdir(const FsCtx *c, const char *path, bool parents);
 int fs_remove(const FsCtx *c, const char *path, bool recursive);
 int fs_rename(const FsCtx *c, const char *from, const char *to);
+
+/* The absolute form of a client's path (relative ones start at /home/user, trailing slashes
+ * and "/." go). Returns 0, -EINVAL (empty) or -ENAMETOOLONG. */
+int fs_abs_path(const char *path, char out[FS_ABS_BYTES]);
+/* For a watch: opens directory path for reading, as the sandbox's user, and adds it to the
+ * inotify instance ifd with mask (inotify wants read permission: the user's counts). Only a
+ * directory of the writable tmpfs is taken (-ENOTDIR, -EROFS, in words, for the rest); follow
+ * says whether path's last component may be a symlink (a client's path; never a directory a
+ * walk found). Returns the directory's fd, with its watch descriptor in *ret_wd, or -errno.
+ * ifd < 0: only opens it (a walk reading it). */
+int fs_watch_dir(const FsCtx *c, const char *path, bool follow, int ifd, uint32_t mask, int *ret_wd);

@@ -18,6 +18,7 @@ struct Core {
         PendingSet pending;
         Totals totals;      /* of `run`s, for health */
         uint64_t start_ms;  /* monotonic, for health's uptime */
+        uint64_t watches;   /* files.watch ids given so far */
         bool shutting_down; /* no new work but ping and health; forks that end are dropped */
         /* Starts the orderly shutdown (the `kill` method); set by the server. */
         void (*shutdown)(void *data);

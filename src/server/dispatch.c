@@ -15,7 +15,7 @@
 /* The method table, in the order of docs/PROTOCOL.md. */
 static const Method *const tables[] = {
         server_methods_sandbox, server_methods_run, server_methods_process, server_methods_port, server_methods_files,
-        server_methods_image, server_methods_server,
+        server_methods_watch, server_methods_image, server_methods_server,
 };
 
 static const Method *find_method(const char *name) {

@@ -58,6 +58,7 @@ extern const Method server_methods_sandbox[]; /* m_sandbox.c: sandboxes and sess
 extern const Method server_methods_run[];     /* m_run.c: runs, env, history */
 extern const Method server_methods_process[]; /* m_process.c */
 extern const Method server_methods_files[];   /* m_files.c */
+extern const Method server_methods_watch[];   /* m_watch.c: files.watch, files.unwatch */
 extern const Method server_methods_image[];   /* m_image.c: fork, snapshots, export/import */
 extern const Method server_methods_server[];  /* m_server.c: health, ping, kill */
 extern const Method server_methods_port[];    /* m_port.c: exposed ports */

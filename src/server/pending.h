@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Requests answered later: a run, an env.set or env.get (both runs underneath), or a fork,
  * snapshot, export or import. Each waits in the server's PendingSet for its operation's done
- * callback, which answers it and frees it.
+ * callback, which answers it and frees it. A file watch is one too, though answered at once:
+ * it lives in the set until it ends, to hear of its connection's pauses and close.
  *
  * Invariant: a Pending whose conn is set is in the set. When its connection closes first it
  * leaves the set with conn NULL (pending_detach): the done callback then answers nobody and
@@ -17,7 +18,7 @@
 
 typedef struct Core Core;
 
-typedef enum PendingKind { PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET, PENDING_OP, PENDING_PROC } PendingKind;
+typedef enum PendingKind { PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET, PENDING_OP, PENDING_PROC, PENDING_WATCH } PendingKind;
 
 typedef struct Pending {
         struct Pending *next, *prev;
@@ -33,7 +34,8 @@ typedef struct Pending {
         bool persist;          /* PENDING_OP of a fork: the new sandbox outlives its client */
         uid_t uid;             /* PENDING_OP of a fork: who may use the new sandbox */
         json_t *answer;        /* PENDING_OP of a create: the result, sent once the sandbox is ready */
-        /* PENDING_PROC: m_process.c's request, told when its connection closes (then conn is
+        /* PENDING_PROC: m_process.c's request; PENDING_WATCH: m_watch.c's watch (answered at
+         * once, it lives until unwatched). Either is told when its connection closes (then conn is
          * NULL; `detached` must free the pending or leave it to a callback still to come) and
          * when the connection's answers pile up or drain (`paused`). Either may be NULL. */
         void *proc;

@@ -58,6 +58,10 @@ static void on_closed(void *data, Conn *c) {
                 sbx_upload_free_owned(sb->sb, c);
         /* Its sandboxes go with it, persistent ones excepted. */
         registry_destroy_owned(&s->core.registry, c);
+        /* The stdio client is the only one there will ever be: once its connection is closed
+         * (it stopped reading: an answer could not be written) there is nobody left to serve. */
+        if (conn_is_stdio(c))
+                server_shutdown(s);
 }
 
 static const ConnOps conn_ops = { .line = on_line, .paused = on_paused, .eof = on_eof, .closed = on_closed };

@@ -16,6 +16,7 @@
 #include "base/macro.h"
 #include "base/util.h"
 #include "fs/files.h"
+#include "session/fileapi.h"
 #include "session/sandbox.h"
 
 /* Per thread, as errno is: the library may drive contexts in several threads. */
@@ -23,7 +24,7 @@ static _Thread_local char file_error[SBX_FILE_ERROR_BYTES];
 
 const char *sbx_file_error(void) { return file_error; }
 
-__attribute__((format(printf, 2, 3))) static int fail(int r, const char *fmt, ...) {
+int fileapi_fail(int r, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(file_error, sizeof file_error, fmt, ap);
@@ -31,8 +32,7 @@ __attribute__((format(printf, 2, 3))) static int fail(int r, const char *fmt, ..
         return r;
 }
 
-/* The jail of sb, or -EAGAIN before its root is built, -ESRCH when it never will be. */
-static int fs_ctx(SbxSandbox *sb, FsCtx *ret) {
+int fileapi_ctx(SbxSandbox *sb, FsCtx *ret) {
         file_error[0] = 0;
         int state = sandbox_setup_state(sb);
         if (state == 0)
@@ -50,15 +50,15 @@ static int fs_ctx(SbxSandbox *sb, FsCtx *ret) {
 /* The same for a call that changes path. */
 static int fs_ctx_write(SbxSandbox *sb, const char *path, FsCtx *ret) {
         if (sandbox_tree_busy(sb))
-                return fail(-EBUSY, "cannot change %s now: the sandbox's files are being copied or replaced (a fork, "
+                return fileapi_fail(-EBUSY, "cannot change %s now: the sandbox's files are being copied or replaced (a fork, "
                             "snapshot, restore or import): try again when it is done", path);
-        return fs_ctx(sb, ret);
+        return fileapi_ctx(sb, ret);
 }
 
 int sbx_file_read(SbxSandbox *sb, const char *path, uint64_t offset, uint64_t length, uint8_t **ret_data,
                   size_t *ret_len, uint64_t *ret_size) {
         FsCtx c;
-        int r = fs_ctx(sb, &c);
+        int r = fileapi_ctx(sb, &c);
         return r < 0 ? r : fs_read(&c, path, offset, length, ret_data, ret_len, ret_size);
 }
 
@@ -70,13 +70,13 @@ int sbx_file_write(SbxSandbox *sb, const char *path, const void *data, size_t le
 
 int sbx_file_stat(SbxSandbox *sb, const char *path, SbxFileInfo *ret) {
         FsCtx c;
-        int r = fs_ctx(sb, &c);
+        int r = fileapi_ctx(sb, &c);
         return r < 0 ? r : fs_stat(&c, path, ret);
 }
 
 int sbx_file_list(SbxSandbox *sb, const char *path, unsigned depth, SbxFileInfo **ret, size_t *ret_n) {
         FsCtx c;
-        int r = fs_ctx(sb, &c);
+        int r = fileapi_ctx(sb, &c);
         return r < 0 ? r : fs_list(&c, path, depth, ret, ret_n);
 }
 
@@ -153,7 +153,7 @@ int sbx_upload_begin(SbxSandbox *sb, const char *path, int mode, const void *own
         if (!set)
                 return -ENOMEM;
         if (set->n >= SBX_MAX_UPLOADS)
-                return fail(-EMFILE, "cannot begin an upload of %s: this sandbox has %u uploads open, the most it may "
+                return fileapi_fail(-EMFILE, "cannot begin an upload of %s: this sandbox has %u uploads open, the most it may "
                             "(commit or abort one first)", path, SBX_MAX_UPLOADS);
         _cleanup_free_ SbxUpload *u = calloc(1, sizeof *u);
         if (!u || !(u->path = strdup(path)))

@@ -79,6 +79,7 @@ struct SbxProcess {
         int timer_fd;
         Watch timer_w;
         uint64_t deadline, kill_at; /* monotonic ns, 0: none */
+        uint64_t timeout_ms;        /* from the moment it runs (a start may wait in its queue) */
         ProcLog log;
         SbxProcessWatcher *watchers;
         SbxProcessWatcher *iter_next; /* the next watcher a notification will reach */
@@ -572,6 +573,7 @@ static void on_detached(RunDetach *d, pid_t pid, int cg, const char *cg_name) {
         p->pid = pid;
         p->started = true;
         p->started_ms = wall_ms();
+        p->deadline = p->timeout_ms ? now_ns() + p->timeout_ms * 1000000ULL : 0;
         take_cgroup(p, cg, cg_name);
         (void)box_watch_pid(&p->core->box, pid);
         arm_timer(p);
@@ -676,7 +678,7 @@ int sbx_process_start(SbxSession *s, const SbxProcessOptions *o, SbxProcessStart
                 return r;
         }
         p->stdin_open = p->in_fd >= 0;
-        p->deadline = o->timeout_ms ? now_ns() + o->timeout_ms * 1000000ULL : 0;
+        p->timeout_ms = o->timeout_ms;
         p->detach.detached = on_detached;
         p->start_done = done;
         p->start_ud = ud;

@@ -471,3 +471,13 @@ def test_kill_all_answers_once_everything_is_dead(stdio):
     for pid in ids:
         assert info(stdio, pid)["status"] == "killed"
     assert all(not p["alive"] for p in stdio.result("process.list")["processes"])
+
+
+def test_a_timeout_counts_from_when_the_process_runs(stdio):
+    stdio.result("create")
+    busy = stdio.send("run", {"command": "sleep 1"})
+    # Queued behind the session's run for about a second: its 600 ms start after it.
+    p = start(stdio, "sleep 0.2; echo made-it", timeoutMs=600)
+    assert stdio.wait(busy)["result"]["exitCode"] == 0
+    assert wait_exit(stdio, p["processId"]) == {"status": "exited", "exitCode": 0, "signal": None}
+    assert logs(stdio, p["processId"])["stdout"] == "made-it\n"

@@ -264,6 +264,20 @@ def test_stdin_eof_shuts_down(stdio):
     assert not cgroup_dirs(stdio.proc.pid)
 
 
+def test_stdout_closed_shuts_down():
+    # The client goes away while the daemon still has to answer (its create is not done yet):
+    # the failed write closes the only connection, which ends the daemon as stdin's EOF would.
+    a, b = socket.socketpair()
+    proc = subprocess.Popen([SBX, "serve", "--stdio"], stdin=b.fileno(), stdout=b.fileno(),
+                            stderr=subprocess.PIPE)
+    SPAWNED.append(proc.pid)
+    b.close()
+    a.sendall(b'{"jsonrpc":"2.0","id":1,"method":"create"}\n')
+    a.close()
+    assert proc.wait(10) == 0
+    assert not cgroup_dirs(proc.pid)
+
+
 # ---------------------------------------------------------------- socket server
 
 def test_socket_permissions_and_peers(server):
