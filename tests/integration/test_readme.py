@@ -284,6 +284,24 @@ def test_async_python_example_from_the_checkout(tmp_path):
     assert cp.elapsed < 4.5, show(cp)
 
 
+def test_typescript_example_from_the_checkout(tmp_path):
+    node = shutil.which("node", path=FRESH_PATH)
+    if not node:
+        pytest.skip("node is not installed")
+    [block] = blocks("### The TypeScript SDK", "js")
+    script = REPO / f".readme_example_{os.getpid()}.mjs"   # in the checkout: its import is relative
+    script.write_text(block)
+    try:
+        env = {"PATH": FRESH_PATH, "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+        cp = subprocess.run([node, str(script)], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        script.unlink()
+    cp.stdout, cp.stderr = cp.stdout.decode("utf-8", "replace"), cp.stderr.decode("utf-8", "replace")
+    assert cp.returncode == 0, show(cp)
+    assert cp.stdout == "42 in /tmp\n0 200\n", show(cp)
+
+
 def test_daemon_line_serves_the_sdk(tmp_path):
     line = one(SDK_SH, "sbx serve --socket")
     sock = re.search(r"--socket (\S+)", line).group(1)
