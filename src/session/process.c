@@ -620,16 +620,6 @@ static int open_pty(SandboxCore *core, uint16_t cols, uint16_t rows, int *master
         return 0;
 }
 
-static int make_pipe(int *rd, int *wr) {
-        int fds[2];
-        if (pipe2(fds, O_CLOEXEC) < 0)
-                return negerrno();
-        (void)fcntl(fds[0], F_SETPIPE_SZ, (int)SBX_PIPE_BYTES);
-        *rd = fds[0];
-        *wr = fds[1];
-        return 0;
-}
-
 int sbx_process_start(SbxSession *s, const SbxProcessOptions *o, SbxProcessStartFn done, void *ud) {
         SandboxCore *core = s->core;
         if (!o || (!o->command && o->command_len) || !done || o->timeout_ms > SBX_MAX_TIMEOUT_MS)
@@ -654,11 +644,11 @@ int sbx_process_start(SbxSession *s, const SbxProcessOptions *o, SbxProcessStart
                                 r = -EMFILE;
                 }
         } else {
-                r = make_pipe(&p->out_fd, &fds[1]);
+                r = run_make_pipe(&p->out_fd, &fds[1]);
                 if (r >= 0)
-                        r = make_pipe(&p->err_fd, &fds[2]);
+                        r = run_make_pipe(&p->err_fd, &fds[2]);
                 if (r >= 0 && o->stdin_pipe)
-                        r = make_pipe(&fds[0], &p->in_fd);
+                        r = run_make_pipe(&fds[0], &p->in_fd);
                 else if (r >= 0 && (fds[0] = fcntl(core->devnull, F_DUPFD_CLOEXEC, 3)) < 0)
                         r = negerrno();
         }

@@ -344,7 +344,7 @@ static void run_timer_event(Watch *w, uint32_t events) {
         run_arm(r);
 }
 
-static int make_pipe(int *rd, int *wr) {
+int run_make_pipe(int *rd, int *wr) {
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
                 return negerrno();
@@ -352,6 +352,17 @@ static int make_pipe(int *rd, int *wr) {
         *rd = p[0];
         *wr = p[1];
         return 0;
+}
+
+/* Appends a run to its session's queue and looks at the queue from the loop. */
+static void run_enqueue(SbxSession *s, SbxRun *r) {
+        if (s->queue_tail)
+                s->queue_tail->next = r;
+        else
+                s->queue = r;
+        s->queue_tail = r;
+        s->n_queued++;
+        run_pump_later(s);
 }
 
 /* Watches the run's pipes once it is sent. Returns 0 or -errno. */
@@ -405,10 +416,10 @@ static int run_send(SbxSession *s, SbxRun *r) {
 
         if (r->detach)
                 return run_send_detached(s, r);
-        if ((rr = make_pipe(&r->out_fd, &fds[1])) < 0 || (rr = make_pipe(&r->err_fd, &fds[2])) < 0)
+        if ((rr = run_make_pipe(&r->out_fd, &fds[1])) < 0 || (rr = run_make_pipe(&r->err_fd, &fds[2])) < 0)
                 goto out;
         if (r->stdin_len > 0) {
-                if ((rr = make_pipe(&r_in, &r->in_fd)) < 0)
+                if ((rr = run_make_pipe(&r_in, &r->in_fd)) < 0)
                         goto out;
                 fds[0] = r_in;
         } else {
@@ -676,13 +687,7 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
                 run_free(r);
                 return -ENOMEM;
         } else {
-                if (s->queue_tail)
-                        s->queue_tail->next = r;
-                else
-                        s->queue = r;
-                s->queue_tail = r;
-                s->n_queued++;
-                run_pump_later(s);
+                run_enqueue(s, r);
         }
         if (ret)
                 *ret = r;
@@ -720,13 +725,7 @@ int run_detach(SbxSession *s, const SbxRunOptions *o, const int fds[3], bool pty
                 run_free(r);
                 return -ENOMEM;
         }
-        if (s->queue_tail)
-                s->queue_tail->next = r;
-        else
-                s->queue = r;
-        s->queue_tail = r;
-        s->n_queued++;
-        run_pump_later(s);
+        run_enqueue(s, r);
         if (ret)
                 *ret = r;
         return 0;

@@ -55,6 +55,10 @@ typedef struct RunDetach {
         void (*detached)(struct RunDetach *d, pid_t pid, int cg, const char *cg_name);
 } RunDetach;
 
+/* A pipe for a command's output or input (CLOEXEC, its buffer SBX_PIPE_BYTES where the
+ * kernel allows). Returns 0 or -errno. */
+int run_make_pipe(int *rd, int *wr);
+
 /* Queues a caller run (in the sandbox-wide order, so operations hold it like any run) whose
  * command runs in a process of its own, forked from the session's state without changing it,
  * on the three fds given (taken: closed once sent or when the run ends). pty: they are one
