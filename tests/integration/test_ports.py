@@ -4,11 +4,9 @@ limits, large transfers intact, and everything closed with the port or the sandb
 rootless. All traffic stays on the host's loopback."""
 import base64
 import hashlib
-import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 import urllib.error
@@ -17,7 +15,7 @@ import urllib.request
 import pytest
 
 from conftest import SPAWNED, Peer, host_ipv4
-from test_rootless import delegated  # noqa: F401 (the fixture: a delegated cgroup for a rootless daemon)
+from test_rootless import delegated, rootless_serve  # noqa: F401 (the fixture: a delegated cgroup for a rootless daemon)
 from test_rpc import SBX, connect, server, stdio  # noqa: F401 (fixtures: `sbx serve --stdio` and a Peer on it;
 # `sbx serve --socket`)
 
@@ -352,16 +350,7 @@ def test_shutdown_with_ports_and_connections_open(server):  # noqa: F811
 def test_rootless_daemon_forwards(delegated):  # noqa: F811
     """A rootless daemon: the socket maker enters the sandbox's user namespace to reach its network
     namespace; the server is reached, and the port closes with the daemon."""
-    procs = str(delegated / "cgroup.procs")
-
-    def enter():
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-
-    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(delegated)}
-    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SBX, "serve", "--stdio"],
-                         preexec_fn=enter, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    p = rootless_serve(delegated)
     SPAWNED.append(p.pid)
     peer = Peer(p.stdout, p.stdin)
     try:

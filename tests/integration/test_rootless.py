@@ -49,6 +49,37 @@ def run_rootless(delegated, *cmds, opts=(), timeout=60):
                           capture_output=True, timeout=timeout)
 
 
+def rootless_serve(delegated):
+    """`sbx serve --stdio` as uid 65534 in the delegated cgroup; the caller ends it by closing
+    its stdin."""
+    procs = str(delegated / "cgroup.procs")
+
+    def enter():
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(delegated)}
+    return subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SBX, "serve", "--stdio"],
+                            preexec_fn=enter, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def stdio_caller(p):
+    """A blocking call(method, params) -> the whole answer, on a daemon's stdio."""
+    import json
+    n = [0]
+
+    def call(method, params=None):
+        n[0] += 1
+        p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": n[0], "method": method, "params": params or {}}) + "\n").encode())
+        p.stdin.flush()
+        while True:
+            msg = json.loads(p.stdout.readline())
+            if msg.get("id") == n[0]:
+                return msg
+    return call
+
+
 def test_rootless_identity_and_state(delegated):
     cp = run_rootless(delegated, "id -u; hostname; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status",
                       "x=5; cd /tmp; echo data > f", "echo $x $PWD $(cat f)")
@@ -112,27 +143,8 @@ def test_rootless_export_import(delegated):
 def test_rootless_fork_and_snapshot(delegated):
     """The daemon as an unprivileged user: fork and snapshot restore (the snapshot store is
     a tmpfs the sandbox's pid 1 mounts in its user namespace)."""
-    import json
-    procs = str(delegated / "cgroup.procs")
-
-    def enter():
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-
-    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(delegated)}
-    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SBX, "serve", "--stdio"],
-                         preexec_fn=enter, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
-    n = [0]
-
-    def call(method, params=None):
-        n[0] += 1
-        p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": n[0], "method": method, "params": params or {}}) + "\n").encode())
-        p.stdin.flush()
-        while True:
-            msg = json.loads(p.stdout.readline())
-            if msg.get("id") == n[0]:
-                return msg
+    p = rootless_serve(delegated)
+    call = stdio_caller(p)
 
     try:
         created = call("create")
@@ -155,28 +167,8 @@ def test_rootless_processes(delegated):
     """Processes as an unprivileged daemon: pid 1 reports their status, their cgroups kill
     their trees, and a terminal comes from the sandbox's own devpts."""
     import base64
-    import json
-    import time
-    procs = str(delegated / "cgroup.procs")
-
-    def enter():
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-
-    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(delegated)}
-    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SBX, "serve", "--stdio"],
-                         preexec_fn=enter, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
-    n = [0]
-
-    def call(method, params=None):
-        n[0] += 1
-        p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": n[0], "method": method, "params": params or {}}) + "\n").encode())
-        p.stdin.flush()
-        while True:
-            msg = json.loads(p.stdout.readline())
-            if msg.get("id") == n[0]:
-                return msg
+    p = rootless_serve(delegated)
+    call = stdio_caller(p)
 
     try:
         created = call("create")
