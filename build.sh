@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# tmux: the tests drive sbx shell in a terminal of its own.
+# tmux: the tests drive sbx shell in a terminal of its own. man-db (and its groff-base): the
+# tests render the man pages, and `man sbx` reads them.
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
           libseccomp-dev libarchive-dev nettle-dev zstd python3 python3-pytest python3-venv
-          procps curl tmux)
+          procps curl tmux man-db)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -28,9 +29,11 @@ if [ ! -f build/build.ninja ]; then
     meson setup build >/dev/null
 fi
 ninja -C build >/dev/null
-# Installs sbx on PATH, with the header, libsbx and its pkg-config file for embedders (meson's
-# prefix, /usr/local by default: bin/sbx, include/sbx/sbx.h, lib/<multiarch>/libsbx.so,
-# lib/<multiarch>/pkgconfig/sbx.pc). That needs root; otherwise the build is left as it is.
+# Installs sbx on PATH, with the header, libsbx and its pkg-config file for embedders, its man
+# pages, bash completion and systemd units (meson's prefix, /usr/local by default: bin/sbx,
+# include/sbx/sbx.h, lib/<multiarch>/libsbx.so, lib/<multiarch>/pkgconfig/sbx.pc,
+# share/man/man1/sbx*.1, share/bash-completion/completions/sbx,
+# lib/systemd/system/sbx.{socket,service}). That needs root; otherwise the build is left as it is.
 if [ "$(id -u)" = 0 ]; then
     meson install -C build --no-rebuild --quiet >/dev/null
     "$(command -v ldconfig || echo /sbin/ldconfig)"

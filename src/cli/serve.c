@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* `sbx serve`: the JSON-RPC daemon on stdio or a Unix socket. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "base/log.h"
+#include "base/util.h"
 #include "cli/cli.h"
 #include "server/server.h"
 
@@ -18,11 +22,41 @@ static void usage(FILE *f) {
                 "Options:\n"
                 "      --stdio          one client on stdin/stdout; exits when stdin closes\n"
                 "      --socket PATH    many clients on a Unix socket (mode 0600, same uid or root)\n"
+                "                       or, under socket activation, the socket systemd passed\n"
                 "      --pool N         sandboxes kept ready for `create` with default options\n"
                 "                       (default 2 with --socket, 0 with --stdio; at most 8)\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
-                "  -h, --help           show this help\n");
+                "  -h, --help           show this help\n"
+                "\n"
+                "Socket activation: started with a listening Unix socket as fd 3, LISTEN_FDS=1\n"
+                "and LISTEN_PID set to its pid (systemd's sbx.socket does that), it serves that\n"
+                "socket and leaves its file when it exits; --socket may then be left out, and\n"
+                "if given must name that socket.\n");
+}
+
+/* systemd's socket activation protocol (sd_listen_fds(3)), read here without libsystemd:
+ * when LISTEN_PID is this process, LISTEN_FDS sockets were passed from fd 3 on. The variables
+ * go either way, as sd_listen_fds(1) does, so no process started later takes them for its
+ * own. Returns the fd, -1 when none was passed to this process, -2 when more than one was
+ * (said on stderr). */
+static int activation_fd(void) {
+        const char *pid_s = getenv("LISTEN_PID"), *fds_s = getenv("LISTEN_FDS");
+        uint64_t pid, n;
+        int r = -1;
+        if (pid_s && fds_s && parse_u64(pid_s, INT_MAX, &pid) == 0 && pid == (uint64_t)getpid()) {
+                if (parse_u64(fds_s, INT_MAX, &n) < 0 || n > 1) {
+                        fprintf(stderr, "sbx serve: LISTEN_FDS=%s: sbx serves one socket (one "
+                                "ListenStream= in its socket unit)\n", fds_s);
+                        r = -2;
+                } else if (n == 1) {
+                        r = 3; /* SD_LISTEN_FDS_START */
+                }
+        }
+        (void)unsetenv("LISTEN_PID");
+        (void)unsetenv("LISTEN_FDS");
+        (void)unsetenv("LISTEN_FDNAMES");
+        return r;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -59,7 +93,14 @@ int cmd_serve(int argc, char **argv) {
                 default: usage(stderr); return 2;
                 }
         }
-        if (optind < argc || stdio == (path != NULL)) {
+        int afd = activation_fd();
+        if (afd == -2)
+                return 1;
+        if (stdio && afd >= 0) {
+                fprintf(stderr, "sbx serve: --stdio, but a listening socket was passed (LISTEN_FDS)\n");
+                return 2;
+        }
+        if (optind < argc || (stdio == (path != NULL) && afd < 0)) {
                 fprintf(stderr, "sbx serve: give exactly one of --stdio or --socket PATH\n\n");
                 usage(stderr);
                 return 2;
@@ -71,7 +112,14 @@ int cmd_serve(int argc, char **argv) {
         (void)mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
         (void)mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024);
         int r = server_new(&s);
-        if (r >= 0)
+        if (r >= 0 && afd >= 0 && (r = server_listen_fd(s, afd, path)) < 0) {
+                fprintf(stderr, "sbx serve: the socket passed as fd 3 (LISTEN_FDS): %s\n",
+                        r == -ENOTSOCK ? "not a listening Unix stream socket"
+                        : r == -EADDRNOTAVAIL ? "not bound to the --socket path" : strerror(-r));
+                server_free(s);
+                return 1;
+        }
+        if (r >= 0 && afd < 0)
                 r = stdio ? server_add_stdio(s) : server_listen(s, path);
         if (r < 0) {
                 fprintf(stderr, "sbx serve: %s%s%s\n", path ? path : "", path ? ": " : "", strerror(-r));
@@ -79,9 +127,11 @@ int cmd_serve(int argc, char **argv) {
                 return 1;
         }
         if (pool < 0)
-                pool = path ? 2 : 0;
+                pool = stdio ? 0 : 2;
         server_set_pool(s, (unsigned)pool);
-        if (path)
+        if (afd >= 0)
+                log_info("serving the socket passed as fd 3%s%s", path ? ": " : "", path ? path : "");
+        else if (path)
                 log_info("listening on %s", path);
         r = server_run(s);
         server_free(s);

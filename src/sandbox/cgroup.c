@@ -139,6 +139,64 @@ static bool enable_v2(int fd, const char *ctl, const char *name) {
         return has_word(ctl, name) && write_file_at(fd, "cgroup.subtree_control", add) == 0;
 }
 
+/* This process's cgroup v2 path ("0::/path" in /proc/self/cgroup), "" if unknown or
+ * longer than size. */
+static void own_v2_path(char *out, size_t size) {
+        out[0] = 0;
+        FILE *f = fopen("/proc/self/cgroup", "re");
+        if (!f)
+                return;
+        char line[2048];
+        while (fgets(line, sizeof line, f))
+                if (strncmp(line, "0::", 3) == 0) {
+                        size_t n = strcspn(line + 3, "\n");
+                        /* A path cut short would name another cgroup: none then. */
+                        if (n < size) {
+                                memcpy(out, line + 3, n);
+                                out[n] = 0;
+                        }
+                        break;
+                }
+        fclose(f);
+}
+
+/* SBX_CGROUP_PARENT=self: the cgroup this process was started in is its own to manage
+ * (systemd's Delegate=), and the sandboxes go below it, so stopping the service ends them
+ * all. A cgroup that holds processes cannot enable controllers for its children, so the
+ * process first moves itself into a leaf of it named "supervisor" (the name systemd's
+ * DelegateSubgroup= gives that leaf: a process started in one counts its parent as the
+ * delegated cgroup), then enables memory, pids and cpu there. Fills dir (size bytes) with
+ * the delegated cgroup's directory; returns 0 or -errno. */
+static int delegated_own(const char *mnt, char *dir, size_t size) {
+        char own[1024], ctl[256], pid[32];
+        own_v2_path(own, sizeof own);
+        if (own[0] != '/')
+                return -ENOENT;
+        size_t n = strlen(own);
+        bool in_leaf = n >= 11 && strcmp(own + n - 11, "/supervisor") == 0;
+        if (in_leaf)
+                own[n - 11] = 0;
+        if ((size_t)snprintf(dir, size, "%s%s", mnt, strcmp(own, "/") == 0 ? "" : own) >= size)
+                return -ENAMETOOLONG;
+        _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return negerrno();
+        if (!in_leaf) {
+                if (mkdirat(fd, "supervisor", 0755) < 0 && errno != EEXIST)
+                        return negerrno();
+                snprintf(pid, sizeof pid, "%d", (int)getpid());
+                int r = write_file_at(fd, "supervisor/cgroup.procs", pid);
+                if (r < 0)
+                        return r;
+        }
+        if (read_file_at(fd, "cgroup.controllers", ctl, sizeof ctl) >= 0) {
+                (void)enable_v2(fd, ctl, "memory");
+                (void)enable_v2(fd, ctl, "pids");
+                (void)enable_v2(fd, ctl, "cpu");
+        }
+        return 0;
+}
+
 int cgroup_root_open(CgroupRoot *r) {
         char v2[1024], mem[1024], pids[1024], cpu[1024], leaf[64];
         *r = (CgroupRoot){ .v2 = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
@@ -150,8 +208,17 @@ int cgroup_root_open(CgroupRoot *r) {
          * ours under systemd, may not enable controllers for its children), or below a
          * delegated directory the caller names: what an unprivileged user needs. */
         const char *parent = getenv("SBX_CGROUP_PARENT");
-        if (parent && *parent)
+        if (parent && strcmp(parent, "self") == 0) {
+                char own[1024];
+                int rr = delegated_own(v2, own, sizeof own);
+                if (rr < 0) {
+                        log_error("SBX_CGROUP_PARENT=self: cannot take over this process's cgroup: %s", strerror(-rr));
+                        return rr;
+                }
+                snprintf(v2, sizeof v2, "%s", own);
+        } else if (parent && *parent) {
                 snprintf(v2, sizeof v2, "%s", parent);
+        }
         sweep_stale(v2);
         if (strlen(v2) + 1 + strlen(leaf) >= sizeof r->v2_path)
                 return -ENAMETOOLONG;

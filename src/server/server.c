@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -166,6 +167,39 @@ int server_listen(Server *s, const char *path) {
         s->socket_path = strdup(path);
         r = loop_add(s->loop, &s->lw, fd, EPOLLIN, accept_event, s);
         return r;
+}
+
+int server_listen_fd(Server *s, int fd, const char *path) {
+        struct stat st;
+        int domain = 0, type = 0, listening = 0;
+        socklen_t len = sizeof domain;
+        /* What systemd's sd_is_socket_unix(fd, SOCK_STREAM, 1, path, 0) checks: a wrong unit
+         * file (a datagram or TCP socket, one not yet listening) is refused here, at start,
+         * not found out at the first client. */
+        if (fstat(fd, &st) < 0)
+                return negerrno();
+        if (!S_ISSOCK(st.st_mode) || getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+            domain != AF_UNIX || (len = sizeof type, getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len)) < 0 ||
+            type != SOCK_STREAM ||
+            (len = sizeof listening, getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len)) < 0 ||
+            !listening)
+                return -ENOTSOCK;
+        if (path) {
+                struct sockaddr_un sa = { 0 };
+                len = sizeof sa;
+                if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+                        return negerrno();
+                size_t n = len > offsetof(struct sockaddr_un, sun_path) ? len - offsetof(struct sockaddr_un, sun_path) : 0;
+                if (strnlen(sa.sun_path, n) != strlen(path) || memcmp(sa.sun_path, path, strlen(path)) != 0)
+                        return -EADDRNOTAVAIL;
+        }
+        int r = fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 ? negerrno() : fd_set_nonblock(fd, true);
+        if (r < 0)
+                return r;
+        /* socket_path stays NULL: the socket file is its maker's (systemd keeps listening on
+         * it after this server exits, to start the next one), so shutdown leaves it. */
+        s->listen_fd = fd;
+        return loop_add(s->loop, &s->lw, fd, EPOLLIN, accept_event, s);
 }
 
 void server_set_pool(Server *s, unsigned n) {

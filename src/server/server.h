@@ -28,6 +28,11 @@ Server *server_free(Server *s);
 /* Listens on a Unix socket at path (mode 0600). Returns 0 or -errno (EADDRINUSE if a live
  * server holds it). */
 int server_listen(Server *s, const char *path);
+/* Serves clients on fd, a Unix stream socket already listening (socket activation: systemd
+ * made it); path, if not NULL, must be its address. The socket file is left at shutdown.
+ * Returns 0, -ENOTSOCK when fd is not a listening Unix stream socket, -EADDRNOTAVAIL when it
+ * is not bound to path, or -errno. */
+int server_listen_fd(Server *s, int fd, const char *path);
 /* Serves one client on stdin/stdout; its end of input shuts the server down. */
 int server_add_stdio(Server *s);
 /* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
