@@ -8,7 +8,6 @@ Traffic goes to loopback only.
 """
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ sys.path.insert(0, str(REPO / "sdk" / "python"))
 
 from sbx import (ProcessEndedError, ProcessHandle, ProcessInfo, Sandbox, SbxError,  # noqa: E402
                  TerminalHandle, WaitTimeoutError)
+from test_sdk import socket_server  # noqa: E402,F401 (a fixture: `sbx serve --socket` in a temp dir)
 
 try:  # the shared leftover check; the tests still work without it
     from conftest import SPAWNED, wait_until
@@ -61,31 +61,6 @@ def sb():
     SPAWNED.append(s.client.pid)
     yield s
     s.kill()
-
-
-@pytest.fixture
-def socket_server(tmp_path):
-    """`sbx serve --socket` in a temp dir: yields the socket path; SIGTERM at the end."""
-    path = tmp_path / "sbx.sock"
-    with open(tmp_path / "server.err", "wb") as errf:
-        p = subprocess.Popen([SBX_BIN, "serve", "--socket", str(path)], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=errf)
-    SPAWNED.append(p.pid)
-    try:
-        deadline = time.monotonic() + 10
-        while not path.exists():
-            assert p.poll() is None, (tmp_path / "server.err").read_text()
-            assert time.monotonic() < deadline, "the socket server did not start"
-            time.sleep(0.02)
-        yield str(path)
-    finally:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    assert p.returncode == 0, (tmp_path / "server.err").read_text()
 
 
 def info_of(sb, handle):
