@@ -113,6 +113,12 @@
 /* A session's name ([A-Za-z0-9_.-]): it appears in logs, errors and archive manifests. */
 #define SBX_MAX_SESSION_NAME_BYTES 64U
 
+/* A sandbox's metadata (sandbox.create, filtered by sandbox.list): every sandbox.list answer
+ * carries all of it, so it stays small: keys of [A-Za-z0-9_.-], values any UTF-8 string. */
+#define SBX_MAX_METADATA_KEYS 32U
+#define SBX_MAX_METADATA_KEY_BYTES 64U
+#define SBX_MAX_METADATA_VALUE_BYTES 1024U
+
 /* ---- whole trees (fork, snapshots, export, import, the files API) */
 
 /* Directory depth the tree walks go to: the tree copier (fork, snapshots: "copy (too deep)"),

@@ -97,11 +97,40 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
         return 0;
 }
 
+/* metadata (of sandbox.create, or a filter of sandbox.list): {key: string}, bounded, since
+ * every sandbox.list answer carries it whole. *ret gets the object (borrowed) or NULL. */
+static int parse_metadata(json_t *p, json_t **ret, RpcError *e) {
+        const char *key;
+        json_t *v;
+        *ret = NULL;
+        if (param_object(p, "metadata", ret, e) < 0)
+                return -1;
+        if (!*ret)
+                return 0;
+        if (json_object_size(*ret) > SBX_MAX_METADATA_KEYS)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "metadata has more than %u keys", SBX_MAX_METADATA_KEYS);
+        json_object_foreach(*ret, key, v) {
+                size_t n = strlen(key);
+                if (n == 0 || n > SBX_MAX_METADATA_KEY_BYTES)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "metadata key must be 1-%u bytes",
+                                        SBX_MAX_METADATA_KEY_BYTES);
+                if (strspn(key, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") != n)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "metadata key must be of [A-Za-z0-9_.-]");
+                if (!json_is_string(v))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "metadata.%s must be a string", key);
+                if (json_string_length(v) > SBX_MAX_METADATA_VALUE_BYTES)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "metadata.%s is longer than %u bytes", key,
+                                        SBX_MAX_METADATA_VALUE_BYTES);
+        }
+        return 0;
+}
+
 static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         Core *core = r->core;
         SbxSandboxOptions o;
         const char **env = NULL;
         const char *label = NULL;
+        json_t *metadata;
         bool persist = false;
         size_t rpc_bytes;
         SbxSandbox *box;
@@ -109,7 +138,7 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                 return -1;
         if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
-            param_bool(r->params, "persist", &persist, e) < 0) {
+            param_bool(r->params, "persist", &persist, e) < 0 || parse_metadata(r->params, &metadata, e) < 0) {
                 handler_env_free(env);
                 return -1;
         }
@@ -126,6 +155,10 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         unsigned flags = (persist ? REGISTRY_PERSIST : 0) | (root ? REGISTRY_ROOT : 0);
         if (registry_add(&core->registry, box, r->conn, conn_uid(r->conn), flags, label, ret) < 0) {
                 sbx_sandbox_free(box);
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        }
+        if (metadata && !((*ret)->metadata = json_deep_copy(metadata))) {
+                registry_destroy(*ret);
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
         }
         if (rpc_bytes)
@@ -192,16 +225,32 @@ static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
         return answer_when_ready(r, sb, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)), e);
 }
 
+/* Whether every key of filter has the same value in sb's metadata. */
+static bool metadata_matches(const SrvSandbox *sb, json_t *filter) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(filter, key, v) {
+                json_t *have = sb->metadata ? json_object_get(sb->metadata, key) : NULL;
+                if (!have || !json_equal(have, v))
+                        return false;
+        }
+        return true;
+}
+
 static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
         Registry *reg = &r->core->registry;
+        json_t *filter;
+        if (parse_metadata(r->params, &filter, e) < 0)
+                return -1;
         json_t *list = json_array();
         for (SrvSandbox *sb = registry_next(reg, NULL); sb; sb = registry_next(reg, sb)) {
-                if (!registry_may_use(sb, r->conn, conn_uid(r->conn)))
+                if (!registry_may_use(sb, r->conn, conn_uid(r->conn)) || (filter && !metadata_matches(sb, filter)))
                         continue;
                 json_t *o = json_pack("{s:s, s:o, s:b, s:b}", "sandboxId", sbx_sandbox_id(sb->sb), "createdAt",
                                       handler_time_json(sb->created_ms), "persist", sb->persist, "root", sb->root);
                 if (sb->label)
                         json_object_set_new(o, "label", json_string(sb->label));
+                json_object_set_new(o, "metadata", sb->metadata ? json_deep_copy(sb->metadata) : json_object());
                 json_array_append_new(list, o);
         }
         *ret = json_pack("{s:o}", "sandboxes", list);
@@ -253,13 +302,16 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids, cpus (CPUs, fractions allowed; default half the host's)}" }, \
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
         { "network", P_BOOL, false, "share the host's network (default: loopback only)" }, \
-        PARAM_LEFTOVERS("a command")
+        PARAM_LEFTOVERS("a command"), \
+        { "metadata", P_OBJECT, false, "{key: string}, shown and filtered by sandbox.list: at most 32 keys of 1-64 bytes of [A-Za-z0-9_.-], values at most 1024 bytes" }
 
 static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
 static const Param p_sandbox_create[] = {
         { "label", P_STRING, false, "free text shown by sandbox.list" },
         { "persist", P_BOOL, false, "socket server only: outlive this connection (listed to the same uid)" },
         SANDBOX_OPTIONS, { 0 } };
+static const Param p_sandbox_list[] = {
+        { "metadata", P_OBJECT, false, "only sandboxes whose metadata has every one of these {key: string}" }, { 0 } };
 static const Param p_sandbox_destroy[] = { { "sandboxId", P_STRING, true, "the sandbox to destroy" }, { 0 } };
 static const Param p_session_name[] = { PARAM_SANDBOX_ID, { "name", P_STRING, true, "session name, 1-64 of [A-Za-z0-9_.-]" },
         { 0 } };
@@ -269,7 +321,7 @@ const Method server_methods_sandbox[] = {
           "Creates the connection's root sandbox (the one used when sandboxId is missing)." },
         { "sandbox.create", m_sandbox_create, 0, p_sandbox_create, "{sandboxId}",
           "Creates another sandbox owned by this connection (or persistent)." },
-        { "sandbox.list", m_sandbox_list, 0, handler_params_none, "{sandboxes: [{sandboxId, label?, createdAt, persist, root}]}",
+        { "sandbox.list", m_sandbox_list, 0, p_sandbox_list, "{sandboxes: [{sandboxId, label?, metadata, createdAt, persist, root}]}",
           "Sandboxes this connection may use." },
         { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX, p_sandbox_destroy, "{ok: true}",
           "Kills every process of the sandbox and removes it." },

@@ -51,6 +51,7 @@ void registry_destroy(SrvSandbox *sb) {
                 sb->next->prev = sb->prev;
         reg->n_sandboxes--;
         free(sb->label);
+        json_decref(sb->metadata);
         free(sb);
 }
 

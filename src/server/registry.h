@@ -28,6 +28,7 @@ typedef struct SrvSandbox {
         bool persist, root;
         bool is_fork;        /* counts against SBX_MAX_FORKS */
         char *label;
+        json_t *metadata;    /* {key: string}, NULL when none was given */
         uint64_t created_ms; /* wall clock */
         History *history;
 } SrvSandbox;
