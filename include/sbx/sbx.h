@@ -163,6 +163,18 @@ SBX_API bool sbx_sandbox_ready(const SbxSandbox *sb);
  * first; also for a sandbox already ready (never before this returns). Returns 0 or -errno. */
 typedef void (*SbxReadyFn)(void *userdata, SbxSandbox *sb, int error);
 SBX_API int sbx_sandbox_on_ready(SbxSandbox *sb, SbxReadyFn fn, void *userdata);
+/* Freezes every process of the sandbox where it is (cgroup v2 freezer): its memory stays, it
+ * gets no CPU, and caller runs and processes wait until sbx_sandbox_resume(). Returns 1 when
+ * frozen at once, 0 when fn(userdata, sb, error) follows from the loop: 0 once cgroup.events
+ * says frozen, -ETIMEDOUT if not within SBX_FREEZE_WAIT_MS (then it is running again), or
+ * -ECANCELED inside sbx_sandbox_free(). Fails with -EALREADY when paused, -EAGAIN before the
+ * root is built, -ENOTSUP without a v2 freezer. Fork and snapshots never thaw a paused sandbox. */
+typedef void (*SbxPauseFn)(void *userdata, SbxSandbox *sb, int error);
+SBX_API int sbx_sandbox_pause(SbxSandbox *sb, SbxPauseFn fn, void *userdata);
+/* Lets a paused sandbox run on exactly where it was. Returns 0, -EALREADY when not paused,
+ * -EBUSY while its pause is not confirmed yet. */
+SBX_API int sbx_sandbox_resume(SbxSandbox *sb);
+SBX_API bool sbx_sandbox_paused(const SbxSandbox *sb);
 /* Kills every process of the sandbox and removes everything it had. */
 SBX_API SbxSandbox *sbx_sandbox_free(SbxSandbox *sb);
 /* The sandbox's unguessable id (32 hex digits). */

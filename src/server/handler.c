@@ -81,6 +81,17 @@ int handler_env_list(json_t *env, const char ***ret, RpcError *e) {
         return 0;
 }
 
+int handler_while_paused(Req *r, RpcError *e) {
+        const char *v = NULL;
+        if (param_string(r->params, "whilePaused", false, &v, NULL, e) < 0)
+                return -1;
+        if (v && strcmp(v, "wait") != 0 && strcmp(v, "refuse") != 0)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "whilePaused must be \"wait\" or \"refuse\", not \"%.40s\"", v);
+        if (v && strcmp(v, "refuse") == 0 && sbx_sandbox_paused(r->sb->sb))
+                return rpc_fail(e, RPC_SANDBOX_ERROR, "the sandbox is paused (whilePaused: \"refuse\")");
+        return 0;
+}
+
 int handler_leftovers(json_t *params, SbxLeftovers *ret, RpcError *e) {
         const char *v = NULL;
         if (param_string(params, "leftovers", false, &v, NULL, e) < 0)

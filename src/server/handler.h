@@ -79,4 +79,9 @@ void handler_env_free(const char **list);
 /* The `leftovers` param ("keep" or "kill") into *ret; absent leaves it as it is.
  * Returns 0 or -1 with e set (-32602). */
 int handler_leftovers(json_t *params, SbxLeftovers *ret, RpcError *e);
+/* The `whilePaused` param: "wait" (the default: the request waits for sandbox.resume) or
+ * "refuse" (a paused sandbox fails it at once). Returns 0, or -1 with e set: -32602 for a bad
+ * value, RPC_SANDBOX_ERROR for a refusal. */
+int handler_while_paused(Req *r, RpcError *e);
+#define PARAM_WHILE_PAUSED { "whilePaused", P_STRING, false, "\"wait\" (default): on a paused sandbox, wait for sandbox.resume; \"refuse\": fail at once" }
 #define PARAM_LEFTOVERS(what) { "leftovers", P_STRING, false, "\"keep\" or \"kill\": what " what " leaves running is killed when it ends (kill) or keeps running as a background process (keep)" }

@@ -12,6 +12,12 @@
 /* Registers an operation as pending on the connection (answered by its done callback). */
 static Pending *op_pending(Req *r, RpcError *e) {
         Pending *p;
+        /* Its state dump or barrier needs the sessions' shells, which a pause holds frozen:
+         * the operation would wait for a resume it cannot ask for. */
+        if (sbx_sandbox_paused(r->sb->sb)) {
+                rpc_fail(e, RPC_INVALID_PARAMS, "the sandbox is paused: resume it first");
+                return NULL;
+        }
         if (pending_new(&r->core->pending, r->core, r->conn, r->id, PENDING_OP, &p) < 0) {
                 rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
                 return NULL;

@@ -219,7 +219,8 @@ static int m_process_start(Req *r, json_t **ret, RpcError *e) {
         if (param_string(r->params, "command", true, &cmd, &cmd_len, e) < 0 ||
             param_string(r->params, "cwd", false, &cwd, NULL, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
-            param_u64(r->params, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &timeout, e) < 0)
+            param_u64(r->params, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &timeout, e) < 0 ||
+            handler_while_paused(r, e) < 0)
                 return -1;
         env = json_object_get(r->params, "env");
         pty = json_object_get(r->params, "pty");
@@ -774,6 +775,7 @@ static const Param p_start[] = {
         { "pty", P_OBJECT, false, "{cols, rows}: run it on a terminal of the sandbox's own (stdin, stdout and stderr; its output is all stdout)" },
         { "timeoutMs", P_INT, false, "kill it (its whole tree) after this long; default: never" },
         { "label", P_STRING, false, "free text shown by process.list" },
+        PARAM_WHILE_PAUSED,
         { 0 } };
 static const Param p_id[] = { PARAM_PROCESS_ID, PARAM_SANDBOX_FILTER, { 0 } };
 static const Param p_logs[] = {

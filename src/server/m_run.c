@@ -121,7 +121,7 @@ static int m_run(Req *r, json_t **ret, RpcError *e) {
             param_string(r->params, "stdin", false, &stdin_b64, &stdin_len, e) < 0 ||
             param_u64(r->params, "timeoutMs", false, UINT64_MAX, &o.timeout_ms, e) < 0 ||
             param_bool(r->params, "stream", &stream, e) < 0 || param_object(r->params, "env", &env, e) < 0 ||
-            handler_leftovers(r->params, &o.leftovers, e) < 0)
+            handler_leftovers(r->params, &o.leftovers, e) < 0 || handler_while_paused(r, e) < 0)
                 return -1;
         char msg[256];
         if (json_object_get(r->params, "timeoutMs") && !json_is_null(json_object_get(r->params, "timeoutMs")) &&
@@ -228,7 +228,7 @@ static const Param p_run[] = {
         { "stdin", P_STRING, false, "base64 bytes on stdin (default: /dev/null)" },
         { "timeoutMs", P_INT, false, "this run's timeout (default: the sandbox's)" },
         { "stream", P_BOOL, false, "send `output` notifications as output arrives" },
-        PARAM_LEFTOVERS("this command"),
+        PARAM_LEFTOVERS("this command"), PARAM_WHILE_PAUSED,
         { 0 } };
 static const Param p_cancel[] = { { "requestId", P_ANY, true, "the id of a pending `run` on this connection" }, { 0 } };
 #define PARAM_ENV_NAME { "name", P_STRING, true, "^[A-Za-z_][A-Za-z0-9_]*$" }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/macro.h"
@@ -250,6 +251,7 @@ static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
                                       handler_time_json(sb->created_ms), "persist", sb->persist, "root", sb->root);
                 if (sb->label)
                         json_object_set_new(o, "label", json_string(sb->label));
+                json_object_set_new(o, "paused", json_boolean(sbx_sandbox_paused(sb->sb)));
                 json_object_set_new(o, "metadata", sb->metadata ? json_deep_copy(sb->metadata) : json_object());
                 json_array_append_new(list, o);
         }
@@ -260,6 +262,68 @@ static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
 static int m_sandbox_destroy(Req *r, json_t **ret, RpcError *e) {
         registry_destroy(r->sb);
         *ret = handler_ok_json();
+        return 0;
+}
+
+static uint64_t mono_us(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static json_t *paused_json(uint64_t since_us) {
+        return json_pack("{s:b, s:I}", "ok", 1, "tookUs", (json_int_t)(mono_us() - since_us));
+}
+
+static void paused(void *ud, SbxSandbox *box, int error) {
+        Pending *p = ud;
+        if (p->conn && error == 0) {
+                conn_reply(p->conn, p->id, paused_json(p->started_us));
+        } else if (p->conn) {
+                RpcError e;
+                if (error == -ETIMEDOUT)
+                        rpc_fail(&e, RPC_SANDBOX_ERROR, "the sandbox did not freeze within %d ms; it runs on",
+                                 SBX_FREEZE_WAIT_MS);
+                else
+                        rpc_fail(&e, RPC_SANDBOX_ERROR, "pause: %s", strerror(-error));
+                conn_reply_error(p->conn, p->id, &e);
+        }
+        pending_free(p);
+}
+
+static int m_sandbox_pause(Req *r, json_t **ret, RpcError *e) {
+        Pending *p;
+        uint64_t t0 = mono_us();
+        if (pending_new(&r->core->pending, r->core, r->conn, r->id, PENDING_OP, &p) < 0)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        p->started_us = t0;
+        int rr = sbx_sandbox_pause(r->sb->sb, paused, p);
+        if (rr == 0)
+                return 1;
+        pending_free(p);
+        if (rr == 1) {
+                *ret = paused_json(t0);
+                return 0;
+        }
+        if (rr == -EALREADY)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "the sandbox is paused already");
+        if (rr == -EAGAIN)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "the sandbox is not ready");
+        if (rr == -ENOTSUP)
+                return rpc_fail(e, RPC_SANDBOX_ERROR, "pause needs the cgroup v2 freezer, which this host lacks");
+        return rpc_fail(e, RPC_SANDBOX_ERROR, "pause: %s", strerror(-rr));
+}
+
+static int m_sandbox_resume(Req *r, json_t **ret, RpcError *e) {
+        uint64_t t0 = mono_us();
+        int rr = sbx_sandbox_resume(r->sb->sb);
+        if (rr == -EALREADY)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "the sandbox is not paused");
+        if (rr == -EBUSY)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "the sandbox is still being paused");
+        if (rr < 0)
+                return rpc_fail(e, RPC_SANDBOX_ERROR, "resume: %s", strerror(-rr));
+        *ret = paused_json(t0);
         return 0;
 }
 
@@ -321,10 +385,14 @@ const Method server_methods_sandbox[] = {
           "Creates the connection's root sandbox (the one used when sandboxId is missing)." },
         { "sandbox.create", m_sandbox_create, 0, p_sandbox_create, "{sandboxId}",
           "Creates another sandbox owned by this connection (or persistent)." },
-        { "sandbox.list", m_sandbox_list, 0, p_sandbox_list, "{sandboxes: [{sandboxId, label?, metadata, createdAt, persist, root}]}",
+        { "sandbox.list", m_sandbox_list, 0, p_sandbox_list, "{sandboxes: [{sandboxId, label?, metadata, paused, createdAt, persist, root}]}",
           "Sandboxes this connection may use." },
         { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX, p_sandbox_destroy, "{ok: true}",
           "Kills every process of the sandbox and removes it." },
+        { "sandbox.pause", m_sandbox_pause, M_SANDBOX, handler_params_sandbox, "{ok: true, tookUs}",
+          "Freezes every process of the sandbox in place (cgroup v2 freezer), answered once frozen: memory kept, no CPU. Runs and process.start wait until sandbox.resume (or fail with whilePaused: \"refuse\"); fork, snapshots, export and import are refused." },
+        { "sandbox.resume", m_sandbox_resume, M_SANDBOX, handler_params_sandbox, "{ok: true, tookUs}",
+          "Lets a paused sandbox run on exactly where it was; waiting runs start." },
         { "session.create", m_session_create, M_SANDBOX, p_session_name, "{ok: true, name}", "Creates a named session." },
         { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
         { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",

@@ -33,6 +33,7 @@ typedef struct Pending {
         uint64_t seq;          /* next `output` notification's number */
         bool persist;          /* PENDING_OP of a fork: the new sandbox outlives its client */
         uid_t uid;             /* PENDING_OP of a fork: who may use the new sandbox */
+        uint64_t started_us;   /* PENDING_OP of a pause: CLOCK_MONOTONIC when asked */
         json_t *answer;        /* PENDING_OP of a create: the result, sent once the sandbox is ready */
         /* PENDING_PROC: m_process.c's request; PENDING_WATCH: m_watch.c's watch (answered at
          * once, it lives until unwatched). Either is told when its connection closes (then conn is

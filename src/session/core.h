@@ -26,6 +26,9 @@ typedef struct SandboxCore {
         /* The tree is being copied or replaced: the files API refuses changes (-EBUSY),
          * which would land half in, half out. */
         bool tree_busy;
+        /* Paused (sbx_sandbox_pause): caller runs wait, even those an operation let go. */
+        bool paused;
+        unsigned freeze_holds; /* Freeze.holds of the sandbox's cgroup */
         uint64_t oom_kills;    /* the sandbox's count of OOM kills at the last failed run */
         bool dying;            /* being freed, or its pid 1 is gone: no new shells */
         bool kill_leftovers;   /* runs kill what they leave running unless told otherwise */

@@ -28,14 +28,16 @@ static void freeze_event(Watch *w, uint32_t events) {
         f->done(f);
 }
 
-int freeze_start(Freeze *f, Loop *loop, int cg, const char *who, FreezeFn done) {
+int freeze_start(Freeze *f, Loop *loop, int cg, unsigned *holds, const char *who, FreezeFn done) {
         f->loop = loop;
         f->cg = cg;
+        f->holds = holds;
         f->who = who;
         f->done = done;
         if (cg < 0 || cgroup_freeze(cg, true) < 0)
                 return 1; /* no v2 freezer here: copied live (documented) */
         f->asked = true;
+        (*f->holds)++;
         if (cgroup_frozen(cg) == 1) {
                 f->still = true;
                 return 1;
@@ -60,7 +62,7 @@ int freeze_start(Freeze *f, Loop *loop, int cg, const char *who, FreezeFn done) 
 void freeze_thaw(Freeze *f) {
         if (f->loop)
                 unwatch(f);
-        if (f->asked && f->cg >= 0)
+        if (f->asked && --*f->holds == 0)
                 (void)cgroup_freeze(f->cg, false);
         f->asked = false;
 }

@@ -18,11 +18,14 @@ struct Freeze {
         int ev, timer;
         Watch ev_w, timer_w;
         FreezeFn done;
+        /* The cgroup's freezes in force (a pause, an operation's copy), shared by every Freeze
+         * of it: the last one thawed thaws it, so a copy never thaws a paused sandbox. */
+        unsigned *holds;
 };
 
 void freeze_init(Freeze *f);
 /* Freezes cg. Returns 1 when settled at once (f->still says whether it is frozen; without a
  * v2 freezer it never is), 0 when done(f) follows from the loop, frozen or given up. */
-int freeze_start(Freeze *f, Loop *loop, int cg, const char *who, FreezeFn done);
-/* Thaws (if frozen) and stops waiting. */
+int freeze_start(Freeze *f, Loop *loop, int cg, unsigned *holds, const char *who, FreezeFn done);
+/* Stops waiting and lets go of its hold; thaws the cgroup if that was the last. */
 void freeze_thaw(Freeze *f);

@@ -545,7 +545,8 @@ static void op_next_step(Op *op) {
                 op_set_step(op, STEP_FREEZE);
                 if (op->kind == OP_RESTORE || op->kind == OP_IMPORT)
                         (void)sbx_sandbox_kill_background(sb);
-                if (freeze_start(&op->freeze, sandbox_loop(sb), sandbox_box(sb)->cg.dir, sbx_sandbox_id(sb), frozen) == 0)
+                if (freeze_start(&op->freeze, sandbox_loop(sb), sandbox_box(sb)->cg.dir, sandbox_freeze_holds(sb),
+                                 sbx_sandbox_id(sb), frozen) == 0)
                         return; /* frozen() comes back */
                 /* fall through */
         case STEP_FREEZE: {

@@ -482,7 +482,7 @@ static void pump(SbxSession *s) {
                 if (session_start_shell(s) < 0)
                         s->broken = true;
         }
-        if (!s->current && s->queue && (s->queue->internal || s->queue->order <= core->hold_after) && !run_begin(s))
+        if (!s->current && s->queue && (s->queue->internal || (!core->paused && s->queue->order <= core->hold_after)) && !run_begin(s))
                 return;
         SbxRun *r = s->current;
         if (!r || r->sent || !session_idle(s))

@@ -12,6 +12,7 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "session/freeze.h"
 #include "session/process.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -29,6 +30,9 @@ struct SbxSandbox {
         int setup_timer; /* while setup is 0: fails it after SBX_CREATE_TIMEOUT_MS */
         Watch setup_w;
         SandboxObserver *observers;
+        Freeze pause;             /* asked while core.paused */
+        SbxPauseFn pause_done;    /* until the pause is confirmed */
+        void *pause_ud;
         /* What a sandbox like this one needs (sandbox_options()). */
         bool network;
         char *rootfs;
@@ -380,6 +384,12 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
                 sbx_session_free(sb->sessions);
         /* After the sessions: a process still starting is a run of one, answered above. */
         process_free_all(&sb->core);
+        if (sb->pause_done) {
+                SbxPauseFn done = sb->pause_done;
+                sb->pause_done = NULL;
+                done(sb->pause_ud, sb, -ECANCELED);
+        }
+        freeze_thaw(&sb->pause);
         loop_cancel_defer(l, sb);
         loop_del(l, &sb->init_w);
         loop_del(l, &sb->ctl_w);
@@ -434,6 +444,56 @@ void sandbox_hold_runs(SbxSandbox *sb, uint64_t after) {
 void sandbox_set_tree_busy(SbxSandbox *sb, bool busy) { sb->core.tree_busy = busy; }
 bool sandbox_tree_busy(const SbxSandbox *sb) { return sb->core.tree_busy; }
 bool sandbox_dying(const SbxSandbox *sb) { return sb->core.dying; }
+unsigned *sandbox_freeze_holds(SbxSandbox *sb) { return &sb->core.freeze_holds; }
+
+static void pause_frozen(Freeze *f) {
+        SbxSandbox *sb = container_of(f, SbxSandbox, pause);
+        SbxPauseFn done = sb->pause_done;
+        sb->pause_done = NULL;
+        if (!f->still) {
+                /* A pause that may not hold is none: the caller is told and nothing stays asked. */
+                freeze_thaw(f);
+                sb->core.paused = false;
+                for (SbxSession *s = sb->sessions; s; s = s->next)
+                        run_pump_later(s);
+        }
+        done(sb->pause_ud, sb, f->still ? 0 : -ETIMEDOUT);
+}
+
+int sbx_sandbox_pause(SbxSandbox *sb, SbxPauseFn done, void *userdata) {
+        if (sb->core.paused)
+                return -EALREADY;
+        if (sb->setup <= 0 || sb->core.dying)
+                return -EAGAIN;
+        freeze_init(&sb->pause);
+        sb->core.paused = true;
+        sb->pause_done = done;
+        sb->pause_ud = userdata;
+        if (freeze_start(&sb->pause, sb->core.loop, sb->core.box.cg.dir, &sb->core.freeze_holds, sb->core.box.id,
+                         pause_frozen) == 0)
+                return 0;
+        sb->pause_done = NULL;
+        if (!sb->pause.still) {
+                freeze_thaw(&sb->pause);
+                sb->core.paused = false;
+                return -ENOTSUP;
+        }
+        return 1;
+}
+
+int sbx_sandbox_resume(SbxSandbox *sb) {
+        if (!sb->core.paused)
+                return -EALREADY;
+        if (sb->pause_done)
+                return -EBUSY;
+        freeze_thaw(&sb->pause);
+        sb->core.paused = false;
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                run_pump_later(s);
+        return 0;
+}
+
+bool sbx_sandbox_paused(const SbxSandbox *sb) { return sb->core.paused; }
 
 /* ---------------------------------------------------------------- public */
 

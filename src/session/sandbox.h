@@ -81,3 +81,4 @@ void sandbox_set_tree_busy(SbxSandbox *sb, bool busy);
 bool sandbox_tree_busy(const SbxSandbox *sb);
 /* Being freed, or its pid 1 is gone. */
 bool sandbox_dying(const SbxSandbox *sb);
+unsigned *sandbox_freeze_holds(SbxSandbox *sb);
