@@ -27,6 +27,8 @@
  *   k  `process.kill` (graceMs 0) of a tree of 200 TERM-ignoring `sleep 1000`s in a sandbox with
  *      limits {pids: 1024}, once `ready` was logged and pgrep in the sandbox counts all 200;
  *      then the same for one sleep
+ *   z  `sandbox.pause` then `sandbox.resume` of a sandbox running `yes > /dev/null` (process.start):
+ *      request written -> answer read, each (a pause is answered once cgroup.events says frozen)
  *
  * The benchmark starts its own server (`sbx serve --socket` in a fresh directory under /tmp)
  * and shuts it down with `kill` at the end. Responses are parsed minimally with strstr: the
@@ -90,15 +92,16 @@ typedef struct Config {
         const char *stream_cmd; /* o: writes stream_bytes of 'x' instead of head | tr */
         unsigned kill_n;      /* k: kills of the tree */
         unsigned kill_tree;   /* k: sleeps in the tree */
+        unsigned pause_n;     /* z: pause + resume cycles */
 } Config;
 
 static Config cfg = {
-        .sbx = NULL, .only = "rfpclsok", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
+        .sbx = NULL, .only = "rfpclsokz", .warm_n = 400, .warmup = 20, .quiet_ms = 10, .pings = 1000,
         .ping_gap_us = 1000, .busy = 8, .settle_ms = 1000, .busy_cmd = "while :; do :; done",
         .clients = 64, .cmds = 100, .host_busy = true, .load_reps = 5,
         .pool = -1, .loop_rounds = 10, .files_n = 50, .files_warmup = 3, .file_bytes = 1024 * 1024,
         .proc_n = 300, .proc_warmup = 20, .stream_bytes = 1ULL << 30, .stream_bin_bytes = 256ULL << 20,
-        .kill_n = 30, .kill_tree = 200,
+        .kill_n = 30, .kill_tree = 200, .pause_n = 200,
 };
 
 static bool want(char letter) { return strchr(cfg.only, letter) != NULL; }
@@ -2226,6 +2229,52 @@ static void report(void) {
 
 /* ------------------------------------------------------------------ main */
 
+static void bench_pause(Conn *ctl) {
+        Conn c;
+        conn_open(&c, false);
+        char sbid[64], params[200], first_bad[300] = "";
+        char *l = rpc_call(&c, "sandbox.create", NULL);
+        if (resp_is_error(l) || !json_str(l, "sandboxId", sbid, sizeof sbid))
+                bench_die("sandbox.create: %.200s", l);
+        snprintf(params, sizeof params, "{\"sandboxId\":\"%s\",\"command\":\"yes > /dev/null\"}", sbid);
+        l = rpc_call(&c, "process.start", params);
+        if (resp_is_error(l))
+                bench_die("process.start: %.200s", l);
+        snprintf(params, sizeof params, "{\"sandboxId\":\"%s\"}", sbid);
+        Samples sp = { 0 }, sr = { 0 };
+        unsigned bad = 0;
+        bench_progress("z: %u × sandbox.pause + sandbox.resume of a sandbox running `yes > /dev/null`", cfg.pause_n);
+        for (unsigned i = 0; i < cfg.pause_n; i++) {
+                /* Let it run between cycles, so every pause meets a busy process. */
+                sleep_us(2000);
+                uint64_t t0 = bench_now_ns();
+                l = rpc_call(&c, "sandbox.pause", params);
+                double pause_ms = bench_ms_since(t0);
+                if (resp_is_error(l) && bad++ == 0)
+                        snprintf(first_bad, sizeof first_bad, "pause: %.250s", l);
+                t0 = bench_now_ns();
+                l = rpc_call(&c, "sandbox.resume", params);
+                double resume_ms = bench_ms_since(t0);
+                if (resp_is_error(l)) {
+                        if (bad++ == 0)
+                                snprintf(first_bad, sizeof first_bad, "resume: %.250s", l);
+                        continue;
+                }
+                samples_add(&sp, pause_ms);
+                samples_add(&sr, resume_ms);
+        }
+        conn_close(&c);
+        (void)wait_no_sandboxes(ctl, 10000);
+        if (first_bad[0])
+                bench_note("z: first failure: %s", first_bad);
+        Summary xp = summarize(&sp), xr = summarize(&sr);
+        row_add("z_pause", "`sandbox.pause` of a sandbox running `yes > /dev/null` (request written → answer read)", &xp,
+                "answered once cgroup.events says frozen; %u failed", bad);
+        row_add("z_resume", "  then `sandbox.resume` of it", &xr, "%s", "");
+        samples_free(&sp);
+        samples_free(&sr);
+}
+
 static void usage(FILE *f) {
         fprintf(f,
                 "Usage: sbx-bench-rpc [OPTIONS]\n"
@@ -2233,7 +2282,8 @@ static void usage(FILE *f) {
                 "  --only LETTERS     r (run round trip vs C API), f (files.write + files.read of 1 MiB),\n"
                 "                     p (ping under load), c (clients), l (ping during creates and forks),\n"
                 "                     s (process.start -> first output), o (a process's output through\n"
-                "                     process.stream), k (process.kill of a tree); default rfpclsok\n"
+                "                     process.stream), k (process.kill of a tree), z (sandbox.pause +\n"
+                "                     sandbox.resume); default rfpclsokz\n"
                 "  -n, --iterations N r: interleaved iterations (default %u)\n"
                 "  --warmup N         r: warm-up iterations (default %u)\n"
                 "  --quiet-ms MS      r: pause after each run so the next worker is ready (default %u)\n"
@@ -2255,19 +2305,20 @@ static void usage(FILE *f) {
                 "  --stream-cmd CMD   o: writes the ASCII MiB, all 'x', instead of head -c N /dev/zero | tr '\\0' x\n"
                 "  --kill-n N         k: timed kills of the tree (default %u, after 1 warm-up)\n"
                 "  --kill-tree N      k: TERM-ignoring sleeps in the tree (default %u)\n"
+                "  --pause-n N        z: pause + resume cycles (default %u)\n"
                 "  --pool N           start the server with --pool N (default: the server's default)\n"
                 "  --server-autogroup-nice N  start the server in a session (autogroup) of its own\n"
                 "                     with this nice value (-20..19); default: the caller's session\n"
                 "  --quick            small N everywhere (a smoke test)\n",
                 cfg.warm_n, cfg.warmup, cfg.quiet_ms, cfg.pings, cfg.ping_gap_us, cfg.busy, cfg.busy_cmd,
                 cfg.settle_ms, cfg.clients, cfg.cmds, cfg.load_reps, cfg.files_n, cfg.file_bytes, cfg.proc_n,
-                cfg.proc_warmup, cfg.stream_bytes >> 20, cfg.stream_bin_bytes >> 20, cfg.kill_n, cfg.kill_tree);
+                cfg.proc_warmup, cfg.stream_bytes >> 20, cfg.stream_bin_bytes >> 20, cfg.kill_n, cfg.kill_tree, cfg.pause_n);
 }
 
 int main(int argc, char **argv) {
         bench_die_hook = on_die;
         enum { O_SBX = 256, O_ONLY, O_WARMUP, O_QUIET, O_PINGS, O_GAP, O_BUSY, O_BUSYCMD, O_SETTLE, O_CLIENTS, O_CMDS, O_QUICK, O_NICE, O_NOHOST, O_REPS, O_POOL, O_FILES_N, O_FILES_BYTES,
-               O_PROC_N, O_PROC_WARMUP, O_STREAM_MIB, O_STREAM_BIN_MIB, O_STREAM_CMD, O_KILL_N, O_KILL_TREE };
+               O_PROC_N, O_PROC_WARMUP, O_STREAM_MIB, O_STREAM_BIN_MIB, O_STREAM_CMD, O_KILL_N, O_KILL_TREE, O_PAUSE_N };
         static const struct option opts[] = {
                 { "sbx", required_argument, NULL, O_SBX },
                 { "only", required_argument, NULL, O_ONLY },
@@ -2295,6 +2346,7 @@ int main(int argc, char **argv) {
                 { "stream-cmd", required_argument, NULL, O_STREAM_CMD },
                 { "kill-n", required_argument, NULL, O_KILL_N },
                 { "kill-tree", required_argument, NULL, O_KILL_TREE },
+                { "pause-n", required_argument, NULL, O_PAUSE_N },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -2331,6 +2383,7 @@ int main(int argc, char **argv) {
                         break;
                 case O_STREAM_CMD: cfg.stream_cmd = optarg; break;
                 case O_KILL_N: cfg.kill_n = bench_parse_uint(optarg, "kill-n"); break;
+                case O_PAUSE_N: cfg.pause_n = bench_parse_uint(optarg, "pause-n"); break;
                 case O_KILL_TREE: cfg.kill_tree = bench_parse_uint(optarg, "kill-tree"); break;
                 case O_POOL:
                         cfg.pool = (int)bench_parse_uint(optarg, "pool");
@@ -2360,6 +2413,7 @@ int main(int argc, char **argv) {
                         cfg.stream_bytes = 128ULL << 20;
                         cfg.stream_bin_bytes = 32ULL << 20;
                         cfg.kill_n = 3;
+                        cfg.pause_n = 20;
                         break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -2405,6 +2459,8 @@ int main(int argc, char **argv) {
                 bench_stream(&ctl);
         if (want('k'))
                 bench_kill(&ctl);
+        if (want('z'))
+                bench_pause(&ctl);
 
         /* Shut the server down the way a client would, then make sure it is gone. */
         char *l = rpc_call(&ctl, "kill", NULL);
