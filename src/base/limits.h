@@ -119,6 +119,10 @@
 #define SBX_MAX_METADATA_KEY_BYTES 64U
 #define SBX_MAX_METADATA_VALUE_BYTES 1024U
 
+/* A sandbox's lifetimeMs and idleTimeoutMs (sandbox.create, sandbox.setTimeout): a month, so
+ * that deadlines stay far from overflow and a typo of units is refused. */
+#define SBX_MAX_SANDBOX_LIFETIME_MS (31ULL * 24 * 3600 * 1000)
+
 /* ---- whole trees (fork, snapshots, export, import, the files API) */
 
 /* Directory depth the tree walks go to: the tree copier (fork, snapshots: "copy (too deep)"),

@@ -146,6 +146,7 @@ static int resolve_sandbox(Req *r, RpcError *e) {
                 r->sb = registry_root(&r->core->registry, r->conn);
                 if (!r->sb)
                         return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox not created. Call \"create\" first.");
+                registry_touch(r->sb);
                 return 0;
         }
         if (!json_is_string(v))
@@ -153,6 +154,7 @@ static int resolve_sandbox(Req *r, RpcError *e) {
         r->sb = registry_find(&r->core->registry, r->conn, conn_uid(r->conn), json_string_value(v));
         if (!r->sb)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown sandboxId: %.64s", json_string_value(v));
+        registry_touch(r->sb);
         return 0;
 }
 

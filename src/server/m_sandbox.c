@@ -8,6 +8,7 @@
 #include "base/limits.h"
 #include "base/macro.h"
 #include "server/handler.h"
+#include "session/internal.h"
 
 /* A limit the client gave (present, not null) must keep its rule: an explicit 0 is refused
  * where it makes no sense, not taken as the default. */
@@ -132,6 +133,7 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         const char **env = NULL;
         const char *label = NULL;
         json_t *metadata;
+        uint64_t lifetime = 0, idle = 0;
         bool persist = false;
         size_t rpc_bytes;
         SbxSandbox *box;
@@ -139,7 +141,9 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                 return -1;
         if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
-            param_bool(r->params, "persist", &persist, e) < 0 || parse_metadata(r->params, &metadata, e) < 0) {
+            param_bool(r->params, "persist", &persist, e) < 0 || parse_metadata(r->params, &metadata, e) < 0 ||
+            param_u64(r->params, "lifetimeMs", false, SBX_MAX_SANDBOX_LIFETIME_MS, &lifetime, e) < 0 ||
+            param_u64(r->params, "idleTimeoutMs", false, SBX_MAX_SANDBOX_LIFETIME_MS, &idle, e) < 0) {
                 handler_env_free(env);
                 return -1;
         }
@@ -161,6 +165,11 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         if (metadata && !((*ret)->metadata = json_deep_copy(metadata))) {
                 registry_destroy(*ret);
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        }
+        int er = registry_set_expiry(*ret, sbx_context_loop(core->ctx), lifetime, idle);
+        if (er < 0) {
+                registry_destroy(*ret);
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot arm the sandbox's timer: %s", strerror(-er));
         }
         if (rpc_bytes)
                 conn_set_line_max(r->conn, rpc_bytes);
@@ -327,6 +336,17 @@ static int m_sandbox_resume(Req *r, json_t **ret, RpcError *e) {
         return 0;
 }
 
+static int m_sandbox_set_timeout(Req *r, json_t **ret, RpcError *e) {
+        uint64_t lifetime;
+        if (param_u64(r->params, "lifetimeMs", true, SBX_MAX_SANDBOX_LIFETIME_MS, &lifetime, e) < 0)
+                return -1;
+        int er = registry_set_expiry(r->sb, sbx_context_loop(r->core->ctx), lifetime, r->sb->idle_ms);
+        if (er < 0)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot arm the sandbox's timer: %s", strerror(-er));
+        *ret = handler_ok_json();
+        return 0;
+}
+
 static int m_session_create(Req *r, json_t **ret, RpcError *e) {
         const char *name;
         SbxSession *s;
@@ -367,6 +387,8 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
         { "network", P_BOOL, false, "share the host's network (default: loopback only)" }, \
         PARAM_LEFTOVERS("a command"), \
+        { "lifetimeMs", P_INT, false, "destroy the sandbox this long after its creation (0 or absent: never; at most 31 days); the owner gets sandbox.expired" }, \
+        { "idleTimeoutMs", P_INT, false, "destroy the sandbox after this long without a request naming it (or, for the root sandbox, none naming another); a run in progress does not count" }, \
         { "metadata", P_OBJECT, false, "{key: string}, shown and filtered by sandbox.list: at most 32 keys of 1-64 bytes of [A-Za-z0-9_.-], values at most 1024 bytes" }
 
 static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
@@ -376,6 +398,8 @@ static const Param p_sandbox_create[] = {
         SANDBOX_OPTIONS, { 0 } };
 static const Param p_sandbox_list[] = {
         { "metadata", P_OBJECT, false, "only sandboxes whose metadata has every one of these {key: string}" }, { 0 } };
+static const Param p_set_timeout[] = { PARAM_SANDBOX_ID,
+        { "lifetimeMs", P_INT, true, "the sandbox expires this long from now (0: never); its idleTimeoutMs stays" }, { 0 } };
 static const Param p_sandbox_destroy[] = { { "sandboxId", P_STRING, true, "the sandbox to destroy" }, { 0 } };
 static const Param p_session_name[] = { PARAM_SANDBOX_ID, { "name", P_STRING, true, "session name, 1-64 of [A-Za-z0-9_.-]" },
         { 0 } };
@@ -393,6 +417,8 @@ const Method server_methods_sandbox[] = {
           "Freezes every process of the sandbox in place (cgroup v2 freezer), answered once frozen: memory kept, no CPU. Runs and process.start wait until sandbox.resume (or fail with whilePaused: \"refuse\"); fork, snapshots, export and import are refused." },
         { "sandbox.resume", m_sandbox_resume, M_SANDBOX, handler_params_sandbox, "{ok: true, tookUs}",
           "Lets a paused sandbox run on exactly where it was; waiting runs start." },
+        { "sandbox.setTimeout", m_sandbox_set_timeout, M_SANDBOX, p_set_timeout, "{ok: true}",
+          "Sets when the sandbox expires, counted from now. When it expires (lifetime or idle time) it is destroyed and its owner connection gets the notification sandbox.expired {sandboxId, reason: \"lifetime\" or \"idle\"}." },
         { "session.create", m_session_create, M_SANDBOX, p_session_name, "{ok: true, name}", "Creates a named session." },
         { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
         { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",

@@ -3,8 +3,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include "base/limits.h"
+#include "base/log.h"
+#include "base/macro.h"
 #include "base/util.h"
+#include "server/conn.h"
 #include "server/registry.h"
 
 int registry_check_room(const Registry *reg, RpcError *e) {
@@ -28,6 +33,8 @@ int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigne
         sb->is_fork = flags & REGISTRY_FORK;
         sb->label = label ? strdup(label) : NULL;
         sb->created_ms = wall_ms();
+        sb->used_ms = now_ms();
+        sb->timer = -1;
         sb->next = reg->head;
         if (reg->head)
                 reg->head->prev = sb;
@@ -39,6 +46,10 @@ int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigne
 
 void registry_destroy(SrvSandbox *sb) {
         Registry *reg = sb->registry;
+        if (sb->timer >= 0) {
+                loop_del(sb->loop, &sb->timer_w);
+                sb->timer = safe_close(sb->timer);
+        }
         sbx_sandbox_free(sb->sb);
         sb->history = history_free(sb->history);
         if (sb->is_fork)
@@ -54,6 +65,67 @@ void registry_destroy(SrvSandbox *sb) {
         json_decref(sb->metadata);
         free(sb);
 }
+
+/* Why sb has expired by now, or NULL with *ret_due set to when it will next be due. */
+static const char *expiry_due(const SrvSandbox *sb, uint64_t now, uint64_t *ret_due) {
+        uint64_t due = UINT64_MAX;
+        if (sb->expires_ms) {
+                if (now >= sb->expires_ms)
+                        return "lifetime";
+                due = sb->expires_ms;
+        }
+        if (sb->idle_ms) {
+                if (now >= sb->used_ms + sb->idle_ms)
+                        return "idle";
+                due = MIN(due, sb->used_ms + sb->idle_ms);
+        }
+        *ret_due = due;
+        return NULL;
+}
+
+/* The timer fires at the deadline it was armed for; a request since then (registry_touch
+ * changes no timer, so that it stays O(1)) only moves the idle deadline, found here. */
+static void expiry_event(Watch *w, uint32_t events) {
+        SrvSandbox *sb = w->data;
+        uint64_t ticks, now = now_ms(), due = UINT64_MAX;
+        (void)!read(sb->timer, &ticks, sizeof ticks);
+        const char *why = expiry_due(sb, now, &due);
+        if (!why) {
+                if (due != UINT64_MAX)
+                        (void)timerfd_arm_ms(sb->timer, MAX(due - now, 1));
+                return;
+        }
+        log_info("sandbox %s expired (%s)", sbx_sandbox_id(sb->sb), why);
+        if (sb->owner)
+                conn_notify(sb->owner, "sandbox.expired",
+                            json_pack("{s:s, s:s}", "sandboxId", sbx_sandbox_id(sb->sb), "reason", why));
+        registry_destroy(sb);
+}
+
+int registry_set_expiry(SrvSandbox *sb, Loop *loop, uint64_t lifetime_ms, uint64_t idle_ms) {
+        uint64_t now = now_ms(), due = UINT64_MAX;
+        sb->expires_ms = lifetime_ms ? now + lifetime_ms : 0;
+        sb->idle_ms = idle_ms;
+        if (sb->timer < 0 && !lifetime_ms && !idle_ms)
+                return 0;
+        if (sb->timer < 0) {
+                int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+                if (fd < 0)
+                        return -errno;
+                int r = loop_add(loop, &sb->timer_w, fd, EPOLLIN, expiry_event, sb);
+                if (r < 0) {
+                        close(fd);
+                        return r;
+                }
+                sb->timer = fd;
+                sb->loop = loop;
+        }
+        if (expiry_due(sb, now, &due))
+                due = now; /* idle for longer than the new idle time already: at once, from the loop */
+        return timerfd_arm_ms(sb->timer, due == UINT64_MAX ? 0 : MAX(due - now, 1));
+}
+
+void registry_touch(SrvSandbox *sb) { sb->used_ms = now_ms(); }
 
 void registry_destroy_owned(Registry *reg, const Conn *owner) {
         for (SrvSandbox *sb = reg->head, *next; sb; sb = next) {

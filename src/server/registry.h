@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "base/limits.h"
+#include "base/loop.h"
 #include "rpc/jsonrpc.h"
 #include "sbx/sbx.h"
 #include "server/history.h"
@@ -23,7 +24,7 @@ typedef struct SrvSandbox {
         struct SrvSandbox *next, *prev;
         Registry *registry;
         SbxSandbox *sb;
-        Conn *owner;         /* NULL when persistent; only compared, never called */
+        Conn *owner;         /* NULL when persistent; told when the sandbox expires */
         uid_t uid;           /* who made it */
         bool persist, root;
         bool is_fork;        /* counts against SBX_MAX_FORKS */
@@ -31,6 +32,12 @@ typedef struct SrvSandbox {
         json_t *metadata;    /* {key: string}, NULL when none was given */
         uint64_t created_ms; /* wall clock */
         History *history;
+        /* Expiry (lifetimeMs, idleTimeoutMs, sandbox.setTimeout), monotonic ms, 0 for none; one
+         * timerfd armed for the nearer, created on first use. */
+        uint64_t expires_ms, idle_ms, used_ms;
+        int timer;
+        Watch timer_w;
+        Loop *loop;
 } SrvSandbox;
 
 struct Registry {
@@ -55,6 +62,13 @@ int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigne
 void registry_destroy(SrvSandbox *sb);
 void registry_destroy_owned(Registry *reg, const Conn *owner);
 void registry_destroy_all(Registry *reg);
+
+/* sb expires lifetime_ms from now and after idle_ms without a request naming it (0: never,
+ * for either): it is destroyed and its owner told with a `sandbox.expired` notification
+ * {sandboxId, reason: "lifetime" or "idle"}. Returns 0 or -errno. */
+int registry_set_expiry(SrvSandbox *sb, Loop *loop, uint64_t lifetime_ms, uint64_t idle_ms);
+/* A request named sb: its idle time starts again. */
+void registry_touch(SrvSandbox *sb);
 
 /* Whether connection c, of user uid, may use sb. */
 bool registry_may_use(const SrvSandbox *sb, const Conn *c, uid_t uid);

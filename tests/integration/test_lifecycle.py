@@ -1,5 +1,6 @@
 """Sandbox lifecycle over JSON-RPC: metadata given at creation, shown and filtered by
-sandbox.list; sandbox.pause and sandbox.resume."""
+sandbox.list; sandbox.pause and sandbox.resume; expiry (lifetimeMs, idleTimeoutMs,
+sandbox.setTimeout) and its sandbox.expired notification."""
 import socket
 import time
 import urllib.error
@@ -193,3 +194,53 @@ def test_snapshot_leaves_paused_sandbox_paused(stdio):
     a = _cpu_usec(pid)
     time.sleep(0.3)
     assert _cpu_usec(pid) - a > 50_000
+
+
+def _expired(peer, timeout=10):
+    with peer.cond:
+        assert peer.cond.wait_for(lambda: any(n.get("method") == "sandbox.expired" for n in peer.notes), timeout)
+        return [n["params"] for n in peer.notes if n.get("method") == "sandbox.expired"]
+
+
+def test_lifetime_expires_and_tells_the_owner(stdio):
+    keep = stdio.result("sandbox.create")["sandboxId"]
+    t0 = time.monotonic()
+    sid = stdio.result("sandbox.create", {"lifetimeMs": 600})["sandboxId"]
+    stdio.result("process.start", {"sandboxId": sid, "command": "sleep 1000"})
+    # Requests do not extend a lifetime.
+    stdio.result("run", {"sandboxId": sid, "command": "true"})
+    assert _expired(stdio) == [{"sandboxId": sid, "reason": "lifetime"}]
+    took = time.monotonic() - t0
+    assert took >= 0.55
+    print(f"\nexpired after {took * 1000:.0f} ms (lifetimeMs 600)")
+    assert [s["sandboxId"] for s in stdio.result("sandbox.list")["sandboxes"]] == [keep]
+    err = stdio.error("run", {"sandboxId": sid, "command": "true"})
+    assert err["code"] == INVALID_PARAMS
+    assert wait_until(lambda: not [p for p, cmd in sbx_processes([stdio.proc.pid]) if cmd == b"sleep 1000"], 10)
+
+
+def test_idle_timeout_counts_from_the_last_request(stdio):
+    sid = stdio.result("sandbox.create", {"idleTimeoutMs": 700})["sandboxId"]
+    for _ in range(4):  # 1.2 s of requests 0.3 s apart keep it
+        time.sleep(0.3)
+        stdio.result("run", {"sandboxId": sid, "command": "true"})
+    with stdio.cond:
+        assert not stdio.notes
+    assert _expired(stdio) == [{"sandboxId": sid, "reason": "idle"}]
+    assert stdio.result("sandbox.list")["sandboxes"] == []
+
+
+def test_set_timeout(stdio):
+    sid = stdio.result("sandbox.create", {"lifetimeMs": 500})["sandboxId"]
+    assert stdio.result("sandbox.setTimeout", {"sandboxId": sid, "lifetimeMs": 0}) == {"ok": True}
+    time.sleep(0.8)
+    with stdio.cond:
+        assert not stdio.notes
+    root = stdio.result("create")["sandboxId"]
+    stdio.result("sandbox.setTimeout", {"lifetimeMs": 300})  # the root sandbox
+    assert _expired(stdio) == [{"sandboxId": root, "reason": "lifetime"}]
+    assert [s["sandboxId"] for s in stdio.result("sandbox.list")["sandboxes"]] == [sid]
+    err = stdio.error("sandbox.setTimeout", {"sandboxId": sid, "lifetimeMs": 31 * 24 * 3600 * 1000 + 1})
+    assert err["code"] == INVALID_PARAMS
+    assert stdio.error("sandbox.setTimeout", {"sandboxId": sid})["code"] == INVALID_PARAMS
+    assert stdio.error("sandbox.create", {"idleTimeoutMs": -1})["code"] == INVALID_PARAMS
