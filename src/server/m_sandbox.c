@@ -414,7 +414,7 @@ const Method server_methods_sandbox[] = {
         { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX, p_sandbox_destroy, "{ok: true}",
           "Kills every process of the sandbox and removes it." },
         { "sandbox.pause", m_sandbox_pause, M_SANDBOX, handler_params_sandbox, "{ok: true, tookUs}",
-          "Freezes every process of the sandbox in place (cgroup v2 freezer), answered once frozen: memory kept, no CPU. Runs and process.start wait until sandbox.resume (or fail with whilePaused: \"refuse\"); fork, snapshots, export and import are refused." },
+          "Freezes every process of the sandbox in place (cgroup v2 freezer), answered once frozen: memory kept, no CPU. Runs and process.start wait until sandbox.resume (or fail with whilePaused: \"refuse\"); a run already running is frozen with the rest, its timeout still counting. Fork, snapshots, export and import are refused; one already under way ends once resumed, or while paused if past its copy, and never thaws the sandbox." },
         { "sandbox.resume", m_sandbox_resume, M_SANDBOX, handler_params_sandbox, "{ok: true, tookUs}",
           "Lets a paused sandbox run on exactly where it was; waiting runs start." },
         { "sandbox.setTimeout", m_sandbox_set_timeout, M_SANDBOX, p_set_timeout, "{ok: true}",

@@ -244,3 +244,30 @@ def test_set_timeout(stdio):
     assert err["code"] == INVALID_PARAMS
     assert stdio.error("sandbox.setTimeout", {"sandboxId": sid})["code"] == INVALID_PARAMS
     assert stdio.error("sandbox.create", {"idleTimeoutMs": -1})["code"] == INVALID_PARAMS
+
+
+def test_pause_during_snapshot_stays_paused(stdio):
+    """A pause that lands while a snapshot is under way: whatever step the snapshot is at, its
+    thaw must not thaw the paused sandbox; it completes (at the latest once resumed)."""
+    stdio.result("create")
+    stdio.result("process.start", {"command": "yes > /dev/null"})
+    found = []
+    assert wait_until(lambda: found.extend(p for p, cmd in sbx_processes([stdio.proc.pid]) if cmd == b"yes") or found)
+    pid = found[0]
+    before = 0
+    for _ in range(5):
+        snap = stdio.send("snapshot.create")
+        pause = stdio.send("sandbox.pause")
+        assert "result" in stdio.wait(pause)
+        time.sleep(0.2)  # the snapshot may end meanwhile: it must leave the freeze in place
+        a = _cpu_usec(pid)
+        time.sleep(0.3)
+        assert _cpu_usec(pid) == a, "a snapshot thawed a paused sandbox"
+        with stdio.cond:
+            before += str(snap) in stdio.answers
+        stdio.result("sandbox.resume")
+        assert "result" in stdio.wait(snap)
+        a = _cpu_usec(pid)
+        time.sleep(0.2)
+        assert _cpu_usec(pid) > a
+    print(f"\n{before} of 5 snapshots ended while paused, the others once resumed")
