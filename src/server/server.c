@@ -155,11 +155,23 @@ int server_listen(Server *s, const char *path) {
                 }
                 (void)unlink(path);
         }
+        /* Bound under a temporary name and renamed once listening: a client that waits for
+         * the file to appear must never find it refusing connections. */
+        char tmp[sizeof sa.sun_path];
+        bool renamed = snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) < (int)sizeof tmp;
+        struct sockaddr_un ta = sa;
+        if (renamed) {
+                strcpy(ta.sun_path, tmp);
+                (void)unlink(tmp);
+        }
         mode_t old = umask(0177);
-        int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+        int r = bind(fd, (struct sockaddr *)&ta, sizeof ta);
         umask(old);
-        if (r < 0 || chmod(path, 0600) < 0 || listen(fd, 128) < 0) {
+        const char *bound = renamed ? tmp : path;
+        if (r < 0 || chmod(bound, 0600) < 0 || listen(fd, 128) < 0 || (renamed && rename(tmp, path) < 0)) {
                 r = negerrno();
+                if (renamed)
+                        (void)unlink(tmp);
                 close(fd);
                 return r;
         }

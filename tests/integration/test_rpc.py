@@ -498,3 +498,23 @@ def test_each_sandbox_user_is_its_own_host_uid(stdio):
     assert set(uids) == {a, b}
     assert uids[a] != uids[b], "two sandboxes share a host uid"
     assert min(uids.values()) >= 1600000000, "a sandbox runs as an ordinary host uid"
+
+
+def test_the_socket_file_appears_only_once_it_accepts(tmp_path):
+    """A client that waits for the socket file and connects at once is never refused: the file is
+    bound under a temporary name and renamed into place once it listens."""
+    for i in range(20):
+        path = str(tmp_path / f"s{i}.sock")
+        proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.PIPE)
+        SPAWNED.append(proc.pid)
+        try:
+            deadline = time.monotonic() + 10
+            while not os.path.exists(path):  # busy: to meet the file as early as it can be met
+                assert time.monotonic() < deadline and proc.poll() is None
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(path)
+            s.close()
+            assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(10)
