@@ -277,8 +277,15 @@ static int walk_dir(SbxFileWatch *w, const FsCtx *c, Walk *k, const WRef *at, in
                                 struct stat st;
                                 is_dir = fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
                         }
-                        if (told)
+                        if (told) {
                                 tell(w, at, de->d_name, SBX_FILE_EVENT_CREATE, is_dir);
+                                /* Written before the watch could see it: its write is told too,
+                                 * as it would have been had the directory been watched already. */
+                                struct stat st;
+                                if (!is_dir && fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                                    S_ISREG(st.st_mode) && st.st_size > 0)
+                                        tell(w, at, de->d_name, SBX_FILE_EVENT_WRITE, false);
+                        }
                         if (!is_dir || !w->recursive)
                                 continue;
                         char child[EVENT_PATH_BYTES];
