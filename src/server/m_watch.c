@@ -143,7 +143,8 @@ const Method server_methods_watch[] = {
           "in), write, remove, rename (moved away: the old path), chmod, or overflow (events were lost: path null; "
           "one for each gap, e.g. while the client did not read its answers, or past the bounds); path: absolute, "
           "as the sandbox sees it (a name that is not UTF-8 gets '?' for each bad byte, and lossy: true). What a "
-          "directory made or moved in later already holds is told as created. A write through files.write is a create and a write of its target. Symlinks "
+          "directory made or moved in later already holds is told as created (a file with content: and written). "
+          "A write through files.write is a create and a write of its target. Symlinks "
           "below the directory are never followed. Not a directory: -32602; missing or outside the writable tree "
           "(EROFS): error 1. -32001 LIMIT_EXCEEDED past 16 watches per sandbox, or for a recursive watch over more "
           "than 4096 directories (all of a sandbox's watches together)." },
