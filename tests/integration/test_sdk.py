@@ -754,3 +754,24 @@ def test_files(sb):
     with pytest.raises(SbxError) as ei:
         sb.files.write("/usr/evil", "x")
     assert ei.value.code == 1 and "EROFS" in str(ei.value)
+
+
+def test_pause_resume_and_set_timeout():
+    sb = new_sandbox(timeout=20)
+    try:
+        h = sb.commands.run("i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.01; done", background=True)
+        assert wait_until(lambda: sb.files.read("/tmp/n").strip() not in ("", None), timeout=5)
+        sb.pause()
+        a = sb.files.read("/tmp/n")
+        time.sleep(0.3)
+        assert sb.files.read("/tmp/n") == a  # frozen: the counter stands still
+        with pytest.raises(SbxError) as e:
+            sb.pause()
+        assert e.value.code == -32602
+        sb.resume()
+        assert wait_until(lambda: sb.files.read("/tmp/n") != a, timeout=5)
+        h.kill()
+        sb.set_timeout(0.3)  # E2B's set_timeout: the sandbox goes 0.3 s from now
+        assert wait_until(lambda: sb.sandbox_id not in [s["sandboxId"] for s in sb.sandboxes.list()], timeout=5)
+    finally:
+        sb.close()

@@ -479,3 +479,18 @@ def test_e2b_names_on_async_sandbox():
         await sb.close()
 
     arun(main())
+
+
+def test_async_pause_resume_and_set_timeout():
+    async def main():
+        async with await new_sandbox() as sb:
+            await sb.commands.run("sleep 0.1")
+            await sb.pause()
+            run = asyncio.ensure_future(sb.commands.run("echo after"))
+            await asyncio.sleep(0.3)
+            assert not run.done()  # runs wait while the sandbox is paused
+            await sb.resume()
+            assert (await run).stdout == "after\n"
+            await sb.set_timeout(3600)
+            assert sb.sandbox_id in [s["sandboxId"] for s in await sb.sandboxes.list()]
+    arun(main())

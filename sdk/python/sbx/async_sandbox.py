@@ -163,6 +163,19 @@ class AsyncSandbox:
         sandbox_id: str = await self._client.run_op(ops.fork(self._sandbox_id))
         return _attach(type(self), self._client, sandbox_id, root=False)
 
+    async def pause(self) -> None:
+        """Freezes every process of the sandbox in place (as :meth:`sbx.Sandbox.pause`)."""
+        await self._client.run_op(ops.call("sandbox.pause", self._params()))
+
+    async def resume(self) -> None:
+        """Lets a paused sandbox go on where it was (as :meth:`sbx.Sandbox.resume`)."""
+        await self._client.run_op(ops.call("sandbox.resume", self._params()))
+
+    async def set_timeout(self, timeout: float) -> None:
+        """The sandbox is destroyed ``timeout`` seconds from now, 0: never (as
+        :meth:`sbx.Sandbox.set_timeout`)."""
+        await self._client.run_op(ops.call("sandbox.setTimeout", self._params(lifetimeMs=int(timeout * 1000))))
+
     async def snapshot(self) -> str:
         """Saves the files and session states; returns the snapshot id."""
         return str(await self._client.run_op(ops.snapshot(self._sandbox_id)))

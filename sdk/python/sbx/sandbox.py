@@ -185,6 +185,20 @@ class Sandbox:
         sandbox_id: str = self._client.run_op(ops.fork(self._sandbox_id))
         return _attach(type(self), self._client, sandbox_id, root=False)
 
+    def pause(self) -> None:
+        """Freezes every process of the sandbox in place (``sandbox.pause``: the cgroup freezer;
+        memory kept, no CPU). Runs sent meanwhile wait for :meth:`resume`."""
+        self._client.run_op(ops.call("sandbox.pause", self._params()))
+
+    def resume(self) -> None:
+        """Lets a paused sandbox go on exactly where it was (``sandbox.resume``)."""
+        self._client.run_op(ops.call("sandbox.resume", self._params()))
+
+    def set_timeout(self, timeout: float) -> None:
+        """E2B's ``set_timeout``: the sandbox is destroyed ``timeout`` seconds from now (0:
+        never) unless extended again (``sandbox.setTimeout``)."""
+        self._client.run_op(ops.call("sandbox.setTimeout", self._params(lifetimeMs=int(timeout * 1000))))
+
     def snapshot(self) -> str:
         """Saves the files and session states; returns the snapshot id (``snapshot.create``)."""
         return str(self._client.run_op(ops.snapshot(self._sandbox_id)))
