@@ -6,7 +6,6 @@ The SDK is imported from the checkout, and every server is registered with conft
 SPAWNED list, as in test_sdk.py, so the autouse leftover check covers these sandboxes too.
 Traffic goes to loopback only.
 """
-import os
 import re
 import sys
 import threading
@@ -23,29 +22,8 @@ from sbx import (ProcessEndedError, ProcessHandle, ProcessInfo, Sandbox, SbxErro
                  TerminalHandle, WaitTimeoutError)
 from test_sdk import socket_server  # noqa: E402,F401 (a fixture: `sbx serve --socket` in a temp dir)
 
-try:  # the shared leftover check; the tests still work without it
-    from conftest import SPAWNED, wait_until
-except ImportError:  # pragma: no cover
-    SPAWNED = []
-
-    def wait_until(pred, timeout=3.0, step=0.05):
-        deadline = time.monotonic() + timeout
-        while True:
-            v = pred()
-            if v or time.monotonic() >= deadline:
-                return v
-            time.sleep(step)
-
-SBX_BIN = os.environ.get("SBX_BIN") or str(REPO / "build" / "src" / "cli" / "sbx")
-
-
-def _skip_reason():
-    if os.geteuid() != 0:
-        return "the sbx SDK tests need root"
-    if not (os.path.isfile(SBX_BIN) and os.access(SBX_BIN, os.X_OK)):
-        return f"sbx binary not found at {SBX_BIN} (build it, or set SBX_BIN)"
-    return None
-
+from conftest import SPAWNED, wait_until  # noqa: E402
+from test_sdk import SBX_BIN, _skip_reason  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 

@@ -69,10 +69,9 @@ def with_sandbox(sandbox_id: Optional[str], **extra: Any) -> Dict[str, Any]:
     return params
 
 
-def run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs: Optional[Mapping[str, str]],
-               timeout: Optional[float], stdin: Union[bytes, str, None], stream: bool,
-               session: Optional[str], leftovers: Optional[str] = None) -> Dict[str, Any]:
-    """The params of a ``run``."""
+def _command_params(sandbox_id: Optional[str], cmd: str, cwd: Optional[str], envs: Optional[Mapping[str, str]],
+                    timeout: Optional[float], session: Optional[str]) -> Dict[str, Any]:
+    """What a ``run`` and a ``process.start`` share: the command and where and how it runs."""
     params: Dict[str, Any] = {"command": cmd}
     if sandbox_id is not None:
         params["sandboxId"] = sandbox_id
@@ -84,6 +83,14 @@ def run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs:
         params["env"] = dict(envs)
     if timeout is not None:
         params["timeoutMs"] = seconds_to_ms(timeout)
+    return params
+
+
+def run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs: Optional[Mapping[str, str]],
+               timeout: Optional[float], stdin: Union[bytes, str, None], stream: bool,
+               session: Optional[str], leftovers: Optional[str] = None) -> Dict[str, Any]:
+    """The params of a ``run``."""
+    params = _command_params(sandbox_id, cmd, cwd, envs, timeout, session)
     if stdin is not None:
         data = stdin.encode("utf-8") if isinstance(stdin, str) else bytes(stdin)
         params["stdin"] = base64.b64encode(data).decode("ascii")
@@ -120,17 +127,7 @@ def process_start_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[s
                          pty: Optional[Tuple[int, int]]) -> Dict[str, Any]:
     """The params of ``process.start``. ``stdin`` bytes or text (written and closed after the
     start) and True ask for an open stdin; False or None: /dev/null."""
-    params: Dict[str, Any] = {"command": cmd}
-    if sandbox_id is not None:
-        params["sandboxId"] = sandbox_id
-    if session is not None:
-        params["session"] = session
-    if cwd is not None:
-        params["cwd"] = cwd
-    if envs is not None:
-        params["env"] = dict(envs)
-    if timeout is not None:
-        params["timeoutMs"] = seconds_to_ms(timeout)
+    params = _command_params(sandbox_id, cmd, cwd, envs, timeout, session)
     if label is not None:
         params["label"] = label
     if stdin is not None and stdin is not False:
