@@ -276,6 +276,23 @@
 #define SBX_HISTORY_ENTRIES 1000U
 /* Longest time shutdown waits for clients to take their last answers. */
 #define SBX_SHUTDOWN_FLUSH_MS 1000
+/* Longest time an orderly shutdown (SIGTERM, `kill`) waits for cancelled runs to end and be
+ * answered before it destroys everything; `sbx serve --shutdown-deadline-ms`. From seed 004. */
+#define SBX_DEFAULT_SHUTDOWN_DEADLINE_MS 10000U
+#define SBX_MAX_SHUTDOWN_DEADLINE_MS (10U * 60 * 1000)
+
+/* Lanes (src/server/lane.h). The interactive lane's slots per CPU: commands mostly wait (on
+ * disk, the network, a child) rather than compute, and each slot costs only a process. */
+#define SBX_LANE_SLOTS_PER_CPU 8U
+#define SBX_MAX_LANE_SLOTS 4096U
+/* The system lane's reserved slots: an operator's health check or clean-up, not a fleet. */
+#define SBX_DEFAULT_SYSTEM_SLOTS 2U
+/* Requests waiting per lane before WORKER_UNAVAILABLE; seed 004's default. */
+#define SBX_DEFAULT_LANE_QUEUE 10U
+#define SBX_MAX_LANE_QUEUE 100000U
+/* The bounds of retryAfterMs: seed 004's client backoff starts at 100 ms and stops at 5 s. */
+#define SBX_LANE_RETRY_MIN_MS 100U
+#define SBX_LANE_RETRY_MAX_MS 5000U
 /* Ceilings a client may ask for, per sandbox: memory and filesystem bytes. */
 #define SBX_MAX_MEMORY_BYTES (1ULL << 44)
 #define SBX_MAX_FS_BYTES (1ULL << 40)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/limits.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "cli/cli.h"
@@ -25,6 +26,20 @@ static void usage(FILE *f) {
                 "                       or, under socket activation, the socket systemd passed\n"
                 "      --pool N         sandboxes kept ready for `create` with default options\n"
                 "                       (default 2 with --socket, 0 with --stdio; at most 8)\n"
+                "      --slots N        interactive lane: requests that set a worker going held at\n"
+                "                       once (runs, process starts, forks, snapshots, exports,\n"
+                "                       imports; default 8 per CPU)\n"
+                "      --system-slots N system lane: slots interactive work never takes (default 2)\n"
+                "      --queue N        requests each lane lets wait before WORKER_UNAVAILABLE with\n"
+                "                       retryAfterMs (default 10)\n"
+                "      --lane LANE      fixes the lane of --socket's (or stdio's) clients:\n"
+                "                       interactive or system (default: each request says)\n"
+                "      --system-socket PATH  a second socket whose clients are in the system lane\n"
+                "      --shutdown-deadline-ms N  on SIGTERM, how long cancelled work may take to be\n"
+                "                       answered before everything is destroyed (default 10000;\n"
+                "                       a second SIGTERM does not wait)\n"
+                "      --mode MODE      namespaces (default), or disabled: every request but ping,\n"
+                "                       health, sandbox.list and kill answers SANDBOX_DISABLED\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -59,19 +74,39 @@ static int activation_fd(void) {
         return r;
 }
 
+/* A number flag within [min, max]: 0, or -1 after saying what is wrong. */
+static int serve_number(const char *flag, const char *arg, long min, long max, long *ret) {
+        char *end;
+        errno = 0;
+        long v = strtol(arg, &end, 10);
+        if (!*arg || *end || errno || v < min || v > max) {
+                fprintf(stderr, "sbx serve: %s takes %ld to %ld\n", flag, min, max);
+                return -1;
+        }
+        *ret = v;
+        return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
         static const struct option opts[] = {
                 { "stdio", no_argument, NULL, 's' },
                 { "socket", required_argument, NULL, 'S' },
                 { "protocol", no_argument, NULL, 'P' },
                 { "pool", required_argument, NULL, 'p' },
+                { "slots", required_argument, NULL, 'L' },
+                { "system-slots", required_argument, NULL, 'Y' },
+                { "queue", required_argument, NULL, 'Q' },
+                { "lane", required_argument, NULL, 'l' },
+                { "system-socket", required_argument, NULL, 'T' },
+                { "shutdown-deadline-ms", required_argument, NULL, 'D' },
+                { "mode", required_argument, NULL, 'M' },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        bool stdio = false;
-        const char *path = NULL;
-        long pool = -1;
+        bool stdio = false, disabled = false;
+        const char *path = NULL, *system_path = NULL;
+        long pool = -1, slots = -1, system_slots = -1, queue = -1, deadline = -1, lane = -1;
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -88,6 +123,40 @@ int cmd_serve(int argc, char **argv) {
                         }
                         break;
                 }
+                case 'L':
+                        if (serve_number("--slots", optarg, 1, SBX_MAX_LANE_SLOTS, &slots) < 0)
+                                return 2;
+                        break;
+                case 'Y':
+                        if (serve_number("--system-slots", optarg, 1, SBX_MAX_LANE_SLOTS, &system_slots) < 0)
+                                return 2;
+                        break;
+                case 'Q':
+                        if (serve_number("--queue", optarg, 0, SBX_MAX_LANE_QUEUE, &queue) < 0)
+                                return 2;
+                        break;
+                case 'D':
+                        if (serve_number("--shutdown-deadline-ms", optarg, 0, SBX_MAX_SHUTDOWN_DEADLINE_MS, &deadline) < 0)
+                                return 2;
+                        break;
+                case 'l':
+                        if (strcmp(optarg, "interactive") != 0 && strcmp(optarg, "system") != 0) {
+                                fprintf(stderr, "sbx serve: --lane takes interactive or system\n");
+                                return 2;
+                        }
+                        lane = strcmp(optarg, "system") == 0;
+                        break;
+                case 'T': system_path = optarg; break;
+                case 'M':
+                        if (strcmp(optarg, "namespaces") == 0)
+                                disabled = false;
+                        else if (strcmp(optarg, "disabled") == 0)
+                                disabled = true;
+                        else {
+                                fprintf(stderr, "sbx serve: --mode takes namespaces or disabled\n");
+                                return 2;
+                        }
+                        break;
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -112,6 +181,22 @@ int cmd_serve(int argc, char **argv) {
         (void)mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
         (void)mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024);
         int r = server_new(&s);
+        if (r >= 0) {
+                unsigned d_slots, d_system, d_queue;
+                server_lane_defaults(&d_slots, &d_system, &d_queue);
+                server_set_slots(s, 0, slots >= 0 ? (unsigned)slots : d_slots, queue >= 0 ? (unsigned)queue : d_queue);
+                server_set_slots(s, 1, system_slots >= 0 ? (unsigned)system_slots : d_system,
+                                 queue >= 0 ? (unsigned)queue : d_queue);
+                server_set_lane(s, (int)lane);
+                server_set_disabled(s, disabled);
+                if (deadline >= 0)
+                        server_set_shutdown_deadline(s, (uint64_t)deadline);
+        }
+        if (r >= 0 && system_path && (r = server_listen_system(s, system_path)) < 0) {
+                fprintf(stderr, "sbx serve: --system-socket %s: %s\n", system_path, strerror(-r));
+                server_free(s);
+                return 1;
+        }
         if (r >= 0 && afd >= 0 && (r = server_listen_fd(s, afd, path)) < 0) {
                 fprintf(stderr, "sbx serve: the socket passed as fd 3 (LISTEN_FDS): %s\n",
                         r == -ENOTSOCK ? "not a listening Unix stream socket"

@@ -12,6 +12,7 @@
 int rpc_fail(RpcError *e, int code, const char *fmt, ...) {
         va_list ap;
         e->code = code;
+        e->retry_after_ms = 0;
         va_start(ap, fmt);
         vsnprintf(e->message, sizeof e->message, fmt, ap);
         va_end(ap);
@@ -153,6 +154,9 @@ char *rpc_result_line(json_t *id, json_t *result, size_t *ret_len) {
 char *rpc_error_line(json_t *id, const RpcError *e, size_t *ret_len) {
         json_t *m = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                               "error", "code", e->code, "message", e->message);
+        if (m && e->retry_after_ms)
+                json_object_set_new(json_object_get(m, "error"), "data",
+                                    json_pack("{s:I}", "retryAfterMs", (json_int_t)e->retry_after_ms));
         return dump_line(m, ret_len);
 }
 

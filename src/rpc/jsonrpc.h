@@ -15,6 +15,10 @@ enum {
         /* A cap of the server was reached (sandboxes per server, runs queued per session);
          * retry later. The predecessor's WORKER_UNAVAILABLE. */
         RPC_WORKER_UNAVAILABLE = -32001,
+        /* The server runs with --mode disabled: nothing is executed; ping and health answer. */
+        RPC_SANDBOX_DISABLED = -32002,
+        /* The server is shutting down: no new work; queued requests are answered with it. */
+        RPC_SHUTTING_DOWN = -32003,
         /* process.wait: the process ended before the condition held. */
         RPC_PROCESS_ENDED = -32010,
         /* process.wait: timeoutMs passed first. */
@@ -26,6 +30,8 @@ enum {
 typedef struct RpcError {
         int code;
         char message[512];
+        /* WORKER_UNAVAILABLE: when to try again, sent as error.data.retryAfterMs; 0: not sent. */
+        uint64_t retry_after_ms;
 } RpcError;
 
 /* Sets e and returns -1, for `return rpc_fail(e, ...)`. */

@@ -22,6 +22,7 @@ struct Conn {
         bool turn_pending; /* resume_input() is yielded to */
         unsigned holds;    /* conn_hold_input() without its release: no request is handled */
         uid_t uid;
+        int lane; /* fixed by the operator, or -1 */
         Framer framer;
         ByteQueue out;
         ByteQueue in; /* read but not yet framed: held while the client is paused, or until
@@ -218,6 +219,7 @@ int conn_new(ConnList *l, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret
         c->wfd = wfd;
         c->is_stdio = is_stdio;
         c->uid = uid;
+        c->lane = -1;
         framer_init(&c->framer, SBX_DEFAULT_RPC_BYTES);
         (void)fd_set_nonblock(rfd, true);
         (void)fd_set_nonblock(wfd, true);
@@ -244,6 +246,12 @@ void conn_close(Conn *c) {
         if (c->is_stdio) {
                 (void)fd_set_nonblock(c->wfd, false);
         } else {
+                /* A Unix socket closed with unread bytes resets its peer, which then loses the
+                 * answers it has not read yet: discard what the client sent that will never be
+                 * handled (the receive buffer bounds it), so it reads them, then end-of-file. */
+                char sink[4096];
+                while (read(c->rfd, sink, sizeof sink) > 0)
+                        ;
                 close(c->rfd);
                 close(c->wfd);
         }
@@ -286,6 +294,9 @@ void conn_flush_all(ConnList *l, uint64_t deadline_ms) {
         for (Conn *c = l->head; c; c = c->next)
                 flush_until(c, deadline_ms);
 }
+
+int conn_lane(const Conn *c) { return c->lane; }
+void conn_set_lane(Conn *c, int lane) { c->lane = lane; }
 
 uid_t conn_uid(const Conn *c) { return c->uid; }
 

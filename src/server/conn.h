@@ -49,6 +49,10 @@ void conn_close_all(ConnList *l);
 void conn_flush_all(ConnList *l, uint64_t deadline_ms);
 
 uid_t conn_uid(const Conn *c);
+/* The lane the operator fixed for this connection's requests (a LaneId), or -1: each request
+ * says. */
+int conn_lane(const Conn *c);
+void conn_set_lane(Conn *c, int lane);
 /* Whether c's answers wait past SBX_OUTPUT_QUEUE_HIGH_BYTES (ops->paused said so). */
 bool conn_paused(const Conn *c);
 bool conn_is_stdio(const Conn *c);

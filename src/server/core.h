@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "sbx/sbx.h"
+#include "server/lane.h"
 #include "server/pending.h"
 #include "server/registry.h"
 
@@ -12,10 +13,14 @@ typedef struct Totals {
         uint64_t completed, failed, timed_out, cancelled, exec_ms_sum;
 } Totals;
 
+typedef enum ServerMode { MODE_NAMESPACES, MODE_DISABLED } ServerMode;
+
 struct Core {
         SbxContext *ctx;
         Registry registry;
         PendingSet pending;
+        Lanes lanes;
+        ServerMode mode;
         Totals totals;      /* of `run`s, for health */
         uint64_t start_ms;  /* monotonic, for health's uptime */
         uint64_t watches;   /* files.watch ids given so far */

@@ -94,6 +94,8 @@ static int check_known(const Method *m, json_t *params, RpcError *e) {
         const char *key;
         json_t *v;
         json_object_foreach(params, key, v) {
+                if ((m->flags & M_LANE) && strcmp(key, "lane") == 0)
+                        continue;
                 const Param *p = m->params;
                 while (p->name && strcmp(p->name, key) != 0)
                         p++;
@@ -158,16 +160,89 @@ static int resolve_sandbox(Req *r, RpcError *e) {
         return 0;
 }
 
+/* The lane a request of a lane method belongs to: its `lane` param (taken out of params), or
+ * the connection's when the operator fixed it. Returns 0 or -1 with e set. */
+static int request_lane(Req *r, LaneId *ret, RpcError *e) {
+        json_t *v = json_object_get(r->params, "lane");
+        int forced = conn_lane(r->conn);
+        *ret = forced >= 0 ? (LaneId)forced : LANE_INTERACTIVE;
+        if (!v || json_is_null(v)) {
+                json_object_del(r->params, "lane");
+                return 0;
+        }
+        LaneId asked;
+        if (!json_is_string(v) || lane_parse(json_string_value(v), &asked) < 0)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "lane must be \"interactive\" or \"system\"");
+        if (forced >= 0 && (LaneId)forced != asked)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "lane: this connection's lane is fixed to %s by the server",
+                                lane_name((LaneId)forced));
+        *ret = asked;
+        json_object_del(r->params, "lane");
+        return 0;
+}
+
+/* Calls the handler of a request admitted to run now (holding a lane slot if it needs one). */
+static int handle(Req *r, const Method *m, json_t **ret, RpcError *e) {
+        int rr = (m->flags & M_SANDBOX) && resolve_sandbox(r, e) < 0 ? -1 : m->fn(r, ret, e);
+        /* A slot not taken over by a Pending: the request is answered, the slot is free. */
+        lanes_return_lent(&r->core->lanes);
+        return rr;
+}
+
+/* Methods a server in --mode disabled still answers. */
+static bool works_disabled(const Method *m) {
+        return strcmp(m->name, "ping") == 0 || strcmp(m->name, "health") == 0 || strcmp(m->name, "kill") == 0 ||
+               strcmp(m->name, "sandbox.list") == 0;
+}
+
 /* Runs a parsed request. Returns 0 with *ret set, 1 if answered later, -1 with e set. */
 static int dispatch_request(Req *r, const char *name, json_t **ret, RpcError *e) {
         const Method *m;
+        LaneId lane = LANE_INTERACTIVE;
         if (lookup(name, r->params, &m, e) < 0)
                 return -1;
         if (r->core->shutting_down && strcmp(m->name, "ping") != 0 && strcmp(m->name, "health") != 0)
-                return rpc_fail(e, RPC_INTERNAL_ERROR, "Server shutting down");
-        if ((m->flags & M_SANDBOX) && resolve_sandbox(r, e) < 0)
-                return -1;
-        return m->fn(r, ret, e);
+                return rpc_fail(e, RPC_SHUTTING_DOWN, "POOL_SHUTTING_DOWN: the server is shutting down");
+        if (r->core->mode == MODE_DISABLED && !works_disabled(m))
+                return rpc_fail(e, RPC_SANDBOX_DISABLED,
+                                "SANDBOX_DISABLED: this server runs with --mode disabled: nothing is executed "
+                                "(ping and health still answer)");
+        if (m->flags & M_LANE) {
+                if (request_lane(r, &lane, e) < 0)
+                        return -1;
+                if (lanes_try_take(&r->core->lanes, lane) < 0) {
+                        if (lanes_enqueue(&r->core->lanes, lane, r->conn, r->id, r->params, m, e) < 0)
+                                return -1;
+                        return 1;
+                }
+        }
+        return handle(r, m, ret, e);
+}
+
+/* Sends the answer of a request handled: rr as dispatch_request returns it. */
+static void answer(Conn *c, json_t *id, bool has_id, int rr, json_t *result, const RpcError *e, bool broken) {
+        if (rr == 0 && has_id)
+                conn_reply(c, id, result);
+        else
+                json_decref(result);
+        /* Requests without an id are notifications: no answer, unless the line was so broken
+         * that we cannot tell (then id null, as JSON-RPC says). */
+        if (rr < 0 && broken)
+                conn_reply_error(c, id, e);
+}
+
+void dispatch_start_waiting(void *data, LaneId lane, LaneWait *w) {
+        Core *core = data;
+        RpcError e = { 0 };
+        json_t *result = NULL;
+        (void)lane;
+        Req r = { .core = core, .conn = w->conn, .id = w->id, .params = w->params };
+        int rr = core->shutting_down ? rpc_fail(&e, RPC_SHUTTING_DOWN, "POOL_SHUTTING_DOWN: the server is shutting down")
+                                     : handle(&r, w->method, &result, &e);
+        answer(w->conn, w->id, w->id != NULL, rr, result, &e, rr < 0 && w->id != NULL);
+        json_decref(w->id);
+        json_decref(w->params);
+        free(w);
 }
 
 void dispatch_line(Core *core, Conn *c, const char *line, size_t len, bool too_large) {
@@ -188,25 +263,21 @@ void dispatch_line(Core *core, Conn *c, const char *line, size_t len, bool too_l
                         rr = dispatch_request(&r, q.method, &result, &e);
                 }
         }
-        if (rr == 0 && q.has_id)
-                conn_reply(c, q.id, result);
-        else
-                json_decref(result);
-        /* Requests without an id are notifications: no answer, unless the line was so broken
-         * that we cannot tell (then id null, as JSON-RPC says). */
-        if (rr < 0 && (too_large || rpc_request_wants_error(&q, &e)))
-                conn_reply_error(c, q.id, &e);
+        answer(c, q.id, q.has_id, rr, result, &e, rr < 0 && (too_large || rpc_request_wants_error(&q, &e)));
         rpc_request_done(&q);
 }
 
-static void print_params(FILE *f, const Param *p) {
-        if (!p->name) {
+static void print_params(FILE *f, const Method *m) {
+        const Param *p = m->params;
+        if (!p->name && !(m->flags & M_LANE)) {
                 fprintf(f, "Params: none.\n\n");
                 return;
         }
         fprintf(f, "| param | type | required | meaning |\n|---|---|---|---|\n");
         for (; p->name; p++)
                 fprintf(f, "| `%s` | %s | %s | %s |\n", p->name, type_name(p->type), p->required ? "yes" : "no", p->doc);
+        if (m->flags & M_LANE)
+                fprintf(f, "| `lane` | string | no | \"interactive\" (default) or \"system\" (see Lanes) |\n");
         fprintf(f, "\n");
 }
 
@@ -232,21 +303,42 @@ void dispatch_print_protocol(FILE *f) {
                 "\"base64\"` when a chunk is not valid UTF-8); the result still carries the whole capped output.\n"
                 "A client that stops reading gets its streaming runs paused (their pipes are no longer\n"
                 "read) once %u MiB wait for it, and resumed below %u MiB.\n\n"
+                "## Lanes\n\n"
+                "Requests that set a worker going (the methods whose params list `lane`: `run`,\n"
+                "`process.start`, `sandbox.fork`, `snapshot.create`, `snapshot.restore`,\n"
+                "`persistence.export`, `persistence.import`) hold a slot of their lane from the moment\n"
+                "they start until they are answered. Two lanes: `interactive` (the default; `sbx serve\n"
+                "--slots`, default 8 per CPU) and `system` (`--system-slots`, default 2), whose slots\n"
+                "interactive work never takes. A request that finds its lane's slots taken waits in the\n"
+                "lane's queue (`--queue`, default 10 waiting) and starts, in order, when a slot frees;\n"
+                "waiting requests are served round-robin across connections. Past the queue: -32001\n"
+                "`WORKER_UNAVAILABLE` with `error.data.retryAfterMs`. `sbx serve --lane` fixes the lane\n"
+                "of the clients of `--socket` (or stdio) and `--system-socket PATH` listens for clients in\n"
+                "the system lane; a request asking for another lane than its connection's fixed one gets\n"
+                "-32602. `health` shows each lane.\n\n"
+                "## Shutdown\n\n"
+                "SIGTERM, SIGINT, SIGHUP or the `kill` method: the socket closes, waiting requests and\n"
+                "runs queued in sessions are answered -32003 `POOL_SHUTTING_DOWN`, running runs are\n"
+                "cancelled (answered 125); new requests other than `ping` and `health` get -32003. Once\n"
+                "nothing is under way, or at the deadline (`--shutdown-deadline-ms`, default 10 s), every\n"
+                "sandbox is destroyed and the server exits 0. A second signal does not wait.\n\n"
                 "## Errors\n\n"
                 "| code | when |\n|---|---|\n"
                 "| -32700 | parse error; `Request too large` for a line over `limits.rpcBytes` (default 8 MiB), which is skipped without being buffered |\n"
                 "| -32600 | invalid request; `Sandbox already created`; `Sandbox not created. Call \"create\" first.` |\n"
                 "| -32601 | `Method not found: X` |\n"
                 "| -32602 | invalid params, naming the param (`unknown parameter \"X\"` for a param the method does not list, `Missing required param: X`, `X must be a string`, `Unknown sandboxId: X`) |\n"
-                "| -32603 | internal error (sandbox creation failed, server shutting down) |\n"
-                "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (%u sandboxes, %u running or queued runs per session, %u sessions per sandbox); retry later |\n"
+                "| -32603 | internal error (sandbox creation failed) |\n"
+                "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (%u sandboxes, %u running or queued runs per session, %u sessions per sandbox, a lane's queue); retry later: `error.data.retryAfterMs` when the server can tell when |\n"
+                "| -32002 | `SANDBOX_DISABLED: ...`: the server runs with `--mode disabled`; only `ping`, `health`, `sandbox.list` and `kill` answer |\n"
+                "| -32003 | `POOL_SHUTTING_DOWN: ...`: the server is shutting down |\n"
                 "| 1 | sandbox or file error: `ERRNO: message` |\n\n"
                 "## Methods\n\n",
                 SBX_OUTPUT_QUEUE_HIGH_BYTES >> 20, SBX_OUTPUT_QUEUE_LOW_BYTES >> 20, SBX_MAX_SERVER_SANDBOXES, SBX_MAX_QUEUED_RUNS, SBX_MAX_SESSIONS);
         for (size_t t = 0; t < ELEMENTSOF(tables); t++)
                 for (const Method *m = tables[t]; m->name; m++) {
                         fprintf(f, "### `%s`\n\n%s\n\n", m->name, m->doc);
-                        print_params(f, m->params);
+                        print_params(f, m);
                         fprintf(f, "Result: `%s`\n\n", m->result);
                 }
 }

@@ -35,7 +35,10 @@ typedef struct Param {
         const char *doc;
 } Param;
 
-enum { M_SANDBOX = 1 }; /* takes sandboxId and needs a sandbox */
+enum {
+        M_SANDBOX = 1, /* takes sandboxId and needs a sandbox */
+        M_LANE = 2,    /* sets a worker going: holds a lane slot until answered (lane.h) */
+};
 
 typedef struct Method {
         const char *name;

@@ -212,23 +212,23 @@ static const Param p_snapshot_id[] = { PARAM_SANDBOX_ID, { "id", P_STRING, true,
 static const Param p_import[] = { PARAM_SANDBOX_ID, { "data", P_STRING, true, "the archive, base64" }, { 0 } };
 
 const Method server_methods_image[] = {
-        { "sandbox.fork", m_sandbox_fork, M_SANDBOX, handler_params_sandbox, "{sandboxId}",
+        { "sandbox.fork", m_sandbox_fork, M_SANDBOX | M_LANE, handler_params_sandbox, "{sandboxId}",
           "A new sandbox with a copy of this one's files, every session's state, its limits and options "
           "(taken at one point in time, after the runs queued before it; background processes are not "
           "copied). Owned like its source. At most 16 forks at once (-32602)." },
-        { "snapshot.create", m_snapshot_create, M_SANDBOX, handler_params_sandbox, "{id}",
+        { "snapshot.create", m_snapshot_create, M_SANDBOX | M_LANE, handler_params_sandbox, "{id}",
           "Saves the sandbox's files and session states in its snapshot store (budget: 4 times its "
           "filesystem limits, at most 32 snapshots; ENOSPC beyond)." },
-        { "snapshot.restore", m_snapshot_restore, M_SANDBOX, p_snapshot_id, "{ok: true}",
+        { "snapshot.restore", m_snapshot_restore, M_SANDBOX | M_LANE, p_snapshot_id, "{ok: true}",
           "Brings back a snapshot's files and session states; sessions made since start fresh, background "
           "processes are killed. Unknown id: -32602." },
         { "snapshot.list", m_snapshot_list, M_SANDBOX, handler_params_sandbox, "{snapshots: [{id, createdAt, bytes}]}",
           "The sandbox's snapshots, oldest first." },
         { "snapshot.delete", m_snapshot_delete, M_SANDBOX, p_snapshot_id, "{ok: true}", "Deletes a snapshot." },
-        { "persistence.export", m_export, M_SANDBOX, handler_params_sandbox, "{data (base64), size}",
+        { "persistence.export", m_export, M_SANDBOX | M_LANE, handler_params_sandbox, "{data (base64), size}",
           "A zstd-compressed tar of /tmp, /home/user and /dev/shm plus sbx-manifest.json (format version, "
           "session states, limits, sha256 of the payload); plain `tar --zstd -xf` opens it." },
-        { "persistence.import", m_import, M_SANDBOX, p_import, "{ok: true}",
+        { "persistence.import", m_import, M_SANDBOX | M_LANE, p_import, "{ok: true}",
           "Replaces the sandbox's files and session states with an exported archive's. A refused archive "
           "(-32602: bad magic, version or checksum, unsafe paths or links, device nodes, setuid bits, "
           "over the sandbox's limits) leaves the sandbox unchanged." },

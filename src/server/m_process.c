@@ -806,7 +806,7 @@ static const Param p_wait[] = {
         { 0 } };
 
 const Method server_methods_process[] = {
-        { "process.start", m_process_start, M_SANDBOX, p_start, "{processId, pid}",
+        { "process.start", m_process_start, M_SANDBOX | M_LANE, p_start, "{processId, pid}",
           "Starts a command as a process of its own, beside the session's runs (queued behind them). pid is "
           "its pid in the sandbox. Its own cgroup, log (1 MiB, newest kept), stdin or terminal. "
           "-32001 LIMIT_EXCEEDED past 64 running processes." },

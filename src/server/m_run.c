@@ -65,8 +65,13 @@ static json_t *run_result_json(const SbxResult *res) {
 static void run_done(void *ud, const SbxResult *res) {
         Pending *p = ud;
         p->run = NULL;
-        if (p->kind == PENDING_RUN)
+        if (p->kind == PENDING_RUN) {
                 count_result(&p->core->totals, res);
+                lanes_count(&p->core->lanes, p->lane, res->exec_time_us / 1000,
+                            res->error_class != SBX_ERROR_TIMEOUT && res->error_class != SBX_ERROR_CANCELLED &&
+                                    res->exit_code != 0,
+                            res->error_class == SBX_ERROR_TIMEOUT, res->error_class == SBX_ERROR_CANCELLED);
+        }
         if (p->conn && !p->replied) {
                 json_t *out;
                 if (p->kind == PENDING_ENV_SET)
@@ -238,7 +243,7 @@ static const Param p_env_get[] = { PARAM_SANDBOX_ID, PARAM_SESSION, PARAM_ENV_NA
 static const Param p_history[] = { PARAM_SANDBOX_ID, PARAM_SESSION, { 0 } };
 
 const Method server_methods_run[] = {
-        { "run", m_run, M_SANDBOX, p_run,
+        { "run", m_run, M_SANDBOX | M_LANE, p_run,
           "{exitCode, stdout, stderr, executionTimeMs, truncated?: {stdout, stderr}, droppedBytes?: {stdout, stderr}, "
           "errorClass?, killedProcesses?, stdoutEncoding?, stderrEncoding?}",
           "Runs a command in a session. stdout/stderr are strings when valid UTF-8, else base64 with "

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/util.h"
+#include "server/core.h"
 #include "server/pending.h"
 
 static void pending_link(Pending **head, Pending *p) {
@@ -40,6 +42,9 @@ int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind ki
         p->id = json_incref(id);
         p->key = id_key(id);
         p->kind = kind;
+        p->lane = lanes_take_lent(&core->lanes);
+        if (p->lane)
+                p->lane_ms = now_ms();
         pending_link(&set->head, p);
         *ret = p;
         return 0;
@@ -47,6 +52,8 @@ int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind ki
 
 Pending *pending_free(Pending *p) {
         pending_unlink(p);
+        if (p->lane)
+                lanes_release(&p->core->lanes, p->lane, now_ms() - p->lane_ms);
         json_decref(p->id);
         json_decref(p->answer);
         free(p->key);
@@ -111,5 +118,37 @@ void pending_fail_queued(PendingSet *set, const RpcError *e) {
                 if (p->run && !sbx_run_started(p->run)) {
                         conn_reply_error(p->conn, p->id, e);
                         p->replied = true;
+                }
+}
+
+void pending_cancel_running(PendingSet *set) {
+        /* A cancel may answer and free at once (and with it others): restart from the head
+         * after each, skipping what was cancelled already. */
+        for (Pending *p = set->head; p; p = p->next)
+                if (p->run && sbx_run_started(p->run) && !p->cancelled) {
+                        p->cancelled = true;
+                        (void)sbx_run_cancel(p->run);
+                        p = set->head;
+                        if (!p)
+                                break;
+                }
+}
+
+unsigned pending_busy(const PendingSet *set) {
+        unsigned n = 0;
+        for (const Pending *p = set->head; p; p = p->next)
+                n += p->kind == PENDING_RUN || p->kind == PENDING_ENV_SET || p->kind == PENDING_ENV_GET ||
+                     p->kind == PENDING_OP;
+        return n;
+}
+
+void pending_fail_all(PendingSet *set, const RpcError *e) {
+        for (Pending *p = set->head; p; p = p->next)
+                if (p->conn) {
+                        if (!p->replied)
+                                conn_reply_error(p->conn, p->id, e);
+                        p->replied = true;
+                        /* Its done callback, if one ever comes, answers nobody. */
+                        p->conn = NULL;
                 }
 }

@@ -30,11 +30,14 @@ typedef struct Pending {
         SbxRun *run;           /* runs: NULL once done */
         PendingKind kind;
         bool stream, replied;
+        bool cancelled;        /* shutdown cancelled its run already */
         uint64_t seq;          /* next `output` notification's number */
         bool persist;          /* PENDING_OP of a fork: the new sandbox outlives its client */
         uid_t uid;             /* PENDING_OP of a fork: who may use the new sandbox */
         uint64_t started_us;   /* PENDING_OP of a pause: CLOCK_MONOTONIC when asked */
         json_t *answer;        /* PENDING_OP of a create: the result, sent once the sandbox is ready */
+        int lane;              /* 1 + the lane whose slot it holds (lane.h), 0 for none */
+        uint64_t lane_ms;      /* since when (monotonic ms) */
         /* PENDING_PROC: m_process.c's request; PENDING_WATCH: m_watch.c's watch (answered at
          * once, it lives until unwatched). Either is told when its connection closes (then conn is
          * NULL; `detached` must free the pending or leave it to a callback still to come) and
@@ -48,7 +51,8 @@ typedef struct PendingSet {
         Pending *head;
 } PendingSet;
 
-/* Registers request id of c as answered later. Returns 0 or -ENOMEM. */
+/* Registers request id of c as answered later; it takes over the lane slot lent to the
+ * handler running now, if any, and gives it back when freed. Returns 0 or -ENOMEM. */
 int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind kind, Pending **ret);
 /* Takes p out of its list and frees it; returns NULL. */
 Pending *pending_free(Pending *p);
@@ -62,3 +66,11 @@ void pending_pause(PendingSet *set, const Conn *c, bool paused);
 void pending_count(const PendingSet *set, unsigned *ret_running, unsigned *ret_queued);
 /* Answers every queued (not yet started) run with e; their done callbacks answer no more. */
 void pending_fail_queued(PendingSet *set, const RpcError *e);
+/* Answers every request not answered yet with e and forgets its connection (shutdown's end),
+ * so its done callback, if one comes, answers nobody and frees it. */
+void pending_fail_all(PendingSet *set, const RpcError *e);
+/* Cancels every started run (shutdown): each is answered 125 when its worker is gone. */
+void pending_cancel_running(PendingSet *set);
+/* Requests whose answer will come from work under way (runs, env, forks, snapshots,
+ * exports, imports, creates), not counting waits and streams that last as long as asked. */
+unsigned pending_busy(const PendingSet *set);

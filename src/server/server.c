@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,15 +22,30 @@
 #include "server/server.h"
 #include "session/internal.h"
 
+/* A listening socket: the clients' (--socket, or systemd's) or the operator's
+ * (--system-socket, whose connections are fixed to the system lane). */
+typedef struct Listener {
+        Server *server;
+        int fd;
+        Watch w;
+        char *path; /* unlinked at shutdown; NULL for a socket systemd made */
+        int lane;   /* the lane of its connections, -1 when each request says */
+} Listener;
+
+enum { LISTEN_MAIN, LISTEN_SYSTEM, LISTEN_COUNT };
+
 struct Server {
         Core core;
         Loop *loop;
         ConnList conns;
-        int listen_fd;
-        Watch lw;
-        char *socket_path;
+        Listener listeners[LISTEN_COUNT];
+        int stdio_lane; /* the --lane the operator fixed for the main socket and stdio, or -1 */
         int sig_fd;
         Watch sw;
+        int deadline_fd; /* the orderly shutdown's deadline */
+        Watch dw;
+        uint64_t deadline_ms;
+        bool draining; /* shutting down: waiting for cancelled work to be answered */
         bool stop;
 };
 
@@ -53,6 +69,7 @@ static void on_eof(void *data, Conn *c) {
 
 static void on_closed(void *data, Conn *c) {
         Server *s = data;
+        lanes_drop_conn(&s->core.lanes, c);
         pending_detach(&s->core.pending, c);
         /* Its uploads go with it, in persistent sandboxes too: their temp files hold space. */
         for (SrvSandbox *sb = registry_next(&s->core.registry, NULL); sb; sb = registry_next(&s->core.registry, sb))
@@ -72,16 +89,31 @@ static void shutdown_requested(void *data) { server_shutdown(data); }
 static void signal_event(Watch *w, uint32_t events) {
         Server *s = w->data;
         struct signalfd_siginfo si;
+        bool again = s->core.shutting_down;
         while (read(s->sig_fd, &si, sizeof si) > 0)
                 ;
-        server_shutdown(s);
+        /* A second signal does not wait for the deadline. */
+        if (again)
+                s->stop = true;
+        else
+                server_shutdown(s);
+}
+
+static void deadline_event(Watch *w, uint32_t events) {
+        Server *s = w->data;
+        log_warn("shutdown: the deadline passed with work still under way; destroying everything");
+        s->stop = true;
 }
 
 int server_new(Server **ret) {
         Server *s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
-        s->listen_fd = s->sig_fd = -1;
+        s->sig_fd = s->deadline_fd = -1;
+        s->stdio_lane = -1;
+        s->deadline_ms = SBX_DEFAULT_SHUTDOWN_DEADLINE_MS;
+        for (unsigned i = 0; i < LISTEN_COUNT; i++)
+                s->listeners[i] = (Listener){ .server = s, .fd = -1, .lane = i == LISTEN_SYSTEM ? LANE_SYSTEM : -1 };
         int r = sbx_context_new(&s->core.ctx);
         if (r < 0) {
                 free(s);
@@ -91,6 +123,7 @@ int server_new(Server **ret) {
         s->core.start_ms = now_ms();
         s->core.shutdown = shutdown_requested;
         s->core.shutdown_data = s;
+        lanes_init(&s->core.lanes, s->loop, dispatch_start_waiting, &s->core);
         conn_list_init(&s->conns, s->loop, &conn_ops, s);
         sigset_t mask;
         sigemptyset(&mask);
@@ -109,9 +142,10 @@ int server_new(Server **ret) {
 }
 
 static void accept_event(Watch *w, uint32_t events) {
-        Server *s = w->data;
+        Listener *l = w->data;
+        Server *s = l->server;
         for (;;) {
-                int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0)
                         return;
                 struct ucred uc;
@@ -131,11 +165,13 @@ static void accept_event(Watch *w, uint32_t events) {
                 if (wfd < 0 || conn_new(&s->conns, fd, wfd, false, uc.uid, &c) < 0) {
                         close(fd);
                         safe_close(wfd);
+                        continue;
                 }
+                conn_set_lane(c, l->lane);
         }
 }
 
-int server_listen(Server *s, const char *path) {
+static int listen_at(Listener *l, const char *path) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         if (strlen(path) >= sizeof sa.sun_path)
                 return -ENAMETOOLONG;
@@ -175,11 +211,14 @@ int server_listen(Server *s, const char *path) {
                 close(fd);
                 return r;
         }
-        s->listen_fd = fd;
-        s->socket_path = strdup(path);
-        r = loop_add(s->loop, &s->lw, fd, EPOLLIN, accept_event, s);
-        return r;
+        l->fd = fd;
+        l->path = strdup(path);
+        return loop_add(l->server->loop, &l->w, fd, EPOLLIN, accept_event, l);
 }
+
+int server_listen(Server *s, const char *path) { return listen_at(&s->listeners[LISTEN_MAIN], path); }
+
+int server_listen_system(Server *s, const char *path) { return listen_at(&s->listeners[LISTEN_SYSTEM], path); }
 
 int server_listen_fd(Server *s, int fd, const char *path) {
         struct stat st;
@@ -210,8 +249,9 @@ int server_listen_fd(Server *s, int fd, const char *path) {
                 return r;
         /* socket_path stays NULL: the socket file is its maker's (systemd keeps listening on
          * it after this server exits, to start the next one), so shutdown leaves it. */
-        s->listen_fd = fd;
-        return loop_add(s->loop, &s->lw, fd, EPOLLIN, accept_event, s);
+        Listener *l = &s->listeners[LISTEN_MAIN];
+        l->fd = fd;
+        return loop_add(s->loop, &l->w, fd, EPOLLIN, accept_event, l);
 }
 
 void server_set_pool(Server *s, unsigned n) {
@@ -220,32 +260,69 @@ void server_set_pool(Server *s, unsigned n) {
 
 int server_add_stdio(Server *s) {
         Conn *c;
-        return conn_new(&s->conns, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);
+        int r = conn_new(&s->conns, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);
+        if (r >= 0)
+                conn_set_lane(c, s->stdio_lane);
+        return r;
 }
 
-static void close_listener(Server *s) {
-        if (s->listen_fd < 0)
-                return;
-        loop_del(s->loop, &s->lw);
-        s->listen_fd = safe_close(s->listen_fd);
-        if (s->socket_path)
-                (void)unlink(s->socket_path);
+void server_set_lane(Server *s, int lane) {
+        s->stdio_lane = s->listeners[LISTEN_MAIN].lane = lane;
 }
 
+void server_set_slots(Server *s, int lane, unsigned slots, unsigned queue_max) {
+        lanes_configure(&s->core.lanes, (LaneId)lane, slots, queue_max);
+}
+
+void server_lane_defaults(unsigned *ret_interactive, unsigned *ret_system, unsigned *ret_queue) {
+        lanes_defaults(ret_interactive, ret_system, ret_queue);
+}
+
+void server_set_shutdown_deadline(Server *s, uint64_t ms) { s->deadline_ms = ms; }
+
+void server_set_disabled(Server *s, bool disabled) { s->core.mode = disabled ? MODE_DISABLED : MODE_NAMESPACES; }
+
+static void close_listeners(Server *s) {
+        for (unsigned i = 0; i < LISTEN_COUNT; i++) {
+                Listener *l = &s->listeners[i];
+                if (l->fd < 0)
+                        continue;
+                loop_del(s->loop, &l->w);
+                l->fd = safe_close(l->fd);
+                if (l->path)
+                        (void)unlink(l->path);
+        }
+}
+
+/* The orderly shutdown (seed 004): no new work, waiting requests answered POOL_SHUTTING_DOWN,
+ * running ones cancelled (answered 125); once nothing is under way, or at the deadline,
+ * everything is destroyed. */
 void server_shutdown(Server *s) {
         if (s->core.shutting_down)
                 return;
         s->core.shutting_down = true;
-        s->stop = true;
-        close_listener(s);
+        close_listeners(s);
+        RpcError e;
+        rpc_fail(&e, RPC_SHUTTING_DOWN, "POOL_SHUTTING_DOWN: the server is shutting down");
+        lanes_fail_all(&s->core.lanes, &e);
+        pending_fail_queued(&s->core.pending, &e);
+        pending_cancel_running(&s->core.pending);
+        s->draining = true;
+        s->deadline_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (s->deadline_fd < 0 || loop_add(s->loop, &s->dw, s->deadline_fd, EPOLLIN, deadline_event, s) < 0 ||
+            timerfd_arm_ms(s->deadline_fd, s->deadline_ms ? s->deadline_ms : 1) < 0)
+                s->stop = true;
 }
 
-/* Queued runs get an error, running ones are cancelled (their answers say 125), then every
- * sandbox goes. What is left to say is flushed to clients for a bounded time. */
+/* Whatever is still queued or running is failed or cancelled, then every sandbox goes. What
+ * is left to say is flushed to clients for a bounded time. */
 static void finish(Server *s) {
         RpcError e;
-        rpc_fail(&e, RPC_INTERNAL_ERROR, "Server shutting down");
+        rpc_fail(&e, RPC_SHUTTING_DOWN, "POOL_SHUTTING_DOWN: the server is shutting down");
+        lanes_fail_all(&s->core.lanes, &e);
         pending_fail_queued(&s->core.pending, &e);
+        /* Past the deadline, work still under way is answered now: nothing will answer it. */
+        pending_fail_all(&s->core.pending, &e);
         registry_destroy_all(&s->core.registry);
         conn_flush_all(&s->conns, now_ms() + SBX_SHUTDOWN_FLUSH_MS);
         conn_close_all(&s->conns);
@@ -253,6 +330,8 @@ static void finish(Server *s) {
 
 int server_run(Server *s) {
         while (!s->stop) {
+                if (s->draining && pending_busy(&s->core.pending) == 0)
+                        break;
                 int r = sbx_context_run_once(s->core.ctx, -1);
                 if (r < 0 && r != -EINTR) {
                         log_error("event loop: %s", strerror(-r));
@@ -271,8 +350,12 @@ Server *server_free(Server *s) {
         if (s->sw.active)
                 loop_del(s->loop, &s->sw);
         safe_close(s->sig_fd);
-        close_listener(s);
-        free(s->socket_path);
+        if (s->dw.active)
+                loop_del(s->loop, &s->dw);
+        safe_close(s->deadline_fd);
+        close_listeners(s);
+        for (unsigned i = 0; i < LISTEN_COUNT; i++)
+                free(s->listeners[i].path);
         sbx_context_free(s->core.ctx);
         free(s);
         return NULL;

@@ -17,6 +17,8 @@
  * only); then the server owns it until sandbox.destroy or shutdown. */
 #pragma once
 #include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include "rpc/jsonrpc.h"
 
@@ -33,8 +35,23 @@ int server_listen(Server *s, const char *path);
  * Returns 0, -ENOTSOCK when fd is not a listening Unix stream socket, -EADDRNOTAVAIL when it
  * is not bound to path, or -errno. */
 int server_listen_fd(Server *s, int fd, const char *path);
+/* Listens on a second Unix socket whose connections are fixed to the system lane (the
+ * operator's: health checks, clean-up). Returns 0 or -errno. */
+int server_listen_system(Server *s, const char *path);
 /* Serves one client on stdin/stdout; its end of input shuts the server down. */
 int server_add_stdio(Server *s);
+/* Fixes the lane (0 interactive, 1 system; -1: each request says) of the connections of
+ * --socket and stdio. Call before server_add_stdio. */
+void server_set_lane(Server *s, int lane);
+/* The lanes' defaults, derived from the machine (lane.c). */
+void server_lane_defaults(unsigned *ret_interactive, unsigned *ret_system, unsigned *ret_queue);
+/* A lane's slots and the requests it lets wait (0 interactive, 1 system). */
+void server_set_slots(Server *s, int lane, unsigned slots, unsigned queue_max);
+/* How long an orderly shutdown waits for cancelled work before destroying everything. */
+void server_set_shutdown_deadline(Server *s, uint64_t ms);
+/* --mode disabled: every request but ping, health, sandbox.list and kill is refused with
+ * SANDBOX_DISABLED. */
+void server_set_disabled(Server *s, bool disabled);
 /* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
 void server_set_pool(Server *s, unsigned n);
 /* Runs until shutdown; returns the process exit code. */

@@ -23,13 +23,19 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def stdio():
-    proc = subprocess.Popen([SBX, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def spawn_stdio(*args):
+    proc = subprocess.Popen([SBX, "serve", "--stdio", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     SPAWNED.append(proc.pid)  # for the leftover checks
     peer = Peer(proc.stdout, proc.stdin)
     peer.proc = proc
+    return peer
+
+
+@pytest.fixture
+def stdio():
+    peer = spawn_stdio()
+    proc = peer.proc
     yield peer
     if proc.poll() is None:
         proc.stdin.close()
@@ -193,11 +199,23 @@ def test_concurrency(stdio):
     assert stdio.wait(other)["result"]["stdout"] == "other\n"
     assert time.time() - t0 < 1.4
     assert stdio.wait(slow)["result"]["stdout"] == "slow\n"
-    ids = [stdio.send("run", {"command": "sleep 0.2"}) for _ in range(17)]
-    answers = [stdio.wait(i, timeout=60) for i in ids]
-    busy = [a for a in answers if "error" in a]
-    assert len(busy) == 1 and busy[0]["error"]["code"] == -32001
-    assert busy[0]["error"]["message"].startswith("WORKER_UNAVAILABLE")
+
+
+def test_session_queue_cap():
+    # More lane slots than a session holds runs: the session's own cap (16 running or queued)
+    # is what refuses the 17th.
+    peer = spawn_stdio("--slots", "64")
+    try:
+        peer.result("create")
+        ids = [peer.send("run", {"command": "sleep 0.2"}) for _ in range(17)]
+        answers = [peer.wait(i, timeout=60) for i in ids]
+        busy = [a for a in answers if "error" in a]
+        assert len(busy) == 1 and busy[0]["error"]["code"] == -32001
+        assert busy[0]["error"]["message"].startswith("WORKER_UNAVAILABLE")
+        assert "session" in busy[0]["error"]["message"]
+    finally:
+        peer.proc.stdin.close()
+        peer.proc.wait(10)
 
 
 def test_sessions_env_history_health(stdio):

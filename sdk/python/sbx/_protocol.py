@@ -54,11 +54,21 @@ class SbxError(Exception):
     Attributes:
         code: the JSON-RPC error code (``-32602`` invalid params, ``-32600`` invalid
             request, ``-32601`` unknown method, ``-32603`` internal error, ``-32001``
-            a server cap was reached, ``1`` a sandbox or file error). A server that died,
-            or a connection that was closed, gives ``-32603``.
+            a server cap was reached (see ``retry_after_ms``), ``-32002`` the server runs
+            with ``--mode disabled``, ``-32003`` the server is shutting down, ``1`` a sandbox
+            or file error). A server that died, or a connection that was closed, gives
+            ``-32603``.
         message: the server's message.
         data: the error's optional ``data`` member.
     """
+
+    @property
+    def retry_after_ms(self) -> Optional[int]:
+        """For ``-32001``: how long the server suggests waiting before trying again, when it
+        can tell (a lane's queue was full); else None."""
+        if isinstance(self.data, dict) and isinstance(self.data.get("retryAfterMs"), int):
+            return self.data["retryAfterMs"]
+        return None
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(code, message)

@@ -1,0 +1,267 @@
+"""Lanes, bounded queues, fairness between clients, the orderly shutdown and --mode disabled
+(docs/PROTOCOL.md, "Lanes" and "Shutdown")."""
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import SPAWNED, Peer, wait_until
+from test_rpc import SBX, spawn_stdio
+
+WORKER_UNAVAILABLE = -32001
+SANDBOX_DISABLED = -32002
+SHUTTING_DOWN = -32003
+INVALID_PARAMS = -32602
+
+
+class Server:
+    """`sbx serve --socket` with the given flags, and connections to it."""
+
+    def __init__(self, *args, system_socket=False):
+        self.dir = tempfile.mkdtemp(prefix="sbx-lanes-")
+        self.path = os.path.join(self.dir, "sbx.sock")
+        self.system_path = os.path.join(self.dir, "ops.sock") if system_socket else None
+        argv = [SBX, "serve", "--socket", self.path, "--pool", "0", *args]
+        if self.system_path:
+            argv += ["--system-socket", self.system_path]
+        self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+        SPAWNED.append(self.proc.pid)
+        assert wait_until(lambda: os.path.exists(self.path), timeout=10), "the server did not listen"
+        self.socks = []
+
+    def connect(self, path=None):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path or self.path)
+        self.socks.append(s)
+        return Peer(s.makefile("rb"), s.makefile("wb"))
+
+    def stop(self):
+        for s in self.socks:
+            s.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def make_server():
+    made = []
+
+    def make(*args, **kw):
+        s = Server(*args, **kw)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.stop()
+
+
+def lanes(peer):
+    return peer.result("health")["lanes"]
+
+
+def test_queue_bound_and_retry_after(make_server):
+    srv = make_server("--slots", "1", "--queue", "2")
+    c = srv.connect()
+    c.result("create")
+    # Three sessions, so nothing waits for its session: only the lane's one slot counts.
+    ids = [c.send("run", {"command": f"sleep 0.5; echo {i}", "session": f"s{i}"}) for i in range(3)]
+    assert wait_until(lambda: lanes(c)["interactive"]["queued"] == 2, timeout=5)
+    err = c.error("run", {"command": "echo refused", "session": "s9"})
+    assert err["code"] == WORKER_UNAVAILABLE
+    assert err["message"].startswith("WORKER_UNAVAILABLE: the interactive lane is full")
+    assert 100 <= err["data"]["retryAfterMs"] <= 5000
+    # The waiting ones run, in order, and the lane is usable again.
+    assert [c.wait(i, timeout=30)["result"]["stdout"] for i in ids] == ["0\n", "1\n", "2\n"]
+    assert c.result("run", {"command": "echo again"})["stdout"] == "again\n"
+    h = lanes(c)["interactive"]
+    assert h["refused"] == 1 and h["active"] == 0 and h["queued"] == 0
+    assert h["completed"] == 4 and h["slots"] == 1 and h["queueMax"] == 2
+    assert h["p99ExecMs"] >= 256  # the 0.5 s runs: a power-of-two bucket's upper edge
+
+
+def test_system_lane_is_reserved(make_server):
+    srv = make_server("--slots", "1", "--system-slots", "1", "--queue", "0")
+    c = srv.connect()
+    c.result("create")
+    busy = c.send("run", {"command": "sleep 1; echo busy"})
+    assert wait_until(lambda: lanes(c)["interactive"]["active"] == 1, timeout=5)
+    # Interactive work never takes the system slot, even free...
+    assert c.error("run", {"command": "true", "session": "b"})["code"] == WORKER_UNAVAILABLE
+    # ...which a system request gets at once.
+    t0 = time.monotonic()
+    r = c.result("run", {"command": "echo ops", "session": "ops", "lane": "system"})
+    assert r["stdout"] == "ops\n" and time.monotonic() - t0 < 0.9
+    assert lanes(c)["system"]["completed"] == 1
+    assert c.wait(busy)["result"]["stdout"] == "busy\n"
+    assert c.error("run", {"command": "true", "lane": "fast"})["code"] == INVALID_PARAMS
+
+
+def test_forced_lanes(make_server):
+    srv = make_server("--slots", "1", "--queue", "0", "--lane", "interactive", system_socket=True)
+    agent = srv.connect()
+    sid = agent.result("sandbox.create", {"persist": True})["sandboxId"]
+    err = agent.error("run", {"sandboxId": sid, "command": "true", "lane": "system"})
+    assert err["code"] == INVALID_PARAMS and "fixed to interactive" in err["message"]
+    busy = agent.send("run", {"sandboxId": sid, "command": "sleep 1"})
+    assert wait_until(lambda: lanes(agent)["interactive"]["active"] == 1, timeout=5)
+    # The operator's socket is in the system lane without asking.
+    ops = srv.connect(srv.system_path)
+    assert ops.result("run", {"sandboxId": sid, "command": "echo ops", "session": "o"})["stdout"] == "ops\n"
+    assert lanes(ops)["system"]["completed"] == 1
+    assert ops.error("run", {"sandboxId": sid, "command": "true", "lane": "interactive"})["code"] == INVALID_PARAMS
+    assert agent.wait(busy)["result"]["exitCode"] == 0
+
+
+def test_round_robin_between_clients(make_server):
+    srv = make_server("--slots", "1", "--queue", "200")
+    a, b = srv.connect(), srv.connect()
+    a.result("create")
+    b.result("create")
+    # A queues 30 runs, in 30 sessions so none waits for its session, only for the lane.
+    ids = [a.send("run", {"command": "sleep 0.05", "session": f"s{i}"}) for i in range(30)]
+    assert wait_until(lambda: lanes(b)["interactive"]["queued"] >= 29, timeout=10)
+    t0 = time.monotonic()
+    mine = b.call("run", {"command": "echo b"})
+    waited = time.monotonic() - t0
+    assert mine["result"]["stdout"] == "b\n"
+    # B's run waited for at most the run holding the slot when it came, not for A's queue:
+    # at that moment at least 25 of A's runs had not started.
+    h = lanes(b)["interactive"]
+    assert h["completed"] <= 4, (h, waited)
+    for i in ids:
+        assert a.wait(i, timeout=60)["result"]["exitCode"] == 0
+
+
+def test_closed_connection_leaves_the_queue(make_server):
+    srv = make_server("--slots", "1", "--queue", "5")
+    a = srv.connect()
+    a.result("sandbox.create", {"persist": True})
+    sid = a.result("sandbox.list")["sandboxes"][0]["sandboxId"]
+    a.send("run", {"sandboxId": sid, "command": "sleep 0.5"})
+    for i in range(4):
+        a.send("run", {"sandboxId": sid, "command": "sleep 5", "session": f"w{i}"})
+    b = srv.connect()
+    assert wait_until(lambda: lanes(b)["interactive"]["queued"] == 4, timeout=5)
+    srv.socks[0].shutdown(socket.SHUT_RDWR)
+    assert wait_until(lambda: lanes(b)["interactive"]["queued"] == 0, timeout=5)
+    b.result("create")
+    assert b.result("run", {"command": "echo next"}, timeout=10)["stdout"] == "next\n"
+
+
+def test_shutdown_answers_and_exits_zero(make_server):
+    srv = make_server("--slots", "1", "--queue", "5")
+    c = srv.connect()
+    c.result("create")
+    running = c.send("run", {"command": "sleep 30"})
+    queued_in_lane = c.send("run", {"command": "echo never", "session": "b"})
+    assert wait_until(lambda: c.result("health")["running"] == 1 and lanes(c)["interactive"]["queued"] == 1,
+                      timeout=10)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert c.wait(queued_in_lane)["error"]["code"] == SHUTTING_DOWN
+    ans = c.wait(running, timeout=15)["result"]
+    assert ans["exitCode"] == 125
+    assert srv.proc.wait(15) == 0
+    assert time.monotonic() - t0 < 8
+    assert not os.path.exists(srv.path)
+
+
+def _stop_sandboxes(srv):
+    """SIGSTOPs the server's children (the sandboxes' pid 1): a run sent then waits in its
+    session for ever, so the orderly shutdown has work under way until its deadline."""
+    kids = [int(k) for k in open(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children").read().split()]
+    assert kids
+    for k in kids:
+        os.kill(k, signal.SIGSTOP)
+    return kids
+
+
+def _cont(kids):
+    for k in kids:
+        try:
+            os.kill(k, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def test_shutdown_deadline(make_server):
+    srv = make_server("--shutdown-deadline-ms", "1500")
+    c, other = srv.connect(), srv.connect()
+    c.result("create")
+    kids = _stop_sandboxes(srv)
+    try:
+        stuck = c.send("run", {"command": "sleep 30"})
+        assert wait_until(lambda: c.result("health")["queued"] == 1, timeout=10)
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        # Draining: new work is refused, ping and health still answer.
+        err = other.error("run", {"command": "true"})
+        assert err["code"] == SHUTTING_DOWN and err["message"].startswith("POOL_SHUTTING_DOWN")
+        assert other.result("health")["shuttingDown"] is True
+        assert srv.proc.wait(15) == 0
+        took = time.monotonic() - t0
+        assert 1.4 < took < 10, took
+        assert "deadline passed" in srv.proc.stderr.read().decode()
+    finally:
+        _cont(kids)
+    # The stuck run was answered before the server went.
+    assert c.wait(stuck, timeout=5)["error"]["code"] == SHUTTING_DOWN
+
+
+def test_second_signal_is_immediate(make_server):
+    srv = make_server("--shutdown-deadline-ms", "60000")
+    c = srv.connect()
+    c.result("create")
+    kids = _stop_sandboxes(srv)
+    try:
+        c.send("run", {"command": "sleep 30"})
+        assert wait_until(lambda: c.result("health")["queued"] == 1, timeout=10)
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        assert srv.proc.poll() is None, "the first signal waits for the cancelled run"
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(15) == 0
+        assert time.monotonic() - t0 < 5
+    finally:
+        _cont(kids)
+
+
+def test_mode_disabled():
+    peer = spawn_stdio("--mode", "disabled")
+    try:
+        assert peer.result("ping") == {"pong": True}
+        h = peer.result("health")
+        assert h["mode"] == "disabled" and h["sandboxes"] == 0
+        for method, params in [("create", {}), ("sandbox.create", {}), ("run", {"command": "true"}),
+                               ("files.read", {"path": "/etc/hostname"})]:
+            err = peer.error(method, params)
+            assert err["code"] == SANDBOX_DISABLED, (method, err)
+            assert err["message"].startswith("SANDBOX_DISABLED")
+        assert peer.result("sandbox.list") == {"sandboxes": []}
+        assert peer.result("ping") == {"pong": True}
+    finally:
+        peer.proc.stdin.close()
+        assert peer.proc.wait(10) == 0
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--slots", "0"], "--slots takes 1 to"),
+    (["--queue", "x"], "--queue takes 0 to"),
+    (["--lane", "fast"], "--lane takes interactive or system"),
+    (["--mode", "vm"], "--mode takes namespaces or disabled"),
+    (["--shutdown-deadline-ms", "-1"], "--shutdown-deadline-ms takes 0 to"),
+])
+def test_bad_flags(args, msg):
+    p = subprocess.run([SBX, "serve", "--stdio", *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    assert p.returncode == 2 and msg in p.stderr.decode()
