@@ -281,8 +281,9 @@
 #define SBX_DEFAULT_SHUTDOWN_DEADLINE_MS 10000U
 #define SBX_MAX_SHUTDOWN_DEADLINE_MS (10U * 60 * 1000)
 
-/* Lanes (src/server/lane.h). The interactive lane's slots per CPU: commands mostly wait (on
- * disk, the network, a child) rather than compute, and each slot costs only a process. */
+/* Lanes (src/server/lane.h). The interactive lane's default slots: one per this much of the
+ * machine's memory (a command of a modest size), and at least this many per CPU. */
+#define SBX_LANE_SLOT_MEMORY (128ULL * 1024 * 1024)
 #define SBX_LANE_SLOTS_PER_CPU 8U
 #define SBX_MAX_LANE_SLOTS 4096U
 /* The system lane's reserved slots: an operator's health check or clean-up, not a fleet. */

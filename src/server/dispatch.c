@@ -308,7 +308,7 @@ void dispatch_print_protocol(FILE *f) {
                 "`process.start`, `sandbox.fork`, `snapshot.create`, `snapshot.restore`,\n"
                 "`persistence.export`, `persistence.import`) hold a slot of their lane from the moment\n"
                 "they start until they are answered. Two lanes: `interactive` (the default; `sbx serve\n"
-                "--slots`, default 8 per CPU) and `system` (`--system-slots`, default 2), whose slots\n"
+                "--slots`, default one per 128 MiB of memory, at least 8 per CPU) and `system` (`--system-slots`, default 2), whose slots\n"
                 "interactive work never takes. A request that finds its lane's slots taken waits in the\n"
                 "lane's queue (`--queue`, default 10 waiting) and starts, in order, when a slot frees;\n"
                 "waiting requests are served round-robin across connections. Past the queue: -32001\n"

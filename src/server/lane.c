@@ -22,11 +22,16 @@ int lane_parse(const char *s, LaneId *ret) {
 }
 
 void lanes_defaults(unsigned *ret_interactive, unsigned *ret_system, unsigned *ret_queue) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         if (cpus < 1)
                 cpus = 1;
-        unsigned n = (unsigned)cpus * SBX_LANE_SLOTS_PER_CPU;
-        *ret_interactive = n > SBX_MAX_LANE_SLOTS ? SBX_MAX_LANE_SLOTS : n;
+        /* What a slot sets going costs memory and processes more than CPU (the kernel shares
+         * the CPU between sandboxes, and the loop never waits for one): as many slots as the
+         * memory holds commands of a modest size, and never fewer than a few per CPU. */
+        uint64_t by_cpu = (uint64_t)cpus * SBX_LANE_SLOTS_PER_CPU;
+        uint64_t by_mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / SBX_LANE_SLOT_MEMORY : 0;
+        uint64_t n = by_mem > by_cpu ? by_mem : by_cpu;
+        *ret_interactive = n > SBX_MAX_LANE_SLOTS ? SBX_MAX_LANE_SLOTS : (unsigned)n;
         *ret_system = SBX_DEFAULT_SYSTEM_SLOTS;
         *ret_queue = SBX_DEFAULT_LANE_QUEUE;
 }
