@@ -53,6 +53,9 @@ struct landlock_net_port_attr {
         uint64_t port;
 } __attribute__((packed));
 #endif
+#ifndef LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
+#define LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON (1U << 1)
+#endif
 #ifndef MFD_NOEXEC_SEAL
 #define MFD_NOEXEC_SEAL 0x0008U
 #endif
@@ -694,7 +697,10 @@ int landlock_policy_apply(const LandlockPolicy *p, char *err, size_t errlen) {
                 if (syscall(SYS_landlock_add_rule, b.ruleset, LANDLOCK_RULE_NET_PORT, &np, 0) < 0)
                         r = fail(&b, negerrno(), "policy: Landlock port rule: %s", strerror(errno));
         }
-        if (r >= 0 && syscall(SYS_landlock_restrict_self, b.ruleset, 0) < 0)
+        /* Every command runs after an exec (bash's, at least): without this flag (ABI 7) the
+         * kernel's audit log would keep the denials of pid 1 alone. */
+        unsigned flags = abi >= 7 ? LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON : 0;
+        if (r >= 0 && syscall(SYS_landlock_restrict_self, b.ruleset, flags) < 0)
                 r = fail(&b, negerrno(), "policy: Landlock restrict: %s", strerror(errno));
         if (r >= 0 && !list_empty(p->allow) && (r = memfd_noexec()) < 0)
                 fail(&b, r, "policy: memfd rule: %s", strerror(-r));
