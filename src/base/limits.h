@@ -397,6 +397,10 @@
  * are not in its own directory: they would run the same inode with another directory's
  * rights. A Debian /usr holds about 160,000. Past it the policy is refused. */
 #define SBX_MAX_POLICY_LINK_WALK 1000000U
+/* Directory levels pid 1 descends while building a ruleset (around denied paths, through the
+ * program directories, looking for hard links), each holding a path on its stack: system
+ * trees are a dozen deep; a deeper one (a rootfs) is refused. */
+#define SBX_MAX_POLICY_DEPTH 64U
 
 /* ---- sbx mcp (the Model Context Protocol front over the daemon) */
 

@@ -219,6 +219,7 @@ typedef struct Build {
         FileId *denied_files; /* the denied regular files, by inode: other names of them */
         size_t n_denied_files;
         unsigned walked;
+        unsigned depth; /* of each_entry() calls in progress */
         char *err;
         size_t errlen;
 } Build;
@@ -355,11 +356,16 @@ static int add_rule(Build *b, const char *path, uint64_t access) {
  * names has a path of its own, which is what the kernel checks). */
 typedef int (*EntryFn)(Build *b, const char *child, const struct stat *st, void *arg);
 static int each_entry(Build *b, const char *path, EntryFn fn, void *arg) {
+        /* Each level holds a path buffer on the stack: a tree deeper than any system
+         * directory is refused rather than followed down. */
+        if (b->depth >= SBX_MAX_POLICY_DEPTH)
+                return fail(b, -ELOOP, "policy: %.300s is more than %u levels deep", path, SBX_MAX_POLICY_DEPTH);
         DIR *d = opendir(path);
         if (!d)
                 return fail(b, negerrno(), "policy: list %.300s: %s", path, strerror(errno));
         int r = 0;
         char child[SBX_MAX_PATH_BYTES];
+        b->depth++;
         for (struct dirent *e; r >= 0 && (e = readdir(d));) {
                 struct stat st;
                 if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
@@ -376,6 +382,7 @@ static int each_entry(Build *b, const char *path, EntryFn fn, void *arg) {
                 if (!S_ISLNK(st.st_mode))
                         r = fn(b, child, &st, arg);
         }
+        b->depth--;
         closedir(d);
         return r;
 }
