@@ -59,6 +59,15 @@ typedef struct SbxSandboxOptions {
         const char *const *env; /* extra NAME=VALUE entries, NULL-terminated, may be NULL */
         bool kill_leftovers;  /* what a command leaves running is killed when it ends (default:
                                  it keeps running as a background process of the sandbox) */
+        /* Exec policy, enforced by the kernel (Landlock) for every process of the sandbox:
+         * NULL-terminated lists of absolute paths or glob patterns in the sandbox (a directory, or
+         * a last component "**": all beneath it), matched when the sandbox is created. With
+         * policy_allow only those files (and /bin/bash) may be executed; with policy_deny
+         * alone all but those. A denied file can be neither executed nor read. Both NULL:
+         * no policy. sbx_sandbox_new() fails with -EINVAL for a bad list and -EOPNOTSUPP
+         * where the kernel has no Landlock, never with a policy left unenforced. */
+        const char *const *policy_allow;
+        const char *const *policy_deny;
 } SbxSandboxOptions;
 
 typedef enum SbxErrorClass {

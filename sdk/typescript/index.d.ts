@@ -61,6 +61,9 @@ export interface SandboxOpts {
   network?: boolean;
   /** "kill": what a command leaves running is killed when it ends; "keep" (default): it stays. */
   leftovers?: "keep" | "kill";
+  /** Exec policy the kernel enforces for every process of the sandbox: absolute paths or glob
+   * patterns ("/usr/bin/**": a directory). allow: only those run; deny alone: all but those. */
+  policy?: { allow?: string[]; deny?: string[] };
 }
 
 export interface CreateOpts extends SandboxOpts {

@@ -398,6 +398,28 @@
 #define SBX_SKELETON_BYTES (4U * 1024 * 1024)
 #define SBX_SKELETON_INODES 4096U
 
+/* ---- exec policy (policy.allow, policy.deny; see sandbox/landlock.c) */
+
+/* Patterns in each of a policy's lists. Every sandbox made with the policy keeps a copy and its
+ * pid 1 matches each against the root before the first command, so the list stays short;
+ * a pattern naming a directory covers any number of files with one. */
+#define SBX_MAX_POLICY_PATTERNS 256U
+/* Files and directories all of a policy's patterns may match together (every entry of
+ * /usr/bin is about 1,400 on a Debian host): each becomes a Landlock rule or a path pid 1 keeps. */
+#define SBX_MAX_POLICY_MATCHES 8192U
+/* Landlock rules one ruleset may hold. Around each denied path pid 1 adds one rule per
+ * sibling, and an allow list one per non-program file of the program directories, a few
+ * thousand on a full host; each rule is kernel memory of the sandbox's pid 1. */
+#define SBX_MAX_POLICY_RULES 65536U
+/* Entries pid 1 may look through to find the other names (hard links) of a denied file that
+ * are not in its own directory: they would run the same inode with another directory's
+ * rights. A Debian /usr holds about 160,000. Past it the policy is refused. */
+#define SBX_MAX_POLICY_LINK_WALK 1000000U
+/* Directory levels pid 1 descends while building a ruleset (around denied paths, through the
+ * program directories, looking for hard links), each holding a path on its stack: system
+ * trees are a dozen deep; a deeper one (a rootfs) is refused. */
+#define SBX_MAX_POLICY_DEPTH 64U
+
 /* ---- sbx mcp (the Model Context Protocol front over the daemon) */
 
 /* Longest MCP message line read from the client: a write_file of SBX_MCP_FILE_BYTES whose

@@ -161,12 +161,14 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                            .fs_bytes = c->fs_bytes, .file_count = c->file_count,
                            .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
-                           .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID },
+                           .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID,
+                           .noexec_writable = c->policy && c->policy->allow && c->policy->allow[0] },
                 .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd, .ns_root = !s->rootless,
                 .env = c->env, .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID, .network = c->network,
                 .seccomp = &s->seccomp,
                 .rlimit_as = s->cg.v2_memory || s->cg.v1_memory >= 0 ? 0 : c->memory_bytes,
                 .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 ? 0 : c->pids,
+                .policy = c->policy,
         };
 }
 

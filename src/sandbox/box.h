@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <linux/filter.h>
 #include "sandbox/cgroup.h"
+#include "sandbox/landlock.h"
 
 /* What every sandbox of one context shares. */
 typedef struct BoxShared {
@@ -30,6 +31,7 @@ typedef struct BoxConfig {
         bool network;
         const char *rootfs;
         char **env; /* complete environment of session shells */
+        const LandlockPolicy *policy; /* exec policy, or NULL; read by pid 1 (its copy) */
 } BoxConfig;
 
 typedef struct Box {

@@ -295,6 +295,10 @@ static int setup_or_exit(const InitConfig *c, int ctl) {
                 snprintf(err, sizeof err, "loopback up: %s", strerror(-r));
         if (r >= 0 && (r = confine(c)) < 0)
                 snprintf(err, sizeof err, "confine pid 1: %s", strerror(-r));
+        /* Last, over the finished root and before any session exists: everything pid 1
+         * starts inherits the Landlock domain, and the daemon is not in it. */
+        if (r >= 0)
+                r = landlock_policy_apply(c->policy, err, sizeof err);
         if (r < 0) {
                 send_ready(ctl, r, err, -1);
                 _exit(1);

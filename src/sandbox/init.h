@@ -8,6 +8,7 @@
 #include <linux/filter.h>
 #include <stdint.h>
 #include "base/macro.h"
+#include "sandbox/landlock.h"
 #include "sandbox/mount.h"
 
 /* fd numbers a session shell starts with: its end of the session socket, and the sealed
@@ -50,6 +51,7 @@ typedef struct InitConfig {
                                            * it starts; NULL for none */
         uint64_t rlimit_as;    /* fallback when no memory cgroup: per-process bytes, 0 none */
         uint64_t rlimit_nproc; /* fallback when no pids cgroup: processes, 0 none */
+        const LandlockPolicy *policy; /* the exec policy pid 1 takes after setup, or NULL */
 } InitConfig;
 
 _noreturn_ void init_main(const InitConfig *c);

@@ -188,7 +188,7 @@ int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errle
          * for the sandbox as a whole. */
         snprintf(opts, sizeof opts, "mode=0755,size=%llu,nr_inodes=%llu",
                  (unsigned long long)c->fs_bytes, (unsigned long long)c->file_count + 4);
-        if (mount("sbx-fs", ".w", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        if (mount("sbx-fs", ".w", "tmpfs", MS_NOSUID | MS_NODEV | (c->noexec_writable ? MS_NOEXEC : 0), opts) < 0)
                 return fail(err, errlen, "mount writable tmpfs (%s)", opts);
         if (mkdir(".w/tmp", 01777) < 0 || chmod(".w/tmp", 01777) < 0 || mkdir(".w/home", 0755) < 0 ||
             chown(".w/home", c->uid, c->gid) < 0 || mkdir(".w/shm", 01777) < 0 || chmod(".w/shm", 01777) < 0)

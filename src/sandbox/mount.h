@@ -14,6 +14,7 @@ typedef struct MountConfig {
         uint64_t file_count;  /* writable tmpfs: inodes */
         unsigned uid, gid;    /* owner of /home/user */
         uint64_t snap_bytes, snap_inodes; /* the snapshot store's budget */
+        bool noexec_writable; /* nothing on the writable tmpfs may run (an exec policy's allow list) */
 } MountConfig;
 
 /* Builds the root and pivots into it; on failure writes what failed into err. *snap_fd gets

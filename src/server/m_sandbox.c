@@ -99,6 +99,49 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
         return 0;
 }
 
+/* policy: {allow: [pattern], deny: [pattern]}, its strings borrowed from the params into
+ * NULL-terminated lists; libsbx checks the patterns themselves. */
+typedef struct PolicyLists {
+        const char *allow[SBX_MAX_POLICY_PATTERNS + 1], *deny[SBX_MAX_POLICY_PATTERNS + 1];
+} PolicyLists;
+
+static int parse_policy_list(json_t *policy, const char *key, const char **out, RpcError *e) {
+        json_t *l = json_object_get(policy, key), *v;
+        size_t i;
+        if (!l || json_is_null(l))
+                return 0;
+        if (!json_is_array(l))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "policy.%s must be an array of paths or glob patterns", key);
+        if (json_array_size(l) > SBX_MAX_POLICY_PATTERNS)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "policy.%s has more than %u patterns", key, SBX_MAX_POLICY_PATTERNS);
+        json_array_foreach(l, i, v) {
+                if (!json_is_string(v) || json_string_length(v) != strlen(json_string_value(v)))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "policy.%s[%zu] must be a path or glob pattern (a string)",
+                                        key, i);
+                out[i] = json_string_value(v);
+        }
+        out[json_array_size(l)] = NULL;
+        return 0;
+}
+
+static int parse_policy(json_t *p, SbxSandboxOptions *o, PolicyLists *pl, RpcError *e) {
+        json_t *policy = NULL, *v;
+        const char *key;
+        if (param_object(p, "policy", &policy, e) < 0)
+                return -1;
+        if (!policy)
+                return 0;
+        json_object_foreach(policy, key, v)
+                if (strcmp(key, "allow") != 0 && strcmp(key, "deny") != 0)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "policy has no key '%.64s' (allow, deny)", key);
+        pl->allow[0] = pl->deny[0] = NULL;
+        if (parse_policy_list(policy, "allow", pl->allow, e) < 0 || parse_policy_list(policy, "deny", pl->deny, e) < 0)
+                return -1;
+        o->policy_allow = pl->allow[0] ? pl->allow : NULL;
+        o->policy_deny = pl->deny[0] ? pl->deny : NULL;
+        return 0;
+}
+
 /* metadata (of sandbox.create, or a filter of sandbox.list): {key: string}, bounded, since
  * every sandbox.list answer carries it whole. *ret gets the object (borrowed) or NULL. */
 static int parse_metadata(json_t *p, json_t **ret, RpcError *e) {
@@ -137,9 +180,12 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         bool persist = false;
         size_t rpc_bytes;
         SbxSandbox *box;
+        _cleanup_free_ PolicyLists *pl = calloc(1, sizeof *pl);
+        if (!pl)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
         if (registry_check_room(&core->registry, e) < 0)
                 return -1;
-        if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 ||
+        if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 || parse_policy(r->params, &o, pl, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
             param_bool(r->params, "persist", &persist, e) < 0 || parse_metadata(r->params, &metadata, e) < 0 ||
             param_u64(r->params, "lifetimeMs", false, SBX_MAX_SANDBOX_LIFETIME_MS, &lifetime, e) < 0 ||
@@ -153,7 +199,8 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         }
         int rr = sbx_sandbox_new(core->ctx, &o, &box);
         handler_env_free(env);
-        if (rr == -EINVAL)
+        /* -EOPNOTSUPP: a policy this kernel cannot enforce, refused like a bad one. */
+        if (rr == -EINVAL || rr == -EOPNOTSUPP)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "invalid sandbox options: %s", sbx_context_last_error(core->ctx));
         if (rr < 0)
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot create sandbox: %s", sbx_context_last_error(core->ctx));
@@ -186,7 +233,8 @@ static void created_ready(void *ud, SbxSandbox *box, int error) {
                 conn_reply(p->conn, p->id, TAKE_PTR(p->answer));
         } else if (p->conn) {
                 RpcError e;
-                rpc_fail(&e, RPC_SANDBOX_ERROR, "the sandbox could not start: %s", strerror(-error));
+                const char *why = error != -ECANCELED ? sbx_sandbox_setup_error(box) : "";
+                rpc_fail(&e, RPC_SANDBOX_ERROR, "the sandbox could not start: %s", why[0] ? why : strerror(-error));
                 conn_reply_error(p->conn, p->id, &e);
         }
         /* A sandbox that never started is no sandbox: it must not count, nor stay the
@@ -386,6 +434,7 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids, cpus (CPUs, fractions allowed; default half the host's)}" }, \
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
         { "network", P_BOOL, false, "share the host's network (default: loopback only)" }, \
+        { "policy", P_OBJECT, false, "exec policy, enforced by the kernel (Landlock) for every process of the sandbox: {allow: [path or glob], deny: [path or glob]}, absolute paths in the sandbox matched when it is created (a directory, or dir/**, covers all beneath it). allow: only those files (and /bin/bash) may be executed, nothing on /tmp, /home/user or /dev/shm may run, and memfds must be MFD_NOEXEC_SEAL; deny alone: everything but those. A denied file can be neither executed nor read (its exec fails with EACCES: exit 126, \"Permission denied\"). Refused (-32602) where the kernel has no Landlock; a pattern matching nothing fails the create. Kept by sandbox.fork; a pooled sandbox is never handed to a create with a policy" }, \
         PARAM_LEFTOVERS("a command"), \
         { "lifetimeMs", P_INT, false, "destroy the sandbox this long after its creation (0 or absent: never; at most 31 days); the owner gets sandbox.expired" }, \
         { "idleTimeoutMs", P_INT, false, "destroy the sandbox after this long without a request naming it (or, for the root sandbox, none naming another); a run in progress does not count" }, \

@@ -57,7 +57,8 @@ const char *sbx_error_class_name(SbxErrorClass c) {
 static bool options_default(const SbxSandboxOptions *o) {
         static const SbxLimits zero;
         return memcmp(&o->limits, &zero, sizeof zero) == 0 && o->timeout_ms == 0 && !o->network && !o->rootfs &&
-               (!o->env || !o->env[0]) && !o->kill_leftovers;
+               (!o->env || !o->env[0]) && !o->kill_leftovers && (!o->policy_allow || !o->policy_allow[0]) &&
+               (!o->policy_deny || !o->policy_deny[0]);
 }
 
 static void pool_arm(SbxContext *ctx, uint64_t ms) {

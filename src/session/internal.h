@@ -6,3 +6,5 @@
 #include "sbx/sbx.h"
 
 Loop *sbx_context_loop(SbxContext *ctx);
+/* Why the sandbox's setup failed, in pid 1's words ("" if it did not, or said nothing). */
+const char *sbx_sandbox_setup_error(const SbxSandbox *sb);

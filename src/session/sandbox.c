@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "session/freeze.h"
+#include "session/internal.h"
 #include "session/process.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -36,6 +37,9 @@ struct SbxSandbox {
         /* What a sandbox like this one needs (sandbox_options()). */
         bool network;
         char *rootfs;
+        char **policy_allow, **policy_deny; /* NULL when empty; `policy` points to them */
+        LandlockPolicy policy;
+        char setup_error[512]; /* why pid 1's setup failed, as it said */
 };
 
 static const char *const default_env[] = {
@@ -67,6 +71,26 @@ static void free_env(char **env) {
         for (char **e = env; e && *e; e++)
                 free(*e);
         free(env);
+}
+
+/* A copy of a NULL-terminated list; NULL for an empty one. Returns -ENOMEM on failure. */
+static int copy_list(const char *const *l, char ***ret) {
+        size_t n = 0;
+        *ret = NULL;
+        while (l && l[n])
+                n++;
+        if (!n)
+                return 0;
+        char **c = calloc(n + 1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                if (!(c[i] = strdup(l[i]))) {
+                        free_env(c);
+                        return -ENOMEM;
+                }
+        *ret = c;
+        return 0;
 }
 
 /* The session shells' environment: the fixed defaults, then the caller's entries (a name
@@ -133,6 +157,10 @@ static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen
                         return -EINVAL;
                 }
         }
+        LandlockPolicy lp = { .allow = o->policy_allow, .deny = o->policy_deny, .connect_port = -1 };
+        int r = landlock_policy_check(&lp, err, errlen);
+        if (r < 0)
+                return r;
         if (o->rootfs) {
                 struct stat st;
                 char bash[SBX_MAX_PATH_BYTES];
@@ -271,6 +299,7 @@ static void ctl_event(Watch *w, uint32_t events) {
         if (r < 0) {
                 loop_del(sb->core.loop, &sb->ctl_w);
                 log_warn("sandbox %s: setup failed: %s", sb->core.box.id, err);
+                snprintf(sb->setup_error, sizeof sb->setup_error, "%s", err);
         }
         /* On failure pid 1 exits too, and init_event() answers what waits. */
         settle(sb, r > 0 ? 1 : r);
@@ -304,17 +333,23 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->env = build_env(o->env);
         sb->network = o->network;
         sb->rootfs = o->rootfs ? strdup(o->rootfs) : NULL;
-        if (!sb->env || (o->rootfs && !sb->rootfs)) {
+        if (!sb->env || (o->rootfs && !sb->rootfs) || copy_list(o->policy_allow, &sb->policy_allow) < 0 ||
+            copy_list(o->policy_deny, &sb->policy_deny) < 0) {
+                free_env(sb->policy_allow);
                 free(sb->rootfs);
                 free_env(sb->env);
                 free(sb);
                 return NULL;
         }
+        sb->policy = (LandlockPolicy){ .allow = (const char *const *)sb->policy_allow,
+                                       .deny = (const char *const *)sb->policy_deny, .connect_port = -1 };
         return sb;
 }
 
 static void sandbox_dealloc(SbxSandbox *sb) {
         free_env(sb->env);
+        free_env(sb->policy_allow);
+        free_env(sb->policy_deny);
         free(sb->rootfs);
         free(sb);
 }
@@ -342,6 +377,7 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 .memory_bytes = sb->core.limits.memory_bytes, .pids = sb->core.limits.pids,
                 .cpu_millis = sb->core.limits.cpu_millis,
                 .network = o->network, .rootfs = o->rootfs, .env = sb->env,
+                .policy = landlock_policy_active(&sb->policy) ? &sb->policy : NULL,
         };
         r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
         if (r < 0) {
@@ -412,7 +448,7 @@ bool sandbox_is_default(const SbxSandbox *sb) {
                         return false;
         return n == ELEMENTSOF(default_env) && memcmp(&l, &sb->core.limits, sizeof l) == 0 &&
                sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && !sb->network && !sb->rootfs &&
-               !sb->core.kill_leftovers;
+               !sb->core.kill_leftovers && !sb->policy_allow && !sb->policy_deny;
 }
 
 void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
@@ -423,7 +459,11 @@ void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
         ret->network = sb->network;
         ret->rootfs = sb->rootfs;
         ret->kill_leftovers = sb->core.kill_leftovers;
+        ret->policy_allow = (const char *const *)sb->policy_allow;
+        ret->policy_deny = (const char *const *)sb->policy_deny;
 }
+
+const char *sbx_sandbox_setup_error(const SbxSandbox *sb) { return sb->setup_error; }
 
 SandboxHost *sandbox_host(const SbxSandbox *sb) { return sb->host; }
 SandboxCore *sandbox_core(SbxSandbox *sb) { return &sb->core; }

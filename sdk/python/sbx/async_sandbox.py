@@ -58,14 +58,14 @@ class AsyncSandbox:
     async def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                      limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
                      network: bool = False, leftovers: Optional[str] = None,
-                     binary: Optional[str] = None) -> "AsyncSandbox":
+                     binary: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
         """Starts ``sbx serve --stdio`` and creates the sandbox (as :class:`sbx.Sandbox`).
 
         Raises:
             SbxError: the server refused the options or could not create the sandbox.
             FileNotFoundError: no sbx binary was found.
         """
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
         client = await AsyncClient.spawn(binary)
         try:
             sandbox_id: str = await client.run_op(ops.create("create", params))
@@ -78,10 +78,10 @@ class AsyncSandbox:
     async def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
                       fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                       envs: Optional[Mapping[str, str]] = None, network: bool = False,
-                      leftovers: Optional[str] = None) -> "AsyncSandbox":
+                      leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there; :meth:`kill` closes the connection (as :meth:`sbx.Sandbox.connect`)."""
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
         client = await AsyncClient.connect(os.fspath(socket_path))
         try:
             sandbox_id: str = await client.run_op(ops.create("create", params))
@@ -311,9 +311,9 @@ class AsyncSandboxes:
     async def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
                      fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                      envs: Optional[Mapping[str, str]] = None, network: bool = False,
-                     leftovers: Optional[str] = None) -> AsyncSandbox:
+                     leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> AsyncSandbox:
         """Creates another sandbox (as :meth:`sbx.Sandboxes.create`)."""
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
         if label is not None:
             params["label"] = label
         if persist:

@@ -39,6 +39,10 @@ class Sandbox:
         leftovers: ``"kill"``: what a command leaves running is killed when it ends (for
             agents that never want background processes); ``"keep"`` (the default): it keeps
             running. A run may say otherwise (``commands.run(..., leftovers=...)``).
+        policy: an exec policy the kernel enforces for every process of the sandbox:
+            ``{"allow": [...], "deny": [...]}``, absolute paths or glob patterns in the
+            sandbox (``"/usr/bin/**"``: a whole directory). With allow only those may be
+            executed, with deny alone all but those; a denied exec fails with EACCES.
         binary: the sbx binary; default ``$SBX_BIN``, else ``sbx`` on ``$PATH``, else the
             repository's ``build/src/cli/sbx``.
 
@@ -55,8 +59,9 @@ class Sandbox:
 
     def __init__(self, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                  limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
-                 network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None) -> None:
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+                 network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
+                 policy: Optional[Mapping[str, Any]] = None) -> None:
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
         client = Client.spawn(binary)
         try:
             sandbox_id: str = client.run_op(ops.create("create", params))
@@ -68,24 +73,25 @@ class Sandbox:
     @classmethod
     def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
-               network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None) -> "Sandbox":
+               network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
+               policy: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         """E2B's name for the constructor: ``Sandbox.create(...)`` is ``Sandbox(...)`` (a
         private ``sbx serve --stdio`` and its sandbox)."""
         return cls(timeout=timeout, fs_limit_bytes=fs_limit_bytes, limits=limits, envs=envs, network=network,
-                   leftovers=leftovers, binary=binary)
+                   leftovers=leftovers, binary=binary, policy=policy)
 
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
                 fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                 envs: Optional[Mapping[str, str]] = None, network: bool = False,
-                leftovers: Optional[str] = None) -> "Sandbox":
+                leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there (options as for the constructor).
 
         :meth:`kill` on it closes the connection, which destroys the sandboxes it made
         (except persistent ones); the server keeps running.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
         client = Client.connect(os.fspath(socket_path))
         try:
             sandbox_id: str = client.run_op(ops.create("create", params))
@@ -361,7 +367,7 @@ class Sandboxes:
     def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                envs: Optional[Mapping[str, str]] = None, network: bool = False,
-               leftovers: Optional[str] = None) -> Sandbox:
+               leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> Sandbox:
         """Creates another sandbox (``sandbox.create``) and returns its handle.
 
         It lives until :meth:`Sandbox.destroy`, or until this connection closes, unless
@@ -370,9 +376,9 @@ class Sandboxes:
         Args:
             label: free text shown by :meth:`list`.
             persist: outlive this connection (socket server only).
-            timeout, fs_limit_bytes, limits, envs, network, leftovers: as for :class:`Sandbox`.
+            timeout, fs_limit_bytes, limits, envs, network, leftovers, policy: as for :class:`Sandbox`.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
         if label is not None:
             params["label"] = label
         if persist:

@@ -19,6 +19,7 @@ function sandboxParams(opts) {
   if (opts.envs != null) params.env = { ...opts.envs };
   if (opts.network) params.network = true;
   if (opts.leftovers != null) params.leftovers = opts.leftovers;
+  if (opts.policy != null) params.policy = { ...opts.policy };
   return params;
 }
 
