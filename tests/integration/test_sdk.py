@@ -760,7 +760,14 @@ def test_pause_resume_and_set_timeout():
     sb = new_sandbox(timeout=20)
     try:
         h = sb.commands.run("i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.01; done", background=True)
-        assert wait_until(lambda: sb.files.read("/tmp/n").strip() not in ("", None), timeout=5)
+
+        def counter():
+            try:
+                return sb.files.read("/tmp/n").strip()
+            except SbxError:  # not written yet
+                return ""
+
+        assert wait_until(lambda: counter() != "", timeout=5)
         sb.pause()
         a = sb.files.read("/tmp/n")
         time.sleep(0.3)
