@@ -22,6 +22,7 @@ struct Conn {
         bool turn_pending; /* resume_input() is yielded to */
         unsigned holds;    /* conn_hold_input() without its release: no request is handled */
         uid_t uid;
+        pid_t pid; /* -1 unknown */
         Framer framer;
         ByteQueue out;
         ByteQueue in; /* read but not yet framed: held while the client is paused, or until
@@ -218,6 +219,7 @@ int conn_new(ConnList *l, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret
         c->wfd = wfd;
         c->is_stdio = is_stdio;
         c->uid = uid;
+        c->pid = -1;
         framer_init(&c->framer, SBX_DEFAULT_RPC_BYTES);
         (void)fd_set_nonblock(rfd, true);
         (void)fd_set_nonblock(wfd, true);
@@ -288,6 +290,8 @@ void conn_flush_all(ConnList *l, uint64_t deadline_ms) {
 }
 
 uid_t conn_uid(const Conn *c) { return c->uid; }
+pid_t conn_pid(const Conn *c) { return c->pid; }
+void conn_set_pid(Conn *c, pid_t pid) { c->pid = pid; }
 
 bool conn_is_stdio(const Conn *c) { return c->is_stdio; }
 

@@ -17,6 +17,7 @@ static int m_health(Req *r, json_t **ret, RpcError *e) {
                          (json_int_t)t->completed, "failed", (json_int_t)t->failed, "timedOut",
                          (json_int_t)t->timed_out, "cancelled", (json_int_t)t->cancelled, "avgExecMs",
                          t->completed ? (double)t->exec_ms_sum / (double)t->completed : 0.0);
+        json_object_set_new(*ret, "audit", audit_health_json(core->audit));
         return 0;
 }
 
@@ -33,8 +34,11 @@ static int m_kill(Req *r, json_t **ret, RpcError *e) {
 
 const Method server_methods_server[] = {
         { "health", m_health, 0, handler_params_none,
-          "{uptimeMs, sandboxes, sessions, running, queued, totals: {completed, failed, timedOut, cancelled, avgExecMs}}",
-          "Server statistics." },
+          "{uptimeMs, sandboxes, sessions, running, queued, totals: {completed, failed, timedOut, cancelled, avgExecMs}, "
+          "audit: {enabled, path?, failClosed?, refusing?, writerAlive?, writerPid?, events?, written?, dropped?, failed?, "
+          "queuedBytes?, failing?, error?}}",
+          "Server statistics. audit (sbx serve --audit): events made, lines written, events dropped (queue full or "
+          "writer gone) and failed (not written: a full disk); refusing: runs are refused (--audit-fail-closed)." },
         { "ping", m_ping, 0, handler_params_none, "{pong: true}", "Liveness." },
         { "kill", m_kill, 0, handler_params_none, "{ok: true}",
           "Answers, then shuts the server down: queued runs get an error, running ones 125, every sandbox is destroyed." },

@@ -49,6 +49,7 @@ Pending *pending_free(Pending *p) {
         pending_unlink(p);
         json_decref(p->id);
         json_decref(p->answer);
+        json_decref(p->audit);
         free(p->key);
         free(p);
         return NULL;

@@ -35,6 +35,7 @@ typedef struct Pending {
         uid_t uid;             /* PENDING_OP of a fork: who may use the new sandbox */
         uint64_t started_us;   /* PENDING_OP of a pause: CLOCK_MONOTONIC when asked */
         json_t *answer;        /* PENDING_OP of a create: the result, sent once the sandbox is ready */
+        json_t *audit;         /* the audit event its end finishes (audit_begin), NULL when off */
         /* PENDING_PROC: m_process.c's request; PENDING_WATCH: m_watch.c's watch (answered at
          * once, it lives until unwatched). Either is told when its connection closes (then conn is
          * NULL; `detached` must free the pending or leave it to a callback still to come) and
