@@ -188,7 +188,6 @@ static int emit(Writer *w, const char *body, size_t len) {
         }
         n += (size_t)sprintf(w->out + n, ",\"prev\":\"%s\"}", w->prev);
         w->out[n] = '\n';
-        bool was_failing = w->st.failing;
         int r = append(w, w->out, n + 1);
         if (r < 0) {
                 w->st.failing = true;
@@ -198,8 +197,6 @@ static int emit(Writer *w, const char *body, size_t len) {
                 w->st.written++;
                 w->st.failing = false;
         }
-        if (was_failing != w->st.failing)
-                report(w); /* the daemon's fail-closed waits for this */
         return r;
 }
 
@@ -222,6 +219,7 @@ static void tell_lost(Writer *w) {
 }
 
 static void event(Writer *w, const char *body, size_t len) {
+        bool was_failing = w->st.failing;
         w->report_due = true;
         if (len < 2 || body[0] != '{' || body[len - 1] != '}') {
                 set_detail(w, EBADMSG, "an event that is not a JSON object (%zu bytes)", len);
@@ -235,6 +233,9 @@ static void event(Writer *w, const char *body, size_t len) {
                 w->st.failed++;
                 w->lost++;
         }
+        /* The daemon's fail-closed acts on this: told at once, not at the next report. */
+        if (was_failing != w->st.failing)
+                report(w);
 }
 
 /* The last whole line of fd (size bytes): seq and prev's chain go on from it. With repair, a
