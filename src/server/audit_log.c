@@ -87,9 +87,11 @@ static void set_detail(Writer *w, int error, const char *fmt, ...) {
 static void report(Writer *w) {
         if (w->status_fd < 0)
                 return;
+        char rec[sizeof(AuditStatus)];
         w->st.size = sizeof w->st;
-        ssize_t n = write(w->status_fd, &w->st, sizeof w->st);
-        if (n == (ssize_t)sizeof w->st) {
+        memcpy(rec, &w->st, sizeof rec);
+        ssize_t n = write(w->status_fd, rec, sizeof rec);
+        if (n == (ssize_t)sizeof rec) {
                 w->report_due = false;
                 w->reported_ms = now_ms();
         } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
