@@ -64,6 +64,9 @@ static int writer(int argc, char **argv) {
                 fprintf(stderr, "sbx audit writer: started by sbx serve --audit only\n");
                 return 2;
         }
+        /* Whatever the daemon was started with and did not mark close-on-exec is not ours to
+         * hold open (a socket whose other end waits for it to close). */
+        (void)close_range(5, ~0U, 0);
         return audit_writer_main(3, 4, argv[2], max, (unsigned)keep);
 }
 
