@@ -79,6 +79,7 @@ typedef struct Config {
         bool host_busy;       /* p: also the same loops as host processes, for comparison */
         unsigned load_reps;   /* p: series under load, each with fresh sandboxes */
         int pool;             /* the server's --pool (-1: its default) */
+        const char *audit;    /* the server's --audit PATH (NULL: none), for r with the audit log on */
         int srv_nice;         /* the server's own autogroup at this nice value (setsid first) */
         bool srv_nice_set;
         unsigned loop_rounds; /* l: rounds of 20 creates and 16 forks */
@@ -303,11 +304,19 @@ static void server_start(void) {
                 dup2(nul, 1);
                 dup2(logfd, 2);
                 char pool[16];
+                char *argv[10] = { "sbx", "serve", "--socket", srv_sock };
+                int n = 4;
                 snprintf(pool, sizeof pool, "%d", cfg.pool);
-                if (cfg.pool >= 0)
-                        execl(cfg.sbx, "sbx", "serve", "--socket", srv_sock, "--pool", pool, (char *)NULL);
-                else
-                        execl(cfg.sbx, "sbx", "serve", "--socket", srv_sock, (char *)NULL);
+                if (cfg.pool >= 0) {
+                        argv[n++] = "--pool";
+                        argv[n++] = pool;
+                }
+                if (cfg.audit) {
+                        argv[n++] = "--audit";
+                        argv[n++] = (char *)cfg.audit;
+                }
+                argv[n] = NULL;
+                execv(cfg.sbx, argv);
                 fprintf(stderr, "exec %s: %s\n", cfg.sbx, strerror(errno));
                 _exit(127);
         }
@@ -674,8 +683,8 @@ static void bench_roundtrip(Conn *ctl) {
         Summary xr = summarize(&srpc), xc = summarize(&scapi), xp = summarize(&sping), xb = summarize(&sb2b);
         row_add("r_rpc", "`run` `echo hi` over the socket, idle session (request written → response line read)", &xr,
                 "interleaved with r_capi and r_ping; the server process on a CPU %.0f µs per run, next worker "
-                "included (/proc/PID/schedstat); %u failed",
-                cfg.warm_n ? 1e6 * cpu_rpc / cfg.warm_n : 0, bad_rpc);
+                "included (/proc/PID/schedstat); %u failed%s",
+                cfg.warm_n ? 1e6 * cpu_rpc / cfg.warm_n : 0, bad_rpc, cfg.audit ? "; audit log on (--audit)" : "");
         row_add("r_capi", "the same through the C API (bench.c's a: submit → done callback)", &xc,
                 "interleaved; this process on a CPU %.0f µs per run, next worker included; %u failed",
                 cfg.warm_n ? 1e6 * cpu_capi / cfg.warm_n : 0, bad_capi);
@@ -2165,8 +2174,9 @@ static void proc_targets(void) {
 }
 
 static void report(void) {
-        printf("Server: `%s serve --socket PATH%s%s`%s.\n\n", cfg.sbx, cfg.pool >= 0 ? " --pool " : "",
-               cfg.pool >= 0 ? pool_txt : "", cfg.srv_nice_set ? ", in a session of its own (autogroup nice set)" : "");
+        printf("Server: `%s serve --socket PATH%s%s%s%s`%s.\n\n", cfg.sbx, cfg.pool >= 0 ? " --pool " : "",
+               cfg.pool >= 0 ? pool_txt : "", cfg.audit ? " --audit " : "", cfg.audit ? cfg.audit : "",
+               cfg.srv_nice_set ? ", in a session of its own (autogroup nice set)" : "");
         printf("## The daemon: latency (ms)\n\n");
         rows_print(3);
         if (conc.have) {
@@ -2307,6 +2317,8 @@ static void usage(FILE *f) {
                 "  --kill-tree N      k: TERM-ignoring sleeps in the tree (default %u)\n"
                 "  --pause-n N        z: pause + resume cycles (default %u)\n"
                 "  --pool N           start the server with --pool N (default: the server's default)\n"
+                "  --audit PATH       start the server with --audit PATH (its audit log on: compare r_rpc\n"
+                "                     with a run without it)\n"
                 "  --server-autogroup-nice N  start the server in a session (autogroup) of its own\n"
                 "                     with this nice value (-20..19); default: the caller's session\n"
                 "  --quick            small N everywhere (a smoke test)\n",
@@ -2318,7 +2330,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
         bench_die_hook = on_die;
         enum { O_SBX = 256, O_ONLY, O_WARMUP, O_QUIET, O_PINGS, O_GAP, O_BUSY, O_BUSYCMD, O_SETTLE, O_CLIENTS, O_CMDS, O_QUICK, O_NICE, O_NOHOST, O_REPS, O_POOL, O_FILES_N, O_FILES_BYTES,
-               O_PROC_N, O_PROC_WARMUP, O_STREAM_MIB, O_STREAM_BIN_MIB, O_STREAM_CMD, O_KILL_N, O_KILL_TREE, O_PAUSE_N };
+               O_PROC_N, O_PROC_WARMUP, O_STREAM_MIB, O_STREAM_BIN_MIB, O_STREAM_CMD, O_KILL_N, O_KILL_TREE, O_PAUSE_N, O_AUDIT };
         static const struct option opts[] = {
                 { "sbx", required_argument, NULL, O_SBX },
                 { "only", required_argument, NULL, O_ONLY },
@@ -2337,6 +2349,7 @@ int main(int argc, char **argv) {
                 { "no-host-busy", no_argument, NULL, O_NOHOST },
                 { "load-reps", required_argument, NULL, O_REPS },
                 { "pool", required_argument, NULL, O_POOL },
+                { "audit", required_argument, NULL, O_AUDIT },
                 { "files-n", required_argument, NULL, O_FILES_N },
                 { "files-bytes", required_argument, NULL, O_FILES_BYTES },
                 { "proc-n", required_argument, NULL, O_PROC_N },
@@ -2385,6 +2398,7 @@ int main(int argc, char **argv) {
                 case O_KILL_N: cfg.kill_n = bench_parse_uint(optarg, "kill-n"); break;
                 case O_PAUSE_N: cfg.pause_n = bench_parse_uint(optarg, "pause-n"); break;
                 case O_KILL_TREE: cfg.kill_tree = bench_parse_uint(optarg, "kill-tree"); break;
+                case O_AUDIT: cfg.audit = optarg; break;
                 case O_POOL:
                         cfg.pool = (int)bench_parse_uint(optarg, "pool");
                         snprintf(pool_txt, sizeof pool_txt, "%d", cfg.pool);

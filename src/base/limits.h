@@ -298,6 +298,44 @@
 #define SBX_MAX_MEMORY_BYTES (1ULL << 44)
 #define SBX_MAX_FS_BYTES (1ULL << 40)
 
+/* ---- the audit log (sbx serve --audit) */
+
+/* Event lines the daemon holds while its writer process is behind (the pipe to it is full):
+ * the loop never waits for the disk, so past this an event is dropped and counted (health's
+ * audit.dropped, and an `audit.dropped` line once there is room again). At about 300 bytes an
+ * event, a few thousand events: seconds of a slow disk at any plausible rate of requests. */
+#define SBX_AUDIT_QUEUE_BYTES (1U * 1024 * 1024)
+/* Capacity asked for the pipe to the writer (the kernel's default is 64 KiB): more events in
+ * flight before the daemon's own queue starts to fill. Rootless the kernel may refuse it,
+ * which only leaves the default. */
+#define SBX_AUDIT_PIPE_BYTES (1U * 1024 * 1024)
+/* Longest event line. Every field is bounded (paths by SBX_MAX_PATH_BYTES, a command by
+ * SBX_AUDIT_COMMAND_BYTES), so only a bug reaches it; such an event is dropped and counted.
+ * The writer and `sbx audit verify` read lines of at most twice this (seq and prev added). */
+#define SBX_AUDIT_LINE_BYTES (64U * 1024)
+/* Bytes of a command's text kept in its event; a longer one keeps its length and sha256, which
+ * still tell which command it was. */
+#define SBX_AUDIT_COMMAND_BYTES 4096U
+/* Rotation: the log file is rotated once the next line would take it past --audit-max-bytes,
+ * and --audit-keep files are kept in all (PATH, PATH.1, ... the oldest removed). */
+#define SBX_AUDIT_DEFAULT_MAX_BYTES (64ULL * 1024 * 1024)
+#define SBX_AUDIT_MIN_MAX_BYTES 4096ULL
+#define SBX_AUDIT_DEFAULT_KEEP 5U
+#define SBX_AUDIT_MAX_KEEP 1000U
+/* After a failed write (a full disk), the writer tries again this often on its own, so the
+ * log recovers (and fail-closed lets runs in again) without waiting for the next event. */
+#define SBX_AUDIT_RETRY_MS 1000U
+/* The writer tells the daemon its counters (health's audit.written, .failed) at most this
+ * often, so a busy log costs the daemon no wakeup per event; a change between writing and
+ * failing is told at once (fail-closed acts on it). */
+#define SBX_AUDIT_REPORT_MS 100U
+/* How long `sbx serve` waits for its writer to open the log and say so before it gives up:
+ * the log's directory may be on a slow or hung filesystem. */
+#define SBX_AUDIT_START_MS 5000U
+/* At shutdown, how long the daemon spends handing its last events to the writer and waiting
+ * for it to write them. */
+#define SBX_AUDIT_CLOSE_MS 2000U
+
 /* ---- exposed ports (port.expose) */
 
 /* Ports one sandbox exposes at once. Each is a listening socket of the daemon on the host's

@@ -13,3 +13,4 @@ int cmd_logs(int argc, char **argv);
 int cmd_kill(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
+int cmd_audit(int argc, char **argv);

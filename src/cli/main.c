@@ -13,6 +13,7 @@ static const struct {
         { "run", cmd_run },   { "serve", cmd_serve }, { "export", cmd_export }, { "import", cmd_import },
         { "ls", cmd_ls },     { "exec", cmd_exec },   { "ps", cmd_ps },         { "logs", cmd_logs },
         { "kill", cmd_kill }, { "shell", cmd_shell }, { "mcp", cmd_mcp },
+        { "audit", cmd_audit },
 };
 
 static void usage(FILE *f) {
@@ -30,6 +31,7 @@ static void usage(FILE *f) {
                 "                                   load an archive into a daemon's sandbox\n"
                 "  mcp [--socket PATH [--sandbox ID]]\n"
                 "                                   an MCP server on stdio: a sandbox's tools for AI agents\n"
+                "  audit verify FILE...             check an audit log's hash chain (serve --audit)\n"
                 "\n"
                 "Commands on a daemon's sandboxes (--socket PATH, or $SBX_SOCKET):\n"
                 "  ls                               its sandboxes\n"

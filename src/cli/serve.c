@@ -41,6 +41,14 @@ static void usage(FILE *f) {
                 "                       a second SIGTERM does not wait)\n"
                 "      --mode MODE      namespaces (default), or disabled: every request but ping,\n"
                 "                       health, sandbox.list and kill answers SANDBOX_DISABLED\n"
+                "      --audit PATH     log events to PATH (JSON lines, hash-chained; see\n"
+                "                       `sbx audit verify`), written by a process of its own\n"
+                "      --audit-max-bytes N\n"
+                "                       rotate the log past N bytes (default 64M; 10k, 64M, 1G)\n"
+                "      --audit-keep N   log files kept in all, PATH.1 ... the older (default 5)\n"
+                "      --audit-fail-closed\n"
+                "                       refuse run and process.start while the log is not\n"
+                "                       keeping up (events dropped, writes failing)\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -88,6 +96,8 @@ static int serve_number(const char *flag, const char *arg, long min, long max, l
         return 0;
 }
 
+enum { OPT_AUDIT = 256, OPT_AUDIT_MAX_BYTES, OPT_AUDIT_KEEP, OPT_AUDIT_FAIL_CLOSED };
+
 int cmd_serve(int argc, char **argv) {
         static const struct option opts[] = {
                 { "stdio", no_argument, NULL, 's' },
@@ -101,6 +111,10 @@ int cmd_serve(int argc, char **argv) {
                 { "system-socket", required_argument, NULL, 'T' },
                 { "shutdown-deadline-ms", required_argument, NULL, 'D' },
                 { "mode", required_argument, NULL, 'M' },
+                { "audit", required_argument, NULL, OPT_AUDIT },
+                { "audit-max-bytes", required_argument, NULL, OPT_AUDIT_MAX_BYTES },
+                { "audit-keep", required_argument, NULL, OPT_AUDIT_KEEP },
+                { "audit-fail-closed", no_argument, NULL, OPT_AUDIT_FAIL_CLOSED },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -108,6 +122,9 @@ int cmd_serve(int argc, char **argv) {
         bool stdio = false, disabled = false;
         const char *path = NULL, *system_path = NULL;
         long pool = -1, slots = -1, system_slots = -1, queue = -1, deadline = -1, lane = -1;
+        const char *audit = NULL;
+        uint64_t audit_max = 0, audit_keep = 0;
+        bool audit_fail_closed = false;
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -158,6 +175,23 @@ int cmd_serve(int argc, char **argv) {
                                 return 2;
                         }
                         break;
+                case OPT_AUDIT: audit = optarg; break;
+                case OPT_AUDIT_MAX_BYTES:
+                        if (parse_size(optarg, &audit_max) < 0 || audit_max < SBX_AUDIT_MIN_MAX_BYTES) {
+                                fprintf(stderr, "sbx serve: --audit-max-bytes takes a size of at least %llu bytes "
+                                        "(10k, 64M, 1G); got '%s'\n",
+                                        (unsigned long long)SBX_AUDIT_MIN_MAX_BYTES, optarg);
+                                return 2;
+                        }
+                        break;
+                case OPT_AUDIT_KEEP:
+                        if (parse_u64(optarg, SBX_AUDIT_MAX_KEEP, &audit_keep) < 0 || audit_keep < 1) {
+                                fprintf(stderr, "sbx serve: --audit-keep takes 1 to %u; got '%s'\n", SBX_AUDIT_MAX_KEEP,
+                                        optarg);
+                                return 2;
+                        }
+                        break;
+                case OPT_AUDIT_FAIL_CLOSED: audit_fail_closed = true; break;
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -168,6 +202,15 @@ int cmd_serve(int argc, char **argv) {
                 return 1;
         if (stdio && afd >= 0) {
                 fprintf(stderr, "sbx serve: --stdio, but a listening socket was passed (LISTEN_FDS)\n");
+                return 2;
+        }
+        if (!audit && (audit_max || audit_keep || audit_fail_closed)) {
+                fprintf(stderr, "sbx serve: --audit-max-bytes, --audit-keep and --audit-fail-closed go with "
+                        "--audit PATH\n");
+                return 2;
+        }
+        if (audit && (!*audit || strlen(audit) > PATH_MAX - 16)) {
+                fprintf(stderr, "sbx serve: --audit takes a file's path (at most %d bytes)\n", PATH_MAX - 16);
                 return 2;
         }
         if (optind < argc || (stdio == (path != NULL) && afd < 0)) {
@@ -192,6 +235,15 @@ int cmd_serve(int argc, char **argv) {
                 server_set_disabled(s, disabled);
                 if (deadline >= 0)
                         server_set_shutdown_deadline(s, (uint64_t)deadline);
+        }
+        char err[256];
+        /* Before any client: no event may happen unlogged, and a log that cannot be opened
+         * stops the server here, saying why. */
+        if (r >= 0 && audit &&
+            server_set_audit(s, audit, audit_max, (unsigned)audit_keep, audit_fail_closed, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --audit %s: %s\n", audit, err);
+                server_free(s);
+                return 1;
         }
         if (r >= 0 && system_path && (r = server_listen_system(s, system_path)) < 0) {
                 fprintf(stderr, "sbx serve: --system-socket %s: %s\n", system_path, strerror(-r));

@@ -23,6 +23,7 @@ struct Conn {
         unsigned holds;    /* conn_hold_input() without its release: no request is handled */
         uid_t uid;
         int lane; /* fixed by the operator, or -1 */
+        pid_t pid; /* -1 unknown */
         Framer framer;
         ByteQueue out;
         ByteQueue in; /* read but not yet framed: held while the client is paused, or until
@@ -220,6 +221,7 @@ int conn_new(ConnList *l, int rfd, int wfd, bool is_stdio, uid_t uid, Conn **ret
         c->is_stdio = is_stdio;
         c->uid = uid;
         c->lane = -1;
+        c->pid = -1;
         framer_init(&c->framer, SBX_DEFAULT_RPC_BYTES);
         (void)fd_set_nonblock(rfd, true);
         (void)fd_set_nonblock(wfd, true);
@@ -299,6 +301,8 @@ int conn_lane(const Conn *c) { return c->lane; }
 void conn_set_lane(Conn *c, int lane) { c->lane = lane; }
 
 uid_t conn_uid(const Conn *c) { return c->uid; }
+pid_t conn_pid(const Conn *c) { return c->pid; }
+void conn_set_pid(Conn *c, pid_t pid) { c->pid = pid; }
 
 bool conn_is_stdio(const Conn *c) { return c->is_stdio; }
 

@@ -53,6 +53,10 @@ uid_t conn_uid(const Conn *c);
  * says. */
 int conn_lane(const Conn *c);
 void conn_set_lane(Conn *c, int lane);
+/* The client's pid as the kernel said at accept (SO_PEERCRED), or for stdio as the server
+ * found it at start; -1 when unknown. For the audit log. */
+pid_t conn_pid(const Conn *c);
+void conn_set_pid(Conn *c, pid_t pid);
 /* Whether c's answers wait past SBX_OUTPUT_QUEUE_HIGH_BYTES (ops->paused said so). */
 bool conn_paused(const Conn *c);
 bool conn_is_stdio(const Conn *c);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include "sbx/sbx.h"
 #include "server/lane.h"
+#include "server/audit.h"
 #include "server/pending.h"
 #include "server/registry.h"
 
@@ -24,6 +25,7 @@ struct Core {
         Totals totals;      /* of `run`s, for health */
         uint64_t start_ms;  /* monotonic, for health's uptime */
         uint64_t watches;   /* files.watch ids given so far */
+        Audit *audit;       /* the audit log (sbx serve --audit), NULL when off; the server's */
         bool shutting_down; /* no new work but ping and health; forks that end are dropped */
         /* Starts the orderly shutdown (the `kill` method); set by the server. */
         void (*shutdown)(void *data);

@@ -172,8 +172,11 @@ static int upload_next(Req *r, const char *path, UploadStep step, json_t **ret, 
         else if (param_data(r, true, &data, &n, e) == 0) {
                 int rr = sbx_upload_write(u, data, n); /* frees u when it fails */
                 free(data);
-                if (rr == 0 && step == UP_COMMIT)
+                if (rr == 0 && step == UP_COMMIT) {
                         rr = sbx_upload_commit(u);
+                        AUDIT(r->core->audit, "files.write", r->sb, r->conn,
+                              audit_outcome(rr, json_pack("{s:s, s:s}", "path", path, "upload", "commit")));
+                }
                 if (rr < 0) {
                         files_fail(e, rr, path);
                         return upload_ended(e);
@@ -209,6 +212,8 @@ static int m_files_write(Req *r, json_t **ret, RpcError *e) {
                 return -1;
         int rr = sbx_file_write(r->sb->sb, path, data, n, m, append);
         free(data);
+        AUDIT(r->core->audit, "files.write", r->sb, r->conn,
+              audit_outcome(rr, json_pack("{s:s, s:I, s:b}", "path", path, "bytes", (json_int_t)n, "append", append)));
         return ok_or_fail(rr, path, ret, e);
 }
 
@@ -269,7 +274,10 @@ static int m_files_mkdir(Req *r, json_t **ret, RpcError *e) {
         bool parents = false;
         if (param_path(r, "path", &path, e) < 0 || param_bool(r->params, "parents", &parents, e) < 0)
                 return -1;
-        return ok_or_fail(sbx_file_mkdir(r->sb->sb, path, parents), path, ret, e);
+        int rr = sbx_file_mkdir(r->sb->sb, path, parents);
+        AUDIT(r->core->audit, "files.mkdir", r->sb, r->conn,
+              audit_outcome(rr, json_pack("{s:s, s:b}", "path", path, "parents", parents)));
+        return ok_or_fail(rr, path, ret, e);
 }
 
 static int m_files_rm(Req *r, json_t **ret, RpcError *e) {
@@ -277,14 +285,20 @@ static int m_files_rm(Req *r, json_t **ret, RpcError *e) {
         bool recursive = false;
         if (param_path(r, "path", &path, e) < 0 || param_bool(r->params, "recursive", &recursive, e) < 0)
                 return -1;
-        return ok_or_fail(sbx_file_remove(r->sb->sb, path, recursive), path, ret, e);
+        int rr = sbx_file_remove(r->sb->sb, path, recursive);
+        AUDIT(r->core->audit, "files.rm", r->sb, r->conn,
+              audit_outcome(rr, json_pack("{s:s, s:b}", "path", path, "recursive", recursive)));
+        return ok_or_fail(rr, path, ret, e);
 }
 
 static int m_files_rename(Req *r, json_t **ret, RpcError *e) {
         const char *from, *to;
         if (param_path(r, "from", &from, e) < 0 || param_path(r, "to", &to, e) < 0)
                 return -1;
-        return ok_or_fail(sbx_file_rename(r->sb->sb, from, to), from, ret, e);
+        int rr = sbx_file_rename(r->sb->sb, from, to);
+        AUDIT(r->core->audit, "files.rename", r->sb, r->conn,
+              audit_outcome(rr, json_pack("{s:s, s:s}", "from", from, "to", to)));
+        return ok_or_fail(rr, from, ret, e);
 }
 
 #define PARAM_PATH { "path", P_STRING, true, "as the sandbox sees it; relative: from /home/user" }

@@ -51,6 +51,8 @@ static void fork_done(void *ud, const SbxOpResult *res) {
                 registry_fork_abort(&core->registry);
                 if (res->sandbox)
                         sbx_sandbox_free(res->sandbox);
+                audit_finish(core->audit, TAKE_PTR(p->audit),
+                             res->error ? audit_op_fields(res) : audit_outcome(-ESHUTDOWN, json_object()));
                 if (p->conn && res->error)
                         op_reply_error(p, res);
                 else if (p->conn)
@@ -61,6 +63,7 @@ static void fork_done(void *ud, const SbxOpResult *res) {
                 sbx_sandbox_free(res->sandbox);
                 op_reply_fail(p, RPC_INTERNAL_ERROR, "out of memory");
         } else {
+                audit_finish(core->audit, TAKE_PTR(p->audit), json_pack("{s:s}", "forkId", sbx_sandbox_id(sb->sb)));
                 conn_reply(p->conn, p->id, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)));
         }
         pending_free(p);
@@ -75,6 +78,7 @@ static int m_sandbox_fork(Req *r, json_t **ret, RpcError *e) {
                 registry_fork_abort(reg);
                 return -1;
         }
+        p->audit = audit_begin(r->core->audit, "sandbox.fork", r->sb, r->conn);
         int rr = sbx_sandbox_fork(r->sb->sb, fork_done, p);
         if (rr < 0) {
                 registry_fork_abort(reg);
@@ -111,6 +115,8 @@ static void op_reply(Pending *p, const SbxOpResult *res) {
 
 static void op_done(void *ud, const SbxOpResult *res) {
         Pending *p = ud;
+        if (p->audit)
+                audit_finish(p->core->audit, TAKE_PTR(p->audit), audit_op_fields(res));
         if (p->conn)
                 op_reply(p, res);
         pending_free(p);
@@ -138,6 +144,8 @@ static int m_snapshot_restore(Req *r, json_t **ret, RpcError *e) {
         Pending *p = op_pending(r, e);
         if (!p)
                 return -1;
+        if ((p->audit = audit_begin(r->core->audit, "sandbox.restore", r->sb, r->conn)))
+                json_object_set_new(p->audit, "snapshotId", json_string(id));
         int rr = sbx_snapshot_restore(r->sb->sb, id, op_done, p);
         if (rr < 0) {
                 pending_free(p);
@@ -178,6 +186,7 @@ static int m_export(Req *r, json_t **ret, RpcError *e) {
         Pending *p = op_pending(r, e);
         if (!p)
                 return -1;
+        p->audit = audit_begin(r->core->audit, "sandbox.export", r->sb, r->conn);
         int rr = sbx_sandbox_export(r->sb->sb, op_done, p);
         if (rr < 0) {
                 pending_free(p);
@@ -197,6 +206,8 @@ static int m_import(Req *r, json_t **ret, RpcError *e) {
         Pending *p = op_pending(r, e);
         if (!p)
                 return -1;
+        if ((p->audit = audit_begin(r->core->audit, "sandbox.import", r->sb, r->conn)))
+                json_object_set_new(p->audit, "bytes", json_integer((json_int_t)n));
         int rr = n ? sbx_sandbox_import(r->sb->sb, data, n, op_done, p) : -EINVAL;
         if (rr < 0) {
                 pending_free(p);

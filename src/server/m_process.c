@@ -194,6 +194,7 @@ static int req_timer(ProcReq *q, uint64_t ms) {
 
 static void start_done(void *ud, SbxProcess *p, int error) {
         ProcReq *q = ud;
+        audit_process_started(q->pending->core->audit, TAKE_PTR(q->pending->audit), p, error);
         if (!p) {
                 if (error == -ETIMEDOUT)
                         req_error(q, RPC_SANDBOX_ERROR, "ETIMEDOUT: the session gave no worker in time to start the process");
@@ -220,7 +221,7 @@ static int m_process_start(Req *r, json_t **ret, RpcError *e) {
             param_string(r->params, "cwd", false, &cwd, NULL, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
             param_u64(r->params, "timeoutMs", false, SBX_MAX_TIMEOUT_MS, &timeout, e) < 0 ||
-            handler_while_paused(r, e) < 0)
+            handler_while_paused(r, e) < 0 || audit_check_run(r->core->audit, e) < 0)
                 return -1;
         env = json_object_get(r->params, "env");
         pty = json_object_get(r->params, "pty");
@@ -247,6 +248,7 @@ static int m_process_start(Req *r, json_t **ret, RpcError *e) {
         SbxProcessOptions o = { .command = cmd, .command_len = cmd_len, .cwd = cwd, .env = envl,
                                 .stdin_pipe = want_stdin, .pty = pty && !json_is_null(pty), .cols = (uint16_t)cols,
                                 .rows = (uint16_t)rows, .timeout_ms = timeout, .label = label };
+        q->pending->audit = audit_process_begin(r->core->audit, r->sb, r->conn, cmd, cmd_len);
         int rr = sbx_process_start(s, &o, start_done, q);
         handler_env_free(envl);
         if (rr < 0) {
@@ -529,6 +531,10 @@ static int m_process_kill(Req *r, json_t **ret, RpcError *e) {
                                 NSIG - 1);
         if (req_new(r, PR_KILL, p, &q, e) < 0)
                 return -1;
+        AUDIT(r->core->audit, "process.kill", NULL, r->conn,
+              json_pack("{s:s, s:s, s:o, s:I}", "sandboxId", sbx_sandbox_id(sbx_process_sandbox(p)), "processId",
+                        json_string_value(json_object_get(r->params, "processId")), "signal", signal_json(sig),
+                        "graceMs", (json_int_t)grace));
         int rr = sbx_process_kill(p, sig, grace, kill_done, q);
         if (rr < 0) {
                 q->kind = PR_STREAM;
@@ -563,6 +569,8 @@ static int m_process_kill_all(Req *r, json_t **ret, RpcError *e) {
                 if (sbx_process_kill(p, SIGKILL, 0, kill_all_done, q) == 0)
                         q->left++;
         q->killed = q->left + sbx_sandbox_kill_background_log(sb);
+        AUDIT(r->core->audit, "process.kill", r->sb, r->conn,
+              json_pack("{s:b, s:s, s:I}", "all", 1, "signal", "KILL", "killed", (json_int_t)q->killed));
         if (q->left == 0) {
                 *ret = kill_all_json(q->killed);
                 q->kind = PR_STREAM;

@@ -72,6 +72,7 @@ static void run_done(void *ud, const SbxResult *res) {
                                     res->exit_code != 0,
                             res->error_class == SBX_ERROR_TIMEOUT, res->error_class == SBX_ERROR_CANCELLED);
         }
+        audit_run_end(p->core->audit, TAKE_PTR(p->audit), res);
         if (p->conn && !p->replied) {
                 json_t *out;
                 if (p->kind == PENDING_ENV_SET)
@@ -99,6 +100,9 @@ static int start_run(Req *r, SbxSession *s, const SbxRunOptions *o, PendingKind 
         if (pending_new(&r->core->pending, r->core, r->conn, r->id, kind, &p) < 0)
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
         p->stream = stream;
+        if (kind == PENDING_RUN)
+                p->audit = audit_run_begin(r->core->audit, r->sb, r->conn, sbx_session_name(s), o->command,
+                                           o->command_len);
         int rr = sbx_session_run(s, o, run_output, run_done, p, &p->run);
         if (rr < 0) {
                 pending_free(p);
@@ -126,7 +130,8 @@ static int m_run(Req *r, json_t **ret, RpcError *e) {
             param_string(r->params, "stdin", false, &stdin_b64, &stdin_len, e) < 0 ||
             param_u64(r->params, "timeoutMs", false, UINT64_MAX, &o.timeout_ms, e) < 0 ||
             param_bool(r->params, "stream", &stream, e) < 0 || param_object(r->params, "env", &env, e) < 0 ||
-            handler_leftovers(r->params, &o.leftovers, e) < 0 || handler_while_paused(r, e) < 0)
+            handler_leftovers(r->params, &o.leftovers, e) < 0 || handler_while_paused(r, e) < 0 ||
+            audit_check_run(r->core->audit, e) < 0)
                 return -1;
         char msg[256];
         if (json_object_get(r->params, "timeoutMs") && !json_is_null(json_object_get(r->params, "timeoutMs")) &&

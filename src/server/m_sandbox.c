@@ -243,6 +243,8 @@ static void created_ready(void *ud, SbxSandbox *box, int error) {
                 for (SrvSandbox *sb = registry_next(&p->core->registry, NULL); sb;
                      sb = registry_next(&p->core->registry, sb))
                         if (sb->sb == box) {
+                                AUDIT(p->core->audit, "sandbox.destroy", sb, p->conn,
+                                      audit_outcome(error, json_pack("{s:s}", "reason", "start failed")));
                                 registry_destroy(sb);
                                 break;
                         }
@@ -273,6 +275,8 @@ static int m_create(Req *r, json_t **ret, RpcError *e) {
                 return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox already created");
         if (new_sandbox(r, true, &sb, e) < 0)
                 return -1;
+        AUDIT(r->core->audit, "sandbox.create", sb, r->conn, json_pack("{s:b, s:b, s:b}", "root", 1, "persist",
+              sb->persist, "network", json_is_true(json_object_get(r->params, "network"))));
         return answer_when_ready(r, sb, json_pack("{s:b, s:s}", "ok", 1, "sandboxId", sbx_sandbox_id(sb->sb)), e);
 }
 
@@ -280,6 +284,8 @@ static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
         SrvSandbox *sb;
         if (new_sandbox(r, false, &sb, e) < 0)
                 return -1;
+        AUDIT(r->core->audit, "sandbox.create", sb, r->conn, json_pack("{s:b, s:b, s:b}", "root", 0, "persist",
+              sb->persist, "network", json_is_true(json_object_get(r->params, "network"))));
         return answer_when_ready(r, sb, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)), e);
 }
 
@@ -317,6 +323,7 @@ static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
 }
 
 static int m_sandbox_destroy(Req *r, json_t **ret, RpcError *e) {
+        AUDIT(r->core->audit, "sandbox.destroy", r->sb, r->conn, json_pack("{s:s}", "reason", "request"));
         registry_destroy(r->sb);
         *ret = handler_ok_json();
         return 0;

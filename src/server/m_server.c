@@ -54,6 +54,8 @@ static int m_health(Req *r, json_t **ret, RpcError *e) {
                          t->completed ? (double)t->exec_ms_sum / (double)t->completed : 0.0, "lanes", "interactive",
                          lane_json(&core->lanes, LANE_INTERACTIVE), "system", lane_json(&core->lanes, LANE_SYSTEM),
                          "memory", "daemonRssBytes", (json_int_t)daemon_rss_bytes());
+        if (*ret)
+                json_object_set_new(*ret, "audit", audit_health_json(core->audit));
         return 0;
 }
 
@@ -72,9 +74,13 @@ const Method server_methods_server[] = {
         { "health", m_health, 0, handler_params_none,
           "{uptimeMs, mode, shuttingDown, sandboxes, sessions, processes (alive), running, queued (in sessions), totals: "
           "{completed, failed, timedOut, cancelled, avgExecMs}, lanes: {interactive, system: {slots, active, idle, queued, "
-          "queueMax, refused, completed, failed, timedOut, cancelled, avgExecMs, p99ExecMs}}, memory: {daemonRssBytes}}",
+          "queueMax, refused, completed, failed, timedOut, cancelled, avgExecMs, p99ExecMs}}, memory: {daemonRssBytes}, "
+          "audit: {enabled, path?, failClosed?, refusing?, writerAlive?, writerPid?, events?, written?, dropped?, failed?, "
+          "queuedBytes?, failing?, error?}}",
           "Server statistics. Lane counts are of requests holding or waiting for a slot; p99ExecMs is the upper "
-          "edge of a power-of-two bucket." },
+          "edge of a power-of-two bucket. audit (sbx serve --audit): events made, lines written, events dropped "
+          "(queue full or writer gone) and failed (not written: a full disk); refusing: runs are refused "
+          "(--audit-fail-closed)." },
         { "ping", m_ping, 0, handler_params_none, "{pong: true}", "Liveness." },
         { "kill", m_kill, 0, handler_params_none, "{ok: true}",
           "Answers, then shuts the server down as SIGTERM does: waiting requests get -32003 POOL_SHUTTING_DOWN, running "

@@ -56,6 +56,7 @@ Pending *pending_free(Pending *p) {
                 lanes_release(&p->core->lanes, p->lane, now_ms() - p->lane_ms);
         json_decref(p->id);
         json_decref(p->answer);
+        json_decref(p->audit);
         free(p->key);
         free(p);
         return NULL;

@@ -38,6 +38,7 @@ typedef struct Pending {
         json_t *answer;        /* PENDING_OP of a create: the result, sent once the sandbox is ready */
         int lane;              /* 1 + the lane whose slot it holds (lane.h), 0 for none */
         uint64_t lane_ms;      /* since when (monotonic ms) */
+        json_t *audit;         /* the audit event its end finishes (audit_begin), NULL when off */
         /* PENDING_PROC: m_process.c's request; PENDING_WATCH: m_watch.c's watch (answered at
          * once, it lives until unwatched). Either is told when its connection closes (then conn is
          * NULL; `detached` must free the pending or leave it to a callback still to come) and

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/macro.h"
 #include "base/util.h"
+#include "server/audit.h"
 #include "server/conn.h"
 #include "server/registry.h"
 
@@ -99,6 +100,7 @@ static void expiry_event(Watch *w, uint32_t events) {
         if (sb->owner)
                 conn_notify(sb->owner, "sandbox.expired",
                             json_pack("{s:s, s:s}", "sandboxId", sbx_sandbox_id(sb->sb), "reason", why));
+        AUDIT(sb->registry->audit, "sandbox.destroy", sb, NULL, json_pack("{s:s}", "reason", why));
         registry_destroy(sb);
 }
 
@@ -130,14 +132,18 @@ void registry_touch(SrvSandbox *sb) { sb->used_ms = now_ms(); }
 void registry_destroy_owned(Registry *reg, const Conn *owner) {
         for (SrvSandbox *sb = reg->head, *next; sb; sb = next) {
                 next = sb->next;
-                if (sb->owner == owner)
+                if (sb->owner == owner) {
+                        AUDIT(reg->audit, "sandbox.destroy", sb, owner, json_pack("{s:s}", "reason", "owner closed"));
                         registry_destroy(sb);
+                }
         }
 }
 
 void registry_destroy_all(Registry *reg) {
-        while (reg->head)
+        while (reg->head) {
+                AUDIT(reg->audit, "sandbox.destroy", reg->head, NULL, json_pack("{s:s}", "reason", "shutdown"));
                 registry_destroy(reg->head);
+        }
 }
 
 bool registry_may_use(const SrvSandbox *sb, const Conn *c, uid_t uid) {

@@ -42,6 +42,7 @@ typedef struct SrvSandbox {
 
 struct Registry {
         SrvSandbox *head;
+        struct Audit *audit; /* the server's audit log (NULL when off): told of destroys it did not ask for */
         unsigned n_sandboxes;
         unsigned n_forks; /* forks alive or being made */
 };

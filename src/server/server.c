@@ -155,6 +155,8 @@ static void accept_event(Watch *w, uint32_t events) {
                 if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 ||
                     (uc.uid != geteuid() && uc.uid != 0)) {
                         log_warn("refused a connection from uid %u", (unsigned)uc.uid);
+                        audit_event_peer(s->core.audit, "connection.refused", NULL, len == sizeof uc ? (long)uc.uid : -1,
+                                         len == sizeof uc ? (long)uc.pid : -1, NULL);
                         close(fd);
                         continue;
                 }
@@ -167,6 +169,7 @@ static void accept_event(Watch *w, uint32_t events) {
                         safe_close(wfd);
                         continue;
                 }
+                conn_set_pid(c, uc.pid);
                 conn_set_lane(c, l->lane);
         }
 }
@@ -261,8 +264,23 @@ void server_set_pool(Server *s, unsigned n) {
 int server_add_stdio(Server *s) {
         Conn *c;
         int r = conn_new(&s->conns, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);
-        if (r >= 0)
-                conn_set_lane(c, s->stdio_lane);
+        if (r < 0)
+                return r;
+        conn_set_lane(c, s->stdio_lane);
+        /* The client is whoever holds the other end of stdin: the kernel says who when it is
+         * a socket (sbx mcp's socketpair), else it is taken to be the parent that started us
+         * (the SDKs spawn `sbx serve --stdio`). */
+        struct ucred uc;
+        socklen_t len = sizeof uc;
+        conn_set_pid(c, getsockopt(STDIN_FILENO, SOL_SOCKET, SO_PEERCRED, &uc, &len) == 0 ? uc.pid : getppid());
+        return 0;
+}
+
+int server_set_audit(Server *s, const char *path, uint64_t max_bytes, unsigned keep, bool fail_closed, char *err,
+                     size_t errlen) {
+        AuditOptions o = { .path = path, .max_bytes = max_bytes, .keep = keep, .fail_closed = fail_closed };
+        int r = audit_new(s->loop, &o, &s->core.audit, err, errlen);
+        s->core.registry.audit = s->core.audit;
         return r;
 }
 
@@ -324,6 +342,7 @@ static void finish(Server *s) {
         /* Past the deadline, work still under way is answered now: nothing will answer it. */
         pending_fail_all(&s->core.pending, &e);
         registry_destroy_all(&s->core.registry);
+        audit_close(s->core.audit);
         conn_flush_all(&s->conns, now_ms() + SBX_SHUTDOWN_FLUSH_MS);
         conn_close_all(&s->conns);
 }
@@ -347,6 +366,7 @@ Server *server_free(Server *s) {
                 return NULL;
         registry_destroy_all(&s->core.registry);
         conn_close_all(&s->conns);
+        s->core.audit = audit_free(s->core.audit);
         if (s->sw.active)
                 loop_del(s->loop, &s->sw);
         safe_close(s->sig_fd);

@@ -10,6 +10,7 @@
  *   handler.c   what handler files share: Req, the Method row, common helpers
  *   pending.c   requests answered later      registry.c  sandboxes, who may use them
  *   conn.c      the transport                history.c   command history
+ *   audit.c     the audit log, daemon side   audit_log.c its files: writer, chain, verify
  *
  * Ownership: the Server owns the connections and, through its Core (core.h), the sandbox
  * registry and the requests answered later. A sandbox belongs to the connection that made it
@@ -52,6 +53,10 @@ void server_set_shutdown_deadline(Server *s, uint64_t ms);
 /* --mode disabled: every request but ping, health, sandbox.list and kill is refused with
  * SANDBOX_DISABLED. */
 void server_set_disabled(Server *s, bool disabled);
+/* Logs events to path (`--audit`; audit.h): starts the writer process and waits for it to
+ * open the log. max_bytes and keep 0 take the defaults. Returns 0 or -errno with err set. */
+int server_set_audit(Server *s, const char *path, uint64_t max_bytes, unsigned keep, bool fail_closed, char *err,
+                     size_t errlen);
 /* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
 void server_set_pool(Server *s, unsigned n);
 /* Runs until shutdown; returns the process exit code. */
