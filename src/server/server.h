@@ -37,6 +37,8 @@ int server_listen_fd(Server *s, int fd, const char *path);
 int server_add_stdio(Server *s);
 /* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
 void server_set_pool(Server *s, unsigned n);
+/* The library context, for settings every sandbox takes (redaction, passed-through env). */
+struct SbxContext *server_context(Server *s);
 /* Runs until shutdown; returns the process exit code. */
 int server_run(Server *s);
 void server_shutdown(Server *s);
