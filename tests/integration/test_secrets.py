@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import SBX_BIN, Peer
-from test_rpc import SPAWNED, stdio  # noqa: F401 (fixture)
+from test_rpc import SPAWNED
 
 SECRET = "abcdefXYZ-s3cr3t-value-42"
 SECRETS = {"API_TOKEN": SECRET, "DB_PASS": {"value": "hunter2-but-longer", "mode": "env"}}
@@ -34,6 +34,15 @@ def close(peer):
     except subprocess.TimeoutExpired:
         peer.proc.kill()
         peer.proc.wait()
+    # stdin's end is a clean shutdown (non-zero under the sanitizers when the daemon leaked).
+    assert peer.proc.returncode == 0, peer.proc.stderr.read()
+
+
+@pytest.fixture
+def stdio():
+    peer = serve()
+    yield peer
+    close(peer)
 
 
 @pytest.fixture
