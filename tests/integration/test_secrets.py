@@ -219,3 +219,12 @@ def test_extra_pattern_and_no_defaults():
 def test_bad_serve_flags(args, words):
     p = subprocess.run([SBX_BIN, "serve", "--stdio", *args], input=b"", capture_output=True, timeout=30)
     assert p.returncode == 2 and words in p.stderr.decode()
+
+
+def test_python_sdk_secrets():
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "sdk" / "python"))
+    from sbx import Sandbox
+    with Sandbox(secrets={"TOKEN": SECRET}, binary=SBX_BIN) as sb:
+        r = sb.commands.run('echo "t=$TOKEN"; printf %s "$TOKEN" | wc -c')
+        assert r.stdout == f"t=[REDACTED:TOKEN]\n{len(SECRET)}\n"

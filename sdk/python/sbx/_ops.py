@@ -41,7 +41,8 @@ def _camel(key: str) -> str:
 
 def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
                     limits: Optional[Mapping[str, float]], envs: Optional[Mapping[str, str]],
-                    network: bool, leftovers: Optional[str] = None) -> Dict[str, Any]:
+                    network: bool, leftovers: Optional[str] = None,
+                    secrets: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The ``create`` / ``sandbox.create`` params for these options."""
     params: Dict[str, Any] = {}
     if timeout is not None:
@@ -57,6 +58,8 @@ def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
         params["network"] = True
     if leftovers is not None:
         params["leftovers"] = leftovers
+    if secrets:
+        params["secrets"] = dict(secrets)
     return params
 
 

@@ -41,6 +41,9 @@ class Sandbox:
             running. A run may say otherwise (``commands.run(..., leftovers=...)``).
         binary: the sbx binary; default ``$SBX_BIN``, else ``sbx`` on ``$PATH``, else the
             repository's ``build/src/cli/sbx``.
+        secrets: ``{NAME: value}`` (or ``{NAME: {"value": ..., "mode": "env"}}``): set in every
+            command's environment as NAME, never shown back, and each value (8 bytes or more)
+            replaced by ``[REDACTED:NAME]`` in all output and history.
 
     Raises:
         SbxError: the server refused the options or could not create the sandbox.
@@ -55,8 +58,9 @@ class Sandbox:
 
     def __init__(self, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                  limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
-                 network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None) -> None:
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+                 network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
+                 secrets: Optional[Mapping[str, Any]] = None) -> None:
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, secrets)
         client = Client.spawn(binary)
         try:
             sandbox_id: str = client.run_op(ops.create("create", params))
@@ -68,11 +72,12 @@ class Sandbox:
     @classmethod
     def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
-               network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None) -> "Sandbox":
+               network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
+               secrets: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         """E2B's name for the constructor: ``Sandbox.create(...)`` is ``Sandbox(...)`` (a
         private ``sbx serve --stdio`` and its sandbox)."""
         return cls(timeout=timeout, fs_limit_bytes=fs_limit_bytes, limits=limits, envs=envs, network=network,
-                   leftovers=leftovers, binary=binary)
+                   leftovers=leftovers, binary=binary, secrets=secrets)
 
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
@@ -361,7 +366,7 @@ class Sandboxes:
     def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                envs: Optional[Mapping[str, str]] = None, network: bool = False,
-               leftovers: Optional[str] = None) -> Sandbox:
+               leftovers: Optional[str] = None, secrets: Optional[Mapping[str, Any]] = None) -> Sandbox:
         """Creates another sandbox (``sandbox.create``) and returns its handle.
 
         It lives until :meth:`Sandbox.destroy`, or until this connection closes, unless
@@ -370,9 +375,10 @@ class Sandboxes:
         Args:
             label: free text shown by :meth:`list`.
             persist: outlive this connection (socket server only).
-            timeout, fs_limit_bytes, limits, envs, network, leftovers: as for :class:`Sandbox`.
+            timeout, fs_limit_bytes, limits, envs, network, leftovers, secrets: as for
+                :class:`Sandbox`.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, secrets)
         if label is not None:
             params["label"] = label
         if persist:
