@@ -8,7 +8,8 @@
 # --quick is passed on to sbx-bench-rpc, sbx-bench-image and sbx-bench-ports too (the image one
 # then takes -n 3);
 # their other options go in SBX_BENCH_RPC_ARGS, SBX_BENCH_IMAGE_ARGS and SBX_BENCH_PORTS_ARGS,
-# and SBX_BENCH_RPC=0, SBX_BENCH_IMAGE=0 or SBX_BENCH_PORTS=0 skips one.
+# and SBX_BENCH_RPC=0, SBX_BENCH_IMAGE=0, SBX_BENCH_PORTS=0 or SBX_BENCH_REDACT=0 skips one
+# (sbx-bench-redact takes SBX_BENCH_REDACT_ARGS).
 # Needs root (sandboxes, cgroups) and takes about 6-7 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -152,6 +153,22 @@ if [ "${SBX_BENCH_PORTS:-1}" = 1 ]; then
                 echo
         } | tee -a "$OUT"
         run_accounted ./build/bench/sbx-bench-ports "${PORTS_ARGS[@]}" "${PORTS_EXTRA[@]}"
+fi
+# Redaction on against off: the redactor alone, 1 GiB through runs, warm `echo hi`
+# (bench/bench_redact.c); about 30 s. --quick: 256 MiB, one run each, 100 warm runs.
+if [ "${SBX_BENCH_REDACT:-1}" = 1 ]; then
+        REDACT_ARGS=()
+        for a in "$@"; do
+                if [ "$a" = --quick ]; then REDACT_ARGS+=(--tp-mib 256 --tp-reps 1 -n 100); fi
+        done
+        read -r -a REDACT_EXTRA <<< "${SBX_BENCH_REDACT_ARGS:-}"
+        log "redaction: build/bench/sbx-bench-redact ${REDACT_ARGS[*]} ${REDACT_EXTRA[*]}"
+        {
+                echo
+                echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+                echo
+        } | tee -a "$OUT"
+        run_accounted ./build/bench/sbx-bench-redact "${REDACT_ARGS[@]}" "${REDACT_EXTRA[@]}"
 fi
 echo | tee -a "$OUT"
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"

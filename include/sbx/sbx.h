@@ -68,6 +68,12 @@ typedef struct SbxSandboxOptions {
          * where the kernel has no Landlock, never with a policy left unenforced. */
         const char *const *policy_allow;
         const char *const *policy_deny;
+        /* Secrets, NAME=VALUE, NULL-terminated, may be NULL: set in the session shells'
+         * environment like env (a NAME may not be in both), never reported back, and every
+         * value of 8 bytes or more is replaced by [REDACTED:NAME] in all output (runs,
+         * processes, the background log); see sbx_context_set_redaction(). At most 64, names
+         * of at most 64 bytes, values of at most 16 KiB. */
+        const char *const *secrets;
 } SbxSandboxOptions;
 
 typedef enum SbxErrorClass {
@@ -150,6 +156,28 @@ SBX_API SbxContext *sbx_context_free(SbxContext *ctx);
 SBX_API int sbx_context_fd(SbxContext *ctx);
 /* Waits up to timeout_ms (-1: forever) and handles one event. Returns 1, 0 on timeout, -errno. */
 SBX_API int sbx_context_run_once(SbxContext *ctx, int timeout_ms);
+
+/* Redaction in the output of every sandbox made from now on (those made before keep theirs;
+ * pooled ones are remade). The known key shapes (AWS key ids, GitHub tokens, sk- keys,
+ * Bearer tokens, PEM private key blocks) are redacted unless `defaults` is false, plus each
+ * of `patterns` (POSIX EREs starting with 3 literal characters, NULL-terminated, may be
+ * NULL); secrets' values always are. Output is redacted as it is read: a result, its
+ * streamed chunks, process logs and the background log never hold what was replaced. The
+ * caps count the command's raw bytes (stdout_truncated and _dropped are as without
+ * redaction); the redacted text of the raw bytes under the cap may be longer than the cap,
+ * at most 10 times (a marker is longer than the shortest secret). Default: the key shapes
+ * on, no patterns. Returns 0, or -EINVAL with err saying which pattern and why. */
+SBX_API int sbx_context_set_redaction(SbxContext *ctx, const char *const *patterns, bool defaults, char *err,
+                                      size_t errlen);
+/* NAME=VALUE entries every sandbox made from now on gets in its environment, before its own
+ * env (which may override them); pooled ones are remade. The daemon's own environment never
+ * reaches a sandbox otherwise. NULL clears. Returns 0, -EINVAL for an entry that is not
+ * NAME=VALUE, -ENOMEM. */
+SBX_API int sbx_context_set_env(SbxContext *ctx, const char *const *env);
+/* data redacted as the sandbox's output is (its secrets and the context's rules when it was
+ * made), for text that leaves through another way: a history entry, an audit line. Returns
+ * a malloc'd NUL-terminated copy (*ret_len its length, may be NULL), or NULL out of memory. */
+SBX_API char *sbx_sandbox_redact(const SbxSandbox *sb, const void *data, size_t len, size_t *ret_len);
 
 /* Why the last sbx_sandbox_new() failed, in words ("" after a success). */
 SBX_API const char *sbx_context_last_error(const SbxContext *ctx);

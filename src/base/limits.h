@@ -98,6 +98,32 @@
 #define SBX_MAX_RUN_ENV 256
 #define SBX_MAX_RUN_ENV_BYTES (64U * 1024)
 
+/* Secrets of one sandbox (sandbox.create's `secrets`): how many, the longest name and value.
+ * The value is copied into every session shell's environment and looked for in all output,
+ * and the stream redactor holds back up to a value's length (times four for its quoted
+ * forms), so both are bounded: 16 KiB holds a PEM private key of 8192-bit RSA. */
+#define SBX_MAX_SECRETS 64U
+#define SBX_MAX_SECRET_NAME_BYTES 64U
+#define SBX_MAX_SECRET_BYTES (16U * 1024)
+/* A secret value shorter than this is set in the environment but not redacted: it would be
+ * found all over ordinary output. */
+#define SBX_REDACT_MIN_SECRET_BYTES 8U
+/* Extra redaction patterns (`sbx serve --redact`): how many and how long each. Each is a
+ * POSIX ERE tried only where its literal prefix occurs, on at most REGEX_WINDOW bytes, which
+ * is also what a stream holds back while such a prefix waits for the bytes after it. */
+#define SBX_MAX_REDACT_PATTERNS 32U
+#define SBX_MAX_REDACT_PATTERN_BYTES 256U
+#define SBX_REDACT_REGEX_WINDOW 256U
+/* After `-----BEGIN ... PRIVATE KEY-----` the redactor swallows output up to the END line; with
+ * no END after this many bytes (the largest RSA keys are about 13 KB) output is shown again. */
+#define SBX_REDACT_PEM_MAX_BYTES (64U * 1024)
+/* The redacted text of one stream of a run may exceed its cap (the cap counts the command's
+ * raw bytes): a marker `[REDACTED:NAME]` is at most 11 + SBX_MAX_SECRET_NAME_BYTES bytes for
+ * at least SBX_REDACT_MIN_SECRET_BYTES raw ones, so at most this many times the cap. */
+#define SBX_REDACT_MAX_EXPANSION 10U
+/* Variables of the daemon's environment passed into sandboxes (`sbx serve --env-passthrough`). */
+#define SBX_MAX_ENV_PASSTHROUGH 64U
+
 /* ---- paths and names */
 
 /* Longest path, with its NUL: the kernel's PATH_MAX, past which no system call takes a path

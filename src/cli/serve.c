@@ -10,7 +10,9 @@
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/log.h"
+#include "base/redact.h"
 #include "base/util.h"
+#include "sbx/sbx.h"
 #include "cli/cli.h"
 #include "server/server.h"
 
@@ -49,6 +51,14 @@ static void usage(FILE *f) {
                 "      --audit-fail-closed\n"
                 "                       refuse run and process.start while the log is not\n"
                 "                       keeping up (events dropped, writes failing)\n"
+                "      --env-passthrough NAME[,NAME...]\n"
+                "                       these variables of this process's environment are set in\n"
+                "                       every sandbox's commands (nothing else of it ever is)\n"
+                "      --redact PATTERN also redact matches of this POSIX extended regex (it must\n"
+                "                       start with 3 literal characters); may be repeated\n"
+                "      --no-default-redactions\n"
+                "                       do not redact the known key shapes (secrets' values are\n"
+                "                       always redacted)\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -98,6 +108,56 @@ static int serve_number(const char *flag, const char *arg, long min, long max, l
 
 enum { OPT_AUDIT = 256, OPT_AUDIT_MAX_BYTES, OPT_AUDIT_KEEP, OPT_AUDIT_FAIL_CLOSED };
 
+/* ---- secrets and redaction: --env-passthrough, --redact, --no-default-redactions */
+typedef struct RedactArgs {
+        const char *env[SBX_MAX_ENV_PASSTHROUGH + 1];
+        char *env_kv[SBX_MAX_ENV_PASSTHROUGH];
+        size_t n_env;
+        const char *patterns[SBX_MAX_REDACT_PATTERNS + 1];
+        size_t n_patterns;
+        bool no_defaults;
+} RedactArgs;
+
+/* --env-passthrough NAME[,NAME...]: each NAME set here becomes NAME=value for every sandbox;
+ * one not set is left out. Returns 0, or -1 after saying why on stderr. */
+static int passthrough_add(RedactArgs *a, const char *list) {
+        _cleanup_free_ char *copy = strdup(list);
+        char *save = NULL;
+        for (char *n = copy ? strtok_r(copy, ",", &save) : NULL; n; n = strtok_r(NULL, ",", &save)) {
+                if (!env_name_valid(n, strlen(n))) {
+                        fprintf(stderr, "sbx serve: --env-passthrough: '%s' is not a variable name\n", n);
+                        return -1;
+                }
+                if (a->n_env >= SBX_MAX_ENV_PASSTHROUGH) {
+                        fprintf(stderr, "sbx serve: --env-passthrough: at most %u names\n", SBX_MAX_ENV_PASSTHROUGH);
+                        return -1;
+                }
+                const char *v = getenv(n);
+                if (!v)
+                        continue;
+                if (asprintf(&a->env_kv[a->n_env], "%s=%s", n, v) < 0)
+                        return -1;
+                a->env[a->n_env] = a->env_kv[a->n_env];
+                a->n_env++;
+        }
+        return copy ? 0 : -1;
+}
+
+static int redact_args_apply(RedactArgs *a, Server *s) {
+        char err[512];
+        SbxContext *ctx = server_context(s);
+        if (sbx_context_set_redaction(ctx, a->patterns, !a->no_defaults, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --redact: %s\n", err);
+                return -1;
+        }
+        return sbx_context_set_env(ctx, a->env) < 0 ? -1 : 0;
+}
+
+static void redact_args_done(RedactArgs *a) {
+        for (size_t i = 0; i < a->n_env; i++)
+                free(a->env_kv[i]);
+}
+
 int cmd_serve(int argc, char **argv) {
         static const struct option opts[] = {
                 { "stdio", no_argument, NULL, 's' },
@@ -115,6 +175,9 @@ int cmd_serve(int argc, char **argv) {
                 { "audit-max-bytes", required_argument, NULL, OPT_AUDIT_MAX_BYTES },
                 { "audit-keep", required_argument, NULL, OPT_AUDIT_KEEP },
                 { "audit-fail-closed", no_argument, NULL, OPT_AUDIT_FAIL_CLOSED },
+                { "env-passthrough", required_argument, NULL, 'E' },
+                { "redact", required_argument, NULL, 'R' },
+                { "no-default-redactions", no_argument, NULL, 'N' },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -125,6 +188,7 @@ int cmd_serve(int argc, char **argv) {
         const char *audit = NULL;
         uint64_t audit_max = 0, audit_keep = 0;
         bool audit_fail_closed = false;
+        _cleanup_(redact_args_done) RedactArgs ra = { 0 };
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -192,6 +256,21 @@ int cmd_serve(int argc, char **argv) {
                         }
                         break;
                 case OPT_AUDIT_FAIL_CLOSED: audit_fail_closed = true; break;
+                case 'E':
+                        if (passthrough_add(&ra, optarg) < 0)
+                                return 2;
+                        break;
+                case 'R': {
+                        char err[512];
+                        if (ra.n_patterns >= SBX_MAX_REDACT_PATTERNS || redact_pattern_check(optarg, err, sizeof err) < 0) {
+                                fprintf(stderr, "sbx serve: --redact: %s\n",
+                                        ra.n_patterns >= SBX_MAX_REDACT_PATTERNS ? "too many patterns" : err);
+                                return 2;
+                        }
+                        ra.patterns[ra.n_patterns++] = optarg;
+                        break;
+                }
+                case 'N': ra.no_defaults = true; break;
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -249,6 +328,10 @@ int cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "sbx serve: --system-socket %s: %s\n", system_path, strerror(-r));
                 server_free(s);
                 return 1;
+        }
+        if (r >= 0 && redact_args_apply(&ra, s) < 0) {
+                server_free(s);
+                return 2;
         }
         if (r >= 0 && afd >= 0 && (r = server_listen_fd(s, afd, path)) < 0) {
                 fprintf(stderr, "sbx serve: the socket passed as fd 3 (LISTEN_FDS): %s\n",

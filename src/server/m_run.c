@@ -155,8 +155,14 @@ static int m_run(Req *r, json_t **ret, RpcError *e) {
         o.env = envl;
         o.stdin_data = in;
         /* A command refused for its size never ran: not history. */
-        if (cmd_len <= sbx_sandbox_limits(r->sb->sb)->command_bytes)
-                (void)history_add(&r->sb->history, sname, cmd, cmd_len);
+        if (cmd_len <= sbx_sandbox_limits(r->sb->sb)->command_bytes) {
+                /* History is shown back (shell.history.list): redacted like output. */
+                size_t hl;
+                char *hist = sbx_sandbox_redact(r->sb->sb, cmd, cmd_len, &hl);
+                if (hist)
+                        (void)history_add(&r->sb->history, sname, hist, hl);
+                free(hist);
+        }
         int rr = start_run(r, s, &o, PENDING_RUN, stream, e);
         handler_env_free(envl);
         return rr;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/macro.h"
+#include "base/util.h"
 #include "server/handler.h"
 #include "session/internal.h"
 
@@ -170,6 +171,88 @@ static int parse_metadata(json_t *p, json_t **ret, RpcError *e) {
         return 0;
 }
 
+/* ---- secrets (sandbox.create's `secrets`) */
+
+static void secrets_free(const char **list) {
+        for (const char **p = list; p && *p; p++) {
+                explicit_bzero((void *)*p, strlen(*p));
+                free((void *)*p);
+        }
+        free(list);
+}
+
+/* secrets: {NAME: "value"} or {NAME: {value, mode: "env"}}, into NAME=VALUE entries (*ret,
+ * freed with secrets_free). No answer ever shows a value. */
+static int parse_secrets(json_t *p, const char ***ret, RpcError *e) {
+        json_t *obj = NULL, *v;
+        const char *name;
+        *ret = NULL;
+        if (param_object(p, "secrets", &obj, e) < 0)
+                return -1;
+        if (!obj)
+                return 0;
+        if (json_object_size(obj) > SBX_MAX_SECRETS)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "secrets: at most %u", SBX_MAX_SECRETS);
+        const char **list = calloc(json_object_size(obj) + 1, sizeof *list);
+        size_t k = 0;
+        if (!list)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        json_object_foreach(obj, name, v) {
+                json_t *val = v;
+                size_t nl = strlen(name);
+                if (!env_name_valid(name, nl) || nl > SBX_MAX_SECRET_NAME_BYTES) {
+                        secrets_free(list);
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets: a name must match ^[A-Za-z_][A-Za-z0-9_]*$ and be "
+                                        "at most %u bytes (%.64s)", SBX_MAX_SECRET_NAME_BYTES, name);
+                }
+                if (json_is_object(v)) {
+                        json_t *mode = json_object_get(v, "mode");
+                        const char *key;
+                        json_t *x;
+                        /* proxy secrets: the egress proxy puts the value into requests, which
+                         * this build does not have. */
+                        if (json_object_get(v, "hosts") || (json_is_string(mode) && !strcmp(json_string_value(mode), "proxy"))) {
+                                secrets_free(list);
+                                return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s: proxy secrets (hosts, mode \"proxy\") need "
+                                                "the egress proxy, which is not available in this build; use mode \"env\"", name);
+                        }
+                        json_object_foreach(v, key, x)
+                                if (strcmp(key, "value") != 0 && strcmp(key, "mode") != 0) {
+                                        secrets_free(list);
+                                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s: unknown key '%.32s' (value, mode)",
+                                                        name, key);
+                                }
+                        if (mode && (!json_is_string(mode) || strcmp(json_string_value(mode), "env") != 0)) {
+                                secrets_free(list);
+                                return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s.mode must be \"env\"", name);
+                        }
+                        val = json_object_get(v, "value");
+                }
+                if (!json_is_string(val)) {
+                        secrets_free(list);
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s must be a string or {value: string, mode: \"env\"}",
+                                        name);
+                }
+                size_t vl = json_string_length(val);
+                if (vl > SBX_MAX_SECRET_BYTES || strlen(json_string_value(val)) != vl) {
+                        secrets_free(list);
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s: the value must be at most %u bytes, without NUL",
+                                        name, SBX_MAX_SECRET_BYTES);
+                }
+                char *kv = malloc(nl + vl + 2);
+                if (!kv) {
+                        secrets_free(list);
+                        return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+                }
+                memcpy(kv, name, nl);
+                kv[nl] = '=';
+                memcpy(kv + nl + 1, json_string_value(val), vl + 1);
+                list[k++] = kv;
+        }
+        *ret = list;
+        return 0;
+}
+
 static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         Core *core = r->core;
         SbxSandboxOptions o;
@@ -197,7 +280,14 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                 handler_env_free(env);
                 return rpc_fail(e, RPC_INVALID_PARAMS, "persist is only for sandbox.create on a socket server");
         }
+        const char **secrets = NULL;
+        if (parse_secrets(r->params, &secrets, e) < 0) {
+                handler_env_free(env);
+                return -1;
+        }
+        o.secrets = secrets;
         int rr = sbx_sandbox_new(core->ctx, &o, &box);
+        secrets_free(secrets);
         handler_env_free(env);
         /* -EOPNOTSUPP: a policy this kernel cannot enforce, refused like a bad one. */
         if (rr == -EINVAL || rr == -EOPNOTSUPP)
@@ -445,7 +535,8 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         PARAM_LEFTOVERS("a command"), \
         { "lifetimeMs", P_INT, false, "destroy the sandbox this long after its creation (0 or absent: never; at most 31 days); the owner gets sandbox.expired" }, \
         { "idleTimeoutMs", P_INT, false, "destroy the sandbox after this long without a request naming it (or, for the root sandbox, none naming another); a run in progress does not count" }, \
-        { "metadata", P_OBJECT, false, "{key: string}, shown and filtered by sandbox.list: at most 32 keys of 1-64 bytes of [A-Za-z0-9_.-], values at most 1024 bytes" }
+        { "metadata", P_OBJECT, false, "{key: string}, shown and filtered by sandbox.list: at most 32 keys of 1-64 bytes of [A-Za-z0-9_.-], values at most 1024 bytes" }, \
+        { "secrets", P_OBJECT, false, "{NAME: value} or {NAME: {value, mode: \"env\"}}: set in the commands' environment as NAME, never shown by any method; every value of 8 bytes or more is replaced by [REDACTED:NAME] in all output and history. At most 64, values at most 16 KiB. Proxy secrets (hosts, mode \"proxy\") are refused: this build has no egress proxy" }
 
 static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
 static const Param p_sandbox_create[] = {

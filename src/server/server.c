@@ -261,6 +261,8 @@ void server_set_pool(Server *s, unsigned n) {
         sbx_context_set_pool(s->core.ctx, n);
 }
 
+struct SbxContext *server_context(Server *s) { return s->core.ctx; }
+
 int server_add_stdio(Server *s) {
         Conn *c;
         int r = conn_new(&s->conns, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);

@@ -59,6 +59,8 @@ int server_set_audit(Server *s, const char *path, uint64_t max_bytes, unsigned k
                      size_t errlen);
 /* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
 void server_set_pool(Server *s, unsigned n);
+/* The library context, for settings every sandbox takes (redaction, passed-through env). */
+struct SbxContext *server_context(Server *s);
 /* Runs until shutdown; returns the process exit code. */
 int server_run(Server *s);
 void server_shutdown(Server *s);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/list.h"
+#include "base/redact.h"
 #include "base/util.h"
 #include "session/bglog.h"
 
@@ -23,6 +24,7 @@ struct BgPipe {
         BgLog *bg;
         int fd;
         Watch w;
+        RedactStream rs; /* the pipe's own: a secret split across two reads is still caught */
 };
 
 /* Kept by name only: their number is bounded by the pids limit, not by the daemon's fds. */
@@ -33,8 +35,23 @@ struct BgCgroup {
         const void *owner;
 };
 
+/* Into the ring, redacted when the sandbox redacts; flush: the pipe ends. */
+static void pipe_take(BgPipe *p, const uint8_t *d, size_t n, bool flush) {
+        static Buf red = { .limit = SIZE_MAX }; /* one thread: one scratch buffer, kept */
+        if (p->bg->redact) {
+                red.len = 0;
+                (void)(flush ? redact_flush(&p->rs, false, &red) : redact_feed(&p->rs, d, n, &red));
+                d = red.data;
+                n = red.len;
+        }
+        if (n)
+                ring_append(&p->bg->ring, d, n);
+}
+
 static void pipe_free(BgPipe *p) {
         BgLog *bg = p->bg;
+        pipe_take(p, NULL, 0, true);
+        redact_stream_done(&p->rs);
         loop_del(bg->loop, &p->w);
         safe_close(p->fd);
         if (bg->pipes_tail == p)
@@ -51,7 +68,7 @@ static void pipe_event(Watch *w, uint32_t events) {
         for (int i = 0; i < 16; i++) {
                 ssize_t n = read(p->fd, buf, sizeof buf);
                 if (n > 0) {
-                        ring_append(&p->bg->ring, buf, (size_t)n);
+                        pipe_take(p, buf, (size_t)n, false);
                         continue;
                 }
                 if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -73,6 +90,7 @@ void bglog_adopt_pipe(BgLog *bg, int fd) {
         }
         p->bg = bg;
         p->fd = fd;
+        redact_stream_init(&p->rs, bg->redact);
         LIST_LINK(bg->pipes, p);
         if (!bg->pipes_tail)
                 bg->pipes_tail = p;

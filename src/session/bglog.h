@@ -25,6 +25,7 @@ typedef struct BgLog {
         int timer; /* sweeps `cgroups` while there are any */
         uint64_t sweep_due; /* when the timer fires (monotonic ns), 0 when it is not armed */
         Watch timer_w;
+        const struct Redactor *redact; /* the sandbox's: each pipe's output is redacted (may be NULL) */
 } BgLog;
 
 /* Returns 0 or -errno. cg must outlive the log. */

@@ -13,6 +13,7 @@
 #include "base/limits.h"
 #include "base/list.h"
 #include "base/log.h"
+#include "base/redact.h"
 #include "base/util.h"
 #include "session/context.h"
 #include "session/internal.h"
@@ -58,7 +59,7 @@ static bool options_default(const SbxSandboxOptions *o) {
         static const SbxLimits zero;
         return memcmp(&o->limits, &zero, sizeof zero) == 0 && o->timeout_ms == 0 && !o->network && !o->rootfs &&
                (!o->env || !o->env[0]) && !o->kill_leftovers && (!o->policy_allow || !o->policy_allow[0]) &&
-               (!o->policy_deny || !o->policy_deny[0]);
+               (!o->policy_deny || !o->policy_deny[0]) && (!o->secrets || !o->secrets[0]);
 }
 
 static void pool_arm(SbxContext *ctx, uint64_t ms) {
@@ -159,7 +160,80 @@ int sbx_context_new(SbxContext **ret) {
         if (geteuid() == 0)
                 (void)setgroups(0, NULL);
         raise_fd_limit();
+        /* The key shapes are redacted unless the caller says otherwise. */
+        char err[256];
+        r = redactor_new(&(RedactConfig){ 0 }, &ctx->host.redact, err, sizeof err);
+        if (r < 0) {
+                sbx_context_free(ctx);
+                return r;
+        }
         *ret = ctx;
+        return 0;
+}
+
+static void free_list(char **v) {
+        for (char **e = v; e && *e; e++)
+                free(*e);
+        free(v);
+}
+
+static int dup_list(const char *const *v, char ***ret) {
+        size_t n = 0;
+        *ret = NULL;
+        if (!v || !v[0])
+                return 0;
+        while (v[n])
+                n++;
+        char **c = calloc(n + 1, sizeof *c);
+        for (size_t i = 0; c && i < n; i++)
+                if (!(c[i] = strdup(v[i]))) {
+                        free_list(c);
+                        return -ENOMEM;
+                }
+        if (!c)
+                return -ENOMEM;
+        *ret = c;
+        return 0;
+}
+
+/* Pooled sandboxes were made with the old settings: they go, and the loop makes new ones. */
+static void pool_renew(SbxContext *ctx) {
+        while (ctx->pool.head)
+                sbx_sandbox_free(ctx->pool.head);
+        pool_arm(ctx, 1);
+}
+
+int sbx_context_set_redaction(SbxContext *ctx, const char *const *patterns, bool defaults, char *err, size_t errlen) {
+        Redactor *r = NULL;
+        char **copy = NULL;
+        RedactConfig rc = { .patterns = patterns, .no_defaults = !defaults };
+        int e = redactor_new(&rc, &r, err, errlen);
+        if (e == 0 && (e = dup_list(patterns, &copy)) < 0)
+                redactor_unref(r);
+        if (e < 0)
+                return e;
+        redactor_unref(ctx->host.redact);
+        free_list(ctx->host.redact_patterns);
+        ctx->host.redact = r;
+        ctx->host.redact_patterns = copy;
+        ctx->host.redact_no_defaults = !defaults;
+        pool_renew(ctx);
+        return 0;
+}
+
+int sbx_context_set_env(SbxContext *ctx, const char *const *env) {
+        char **copy;
+        for (const char *const *e = env; e && *e; e++) {
+                const char *eq = strchr(*e, '=');
+                if (!eq || !env_name_valid(*e, (size_t)(eq - *e)))
+                        return -EINVAL;
+        }
+        int r = dup_list(env, &copy);
+        if (r < 0)
+                return r;
+        free_list(ctx->host.base_env);
+        ctx->host.base_env = copy;
+        pool_renew(ctx);
         return 0;
 }
 
@@ -185,6 +259,9 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
                 box_shared_done(&ctx->host.shared);
         safe_close(ctx->host.devnull);
         loop_free(ctx->host.loop);
+        redactor_unref(ctx->host.redact);
+        free_list(ctx->host.redact_patterns);
+        free_list(ctx->host.base_env);
         free(ctx);
         return NULL;
 }

@@ -33,6 +33,9 @@ typedef struct SandboxCore {
         bool dying;            /* being freed, or its pid 1 is gone: no new shells */
         bool kill_leftovers;   /* runs kill what they leave running unless told otherwise */
         SbxSandbox *self;      /* the sandbox this is the core of, as the public API names it */
+        /* What its output is redacted with (a reference of the sandbox's own; NULL: nothing
+         * to redact). Runs, processes and the background log each keep streams on it. */
+        struct Redactor *redact;
         /* process.c: the sandbox's processes, newest first, at most SBX_MAX_PROCESSES */
         SbxProcess *procs, *procs_tail;
         unsigned n_procs;

@@ -32,6 +32,7 @@
 #include "base/limits.h"
 #include "base/list.h"
 #include "base/log.h"
+#include "base/redact.h"
 #include "base/util.h"
 #include "fs/archive.h"
 #include "fs/tree.h"
@@ -326,6 +327,24 @@ static void op_run_failed(Op *op, const char *name, const char *what, const SbxR
                  r->exit_code, r->stderr_len ? ": " : "", (int)MIN(r->stderr_len, 200u), (const char *)r->stderr_data);
 }
 
+/* An export leaves the daemon: the sandbox's secret values are replaced in a session's state
+ * (the shell holds them as exported variables, and whatever a command copied them into), as
+ * in output. An import then starts without them; the importing sandbox's own secrets stay in
+ * its shells' environment. Fork and snapshots stay in the daemon and keep the values. Returns
+ * the state to keep (malloc'd), NULL out of memory. */
+static uint8_t *export_state(SbxSandbox *sb, const uint8_t *d, size_t n, size_t *ret_len) {
+        SbxSandboxOptions o;
+        sandbox_options(sb, &o);
+        Redactor *red = NULL;
+        char err[256], *out = NULL;
+        RedactConfig rc = { .secrets = o.secrets, .no_defaults = true };
+        if (o.secrets && redactor_new(&rc, &red, err, sizeof err) < 0)
+                return NULL;
+        int e = redact_text(red, d, n, &out, ret_len);
+        redactor_unref(red);
+        return e < 0 ? NULL : (uint8_t *)out;
+}
+
 static void session_step_done(void *ud, const SbxResult *r) {
         RunCtx *c = ud;
         size_t idx = c->idx;
@@ -340,11 +359,14 @@ static void session_step_done(void *ud, const SbxResult *r) {
                         snprintf(op->msg, sizeof op->msg, "session %s: its state is larger than %u bytes",
                                  op->states[idx].name, SBX_MAX_STATE_BYTES);
                 }
-                uint8_t *d = malloc(r->stdout_len + 1);
+                size_t len = r->stdout_len;
+                uint8_t *d = op->kind == OP_EXPORT ? export_state(op->sb, r->stdout_data, len, &len)
+                                                   : malloc(r->stdout_len + 1);
                 if (d) {
-                        memcpy(d, r->stdout_data, r->stdout_len);
+                        if (op->kind != OP_EXPORT)
+                                memcpy(d, r->stdout_data, len);
                         op->states[idx].data = d;
-                        op->states[idx].len = r->stdout_len;
+                        op->states[idx].len = len;
                 } else if (!op->error) {
                         op->error = -ENOMEM;
                         snprintf(op->msg, sizeof op->msg, "out of memory");

@@ -30,6 +30,7 @@
 #include "base/limits.h"
 #include "base/list.h"
 #include "base/log.h"
+#include "base/redact.h"
 #include "base/util.h"
 #include "session/process.h"
 #include "session/run.h"
@@ -81,6 +82,7 @@ struct SbxProcess {
         uint64_t deadline, kill_at; /* monotonic ns, 0: none */
         uint64_t timeout_ms;        /* from the moment it runs (a start may wait in its queue) */
         ProcLog log;
+        RedactStream rs[2]; /* stdout, stderr: the log holds only redacted output */
         SbxProcessWatcher *watchers;
         SbxProcessWatcher *iter_next; /* the next watcher a notification will reach */
         KillWaiter *kills;
@@ -212,8 +214,26 @@ static void tell(SbxProcess *p, Tell what, SbxStream st, const uint8_t *d, size_
 
 /* ---------------------------------------------------------------- output */
 
+/* Output into the log and to the watchers, through the stream's redactor when the sandbox
+ * has one: the log and its cursors count redacted bytes. flush: the stream ended. */
+static void take_output(SbxProcess *p, SbxStream st, const uint8_t *d, size_t n, bool flush) {
+        static Buf red = { .limit = SIZE_MAX }; /* one thread: one scratch buffer, kept */
+        if (p->core->redact) {
+                RedactStream *rs = &p->rs[st == SBX_STDOUT ? 0 : 1];
+                red.len = 0;
+                (void)(flush ? redact_flush(rs, false, &red) : redact_feed(rs, d, n, &red));
+                d = red.data;
+                n = red.len;
+        }
+        if (n == 0)
+                return;
+        log_append(&p->log, st, d, n);
+        tell(p, TELL_OUTPUT, st, d, n);
+}
+
 static void close_out(SbxProcess *p, bool is_out) {
         Loop *l = p->core->loop;
+        take_output(p, is_out ? SBX_STDOUT : SBX_STDERR, NULL, 0, true);
         loop_del(l, is_out ? &p->out_w : &p->err_w);
         if (is_out)
                 p->out_fd = safe_close(p->out_fd);
@@ -235,8 +255,7 @@ static bool read_output(SbxProcess *p, bool is_out, size_t budget) {
                         return true;
                 if (n <= 0)
                         return false;
-                log_append(&p->log, st, buf, (size_t)n);
-                tell(p, TELL_OUTPUT, st, buf, (size_t)n);
+                take_output(p, st, buf, (size_t)n, false);
                 budget -= MIN(budget, (size_t)n);
         }
         return true;
@@ -464,8 +483,16 @@ static SbxProcess *proc_new(SandboxCore *core, const char *command, size_t comma
         p->core = core;
         p->out_fd = p->err_fd = p->in_fd = p->cg = p->cg_events = p->timer_fd = -1;
         buf_init(&p->in_buf, SBX_PROCESS_STDIN_BYTES);
-        size_t cl = MIN(command_len, (size_t)SBX_PROCESS_COMMAND_SHOWN);
-        p->command = malloc(cl + 1);
+        redact_stream_init(&p->rs[0], core->redact);
+        redact_stream_init(&p->rs[1], core->redact);
+        /* The command is shown (process.list): redacted like its output. */
+        size_t cl = 0;
+        char *shown = NULL;
+        if (redact_text(core->redact, command, command_len, &shown, &cl) == 0 && cl > SBX_PROCESS_COMMAND_SHOWN) {
+                cl = SBX_PROCESS_COMMAND_SHOWN;
+                shown[cl] = 0;
+        }
+        p->command = shown;
         p->label = label ? strndup(label, SBX_PROCESS_LABEL_BYTES) : NULL;
         if (!p->command || (label && !p->label)) {
                 free(p->command);
@@ -473,8 +500,6 @@ static SbxProcess *proc_new(SandboxCore *core, const char *command, size_t comma
                 free(p);
                 return NULL;
         }
-        memcpy(p->command, command, cl);
-        p->command[cl] = 0;
         p->id = ++next_id;
         p->started_ms = wall_ms();
         return p;
@@ -530,6 +555,8 @@ static void proc_free(SbxProcess *p, bool sandbox_dying) {
         safe_close(p->timer_fd);
         buf_done(&p->in_buf);
         log_done(&p->log);
+        redact_stream_done(&p->rs[0]);
+        redact_stream_done(&p->rs[1]);
         free(p->command);
         free(p->label);
         free(p);

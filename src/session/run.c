@@ -53,6 +53,8 @@ static void run_free(SbxRun *r) {
         safe_close(r->cg);
         buf_done(&r->out);
         buf_done(&r->err);
+        redact_stream_done(&r->rs_out);
+        redact_stream_done(&r->rs_err);
         free(r->command);
         free(r->cwd);
         free(r->env);
@@ -90,10 +92,62 @@ static bool run_read(SbxRun *r, int fd, SbxStream stream, size_t budget) {
         return true;
 }
 
+/* The redacting twin of run_read(): raw bytes under the cap go through the stream's redactor
+ * into the result, and what it gives (never a raw byte it may still replace) to on_output;
+ * the cap, `truncated` and `dropped` count raw bytes, as the command wrote them. At the cap
+ * the stream is cut (a secret or key shape cut short there is replaced too); at EOF what it
+ * held back is decided. */
+static bool run_read_redacted(SbxRun *r, int fd, SbxStream stream, size_t budget) {
+        static uint8_t raw[SBX_PIPE_BYTES]; /* one thread: one scratch buffer */
+        int k = stream == SBX_STDOUT ? 0 : 1;
+        Buf *b = k == 0 ? &r->out : &r->err;
+        RedactStream *rs = k == 0 ? &r->rs_out : &r->rs_err;
+        while (budget > 0) {
+                ssize_t n = read(fd, raw, MIN(budget, sizeof raw));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return true;
+                size_t before = b->len;
+                if (n <= 0) {
+                        (void)redact_flush(rs, false, b);
+                } else {
+                        uint64_t room = r->raw_cap[k] - r->raw_kept[k];
+                        size_t keep = (size_t)MIN((uint64_t)n, room);
+                        if (keep) {
+                                (void)redact_feed(rs, raw, keep, b);
+                                r->raw_kept[k] += keep;
+                        }
+                        if ((size_t)n > keep) {
+                                (void)redact_flush(rs, true, b);
+                                buf_drop(b, (size_t)n - keep);
+                        }
+                }
+                if (r->on_output && b->len > before)
+                        r->on_output(r->ud, stream, b->data + before, b->len - before);
+                if (n <= 0)
+                        return false;
+                budget = budget > (size_t)n ? budget - (size_t)n : 0;
+        }
+        return true;
+}
+
+/* What a redacting run's streams hold back, decided at its end. */
+static void run_redact_flush(SbxRun *r) {
+        for (int k = 0; r->redacting && k < 2; k++) {
+                Buf *b = k == 0 ? &r->out : &r->err;
+                size_t before = b->len;
+                (void)redact_flush(k == 0 ? &r->rs_out : &r->rs_err, false, b);
+                if (r->on_output && b->len > before)
+                        r->on_output(r->ud, k == 0 ? SBX_STDOUT : SBX_STDERR, b->data + before, b->len - before);
+        }
+}
+
 /* Reads up to budget bytes of one output pipe; closes it at EOF. */
 static void run_drain(SbxRun *r, bool is_out, size_t budget) {
         int *fd = is_out ? &r->out_fd : &r->err_fd;
-        if (*fd >= 0 && !run_read(r, *fd, is_out ? SBX_STDOUT : SBX_STDERR, budget)) {
+        SbxStream st = is_out ? SBX_STDOUT : SBX_STDERR;
+        if (*fd >= 0 && !(r->redacting ? run_read_redacted(r, *fd, st, budget) : run_read(r, *fd, st, budget))) {
                 loop_del(r->s->core->loop, is_out ? &r->out_w : &r->err_w);
                 *fd = safe_close(*fd);
         }
@@ -195,6 +249,7 @@ static void run_finish(SbxRun *r) {
         if (r->cg >= 0)
                 bglog_retire_cgroup(&core->bg, TAKE_FD(r->cg), r->cg_name);
 
+        run_redact_flush(r);
         if (r->exit_code != 0 && r->error_class == SBX_ERROR_NONE && !r->internal)
                 r->error_class = failure_class(core);
         SbxResult res = {
@@ -672,6 +727,17 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         if (!r)
                 return -ENOMEM;
         r->on_output = on_output;
+        if (core->redact) {
+                r->redacting = true;
+                for (int k = 0; k < 2; k++) {
+                        Buf *b = k == 0 ? &r->out : &r->err;
+                        r->raw_cap[k] = b->limit;
+                        b->limit = b->limit > SIZE_MAX / SBX_REDACT_MAX_EXPANSION ? SIZE_MAX
+                                                                                 : b->limit * SBX_REDACT_MAX_EXPANSION;
+                }
+                redact_stream_init(&r->rs_out, core->redact);
+                redact_stream_init(&r->rs_err, core->redact);
+        }
         r->order = ++core->run_order;
         r->timeout_ms = o->timeout_ms ? o->timeout_ms : core->timeout_ms;
         r->persist_env = o->persist_env;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include "base/buf.h"
 #include "base/loop.h"
+#include "base/redact.h"
 #include "sbx/sbx.h"
 #include "session/session.h"
 
@@ -42,6 +43,12 @@ struct SbxRun {
         uint32_t killed_procs; /* in its cgroup when run_kill() killed it */
         int exit_code;
         SbxErrorClass error_class;
+        /* Redaction (a caller run of a sandbox that redacts): each stream's redactor state,
+         * and the raw bytes kept of it against the cap (out/err's limits then bound the
+         * redacted text, SBX_REDACT_MAX_EXPANSION times the cap). */
+        bool redacting;
+        RedactStream rs_out, rs_err;
+        uint64_t raw_kept[2], raw_cap[2];
         /* A detached run (run_detach()): its process's fds until sent, and who takes it. */
         bool detach, pty;
         int detach_fds[3];

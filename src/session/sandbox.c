@@ -11,6 +11,7 @@
 #include "base/limits.h"
 #include "base/list.h"
 #include "base/log.h"
+#include "base/redact.h"
 #include "base/util.h"
 #include "session/freeze.h"
 #include "session/internal.h"
@@ -40,6 +41,7 @@ struct SbxSandbox {
         char **policy_allow, **policy_deny; /* NULL when empty; `policy` points to them */
         LandlockPolicy policy;
         char setup_error[512]; /* why pid 1's setup failed, as it said */
+        char **secrets; /* NAME=VALUE, NULL-terminated, or NULL; wiped when freed */
 };
 
 static const char *const default_env[] = {
@@ -93,10 +95,37 @@ static int copy_list(const char *const *l, char ***ret) {
         return 0;
 }
 
-/* The session shells' environment: the fixed defaults, then the caller's entries (a name
- * given again replaces the default). Nothing of the daemon's own environment. */
-static char **build_env(const char *const *extra) {
+/* Secrets do not stay in freed memory. */
+static void free_secrets(char **v) {
+        for (char **e = v; e && *e; e++) {
+                explicit_bzero(*e, strlen(*e));
+                free(*e);
+        }
+        free(v);
+}
+
+/* A copy of the secrets, wiped when freed; NULL when out of memory. */
+static char **copy_secrets(const char *const *v) {
+        size_t n = 0;
+        for (const char *const *e = v; e && *e; e++)
+                n++;
+        char **c = calloc(n + 1, sizeof *c);
+        for (size_t i = 0; c && i < n; i++)
+                if (!(c[i] = strdup(v[i]))) {
+                        free_secrets(c);
+                        return NULL;
+                }
+        return c;
+}
+
+/* The session shells' environment: the fixed defaults, then the context's entries
+ * (sbx_context_set_env()), then the caller's (a name given again replaces the one before).
+ * That is all: pid 1 is a fork of the daemon, but it starts every shell with execve() and
+ * exactly this list, so nothing else of the daemon's own environment reaches a sandbox. */
+static char **build_env(const char *const *base, const char *const *extra) {
         size_t n = ELEMENTSOF(default_env), k = 0;
+        for (const char *const *e = base; e && *e; e++)
+                n++;
         for (const char *const *e = extra; e && *e; e++)
                 n++;
         char **env = calloc(n + 1, sizeof *env);
@@ -104,17 +133,19 @@ static char **build_env(const char *const *extra) {
                 return NULL;
         for (size_t i = 0; i < ELEMENTSOF(default_env); i++)
                 env[k++] = strdup(default_env[i]);
-        for (const char *const *e = extra; e && *e; e++) {
-                size_t name_len = (size_t)(strchr(*e, '=') - *e) + 1;
-                size_t j;
-                for (j = 0; j < k; j++)
-                        if (env[j] && strncmp(env[j], *e, name_len) == 0)
-                                break;
-                if (j < k)
-                        free(env[j]);
-                env[j] = strdup(*e);
-                if (j == k)
-                        k++;
+        for (size_t pass = 0; pass < 2; pass++) {
+                for (const char *const *e = pass ? extra : base; e && *e; e++) {
+                        size_t name_len = (size_t)(strchr(*e, '=') - *e) + 1;
+                        size_t j;
+                        for (j = 0; j < k; j++)
+                                if (env[j] && strncmp(env[j], *e, name_len) == 0)
+                                        break;
+                        if (j < k)
+                                free(env[j]);
+                        env[j] = strdup(*e);
+                        if (j == k)
+                                k++;
+                }
         }
         for (size_t i = 0; i < k; i++)
                 if (!env[i]) {
@@ -125,6 +156,40 @@ static char **build_env(const char *const *extra) {
                         return NULL;
                 }
         return env;
+}
+
+/* Secrets: each NAME=VALUE within the limits, no NAME twice nor also in env. Words never
+ * show a value. Returns 0 or -EINVAL with err. */
+static int validate_secrets(const SbxSandboxOptions *o, char *err, size_t errlen) {
+        size_t n = 0;
+        for (const char *const *e = o->secrets; e && *e; e++, n++) {
+                const char *eq = strchr(*e, '=');
+                size_t nl = eq ? (size_t)(eq - *e) : 0;
+                if (n >= SBX_MAX_SECRETS) {
+                        snprintf(err, errlen, "more than %u secrets", SBX_MAX_SECRETS);
+                        return -EINVAL;
+                }
+                if (!eq || !env_name_valid(*e, nl) || nl > SBX_MAX_SECRET_NAME_BYTES) {
+                        snprintf(err, errlen, "a secret's name must be 1-%u letters, digits and _, not starting with a "
+                                              "digit", SBX_MAX_SECRET_NAME_BYTES);
+                        return -EINVAL;
+                }
+                if (strlen(eq + 1) > SBX_MAX_SECRET_BYTES) {
+                        snprintf(err, errlen, "secret %.*s is longer than %u bytes", (int)nl, *e, SBX_MAX_SECRET_BYTES);
+                        return -EINVAL;
+                }
+                for (const char *const *f = o->secrets; f < e; f++)
+                        if (strncmp(*f, *e, nl + 1) == 0) {
+                                snprintf(err, errlen, "secret %.*s is given twice", (int)nl, *e);
+                                return -EINVAL;
+                        }
+                for (const char *const *f = o->env; f && *f; f++)
+                        if (strncmp(*f, *e, nl + 1) == 0) {
+                                snprintf(err, errlen, "%.*s is both a secret and in env", (int)nl, *e);
+                                return -EINVAL;
+                        }
+        }
+        return 0;
 }
 
 /* Returns 0, or -EINVAL with err saying what is wrong. */
@@ -159,6 +224,8 @@ static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen
         }
         LandlockPolicy lp = { .allow = o->policy_allow, .deny = o->policy_deny, .connect_port = -1 };
         int r = landlock_policy_check(&lp, err, errlen);
+        if (r >= 0)
+                r = validate_secrets(o, err, errlen);
         if (r < 0)
                 return r;
         if (o->rootfs) {
@@ -316,6 +383,8 @@ static void setup_timeout_event(Watch *w, uint32_t events) {
 
 /* ---------------------------------------------------------------- life */
 
+static void sandbox_dealloc(SbxSandbox *sb);
+
 static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) {
         SbxSandbox *sb = calloc(1, sizeof *sb);
         if (!sb)
@@ -330,15 +399,23 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->core.self = sb;
         sb->core.kill_leftovers = o->kill_leftovers;
         sb->setup_timer = -1;
-        sb->env = build_env(o->env);
+        sb->env = build_env((const char *const *)host->base_env, o->env);
         sb->network = o->network;
         sb->rootfs = o->rootfs ? strdup(o->rootfs) : NULL;
-        if (!sb->env || (o->rootfs && !sb->rootfs) || copy_list(o->policy_allow, &sb->policy_allow) < 0 ||
-            copy_list(o->policy_deny, &sb->policy_deny) < 0) {
-                free_env(sb->policy_allow);
-                free(sb->rootfs);
-                free_env(sb->env);
-                free(sb);
+        sb->secrets = o->secrets && o->secrets[0] ? copy_secrets(o->secrets) : NULL;
+        if (o->secrets && o->secrets[0]) {
+                /* Its own rules: the context's plus its secrets. */
+                char err[256];
+                RedactConfig rc = { .secrets = o->secrets, .patterns = (const char *const *)host->redact_patterns,
+                                    .no_defaults = host->redact_no_defaults };
+                if (redactor_new(&rc, &sb->core.redact, err, sizeof err) < 0)
+                        sb->env = (free_env(sb->env), NULL);
+        } else {
+                sb->core.redact = redactor_ref(host->redact);
+        }
+        if (!sb->env || (o->rootfs && !sb->rootfs) || (o->secrets && o->secrets[0] && !sb->secrets) ||
+            copy_list(o->policy_allow, &sb->policy_allow) < 0 || copy_list(o->policy_deny, &sb->policy_deny) < 0) {
+                sandbox_dealloc(sb);
                 return NULL;
         }
         sb->policy = (LandlockPolicy){ .allow = (const char *const *)sb->policy_allow,
@@ -350,8 +427,33 @@ static void sandbox_dealloc(SbxSandbox *sb) {
         free_env(sb->env);
         free_env(sb->policy_allow);
         free_env(sb->policy_deny);
+        free_secrets(sb->secrets);
+        redactor_unref(sb->core.redact);
         free(sb->rootfs);
         free(sb);
+}
+
+/* What pid 1 starts shells with: the environment, then the secrets. Freed by the caller with
+ * free() alone: the strings are sb's. */
+static char **shell_env(const SbxSandbox *sb) {
+        size_t n = 0, k = 0;
+        for (char **e = sb->env; *e; e++)
+                n++;
+        for (char **e = sb->secrets; e && *e; e++)
+                n++;
+        char **v = calloc(n + 1, sizeof *v);
+        for (char **e = sb->env; v && *e; e++) {
+                /* A secret replaces an entry of the same name (one from sbx_context_set_env()). */
+                size_t nl = strcspn(*e, "=") + 1;
+                bool secret = false;
+                for (char **f = sb->secrets; f && *f && !secret; f++)
+                        secret = strncmp(*f, *e, nl) == 0;
+                if (!secret)
+                        v[k++] = *e;
+        }
+        for (char **e = sb->secrets; v && e && *e; e++)
+                v[k++] = *e;
+        return v;
 }
 
 int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
@@ -372,11 +474,17 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
         SbxSandbox *sb = sandbox_alloc(host, o);
         if (!sb)
                 return -ENOMEM;
+        /* pid 1 takes its copy of the list at clone3: it is not needed after box_create(). */
+        _cleanup_free_ char **env = shell_env(sb);
+        if (!env) {
+                sandbox_dealloc(sb);
+                return -ENOMEM;
+        }
         BoxConfig bc = {
                 .fs_bytes = sb->core.limits.fs_bytes, .file_count = sb->core.limits.file_count,
                 .memory_bytes = sb->core.limits.memory_bytes, .pids = sb->core.limits.pids,
                 .cpu_millis = sb->core.limits.cpu_millis,
-                .network = o->network, .rootfs = o->rootfs, .env = sb->env,
+                .network = o->network, .rootfs = o->rootfs, .env = env,
                 .policy = landlock_policy_active(&sb->policy) ? &sb->policy : NULL,
         };
         r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
@@ -389,6 +497,7 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 sandbox_dealloc(sb);
                 return r;
         }
+        sb->core.bg.redact = sb->core.redact;
         (void)loop_add(host->loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
         (void)loop_add(host->loop, &sb->ctl_w, sb->core.box.ctl_fd, EPOLLIN, ctl_event, sb);
         sb->setup_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -442,11 +551,14 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
 bool sandbox_is_default(const SbxSandbox *sb) {
         SbxLimits l = { 0 };
         fill_limits(&l);
+        char **want = build_env((const char *const *)sb->host->base_env, NULL);
         size_t n = 0;
-        for (char **e = sb->env; e && *e; e++, n++)
-                if (n >= ELEMENTSOF(default_env) || strcmp(*e, default_env[n]) != 0)
-                        return false;
-        return n == ELEMENTSOF(default_env) && memcmp(&l, &sb->core.limits, sizeof l) == 0 &&
+        bool same_env = want != NULL;
+        for (; same_env && sb->env[n] && want[n]; n++)
+                same_env = strcmp(sb->env[n], want[n]) == 0;
+        same_env = same_env && !sb->env[n] && !want[n];
+        free_env(want);
+        return same_env && !sb->secrets && memcmp(&l, &sb->core.limits, sizeof l) == 0 &&
                sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && !sb->network && !sb->rootfs &&
                !sb->core.kill_leftovers && !sb->policy_allow && !sb->policy_deny;
 }
@@ -461,6 +573,12 @@ void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
         ret->kill_leftovers = sb->core.kill_leftovers;
         ret->policy_allow = (const char *const *)sb->policy_allow;
         ret->policy_deny = (const char *const *)sb->policy_deny;
+        ret->secrets = (const char *const *)sb->secrets;
+}
+
+char *sbx_sandbox_redact(const SbxSandbox *sb, const void *data, size_t len, size_t *ret_len) {
+        char *out = NULL;
+        return redact_text(sb->core.redact, data, len, &out, ret_len) < 0 ? NULL : out;
 }
 
 const char *sbx_sandbox_setup_error(const SbxSandbox *sb) { return sb->setup_error; }

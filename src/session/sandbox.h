@@ -27,6 +27,14 @@ typedef struct SandboxHost {
         bool shared_ready;
         int devnull;
         CorpseYard yard;
+        /* sbx_context_set_env(): NAME=VALUE entries every new sandbox gets (NULL: none). */
+        char **base_env;
+        /* sbx_context_set_redaction(): the patterns, whether the key shapes are left out, and
+         * those rules compiled (NULL: nothing to look for), which a sandbox without secrets
+         * shares. */
+        char **redact_patterns;
+        bool redact_no_defaults;
+        struct Redactor *redact;
 } SandboxHost;
 
 typedef struct SandboxObserver SandboxObserver;

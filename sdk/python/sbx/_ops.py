@@ -42,7 +42,8 @@ def _camel(key: str) -> str:
 def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
                     limits: Optional[Mapping[str, float]], envs: Optional[Mapping[str, str]],
                     network: bool, leftovers: Optional[str] = None,
-                    policy: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                    policy: Optional[Mapping[str, Any]] = None,
+                secrets: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The ``create`` / ``sandbox.create`` params for these options."""
     params: Dict[str, Any] = {}
     if timeout is not None:
@@ -60,6 +61,8 @@ def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
         params["leftovers"] = leftovers
     if policy is not None:
         params["policy"] = {k: list(v) for k, v in policy.items()}
+    if secrets:
+        params["secrets"] = dict(secrets)
     return params
 
 

@@ -58,14 +58,15 @@ class AsyncSandbox:
     async def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                      limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
                      network: bool = False, leftovers: Optional[str] = None,
-                     binary: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
+                     binary: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
+                secrets: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
         """Starts ``sbx serve --stdio`` and creates the sandbox (as :class:`sbx.Sandbox`).
 
         Raises:
             SbxError: the server refused the options or could not create the sandbox.
             FileNotFoundError: no sbx binary was found.
         """
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
         client = await AsyncClient.spawn(binary)
         try:
             sandbox_id: str = await client.run_op(ops.create("create", params))

@@ -45,6 +45,9 @@ class Sandbox:
             executed, with deny alone all but those; a denied exec fails with EACCES.
         binary: the sbx binary; default ``$SBX_BIN``, else ``sbx`` on ``$PATH``, else the
             repository's ``build/src/cli/sbx``.
+        secrets: ``{NAME: value}`` (or ``{NAME: {"value": ..., "mode": "env"}}``): set in every
+            command's environment as NAME, never shown back, and each value (8 bytes or more)
+            replaced by ``[REDACTED:NAME]`` in all output and history.
 
     Raises:
         SbxError: the server refused the options or could not create the sandbox.
@@ -60,8 +63,9 @@ class Sandbox:
     def __init__(self, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                  limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
                  network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
-                 policy: Optional[Mapping[str, Any]] = None) -> None:
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
+                 policy: Optional[Mapping[str, Any]] = None,
+                secrets: Optional[Mapping[str, Any]] = None) -> None:
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
         client = Client.spawn(binary)
         try:
             sandbox_id: str = client.run_op(ops.create("create", params))
@@ -74,11 +78,12 @@ class Sandbox:
     def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
                network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
-               policy: Optional[Mapping[str, Any]] = None) -> "Sandbox":
+               policy: Optional[Mapping[str, Any]] = None,
+                secrets: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         """E2B's name for the constructor: ``Sandbox.create(...)`` is ``Sandbox(...)`` (a
         private ``sbx serve --stdio`` and its sandbox)."""
         return cls(timeout=timeout, fs_limit_bytes=fs_limit_bytes, limits=limits, envs=envs, network=network,
-                   leftovers=leftovers, binary=binary, policy=policy)
+                   leftovers=leftovers, binary=binary, policy=policy, secrets=secrets)
 
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
@@ -367,7 +372,8 @@ class Sandboxes:
     def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                envs: Optional[Mapping[str, str]] = None, network: bool = False,
-               leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> Sandbox:
+               leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
+                secrets: Optional[Mapping[str, Any]] = None) -> Sandbox:
         """Creates another sandbox (``sandbox.create``) and returns its handle.
 
         It lives until :meth:`Sandbox.destroy`, or until this connection closes, unless
@@ -376,9 +382,10 @@ class Sandboxes:
         Args:
             label: free text shown by :meth:`list`.
             persist: outlive this connection (socket server only).
-            timeout, fs_limit_bytes, limits, envs, network, leftovers, policy: as for :class:`Sandbox`.
+            timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets: as for
+                :class:`Sandbox`.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
         if label is not None:
             params["label"] = label
         if persist:
