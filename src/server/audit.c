@@ -51,7 +51,51 @@ struct Audit {
         bool gone;                /* the writer has exited: nothing can be logged any more */
         bool closing;             /* audit_close: the loop has stopped, no watch is added */
         AuditProc *procs;
+        AuditRedactFn redact;
+        void *redact_data;
 };
+
+void audit_set_redact(Audit *a, AuditRedactFn fn, void *data) {
+        if (!a)
+                return;
+        a->redact = fn;
+        a->redact_data = data;
+}
+
+/* Replaces every string in v (objects and arrays, recursively) by its redacted text. */
+static void redact_strings(Audit *a, const char *sandbox_id, json_t *v) {
+        if (json_is_object(v)) {
+                const char *key;
+                json_t *x;
+                json_object_foreach(v, key, x) {
+                        if (json_is_string(x) && strcmp(key, "sandboxId") != 0) {
+                                size_t n;
+                                char *r = a->redact(a->redact_data, sandbox_id, json_string_value(x), json_string_length(x), &n);
+                                if (r) {
+                                        (void)json_string_setn(x, r, n);
+                                        free(r);
+                                }
+                        } else {
+                                redact_strings(a, sandbox_id, x);
+                        }
+                }
+        } else if (json_is_array(v)) {
+                size_t i;
+                json_t *x;
+                json_array_foreach(v, i, x) {
+                        if (json_is_string(x)) {
+                                size_t n;
+                                char *r = a->redact(a->redact_data, sandbox_id, json_string_value(x), json_string_length(x), &n);
+                                if (r) {
+                                        (void)json_string_setn(x, r, n);
+                                        free(r);
+                                }
+                        } else {
+                                redact_strings(a, sandbox_id, x);
+                        }
+                }
+        }
+}
 
 /* ------------------------------------------------------------------ the writer process */
 
@@ -435,6 +479,10 @@ void audit_finish(Audit *a, json_t *ev, json_t *fields) {
                 a->untold++;
                 return;
         }
+        /* Redacted as the sandbox's output is: its secrets' values and the key shapes. */
+        const char *sid = json_string_value(json_object_get(line, "sandboxId"));
+        if (a->redact && sid)
+                redact_strings(a, sid, line);
         enqueue(a, line);
 }
 

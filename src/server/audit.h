@@ -37,6 +37,11 @@ typedef struct AuditOptions {
  * SBX_AUDIT_START_MS for it to open the log. Returns 0, or -errno with err saying why (the
  * log cannot be opened, does not end with an audit line, the writer did not start). */
 int audit_new(Loop *loop, const AuditOptions *o, Audit **ret, char *err, size_t errlen);
+/* How every string of an event about a sandbox is redacted before it is written: fn returns
+ * the redacted copy (malloc'd, *ret_len set) as the output of the sandbox with that id is, or
+ * NULL to keep the text (no such sandbox, or out of memory). */
+typedef char *(*AuditRedactFn)(void *data, const char *sandbox_id, const char *s, size_t len, size_t *ret_len);
+void audit_set_redact(Audit *a, AuditRedactFn fn, void *data);
 /* At shutdown, after the last event: hands what is queued to the writer and waits for it to
  * write everything and exit, SBX_AUDIT_CLOSE_MS at most; what is left is counted dropped. */
 void audit_close(Audit *a);

@@ -157,6 +157,13 @@ SrvSandbox *registry_find(Registry *reg, const Conn *c, uid_t uid, const char *i
         return NULL;
 }
 
+SrvSandbox *registry_find_id(Registry *reg, const char *id) {
+        for (SrvSandbox *sb = reg->head; sb; sb = sb->next)
+                if (strcmp(sbx_sandbox_id(sb->sb), id) == 0)
+                        return sb;
+        return NULL;
+}
+
 SrvSandbox *registry_root(Registry *reg, const Conn *c) {
         for (SrvSandbox *sb = reg->head; sb; sb = sb->next)
                 if (sb->root && sb->owner == c)

@@ -75,6 +75,8 @@ void registry_touch(SrvSandbox *sb);
 bool registry_may_use(const SrvSandbox *sb, const Conn *c, uid_t uid);
 /* The sandbox with this id that c may use, or NULL. */
 SrvSandbox *registry_find(Registry *reg, const Conn *c, uid_t uid, const char *id);
+/* The sandbox with that id whoever may use it, or NULL (the server's own bookkeeping). */
+SrvSandbox *registry_find_id(Registry *reg, const char *id);
 /* c's root sandbox, or NULL. */
 SrvSandbox *registry_root(Registry *reg, const Conn *c);
 /* Iterates: the first sandbox for prev NULL, NULL after the last. */

@@ -278,11 +278,19 @@ int server_add_stdio(Server *s) {
         return 0;
 }
 
+/* Audit lines are redacted as the output of their sandbox is. */
+static char *audit_redact(void *data, const char *sandbox_id, const char *text, size_t len, size_t *ret_len) {
+        Server *s = data;
+        SrvSandbox *sb = registry_find_id(&s->core.registry, sandbox_id);
+        return sb ? sbx_sandbox_redact(sb->sb, text, len, ret_len) : NULL;
+}
+
 int server_set_audit(Server *s, const char *path, uint64_t max_bytes, unsigned keep, bool fail_closed, char *err,
                      size_t errlen) {
         AuditOptions o = { .path = path, .max_bytes = max_bytes, .keep = keep, .fail_closed = fail_closed };
         int r = audit_new(s->loop, &o, &s->core.audit, err, errlen);
         s->core.registry.audit = s->core.audit;
+        audit_set_redact(s->core.audit, audit_redact, s);
         return r;
 }
 

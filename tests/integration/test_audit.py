@@ -463,3 +463,24 @@ def test_a_full_disk_counts_failures_and_recovers(tmpdir_):
         assert verify(d.log).returncode == 0
     finally:
         subprocess.run(["umount", "-l", mnt])
+
+
+def test_events_are_redacted(tmpdir_):
+    secret = "s3cr3t-value-0123456789"
+    key = "AKIA" + "ABCDEFGHIJKLMNOP"
+    d = Daemon(tmpdir_)
+    try:
+        a = d.connect()
+        sid = a.result("sandbox.create", {"secrets": {"TOKEN": secret}})["sandboxId"]
+        out = a.result("run", {"sandboxId": sid, "command": f"echo {secret} {key} >/dev/null; echo done"})
+        assert out["stdout"] == "done\n"
+        a.result("files.write", {"sandboxId": sid, "path": f"/tmp/{secret}", "data": "eA=="})
+    finally:
+        d.stop()
+    text = open(d.log).read()
+    assert secret not in text and key not in text
+    runs = [e for e in events(d.log) if e["type"] == "run.end" and e.get("sandboxId") == sid]
+    assert runs and "[REDACTED:TOKEN]" in runs[0]["command"] and "[REDACTED]" in runs[0]["command"]
+    writes = [e for e in events(d.log) if e["type"] == "files.write"]
+    assert writes and "[REDACTED:TOKEN]" in json.dumps(writes[0])
+    assert verify(d.log).returncode == 0
