@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 # tmux: the tests drive sbx shell in a terminal of its own. man-db (and its groff-base): the
 # tests render the man pages, and `man sbx` reads them.
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
-          libseccomp-dev libarchive-dev nettle-dev zstd python3 python3-pytest python3-venv
+          libseccomp-dev libarchive-dev nettle-dev libinih-dev zstd python3 python3-pytest python3-venv
           procps curl tmux man-db)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -123,6 +123,9 @@
 #define SBX_REDACT_MAX_EXPANSION 10U
 /* Variables of the daemon's environment passed into sandboxes (`sbx serve --env-passthrough`). */
 #define SBX_MAX_ENV_PASSTHROUGH 64U
+/* `sbx serve --config FILE`: entries (key = value lines) and the longest line it reads. */
+#define SBX_MAX_CONFIG_ENTRIES 1024U
+#define SBX_MAX_CONFIG_LINE_BYTES (64U * 1024)
 
 /* ---- paths and names */
 

@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "sbx/sbx.h"
 #include "cli/cli.h"
+#include "cli/serve_config.h"
 #include "server/server.h"
 
 static void usage(FILE *f) {
@@ -59,6 +60,12 @@ static void usage(FILE *f) {
                 "      --no-default-redactions\n"
                 "                       do not redact the known key shapes (secrets' values are\n"
                 "                       always redacted)\n"
+                "      --config FILE    read options and sandbox settings from FILE (INI: [serve]\n"
+                "                       keys are these long options; [sandbox] defaults and\n"
+                "                       [sandbox.enforced] fixed params of every create;\n"
+                "                       [secrets] NAME = value for every sandbox); flags win\n"
+                "      --check-config   check --config FILE (and the flags) and exit: 0 when good,\n"
+                "                       2 naming the file's line that is not\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -158,6 +165,21 @@ static void redact_args_done(RedactArgs *a) {
                 free(a->env_kv[i]);
 }
 
+enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG };
+
+/* Names the config file's line of an option the parser refused (see the loop in cmd_serve). */
+typedef struct Blame {
+        const ServeConfig *cfg;
+        int index;
+        bool ok;
+} Blame;
+
+static void config_blame(Blame *b) {
+        char where[PATH_MAX + 32];
+        if (!b->ok && serve_config_where(b->cfg, b->index, where, sizeof where))
+                fprintf(stderr, "sbx serve: (that is --config %s)\n", where);
+}
+
 int cmd_serve(int argc, char **argv) {
         static const struct option opts[] = {
                 { "stdio", no_argument, NULL, 's' },
@@ -178,10 +200,43 @@ int cmd_serve(int argc, char **argv) {
                 { "env-passthrough", required_argument, NULL, 'E' },
                 { "redact", required_argument, NULL, 'R' },
                 { "no-default-redactions", no_argument, NULL, 'N' },
+                { "config", required_argument, NULL, OPT_CONFIG },
+                { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
+        /* The file's [serve] options go before the command line's, so a flag given there wins. */
+        _cleanup_(serve_config_done) ServeConfig cfg = { 0 };
+        bool check_config = false;
+        const char *config_path = NULL;
+        for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+                if (strcmp(argv[i], "--check-config") == 0)
+                        check_config = true;
+                else if (strncmp(argv[i], "--config=", 9) == 0)
+                        config_path = argv[i] + 9;
+                else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+                        config_path = argv[++i];
+        }
+        if (config_path) {
+                char cerr[768];
+                int cr = serve_config_load(&cfg, config_path, opts, cerr, sizeof cerr);
+                if (cr < 0) {
+                        fprintf(stderr, "sbx serve: --config %s\n", cerr);
+                        return cr == -EINVAL ? 2 : 1;
+                }
+                if (!check_config && serve_config_check_sandbox(&cfg, cerr, sizeof cerr) < 0) {
+                        fprintf(stderr, "sbx serve: --config %s\n", cerr);
+                        return 2;
+                }
+                if (serve_config_argv(&cfg, argc, argv) < 0)
+                        return 1;
+                argc = cfg.argc;
+                argv = cfg.argv;
+        } else if (check_config) {
+                fprintf(stderr, "sbx serve: --check-config checks the file given with --config FILE\n");
+                return 2;
+        }
         bool stdio = false, disabled = false;
         const char *path = NULL, *system_path = NULL;
         long pool = -1, slots = -1, system_slots = -1, queue = -1, deadline = -1, lane = -1;
@@ -192,7 +247,12 @@ int cmd_serve(int argc, char **argv) {
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+                /* A value from the file that the switch refuses (it says why, then returns):
+                 * say which line it came from, as the switch leaves. */
+                _cleanup_(config_blame) Blame blame = { .cfg = &cfg, .index = optind - 1 };
                 switch (c) {
+                case OPT_CONFIG:
+                case OPT_CHECK_CONFIG: break; /* read before */
                 case 's': stdio = true; break;
                 case 'S': path = optarg; break;
                 case 'P': dispatch_print_protocol(stdout); return 0;
@@ -275,6 +335,7 @@ int cmd_serve(int argc, char **argv) {
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
+                blame.ok = true;
         }
         int afd = activation_fd();
         if (afd == -2)
@@ -291,6 +352,19 @@ int cmd_serve(int argc, char **argv) {
         if (audit && (!*audit || strlen(audit) > PATH_MAX - 16)) {
                 fprintf(stderr, "sbx serve: --audit takes a file's path (at most %d bytes)\n", PATH_MAX - 16);
                 return 2;
+        }
+        if (check_config) {
+                char cerr[768];
+                if (optind < argc) {
+                        fprintf(stderr, "sbx serve: unexpected argument '%s'\n", argv[optind]);
+                        return 2;
+                }
+                if (serve_config_check_sandbox(&cfg, cerr, sizeof cerr) < 0) {
+                        fprintf(stderr, "sbx serve: --config %s\n", cerr);
+                        return 2;
+                }
+                printf("%s: ok\n", config_path);
+                return 0;
         }
         if (optind < argc || (stdio == (path != NULL) && afd < 0)) {
                 fprintf(stderr, "sbx serve: give exactly one of --stdio or --socket PATH\n\n");
@@ -312,6 +386,8 @@ int cmd_serve(int argc, char **argv) {
                                  queue >= 0 ? (unsigned)queue : d_queue);
                 server_set_lane(s, (int)lane);
                 server_set_disabled(s, disabled);
+                if (config_path)
+                        server_set_create_config(s, cfg.defaults, cfg.enforced, cfg.secrets);
                 if (deadline >= 0)
                         server_set_shutdown_deadline(s, (uint64_t)deadline);
         }

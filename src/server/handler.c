@@ -106,3 +106,77 @@ int handler_leftovers(json_t *params, SbxLeftovers *ret, RpcError *e) {
                 return rpc_fail(e, RPC_INVALID_PARAMS, "leftovers must be \"keep\" or \"kill\", not \"%.40s\"", v);
         return 0;
 }
+
+/* One level of an object-valued param: every key of `fixed` must be absent from `mine` or
+ * equal; the result holds both. Returns the merged object (new) or NULL with e set. */
+static json_t *merge_fixed(const char *param, json_t *mine, json_t *fixed, RpcError *e) {
+        json_t *out = json_copy(mine);
+        const char *k;
+        json_t *v;
+        if (!out) {
+                rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+                return NULL;
+        }
+        json_object_foreach(fixed, k, v) {
+                json_t *m = json_object_get(mine, k);
+                if (m && !json_is_null(m) && !json_equal(m, v)) {
+                        json_decref(out);
+                        rpc_fail(e, RPC_INVALID_PARAMS, "%s.%s is set by the server's configuration and may not be changed",
+                                 param, k);
+                        return NULL;
+                }
+                json_object_set(out, k, v);
+        }
+        return out;
+}
+
+int handler_create_config(Req *r, RpcError *e) {
+        Core *core = r->core;
+        const char *key;
+        json_t *v;
+        json_object_foreach(core->create_enforced, key, v) {
+                json_t *mine = json_object_get(r->params, key);
+                if (mine && !json_is_null(mine) && json_is_object(mine) && json_is_object(v)) {
+                        json_t *m = merge_fixed(key, mine, v, e);
+                        if (!m)
+                                return -1;
+                        json_object_set_new(r->params, key, m);
+                } else if (mine && !json_is_null(mine) && !json_equal(mine, v)) {
+                        return rpc_fail(e, RPC_INVALID_PARAMS,
+                                        "%s is set by the server's configuration and may not be changed", key);
+                } else {
+                        json_object_set(r->params, key, v);
+                }
+        }
+        json_object_foreach(core->create_defaults, key, v) {
+                json_t *mine = json_object_get(r->params, key);
+                if (!mine || json_is_null(mine)) {
+                        json_object_set(r->params, key, v);
+                } else if (json_is_object(mine) && json_is_object(v)) {
+                        /* A default object (limits) fills in what the request's leaves out. */
+                        const char *k;
+                        json_t *d;
+                        json_object_foreach(v, k, d)
+                                if (!json_object_get(mine, k))
+                                        json_object_set(mine, k, d);
+                }
+        }
+        if (json_object_size(core->create_secrets)) {
+                json_t *mine = json_object_get(r->params, "secrets");
+                if (mine && !json_is_null(mine) && !json_is_object(mine))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets must be an object");
+                json_t *all = mine && json_is_object(mine) ? json_copy(mine) : json_object();
+                if (!all)
+                        return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+                json_object_foreach(core->create_secrets, key, v) {
+                        if (json_object_get(all, key)) {
+                                json_decref(all);
+                                return rpc_fail(e, RPC_INVALID_PARAMS,
+                                                "secret %s is set by the server's configuration", key);
+                        }
+                        json_object_set(all, key, v);
+                }
+                json_object_set_new(r->params, "secrets", all);
+        }
+        return 0;
+}

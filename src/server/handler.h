@@ -88,3 +88,10 @@ int handler_leftovers(json_t *params, SbxLeftovers *ret, RpcError *e);
 int handler_while_paused(Req *r, RpcError *e);
 #define PARAM_WHILE_PAUSED { "whilePaused", P_STRING, false, "\"wait\" (default): on a paused sandbox, wait for sandbox.resume; \"refuse\": fail at once" }
 #define PARAM_LEFTOVERS(what) { "leftovers", P_STRING, false, "\"keep\" or \"kill\": what " what " leaves running is killed when it ends (kill) or keeps running as a background process (keep)" }
+
+/* create and sandbox.create: puts the server's configuration into r->params (`sbx serve
+ * --config`): [sandbox.enforced] params (a request may leave them out or give the same; of an
+ * object, each key), [sandbox] defaults (for what the request leaves out; of an object, each
+ * key) and [secrets] (added; a request may not give one of the same name). Returns 0 or -1
+ * with e set (-32602 naming the param). */
+int handler_create_config(Req *r, RpcError *e);

@@ -266,6 +266,8 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         _cleanup_free_ PolicyLists *pl = calloc(1, sizeof *pl);
         if (!pl)
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        if (handler_create_config(r, e) < 0)
+                return -1;
         if (registry_check_room(&core->registry, e) < 0)
                 return -1;
         if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 || parse_policy(r->params, &o, pl, e) < 0 ||

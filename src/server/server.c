@@ -125,6 +125,13 @@ int server_new(Server **ret) {
         s->core.shutdown_data = s;
         lanes_init(&s->core.lanes, s->loop, dispatch_start_waiting, &s->core);
         conn_list_init(&s->conns, s->loop, &conn_ops, s);
+        s->core.create_defaults = json_object();
+        s->core.create_enforced = json_object();
+        s->core.create_secrets = json_object();
+        if (!s->core.create_defaults || !s->core.create_enforced || !s->core.create_secrets) {
+                server_free(s);
+                return -ENOMEM;
+        }
         sigset_t mask;
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
@@ -308,6 +315,15 @@ void server_lane_defaults(unsigned *ret_interactive, unsigned *ret_system, unsig
 
 void server_set_shutdown_deadline(Server *s, uint64_t ms) { s->deadline_ms = ms; }
 
+void server_set_create_config(Server *s, json_t *defaults, json_t *enforced, json_t *secrets) {
+        json_decref(s->core.create_defaults);
+        json_decref(s->core.create_enforced);
+        json_decref(s->core.create_secrets);
+        s->core.create_defaults = json_incref(defaults);
+        s->core.create_enforced = json_incref(enforced);
+        s->core.create_secrets = json_incref(secrets);
+}
+
 void server_set_disabled(Server *s, bool disabled) { s->core.mode = disabled ? MODE_DISABLED : MODE_NAMESPACES; }
 
 static void close_listeners(Server *s) {
@@ -387,6 +403,9 @@ Server *server_free(Server *s) {
         for (unsigned i = 0; i < LISTEN_COUNT; i++)
                 free(s->listeners[i].path);
         sbx_context_free(s->core.ctx);
+        json_decref(s->core.create_defaults);
+        json_decref(s->core.create_enforced);
+        json_decref(s->core.create_secrets);
         free(s);
         return NULL;
 }

@@ -48,6 +48,9 @@ void server_set_lane(Server *s, int lane);
 void server_lane_defaults(unsigned *ret_interactive, unsigned *ret_system, unsigned *ret_queue);
 /* A lane's slots and the requests it lets wait (0 interactive, 1 system). */
 void server_set_slots(Server *s, int lane, unsigned slots, unsigned queue_max);
+/* What every create and sandbox.create gets (`--config`'s [sandbox], [sandbox.enforced],
+ * [secrets]); the server takes references. */
+void server_set_create_config(Server *s, json_t *defaults, json_t *enforced, json_t *secrets);
 /* How long an orderly shutdown waits for cancelled work before destroying everything. */
 void server_set_shutdown_deadline(Server *s, uint64_t ms);
 /* --mode disabled: every request but ping, health, sandbox.list and kill is refused with
