@@ -127,7 +127,8 @@ typedef struct SbxResult {
         uint64_t exec_time_us; /* from the run's start (first in its queue) to its result */
 } SbxResult;
 
-/* Output as it arrives, before caps are applied to the result. */
+/* Output as it arrives: every byte the command writes, past the caps too (the caps bound only
+ * what the result keeps), redacted when redaction is on. */
 typedef void (*SbxOutputFn)(void *userdata, SbxStream stream, const uint8_t *data, size_t len);
 /* The run's end. The SbxRun is freed right after this returns. */
 typedef void (*SbxDoneFn)(void *userdata, const SbxResult *result);

@@ -629,6 +629,19 @@ void redact_stream_done(RedactStream *s) {
         *s = (RedactStream){ .r = s->r, .ended = true };
 }
 
+int redact_stream_clone(RedactStream *dst, const RedactStream *src) {
+        *dst = *src;
+        dst->hold = NULL;
+        dst->hold_cap = 0;
+        if (src->hold_len) {
+                if (!(dst->hold = malloc(src->hold_len)))
+                        return -ENOMEM;
+                memcpy(dst->hold, src->hold, src->hold_len);
+                dst->hold_cap = src->hold_len;
+        }
+        return 0;
+}
+
 static int hold_reserve(RedactStream *s, size_t want) {
         if (want <= s->hold_cap)
                 return 0;

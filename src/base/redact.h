@@ -69,6 +69,9 @@ typedef struct RedactStream {
 /* r may be NULL (then the stream copies). */
 void redact_stream_init(RedactStream *s, const Redactor *r);
 void redact_stream_done(RedactStream *s);
+/* dst becomes an independent copy of src, what it holds back included (to end one copy at a
+ * cap while the other goes on). Returns 0 or -ENOMEM. */
+int redact_stream_clone(RedactStream *dst, const RedactStream *src);
 /* Appends the redaction of data to out, holding back what may be the start of a match that
  * later bytes decide. Returns 0 or -ENOMEM. */
 int redact_feed(RedactStream *s, const void *data, size_t len, Buf *out);

@@ -73,6 +73,9 @@ typedef struct RunState {
         SbxRun *run;
         bool paused;
         OutQueue q[2];
+        /* --stdout-limit / --stderr-limit: what is printed of each command (libsbx streams every
+         * byte; the limit is what the result keeps, so the same is shown). */
+        uint64_t cap[2], shown[2];
 } RunState;
 
 static size_t queued(const RunState *rs) {
@@ -127,7 +130,13 @@ static void update_pause(RunState *rs) {
 
 static void on_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
         RunState *rs = ud;
-        queue_push(&rs->q[st == SBX_STDOUT ? 0 : 1], d, n);
+        int k = st == SBX_STDOUT ? 0 : 1;
+        uint64_t room = rs->cap[k] > rs->shown[k] ? rs->cap[k] - rs->shown[k] : 0;
+        if ((uint64_t)n > room)
+                n = (size_t)room;
+        rs->shown[k] += n;
+        if (n)
+                queue_push(&rs->q[k], d, n);
         update_pause(rs);
 }
 
@@ -458,6 +467,9 @@ static int run_all(SbxContext *ctx, SbxSession *s, const RunArgs *a, int argc, c
                 SbxRunOptions ro = { .command = argv[i], .command_len = strlen(argv[i]), .cwd = a->cwd };
                 rs.done = false;
                 rs.paused = false;
+                rs.shown[0] = rs.shown[1] = 0;
+                rs.cap[0] = a->so.limits.stdout_bytes ? a->so.limits.stdout_bytes : SBX_DEFAULT_STDOUT_BYTES;
+                rs.cap[1] = a->so.limits.stderr_bytes ? a->so.limits.stderr_bytes : SBX_DEFAULT_STDERR_BYTES;
                 if ((r = sbx_session_run(s, &ro, on_output, on_done, &rs, &rs.run)) < 0)
                         break;
                 run_wait(ctx, &rs, sfd, interrupted);

@@ -53,6 +53,7 @@ static void run_free(SbxRun *r) {
         safe_close(r->cg);
         buf_done(&r->out);
         buf_done(&r->err);
+        buf_done(&r->past);
         redact_stream_done(&r->rs_out);
         redact_stream_done(&r->rs_err);
         free(r->command);
@@ -63,7 +64,8 @@ static void run_free(SbxRun *r) {
 }
 
 /* Reads what a pipe has now, straight into the result buffer while under the cap, into a
- * scratch buffer past it (read and dropped). Returns false at EOF or error. */
+ * scratch buffer past it. Every byte goes to on_output, past the cap too: the cap bounds what
+ * the result keeps, not what a consumer of the stream may see. Returns false at EOF or error. */
 static bool run_read(SbxRun *r, int fd, SbxStream stream, size_t budget) {
         static uint8_t discard[SBX_PIPE_BYTES]; /* one thread: one scratch buffer */
         Buf *b = stream == SBX_STDOUT ? &r->out : &r->err;
@@ -78,25 +80,35 @@ static bool run_read(SbxRun *r, int fd, SbxStream stream, size_t budget) {
                         return true;
                 if (n <= 0)
                         return false;
-                if (room > 0) {
+                if (room > 0)
                         buf_commit(b, (size_t)n);
-                        /* Only what the cap keeps is streamed, so a consumer never sees bytes
-                         * the result does not have. */
-                        if (r->on_output)
-                                r->on_output(r->ud, stream, dst, (size_t)n);
-                } else {
+                else
                         buf_drop(b, (size_t)n);
-                }
+                if (r->on_output)
+                        r->on_output(r->ud, stream, dst, (size_t)n);
                 budget = budget > (size_t)n ? budget - (size_t)n : 0;
         }
         return true;
 }
 
+/* Redacts data past the cap into r->past and hands it to on_output (final: data is the end). */
+static void stream_past(SbxRun *r, int k, SbxStream stream, const uint8_t *data, size_t len, bool final) {
+        RedactStream *rs = k == 0 ? &r->rs_out : &r->rs_err;
+        r->past.len = 0;
+        if (len)
+                (void)redact_feed(rs, data, len, &r->past);
+        if (final)
+                (void)redact_flush(rs, false, &r->past);
+        if (r->past.len)
+                r->on_output(r->ud, stream, r->past.data, r->past.len);
+}
+
 /* The redacting twin of run_read(): raw bytes under the cap go through the stream's redactor
  * into the result, and what it gives (never a raw byte it may still replace) to on_output;
  * the cap, `truncated` and `dropped` count raw bytes, as the command wrote them. At the cap
- * the stream is cut (a secret or key shape cut short there is replaced too); at EOF what it
- * held back is decided. */
+ * the result is cut (a secret or key shape cut short there is replaced too); without
+ * on_output the redactor stops there, with it the stream goes on from the same redactor, so
+ * a secret across the cap is still caught in the stream. At EOF what it held back is decided. */
 static bool run_read_redacted(SbxRun *r, int fd, SbxStream stream, size_t budget) {
         static uint8_t raw[SBX_PIPE_BYTES]; /* one thread: one scratch buffer */
         int k = stream == SBX_STDOUT ? 0 : 1;
@@ -110,7 +122,10 @@ static bool run_read_redacted(SbxRun *r, int fd, SbxStream stream, size_t budget
                         return true;
                 size_t before = b->len;
                 if (n <= 0) {
-                        (void)redact_flush(rs, false, b);
+                        if (!r->past_cap[k])
+                                (void)redact_flush(rs, false, b);
+                        else if (r->on_output)
+                                stream_past(r, k, stream, NULL, 0, true);
                 } else {
                         uint64_t room = r->raw_cap[k] - r->raw_kept[k];
                         size_t keep = (size_t)MIN((uint64_t)n, room);
@@ -119,8 +134,25 @@ static bool run_read_redacted(SbxRun *r, int fd, SbxStream stream, size_t budget
                                 r->raw_kept[k] += keep;
                         }
                         if ((size_t)n > keep) {
-                                (void)redact_flush(rs, true, b);
+                                if (r->on_output && b->len > before)
+                                        r->on_output(r->ud, stream, b->data + before, b->len - before);
+                                if (!r->past_cap[k]) {
+                                        r->past_cap[k] = true;
+                                        /* The result's end: what is held back, decided as cut
+                                         * short, on a copy when the stream goes on. Not
+                                         * streamed: the stream decides those bytes itself. */
+                                        RedactStream copy;
+                                        if (!r->on_output)
+                                                (void)redact_flush(rs, true, b);
+                                        else if (redact_stream_clone(&copy, rs) == 0) {
+                                                (void)redact_flush(&copy, true, b);
+                                                redact_stream_done(&copy);
+                                        }
+                                }
+                                before = b->len;
                                 buf_drop(b, (size_t)n - keep);
+                                if (r->on_output)
+                                        stream_past(r, k, stream, raw + keep, (size_t)n - keep, false);
                         }
                 }
                 if (r->on_output && b->len > before)
@@ -136,10 +168,16 @@ static bool run_read_redacted(SbxRun *r, int fd, SbxStream stream, size_t budget
 static void run_redact_flush(SbxRun *r) {
         for (int k = 0; r->redacting && k < 2; k++) {
                 Buf *b = k == 0 ? &r->out : &r->err;
+                SbxStream st = k == 0 ? SBX_STDOUT : SBX_STDERR;
+                if (r->past_cap[k]) {
+                        if (r->on_output)
+                                stream_past(r, k, st, NULL, 0, true);
+                        continue;
+                }
                 size_t before = b->len;
                 (void)redact_flush(k == 0 ? &r->rs_out : &r->rs_err, false, b);
                 if (r->on_output && b->len > before)
-                        r->on_output(r->ud, k == 0 ? SBX_STDOUT : SBX_STDERR, b->data + before, b->len - before);
+                        r->on_output(r->ud, st, b->data + before, b->len - before);
         }
 }
 
@@ -645,6 +683,7 @@ static SbxRun *run_new(SbxSession *s, size_t out_cap, size_t err_cap, SbxDoneFn 
         r->detach_fds[0] = r->detach_fds[1] = r->detach_fds[2] = -1;
         buf_init(&r->out, out_cap);
         buf_init(&r->err, err_cap);
+        buf_init(&r->past, SIZE_MAX);
         r->on_done = done;
         r->ud = ud;
         r->seq = ++s->seq;

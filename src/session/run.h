@@ -49,6 +49,10 @@ struct SbxRun {
         bool redacting;
         RedactStream rs_out, rs_err;
         uint64_t raw_kept[2], raw_cap[2];
+        /* Streamed past the cap: the result was cut there, the stream goes on redacting into
+         * `past` (emptied after each piece is handed to on_output). */
+        bool past_cap[2];
+        Buf past;
         /* A detached run (run_detach()): its process's fds until sent, and who takes it. */
         bool detach, pty;
         int detach_fds[3];

@@ -536,3 +536,33 @@ def test_the_socket_file_appears_only_once_it_accepts(tmp_path):
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(10)
+
+
+def test_stream_goes_on_past_the_cap(stdio):
+    # The cap bounds what the result keeps, not what a streaming client sees: every byte,
+    # in order, while the result holds the first 4 KiB and says it was truncated.
+    stdio.result("create", {"limits": {"stdoutBytes": 4096}})
+    cmd = "for i in $(seq 1 20000); do echo line-$i; done; echo err >&2"
+    r = stdio.call("run", {"command": cmd, "stream": True}, timeout=60)["result"]
+    want = "".join(f"line-{i}\n" for i in range(1, 20001))
+    notes = [n["params"] for n in stdio.notes if n.get("method") == "output"]
+    assert "".join(n["data"] for n in notes if n["stream"] == "stdout") == want
+    assert "".join(n["data"] for n in notes if n["stream"] == "stderr") == "err\n"
+    assert r["stdout"] == want[:4096] and r["truncated"]["stdout"] is True
+    assert r["droppedBytes"]["stdout"] == len(want) - 4096
+    # Without stream, past the cap is dropped as before.
+    r = stdio.result("run", {"command": cmd})
+    assert r["stdout"] == want[:4096] and r["truncated"]["stdout"] is True
+
+
+def test_stream_past_the_cap_is_redacted_across_it(stdio):
+    # A secret that straddles the cap is cut in the result and whole-redacted in the stream.
+    secret = "S3CRET-value-abcdef0123"
+    stdio.result("create", {"limits": {"stdoutBytes": 4096}, "secrets": {"TOKEN": secret}})
+    cmd = f"head -c 4090 /dev/zero | tr '\\0' x; printf '%s\\n' \"$TOKEN\"; for i in 1 2 3; do echo \"$TOKEN $i\"; done"
+    r = stdio.call("run", {"command": cmd, "stream": True}, timeout=60)["result"]
+    streamed = "".join(n["params"]["data"] for n in stdio.notes if n.get("method") == "output"
+                       and n["params"]["stream"] == "stdout")
+    assert secret not in streamed and secret[:6] not in streamed and secret[-6:] not in streamed
+    assert streamed == "x" * 4090 + "[REDACTED:TOKEN]\n" + "".join(f"[REDACTED:TOKEN] {i}\n" for i in (1, 2, 3))
+    assert secret[:6] not in r["stdout"] and r["stdout"].startswith("x" * 4090) and r["truncated"]["stdout"]
