@@ -23,6 +23,7 @@ struct Conn {
         unsigned holds;    /* conn_hold_input() without its release: no request is handled */
         uid_t uid;
         int lane; /* fixed by the operator, or -1 */
+        void *pendings;
         pid_t pid; /* -1 unknown */
         Framer framer;
         ByteQueue out;
@@ -298,6 +299,7 @@ void conn_flush_all(ConnList *l, uint64_t deadline_ms) {
 }
 
 int conn_lane(const Conn *c) { return c->lane; }
+void **conn_pendings(Conn *c) { return &c->pendings; }
 void conn_set_lane(Conn *c, int lane) { c->lane = lane; }
 
 uid_t conn_uid(const Conn *c) { return c->uid; }

@@ -52,6 +52,9 @@ uid_t conn_uid(const Conn *c);
 /* The lane the operator fixed for this connection's requests (a LaneId), or -1: each request
  * says. */
 int conn_lane(const Conn *c);
+/* The head of the connection's list of requests answered later (pending.c's; NULL when none),
+ * so its close, pause and cancel walk only its own. */
+void **conn_pendings(Conn *c);
 void conn_set_lane(Conn *c, int lane);
 /* The client's pid as the kernel said at accept (SO_PEERCRED), or for stdio as the server
  * found it at start; -1 when unknown. For the audit log. */

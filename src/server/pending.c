@@ -16,7 +16,32 @@ static void pending_link(Pending **head, Pending *p) {
         *head = p;
 }
 
+/* The connection's own list: what its close, pause and cancel walk, not every request. */
+static void conn_link(Conn *c, Pending *p) {
+        Pending **head = (Pending **)conn_pendings(c);
+        p->chead = head;
+        p->cprev = NULL;
+        p->cnext = *head;
+        if (p->cnext)
+                p->cnext->cprev = p;
+        *head = p;
+}
+
+static void conn_unlink(Pending *p) {
+        if (!p->chead)
+                return;
+        if (p->cprev)
+                p->cprev->cnext = p->cnext;
+        else
+                *p->chead = p->cnext;
+        if (p->cnext)
+                p->cnext->cprev = p->cprev;
+        p->cnext = p->cprev = NULL;
+        p->chead = NULL;
+}
+
 static void pending_unlink(Pending *p) {
+        conn_unlink(p);
         if (!p->head)
                 return;
         if (p->prev)
@@ -46,6 +71,8 @@ int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind ki
         if (p->lane)
                 p->lane_ms = now_ms();
         pending_link(&set->head, p);
+        if (c)
+                conn_link(c, p);
         *ret = p;
         return 0;
 }
@@ -62,21 +89,19 @@ Pending *pending_free(Pending *p) {
         return NULL;
 }
 
-Pending *pending_find_run(PendingSet *set, const Conn *c, json_t *request_id) {
+Pending *pending_find_run(PendingSet *set, Conn *c, json_t *request_id) {
         char *key = id_key(request_id);
-        Pending *p = set->head;
-        while (p && !(p->conn == c && p->kind == PENDING_RUN && key && p->key && strcmp(p->key, key) == 0))
-                p = p->next;
+        Pending *p = *(Pending **)conn_pendings(c);
+        while (p && !(p->kind == PENDING_RUN && key && p->key && strcmp(p->key, key) == 0))
+                p = p->cnext;
         free(key);
         return p;
 }
 
-void pending_detach(PendingSet *set, const Conn *c) {
+void pending_detach(PendingSet *set, Conn *c) {
         Pending *work = NULL;
-        for (Pending *p = set->head, *next; p; p = next) {
-                next = p->next;
-                if (p->conn != c)
-                        continue;
+        for (Pending *p = *(Pending **)conn_pendings(c), *next; p; p = next) {
+                next = p->cnext;
                 pending_unlink(p);
                 p->conn = NULL;
                 pending_link(&work, p);
@@ -93,12 +118,12 @@ void pending_detach(PendingSet *set, const Conn *c) {
         }
 }
 
-void pending_pause(PendingSet *set, const Conn *c, bool paused) {
-        for (Pending *p = set->head, *next; p; p = next) {
-                next = p->next;
-                if (p->conn == c && p->run && p->stream)
+void pending_pause(PendingSet *set, Conn *c, bool paused) {
+        for (Pending *p = *(Pending **)conn_pendings(c), *next; p; p = next) {
+                next = p->cnext;
+                if (p->run && p->stream)
                         sbx_run_pause_output(p->run, paused);
-                else if (p->conn == c && p->paused)
+                else if (p->paused)
                         p->paused(p, paused);
         }
 }
@@ -150,6 +175,7 @@ void pending_fail_all(PendingSet *set, const RpcError *e) {
                                 conn_reply_error(p->conn, p->id, e);
                         p->replied = true;
                         /* Its done callback, if one ever comes, answers nobody. */
+                        conn_unlink(p);
                         p->conn = NULL;
                 }
 }

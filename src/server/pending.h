@@ -23,6 +23,7 @@ typedef enum PendingKind { PENDING_RUN, PENDING_ENV_SET, PENDING_ENV_GET, PENDIN
 typedef struct Pending {
         struct Pending *next, *prev;
         struct Pending **head; /* the list it is in, NULL once detached */
+        struct Pending *cnext, *cprev, **chead; /* its connection's list (conn_pendings) */
         Conn *conn;            /* who gets the answer; NULL once detached */
         Core *core;
         json_t *id;
@@ -58,11 +59,11 @@ int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind ki
 /* Takes p out of its list and frees it; returns NULL. */
 Pending *pending_free(Pending *p);
 /* The pending `run` of c whose request id equals request_id, or NULL. */
-Pending *pending_find_run(PendingSet *set, const Conn *c, json_t *request_id);
+Pending *pending_find_run(PendingSet *set, Conn *c, json_t *request_id);
 /* c is closing: its pendings leave the set and their runs are cancelled. */
-void pending_detach(PendingSet *set, const Conn *c);
+void pending_detach(PendingSet *set, Conn *c);
 /* Stops (or resumes) reading the output of c's streaming runs. */
-void pending_pause(PendingSet *set, const Conn *c, bool paused);
+void pending_pause(PendingSet *set, Conn *c, bool paused);
 /* Runs started and runs still queued, of every open connection. */
 void pending_count(const PendingSet *set, unsigned *ret_running, unsigned *ret_queued);
 /* Answers every queued (not yet started) run with e; their done callbacks answer no more. */
