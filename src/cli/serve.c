@@ -41,6 +41,10 @@ static void usage(FILE *f) {
                 "                       a second SIGTERM does not wait)\n"
                 "      --mode MODE      namespaces (default), or disabled: every request but ping,\n"
                 "                       health, sandbox.list and kill answers SANDBOX_DISABLED\n"
+                "      --egress-hosts FILE  a hosts file (/etc/hosts format) whose names the proxies\n"
+                "                       of network \"allowlist\" sandboxes resolve from it, not DNS\n"
+                "      --egress-allow-private CIDR  an address range those proxies may reach although\n"
+                "                       loopback, private or link-local (127.0.0.1/32); repeatable\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -101,6 +105,8 @@ int cmd_serve(int argc, char **argv) {
                 { "system-socket", required_argument, NULL, 'T' },
                 { "shutdown-deadline-ms", required_argument, NULL, 'D' },
                 { "mode", required_argument, NULL, 'M' },
+                { "egress-hosts", required_argument, NULL, 'H' },
+                { "egress-allow-private", required_argument, NULL, 'A' },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -108,6 +114,9 @@ int cmd_serve(int argc, char **argv) {
         bool stdio = false, disabled = false;
         const char *path = NULL, *system_path = NULL;
         long pool = -1, slots = -1, system_slots = -1, queue = -1, deadline = -1, lane = -1;
+        const char *egress_hosts = NULL;
+        const char *egress_private[SBX_MAX_EGRESS_PRIVATE_CIDRS + 1] = { NULL };
+        unsigned n_egress_private = 0;
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -158,6 +167,15 @@ int cmd_serve(int argc, char **argv) {
                                 return 2;
                         }
                         break;
+                case 'H': egress_hosts = optarg; break;
+                case 'A':
+                        if (n_egress_private >= SBX_MAX_EGRESS_PRIVATE_CIDRS) {
+                                fprintf(stderr, "sbx serve: --egress-allow-private: at most %u\n",
+                                        SBX_MAX_EGRESS_PRIVATE_CIDRS);
+                                return 2;
+                        }
+                        egress_private[n_egress_private++] = optarg;
+                        break;
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -192,6 +210,15 @@ int cmd_serve(int argc, char **argv) {
                 server_set_disabled(s, disabled);
                 if (deadline >= 0)
                         server_set_shutdown_deadline(s, (uint64_t)deadline);
+        }
+        if (r >= 0 && (egress_hosts || n_egress_private)) {
+                char err[512];
+                if ((r = server_set_egress(s, egress_hosts, egress_private, err, sizeof err)) < 0) {
+                        fprintf(stderr, "sbx serve: --egress-hosts / --egress-allow-private: %s\n",
+                                err[0] ? err : strerror(-r));
+                        server_free(s);
+                        return 2;
+                }
         }
         if (r >= 0 && system_path && (r = server_listen_system(s, system_path)) < 0) {
                 fprintf(stderr, "sbx serve: --system-socket %s: %s\n", system_path, strerror(-r));

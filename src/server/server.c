@@ -258,6 +258,17 @@ void server_set_pool(Server *s, unsigned n) {
         sbx_context_set_pool(s->core.ctx, n);
 }
 
+/* Until the audit log takes them: every request an allowlist proxy refused, on stderr. */
+static void egress_refused(void *ud, SbxSandbox *sb, const SbxEgressEvent *ev) {
+        log_info("sandbox %s: egress %d: %s", sbx_sandbox_id(sb), ev->status, ev->reason);
+}
+
+int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, char *err, size_t errlen) {
+        SbxEgressOptions o = { .hosts_file = hosts_file, .allow_private = allow_private };
+        sbx_context_on_egress(s->core.ctx, egress_refused, s);
+        return sbx_context_set_egress(s->core.ctx, &o, err, errlen);
+}
+
 int server_add_stdio(Server *s) {
         Conn *c;
         int r = conn_new(&s->conns, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);

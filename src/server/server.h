@@ -54,6 +54,10 @@ void server_set_shutdown_deadline(Server *s, uint64_t ms);
 void server_set_disabled(Server *s, bool disabled);
 /* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
 void server_set_pool(Server *s, unsigned n);
+/* The allowlist proxies' options (sbx/egress.h): a hosts file (NULL: none) and the CIDRs they
+ * may reach although private (NULL-terminated, may be NULL). Returns 0, or -errno with err
+ * saying what is wrong. */
+int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, char *err, size_t errlen);
 /* Runs until shutdown; returns the process exit code. */
 int server_run(Server *s);
 void server_shutdown(Server *s);

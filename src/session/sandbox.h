@@ -27,6 +27,7 @@ typedef struct SandboxHost {
         bool shared_ready;
         int devnull;
         CorpseYard yard;
+        struct Egress *egress; /* egress.c: the allowlist proxies' resolver, made on first use */
 } SandboxHost;
 
 typedef struct SandboxObserver SandboxObserver;
