@@ -502,3 +502,17 @@ def test_rootless_allowlist(hosts_file, origin):
                 sub.rmdir()
             except OSError:
                 pass
+
+
+def test_python_sdk_network_list_is_an_allowlist():
+    """The SDK's network=[patterns]: an allowlist sandbox (its own `sbx serve --stdio`, no
+    operator options: only refusals are tried, which need no lookup)."""
+    import sys
+    sys.path.insert(0, str(REPO / "sdk" / "python"))
+    from sbx import Sandbox
+    with Sandbox(network=["allowed.test", "169.254.169.254"], binary=SBX) as sb:
+        r = sb.commands.run("echo $HTTPS_PROXY; curl -sS -m 10 http://other.test/; "
+                            "curl -sS -m 10 http://169.254.169.254/latest/")
+        assert r.stdout.split("\n")[:3] == [
+            "http://127.0.0.1:3128", "sbx: other.test is not in this sandbox's allowlist",
+            "sbx: 169.254.169.254 is a cloud metadata address, which this sandbox may not reach"], r.stdout
