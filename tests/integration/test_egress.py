@@ -190,12 +190,15 @@ class Daemon:
         return self.stderr.read().decode("utf-8", "replace")
 
     def close(self):
+        """Ends the daemon (its stdin closes) and checks it exited cleanly: under ASan a leak
+        or an error would show here."""
         try:
             self.p.stdin.close()
             self.p.wait(timeout=30)
         except Exception:
             self.p.kill()
             self.p.wait()
+        assert self.p.returncode == 0 and "Sanitizer" not in self.log(), self.log()[-3000:]
 
 
 @pytest.fixture(scope="module")
