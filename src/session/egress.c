@@ -112,6 +112,8 @@ struct Proxy {
         EgressRules rules;
         bool rootless; /* see SBX_PORT_PIPE_BYTES */
         Watch w;       /* on the box's proxy_fd (the box owns the fd) */
+        int retry_timer; /* made the first time accepting fails: listening again later */
+        Watch retry_w;
         PConn *conns;
         SbxEgressStats stats;
 };
@@ -701,6 +703,32 @@ static void pc_free(PConn *c) {
 
 /* ---------------------------------------------------------------- the listener */
 
+static void listen_event(Watch *w, uint32_t events);
+
+static void retry_event(Watch *w, uint32_t events) {
+        Proxy *px = w->data;
+        uint64_t x;
+        (void)!read(px->retry_timer, &x, sizeof x);
+        int fd = sandbox_box(px->sb)->proxy_fd;
+        if (!px->w.active && fd >= 0)
+                (void)loop_add(px->eg->loop, &px->w, fd, EPOLLIN, listen_event, px);
+}
+
+/* Out of fds or memory: the connection that could not be taken still waits in the backlog and
+ * would wake the loop at once, so the proxy stops listening for SBX_PORT_ACCEPT_RETRY_MS. */
+static void listen_pause(Proxy *px) {
+        Loop *l = px->eg->loop;
+        if (px->retry_timer < 0) {
+                px->retry_timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+                if (px->retry_timer >= 0 && loop_add(l, &px->retry_w, px->retry_timer, EPOLLIN, retry_event, px) < 0)
+                        px->retry_timer = safe_close(px->retry_timer);
+                if (px->retry_timer < 0)
+                        return; /* no timer either: better a busy listener than a deaf one */
+        }
+        loop_del(l, &px->w);
+        (void)timerfd_arm_ms(px->retry_timer, SBX_PORT_ACCEPT_RETRY_MS);
+}
+
 static void listen_event(Watch *w, uint32_t events) {
         Proxy *px = w->data;
         for (unsigned k = 0; k < SBX_EGRESS_ACCEPT_BATCH; k++) {
@@ -708,7 +736,8 @@ static void listen_event(Watch *w, uint32_t events) {
                 if (fd < 0) {
                         if (errno == EINTR || errno == ECONNABORTED)
                                 continue;
-                        /* EAGAIN, or out of fds: the next connection tries again. */
+                        if (errno != EAGAIN)
+                                listen_pause(px);
                         return;
                 }
                 PConn *c = px->stats.open < SBX_MAX_EGRESS_CONNECTIONS ? calloc(1, sizeof *c) : NULL;
@@ -743,6 +772,8 @@ static void proxy_freeing(SandboxObserver *o, SbxSandbox *sb) {
         while (px->conns)
                 pc_free(px->conns);
         loop_del(px->eg->loop, &px->w);
+        loop_del(px->eg->loop, &px->retry_w);
+        safe_close(px->retry_timer);
         egress_rules_clear(&px->rules);
         free(px);
 }
@@ -804,6 +835,7 @@ int egress_attach(SbxSandbox *sb, const char *const *allow) {
         }
         px->sb = sb;
         px->eg = eg;
+        px->retry_timer = -1;
         px->rootless = sandbox_host(sb)->shared.rootless;
         sandbox_observe(sb, &px->o, &proxy_ops);
         return 0;

@@ -519,3 +519,57 @@ def test_python_sdk_network_list_is_an_allowlist():
         assert r.stdout.split("\n")[:3] == [
             "http://127.0.0.1:3128", "sbx: other.test is not in this sandbox's allowlist",
             "sbx: 169.254.169.254 is a cloud metadata address, which this sandbox may not reach"], r.stdout
+
+
+# A DNS server for the test's own network namespace: A queries for *.test names it knows get
+# 127.0.0.1, everything else NXDOMAIN (AAAA for a known name: no answer).
+FAKE_DNS = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 53))
+print("ready", flush=True)
+while True:
+    q, peer = s.recvfrom(512)
+    tid, flags, qd = struct.unpack(">HHH", q[:6])
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode().lower())
+        i += 1 + q[i]
+    qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+    question = q[12:i + 5]
+    name = ".".join(labels)
+    known = name in ("dns.test", "www.dns.test")
+    rcode = 0 if known else 3
+    answers = b""
+    if known and qtype == 1:
+        answers = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + bytes([127, 0, 0, 1])
+    s.sendto(struct.pack(">HHHHHH", tid, 0x8180 | rcode, 1, 1 if answers else 0, 0, 0) + question + answers, peer)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"),
+                    reason="needs root, unshare and ip for a network namespace of the test's own")
+def test_names_resolved_by_c_ares(tmp_path):
+    """Names not in a hosts file go to DNS through c-ares, in the loop. The daemon, its DNS
+    server and the origin server run in a network namespace of the test's own (only lo), whose
+    /etc/resolv.conf names 127.0.0.1: not one packet can leave it. (sh -c's arguments after the
+    script, Daemon's `sbx serve --stdio`, are only its $0 and $1.)"""
+    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\n")
+    (tmp_path / "dns.py").write_text(FAKE_DNS)
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "index.html").write_text("hello from dns.test\n")
+    script = (f"ip link set lo up && mount --bind {tmp_path}/resolv.conf /etc/resolv.conf && "
+              f"(python3 {tmp_path}/dns.py >/dev/null 2>&1 &) && "
+              f"(cd {tmp_path}/www && python3 -m http.server 8099 --bind 127.0.0.1 >/dev/null 2>&1 &) && "
+              f"sleep 0.5 && exec {SBX} serve --stdio --egress-allow-private 127.0.0.1/32")
+    # A pid namespace too, whose end (the daemon's exit) takes the two servers with it.
+    d = Daemon(argv_prefix=["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child",
+                            "sh", "-c", script])
+    try:
+        sid = d.create(network="allowlist", networkAllow=["dns.test:*", "*.dns.test:*", "nx.test:*"])
+        r = d.run(sid, "curl -sS -m 20 --retry 5 --retry-connrefused http://dns.test:8099/; "
+                       "curl -sS -m 20 http://www.dns.test:8099/; curl -sS -m 20 http://nx.test:8099/")
+        assert r["stdout"].split("\n")[:3] == ["hello from dns.test", "hello from dns.test",
+                                              "sbx: cannot resolve nx.test: Domain name not found"], r
+    finally:
+        d.close()
