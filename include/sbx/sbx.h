@@ -51,10 +51,21 @@ typedef struct SbxLimits {
                                    10, at most every online CPU (default: half of them) */
 } SbxLimits;
 
+/* A sandbox's network. SBX_NETWORK_HOST is 1, so `network = true` still means it. */
+typedef enum SbxNetwork {
+        SBX_NETWORK_NONE = 0, /* its own network namespace with only loopback (the default) */
+        SBX_NETWORK_HOST = 1, /* the host's network namespace, shared */
+        SBX_NETWORK_ALLOWLIST = 2, /* loopback only, plus an HTTP proxy on 127.0.0.1:3128 that
+                                      reaches the names of network_allow (sbx/egress.h) */
+} SbxNetwork;
+
 typedef struct SbxSandboxOptions {
         SbxLimits limits;
         uint64_t timeout_ms;  /* default per-run timeout (default 30 s) */
-        bool network;         /* share the host's network; default: loopback only */
+        SbxNetwork network;
+        /* SBX_NETWORK_ALLOWLIST: NULL-terminated host patterns ("example.com", "*.example.com",
+         * either with ":port" or ":*"; see sbx/egress.h), may be empty; NULL otherwise. */
+        const char *const *network_allow;
         const char *rootfs;   /* a root filesystem tree to use instead of the host's dirs */
         const char *const *env; /* extra NAME=VALUE entries, NULL-terminated, may be NULL */
         bool kill_leftovers;  /* what a command leaves running is killed when it ends (default:
@@ -520,3 +531,4 @@ SBX_API void sbx_result_clear(SbxResult *r);
 #endif
 
 #include "sbx/port.h"
+#include "sbx/egress.h"

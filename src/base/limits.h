@@ -527,3 +527,40 @@
 /* At exit, how long sbx mcp waits for its own daemon to destroy the sandboxes and exit before
  * it kills it: destroying waits up to SBX_DESTROY_TIMEOUT_MS per sandbox, a few at once. */
 #define SBX_MCP_CHILD_EXIT_MS 10000U
+
+/* ---- egress by domain (network "allowlist"; see session/egress.c) */
+
+/* The port of the sandbox's 127.0.0.1 where the proxy listens (HTTP_PROXY inside), Squid's
+ * customary one: pid 1 makes the listening socket there, in the sandbox's own network
+ * namespace, and hands it to the daemon. */
+#define SBX_EGRESS_PROXY_PORT 3128U
+/* Patterns of one sandbox's allowlist, and the longest: a DNS name (253) with ":65535". Every
+ * request a sandbox makes is matched against all of them, one by one. */
+#define SBX_MAX_EGRESS_ALLOW 256U
+#define SBX_MAX_EGRESS_PATTERN_BYTES 260U
+/* A request's head (request line and headers) as the proxy reads it before deciding: a
+ * longer one is answered 431 and closed. Real clients send a few hundred bytes. */
+#define SBX_EGRESS_HEAD_BYTES (16U * 1024)
+/* Connections one sandbox has through its proxy at once. Each holds up to six daemon fds (two
+ * sockets, a pipe per direction) and its head buffer; past it a new one is reset at once. */
+#define SBX_MAX_EGRESS_CONNECTIONS 128U
+/* Connections the proxy accepts per turn of the loop. */
+#define SBX_EGRESS_ACCEPT_BATCH 16U
+/* Addresses of one name the proxy keeps and tries in turn (the first that connects wins). */
+#define SBX_EGRESS_MAX_ADDRS 8U
+/* Name resolution (c-ares): each try waits this long for an answer, at most this many tries
+ * per server, so a lookup ends within seconds whatever the network does. */
+#define SBX_EGRESS_DNS_TIMEOUT_MS 2000U
+#define SBX_EGRESS_DNS_TRIES 2U
+/* SYN retries of the proxy's outward connects (TCP_SYNCNT): 3 gives up after about 15 s
+ * instead of the kernel's two minutes, so an unreachable address frees its slot soon. */
+#define SBX_EGRESS_CONNECT_SYNS 3
+/* After a refusal has been written, what the client still sends is read and dropped, up to
+ * this much, so that closing does not reset the connection before the client read the
+ * answer; past it the connection is closed anyway. */
+#define SBX_EGRESS_DRAIN_BYTES (64U * 1024)
+/* The operator's options (sbx serve --egress-hosts, --egress-allow-private): entries of the
+ * hosts file kept (names, each with its addresses), its size read, and CIDRs given. */
+#define SBX_MAX_EGRESS_HOSTS 4096U
+#define SBX_MAX_EGRESS_HOSTS_FILE_BYTES (1024U * 1024)
+#define SBX_MAX_EGRESS_PRIVATE_CIDRS 64U

@@ -66,6 +66,10 @@ static void usage(FILE *f) {
                 "                       [secrets] NAME = value for every sandbox); flags win\n"
                 "      --check-config   check --config FILE (and the flags) and exit: 0 when good,\n"
                 "                       2 naming the file's line that is not\n"
+                "      --egress-hosts FILE  a hosts file (/etc/hosts format) whose names the proxies\n"
+                "                       of network \"allowlist\" sandboxes resolve from it, not DNS\n"
+                "      --egress-allow-private CIDR  an address range those proxies may reach although\n"
+                "                       loopback, private or link-local (127.0.0.1/32); repeatable\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -202,6 +206,8 @@ int cmd_serve(int argc, char **argv) {
                 { "no-default-redactions", no_argument, NULL, 'N' },
                 { "config", required_argument, NULL, OPT_CONFIG },
                 { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+                { "egress-hosts", required_argument, NULL, 'H' },
+                { "egress-allow-private", required_argument, NULL, 'A' },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -244,6 +250,9 @@ int cmd_serve(int argc, char **argv) {
         uint64_t audit_max = 0, audit_keep = 0;
         bool audit_fail_closed = false;
         _cleanup_(redact_args_done) RedactArgs ra = { 0 };
+        const char *egress_hosts = NULL;
+        const char *egress_private[SBX_MAX_EGRESS_PRIVATE_CIDRS + 1] = { NULL };
+        unsigned n_egress_private = 0;
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -331,6 +340,15 @@ int cmd_serve(int argc, char **argv) {
                         break;
                 }
                 case 'N': ra.no_defaults = true; break;
+                case 'H': egress_hosts = optarg; break;
+                case 'A':
+                        if (n_egress_private >= SBX_MAX_EGRESS_PRIVATE_CIDRS) {
+                                fprintf(stderr, "sbx serve: --egress-allow-private: at most %u\n",
+                                        SBX_MAX_EGRESS_PRIVATE_CIDRS);
+                                return 2;
+                        }
+                        egress_private[n_egress_private++] = optarg;
+                        break;
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -399,6 +417,15 @@ int cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "sbx serve: --audit %s: %s\n", audit, err);
                 server_free(s);
                 return 1;
+        }
+        if (r >= 0 && (egress_hosts || n_egress_private)) {
+                char eerr[512] = "";
+                if ((r = server_set_egress(s, egress_hosts, egress_private, eerr, sizeof eerr)) < 0) {
+                        fprintf(stderr, "sbx serve: --egress-hosts / --egress-allow-private: %s\n",
+                                eerr[0] ? eerr : strerror(-r));
+                        server_free(s);
+                        return 2;
+                }
         }
         if (r >= 0 && system_path && (r = server_listen_system(s, system_path)) < 0) {
                 fprintf(stderr, "sbx serve: --system-socket %s: %s\n", system_path, strerror(-r));

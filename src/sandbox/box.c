@@ -165,7 +165,7 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                            .noexec_writable = c->policy && c->policy->allow && c->policy->allow[0] },
                 .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd, .ns_root = !s->rootless,
                 .env = c->env, .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID, .network = c->network,
-                .seccomp = &s->seccomp,
+                .proxy_port = c->proxy_port, .seccomp = &s->seccomp,
                 .rlimit_as = s->cg.v2_memory || s->cg.v1_memory >= 0 ? 0 : c->memory_bytes,
                 .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 ? 0 : c->pids,
                 .policy = c->policy,
@@ -220,7 +220,7 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         int r;
 
         *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .netns_fd = -1,
-                    .slot = -1 };
+                    .proxy_fd = -1, .slot = -1 };
         r = take_host_ids(s, b, err, errlen);
         if (r < 0)
                 return r;
@@ -283,14 +283,14 @@ int box_ready(Box *b, char *err, size_t errlen) {
         InitMsg m;
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 2)];
+                char buf[CMSG_SPACE(sizeof(int) * 3)];
         } cm;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
         ssize_t n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return 0;
-        int fd = -1, snap = -1;
+        int fd = -1, snap = -1, proxy = -1;
         struct cmsghdr *cmh = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
         if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS) {
                 size_t k = (cmh->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -298,6 +298,8 @@ int box_ready(Box *b, char *err, size_t errlen) {
                         memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
                 if (k >= 2)
                         memcpy(&snap, CMSG_DATA(cmh) + sizeof fd, sizeof snap);
+                if (k >= 3)
+                        memcpy(&proxy, CMSG_DATA(cmh) + 2 * sizeof fd, sizeof proxy);
         }
         struct stat wst;
         if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
@@ -310,12 +312,14 @@ int box_ready(Box *b, char *err, size_t errlen) {
         } else {
                 b->root_fd = fd;
                 b->snap_fd = snap;
+                b->proxy_fd = proxy;
                 b->writable_dev = wst.st_dev;
                 b->ready = true;
                 return 1;
         }
         safe_close(fd);
         safe_close(snap);
+        safe_close(proxy);
         return n == (ssize_t)sizeof m && m.status < 0 ? m.status : -EIO;
 }
 
@@ -387,6 +391,7 @@ void box_kill(Box *b) {
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
         b->netns_fd = safe_close(b->netns_fd);
+        b->proxy_fd = safe_close(b->proxy_fd);
         pidfd_sigkill(b->init_pidfd);
         if (b->cg.dir >= 0)
                 (void)cgroup_kill(b->cg.dir);
@@ -411,6 +416,7 @@ void box_destroy(BoxShared *s, Box *b) {
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
         b->netns_fd = safe_close(b->netns_fd);
+        b->proxy_fd = safe_close(b->proxy_fd);
         if (b->init_pidfd >= 0) {
                 pidfd_sigkill(b->init_pidfd);
                 siginfo_t si;

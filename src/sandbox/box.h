@@ -29,6 +29,9 @@ typedef struct BoxConfig {
         uint32_t pids;
         uint32_t cpu_millis; /* thousandths of a CPU (see SBX_CPU_PERIOD_US) */
         bool network;
+        /* Not 0: pid 1 listens on 127.0.0.1:proxy_port of the sandbox's own network namespace
+         * and hands the socket over with its root (Box.proxy_fd), for the egress proxy. */
+        uint16_t proxy_port;
         const char *rootfs;
         char **env; /* complete environment of session shells */
         const LandlockPolicy *policy; /* exec policy, or NULL; read by pid 1 (its copy) */
@@ -46,6 +49,8 @@ typedef struct Box {
          * non-dumpable after, and then only a process with CAP_SYS_PTRACE over the daemon's
          * user namespace may open its namespaces (rootless, none may). */
         int netns_fd;
+        /* The listening socket pid 1 made for BoxConfig.proxy_port (after READY), or -1. */
+        int proxy_fd;
         uid_t host_uid; /* the sandbox's user (uid 1000 inside) as the host sees it */
         gid_t host_gid;
         /* Root: ids 0..host_ids-1 inside are host ids host_base.. (uids and gids alike), so

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -22,26 +23,28 @@
 #include "sandbox/init.h"
 
 /* Says how setup went; on success hands over an O_PATH fd of the new root, through which
- * the daemon's files API reaches the sandbox's filesystem. */
-static void send_ready(int fd, int status, const char *text, int snap) {
+ * the daemon's files API reaches the sandbox's filesystem, the snapshot store's and, when
+ * there is one, the egress proxy's listening socket. */
+static void send_ready(int fd, int status, const char *text, int snap, int proxy) {
         InitMsg m = { .type = INIT_READY, .status = status };
         snprintf(m.text, sizeof m.text, "%s", text ? text : "");
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 2)];
+                char buf[CMSG_SPACE(sizeof(int) * 3)];
         } cm;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         int root = status == 0 ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
         if (root >= 0 && snap >= 0) {
-                int fds[2] = { root, snap };
+                int fds[3] = { root, snap, proxy };
+                size_t n = proxy >= 0 ? 3 : 2;
                 mh.msg_control = cm.buf;
-                mh.msg_controllen = sizeof cm.buf;
+                mh.msg_controllen = CMSG_SPACE(n * sizeof(int));
                 struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
                 c->cmsg_level = SOL_SOCKET;
                 c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof fds);
-                memcpy(CMSG_DATA(c), fds, sizeof fds);
+                c->cmsg_len = CMSG_LEN(n * sizeof(int));
+                memcpy(CMSG_DATA(c), fds, n * sizeof(int));
         }
         (void)sendmsg(fd, &mh, MSG_NOSIGNAL);
         safe_close(root);
@@ -57,6 +60,19 @@ static int loopback_up(void) {
                 return negerrno();
         ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
         return ioctl(s, SIOCSIFFLAGS, &ifr) < 0 ? negerrno() : 0;
+}
+
+/* The egress proxy's listening socket on 127.0.0.1:port of the sandbox's own network
+ * namespace, made here because a socket belongs to the namespace it was made in: the daemon
+ * accepts on it and connects outward from its own namespace, with no process in between.
+ * No SO_REUSEPORT, so no process of the sandbox can bind the port beside it. Returns the
+ * fd or -errno. */
+static int proxy_listen(uint16_t port) {
+        _cleanup_close_ int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, SOMAXCONN) < 0)
+                return negerrno();
+        return TAKE_FD(s);
 }
 
 /* Sets the permitted and effective sets to `keep` (a mask of CAP_* bits), inheritable to none. */
@@ -267,12 +283,12 @@ static int confine(const InitConfig *c) {
         return 0;
 }
 
-/* Takes its identity, builds the root, names the host, brings loopback up and confines
- * itself; on failure tells the daemon why on ctl and exits. Returns the snapshot store's fd,
- * or -1. */
-static int setup_or_exit(const InitConfig *c, int ctl) {
+/* Takes its identity, builds the root, names the host, brings loopback up, makes the proxy's
+ * socket and confines itself; on failure tells the daemon why on ctl and exits. Returns the
+ * snapshot store's fd, or -1, and the proxy's socket in *ret_proxy (-1 when none). */
+static int setup_or_exit(const InitConfig *c, int ctl, int *ret_proxy) {
         char err[400] = "";
-        int snap = -1;
+        int snap = -1, proxy = -1;
         int r = 0;
         if (c->ns_root && (r = become_ns_root()) < 0)
                 snprintf(err, sizeof err, "take the namespace's root: %s", strerror(-r));
@@ -293,6 +309,8 @@ static int setup_or_exit(const InitConfig *c, int ctl) {
         }
         if (r >= 0 && !c->network && (r = loopback_up()) < 0)
                 snprintf(err, sizeof err, "loopback up: %s", strerror(-r));
+        if (r >= 0 && c->proxy_port && (r = proxy = proxy_listen(c->proxy_port)) < 0)
+                snprintf(err, sizeof err, "egress proxy socket on 127.0.0.1:%u: %s", c->proxy_port, strerror(-r));
         if (r >= 0 && (r = confine(c)) < 0)
                 snprintf(err, sizeof err, "confine pid 1: %s", strerror(-r));
         /* Last, over the finished root and before any session exists: everything pid 1
@@ -300,9 +318,10 @@ static int setup_or_exit(const InitConfig *c, int ctl) {
         if (r >= 0)
                 r = landlock_policy_apply(c->policy, err, sizeof err);
         if (r < 0) {
-                send_ready(ctl, r, err, -1);
+                send_ready(ctl, r, err, -1, -1);
                 _exit(1);
         }
+        *ret_proxy = proxy;
         return snap;
 }
 
@@ -344,7 +363,8 @@ void init_main(const InitConfig *c) {
          * and an unprivileged parent could no longer write them. */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         int ctl = keep_only_ctl(c);
-        int snap = setup_or_exit(c, ctl);
+        int proxy;
+        int snap = setup_or_exit(c, ctl, &proxy);
 
         sigset_t mask;
         sigemptyset(&mask);
@@ -352,9 +372,10 @@ void init_main(const InitConfig *c) {
         sigprocmask(SIG_BLOCK, &mask, NULL);
         signal(SIGPIPE, SIG_IGN);
         int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        send_ready(ctl, 0, NULL, snap);
-        /* The daemon holds the store now; pid 1 has no use for it. */
+        send_ready(ctl, 0, NULL, snap, proxy);
+        /* The daemon holds the store and the proxy's socket now; pid 1 has no use for them. */
         safe_close(snap);
+        safe_close(proxy);
 
         for (;;) {
                 struct pollfd p[2] = { { .fd = ctl, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };

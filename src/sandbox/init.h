@@ -47,6 +47,7 @@ typedef struct InitConfig {
         char **env;           /* environment of session shells */
         unsigned uid, gid;    /* identity commands run as */
         bool network;
+        uint16_t proxy_port;  /* not 0: listen on 127.0.0.1:proxy_port, handed over with READY */
         const struct sock_fprog *seccomp; /* filter of pid 1 after setup, and so of everything
                                            * it starts; NULL for none */
         uint64_t rlimit_as;    /* fallback when no memory cgroup: per-process bytes, 0 none */

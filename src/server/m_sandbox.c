@@ -64,7 +64,7 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
         *ret_rpc_bytes = 0;
         if (param_u64(p, "timeoutMs", false, UINT64_MAX, &o->timeout_ms, e) < 0 ||
             param_u64(p, "fsLimitBytes", false, UINT64_MAX, &o->limits.fs_bytes, e) < 0 ||
-            param_bool(p, "network", &o->network, e) < 0 || param_object(p, "limits", &limits, e) < 0 ||
+            param_object(p, "limits", &limits, e) < 0 ||
             param_object(p, "env", &env, e) < 0)
                 return -1;
         if (limits) {
@@ -140,6 +140,47 @@ static int parse_policy(json_t *p, SbxSandboxOptions *o, PolicyLists *pl, RpcErr
                 return -1;
         o->policy_allow = pl->allow[0] ? pl->allow : NULL;
         o->policy_deny = pl->deny[0] ? pl->deny : NULL;
+        return 0;
+}
+
+/* network: false or "none" (the default), true or "host", or "allowlist" with networkAllow:
+ * [pattern], whose strings are borrowed from the params into a NULL-terminated list; libsbx
+ * checks the patterns themselves. */
+typedef struct NetworkAllow {
+        const char *v[SBX_MAX_EGRESS_ALLOW + 1];
+} NetworkAllow;
+
+static int parse_network(json_t *p, SbxSandboxOptions *o, NetworkAllow *na, RpcError *e) {
+        json_t *n = json_object_get(p, "network"), *allow = json_object_get(p, "networkAllow"), *v;
+        size_t i;
+        if (!n || json_is_null(n) || json_is_false(n) || (json_is_string(n) && strcmp(json_string_value(n), "none") == 0))
+                o->network = SBX_NETWORK_NONE;
+        else if (json_is_true(n) || (json_is_string(n) && strcmp(json_string_value(n), "host") == 0))
+                o->network = SBX_NETWORK_HOST;
+        else if (json_is_string(n) && strcmp(json_string_value(n), "allowlist") == 0)
+                o->network = SBX_NETWORK_ALLOWLIST;
+        else
+                return rpc_fail(e, RPC_INVALID_PARAMS, "network must be false or \"none\", true or \"host\", or "
+                                                       "\"allowlist\" (with networkAllow)");
+        if (!allow || json_is_null(allow)) {
+                if (o->network == SBX_NETWORK_ALLOWLIST)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "network \"allowlist\" needs networkAllow: [host "
+                                                               "patterns] (an empty list refuses every request)");
+                return 0;
+        }
+        if (o->network != SBX_NETWORK_ALLOWLIST)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "networkAllow is only for network \"allowlist\"");
+        if (!json_is_array(allow))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "networkAllow must be an array of host patterns");
+        if (json_array_size(allow) > SBX_MAX_EGRESS_ALLOW)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "networkAllow has more than %u patterns", SBX_MAX_EGRESS_ALLOW);
+        json_array_foreach(allow, i, v) {
+                if (!json_is_string(v) || json_string_length(v) != strlen(json_string_value(v)))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "networkAllow[%zu] must be a host pattern (a string)", i);
+                na->v[i] = json_string_value(v);
+        }
+        na->v[json_array_size(allow)] = NULL;
+        o->network_allow = na->v;
         return 0;
 }
 
@@ -264,13 +305,15 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         size_t rpc_bytes;
         SbxSandbox *box;
         _cleanup_free_ PolicyLists *pl = calloc(1, sizeof *pl);
-        if (!pl)
+        _cleanup_free_ NetworkAllow *na = calloc(1, sizeof *na);
+        if (!pl || !na)
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
         if (handler_create_config(r, e) < 0)
                 return -1;
         if (registry_check_room(&core->registry, e) < 0)
                 return -1;
         if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 || parse_policy(r->params, &o, pl, e) < 0 ||
+            parse_network(r->params, &o, na, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
             param_bool(r->params, "persist", &persist, e) < 0 || parse_metadata(r->params, &metadata, e) < 0 ||
             param_u64(r->params, "lifetimeMs", false, SBX_MAX_SANDBOX_LIFETIME_MS, &lifetime, e) < 0 ||
@@ -532,7 +575,8 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         { "fsLimitBytes", P_INT, false, "size of /tmp + /home/user (256 MiB)" }, \
         { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids, cpus (CPUs, fractions allowed; default half the host's)}" }, \
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
-        { "network", P_BOOL, false, "share the host's network (default: loopback only)" }, \
+        { "network", P_ANY, false, "false or \"none\" (default): its own network namespace, loopback only; true or \"host\": the host's network, shared; \"allowlist\": loopback only, plus an HTTP proxy on its 127.0.0.1:3128 (HTTP_PROXY, HTTPS_PROXY, http_proxy, https_proxy set, NO_PROXY=localhost,127.0.0.1,::1) through which only the names of networkAllow are reached: CONNECT tunnels (https) and plain http:// requests (one per connection, sent on with Connection: close). A name not listed, or one resolving only to loopback, private (RFC 1918), carrier-grade NAT, link-local, cloud metadata, unique-local, multicast or reserved addresses (unless the operator allows them: sbx serve --egress-allow-private), is answered 403 with one line saying why; one that does not resolve or connect, 502. Kept by sandbox.fork (with its own proxy); a pooled sandbox is never handed to a create with a network" }, \
+        { "networkAllow", P_ANY, false, "with network \"allowlist\" (and only then; required, may be empty): at most 256 host patterns, each \"example.com\" (that name), \"*.example.com\" (names below it at any depth, not example.com itself) or an IPv4 address, then optionally \":port\" (that port only) or \":*\" (any port); without one, ports 80 and 443. Case and a final dot are ignored. A bad pattern is refused (-32602)" }, \
         { "policy", P_OBJECT, false, "exec policy, enforced by the kernel (Landlock) for every process of the sandbox: {allow: [path or glob], deny: [path or glob]}, absolute paths in the sandbox matched when it is created (a directory, or dir/**, covers all beneath it). allow: only those files (and /bin/bash) may be executed, nothing on /tmp, /home/user or /dev/shm may run, and memfds must be MFD_NOEXEC_SEAL; deny alone: everything but those. A denied file can be neither executed nor read (its exec fails with EACCES: exit 126, \"Permission denied\"). Refused (-32602) where the kernel has no Landlock; a pattern matching nothing fails the create. Kept by sandbox.fork; a pooled sandbox is never handed to a create with a policy" }, \
         PARAM_LEFTOVERS("a command"), \
         { "lifetimeMs", P_INT, false, "destroy the sandbox this long after its creation (0 or absent: never; at most 31 days); the owner gets sandbox.expired" }, \

@@ -105,6 +105,8 @@ static void deadline_event(Watch *w, uint32_t events) {
         s->stop = true;
 }
 
+static void egress_refused(void *ud, SbxSandbox *sb, const SbxEgressEvent *ev);
+
 int server_new(Server **ret) {
         Server *s = calloc(1, sizeof *s);
         if (!s)
@@ -120,6 +122,7 @@ int server_new(Server **ret) {
                 return r;
         }
         s->loop = sbx_context_loop(s->core.ctx);
+        sbx_context_on_egress(s->core.ctx, egress_refused, s);
         s->core.start_ms = now_ms();
         s->core.shutdown = shutdown_requested;
         s->core.shutdown_data = s;
@@ -269,6 +272,21 @@ void server_set_pool(Server *s, unsigned n) {
 }
 
 struct SbxContext *server_context(Server *s) { return s->core.ctx; }
+/* Every request an allowlist proxy refused (or could not serve): a `network.denied` audit
+ * event, and a line on stderr. */
+static void egress_refused(void *ud, SbxSandbox *sb, const SbxEgressEvent *ev) {
+        Server *s = ud;
+        log_info("sandbox %s: egress %d: %s", sbx_sandbox_id(sb), ev->status, ev->reason);
+        SrvSandbox *srv = registry_find_id(&s->core.registry, sbx_sandbox_id(sb));
+        audit_event(s->core.audit, "network.denied", srv, NULL,
+                    json_pack("{s:s, s:i, s:i, s:s}", "host", ev->host ? ev->host : "", "port", (int)ev->port, "status",
+                              ev->status, "reason", ev->reason ? ev->reason : ""));
+}
+
+int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, char *err, size_t errlen) {
+        SbxEgressOptions o = { .hosts_file = hosts_file, .allow_private = allow_private };
+        return sbx_context_set_egress(s->core.ctx, &o, err, errlen);
+}
 
 int server_add_stdio(Server *s) {
         Conn *c;

@@ -64,6 +64,10 @@ int server_set_audit(Server *s, const char *path, uint64_t max_bytes, unsigned k
 void server_set_pool(Server *s, unsigned n);
 /* The library context, for settings every sandbox takes (redaction, passed-through env). */
 struct SbxContext *server_context(Server *s);
+/* The allowlist proxies' options (sbx/egress.h): a hosts file (NULL: none) and the CIDRs they
+ * may reach although private (NULL-terminated, may be NULL). Returns 0, or -errno with err
+ * saying what is wrong. */
+int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, char *err, size_t errlen);
 /* Runs until shutdown; returns the process exit code. */
 int server_run(Server *s);
 void server_shutdown(Server *s);

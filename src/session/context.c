@@ -16,6 +16,7 @@
 #include "base/redact.h"
 #include "base/util.h"
 #include "session/context.h"
+#include "session/egress.h"
 #include "session/internal.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -57,7 +58,8 @@ const char *sbx_error_class_name(SbxErrorClass c) {
 
 static bool options_default(const SbxSandboxOptions *o) {
         static const SbxLimits zero;
-        return memcmp(&o->limits, &zero, sizeof zero) == 0 && o->timeout_ms == 0 && !o->network && !o->rootfs &&
+        return memcmp(&o->limits, &zero, sizeof zero) == 0 && o->timeout_ms == 0 && o->network == SBX_NETWORK_NONE &&
+               !o->network_allow && !o->rootfs &&
                (!o->env || !o->env[0]) && !o->kill_leftovers && (!o->policy_allow || !o->policy_allow[0]) &&
                (!o->policy_deny || !o->policy_deny[0]) && (!o->secrets || !o->secrets[0]);
 }
@@ -253,6 +255,7 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
                 sbx_sandbox_free(ctx->pool.head);
         /* What is still dying is waited for here: nothing may outlive the context. */
         corpse_bury_all(&ctx->host.yard);
+        egress_free(&ctx->host);
         loop_del(ctx->host.loop, &ctx->pool_w);
         safe_close(ctx->pool_timer);
         if (ctx->host.shared_ready)
@@ -271,5 +274,11 @@ int sbx_context_fd(SbxContext *ctx) { return loop_fd(ctx->host.loop); }
 Loop *sbx_context_loop(SbxContext *ctx) { return ctx->host.loop; }
 
 const char *sbx_context_last_error(const SbxContext *ctx) { return ctx->last_error; }
+
+int sbx_context_set_egress(SbxContext *ctx, const SbxEgressOptions *o, char *err, size_t errlen) {
+        return egress_configure(&ctx->host, o, err, errlen);
+}
+
+void sbx_context_on_egress(SbxContext *ctx, SbxEgressFn fn, void *userdata) { egress_set_hook(&ctx->host, fn, userdata); }
 
 int sbx_context_run_once(SbxContext *ctx, int timeout_ms) { return loop_run_once(ctx->host.loop, timeout_ms); }

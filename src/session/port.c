@@ -42,15 +42,7 @@ typedef struct PortSet PortSet;
 typedef struct Port Port;
 typedef struct Fwd Fwd;
 
-/* One direction of a forwarded connection: bytes are spliced from one socket into the pipe
- * and from the pipe into the other socket, never through the daemon's memory. The pipe is the
- * only buffer; `held` is what it holds, at most `cap`. */
-typedef struct Flow {
-        int pipe[2];
-        size_t held, cap;
-        bool eof;  /* the source said EOF: the destination is shut for writing once held is 0 */
-        bool done; /* ... and it was */
-} Flow;
+typedef PortFlow Flow;
 
 typedef enum FwdState {
         FWD_WAITING,    /* for a socket from the maker, on the set's queue */
@@ -434,9 +426,7 @@ static void maker_event(Watch *w, uint32_t events) {
 
 /* ---------------------------------------------------------------- forwarding */
 
-/* Moves the bytes of one direction until the source has none, the destination takes none, or
- * budget bytes went. Returns the bytes that went, or -errno when a socket failed. */
-static ssize_t flow_pump(Flow *fl, int from, int to, size_t budget) {
+ssize_t port_flow_pump(Flow *fl, int from, int to, size_t budget) {
         size_t moved = 0;
         bool progress = true;
         while (progress && moved < budget && !fl->done) {
@@ -541,8 +531,8 @@ static void fwd_event(Watch *w, uint32_t events) {
         /* Readable: fd[i]'s own flow; writable: the flow into it; a hang-up or an error: both,
          * whose system calls then say what happened. */
         bool in = events & (EPOLLIN | EPOLLHUP | EPOLLERR), out = events & (EPOLLOUT | EPOLLHUP | EPOLLERR);
-        if ((in && flow_pump(&f->flow[i], f->fd[i], f->fd[1 - i], SBX_PORT_TURN_BYTES) < 0) ||
-            (out && flow_pump(&f->flow[1 - i], f->fd[1 - i], f->fd[i], SBX_PORT_TURN_BYTES) < 0)) {
+        if ((in && port_flow_pump(&f->flow[i], f->fd[i], f->fd[1 - i], SBX_PORT_TURN_BYTES) < 0) ||
+            (out && port_flow_pump(&f->flow[1 - i], f->fd[1 - i], f->fd[i], SBX_PORT_TURN_BYTES) < 0)) {
                 fwd_free(f, true);
                 return;
         }

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "base/util.h"
+#include "session/egress.h"
 #include "session/freeze.h"
 #include "session/internal.h"
 #include "session/process.h"
@@ -36,7 +37,8 @@ struct SbxSandbox {
         SbxPauseFn pause_done;    /* until the pause is confirmed */
         void *pause_ud;
         /* What a sandbox like this one needs (sandbox_options()). */
-        bool network;
+        SbxNetwork network;
+        char **network_allow; /* SBX_NETWORK_ALLOWLIST's patterns, NULL when empty */
         char *rootfs;
         char **policy_allow, **policy_deny; /* NULL when empty; `policy` points to them */
         LandlockPolicy policy;
@@ -118,12 +120,22 @@ static char **copy_secrets(const char *const *v) {
         return c;
 }
 
-/* The session shells' environment: the fixed defaults, then the context's entries
- * (sbx_context_set_env()), then the caller's (a name given again replaces the one before).
- * That is all: pid 1 is a fork of the daemon, but it starts every shell with execve() and
- * exactly this list, so nothing else of the daemon's own environment reaches a sandbox. */
-static char **build_env(const char *const *base, const char *const *extra) {
-        size_t n = ELEMENTSOF(default_env), k = 0;
+/* An allowlist sandbox's way out: its proxy, for the clients that read these (curl, pip, npm,
+ * git, python's urllib), and not for its own loopback. */
+#define PROXY_URL "http://127.0.0.1:3128"
+_Static_assert(SBX_EGRESS_PROXY_PORT == 3128, "PROXY_URL names the proxy's port");
+static const char *const proxy_env[] = {
+        "HTTP_PROXY=" PROXY_URL, "HTTPS_PROXY=" PROXY_URL, "http_proxy=" PROXY_URL, "https_proxy=" PROXY_URL,
+        "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+};
+
+/* The session shells' environment: the fixed defaults (and an allowlist sandbox's proxy),
+ * then the context's entries (sbx_context_set_env()), then the caller's (a name given again
+ * replaces the one before). That is all: pid 1 is a fork of the daemon, but it starts every
+ * shell with execve() and exactly this list, so nothing else of the daemon's own environment
+ * reaches a sandbox. */
+static char **build_env(const char *const *base, const char *const *extra, bool proxy) {
+        size_t n = ELEMENTSOF(default_env) + (proxy ? ELEMENTSOF(proxy_env) : 0), k = 0;
         for (const char *const *e = base; e && *e; e++)
                 n++;
         for (const char *const *e = extra; e && *e; e++)
@@ -133,6 +145,8 @@ static char **build_env(const char *const *base, const char *const *extra) {
                 return NULL;
         for (size_t i = 0; i < ELEMENTSOF(default_env); i++)
                 env[k++] = strdup(default_env[i]);
+        for (size_t i = 0; proxy && i < ELEMENTSOF(proxy_env); i++)
+                env[k++] = strdup(proxy_env[i]);
         for (size_t pass = 0; pass < 2; pass++) {
                 for (const char *const *e = pass ? extra : base; e && *e; e++) {
                         size_t name_len = (size_t)(strchr(*e, '=') - *e) + 1;
@@ -221,6 +235,21 @@ static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen
                                               "(not starting with a digit)", *e);
                         return -EINVAL;
                 }
+        }
+        if ((unsigned)o->network > SBX_NETWORK_ALLOWLIST) {
+                snprintf(err, errlen, "network must be none, host or allowlist");
+                return -EINVAL;
+        }
+        if (o->network_allow && o->network != SBX_NETWORK_ALLOWLIST) {
+                snprintf(err, errlen, "networkAllow is only for network \"allowlist\"");
+                return -EINVAL;
+        }
+        if (o->network == SBX_NETWORK_ALLOWLIST) {
+                EgressRules rules;
+                int er = egress_rules_parse(o->network_allow, &rules, err, errlen);
+                if (er < 0)
+                        return er;
+                egress_rules_clear(&rules);
         }
         LandlockPolicy lp = { .allow = o->policy_allow, .deny = o->policy_deny, .connect_port = -1 };
         int r = landlock_policy_check(&lp, err, errlen);
@@ -399,7 +428,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->core.self = sb;
         sb->core.kill_leftovers = o->kill_leftovers;
         sb->setup_timer = -1;
-        sb->env = build_env((const char *const *)host->base_env, o->env);
+        sb->env = build_env((const char *const *)host->base_env, o->env, o->network == SBX_NETWORK_ALLOWLIST);
         sb->network = o->network;
         sb->rootfs = o->rootfs ? strdup(o->rootfs) : NULL;
         sb->secrets = o->secrets && o->secrets[0] ? copy_secrets(o->secrets) : NULL;
@@ -414,7 +443,8 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
                 sb->core.redact = redactor_ref(host->redact);
         }
         if (!sb->env || (o->rootfs && !sb->rootfs) || (o->secrets && o->secrets[0] && !sb->secrets) ||
-            copy_list(o->policy_allow, &sb->policy_allow) < 0 || copy_list(o->policy_deny, &sb->policy_deny) < 0) {
+            copy_list(o->policy_allow, &sb->policy_allow) < 0 || copy_list(o->policy_deny, &sb->policy_deny) < 0 ||
+            copy_list(o->network_allow, &sb->network_allow) < 0) {
                 sandbox_dealloc(sb);
                 return NULL;
         }
@@ -425,6 +455,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
 
 static void sandbox_dealloc(SbxSandbox *sb) {
         free_env(sb->env);
+        free_env(sb->network_allow);
         free_env(sb->policy_allow);
         free_env(sb->policy_deny);
         free_secrets(sb->secrets);
@@ -484,7 +515,8 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 .fs_bytes = sb->core.limits.fs_bytes, .file_count = sb->core.limits.file_count,
                 .memory_bytes = sb->core.limits.memory_bytes, .pids = sb->core.limits.pids,
                 .cpu_millis = sb->core.limits.cpu_millis,
-                .network = o->network, .rootfs = o->rootfs, .env = env,
+                .network = o->network == SBX_NETWORK_HOST, .rootfs = o->rootfs, .env = env,
+                .proxy_port = o->network == SBX_NETWORK_ALLOWLIST ? SBX_EGRESS_PROXY_PORT : 0,
                 .policy = landlock_policy_active(&sb->policy) ? &sb->policy : NULL,
         };
         r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
@@ -498,6 +530,12 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 return r;
         }
         sb->core.bg.redact = sb->core.redact;
+        if (sb->network == SBX_NETWORK_ALLOWLIST && (r = egress_attach(sb, (const char *const *)sb->network_allow)) < 0) {
+                bglog_done(&sb->core.bg);
+                corpse_add(&host->yard, &sb->core.box);
+                sandbox_dealloc(sb);
+                return r;
+        }
         (void)loop_add(host->loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
         (void)loop_add(host->loop, &sb->ctl_w, sb->core.box.ctl_fd, EPOLLIN, ctl_event, sb);
         sb->setup_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -551,7 +589,7 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
 bool sandbox_is_default(const SbxSandbox *sb) {
         SbxLimits l = { 0 };
         fill_limits(&l);
-        char **want = build_env((const char *const *)sb->host->base_env, NULL);
+        char **want = build_env((const char *const *)sb->host->base_env, NULL, false);
         size_t n = 0;
         bool same_env = want != NULL;
         for (; same_env && sb->env[n] && want[n]; n++)
@@ -559,7 +597,7 @@ bool sandbox_is_default(const SbxSandbox *sb) {
         same_env = same_env && !sb->env[n] && !want[n];
         free_env(want);
         return same_env && !sb->secrets && memcmp(&l, &sb->core.limits, sizeof l) == 0 &&
-               sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && !sb->network && !sb->rootfs &&
+               sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && sb->network == SBX_NETWORK_NONE && !sb->rootfs &&
                !sb->core.kill_leftovers && !sb->policy_allow && !sb->policy_deny;
 }
 
@@ -569,6 +607,10 @@ void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
         ret->timeout_ms = sb->core.timeout_ms;
         ret->env = (const char *const *)sb->env;
         ret->network = sb->network;
+        /* An allowlist sandbox's list, even when empty (which NULL would say otherwise). */
+        static const char *const none[] = { NULL };
+        ret->network_allow = sb->network_allow ? (const char *const *)sb->network_allow
+                             : sb->network == SBX_NETWORK_ALLOWLIST ? none : NULL;
         ret->rootfs = sb->rootfs;
         ret->kill_leftovers = sb->core.kill_leftovers;
         ret->policy_allow = (const char *const *)sb->policy_allow;

@@ -35,6 +35,7 @@ typedef struct SandboxHost {
         char **redact_patterns;
         bool redact_no_defaults;
         struct Redactor *redact;
+        struct Egress *egress; /* egress.c: the allowlist proxies' resolver, made on first use */
 } SandboxHost;
 
 typedef struct SandboxObserver SandboxObserver;

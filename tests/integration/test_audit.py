@@ -484,3 +484,19 @@ def test_events_are_redacted(tmpdir_):
     writes = [e for e in events(d.log) if e["type"] == "files.write"]
     assert writes and "[REDACTED:TOKEN]" in json.dumps(writes[0])
     assert verify(d.log).returncode == 0
+
+
+def test_network_denials_are_audited(tmpdir_):
+    d = Daemon(tmpdir_)
+    try:
+        a = d.connect()
+        sid = a.result("sandbox.create", {"network": "allowlist", "networkAllow": ["allowed.test"]})["sandboxId"]
+        out = a.result("run", {"sandboxId": sid, "command":
+                               "curl -s -o /dev/null -w '%{http_code}' http://denied.test/ || true"})["stdout"]
+        assert out == "403"
+    finally:
+        d.stop()
+    denied = [e for e in events(d.log) if e["type"] == "network.denied"]
+    assert denied and denied[0]["sandboxId"] == sid and denied[0]["host"] == "denied.test"
+    assert denied[0]["status"] == 403 and "allowlist" in denied[0]["reason"]
+    assert verify(d.log).returncode == 0

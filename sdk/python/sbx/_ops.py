@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import collections
-from typing import Any, Deque, Dict, Generator, Mapping, Optional, Tuple, Union
+from typing import Any, Deque, Dict, Generator, Mapping, Optional, Sequence, Tuple, Union
 
 from ._protocol import INVALID_PARAMS, SbxError, as_object
 from ._results import EntryInfo, ProcessInfo
@@ -39,9 +39,15 @@ def _camel(key: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
+#: A sandbox's network: False or "none" (loopback only), True or "host" (the host's), or a list
+#: of host patterns ("pypi.org", "*.example.com", "api.test:8080"): "allowlist", an HTTP proxy
+#: inside that reaches those names only.
+Network = Union[bool, str, Sequence[str]]
+
+
 def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
                     limits: Optional[Mapping[str, float]], envs: Optional[Mapping[str, str]],
-                    network: bool, leftovers: Optional[str] = None,
+                    network: Network, leftovers: Optional[str] = None,
                     policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The ``create`` / ``sandbox.create`` params for these options."""
@@ -55,8 +61,14 @@ def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
         params["limits"] = {_camel(k): v for k, v in limits.items()}
     if envs:
         params["env"] = dict(envs)
-    if network:
-        params["network"] = True
+    if isinstance(network, str):
+        params["network"] = network
+    elif isinstance(network, bool):
+        if network:
+            params["network"] = True
+    elif network is not None:
+        params["network"] = "allowlist"
+        params["networkAllow"] = list(network)
     if leftovers is not None:
         params["leftovers"] = leftovers
     if policy is not None:

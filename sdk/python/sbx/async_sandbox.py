@@ -57,7 +57,7 @@ class AsyncSandbox:
     @classmethod
     async def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                      limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
-                     network: bool = False, leftovers: Optional[str] = None,
+                     network: ops.Network = False, leftovers: Optional[str] = None,
                      binary: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
         """Starts ``sbx serve --stdio`` and creates the sandbox (as :class:`sbx.Sandbox`).
@@ -78,7 +78,7 @@ class AsyncSandbox:
     @classmethod
     async def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
                       fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
-                      envs: Optional[Mapping[str, str]] = None, network: bool = False,
+                      envs: Optional[Mapping[str, str]] = None, network: ops.Network = False,
                       leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there; :meth:`kill` closes the connection (as :meth:`sbx.Sandbox.connect`)."""
@@ -311,7 +311,7 @@ class AsyncSandboxes:
 
     async def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
                      fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
-                     envs: Optional[Mapping[str, str]] = None, network: bool = False,
+                     envs: Optional[Mapping[str, str]] = None, network: ops.Network = False,
                      leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> AsyncSandbox:
         """Creates another sandbox (as :meth:`sbx.Sandboxes.create`)."""
         params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)

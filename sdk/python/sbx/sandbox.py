@@ -35,7 +35,11 @@ class Sandbox:
             stderrBytes, commandBytes, fileCount, memoryBytes, pids, rpcBytes, and cpus
             (a number of CPUs, fractions allowed; server default: half the host's).
         envs: extra environment variables for every command.
-        network: share the host's network (default: loopback only).
+        network: ``False`` or ``"none"`` (default): loopback only; ``True`` or ``"host"``:
+            the host's network; a list of host patterns (``["pypi.org", "*.github.com",
+            "api.test:8080"]``): only those names, through an HTTP proxy the sandbox's
+            HTTP_PROXY and HTTPS_PROXY name (curl, pip, npm, git, urllib use it); anything
+            else is refused with 403.
         leftovers: ``"kill"``: what a command leaves running is killed when it ends (for
             agents that never want background processes); ``"keep"`` (the default): it keeps
             running. A run may say otherwise (``commands.run(..., leftovers=...)``).
@@ -62,7 +66,7 @@ class Sandbox:
 
     def __init__(self, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                  limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
-                 network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
+                 network: ops.Network = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
                  policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None) -> None:
         params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
@@ -77,7 +81,7 @@ class Sandbox:
     @classmethod
     def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
-               network: bool = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
+               network: ops.Network = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
                policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         """E2B's name for the constructor: ``Sandbox.create(...)`` is ``Sandbox(...)`` (a
@@ -88,7 +92,7 @@ class Sandbox:
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
                 fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
-                envs: Optional[Mapping[str, str]] = None, network: bool = False,
+                envs: Optional[Mapping[str, str]] = None, network: ops.Network = False,
                 leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there (options as for the constructor).
@@ -371,7 +375,7 @@ class Sandboxes:
 
     def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
-               envs: Optional[Mapping[str, str]] = None, network: bool = False,
+               envs: Optional[Mapping[str, str]] = None, network: ops.Network = False,
                leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None) -> Sandbox:
         """Creates another sandbox (``sandbox.create``) and returns its handle.
