@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "base/limits.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "cli/cli.h"
@@ -25,6 +26,14 @@ static void usage(FILE *f) {
                 "                       or, under socket activation, the socket systemd passed\n"
                 "      --pool N         sandboxes kept ready for `create` with default options\n"
                 "                       (default 2 with --socket, 0 with --stdio; at most 8)\n"
+                "      --max-sandboxes N\n"
+                "                       sandboxes held at once, forks included; past it a create\n"
+                "                       fails with WORKER_UNAVAILABLE (1 to 65536). Default: derived\n"
+                "                       at start from what the machine has free, each divided by a\n"
+                "                       sandbox's share: 75%% of MemAvailable / 4 MiB, free pids\n"
+                "                       (pid_max, pids cgroup) / 8, fds (RLIMIT_NOFILE, raised as\n"
+                "                       needed) / 18, and as root 8192 host id blocks. `health`\n"
+                "                       shows it (limits.maxSandboxes)\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -65,6 +74,7 @@ int cmd_serve(int argc, char **argv) {
                 { "socket", required_argument, NULL, 'S' },
                 { "protocol", no_argument, NULL, 'P' },
                 { "pool", required_argument, NULL, 'p' },
+                { "max-sandboxes", required_argument, NULL, 'M' },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -72,6 +82,7 @@ int cmd_serve(int argc, char **argv) {
         bool stdio = false;
         const char *path = NULL;
         long pool = -1;
+        unsigned long max_sandboxes = 0;
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -84,6 +95,17 @@ int cmd_serve(int argc, char **argv) {
                         pool = strtol(optarg, &end, 10);
                         if (*end || pool < 0 || pool > 8) {
                                 fprintf(stderr, "sbx serve: --pool takes 0 to 8\n");
+                                return 2;
+                        }
+                        break;
+                }
+                case 'M': {
+                        char *end;
+                        errno = 0;
+                        max_sandboxes = strtoul(optarg, &end, 10);
+                        if (errno || end == optarg || *end || optarg[0] == '-' || max_sandboxes < 1 ||
+                            max_sandboxes > SBX_MAX_SERVER_SANDBOXES) {
+                                fprintf(stderr, "sbx serve: --max-sandboxes takes 1 to %u\n", SBX_MAX_SERVER_SANDBOXES);
                                 return 2;
                         }
                         break;
@@ -129,6 +151,7 @@ int cmd_serve(int argc, char **argv) {
         if (pool < 0)
                 pool = stdio ? 0 : 2;
         server_set_pool(s, (unsigned)pool);
+        log_info("at most %u sandboxes", server_set_max_sandboxes(s, (unsigned)max_sandboxes));
         if (afd >= 0)
                 log_info("serving the socket passed as fd 3%s%s", path ? ": " : "", path ? path : "");
         else if (path)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Handlers about the server itself: health, ping, kill. */
+#include "base/limits.h"
 #include "base/util.h"
 #include "server/handler.h"
 
@@ -17,6 +18,13 @@ static int m_health(Req *r, json_t **ret, RpcError *e) {
                          (json_int_t)t->completed, "failed", (json_int_t)t->failed, "timedOut",
                          (json_int_t)t->timed_out, "cancelled", (json_int_t)t->cancelled, "avgExecMs",
                          t->completed ? (double)t->exec_ms_sum / (double)t->completed : 0.0);
+        const Registry *reg = &core->registry;
+        json_object_set_new(*ret, "limits",
+                            json_pack("{s:i, s:s, s:i, s:i, s:i}", "maxSandboxes",
+                                      (int)(reg->max_sandboxes ? reg->max_sandboxes : SBX_MAX_SERVER_SANDBOXES),
+                                      "maxSandboxesFrom", reg->max_from ? reg->max_from : "default", "maxSessions",
+                                      (int)SBX_MAX_SESSIONS, "maxQueuedRuns", (int)SBX_MAX_QUEUED_RUNS, "maxForks",
+                                      (int)SBX_MAX_FORKS));
         return 0;
 }
 
@@ -33,8 +41,11 @@ static int m_kill(Req *r, json_t **ret, RpcError *e) {
 
 const Method server_methods_server[] = {
         { "health", m_health, 0, handler_params_none,
-          "{uptimeMs, sandboxes, sessions, running, queued, totals: {completed, failed, timedOut, cancelled, avgExecMs}}",
-          "Server statistics." },
+          "{uptimeMs, sandboxes, sessions, running, queued, totals: {completed, failed, timedOut, cancelled, avgExecMs}, "
+          "limits: {maxSandboxes, maxSandboxesFrom, maxSessions, maxQueuedRuns, maxForks}}",
+          "Server statistics, and the caps in force: `maxSandboxes` is `sbx serve --max-sandboxes` or, without it, derived "
+          "from the machine at start, `maxSandboxesFrom` saying which (`--max-sandboxes`, or the resource that bounds it: "
+          "`memory`, `pids`, `fds`, `host ids`). Counting sessions visits every sandbox: an answer about all of them." },
         { "ping", m_ping, 0, handler_params_none, "{pong: true}", "Liveness." },
         { "kill", m_kill, 0, handler_params_none, "{ok: true}",
           "Answers, then shuts the server down: queued runs get an error, running ones 125, every sandbox is destroyed." },

@@ -37,6 +37,9 @@ int server_listen_fd(Server *s, int fd, const char *path);
 int server_add_stdio(Server *s);
 /* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
 void server_set_pool(Server *s, unsigned n);
+/* The most sandboxes held at once: n, or for 0 a number derived from what the machine has
+ * free (memory, pids, fds); the fd limit is raised to fit. Returns the cap in force. */
+unsigned server_set_max_sandboxes(Server *s, unsigned n);
 /* Runs until shutdown; returns the process exit code. */
 int server_run(Server *s);
 void server_shutdown(Server *s);

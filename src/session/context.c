@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "session/context.h"
+#include "session/fileapi.h"
 #include "session/internal.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -195,3 +196,5 @@ Loop *sbx_context_loop(SbxContext *ctx) { return ctx->host.loop; }
 const char *sbx_context_last_error(const SbxContext *ctx) { return ctx->last_error; }
 
 int sbx_context_run_once(SbxContext *ctx, int timeout_ms) { return loop_run_once(ctx->host.loop, timeout_ms); }
+
+void sbx_context_upload_free_owned(SbxContext *ctx, const void *owner) { upload_free_owned_all(&ctx->host, owner); }

@@ -6,3 +6,6 @@
 #include "sbx/sbx.h"
 
 Loop *sbx_context_loop(SbxContext *ctx);
+/* Frees every open upload of every sandbox of ctx that has this owner (a closing client's),
+ * in as many steps as there are open uploads, not sandboxes. */
+void sbx_context_upload_free_owned(SbxContext *ctx, const void *owner);

@@ -27,6 +27,9 @@ typedef struct SandboxHost {
         bool shared_ready;
         int devnull;
         CorpseYard yard;
+        /* Every open upload of every sandbox (fileapi.c), so that a client's are found
+         * without visiting every sandbox. */
+        SbxUpload *uploads;
 } SandboxHost;
 
 typedef struct SandboxObserver SandboxObserver;
