@@ -296,6 +296,11 @@
 #define SBX_SANDBOX_MEMORY_PERCENT 75U
 #define SBX_DAEMON_RESERVE_FDS 1024U
 #define SBX_HOST_RESERVE_PIDS 1024U
+/* The longest the loop runs calls held back with loop_yield (a connection's next request,
+ * a slice of a long job) in one turn before every other ready fd gets its turn again: a
+ * sandbox.create costs the loop about 1 ms (clone3, cgroup directories), so fifty clients'
+ * creates in one turn would hold a ping for fifty. At least one call runs per turn. */
+#define SBX_LOOP_YIELD_SLICE_US 1000U
 /* Commands remembered per session for shell.history.list (a ring: the oldest go). */
 #define SBX_HISTORY_ENTRIES 1000U
 /* Longest time shutdown waits for clients to take their last answers. */
