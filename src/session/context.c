@@ -16,6 +16,7 @@
 #include "base/util.h"
 #include "session/context.h"
 #include "session/fileapi.h"
+#include "session/process.h"
 #include "session/internal.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -184,6 +185,7 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
         if (ctx->host.shared_ready)
                 box_shared_done(&ctx->host.shared);
         safe_close(ctx->host.devnull);
+        free(ctx->host.procs_by_id);
         loop_free(ctx->host.loop);
         free(ctx);
         return NULL;
@@ -198,3 +200,5 @@ const char *sbx_context_last_error(const SbxContext *ctx) { return ctx->last_err
 int sbx_context_run_once(SbxContext *ctx, int timeout_ms) { return loop_run_once(ctx->host.loop, timeout_ms); }
 
 void sbx_context_upload_free_owned(SbxContext *ctx, const void *owner) { upload_free_owned_all(&ctx->host, owner); }
+
+SbxProcess *sbx_context_process(SbxContext *ctx, uint64_t id) { return process_by_id(&ctx->host, id); }

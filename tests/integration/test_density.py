@@ -147,6 +147,34 @@ def test_closing_connection_drops_its_uploads_in_others_sandboxes(capped):
     assert a.result("sandbox.destroy", {"sandboxId": sid}) == {"ok": True}
 
 
+def test_process_ids_are_found_under_the_sandbox_rules(capped):
+    a, b = connect(capped.path), connect(capped.path)
+    a.result("create")
+    mine = a.result("sandbox.create")["sandboxId"]
+    shared = a.result("sandbox.create", {"persist": True})["sandboxId"]
+    p_root = a.result("process.start", {"command": "echo root-out"})["processId"]
+    p_mine = a.result("process.start", {"sandboxId": mine, "command": "echo mine-out"})["processId"]
+    p_shared = a.result("process.start", {"sandboxId": shared, "command": "echo shared-out"})["processId"]
+    for pid, out in ((p_root, "root-out"), (p_mine, "mine-out"), (p_shared, "shared-out")):
+        assert a.result("process.wait", {"processId": pid, "until": "exit", "timeoutMs": 10000})["exitCode"] == 0
+        assert out in json_text(a.result("process.logs", {"processId": pid}))
+    # Named with the wrong sandbox, or from a connection that may not use the sandbox: unknown.
+    e = refused(a, "process.logs", {"processId": p_mine, "sandboxId": shared})
+    assert e["message"].startswith(f"Unknown processId: {p_mine}"), e
+    for pid in (p_root, p_mine):
+        assert refused(b, "process.logs", {"processId": pid})["message"].startswith(f"Unknown processId: {pid}")
+    # A persistent sandbox's processes are any same-user connection's.
+    assert "shared-out" in json_text(b.result("process.logs", {"processId": p_shared}))
+    assert refused(a, "process.logs", {"processId": "p99999999"})["message"].startswith("Unknown processId")
+    assert a.result("sandbox.destroy", {"sandboxId": shared}) == {"ok": True}
+    assert refused(b, "process.logs", {"processId": p_shared})["message"].startswith("Unknown processId")
+
+
+def json_text(v):
+    import json
+    return json.dumps(v)
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "65537", "3x", ""])
 def test_max_sandboxes_flag_is_checked(value):
     cp = subprocess.run([SBX_BIN, "serve", "--stdio", "--max-sandboxes", value], stdin=subprocess.DEVNULL,
