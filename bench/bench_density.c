@@ -285,7 +285,7 @@ static void json_str(const char *line, const char *key, char *out, size_t size) 
 
 typedef struct Mem {
         long long avail, slab, pagetables, kstack, shmem; /* KiB, /proc/meminfo */
-        long long cg;                                     /* KiB charged to the sandboxes' cgroups, -1 unknown */
+        long long cg, cg_kmem; /* KiB charged to the sandboxes' cgroups, and its kernel part; -1 unknown */
         long long rss, pss;                               /* KiB, the daemon's */
         long fds;                                         /* the daemon's */
 } Mem;
@@ -336,14 +336,32 @@ static long count_fds(pid_t pid) {
         return n;
 }
 
-/* Bytes charged to the daemon's sbx-<pid> memory cgroup (under which every sandbox's is):
- * v2 memory.current where the memory controller is there, else v1 memory.usage_in_bytes.
- * In KiB, -1 when neither is found. */
-static long long cgroup_kib(pid_t pid) {
+/* A number from a file (the first one, or the value after "key " when key is given), -1. */
+static long long file_num(const char *path, const char *key) {
+        char line[256];
+        long long v = -1;
+        FILE *f = fopen(path, "re");
+        while (f && fgets(line, sizeof line, f)) {
+                size_t n = key ? strlen(key) : 0;
+                if (!key || (strncmp(line, key, n) == 0 && line[n] == ' ')) {
+                        v = strtoll(line + n, NULL, 10);
+                        break;
+                }
+        }
+        if (f)
+                fclose(f);
+        return v;
+}
+
+/* Bytes charged to the daemon's sbx-<pid> memory cgroup (under which every sandbox's is), in
+ * KiB, and (*kmem) its kernel part: v1 memory.usage_in_bytes and memory.kmem.usage_in_bytes,
+ * or v2 memory.current and memory.stat's `kernel`. -1 when not found. */
+static long long cgroup_kib(pid_t pid, long long *kmem) {
         char path[256], line[1024], file[1400];
         snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
         FILE *f = fopen(path, "re");
         long long v = -1;
+        *kmem = -1;
         while (f && fgets(line, sizeof line, f)) {
                 line[strcspn(line, "\n")] = 0;
                 char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
@@ -351,19 +369,23 @@ static long long cgroup_kib(pid_t pid) {
                         continue;
                 *c2 = 0;
                 const char *own = strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1;
-                if (strcmp(c1 + 1, "memory") == 0)
-                        snprintf(file, sizeof file, "/sys/fs/cgroup/memory%s/sbx-%d/memory.usage_in_bytes", own, (int)pid);
+                bool v1 = strcmp(c1 + 1, "memory") == 0;
+                if (v1)
+                        snprintf(file, sizeof file, "/sys/fs/cgroup/memory%s/sbx-%d", own, (int)pid);
                 else if (!c1[1] && line[0] == '0')
-                        snprintf(file, sizeof file, "/sys/fs/cgroup%s/sbx-%d/memory.current",
+                        snprintf(file, sizeof file, "/sys/fs/cgroup%s/sbx-%d",
                                  access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 ? own : "/unified", (int)pid);
                 else
                         continue;
-                FILE *g = fopen(file, "re");
-                long long x;
-                if (g && fscanf(g, "%lld", &x) == 1 && v < 0)
+                char p1[1500], p2[1500];
+                snprintf(p1, sizeof p1, "%s/%s", file, v1 ? "memory.usage_in_bytes" : "memory.current");
+                snprintf(p2, sizeof p2, "%s/%s", file, v1 ? "memory.kmem.usage_in_bytes" : "memory.stat");
+                long long x = file_num(p1, NULL);
+                if (x >= 0 && v < 0) {
                         v = x / 1024;
-                if (g)
-                        fclose(g);
+                        long long k = file_num(p2, v1 ? NULL : "kernel");
+                        *kmem = k >= 0 ? k / 1024 : -1;
+                }
         }
         if (f)
                 fclose(f);
@@ -371,10 +393,12 @@ static long long cgroup_kib(pid_t pid) {
 }
 
 static Mem mem_now(void) {
-        return (Mem){ .avail = meminfo_kib("MemAvailable"), .slab = meminfo_kib("Slab"),
-                      .pagetables = meminfo_kib("PageTables"), .kstack = meminfo_kib("KernelStack"),
-                      .shmem = meminfo_kib("Shmem"), .cg = cgroup_kib(srv_pid), .rss = smaps_kib(srv_pid, "Rss"),
-                      .pss = smaps_kib(srv_pid, "Pss"), .fds = count_fds(srv_pid) };
+        Mem m = { .avail = meminfo_kib("MemAvailable"), .slab = meminfo_kib("Slab"),
+                  .pagetables = meminfo_kib("PageTables"), .kstack = meminfo_kib("KernelStack"),
+                  .shmem = meminfo_kib("Shmem"), .rss = smaps_kib(srv_pid, "Rss"), .pss = smaps_kib(srv_pid, "Pss"),
+                  .fds = count_fds(srv_pid) };
+        m.cg = cgroup_kib(srv_pid, &m.cg_kmem);
+        return m;
 }
 
 /* Sandbox cgroup directories left under the daemon's sbx-<pid> (any hierarchy). */
@@ -457,7 +481,7 @@ static void bench_memory(void) {
         Mem base = mem_now();
         /* The daemon makes its sbx-<pid> cgroups with its first sandbox: nothing is charged yet. */
         if (base.cg < 0)
-                base.cg = 0;
+                base.cg = base.cg_kmem = 0;
         SizeRow rows[MAX_SIZES];
         unsigned n_rows = 0;
         for (unsigned i = 0; i < cfg.n_sizes; i++) {
@@ -500,22 +524,26 @@ static void bench_memory(void) {
         printf("Derived cap of this server: %lld sandboxes (bound by %s). Baseline before the first sandbox: "
                "MemAvailable %lld MiB, daemon RSS %lld KiB, PSS %lld KiB, %ld fds.\n\n",
                cap, from, base.avail / 1024, base.rss, base.pss, base.fds);
-        printf("| sandboxes | made in (s) | MemAvailable drop per sandbox (KiB) | cgroup charge per sandbox (KiB) | "
-               "kernel: slab + page tables + stacks per sandbox (KiB) | tmpfs (Shmem) per sandbox (KiB) | daemon RSS per "
-               "sandbox (KiB) | daemon PSS per sandbox (KiB) | daemon fds per sandbox | target <= 1 MiB (MemAvailable) |\n");
-        printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        printf("Per sandbox, in KiB. *Charged*: what the kernel charges to the sandboxes' memory cgroups (their processes' "
+               "pages, tmpfs, and the kernel objects it accounts). *Kernel, host-wide*: the growth of Slab + PageTables + "
+               "KernelStack in /proc/meminfo, which also holds what is not charged to any sandbox (their cgroups' and "
+               "namespaces' own structures). *Estimate*: the charge less its kernel part, plus that growth: the sandbox's "
+               "cost to the machine, kernel included, without the noise of MemAvailable. *MemAvailable*: its drop, "
+               "which is the whole machine's and moves with other work on it.\n\n");
+        printf("| sandboxes | made in (s) | charged | of which kernel | kernel, host-wide | **estimate** | MemAvailable "
+               "drop | daemon RSS | daemon PSS | daemon fds | target <= 1 MiB (estimate) |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (unsigned i = 0; i < n_rows; i++) {
                 const SizeRow *r = &rows[i];
                 double n = r->n;
-                double drop = (double)(base.avail - r->m.avail) / n;
-                char cg[32] = "n/a";
-                if (r->m.cg >= 0 && base.cg >= 0)
-                        snprintf(cg, sizeof cg, "%.0f", (double)(r->m.cg - base.cg) / n);
-                printf("| %u | %.1f | %.0f | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %s |\n", r->n, r->make_s, drop, cg,
-                       (double)(r->m.slab - base.slab + r->m.pagetables - base.pagetables + r->m.kstack - base.kstack) / n,
-                       (double)(r->m.shmem - base.shmem) / n, (double)(r->m.rss - base.rss) / n,
+                double kern = (double)(r->m.slab - base.slab + r->m.pagetables - base.pagetables + r->m.kstack - base.kstack) / n;
+                double cg = r->m.cg >= 0 ? (double)(r->m.cg - base.cg) / n : -1;
+                double kmem = r->m.cg_kmem >= 0 ? (double)(r->m.cg_kmem - base.cg_kmem) / n : -1;
+                double est = cg >= 0 && kmem >= 0 ? cg - kmem + kern : -1;
+                printf("| %u | %.1f | %.0f | %.0f | %.0f | **%.0f** | %.0f | %.1f | %.1f | %.1f | %s |\n", r->n, r->make_s, cg,
+                       kmem, kern, est, (double)(base.avail - r->m.avail) / n, (double)(r->m.rss - base.rss) / n,
                        (double)(r->m.pss - base.pss) / n, (double)(r->m.fds - base.fds) / n,
-                       bench_verdict(true, drop <= 1024));
+                       bench_verdict(est >= 0, est <= 1024));
         }
         printf("\n");
         printf("- teardown of %u sandboxes by closing their connection: `health` said 0 after %.0f ms, their cgroups "
