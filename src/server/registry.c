@@ -301,7 +301,15 @@ unsigned registry_set_max(Registry *reg, unsigned n) {
         } else {
                 reg->max_sandboxes = MIN(n, SBX_MAX_SERVER_SANDBOXES);
                 reg->max_from = "--max-sandboxes";
+                RegistryBound b;
+                registry_derive_max(&b);
                 (void)fds_raise((uint64_t)reg->max_sandboxes * SBX_SANDBOX_COST_FDS + SBX_DAEMON_RESERVE_FDS);
+                /* The operator's word goes, but a cap the machine cannot hold fails later and
+                 * less clearly (a create out of fds or pids): say so now. */
+                if (reg->max_sandboxes > b.max)
+                        log_warn("--max-sandboxes %u is above what this machine's %s allow (%u): creates past that "
+                                 "may fail",
+                                 reg->max_sandboxes, b.from, b.max);
         }
         return reg->max_sandboxes;
 }
