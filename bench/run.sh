@@ -1,15 +1,16 @@
 #!/bin/bash
 # Builds sbx, installs what the benchmarks compare against (bubblewrap, the npm package
 # just-bash), runs sbx-bench, then sbx-bench-rpc (the daemon over its Unix socket), then
-# sbx-bench-image (fork, snapshot, restore), then sbx-bench-ports (exposed ports), and prints a
+# sbx-bench-image (fork, snapshot, restore), then sbx-bench-ports (exposed ports), then
+# sbx-bench-density (memory per sandbox, ping during a burst of creates), and prints a
 # Markdown report on stdout (also saved to bench/.results/). Progress goes to stderr.
 #
 # Usage: bench/run.sh [sbx-bench options]      e.g. bench/run.sh --quick
 # --quick is passed on to sbx-bench-rpc, sbx-bench-image and sbx-bench-ports too (the image one
 # then takes -n 3);
-# their other options go in SBX_BENCH_RPC_ARGS, SBX_BENCH_IMAGE_ARGS and SBX_BENCH_PORTS_ARGS,
-# and SBX_BENCH_RPC=0, SBX_BENCH_IMAGE=0, SBX_BENCH_PORTS=0 or SBX_BENCH_REDACT=0 skips one
-# (sbx-bench-redact takes SBX_BENCH_REDACT_ARGS).
+# their other options go in SBX_BENCH_RPC_ARGS, SBX_BENCH_IMAGE_ARGS, SBX_BENCH_PORTS_ARGS and
+# SBX_BENCH_DENSITY_ARGS, and SBX_BENCH_RPC=0, SBX_BENCH_IMAGE=0, SBX_BENCH_PORTS=0,
+# SBX_BENCH_REDACT=0 or SBX_BENCH_DENSITY=0 skips one (sbx-bench-redact takes SBX_BENCH_REDACT_ARGS).
 # Needs root (sandboxes, cgroups) and takes about 6-7 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -169,6 +170,22 @@ if [ "${SBX_BENCH_REDACT:-1}" = 1 ]; then
                 echo
         } | tee -a "$OUT"
         run_accounted ./build/bench/sbx-bench-redact "${REDACT_ARGS[@]}" "${REDACT_EXTRA[@]}"
+fi
+# Density: memory per idle sandbox with a warm session at 100, 500 and 1,000 sandboxes, and
+# ping while 500 are made in one burst from 50 clients (bench/bench_density.c); about 30 s.
+if [ "${SBX_BENCH_DENSITY:-1}" = 1 ]; then
+        DENSITY_ARGS=()
+        for a in "$@"; do
+                if [ "$a" = --quick ]; then DENSITY_ARGS+=(--quick); fi
+        done
+        read -r -a DENSITY_EXTRA <<< "${SBX_BENCH_DENSITY_ARGS:-}"
+        log "density: build/bench/sbx-bench-density ${DENSITY_ARGS[*]} ${DENSITY_EXTRA[*]}"
+        {
+                echo
+                echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+                echo
+        } | tee -a "$OUT"
+        run_accounted ./build/bench/sbx-bench-density "${DENSITY_ARGS[@]}" "${DENSITY_EXTRA[@]}"
 fi
 echo | tee -a "$OUT"
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"

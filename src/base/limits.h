@@ -299,8 +299,37 @@
 /* Longest request line a connection accepts unless the client raises it (limits.rpcBytes):
  * a request is framed whole in memory. Inherited from codepod. */
 #define SBX_DEFAULT_RPC_BYTES (8U * 1024 * 1024)
-/* Sandboxes one server holds at once (forks included); past it, WORKER_UNAVAILABLE. */
-#define SBX_MAX_SERVER_SANDBOXES 64U
+/* Sandboxes one server holds at once (forks included) is a setting, `sbx serve
+ * --max-sandboxes N`; past it, WORKER_UNAVAILABLE. This is the most the flag takes: the
+ * server's tables stay small and ids stay far from any overflow. As root each sandbox also
+ * needs a block of host ids (SBX_HOST_UID_SLOTS of them). */
+#define SBX_MAX_SERVER_SANDBOXES 65536U
+/* Without the flag the cap is derived at start from what the machine has free, each resource
+ * divided by one sandbox's share of it. An idle sandbox with a warm default session is three
+ * processes (pid 1, the session's bash and its waiting worker), 13 to 17 daemon fds (three
+ * pidfds, the control and session sockets, two root fds, the network namespace, a timerfd,
+ * and its cgroup directories: four on a cgroup v2 host, eight on a hybrid v1 + v2 one) and
+ * about 0.6 MiB of memory, kernel included (page tables, slab, kernel stacks;
+ * docs/BENCHMARKS.md). The memory and pids shares leave room above that for each to run a
+ * small command (a pipeline's processes, its memory): a cap that only idle sandboxes reach
+ * would be no protection. The fds share is the idle cost on the hybrid host, with the fds of
+ * runs in flight (about five each: pipes, a timer, a cgroup) and of clients taken from
+ * SBX_DAEMON_RESERVE_FDS: fds are the daemon's alone and RLIMIT_NOFILE's hard limit (20,000 on
+ * some hosts) cannot be raised without CAP_SYS_RESOURCE, so a larger share would cap such a
+ * host below a thousand idle sandboxes it holds well. MEMORY_PERCENT is the part of
+ * MemAvailable sandboxes may take, the rest kept for the host and the daemon;
+ * SBX_HOST_RESERVE_PIDS is left to the host's own processes. */
+#define SBX_SANDBOX_COST_MEMORY_BYTES (4ULL * 1024 * 1024)
+#define SBX_SANDBOX_COST_PIDS 8U
+#define SBX_SANDBOX_COST_FDS 18U
+#define SBX_SANDBOX_MEMORY_PERCENT 75U
+#define SBX_DAEMON_RESERVE_FDS 1024U
+#define SBX_HOST_RESERVE_PIDS 1024U
+/* The longest the loop runs calls held back with loop_yield (a connection's next request,
+ * a slice of a long job) in one turn before every other ready fd gets its turn again: a
+ * sandbox.create costs the loop about 1 ms (clone3, cgroup directories), so fifty clients'
+ * creates in one turn would hold a ping for fifty. At least one call runs per turn. */
+#define SBX_LOOP_YIELD_SLICE_US 1000U
 /* Commands remembered per session for shell.history.list (a ring: the oldest go). */
 #define SBX_HISTORY_ENTRIES 1000U
 /* Longest time shutdown waits for clients to take their last answers. */

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <sys/timerfd.h>
+#include "base/limits.h"
 #include "base/loop.h"
 #include "base/macro.h"
 
@@ -50,7 +52,17 @@ static int queue_push(Queue *q, DeferFn fn, void *data) {
         return 0;
 }
 
-/* Runs the calls yielded before this turn; those they yield wait for the next one. */
+static uint64_t mono_us(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Runs the calls yielded before this turn, those they yield waiting for the next one; and
+ * stops after SBX_LOOP_YIELD_SLICE_US: fifty clients each with a sandbox.create waiting would
+ * otherwise be fifty creates in one turn, and every other fd (a ping) would wait for all of
+ * them. What is left keeps its place, ahead of what was yielded meanwhile, and comes back
+ * after the fds ready now. */
 static void yield_event(Watch *w, uint32_t events) {
         Loop *l = w->data;
         uint64_t v;
@@ -58,10 +70,39 @@ static void yield_event(Watch *w, uint32_t events) {
         Queue q = l->yielded;
         l->yielded = (Queue){ 0 };
         l->running = &q;
-        for (size_t i = 0; i < q.n; i++) {
-                Deferred d = q.v[i];
-                if (d.fn)
+        uint64_t until = mono_us() + SBX_LOOP_YIELD_SLICE_US;
+        size_t i = 0;
+        while (i < q.n) {
+                Deferred d = q.v[i++];
+                if (d.fn) {
                         d.fn(d.data);
+                        if (i < q.n && mono_us() >= until)
+                                break;
+                }
+        }
+        if (i < q.n) {
+                size_t left = q.n - i, n = left + l->yielded.n;
+                Deferred *nv = n > q.cap ? realloc(q.v, n * sizeof *nv) : q.v;
+                if (!nv) {
+                        /* Out of memory: the rest runs now, as if there were no slice. */
+                        while (i < q.n) {
+                                Deferred d = q.v[i++];
+                                if (d.fn)
+                                        d.fn(d.data);
+                        }
+                        l->running = NULL;
+                        free(q.v);
+                        return;
+                }
+                memmove(nv, nv + i, left * sizeof *nv);
+                if (l->yielded.n)
+                        memcpy(nv + left, l->yielded.v, l->yielded.n * sizeof *nv);
+                free(l->yielded.v);
+                l->yielded = (Queue){ .v = nv, .n = n, .cap = MAX(n, q.cap) };
+                l->running = NULL;
+                uint64_t one = 1;
+                (void)!write(l->yieldfd, &one, sizeof one);
+                return;
         }
         l->running = NULL;
         free(q.v);

@@ -70,6 +70,14 @@ static void usage(FILE *f) {
                 "                       of network \"allowlist\" sandboxes resolve from it, not DNS\n"
                 "      --egress-allow-private CIDR  an address range those proxies may reach although\n"
                 "                       loopback, private or link-local (127.0.0.1/32); repeatable\n"
+                "      --max-sandboxes N\n"
+                "                       sandboxes held at once, forks included; past it a create\n"
+                "                       fails with WORKER_UNAVAILABLE (1 to 65536). Default: derived\n"
+                "                       at start from what the machine has free, each divided by a\n"
+                "                       sandbox's share: 75%% of MemAvailable / 4 MiB, free pids\n"
+                "                       (pid_max, pids cgroup) / 8, fds (RLIMIT_NOFILE, raised as\n"
+                "                       needed) / 18, and as root 8192 host id blocks. `health`\n"
+                "                       shows it (limits.maxSandboxes)\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -169,7 +177,7 @@ static void redact_args_done(RedactArgs *a) {
                 free(a->env_kv[i]);
 }
 
-enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG };
+enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES };
 
 /* Names the config file's line of an option the parser refused (see the loop in cmd_serve). */
 typedef struct Blame {
@@ -208,6 +216,7 @@ int cmd_serve(int argc, char **argv) {
                 { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
                 { "egress-hosts", required_argument, NULL, 'H' },
                 { "egress-allow-private", required_argument, NULL, 'A' },
+                { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -253,6 +262,7 @@ int cmd_serve(int argc, char **argv) {
         const char *egress_hosts = NULL;
         const char *egress_private[SBX_MAX_EGRESS_PRIVATE_CIDRS + 1] = { NULL };
         unsigned n_egress_private = 0;
+        unsigned long max_sandboxes = 0;
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -349,6 +359,17 @@ int cmd_serve(int argc, char **argv) {
                         }
                         egress_private[n_egress_private++] = optarg;
                         break;
+                case OPT_MAX_SANDBOXES: {
+                        char *end;
+                        errno = 0;
+                        max_sandboxes = strtoul(optarg, &end, 10);
+                        if (errno || end == optarg || *end || optarg[0] == '-' || max_sandboxes < 1 ||
+                            max_sandboxes > SBX_MAX_SERVER_SANDBOXES) {
+                                fprintf(stderr, "sbx serve: --max-sandboxes takes 1 to %u\n", SBX_MAX_SERVER_SANDBOXES);
+                                return 2;
+                        }
+                        break;
+                }
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
@@ -453,6 +474,7 @@ int cmd_serve(int argc, char **argv) {
         if (pool < 0)
                 pool = stdio ? 0 : 2;
         server_set_pool(s, (unsigned)pool);
+        log_info("at most %u sandboxes", server_set_max_sandboxes(s, (unsigned)max_sandboxes));
         if (afd >= 0)
                 log_info("serving the socket passed as fd 3%s%s", path ? ": " : "", path ? path : "");
         else if (path)

@@ -191,7 +191,7 @@ static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int 
         int pidfd = -1;
         struct clone_args ca = {
                 .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-                         CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_NEWUSER | (c->network ? 0 : CLONE_NEWNET),
+                         CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_NEWUSER, /* CLONE_NEWNET: pid 1 unshares it */
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .exit_signal = SIGCHLD,
                 .cgroup = (uint64_t)b->cg.init,
@@ -246,9 +246,6 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         b->ctl_fd = TAKE_FD(sv[0]);
         sv[1] = safe_close(sv[1]);
         sync[0] = safe_close(sync[0]);
-        char ns[64];
-        snprintf(ns, sizeof ns, "/proc/%d/ns/net", (int)b->init_pid);
-        b->netns_fd = open(ns, O_RDONLY | O_CLOEXEC);
 
         r = cgroup_sandbox_attach_v1(&b->cg, b->init_pid);
         if (r < 0) {
@@ -283,14 +280,14 @@ int box_ready(Box *b, char *err, size_t errlen) {
         InitMsg m;
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 3)];
+                char buf[CMSG_SPACE(sizeof(int) * 4)];
         } cm;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
         ssize_t n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return 0;
-        int fd = -1, snap = -1, proxy = -1;
+        int fd = -1, snap = -1, net = -1, proxy = -1;
         struct cmsghdr *cmh = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
         if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS) {
                 size_t k = (cmh->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -299,7 +296,9 @@ int box_ready(Box *b, char *err, size_t errlen) {
                 if (k >= 2)
                         memcpy(&snap, CMSG_DATA(cmh) + sizeof fd, sizeof snap);
                 if (k >= 3)
-                        memcpy(&proxy, CMSG_DATA(cmh) + 2 * sizeof fd, sizeof proxy);
+                        memcpy(&net, CMSG_DATA(cmh) + 2 * sizeof fd, sizeof net);
+                if (k >= 4)
+                        memcpy(&proxy, CMSG_DATA(cmh) + 3 * sizeof fd, sizeof proxy);
         }
         struct stat wst;
         if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
@@ -310,6 +309,7 @@ int box_ready(Box *b, char *err, size_t errlen) {
         } else if (fd < 0 || snap < 0 || fstatat(fd, "tmp", &wst, 0) < 0) {
                 snprintf(err, errlen, "sandbox init sent no root");
         } else {
+                b->netns_fd = net;
                 b->root_fd = fd;
                 b->snap_fd = snap;
                 b->proxy_fd = proxy;
@@ -319,6 +319,7 @@ int box_ready(Box *b, char *err, size_t errlen) {
         }
         safe_close(fd);
         safe_close(snap);
+        safe_close(net);
         safe_close(proxy);
         return n == (ssize_t)sizeof m && m.status < 0 ? m.status : -EIO;
 }

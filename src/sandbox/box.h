@@ -44,10 +44,10 @@ typedef struct Box {
         int ctl_fd;
         int root_fd;   /* O_PATH fd of the sandbox's / (from its pid 1) */
         int snap_fd;   /* O_PATH fd of its snapshot store (see mount_build_root()) */
-        /* Its network namespace (/proc/<pid 1>/ns/net), for the sockets of exposed ports; -1 if
-         * it could not be opened. Opened while pid 1 waits for its id maps: pid 1 turns
-         * non-dumpable after, and then only a process with CAP_SYS_PTRACE over the daemon's
-         * user namespace may open its namespaces (rootless, none may). */
+        /* Its network namespace, for the sockets of exposed ports; -1 until ready. Pid 1
+         * unshares it during setup (out of the daemon's clone3, which it would slow) and sends
+         * it with its root: being non-dumpable, only pid 1 itself may open it without
+         * CAP_SYS_PTRACE over the daemon's user namespace (rootless, nothing else may). */
         int netns_fd;
         /* The listening socket pid 1 made for BoxConfig.proxy_port (after READY), or -1. */
         int proxy_fd;

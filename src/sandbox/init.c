@@ -23,21 +23,24 @@
 #include "sandbox/init.h"
 
 /* Says how setup went; on success hands over an O_PATH fd of the new root, through which
- * the daemon's files API reaches the sandbox's filesystem, the snapshot store's and, when
- * there is one, the egress proxy's listening socket. */
+ * the daemon's files API reaches the sandbox's filesystem, the snapshot store's, its network
+ * namespace and, when there is one, the egress proxy's listening socket. */
 static void send_ready(int fd, int status, const char *text, int snap, int proxy) {
         InitMsg m = { .type = INIT_READY, .status = status };
         snprintf(m.text, sizeof m.text, "%s", text ? text : "");
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 3)];
+                char buf[CMSG_SPACE(sizeof(int) * 4)];
         } cm;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         int root = status == 0 ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
-        if (root >= 0 && snap >= 0) {
-                int fds[3] = { root, snap, proxy };
-                size_t n = proxy >= 0 ? 3 : 2;
+        /* Its network namespace, for the daemon's exposed ports: pid 1 made it (setup), and
+         * being non-dumpable only it may open it without CAP_SYS_PTRACE over the daemon. */
+        int net = status == 0 ? open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
+        if (root >= 0 && snap >= 0 && net >= 0) {
+                int fds[4] = { root, snap, net, proxy };
+                size_t n = proxy >= 0 ? 4 : 3;
                 mh.msg_control = cm.buf;
                 mh.msg_controllen = CMSG_SPACE(n * sizeof(int));
                 struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
@@ -48,6 +51,7 @@ static void send_ready(int fd, int status, const char *text, int snap, int proxy
         }
         (void)sendmsg(fd, &mh, MSG_NOSIGNAL);
         safe_close(root);
+        safe_close(net);
 }
 
 static int loopback_up(void) {
@@ -294,10 +298,13 @@ static int setup_or_exit(const InitConfig *c, int ctl, int *ret_proxy) {
                 snprintf(err, sizeof err, "take the namespace's root: %s", strerror(-r));
         /* The cgroup namespace starts here, once the daemon has put pid 1 in all of the
          * sandbox's cgroups, v1 ones included: every hierarchy then shows the sandbox's own
-         * cgroup as /, and nothing of the host's paths or the sandbox's id. */
-        if (r >= 0 && unshare(CLONE_NEWCGROUP) < 0) {
+         * cgroup as /, and nothing of the host's paths or the sandbox's id. The network
+         * namespace is made here too, not by the daemon's clone3: making one (loopback, its
+         * sysctl tables) is the costliest part of a clone, and here it runs in pid 1's time,
+         * not in the daemon's loop. Owned by the sandbox's user namespace either way. */
+        if (r >= 0 && unshare(CLONE_NEWCGROUP | (c->network ? 0 : CLONE_NEWNET)) < 0) {
                 r = negerrno();
-                snprintf(err, sizeof err, "cgroup namespace: %s", strerror(-r));
+                snprintf(err, sizeof err, "cgroup and network namespaces: %s", strerror(-r));
         }
         if (r >= 0)
                 r = mount_build_root(&c->mount, &snap, err, sizeof err);

@@ -95,16 +95,12 @@ static int find_process(Req *r, SbxProcess **ret, RpcError *e) {
                 return -1;
         char *end;
         unsigned long long n = id[0] == 'p' && id[1] >= '1' && id[1] <= '9' ? strtoull(id + 1, &end, 10) : 0;
-        Registry *reg = &r->core->registry;
-        for (SrvSandbox *sb = registry_next(reg, NULL); n && !*end && sb; sb = registry_next(reg, sb)) {
-                if (!registry_may_use(sb, r->conn, conn_uid(r->conn)) ||
-                    (sbid && strcmp(sbid, sbx_sandbox_id(sb->sb)) != 0))
-                        continue;
-                SbxProcess *p = sbx_sandbox_process(sb->sb, n);
-                if (p) {
-                        *ret = p;
-                        return 0;
-                }
+        /* Ids are unique in the context: one lookup, then the sandbox's rules. */
+        SbxProcess *p = n && !*end ? sbx_context_process(r->core->ctx, n) : NULL;
+        SrvSandbox *sb = p ? registry_by_box(&r->core->registry, sbx_process_sandbox(p)) : NULL;
+        if (sb && registry_may_use(sb, r->conn, conn_uid(r->conn)) && (!sbid || strcmp(sbid, sbx_sandbox_id(sb->sb)) == 0)) {
+                *ret = p;
+                return 0;
         }
         return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown processId: %s (process.list names them)", id);
 }

@@ -374,15 +374,12 @@ static void created_ready(void *ud, SbxSandbox *box, int error) {
         }
         /* A sandbox that never started is no sandbox: it must not count, nor stay the
          * connection's root (-ECANCELED: it is being destroyed already). */
-        if (error < 0 && error != -ECANCELED)
-                for (SrvSandbox *sb = registry_next(&p->core->registry, NULL); sb;
-                     sb = registry_next(&p->core->registry, sb))
-                        if (sb->sb == box) {
-                                AUDIT(p->core->audit, "sandbox.destroy", sb, p->conn,
-                                      audit_outcome(error, json_pack("{s:s}", "reason", "start failed")));
-                                registry_destroy(sb);
-                                break;
-                        }
+        SrvSandbox *sb = error < 0 && error != -ECANCELED ? registry_by_box(&p->core->registry, box) : NULL;
+        if (sb) {
+                AUDIT(p->core->audit, "sandbox.destroy", sb, p->conn,
+                      audit_outcome(error, json_pack("{s:s}", "reason", "start failed")));
+                registry_destroy(sb);
+        }
         pending_free(p);
 }
 

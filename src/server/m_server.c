@@ -2,6 +2,7 @@
 /* Handlers about the server itself: health, ping, kill. */
 #include <stdio.h>
 #include <unistd.h>
+#include "base/limits.h"
 #include "base/util.h"
 #include "server/handler.h"
 
@@ -56,6 +57,14 @@ static int m_health(Req *r, json_t **ret, RpcError *e) {
                          "memory", "daemonRssBytes", (json_int_t)daemon_rss_bytes());
         if (*ret)
                 json_object_set_new(*ret, "audit", audit_health_json(core->audit));
+        const Registry *reg = &core->registry;
+        if (*ret)
+                json_object_set_new(*ret, "limits",
+                            json_pack("{s:i, s:s, s:i, s:i, s:i}", "maxSandboxes",
+                                      (int)(reg->max_sandboxes ? reg->max_sandboxes : SBX_MAX_SERVER_SANDBOXES),
+                                      "maxSandboxesFrom", reg->max_from ? reg->max_from : "default", "maxSessions",
+                                      (int)SBX_MAX_SESSIONS, "maxQueuedRuns", (int)SBX_MAX_QUEUED_RUNS, "maxForks",
+                                      (int)SBX_MAX_FORKS));
         return 0;
 }
 
@@ -76,11 +85,14 @@ const Method server_methods_server[] = {
           "{completed, failed, timedOut, cancelled, avgExecMs}, lanes: {interactive, system: {slots, active, idle, queued, "
           "queueMax, refused, completed, failed, timedOut, cancelled, avgExecMs, p99ExecMs}}, memory: {daemonRssBytes}, "
           "audit: {enabled, path?, failClosed?, refusing?, writerAlive?, writerPid?, events?, written?, dropped?, failed?, "
-          "queuedBytes?, failing?, error?}}",
-          "Server statistics. Lane counts are of requests holding or waiting for a slot; p99ExecMs is the upper "
-          "edge of a power-of-two bucket. audit (sbx serve --audit): events made, lines written, events dropped "
-          "(queue full or writer gone) and failed (not written: a full disk); refusing: runs are refused "
-          "(--audit-fail-closed)." },
+          "queuedBytes?, failing?, error?}, limits: {maxSandboxes, maxSandboxesFrom, maxSessions, maxQueuedRuns, maxForks}}",
+          "Server statistics, and the caps in force. Lane counts are of requests holding or waiting for a slot; "
+          "p99ExecMs is the upper edge of a power-of-two bucket. audit (sbx serve --audit): events made, lines written, "
+          "events dropped (queue full or writer gone) and failed (not written: a full disk); refusing: runs are refused "
+          "(--audit-fail-closed). `maxSandboxes` is `sbx serve --max-sandboxes` or, without it, derived from the "
+          "machine at start, `maxSandboxesFrom` saying which (`--max-sandboxes`, or the resource that bounds it: "
+          "`memory`, `pids`, `fds`, `host ids`). Counting sessions and processes visits every sandbox: an answer about "
+          "all of them." },
         { "ping", m_ping, 0, handler_params_none, "{pong: true}", "Liveness." },
         { "kill", m_kill, 0, handler_params_none, "{ok: true}",
           "Answers, then shuts the server down as SIGTERM does: waiting requests get -32003 POOL_SHUTTING_DOWN, running "

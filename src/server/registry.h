@@ -5,8 +5,14 @@
  * connection closes (registry_destroy_owned). A persistent one (socket server only) has no
  * owner: the server keeps it until sandbox.destroy or shutdown, and any connection of the
  * same uid, or root, may use it. Each connection has at most one root sandbox, the one made
- * by `create` and used when a request names no sandboxId. At most SBX_MAX_SERVER_SANDBOXES exist
- * at once, forks among them, and at most SBX_MAX_FORKS forks exist or are being made. */
+ * by `create` and used when a request names no sandboxId. At most max_sandboxes exist at once
+ * (registry_set_max: the server's --max-sandboxes, or derived from the machine), forks among
+ * them, and at most SBX_MAX_FORKS forks exist or are being made.
+ *
+ * Nothing a request or a closing connection does scans all sandboxes: a sandbox is found by
+ * id through a hash table, and a connection's sandboxes (its root among them) through an
+ * owner record keyed by the connection. Only answers about all of them (sandbox.list, health)
+ * and shutdown walk the whole list. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,9 +25,13 @@
 
 typedef struct Conn Conn;
 typedef struct Registry Registry;
+typedef struct RegOwner RegOwner;
 
 typedef struct SrvSandbox {
-        struct SrvSandbox *next, *prev;
+        struct SrvSandbox *next, *prev;         /* every sandbox */
+        struct SrvSandbox *id_next;             /* its bucket of the id table */
+        struct SrvSandbox *own_next, *own_prev; /* its owner's sandboxes */
+        RegOwner *own;                          /* NULL when persistent */
         Registry *registry;
         SbxSandbox *sb;
         Conn *owner;         /* NULL when persistent; told when the sandbox expires */
@@ -40,12 +50,29 @@ typedef struct SrvSandbox {
         Loop *loop;
 } SrvSandbox;
 
+/* Invariants: every sandbox is on the list from head and in by_id (a power-of-two table of
+ * chains, at least as many buckets as sandboxes once one exists); one with an owner is on
+ * that owner's list, and an owner record exists exactly while its list is not empty. */
 struct Registry {
         SrvSandbox *head;
         struct Audit *audit; /* the server's audit log (NULL when off): told of destroys it did not ask for */
         unsigned n_sandboxes;
-        unsigned n_forks; /* forks alive or being made */
+        unsigned n_forks;       /* forks alive or being made */
+        unsigned max_sandboxes; /* the cap (registry_set_max; 0 before: SBX_MAX_SERVER_SANDBOXES) */
+        const char *max_from;   /* what set it: a RegistryBound name */
+        SrvSandbox **by_id;
+        size_t id_buckets;
+        RegOwner **by_owner;
+        size_t owner_buckets, n_owners;
 };
+
+/* What one idle sandbox with a warm session costs, measured at start or named by the flag,
+ * and what each resource allows (registry_derive_max). */
+typedef struct RegistryBound {
+        unsigned max;           /* the fewest of the rest */
+        const char *from;       /* which one: "memory", "pids", "fds", "host ids" */
+        unsigned by_memory, by_pids, by_fds, by_host_ids;
+} RegistryBound;
 
 enum {
         REGISTRY_PERSIST = 1 << 0, /* outlives its connection */
@@ -53,6 +80,15 @@ enum {
         REGISTRY_FORK = 1 << 2,    /* made by a fork that registry_fork_begin counted */
 };
 
+/* How many sandboxes this machine holds, from what is free at start: MemAvailable (and the
+ * daemon's memory cgroup limit), pid_max and the pids cgroup limit, less what is in use, and
+ * the daemon's RLIMIT_NOFILE once raised as far as the count needs (the soft limit to the hard
+ * one, and as root the hard one up to fs.nr_open), each divided by one sandbox's share of it
+ * (SBX_SANDBOX_COST_*, limits.h); as root also the blocks of host ids. Never 0. */
+void registry_derive_max(RegistryBound *ret);
+/* Sets the cap: n, or for 0 what registry_derive_max finds. The daemon's fd limit is raised
+ * to fit n sandboxes where it can be. Returns the cap. */
+unsigned registry_set_max(Registry *reg, unsigned n);
 /* Fails with -32001 WORKER_UNAVAILABLE when no sandbox may be added. Returns 0 or -1. */
 int registry_check_room(const Registry *reg, RpcError *e);
 /* Takes box into the registry, owned by owner (none with REGISTRY_PERSIST), usable by uid;
@@ -79,6 +115,8 @@ SrvSandbox *registry_find(Registry *reg, const Conn *c, uid_t uid, const char *i
 SrvSandbox *registry_find_id(Registry *reg, const char *id);
 /* c's root sandbox, or NULL. */
 SrvSandbox *registry_root(Registry *reg, const Conn *c);
+/* The registry's sandbox holding box, or NULL. */
+SrvSandbox *registry_by_box(Registry *reg, const SbxSandbox *box);
 /* Iterates: the first sandbox for prev NULL, NULL after the last. */
 SrvSandbox *registry_next(Registry *reg, SrvSandbox *prev);
 unsigned registry_count(const Registry *reg);

@@ -71,9 +71,10 @@ static void on_closed(void *data, Conn *c) {
         Server *s = data;
         lanes_drop_conn(&s->core.lanes, c);
         pending_detach(&s->core.pending, c);
-        /* Its uploads go with it, in persistent sandboxes too: their temp files hold space. */
-        for (SrvSandbox *sb = registry_next(&s->core.registry, NULL); sb; sb = registry_next(&s->core.registry, sb))
-                sbx_upload_free_owned(sb->sb, c);
+        /* Its uploads go with it, in persistent sandboxes too: their temp files hold space.
+         * Found among the open uploads, and its sandboxes through its owner record: a close
+         * visits no other sandbox. */
+        sbx_context_upload_free_owned(s->core.ctx, c);
         /* Its sandboxes go with it, persistent ones excepted. */
         registry_destroy_owned(&s->core.registry, c);
         /* The stdio client is the only one there will ever be: once its connection is closed
@@ -287,6 +288,7 @@ int server_set_egress(Server *s, const char *hosts_file, const char *const *allo
         SbxEgressOptions o = { .hosts_file = hosts_file, .allow_private = allow_private };
         return sbx_context_set_egress(s->core.ctx, &o, err, errlen);
 }
+unsigned server_set_max_sandboxes(Server *s, unsigned n) { return registry_set_max(&s->core.registry, n); }
 
 int server_add_stdio(Server *s) {
         Conn *c;

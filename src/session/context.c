@@ -17,6 +17,8 @@
 #include "base/util.h"
 #include "session/context.h"
 #include "session/egress.h"
+#include "session/fileapi.h"
+#include "session/process.h"
 #include "session/internal.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -261,6 +263,7 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
         if (ctx->host.shared_ready)
                 box_shared_done(&ctx->host.shared);
         safe_close(ctx->host.devnull);
+        free(ctx->host.procs_by_id);
         loop_free(ctx->host.loop);
         redactor_unref(ctx->host.redact);
         free_list(ctx->host.redact_patterns);
@@ -282,3 +285,7 @@ int sbx_context_set_egress(SbxContext *ctx, const SbxEgressOptions *o, char *err
 void sbx_context_on_egress(SbxContext *ctx, SbxEgressFn fn, void *userdata) { egress_set_hook(&ctx->host, fn, userdata); }
 
 int sbx_context_run_once(SbxContext *ctx, int timeout_ms) { return loop_run_once(ctx->host.loop, timeout_ms); }
+
+void sbx_context_upload_free_owned(SbxContext *ctx, const void *owner) { upload_free_owned_all(&ctx->host, owner); }
+
+SbxProcess *sbx_context_process(SbxContext *ctx, uint64_t id) { return process_by_id(&ctx->host, id); }

@@ -112,6 +112,8 @@ typedef struct UploadSet UploadSet;
 
 struct SbxUpload {
         SbxUpload *next, *prev;
+        SbxUpload *all_next, *all_prev; /* SandboxHost.uploads */
+        SandboxHost *host;
         UploadSet *set;
         const void *owner;
         char id[33];
@@ -166,6 +168,12 @@ int sbx_upload_begin(SbxSandbox *sb, const char *path, int mode, const void *own
         u->set = set;
         u->owner = owner;
         LIST_LINK(set->head, u);
+        u->host = sandbox_host(sb);
+        u->all_prev = NULL;
+        u->all_next = u->host->uploads;
+        if (u->all_next)
+                u->all_next->all_prev = u;
+        u->host->uploads = u;
         set->n++;
         *ret = TAKE_PTR(u);
         return 0;
@@ -207,6 +215,12 @@ SbxUpload *sbx_upload_free(SbxUpload *u) {
                 return NULL;
         LIST_UNLINK(u->set->head, u);
         u->set->n--;
+        if (u->all_prev)
+                u->all_prev->all_next = u->all_next;
+        else
+                u->host->uploads = u->all_next;
+        if (u->all_next)
+                u->all_next->all_prev = u->all_prev;
         fs_upload_abort(&u->fs);
         free(u->path);
         free(u);
@@ -217,6 +231,14 @@ void sbx_upload_free_owned(SbxSandbox *sb, const void *owner) {
         UploadSet *set = upload_set(sb, false);
         for (SbxUpload *u = set ? set->head : NULL, *next; u; u = next) {
                 next = u->next;
+                if (u->owner == owner)
+                        sbx_upload_free(u);
+        }
+}
+
+void upload_free_owned_all(SandboxHost *host, const void *owner) {
+        for (SbxUpload *u = host->uploads, *next; u; u = next) {
+                next = u->all_next;
                 if (u->owner == owner)
                         sbx_upload_free(u);
         }

@@ -34,6 +34,7 @@
 #include "base/util.h"
 #include "session/process.h"
 #include "session/run.h"
+#include "session/sandbox.h"
 
 typedef struct LogChunk {
         struct LogChunk *next;
@@ -60,6 +61,7 @@ typedef struct KillWaiter {
 
 struct SbxProcess {
         SbxProcess *next, *prev; /* core->procs, newest first */
+        SbxProcess *id_next;     /* its chain of SandboxHost.procs_by_id */
         SandboxCore *core;
         uint64_t id;
         pid_t pid;
@@ -505,6 +507,60 @@ static SbxProcess *proc_new(SandboxCore *core, const char *command, size_t comma
         return p;
 }
 
+/* ---------------------------------------------------------------- the host's index by id */
+
+static SbxProcess **id_chain(SandboxHost *h, uint64_t id) {
+        return &h->procs_by_id[(id * 0x9E3779B97F4A7C15ULL >> 32) & (h->proc_buckets - 1)];
+}
+
+/* Puts p in the host's index, doubling it when full (a table that cannot grow stays usable,
+ * its chains only longer). Returns false when there is no table at all. */
+static bool index_add(SandboxHost *h, SbxProcess *p) {
+        if (!h->procs_by_id || h->n_procs >= h->proc_buckets) {
+                size_t nb = h->procs_by_id ? h->proc_buckets * 2 : 256;
+                SbxProcess **t = calloc(nb, sizeof *t);
+                if (t) {
+                        SbxProcess **old = h->procs_by_id;
+                        size_t ob = h->proc_buckets;
+                        h->procs_by_id = t;
+                        h->proc_buckets = nb;
+                        for (size_t i = 0; i < ob; i++)
+                                for (SbxProcess *q = old[i], *next; q; q = next) {
+                                        next = q->id_next;
+                                        SbxProcess **c = id_chain(h, q->id);
+                                        q->id_next = *c;
+                                        *c = q;
+                                }
+                        free(old);
+                } else if (!h->procs_by_id) {
+                        return false;
+                }
+        }
+        SbxProcess **c = id_chain(h, p->id);
+        p->id_next = *c;
+        *c = p;
+        h->n_procs++;
+        return true;
+}
+
+static void index_del(SandboxHost *h, SbxProcess *p) {
+        if (!h->procs_by_id)
+                return;
+        for (SbxProcess **pp = id_chain(h, p->id); *pp; pp = &(*pp)->id_next)
+                if (*pp == p) {
+                        *pp = p->id_next;
+                        h->n_procs--;
+                        return;
+                }
+}
+
+SbxProcess *process_by_id(SandboxHost *h, uint64_t id) {
+        for (SbxProcess *p = h->procs_by_id ? *id_chain(h, id) : NULL; p; p = p->id_next)
+                if (p->id == id)
+                        return p->started ? p : NULL;
+        return NULL;
+}
+
 static void link_proc(SandboxCore *core, SbxProcess *p) {
         p->prev = NULL;
         p->next = core->procs;
@@ -514,6 +570,9 @@ static void link_proc(SandboxCore *core, SbxProcess *p) {
                 core->procs_tail = p;
         core->procs = p;
         core->n_procs++;
+        /* Without a table (out of memory at the first process) sbx_sandbox_process still
+         * finds it; only the host-wide lookup does not. */
+        (void)index_add(sandbox_host(core->self), p);
 }
 
 static void unlink_proc(SandboxCore *core, SbxProcess *p) {
@@ -526,6 +585,7 @@ static void unlink_proc(SandboxCore *core, SbxProcess *p) {
         else
                 core->procs_tail = p->prev;
         core->n_procs--;
+        index_del(sandbox_host(core->self), p);
 }
 
 /* Frees p. What it left running, if the sandbox lives on, goes to the background log. */

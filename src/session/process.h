@@ -27,3 +27,7 @@ unsigned process_count_alive(const SandboxCore *core);
  * processes (the caller keeps the fds then). */
 int process_adopt_leftover(SandboxCore *core, const char *command, size_t command_len, int out_fd, int err_fd, int cg,
                            const char *cg_name);
+
+struct SandboxHost;
+/* The started process with this id among every sandbox of host, or NULL; O(1). */
+SbxProcess *process_by_id(struct SandboxHost *host, uint64_t id);

@@ -36,6 +36,14 @@ typedef struct SandboxHost {
         bool redact_no_defaults;
         struct Redactor *redact;
         struct Egress *egress; /* egress.c: the allowlist proxies' resolver, made on first use */
+        /* Every open upload of every sandbox (fileapi.c), so that a client's are found
+         * without visiting every sandbox. */
+        SbxUpload *uploads;
+        /* Every process of every sandbox by id (process.c): chains in a power-of-two table
+         * with at least as many buckets as processes, so that a process named by a client is
+         * found without visiting every sandbox. */
+        SbxProcess **procs_by_id;
+        size_t proc_buckets, n_procs;
 } SandboxHost;
 
 typedef struct SandboxObserver SandboxObserver;
