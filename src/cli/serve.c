@@ -39,8 +39,11 @@ static void usage(FILE *f) {
                 "      --shutdown-deadline-ms N  on SIGTERM, how long cancelled work may take to be\n"
                 "                       answered before everything is destroyed (default 10000;\n"
                 "                       a second SIGTERM does not wait)\n"
-                "      --mode MODE      namespaces (default), or disabled: every request but ping,\n"
-                "                       health, sandbox.list and kill answers SANDBOX_DISABLED\n"
+                "      --mode MODE      namespaces (default); process: no namespace, plain processes\n"
+                "                       in cgroups, files in a host directory (for hosts without\n"
+                "                       user namespaces; NOT a security boundary); or disabled:\n"
+                "                       every request but ping, health, sandbox.list and kill\n"
+                "                       answers SANDBOX_DISABLED\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -105,7 +108,8 @@ int cmd_serve(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        bool stdio = false, disabled = false;
+        bool stdio = false;
+        const char *mode = "namespaces";
         const char *path = NULL, *system_path = NULL;
         long pool = -1, slots = -1, system_slots = -1, queue = -1, deadline = -1, lane = -1;
         int c;
@@ -149,14 +153,12 @@ int cmd_serve(int argc, char **argv) {
                         break;
                 case 'T': system_path = optarg; break;
                 case 'M':
-                        if (strcmp(optarg, "namespaces") == 0)
-                                disabled = false;
-                        else if (strcmp(optarg, "disabled") == 0)
-                                disabled = true;
-                        else {
-                                fprintf(stderr, "sbx serve: --mode takes namespaces or disabled\n");
+                        if (strcmp(optarg, "namespaces") != 0 && strcmp(optarg, "process") != 0 &&
+                            strcmp(optarg, "disabled") != 0) {
+                                fprintf(stderr, "sbx serve: --mode takes namespaces, process or disabled\n");
                                 return 2;
                         }
+                        mode = optarg;
                         break;
                 case 'v': sbx_log_level = LOG_DEBUG; break;
                 case 'h': usage(stdout); return 0;
@@ -189,7 +191,7 @@ int cmd_serve(int argc, char **argv) {
                 server_set_slots(s, 1, system_slots >= 0 ? (unsigned)system_slots : d_system,
                                  queue >= 0 ? (unsigned)queue : d_queue);
                 server_set_lane(s, (int)lane);
-                server_set_disabled(s, disabled);
+                r = server_set_mode(s, mode);
                 if (deadline >= 0)
                         server_set_shutdown_deadline(s, (uint64_t)deadline);
         }

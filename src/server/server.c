@@ -280,7 +280,17 @@ void server_lane_defaults(unsigned *ret_interactive, unsigned *ret_system, unsig
 
 void server_set_shutdown_deadline(Server *s, uint64_t ms) { s->deadline_ms = ms; }
 
-void server_set_disabled(Server *s, bool disabled) { s->core.mode = disabled ? MODE_DISABLED : MODE_NAMESPACES; }
+int server_set_mode(Server *s, const char *mode) {
+        if (strcmp(mode, "namespaces") == 0)
+                s->core.mode = MODE_NAMESPACES;
+        else if (strcmp(mode, "disabled") == 0)
+                s->core.mode = MODE_DISABLED;
+        else if (strcmp(mode, "process") == 0)
+                s->core.mode = MODE_PROCESS;
+        else
+                return -EINVAL;
+        return sbx_context_set_mode(s->core.ctx, s->core.mode == MODE_PROCESS ? SBX_MODE_PROCESS : SBX_MODE_NAMESPACES);
+}
 
 static void close_listeners(Server *s) {
         for (unsigned i = 0; i < LISTEN_COUNT; i++) {

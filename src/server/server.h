@@ -49,9 +49,10 @@ void server_lane_defaults(unsigned *ret_interactive, unsigned *ret_system, unsig
 void server_set_slots(Server *s, int lane, unsigned slots, unsigned queue_max);
 /* How long an orderly shutdown waits for cancelled work before destroying everything. */
 void server_set_shutdown_deadline(Server *s, uint64_t ms);
-/* --mode disabled: every request but ping, health, sandbox.list and kill is refused with
- * SANDBOX_DISABLED. */
-void server_set_disabled(Server *s, bool disabled);
+/* --mode: "namespaces" (the default); "process", sandboxes with no namespace (see
+ * sbx_context_set_mode()); "disabled", every request but ping, health, sandbox.list and kill
+ * refused with SANDBOX_DISABLED. Before any sandbox. Returns 0 or -EINVAL (unknown mode). */
+int server_set_mode(Server *s, const char *mode);
 /* Sandboxes kept ready for `create` and `sandbox.create` with default options. */
 void server_set_pool(Server *s, unsigned n);
 /* Runs until shutdown; returns the process exit code. */
