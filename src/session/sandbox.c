@@ -287,6 +287,9 @@ static void init_event(Watch *w, uint32_t events) {
         log_warn("sandbox %s: init exited", sb->core.box.id);
         loop_del(sb->core.loop, &sb->init_w);
         loop_del(sb->core.loop, &sb->ctl_w);
+        /* Process mode: no pid namespace ended with it, so the same is done here. */
+        if (sb->core.box.process && sb->core.box.cg.dir >= 0)
+                (void)cgroup_kill(sb->core.box.cg.dir);
         if (sb->list && sb->list->reap_dead) {
                 sbx_sandbox_free(sb);
                 return;

@@ -38,6 +38,7 @@ class Daemon:
         self.rootless = rootless
         self.deleg = None
         env = {"PATH": "/usr/bin:/bin"}
+        env.update({k: v for k, v in os.environ.items() if k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")})
         argv = [SBX, "serve", "--stdio", "--mode", "process"]
         preexec = None
         if rootless:
@@ -82,14 +83,23 @@ class Daemon:
         return self.stderr.read().decode(errors="replace")
 
     def close(self):
-        if self.p.poll() is None:
+        """Ends the daemon as a client does (stdin EOF); it must exit 0 with no sanitizer report."""
+        clean = self.p.poll() is None
+        if clean:
             self.p.stdin.close()
             try:
                 self.p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+                clean = False
+        err = self.err()
         self.stderr.close()
+        self.cleanup()
+        assert "Sanitizer" not in err and "runtime error" not in err, err
+        assert not clean or self.p.returncode == 0, (self.p.returncode, err)
+
+    def cleanup(self):
         if self.deleg:
             for sub in sorted(self.deleg.glob("**/"), key=lambda p: len(p.parts), reverse=True):
                 try:
@@ -308,6 +318,23 @@ def test_a_daemon_that_dies_takes_its_sandboxes_processes_along(daemon):
         os.chmod(d, 0o700)
     shutil.rmtree(root)
     shutil.rmtree(root + ".snap")
+
+
+def test_pid_1_killed_takes_the_sandboxs_processes_along(daemon):
+    sid, root = sandbox(daemon)
+    marker = f"35{uuid.uuid4().int % 10**6:06d}"
+    # A worker is a fork of its session's shell, whose parent is pid 1.
+    init = int(run(daemon, sid, f"(setsid sleep {marker} &); sleep {marker} & echo $PPID")["stdout"])
+    with open(f"/proc/{init}/comm") as f:
+        assert f.read().strip() == "sbx-init"
+    assert wait_until(lambda: len(marked(f"sleep {marker}")) == 2), marked(f"sleep {marker}")
+    os.kill(init, signal.SIGKILL)
+    assert wait_until(lambda: not marked(f"sleep {marker}")), marked(f"sleep {marker}")
+    msg = daemon.call("run", sandboxId=sid, command="echo hi")
+    assert "error" in msg or msg["result"]["exitCode"] != 0, msg
+    daemon.ok("sandbox.destroy", sandboxId=sid)
+    assert wait_until(lambda: not os.path.exists(root))
+    assert daemon.ok("ping") == {"pong": True}
 
 
 def test_bad_mode_is_refused():
