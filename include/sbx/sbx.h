@@ -170,7 +170,8 @@ typedef enum SbxMode {
                                     security boundary: commands can read and change whatever
                                     the daemon's user (as root: their own uid) may on the host.
                                     Refused there: rootfs, an exec policy, fs_bytes and
-                                    file_count (no tmpfs enforces them) */
+                                    file_count (no tmpfs enforces them): -EINVAL; and
+                                    sbx_sandbox_import(): -ENOTSUP */
 } SbxMode;
 /* Sets the mode of the sandboxes made from now on; before the first one (the pool's
  * included). Returns 0, -EINVAL for an unknown mode, -EBUSY once a sandbox was made. */
