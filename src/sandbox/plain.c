@@ -97,8 +97,10 @@ char **plain_env(char *const *env, const char *dir) {
                 return NULL;
         for (size_t i = 0; i < n; i++)
                 out[i] = env[i];
-        if (set_path(out, &n, "HOME", dir, "/home/user") < 0 || set_path(out, &n, "TMPDIR", dir, "/tmp") < 0)
+        if (set_path(out, &n, "HOME", dir, "/home/user") < 0 || set_path(out, &n, "TMPDIR", dir, "/tmp") < 0) {
+                free(out); /* and a string perhaps: pid 1 exits at once */
                 return NULL;
+        }
         out[n] = NULL;
         return out;
 }
