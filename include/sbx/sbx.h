@@ -199,6 +199,25 @@ SBX_API const char *sbx_context_last_error(const SbxContext *ctx);
  * loop prepares the next. 0 (the default) turns it off. */
 SBX_API void sbx_context_set_pool(SbxContext *ctx, unsigned n);
 
+/* How a context's sandboxes are made. */
+typedef enum SbxMode {
+        SBX_MODE_NAMESPACES = 0, /* user, mount, pid, net, ipc, uts and cgroup namespaces around a
+                                    private root (the default) */
+        SBX_MODE_PROCESS = 1,    /* no namespace: plain processes in the sandbox's cgroups, its
+                                    files a private directory of the host (HOME and TMPDIR name
+                                    it; the files API still says /home/user and /tmp), the
+                                    host's network. For hosts without user namespaces. NOT a
+                                    security boundary: commands can read and change whatever
+                                    the daemon's user (as root: their own uid) may on the host.
+                                    Refused there: rootfs, an exec policy, fs_bytes and
+                                    file_count (no tmpfs enforces them): -EINVAL; and
+                                    sbx_sandbox_import(): -ENOTSUP */
+} SbxMode;
+/* Sets the mode of the sandboxes made from now on; before the first one (the pool's
+ * included). Returns 0, -EINVAL for an unknown mode, -EBUSY once a sandbox was made. */
+SBX_API int sbx_context_set_mode(SbxContext *ctx, SbxMode mode);
+SBX_API SbxMode sbx_context_mode(const SbxContext *ctx);
+
 SBX_API void sbx_sandbox_options_init(SbxSandboxOptions *o);
 /* Creates a sandbox and returns at once; its pid 1 builds the root meanwhile. Runs may be
  * queued right away (they start when it is ready); the files API answers -EAGAIN until

@@ -42,8 +42,11 @@ static void usage(FILE *f) {
                 "      --shutdown-deadline-ms N  on SIGTERM, how long cancelled work may take to be\n"
                 "                       answered before everything is destroyed (default 10000;\n"
                 "                       a second SIGTERM does not wait)\n"
-                "      --mode MODE      namespaces (default), or disabled: every request but ping,\n"
-                "                       health, sandbox.list and kill answers SANDBOX_DISABLED\n"
+                "      --mode MODE      namespaces (default); process: no namespace, plain processes\n"
+                "                       in cgroups, files in a host directory (for hosts without\n"
+                "                       user namespaces; NOT a security boundary); or disabled:\n"
+                "                       every request but ping, health, sandbox.list and kill\n"
+                "                       answers SANDBOX_DISABLED\n"
                 "      --audit PATH     log events to PATH (JSON lines, hash-chained; see\n"
                 "                       `sbx audit verify`), written by a process of its own\n"
                 "      --audit-max-bytes N\n"
@@ -252,7 +255,8 @@ int cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "sbx serve: --check-config checks the file given with --config FILE\n");
                 return 2;
         }
-        bool stdio = false, disabled = false;
+        bool stdio = false;
+        const char *mode = "namespaces";
         const char *path = NULL, *system_path = NULL;
         long pool = -1, slots = -1, system_slots = -1, queue = -1, deadline = -1, lane = -1;
         const char *audit = NULL;
@@ -309,14 +313,12 @@ int cmd_serve(int argc, char **argv) {
                         break;
                 case 'T': system_path = optarg; break;
                 case 'M':
-                        if (strcmp(optarg, "namespaces") == 0)
-                                disabled = false;
-                        else if (strcmp(optarg, "disabled") == 0)
-                                disabled = true;
-                        else {
-                                fprintf(stderr, "sbx serve: --mode takes namespaces or disabled\n");
+                        if (strcmp(optarg, "namespaces") != 0 && strcmp(optarg, "process") != 0 &&
+                            strcmp(optarg, "disabled") != 0) {
+                                fprintf(stderr, "sbx serve: --mode takes namespaces, process or disabled\n");
                                 return 2;
                         }
+                        mode = optarg;
                         break;
                 case OPT_AUDIT: audit = optarg; break;
                 case OPT_AUDIT_MAX_BYTES:
@@ -424,7 +426,7 @@ int cmd_serve(int argc, char **argv) {
                 server_set_slots(s, 1, system_slots >= 0 ? (unsigned)system_slots : d_system,
                                  queue >= 0 ? (unsigned)queue : d_queue);
                 server_set_lane(s, (int)lane);
-                server_set_disabled(s, disabled);
+                r = server_set_mode(s, mode);
                 if (config_path)
                         server_set_create_config(s, cfg.defaults, cfg.enforced, cfg.secrets);
                 if (deadline >= 0)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include "base/util.h"
 #include "sandbox/box.h"
 #include "sandbox/init.h"
+#include "sandbox/plain.h"
 
 extern const unsigned char sbx_bashext[];
 extern const size_t sbx_bashext_len;
@@ -38,9 +40,9 @@ static int builtin_memfd(void) {
         return TAKE_FD(fd);
 }
 
-int box_shared_init(BoxShared *s) {
+int box_shared_init(BoxShared *s, bool process) {
         int r;
-        *s = (BoxShared){ .builtin_fd = -1 };
+        *s = (BoxShared){ .builtin_fd = -1, .process = process };
         s->rootless = geteuid() != 0;
         s->user_uid = geteuid();
         s->user_gid = getegid();
@@ -60,7 +62,10 @@ int box_shared_init(BoxShared *s) {
         } else {
                 snprintf(s->staging, sizeof s->staging, "/run/sbx");
         }
-        if (mkdir(s->staging, 0700) < 0 && errno != EEXIST) {
+        /* Process mode builds no root: its sandboxes' directories go to a base of its own. */
+        if (process && (r = plain_base_init(s->process_base, sizeof s->process_base)) < 0)
+                goto fail;
+        if (!process && mkdir(s->staging, 0700) < 0 && errno != EEXIST) {
                 r = negerrno();
                 goto fail;
         }
@@ -154,8 +159,9 @@ static int take_host_ids(BoxShared *s, Box *b, char *err, size_t errlen) {
 }
 
 /* What pid 1 gets: ctl_fd is its end of the control socket, sync_fd the pipe on which it
- * waits for its id maps. */
-static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, int sync_fd) {
+ * waits for its id maps; plain and kill_fd are process mode's (NULL and -1 otherwise). */
+static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, int sync_fd, const PlainConfig *plain,
+                              int kill_fd) {
         return (InitConfig){
                 .mount = { .staging = s->staging, .rootfs = c->rootfs, .network = c->network,
                            .fs_bytes = c->fs_bytes, .file_count = c->file_count,
@@ -164,11 +170,16 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                            .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID,
                            .noexec_writable = c->policy && c->policy->allow && c->policy->allow[0] },
                 .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd, .ns_root = !s->rootless,
-                .env = c->env, .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID, .network = c->network,
-                .proxy_port = c->proxy_port, .seccomp = &s->seccomp,
+                .env = c->env, .network = c->network, .proxy_port = c->proxy_port,
+                /* With no user namespace the host's ids are the ones commands run as. */
+                .uid = plain ? plain->uid : SBX_SANDBOX_UID, .gid = plain ? plain->gid : SBX_SANDBOX_GID,
+                .seccomp = &s->seccomp,
                 .rlimit_as = s->cg.v2_memory || s->cg.v1_memory >= 0 ? 0 : c->memory_bytes,
-                .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 ? 0 : c->pids,
+                /* Rootless in process mode, RLIMIT_NPROC would count every process of the
+                 * caller's, the daemon's and other sandboxes' included. */
+                .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 || (plain && s->rootless) ? 0 : c->pids,
                 .policy = c->policy,
+                .plain = plain, .kill_fd = kill_fd,
         };
 }
 
@@ -187,11 +198,17 @@ static void lower_priority(pid_t pid) {
  * sync and becomes pid 1 (init_main() never returns). */
 static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int sv[2], const int sync[2], char *err,
                       size_t errlen) {
-        InitConfig ic = init_config(s, c, sv[1], sync[0]);
+        char snap[BOX_DIR_BYTES + 8];
+        snprintf(snap, sizeof snap, "%s.snap", b->dir);
+        PlainConfig pc = { .dir = b->dir, .snap = snap, .uid = b->host_uid, .gid = b->host_gid, .own = !s->rootless };
+        _cleanup_close_ int kill_fd = s->process && b->cg.dir >= 0
+                                              ? openat(b->cg.dir, "cgroup.kill", O_WRONLY | O_CLOEXEC) : -1;
+        InitConfig ic = init_config(s, c, sv[1], sync[0], s->process ? &pc : NULL, kill_fd);
         int pidfd = -1;
+        uint64_t ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER;
         struct clone_args ca = {
-                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-                         CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_NEWUSER, /* CLONE_NEWNET: pid 1 unshares it */
+                /* CLONE_NEWNET: pid 1 unshares it (namespaces mode). */
+                .flags = CLONE_PIDFD | CLONE_INTO_CGROUP | (s->process ? 0 : ns),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .exit_signal = SIGCHLD,
                 .cgroup = (uint64_t)b->cg.init,
@@ -220,7 +237,7 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         int r;
 
         *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .netns_fd = -1,
-                    .proxy_fd = -1, .slot = -1 };
+                    .proxy_fd = -1, .slot = -1, .process = s->process };
         r = take_host_ids(s, b, err, errlen);
         if (r < 0)
                 return r;
@@ -228,6 +245,8 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         r = random_hex(b->id, 16);
         if (r < 0)
                 return r;
+        if (s->process)
+                snprintf(b->dir, sizeof b->dir, "%s/%s", s->process_base, b->id);
         CgroupLimits cl = { .memory_bytes = c->memory_bytes, .pids = c->pids, .cpu_millis = c->cpu_millis,
                             .pids_reserve = SBX_PIDS_RESERVE(c->pids) };
         r = cgroup_sandbox_create(&s->cg, b->id, &cl, &b->cg);
@@ -254,7 +273,7 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         }
         if (!cgroup_has_cpu(&s->cg))
                 lower_priority(b->init_pid);
-        r = write_id_maps(s, b);
+        r = s->process ? 0 : write_id_maps(s, b);
         if (r < 0) {
                 snprintf(err, errlen, "uid/gid map: %s", strerror(-r));
                 goto fail;
@@ -325,6 +344,8 @@ int box_ready(Box *b, char *err, size_t errlen) {
 }
 
 int box_count_processes(const Box *b) {
+        if (b->process)
+                return -ENOTSUP; /* its root is no root: there is no /proc of its own */
         if (b->root_fd < 0)
                 return -EAGAIN;
         int fd = openat(b->root_fd, "proc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -398,6 +419,40 @@ void box_kill(Box *b) {
                 (void)cgroup_kill(b->cg.dir);
 }
 
+/* Process mode: removes the sandbox's directory and snapshot store. */
+static void remove_dirs(const Box *b) {
+        char snap[BOX_DIR_BYTES + 8];
+        snprintf(snap, sizeof snap, "%s.snap", b->dir);
+        int r = plain_remove_tree(AT_FDCWD, b->dir), rs = plain_remove_tree(AT_FDCWD, snap);
+        if (r < 0 || rs < 0)
+                log_warn("sandbox %s: cannot remove %s: %s", b->id, r < 0 ? b->dir : snap, strerror(-(r < 0 ? r : rs)));
+}
+
+/* Process mode, once nothing of the sandbox runs: a forked process removes its directory,
+ * which may be large (its size is not bounded by a tmpfs). It keeps no fd of the daemon's,
+ * so a client waiting for the daemon's stdout to close does not wait for it, and no death
+ * signal: a daemon that exits meanwhile leaves it to finish. Returns 0 or -errno. */
+static int remover_start(Box *b) {
+        int pidfd = -1;
+        struct clone_args ca = { .flags = CLONE_PIDFD, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD };
+        long pid = syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid < 0)
+                return negerrno();
+        if (pid == 0) {
+                int nul = open("/dev/null", O_RDWR);
+                for (int fd = 0; nul >= 0 && fd < 3; fd++)
+                        dup2(nul, fd);
+                close_range(3, ~0U, 0);
+                (void)prctl(PR_SET_NAME, "sbx-rm", 0, 0, 0);
+                remove_dirs(b);
+                _exit(0);
+        }
+        b->init_pid = (pid_t)pid;
+        b->init_pidfd = pidfd;
+        b->dir_state = BOX_DIR_REMOVING;
+        return 0;
+}
+
 int box_try_finish(BoxShared *s, Box *b) {
         if (b->init_pidfd >= 0) {
                 siginfo_t si = { 0 };
@@ -405,9 +460,18 @@ int box_try_finish(BoxShared *s, Box *b) {
                 if ((w < 0 && errno != ECHILD) || (w == 0 && si.si_pid == 0))
                         return 0; /* still exiting */
                 b->init_pidfd = safe_close(b->init_pidfd);
+                if (b->dir_state == BOX_DIR_REMOVING)
+                        b->dir_state = BOX_DIR_GONE;
         }
         if (cgroup_sandbox_try_remove(&s->cg, &b->cg) == -EBUSY)
                 return 0;
+        if (b->process && b->dir_state == BOX_DIR_PRESENT) {
+                int r = remover_start(b);
+                if (r == 0)
+                        return 0;
+                b->dir_state = BOX_DIR_GONE;
+                log_warn("sandbox %s: cannot start removing %s: %s", b->id, b->dir, strerror(-r));
+        }
         slot_release(s, b);
         return 1;
 }
@@ -427,6 +491,11 @@ void box_destroy(BoxShared *s, Box *b) {
         }
         if (cgroup_sandbox_destroy(&s->cg, &b->cg, SBX_DESTROY_TIMEOUT_MS) < 0)
                 log_warn("sandbox %s: cgroup not empty after kill", b->id);
+        /* Only on the way out (a context freed, a create that failed): here it may block. */
+        if (b->process && b->dir_state != BOX_DIR_GONE) {
+                remove_dirs(b);
+                b->dir_state = BOX_DIR_GONE;
+        }
         /* Its uid may be reused only once none of its processes is left. */
         slot_release(s, b);
 }

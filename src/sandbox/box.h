@@ -10,11 +10,17 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/landlock.h"
 
+/* Room for a process-mode sandbox's directory: the base (see plain_base_init()), "/", its
+ * 32-hex id, and ".snap" for its snapshot store beside it. */
+#define BOX_DIR_BYTES 320
+
 /* What every sandbox of one context shares. */
 typedef struct BoxShared {
         CgroupRoot cg;
         bool cg_open;
         bool rootless;
+        bool process;              /* process mode (sandbox/plain.h): no namespace at all */
+        char process_base[256];    /* process mode: where sandboxes' directories are made */
         int builtin_fd;            /* sealed memfd with the bash builtin */
         struct sock_fprog seccomp; /* filter bytes, owned */
         char staging[256];         /* host directory each sandbox builds its root on */
@@ -64,10 +70,17 @@ typedef struct Box {
         bool ready;     /* pid 1 reported its root built (root_fd valid) */
         dev_t writable_dev; /* st_dev of its writable tmpfs (/tmp, /home/user, /dev/shm) */
         CgroupSandbox cg;
+        /* Process mode: the host directory that is its "/" for the files API (root_fd), ""
+         * otherwise. Once everything of the sandbox is gone a remover process takes it away:
+         * init_pid and init_pidfd are then the remover's (see box_try_finish()). */
+        bool process;
+        enum { BOX_DIR_PRESENT, BOX_DIR_REMOVING, BOX_DIR_GONE } dir_state;
+        char dir[BOX_DIR_BYTES];
 } Box;
 
-/* Prepares the shared part. Returns 0 or -errno (-ENOTSUP: no cgroup v2). */
-int box_shared_init(BoxShared *s);
+/* Prepares the shared part; `process`: every sandbox in process mode. Returns 0 or -errno
+ * (-ENOTSUP: no cgroup v2; -EPERM: process mode's base directory belongs to another user). */
+int box_shared_init(BoxShared *s, bool process);
 void box_shared_done(BoxShared *s);
 
 /* Creates the sandbox and returns at once; its pid 1 builds the root meanwhile (session
@@ -91,6 +104,9 @@ int box_read_exit(Box *b, pid_t *ret_pid, int *ret_status);
 void box_destroy(BoxShared *s, Box *b);
 /* The same in two steps that never block: box_kill() sends the kills; box_try_finish()
  * reaps pid 1 and removes the cgroups once everything is gone, returning 1 when done and 0
- * while something is still dying (wait on b->init_pidfd or the sandbox's cgroup.events). */
+ * while something is still dying (wait on b->init_pidfd or the sandbox's cgroup.events). In
+ * process mode it then starts a process that removes the sandbox's directory, and returns 0
+ * with b->init_pidfd the remover's (wait on it: it may be a new fd) until that one is
+ * reaped. */
 void box_kill(Box *b);
 int box_try_finish(BoxShared *s, Box *b);

@@ -19,13 +19,15 @@
 #include <sys/wait.h>
 #include <linux/capability.h>
 #include <linux/seccomp.h>
+#include "base/limits.h"
 #include "base/util.h"
 #include "sandbox/init.h"
 
-/* Says how setup went; on success hands over an O_PATH fd of the new root, through which
- * the daemon's files API reaches the sandbox's filesystem, the snapshot store's, its network
- * namespace and, when there is one, the egress proxy's listening socket. */
-static void send_ready(int fd, int status, const char *text, int snap, int proxy) {
+/* Says how setup went; on success hands over `root`, an O_PATH fd of the new root, through
+ * which the daemon's files API reaches the sandbox's filesystem (closed here), the snapshot
+ * store's, its network namespace and, when there is one, the egress proxy's listening
+ * socket. */
+static void send_ready(int fd, int status, const char *text, int root, int snap, int proxy) {
         InitMsg m = { .type = INIT_READY, .status = status };
         snprintf(m.text, sizeof m.text, "%s", text ? text : "");
         union {
@@ -34,11 +36,10 @@ static void send_ready(int fd, int status, const char *text, int snap, int proxy
         } cm;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        int root = status == 0 ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
         /* Its network namespace, for the daemon's exposed ports: pid 1 made it (setup), and
          * being non-dumpable only it may open it without CAP_SYS_PTRACE over the daemon. */
         int net = status == 0 ? open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
-        if (root >= 0 && snap >= 0 && net >= 0) {
+        if (status == 0 && root >= 0 && snap >= 0 && net >= 0) {
                 int fds[4] = { root, snap, net, proxy };
                 size_t n = proxy >= 0 ? 4 : 3;
                 mh.msg_control = cm.buf;
@@ -111,6 +112,10 @@ int identity_drop(unsigned uid, unsigned gid) {
         return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? negerrno() : 0;
 }
 
+/* Where session shells start: the sandbox's /home/user, which in process mode is a host
+ * directory (set once by setup_plain_or_exit()). */
+static const char *session_home = "/home/user";
+
 /* Starts a session shell: bash running the sbx_session builtin on the given socket. */
 static void spawn_session(const InitConfig *c, int sock) {
         pid_t p = fork();
@@ -130,7 +135,7 @@ static void spawn_session(const InitConfig *c, int sock) {
             dup2(s, INIT_SESSION_FD) < 0 || dup2(b, INIT_BUILTIN_FD) < 0)
                 _exit(126);
         close_range(INIT_BUILTIN_FD + 1, ~0U, 0);
-        if (chdir("/home/user") < 0)
+        if (chdir(session_home) < 0)
                 _exit(126);
         umask(022);
         /* Without cgroup controllers (rootless, no delegation of memory or pids), rlimits
@@ -240,17 +245,29 @@ static void wait_for_id_maps(int sync_fd) {
         close(sync_fd);
 }
 
-/* Keeps only the control socket (returned, as a new CLOEXEC fd) and the builtin; everything
- * else the daemon had open (other sandboxes' sockets, client connections) must not survive
- * here. stdin, stdout and stderr become /dev/null. */
+/* Keeps only the control socket (returned, as a new CLOEXEC fd), the builtin and, in process
+ * mode, the cgroup.kill fd; everything else the daemon had open (other sandboxes' sockets,
+ * client connections) must not survive here. stdin, stdout and stderr become /dev/null. */
 static int keep_only_ctl(const InitConfig *c) {
         int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);
-        int lo = MIN(ctl, c->builtin_fd), hi = MAX(ctl, c->builtin_fd);
-        if (lo > 3)
-                close_range(3, (unsigned)lo - 1, 0);
-        if (hi > lo + 1)
-                close_range((unsigned)lo + 1, (unsigned)hi - 1, 0);
-        close_range((unsigned)hi + 1, ~0U, 0);
+        int keep[3] = { ctl, c->builtin_fd, c->kill_fd };
+        /* Sorted, the gaps between them closed. */
+        for (int i = 0; i < 3; i++)
+                for (int j = i + 1; j < 3; j++)
+                        if (keep[j] < keep[i]) {
+                                int t = keep[i];
+                                keep[i] = keep[j];
+                                keep[j] = t;
+                        }
+        unsigned next = 3;
+        for (int i = 0; i < 3; i++) {
+                if (keep[i] < (int)next)
+                        continue;
+                if (keep[i] > (int)next)
+                        close_range(next, (unsigned)keep[i] - 1, 0);
+                next = (unsigned)keep[i] + 1;
+        }
+        close_range(next, ~0U, 0);
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (nul >= 0) {
                 dup2(nul, 0);
@@ -274,10 +291,12 @@ static int become_ns_root(void) {
 }
 
 /* After setup pid 1 only starts session shells: it keeps INIT_KEPT_CAPS, and takes the
- * commands' seccomp filter, which everything it starts then inherits. */
+ * commands' seccomp filter, which everything it starts then inherits. A process-mode pid 1
+ * of a daemon that is not root has no capability to keep. */
 static int confine(const InitConfig *c) {
-        bounding_drop(INIT_KEPT_CAPS);
-        int r = caps_set(INIT_KEPT_CAPS);
+        uint64_t keep = c->plain && geteuid() != 0 ? 0 : INIT_KEPT_CAPS;
+        bounding_drop(keep);
+        int r = caps_set(keep);
         if (r < 0)
                 return r;
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -325,11 +344,49 @@ static int setup_or_exit(const InitConfig *c, int ctl, int *ret_proxy) {
         if (r >= 0)
                 r = landlock_policy_apply(c->policy, err, sizeof err);
         if (r < 0) {
-                send_ready(ctl, r, err, -1, -1);
+                send_ready(ctl, r, err, -1, -1, -1);
                 _exit(1);
         }
         *ret_proxy = proxy;
         return snap;
+}
+
+/* Process mode's setup: no namespace to enter, no root to build; the sandbox's directory is
+ * made, session shells get its paths, and pid 1 becomes a child subreaper, so what commands
+ * leave behind is re-parented to it (and reaped, and reported) as in a pid namespace. On
+ * failure tells the daemon why on ctl and exits. Returns the snapshot store's fd; *ret_root
+ * gets the directory's, *ic its environment. */
+static int setup_plain_or_exit(InitConfig *ic, int ctl, int *ret_root) {
+        static char home[SBX_MAX_PATH_BYTES];
+        char err[400] = "";
+        int snap = -1;
+        int r = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 ? negerrno() : 0;
+        if (r < 0)
+                snprintf(err, sizeof err, "become a child subreaper: %s", strerror(-r));
+        if (r >= 0)
+                r = plain_build_dir(ic->plain, ret_root, &snap, err, sizeof err);
+        if (r >= 0 && !(ic->env = plain_env(ic->env, ic->plain->dir))) {
+                r = -ENOMEM;
+                snprintf(err, sizeof err, "out of memory");
+        }
+        snprintf(home, sizeof home, "%s/home/user", ic->plain->dir);
+        session_home = home;
+        hide_cmdline();
+        if (r >= 0 && (r = confine(ic)) < 0)
+                snprintf(err, sizeof err, "confine pid 1: %s", strerror(-r));
+        if (r < 0) {
+                send_ready(ctl, r, err, -1, -1, -1);
+                _exit(1);
+        }
+        return snap;
+}
+
+/* The daemon is gone (or pid 1 was told to stop): with no pid namespace to end, the
+ * sandbox's cgroup is killed, pid 1 with it; in namespaces mode pid 1's exit does that. */
+_noreturn_ static void init_exit(const InitConfig *c) {
+        if (c->kill_fd >= 0)
+                (void)!write(c->kill_fd, "1", 1);
+        _exit(0);
 }
 
 /* Reads one message from the daemon: a spawn request starts a session shell on the socket
@@ -345,7 +402,7 @@ static void handle_ctl(const InitConfig *c, int ctl) {
                              .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
         ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
         if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-                _exit(0); /* daemon gone or sandbox destroyed: take everything down */
+                init_exit(c); /* daemon gone or sandbox destroyed: take everything down */
         if (n < 0)
                 return;
         int fd = -1;
@@ -360,8 +417,12 @@ static void handle_ctl(const InitConfig *c, int ctl) {
                 watch(ctl, m.pid);
 }
 
-void init_main(const InitConfig *c) {
-        (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+void init_main(const InitConfig *config) {
+        InitConfig ic = *config;
+        const InitConfig *c = &ic;
+        /* In process mode SIGKILL would leave the sandbox's processes behind: SIGTERM comes
+         * to the loop below, which kills them (init_exit()). */
+        (void)prctl(PR_SET_PDEATHSIG, c->plain ? SIGTERM : SIGKILL, 0, 0, 0);
         (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
         wait_for_id_maps(c->userns_sync_fd);
         /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
@@ -370,16 +431,20 @@ void init_main(const InitConfig *c) {
          * and an unprivileged parent could no longer write them. */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         int ctl = keep_only_ctl(c);
-        int proxy;
-        int snap = setup_or_exit(c, ctl, &proxy);
-
         sigset_t mask;
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);
+        if (c->plain)
+                sigaddset(&mask, SIGTERM);
         sigprocmask(SIG_BLOCK, &mask, NULL);
+        int root = -1, proxy = -1;
+        int snap = c->plain ? setup_plain_or_exit(&ic, ctl, &root) : setup_or_exit(c, ctl, &proxy);
+        if (!c->plain)
+                root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+
         signal(SIGPIPE, SIG_IGN);
         int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        send_ready(ctl, 0, NULL, snap, proxy);
+        send_ready(ctl, 0, NULL, root, snap, proxy);
         /* The daemon holds the store and the proxy's socket now; pid 1 has no use for them. */
         safe_close(snap);
         safe_close(proxy);
@@ -390,8 +455,11 @@ void init_main(const InitConfig *c) {
                         continue;
                 if (p[1].revents) {
                         struct signalfd_siginfo si;
+                        bool term = false;
                         while (read(sfd, &si, sizeof si) > 0)
-                                ;
+                                term |= si.ssi_signo == SIGTERM;
+                        if (term)
+                                init_exit(c);
                         reap(ctl);
                 }
                 if (p[0].revents)

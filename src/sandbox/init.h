@@ -10,6 +10,7 @@
 #include "base/macro.h"
 #include "sandbox/landlock.h"
 #include "sandbox/mount.h"
+#include "sandbox/plain.h"
 
 /* fd numbers a session shell starts with: its end of the session socket, and the sealed
  * memfd of the bash builtin (session/wire.h speaks on the first). */
@@ -53,6 +54,12 @@ typedef struct InitConfig {
         uint64_t rlimit_as;    /* fallback when no memory cgroup: per-process bytes, 0 none */
         uint64_t rlimit_nproc; /* fallback when no pids cgroup: processes, 0 none */
         const LandlockPolicy *policy; /* the exec policy pid 1 takes after setup, or NULL */
+        /* Process mode (plain.h): no namespace, no private root; `mount` is not used. NULL in
+         * namespaces mode. */
+        const PlainConfig *plain;
+        /* Process mode: the sandbox cgroup's cgroup.kill, which pid 1 writes when the daemon
+         * goes (no pid namespace takes the sandbox's processes down with it); else -1. */
+        int kill_fd;
 } InitConfig;
 
 _noreturn_ void init_main(const InitConfig *c);

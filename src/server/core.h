@@ -14,7 +14,7 @@ typedef struct Totals {
         uint64_t completed, failed, timed_out, cancelled, exec_ms_sum;
 } Totals;
 
-typedef enum ServerMode { MODE_NAMESPACES, MODE_DISABLED } ServerMode;
+typedef enum ServerMode { MODE_NAMESPACES, MODE_DISABLED, MODE_PROCESS } ServerMode;
 
 struct Core {
         SbxContext *ctx;

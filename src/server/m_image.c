@@ -200,6 +200,10 @@ static int m_import(Req *r, json_t **ret, RpcError *e) {
         size_t b64_len, n;
         if (param_string(r->params, "data", true, &b64, &b64_len, e) < 0)
                 return -1;
+        if (r->core->mode == MODE_PROCESS)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "persistence.import is not available with --mode process: an "
+                                "archive's session states name the directories of the sandbox that exported it, which "
+                                "commands see as they are on the host");
         _cleanup_free_ uint8_t *data = b64_decode(b64, b64_len, &n);
         if (!data)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "data must be base64");

@@ -312,6 +312,9 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                 return -1;
         if (registry_check_room(&core->registry, e) < 0)
                 return -1;
+        if (core->mode == MODE_PROCESS && json_is_false(json_object_get(r->params, "network")))
+                return rpc_fail(e, RPC_INVALID_PARAMS, "invalid sandbox options: network: false cannot be honoured with "
+                                "--mode process, where commands use the host's network (leave network out)");
         if (parse_sandbox_options(r->params, &o, &env, &rpc_bytes, e) < 0 || parse_policy(r->params, &o, pl, e) < 0 ||
             parse_network(r->params, &o, na, e) < 0 ||
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||

@@ -47,7 +47,8 @@ static int m_health(Req *r, json_t **ret, RpcError *e) {
         const Totals *t = &core->totals;
         *ret = json_pack("{s:I, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:{s:I, s:I, s:I, s:I, s:f}, s:{s:o, s:o}, s:{s:I}}",
                          "uptimeMs", (json_int_t)(now_ms() - core->start_ms), "mode",
-                         core->mode == MODE_DISABLED ? "disabled" : "namespaces", "shuttingDown", core->shutting_down,
+                         core->mode == MODE_DISABLED ? "disabled" : core->mode == MODE_PROCESS ? "process" : "namespaces",
+                         "shuttingDown", core->shutting_down,
                          "sandboxes", (int)registry_count(&core->registry), "sessions", (int)sessions, "processes",
                          (int)processes, "running", (int)running, "queued", (int)queued, "totals", "completed",
                          (json_int_t)t->completed, "failed", (json_int_t)t->failed, "timedOut",

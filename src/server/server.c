@@ -344,7 +344,17 @@ void server_set_create_config(Server *s, json_t *defaults, json_t *enforced, jso
         s->core.create_secrets = json_incref(secrets);
 }
 
-void server_set_disabled(Server *s, bool disabled) { s->core.mode = disabled ? MODE_DISABLED : MODE_NAMESPACES; }
+int server_set_mode(Server *s, const char *mode) {
+        if (strcmp(mode, "namespaces") == 0)
+                s->core.mode = MODE_NAMESPACES;
+        else if (strcmp(mode, "disabled") == 0)
+                s->core.mode = MODE_DISABLED;
+        else if (strcmp(mode, "process") == 0)
+                s->core.mode = MODE_PROCESS;
+        else
+                return -EINVAL;
+        return sbx_context_set_mode(s->core.ctx, s->core.mode == MODE_PROCESS ? SBX_MODE_PROCESS : SBX_MODE_NAMESPACES);
+}
 
 static void close_listeners(Server *s) {
         for (unsigned i = 0; i < LISTEN_COUNT; i++) {

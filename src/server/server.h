@@ -53,9 +53,10 @@ void server_set_slots(Server *s, int lane, unsigned slots, unsigned queue_max);
 void server_set_create_config(Server *s, json_t *defaults, json_t *enforced, json_t *secrets);
 /* How long an orderly shutdown waits for cancelled work before destroying everything. */
 void server_set_shutdown_deadline(Server *s, uint64_t ms);
-/* --mode disabled: every request but ping, health, sandbox.list and kill is refused with
- * SANDBOX_DISABLED. */
-void server_set_disabled(Server *s, bool disabled);
+/* --mode: "namespaces" (the default); "process", sandboxes with no namespace (see
+ * sbx_context_set_mode()); "disabled", every request but ping, health, sandbox.list and kill
+ * refused with SANDBOX_DISABLED. Before any sandbox. Returns 0 or -EINVAL (unknown mode). */
+int server_set_mode(Server *s, const char *mode);
 /* Logs events to path (`--audit`; audit.h): starts the writer process and waits for it to
  * open the log. max_bytes and keep 0 take the defaults. Returns 0 or -errno with err set. */
 int server_set_audit(Server *s, const char *path, uint64_t max_bytes, unsigned keep, bool fail_closed, char *err,

@@ -248,6 +248,18 @@ void sbx_context_set_pool(SbxContext *ctx, unsigned n) {
         pool_arm(ctx, 1);
 }
 
+int sbx_context_set_mode(SbxContext *ctx, SbxMode mode) {
+        if (mode != SBX_MODE_NAMESPACES && mode != SBX_MODE_PROCESS)
+                return -EINVAL;
+        /* Every sandbox of a context shares its BoxShared, made for one mode. */
+        if (ctx->host.shared_ready)
+                return (mode == SBX_MODE_PROCESS) == ctx->host.process ? 0 : -EBUSY;
+        ctx->host.process = mode == SBX_MODE_PROCESS;
+        return 0;
+}
+
+SbxMode sbx_context_mode(const SbxContext *ctx) { return ctx->host.process ? SBX_MODE_PROCESS : SBX_MODE_NAMESPACES; }
+
 SbxContext *sbx_context_free(SbxContext *ctx) {
         if (!ctx)
                 return NULL;

@@ -14,6 +14,8 @@ struct Corpse {
         Watch init_w, cg_w;
 };
 
+static void corpse_event(Watch *w, uint32_t events);
+
 static void corpse_free(Corpse *c) {
         CorpseYard *y = c->yard;
         loop_del(y->loop, &c->init_w);
@@ -36,6 +38,13 @@ static void corpse_try(Corpse *c) {
         }
         if (box_try_finish(c->yard->shared, &c->box))
                 corpse_free(c);
+        /* A process-mode box goes on with a remover of its directory: its pidfd, watched the
+         * same way (if it cannot be, the removal is done here, as when burying). */
+        else if (!c->init_w.active && c->box.init_pidfd >= 0 &&
+                 loop_add(c->yard->loop, &c->init_w, c->box.init_pidfd, EPOLLIN, corpse_event, c) < 0) {
+                box_destroy(c->yard->shared, &c->box);
+                corpse_free(c);
+        }
 }
 
 static void corpse_event(Watch *w, uint32_t events) {

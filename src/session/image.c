@@ -36,6 +36,7 @@
 #include "base/util.h"
 #include "fs/archive.h"
 #include "fs/tree.h"
+#include "sandbox/plain.h"
 #include "session/context.h"
 #include "session/freeze.h"
 #include "session/image_job.h"
@@ -517,6 +518,12 @@ static int op_keep(Op *op) {
         switch (op->kind) {
         case OP_FORK:
                 op_release_sessions(op);
+                /* Process mode: the states name the parent's directory (cwd, HOME, TMPDIR...),
+                 * which the child's replaces. */
+                if (sandbox_box(sb)->process)
+                        for (size_t i = 0; i < op->n_states; i++)
+                                (void)plain_rewrite_paths(op->states[i].data, op->states[i].len, sandbox_box(sb)->dir,
+                                                          sandbox_box(op->child)->dir);
                 return op_apply(op, op->child, op->states, op->n_states, false);
         case OP_RESTORE:
                 return op_apply(op, sb, op->snap->states, op->snap->n_states, true);
@@ -830,6 +837,9 @@ int sbx_sandbox_export(SbxSandbox *sb, SbxOpDoneFn done, void *ud) {
 int sbx_sandbox_import(SbxSandbox *sb, const uint8_t *data, size_t len, SbxOpDoneFn done, void *ud) {
         if (!data || len == 0)
                 return -EINVAL;
+        /* Process mode: the archive's session states name another sandbox's directories. */
+        if (sandbox_box(sb)->process)
+                return -ENOTSUP;
         if (len > SBX_MAX_ARCHIVE_BYTES)
                 return -EFBIG;
         uint8_t *copy = malloc(len);

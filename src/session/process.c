@@ -688,7 +688,9 @@ static int open_pty(SandboxCore *core, uint16_t cols, uint16_t rows, int *master
          * devpts: whatever the sandbox did to its /dev, the terminal is one of its own. */
         struct open_how how = { .flags = O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC,
                                 .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
-        _cleanup_close_ int m = (int)syscall(SYS_openat2, core->box.root_fd, "dev/pts/ptmx", &how, sizeof how);
+        /* Process mode has no devpts of its own: the host's. */
+        _cleanup_close_ int m = core->box.process ? open("/dev/ptmx", (int)how.flags)
+                                                  : (int)syscall(SYS_openat2, core->box.root_fd, "dev/pts/ptmx", &how, sizeof how);
         struct statfs sf;
         if (m < 0)
                 return negerrno();

@@ -206,6 +206,27 @@ static int validate_secrets(const SbxSandboxOptions *o, char *err, size_t errlen
         return 0;
 }
 
+/* What process mode (sandbox/plain.h) cannot do, refused rather than left undone. Returns
+ * 0, or -EINVAL with err saying what and why. */
+static int validate_process_mode(const SbxSandboxOptions *o, char *err, size_t errlen) {
+        const char *what = o->rootfs ? "rootfs (there is no mount namespace to put it in)"
+                         : o->limits.fs_bytes ? "limits.fs_bytes (the sandbox's files are a directory of the host: no "
+                                                "tmpfs bounds them)"
+                         : o->limits.file_count ? "limits.file_count (the sandbox's files are a directory of the host: "
+                                                  "no tmpfs bounds them)"
+                         : (o->policy_allow && o->policy_allow[0]) || (o->policy_deny && o->policy_deny[0])
+                                 ? "an exec policy (its patterns name the files of a private root, which this mode has "
+                                   "not)"
+                         : o->network == SBX_NETWORK_ALLOWLIST
+                                 ? "network \"allowlist\" (no network namespace keeps commands to the proxy)"
+                                 : NULL;
+        if (!what)
+                return 0;
+        snprintf(err, errlen, "%s cannot be honoured in process mode (sbx serve --mode process): leave it out, or use "
+                              "--mode namespaces", what);
+        return -EINVAL;
+}
+
 /* Returns 0, or -EINVAL with err saying what is wrong. */
 static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen) {
         const SbxLimits *l = &o->limits;
@@ -364,6 +385,9 @@ static void init_event(Watch *w, uint32_t events) {
         log_warn("sandbox %s: init exited", sb->core.box.id);
         loop_del(sb->core.loop, &sb->init_w);
         loop_del(sb->core.loop, &sb->ctl_w);
+        /* Process mode: no pid namespace ended with it, so the same is done here. */
+        if (sb->core.box.process && sb->core.box.cg.dir >= 0)
+                (void)cgroup_kill(sb->core.box.cg.dir);
         if (sb->list && sb->list->reap_dead) {
                 sbx_sandbox_free(sb);
                 return;
@@ -490,14 +514,21 @@ static char **shell_env(const SbxSandbox *sb) {
 int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
                 size_t errlen) {
         int r = validate_options(o, err, errlen);
+        if (r == 0 && host->process)
+                r = validate_process_mode(o, err, errlen);
         if (r < 0)
                 return r;
         err[0] = 0;
         if (!host->shared_ready) {
-                r = box_shared_init(&host->shared);
+                r = box_shared_init(&host->shared, host->process);
                 if (r < 0) {
-                        snprintf(err, errlen, "%s", r == -ENOTSUP ? "no cgroup v2 hierarchy: sbx needs one to contain commands"
-                                                                  : "cannot prepare sandboxes");
+                        if (r == -ENOTSUP)
+                                snprintf(err, errlen, "no cgroup v2 hierarchy: sbx needs one to contain commands");
+                        else if (host->process && host->shared.process_base[0])
+                                snprintf(err, errlen, "cannot prepare sandboxes in %s: %s%s", host->shared.process_base,
+                                         strerror(-r), r == -EPERM ? " (it is not a directory of this user's)" : "");
+                        else
+                                snprintf(err, errlen, "cannot prepare sandboxes");
                         return r;
                 }
                 host->shared_ready = true;
@@ -616,6 +647,10 @@ void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
         ret->policy_allow = (const char *const *)sb->policy_allow;
         ret->policy_deny = (const char *const *)sb->policy_deny;
         ret->secrets = (const char *const *)sb->secrets;
+        /* Process mode's were never chosen (it refuses them): a sandbox like this one is made
+         * with the defaults again. */
+        if (sb->host->process)
+                ret->limits.fs_bytes = ret->limits.file_count = 0;
 }
 
 char *sbx_sandbox_redact(const SbxSandbox *sb, const void *data, size_t len, size_t *ret_len) {

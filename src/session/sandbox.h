@@ -25,6 +25,7 @@ typedef struct SandboxHost {
         Loop *loop;
         BoxShared shared;
         bool shared_ready;
+        bool process; /* SBX_MODE_PROCESS: shared is made (and stays) in process mode */
         int devnull;
         CorpseYard yard;
         /* sbx_context_set_env(): NAME=VALUE entries every new sandbox gets (NULL: none). */

@@ -259,7 +259,7 @@ def test_mode_disabled():
     (["--slots", "0"], "--slots takes 1 to"),
     (["--queue", "x"], "--queue takes 0 to"),
     (["--lane", "fast"], "--lane takes interactive or system"),
-    (["--mode", "vm"], "--mode takes namespaces or disabled"),
+    (["--mode", "vm"], "--mode takes namespaces, process or disabled"),
     (["--shutdown-deadline-ms", "-1"], "--shutdown-deadline-ms takes 0 to"),
 ])
 def test_bad_flags(args, msg):

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/* Process mode's files: the host directory each sandbox has instead of a private root, the
+ * environment that names it, and its removal. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "base/limits.h"
+#include "base/macro.h"
+#include "sandbox/plain.h"
+
+int plain_base_init(char *base, size_t size) {
+        mode_t mode = geteuid() == 0 ? 0711 : 0700;
+        const char *rt = getenv("XDG_RUNTIME_DIR");
+        if (geteuid() == 0)
+                snprintf(base, size, "/run/sbx-process");
+        else if (rt && rt[0] == '/')
+                snprintf(base, size, "%s/sbx-process", rt);
+        else
+                snprintf(base, size, "/tmp/sbx-process-%u", (unsigned)geteuid());
+        if (mkdir(base, mode) < 0 && errno != EEXIST)
+                return negerrno();
+        /* In /tmp anyone could have made it first, or put a symlink there. */
+        struct stat st;
+        if (lstat(base, &st) < 0)
+                return negerrno();
+        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+                return -EPERM;
+        return (st.st_mode & 07777) == mode || chmod(base, mode) == 0 ? 0 : negerrno();
+}
+
+static int fail(char *err, size_t errlen, const char *what, const char *path) {
+        int r = negerrno();
+        snprintf(err, errlen, "%s %s: %s", what, path, strerror(-r));
+        return r;
+}
+
+int plain_build_dir(const PlainConfig *c, int *ret_root, int *ret_snap, char *err, size_t errlen) {
+        if (mkdir(c->snap, 0700) < 0)
+                return fail(err, errlen, "mkdir", c->snap);
+        if (mkdir(c->dir, 0700) < 0)
+                return fail(err, errlen, "mkdir", c->dir);
+        _cleanup_close_ int d = open(c->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (d < 0)
+                return fail(err, errlen, "open", c->dir);
+        /* The same shape as a namespaces sandbox's writable tree, which fork, snapshots and
+         * archives copy (tmp, home/user, dev/shm). */
+        if (mkdirat(d, "tmp", 0700) < 0 || fchmodat(d, "tmp", 01777, 0) < 0 || mkdirat(d, "home", 0755) < 0 ||
+            mkdirat(d, "home/user", 0755) < 0 || mkdirat(d, "dev", 0755) < 0 || mkdirat(d, "dev/shm", 0700) < 0 ||
+            fchmodat(d, "dev/shm", 01777, 0) < 0)
+                return fail(err, errlen, "make the tree of", c->dir);
+        if (c->own && fchownat(d, "home/user", c->uid, c->gid, AT_SYMLINK_NOFOLLOW) < 0)
+                return fail(err, errlen, "chown home/user of", c->dir);
+        /* The skeleton is read-only to its user: /tmp, /home/user and /dev/shm stay where the
+         * files API and the session shells expect them. As root the directory is the
+         * sandbox's group's alone: no other host user may look in. */
+        if (fchmodat(d, "home", 0555, 0) < 0 || fchmodat(d, "dev", 0555, 0) < 0)
+                return fail(err, errlen, "chmod the skeleton of", c->dir);
+        if (c->own && fchown(d, 0, c->gid) < 0)
+                return fail(err, errlen, "chown", c->dir);
+        if (fchmod(d, c->own ? 0550 : 0555) < 0)
+                return fail(err, errlen, "chmod", c->dir);
+        *ret_root = open(c->dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (*ret_root < 0)
+                return fail(err, errlen, "open", c->dir);
+        *ret_snap = open(c->snap, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (*ret_snap < 0) {
+                *ret_root = safe_close(*ret_root);
+                return fail(err, errlen, "open", c->snap);
+        }
+        return 0;
+}
+
+/* env with NAME=<dir><suffix> in place of NAME's entry, or added; the rest borrowed. */
+static int set_path(char **env, size_t *n, const char *name, const char *dir, const char *suffix) {
+        size_t len = strlen(name);
+        char *e = NULL;
+        if (asprintf(&e, "%s=%s%s", name, dir, suffix) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < *n; i++)
+                if (strncmp(env[i], name, len) == 0 && env[i][len] == '=') {
+                        env[i] = e;
+                        return 0;
+                }
+        env[(*n)++] = e;
+        return 0;
+}
+
+char **plain_env(char *const *env, const char *dir) {
+        size_t n = 0;
+        while (env && env[n])
+                n++;
+        char **out = calloc(n + 3, sizeof *out);
+        if (!out)
+                return NULL;
+        for (size_t i = 0; i < n; i++)
+                out[i] = env[i];
+        if (set_path(out, &n, "HOME", dir, "/home/user") < 0 || set_path(out, &n, "TMPDIR", dir, "/tmp") < 0) {
+                free(out); /* and a string perhaps: pid 1 exits at once */
+                return NULL;
+        }
+        out[n] = NULL;
+        return out;
+}
+
+/* Empties directory `name` of top: its non-directories are removed, its directories moved
+ * into top under fresh names (the caller's pass over top comes to them), then it is removed.
+ * Returns 1 when something went, 0 when nothing could, -errno. */
+static int hoist(int top, const char *name, unsigned long *seq) {
+        /* A command may have left it unreadable or unwritable; its owner (the daemon's user,
+         * or root) may change that. */
+        (void)!fchmodat(top, name, 0700, 0);
+        int fd = openat(top, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 1 : negerrno();
+        DIR *d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return -ENOMEM;
+        }
+        int progress = 0;
+        for (struct dirent *e; (e = readdir(d));) {
+                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                        continue;
+                if (unlinkat(fd, e->d_name, 0) == 0) {
+                        progress = 1;
+                        continue;
+                }
+                if (errno != EISDIR)
+                        continue;
+                char fresh[48];
+                snprintf(fresh, sizeof fresh, ".sbx-rm-%lu", (*seq)++);
+                /* Moving a directory rewrites its "..": it must be writable too. */
+                (void)!fchmodat(fd, e->d_name, 0700, 0);
+                if (unlinkat(fd, e->d_name, AT_REMOVEDIR) == 0 || renameat(fd, e->d_name, top, fresh) == 0)
+                        progress = 1;
+        }
+        closedir(d);
+        if (unlinkat(top, name, AT_REMOVEDIR) == 0)
+                return 1;
+        return progress;
+}
+
+int plain_remove_tree(int parent, const char *name) {
+        (void)!fchmodat(parent, name, 0700, AT_SYMLINK_NOFOLLOW);
+        int top = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (top < 0)
+                return errno == ENOENT ? 0 : negerrno();
+        unsigned long seq = 0;
+        int r = 0;
+        for (;;) {
+                int fd = openat(top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+                if (!d) {
+                        r = fd < 0 ? negerrno() : -ENOMEM;
+                        safe_close(fd);
+                        break;
+                }
+                bool any = false, progress = false;
+                for (struct dirent *e; (e = readdir(d));) {
+                        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                                continue;
+                        any = true;
+                        if (unlinkat(top, e->d_name, 0) == 0 || errno == ENOENT) {
+                                progress = true;
+                                continue;
+                        }
+                        if (errno != EISDIR)
+                                continue;
+                        int h = hoist(top, e->d_name, &seq);
+                        if (h > 0)
+                                progress = true;
+                }
+                closedir(d);
+                if (!any)
+                        break;
+                /* Something nobody may remove (an immutable file): give up rather than spin. */
+                if (!progress) {
+                        r = -EPERM;
+                        break;
+                }
+        }
+        close(top);
+        if (r == 0 && unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+                r = negerrno();
+        return r;
+}
+
+size_t plain_rewrite_paths(uint8_t *data, size_t len, const char *from_dir, const char *to_dir) {
+        size_t n = strlen(from_dir), k = 0;
+        if (!n || strlen(to_dir) != n || len < n)
+                return 0;
+        for (size_t i = 0; i + n <= len;) {
+                uint8_t *p = memmem(data + i, len - i, from_dir, n);
+                if (!p)
+                        break;
+                memcpy(p, to_dir, n);
+                i = (size_t)(p - data) + n;
+                k++;
+        }
+        return k;
+}
