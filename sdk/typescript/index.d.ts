@@ -14,8 +14,9 @@ export type OutputCallback = (text: string) => void;
  * A JSON-RPC error the daemon answered, or a lost connection. `code`: -32700 parse error (a
  * NUL character in a string, a request over limits.rpcBytes), -32600 invalid request, -32601
  * unknown method, -32602 invalid params, -32603 internal error (also: the server exited, the
- * connection closed), -32001 a server cap was reached, -32010 / -32011 see ProcessEndedError /
- * WaitTimeoutError, 1 a sandbox or file error ("ENOENT: ...").
+ * connection closed), -32001 a server cap was reached (see retryAfterMs), -32002 the server
+ * runs with `--mode disabled`, -32003 the server is shutting down, -32010 / -32011 see
+ * ProcessEndedError / WaitTimeoutError, 1 a sandbox or file error ("ENOENT: ...").
  */
 export class SbxError extends Error {
   constructor(code: number, message: string, data?: unknown);
@@ -23,7 +24,29 @@ export class SbxError extends Error {
   /** The daemon's message (`message` adds " (code N)"). */
   readonly rpcMessage: string;
   readonly data: unknown;
+  /** For WORKER_UNAVAILABLE: the ms the server suggests waiting before a retry, when it can
+   * tell (a lane's queue was full); else undefined. */
+  readonly retryAfterMs: number | undefined;
 }
+
+/** -32603: internal error; also a server that exited or a closed connection. */
+export const INTERNAL_ERROR: -32603;
+/** -32700: a line the server could not parse, or one over limits.rpcBytes. */
+export const PARSE_ERROR: -32700;
+export const INVALID_REQUEST: -32600;
+export const METHOD_NOT_FOUND: -32601;
+export const INVALID_PARAMS: -32602;
+/** -32001: a server cap was reached (a lane's queue, sandboxes, sessions): retry later,
+ * after SbxError.retryAfterMs when it is set. */
+export const WORKER_UNAVAILABLE: -32001;
+/** -32002: the server runs with `--mode disabled` and executes nothing. */
+export const SANDBOX_DISABLED: -32002;
+/** -32003: the server is shutting down and takes no new work. */
+export const POOL_SHUTTING_DOWN: -32003;
+export const PROCESS_ENDED: -32010;
+export const WAIT_TIMEOUT: -32011;
+/** 1: a sandbox or file error ("ENOENT: ...", a paused sandbox refusing with whilePaused "refuse"). */
+export const SANDBOX_ERROR: 1;
 
 /** waitForLog / waitForPort: the process ended before the condition held (code -32010). */
 export class ProcessEndedError extends SbxError {
@@ -64,6 +87,33 @@ export interface SandboxOpts {
   /** Exec policy the kernel enforces for every process of the sandbox: absolute paths or glob
    * patterns ("/usr/bin/**": a directory). allow: only those run; deny alone: all but those. */
   policy?: { allow?: string[]; deny?: string[] };
+  /** {NAME: value} or {NAME: {value, mode: "env"}}: in every command's environment as NAME,
+   * never shown back; each value of 8 bytes or more reads [REDACTED:NAME] in all output. */
+  secrets?: Record<string, string | { value: string; mode?: "env" }>;
+  /** {key: value} shown by sandboxes.list() and getInfo(), and filtered on by
+   * sandboxes.list({metadata}): at most 32 keys of [A-Za-z0-9_.-], values up to 1024 bytes. */
+  metadata?: Record<string, string>;
+  /** The sandbox is destroyed this long after its creation (0 or absent: never; at most 31
+   * days); see setTimeout() and onExpired. */
+  lifetimeMs?: number;
+  /** The sandbox is destroyed after this long with no request naming it (a command that is
+   * still running is no activity: only requests are). */
+  idleTimeoutMs?: number;
+  /** Called once the server destroyed the sandbox because it expired (see Sandbox.onExpired). */
+  onExpired?: ExpiredCallback;
+}
+
+/** Why a sandbox expired: its lifetime (lifetimeMs, setTimeout) or its idle timeout. */
+export type ExpiryReason = "lifetime" | "idle";
+export type ExpiredCallback = (reason: ExpiryReason) => void;
+
+/** The worker lane of a request (see docs/PROTOCOL.md, "Lanes"): "system" slots are kept
+ * for it, which interactive work never takes. Default "interactive". */
+export type Lane = "interactive" | "system";
+
+/** Options of fork, snapshot, restore, exportState and importState. */
+export interface LaneOpts {
+  lane?: Lane;
 }
 
 export interface CreateOpts extends SandboxOpts {
@@ -94,6 +144,11 @@ export interface RunOpts {
   onStdout?: OutputCallback;
   /** Called with each piece of standard error as it arrives. */
   onStderr?: OutputCallback;
+  /** On a paused sandbox: "wait" (default) for resume(), or "refuse": reject at once
+   * (SbxError code 1). */
+  whilePaused?: "wait" | "refuse";
+  /** The worker lane (default "interactive"). */
+  lane?: Lane;
 }
 
 export interface ForegroundOpts extends RunOpts {
@@ -220,6 +275,8 @@ export interface SnapshotInfo {
 export interface SandboxInfo {
   sandboxId: string;
   label?: string;
+  metadata: Record<string, string>;
+  paused: boolean;
   /** ISO 8601, UTC. */
   createdAt: string;
   persist: boolean;
@@ -356,6 +413,8 @@ export class Pty {
     timeoutMs?: number;
     /** Default "exec bash -i". */
     command?: string;
+    whilePaused?: "wait" | "refuse";
+    lane?: Lane;
   }): Promise<TerminalHandle>;
   sendInput(pid: number | string, data: Data): Promise<void>;
   resize(pid: number | string, size: { cols: number; rows: number }): Promise<void>;
@@ -366,7 +425,9 @@ export class Sandboxes {
   private constructor();
   create(opts?: SandboxCreateOpts): Promise<Sandbox>;
   get(sandboxId: string): Sandbox;
-  list(): Promise<SandboxInfo[]>;
+  /** The sandboxes this connection may use; with metadata, those whose metadata has every
+   * one of these pairs. */
+  list(opts?: { metadata?: Record<string, string> }): Promise<SandboxInfo[]>;
 }
 
 export class Sandbox {
@@ -390,16 +451,31 @@ export class Sandbox {
   ping(): Promise<boolean>;
   /** "127.0.0.1:N" on the host, forwarded to TCP `port` inside the sandbox (port.expose). */
   getHost(port: number): Promise<string>;
+  /** Freezes every process in place (memory kept, no CPU); commands sent meanwhile wait for
+   * resume() unless whilePaused: "refuse". */
+  pause(): Promise<void>;
+  /** Lets a paused sandbox go on exactly where it was. */
+  resume(): Promise<void>;
+  /** E2B's setTimeout: the sandbox is destroyed timeoutMs from now (0: never). Not a command
+   * timeout. */
+  setTimeout(timeoutMs: number): Promise<void>;
+  /** Calls handler once the server destroyed this sandbox because it expired; returns the
+   * function that unsubscribes. */
+  onExpired(handler: ExpiredCallback): () => void;
+  /** Why the sandbox expired, once this connection was told; else null. */
+  readonly expired: ExpiryReason | null;
+  /** This sandbox as sandboxes.list() shows it; rejects (-32602) once it is gone. */
+  getInfo(): Promise<SandboxInfo>;
   /** An independent copy on the same connection; end it with kill(). */
-  fork(): Promise<Sandbox>;
+  fork(opts?: LaneOpts): Promise<Sandbox>;
   /** Resolves with the snapshot's id. */
-  snapshot(): Promise<string>;
-  restore(snapshotId: string): Promise<void>;
+  snapshot(opts?: LaneOpts): Promise<string>;
+  restore(snapshotId: string, opts?: LaneOpts): Promise<void>;
   listSnapshots(): Promise<SnapshotInfo[]>;
   deleteSnapshot(snapshotId: string): Promise<void>;
   /** A zstd-compressed tar: `tar --zstd -xf` opens it. */
-  exportState(): Promise<Uint8Array>;
-  importState(blob: Data): Promise<void>;
+  exportState(opts?: LaneOpts): Promise<Uint8Array>;
+  importState(blob: Data, opts?: LaneOpts): Promise<void>;
   /** Ends the sandbox (a spawned server shuts down; a socket connection closes). Idempotent. */
   kill(): Promise<void>;
   destroy(): Promise<void>;
@@ -430,6 +506,9 @@ export class Client {
   call(method: string, params?: Record<string, unknown>, opts?: CallOpts): { id: number; promise: Promise<any> };
   /** Keeps the event loop alive until the returned function is called. */
   hold(): () => void;
+  /** Calls handler when the server says sandboxId expired; returns the unsubscriber. */
+  onExpired(sandboxId: string, handler: ExpiredCallback): () => void;
+  expiredReason(sandboxId: string): ExpiryReason | null;
   close(waitMs?: number): Promise<void>;
 }
 

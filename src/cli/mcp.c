@@ -57,7 +57,7 @@ struct Mcp {
         const char *sandbox; /* --sandbox: a persistent sandbox of a socket daemon */
         enum CreateState create;
         uint64_t create_id;
-        char create_error[512];
+        char create_error[1024];
         uint64_t next_id;
         McpCall *calls;
         unsigned ncalls;
@@ -309,6 +309,45 @@ static int progress_tick(Mcp *m) {
         return (int)wait;
 }
 
+/* ---- the daemon's errors */
+
+/* Writes the text a tool shows for the daemon's error object err: its message, and, for the
+ * codes that say the daemon cannot take the call at all or not now, what the agent can do
+ * about it (the agent reads this text; it never sees the code). */
+static void daemon_error_text(json_t *err, char *buf, size_t len) {
+        const char *msg = json_string_value(json_object_get(err, "message"));
+        json_t *retry = json_object_get(json_object_get(err, "data"), "retryAfterMs");
+        if (!msg)
+                msg = "the daemon's answer holds neither result nor error";
+        switch (json_integer_value(json_object_get(err, "code"))) {
+        case RPC_WORKER_UNAVAILABLE:
+                if (json_is_integer(retry))
+                        snprintf(buf, len,
+                                 "%s\nThe sbx daemon has no free worker for this call now: make the same call again "
+                                 "in %lld ms or later.",
+                                 msg, (long long)json_integer_value(retry));
+                else
+                        snprintf(buf, len,
+                                 "%s\nThe sandbox is at one of its limits: let running commands or background "
+                                 "processes end (or stop some with process_kill), then call again.",
+                                 msg);
+                break;
+        case RPC_SANDBOX_DISABLED:
+                snprintf(buf, len,
+                         "%s\nThis sbx daemon was started with --mode disabled: it runs no commands and serves no "
+                         "files, so none of these tools can work until it is started without that option.",
+                         msg);
+                break;
+        case RPC_SHUTTING_DOWN:
+                snprintf(buf, len,
+                         "%s\nThe sbx daemon is shutting down and takes no new work: the sandbox, its files and "
+                         "processes go with it.",
+                         msg);
+                break;
+        default: snprintf(buf, len, "%s", msg); break;
+        }
+}
+
 /* ---- the sandbox */
 
 static void create_sandbox(Mcp *m) {
@@ -328,8 +367,8 @@ static void on_create_answer(Mcp *m, json_t *msg) {
         }
         const char *e = json_string_value(json_object_get(json_object_get(msg, "error"), "message"));
         m->create = CREATE_FAILED;
-        snprintf(m->create_error, sizeof m->create_error, "%s", e ? e : "unknown error");
-        log_warn("mcp: the sandbox could not be created: %s", m->create_error);
+        log_warn("mcp: the sandbox could not be created: %s", e ? e : "unknown error");
+        daemon_error_text(json_object_get(msg, "error"), m->create_error, sizeof m->create_error);
 }
 
 /* ---- the daemon's lines */
@@ -359,13 +398,14 @@ static void on_daemon_answer(Mcp *m, json_t *msg) {
                 fn(c, res, NULL);
                 return;
         }
-        const char *e = json_string_value(json_object_get(json_object_get(msg, "error"), "message"));
-        char buf[1024];
-        if (m->create == CREATE_FAILED && e && strncmp(e, "Sandbox not created", 19) == 0) {
+        json_t *err = json_object_get(msg, "error");
+        const char *e = json_string_value(json_object_get(err, "message"));
+        char buf[sizeof m->create_error + 64];
+        if (m->create == CREATE_FAILED && e && strncmp(e, "Sandbox not created", 19) == 0)
                 snprintf(buf, sizeof buf, "the sandbox could not be created: %s", m->create_error);
-                e = buf;
-        }
-        fn(c, NULL, e ? e : "the daemon's answer holds neither result nor error");
+        else
+                daemon_error_text(err, buf, sizeof buf);
+        fn(c, NULL, buf);
 }
 
 static bool on_daemon_line(void *ud, const char *line, size_t len, bool too_large) {

@@ -289,6 +289,97 @@ def test_socket_daemon_and_persistent_sandbox():
         shutil.rmtree(d, ignore_errors=True)
 
 
+class SocketDaemon:
+    """`sbx serve --socket PATH ARGS` and a raw admin connection to it (no sandbox of its own)."""
+
+    def __init__(self, *args):
+        self.dir = tempfile.mkdtemp(prefix="sbx-mcp-")
+        self.path = os.path.join(self.dir, "sbx.sock")
+        self.proc = subprocess.Popen([SBX_BIN, "serve", "--socket", self.path, "--pool", "0", *args],
+                                     stderr=subprocess.PIPE)
+        SPAWNED.append(self.proc.pid)
+        assert wait_until(lambda: os.path.exists(self.path), timeout=5)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.path)
+        self.admin = Peer(self.sock.makefile("rb"), self.sock.makefile("wb"))
+
+    def stop(self):
+        self.sock.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(20)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def test_disabled_daemon_is_a_readable_tool_error():
+    d = SocketDaemon("--mode", "disabled")
+    try:
+        m = start_mcp("--socket", d.path)
+        initialize(m)
+        for name, args in [("run", {"command": "echo hi"}), ("read_file", {"path": "x"})]:
+            text, is_error = tool(m, name, args)
+            assert is_error, text
+            assert text.startswith("SANDBOX_DISABLED: this server runs with --mode disabled"), text
+            assert "none of these tools can work" in text
+        assert stop(m) == 0
+    finally:
+        d.stop()
+
+
+def test_full_lane_is_a_tool_error_with_retry_after():
+    d = SocketDaemon("--slots", "1", "--queue", "0")
+    try:
+        m = start_mcp("--socket", d.path)
+        initialize(m)
+        m.send("tools/call", {"name": "run", "arguments": {"command": "sleep 1; echo slow"}}, id=70)
+        assert wait_until(lambda: d.admin.result("health")["lanes"]["interactive"]["active"] == 1, timeout=10)
+        text, is_error = tool(m, "run", {"command": "echo refused", "session": "b"})
+        assert is_error, text
+        assert text.startswith("WORKER_UNAVAILABLE: the interactive lane is full"), text
+        retry = int(text.rsplit("call again in ", 1)[1].split(" ms", 1)[0])
+        assert retry > 0, text
+        # The call that held the slot ends as usual, and the next one gets through.
+        ans = m.wait(70, timeout=20)["result"]
+        assert not ans["isError"] and ans["content"][0]["text"].startswith("slow\n")
+        assert tool(m, "run", {"command": "echo again", "session": "b"}) == ("again\nexit code: 0\n", False)
+        assert stop(m) == 0
+    finally:
+        d.stop()
+
+
+def test_shutting_down_daemon_is_a_tool_error():
+    d = SocketDaemon("--shutdown-deadline-ms", "2000")
+    kids = []
+    try:
+        m = start_mcp("--socket", d.path)
+        initialize(m)
+        assert tool(m, "process_list")[1] is False  # the sandbox exists, with no session yet
+        # The sandbox's pid 1 stopped: the session a run needs cannot start, so the run waits and
+        # the shutdown has work under way.
+        kids = children(d.proc.pid)
+        for k in kids:
+            os.kill(k, signal.SIGSTOP)
+        m.send("tools/call", {"name": "run", "arguments": {"command": "sleep 30"}}, id=80)
+        assert wait_until(lambda: d.admin.result("health")["queued"] == 1, timeout=10)
+        d.proc.send_signal(signal.SIGTERM)
+        text, is_error = tool(m, "run", {"command": "true", "session": "other"})
+        assert is_error, text
+        assert text.startswith("POOL_SHUTTING_DOWN: the server is shutting down"), text
+        assert "takes no new work" in text
+        for k in kids:
+            os.kill(k, signal.SIGCONT)
+        assert m.wait(80, timeout=20)["result"]["isError"]
+        assert d.proc.wait(20) == 0
+        stop(m)
+    finally:
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        d.stop()
+
+
 def test_daemon_gone_answers_calls():
     mcp = start_mcp()
     initialize(mcp)

@@ -14,6 +14,8 @@ persistent bash sessions.
 Standard library only. See docs/PROTOCOL.md in the sbx repository for the wire protocol.
 """
 from ._client import Client, ProcessEndedError, SbxError, WaitTimeoutError, find_binary
+from ._protocol import (INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, PARSE_ERROR, POOL_SHUTTING_DOWN,
+                        PROCESS_ENDED, SANDBOX_DISABLED, SANDBOX_ERROR, WAIT_TIMEOUT, WORKER_UNAVAILABLE)
 from ._async_client import AsyncClient
 from .commands import CommandHandle, CommandResult, Commands, OutputCallback, Session
 from .processes import OutputChunk, ProcessHandle, ProcessInfo, ProcessResult, Pty, TerminalHandle
@@ -64,5 +66,15 @@ __all__ = [
     "AsyncWatchHandle",
     "OutputCallback",
     "find_binary",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "WORKER_UNAVAILABLE",
+    "SANDBOX_DISABLED",
+    "POOL_SHUTTING_DOWN",
+    "PROCESS_ENDED",
+    "WAIT_TIMEOUT",
+    "SANDBOX_ERROR",
     "__version__",
 ]

@@ -78,6 +78,30 @@ def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
     return params
 
 
+def lifecycle_options(params: Dict[str, Any], metadata: Optional[Mapping[str, str]], lifetime: Optional[float],
+                      idle_timeout: Optional[float]) -> Dict[str, Any]:
+    """Adds what ``create`` / ``sandbox.create`` take about a sandbox's life to ``params``:
+    ``metadata`` (``{key: value}``), ``lifetime`` and ``idle_timeout`` (seconds). Returns
+    ``params``."""
+    if metadata is not None:
+        params["metadata"] = dict(metadata)
+    if lifetime is not None:
+        params["lifetimeMs"] = seconds_to_ms(lifetime)
+    if idle_timeout is not None:
+        params["idleTimeoutMs"] = seconds_to_ms(idle_timeout)
+    return params
+
+
+def worker_options(params: Dict[str, Any], lane: Optional[str], while_paused: Optional[str] = None) -> Dict[str, Any]:
+    """Adds ``lane`` (``"interactive"`` or ``"system"``) and ``whilePaused`` (``"wait"`` or
+    ``"refuse"``) to the params of a method that sets a worker going, when given."""
+    if lane is not None:
+        params["lane"] = lane
+    if while_paused is not None:
+        params["whilePaused"] = while_paused
+    return params
+
+
 def with_sandbox(sandbox_id: Optional[str], **extra: Any) -> Dict[str, Any]:
     """Params naming the sandbox (when known) and every ``extra`` that is not None."""
     params: Dict[str, Any] = {}
@@ -106,7 +130,8 @@ def _command_params(sandbox_id: Optional[str], cmd: str, cwd: Optional[str], env
 
 def run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs: Optional[Mapping[str, str]],
                timeout: Optional[float], stdin: Union[bytes, str, None], stream: bool,
-               session: Optional[str], leftovers: Optional[str] = None) -> Dict[str, Any]:
+               session: Optional[str], leftovers: Optional[str] = None, lane: Optional[str] = None,
+               while_paused: Optional[str] = None) -> Dict[str, Any]:
     """The params of a ``run``."""
     params = _command_params(sandbox_id, cmd, cwd, envs, timeout, session)
     if stdin is not None:
@@ -116,7 +141,7 @@ def run_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str], envs:
         params["stream"] = True
     if leftovers is not None:
         params["leftovers"] = leftovers
-    return params
+    return worker_options(params, lane, while_paused)
 
 
 def check_run_mode(background: bool, stdin: Union[bool, bytes, str, None], leftovers: Optional[str],
@@ -142,7 +167,8 @@ DEFAULT_TERM = "xterm-256color"
 def process_start_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[str],
                          envs: Optional[Mapping[str, str]], timeout: Optional[float],
                          stdin: Union[bool, bytes, str, None], session: Optional[str], label: Optional[str],
-                         pty: Optional[Tuple[int, int]]) -> Dict[str, Any]:
+                         pty: Optional[Tuple[int, int]], lane: Optional[str] = None,
+                         while_paused: Optional[str] = None) -> Dict[str, Any]:
     """The params of ``process.start``. ``stdin`` bytes or text (written and closed after the
     start) and True ask for an open stdin; False or None: /dev/null."""
     params = _command_params(sandbox_id, cmd, cwd, envs, timeout, session)
@@ -152,7 +178,7 @@ def process_start_params(sandbox_id: Optional[str], cmd: str, *, cwd: Optional[s
         params["stdin"] = True
     if pty is not None:
         params["pty"] = {"cols": int(pty[0]), "rows": int(pty[1])}
-    return params
+    return worker_options(params, lane, while_paused)
 
 
 def initial_stdin(stdin: Union[bool, bytes, str, None]) -> Optional[bytes]:
@@ -184,8 +210,8 @@ def create(method: str, params: Dict[str, Any]) -> Op:
     return str(result["sandboxId"])
 
 
-def fork(sandbox_id: str) -> Op:
-    result = yield "sandbox.fork", {"sandboxId": sandbox_id}
+def fork(sandbox_id: str, lane: Optional[str] = None) -> Op:
+    result = yield "sandbox.fork", worker_options({"sandboxId": sandbox_id}, lane)
     return str(result["sandboxId"])
 
 
@@ -226,25 +252,46 @@ def get_host(sandbox_id: Optional[str], port: int) -> Op:
     return f"{result['host']}:{result['port']}"
 
 
-def snapshot(sandbox_id: str) -> Op:
-    return str((yield "snapshot.create", {"sandboxId": sandbox_id})["id"])
+def snapshot(sandbox_id: str, lane: Optional[str] = None) -> Op:
+    return str((yield "snapshot.create", worker_options({"sandboxId": sandbox_id}, lane))["id"])
+
+
+def restore(sandbox_id: str, snapshot_id: str, lane: Optional[str] = None) -> Op:
+    yield "snapshot.restore", worker_options({"sandboxId": sandbox_id, "id": snapshot_id}, lane)
 
 
 def list_snapshots(sandbox_id: str) -> Op:
     return list((yield "snapshot.list", {"sandboxId": sandbox_id})["snapshots"])
 
 
-def export_state(sandbox_id: str) -> Op:
-    result = yield "persistence.export", {"sandboxId": sandbox_id}
+def export_state(sandbox_id: str, lane: Optional[str] = None) -> Op:
+    result = yield "persistence.export", worker_options({"sandboxId": sandbox_id}, lane)
     return base64.b64decode(result["data"])
 
 
-def import_state(sandbox_id: str, blob: bytes) -> Op:
-    yield "persistence.import", {"sandboxId": sandbox_id, "data": base64.b64encode(bytes(blob)).decode("ascii")}
+def import_state(sandbox_id: str, blob: bytes, lane: Optional[str] = None) -> Op:
+    params = {"sandboxId": sandbox_id, "data": base64.b64encode(bytes(blob)).decode("ascii")}
+    yield "persistence.import", worker_options(params, lane)
 
 
-def list_sandboxes() -> Op:
-    return list((yield "sandbox.list", None)["sandboxes"])
+def list_sandboxes(metadata: Optional[Mapping[str, str]] = None) -> Op:
+    params = None if metadata is None else {"metadata": dict(metadata)}
+    return list((yield "sandbox.list", params)["sandboxes"])
+
+
+def sandbox_info(sandbox_id: str, expired: Optional[str]) -> Op:
+    """The ``sandbox.list`` entry of one sandbox; -32602 when it is gone (``expired``: the
+    reason the server gave, if it said so)."""
+    for entry in (yield from list_sandboxes()):
+        if entry.get("sandboxId") == sandbox_id:
+            return dict(entry)
+    why = f" (it expired: {expired})" if expired else ""
+    raise SbxError(INVALID_PARAMS, f"Unknown sandboxId: {sandbox_id}{why}")
+
+
+def set_timeout(sandbox_id: str, timeout: float) -> Op:
+    """``sandbox.setTimeout``: the sandbox expires ``timeout`` seconds from now (0: never)."""
+    yield "sandbox.setTimeout", {"sandboxId": sandbox_id, "lifetimeMs": seconds_to_ms(timeout)}
 
 
 def session_create(sandbox_id: Optional[str], name: str) -> Op:

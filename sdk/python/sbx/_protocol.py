@@ -15,12 +15,14 @@ import os
 import re
 import shutil
 import threading
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, cast
 
 __all__ = ["SbxError", "ProcessEndedError", "WaitTimeoutError", "find_binary", "as_object", "error_of",
            "CallBase", "RpcCore", "INTERNAL_ERROR", "INVALID_PARAMS", "PARSE_ERROR", "PROCESS_ENDED",
-           "WAIT_TIMEOUT", "METHOD_NOT_FOUND", "DEFAULT_RPC_BYTES"]
+           "WAIT_TIMEOUT", "METHOD_NOT_FOUND", "DEFAULT_RPC_BYTES", "WORKER_UNAVAILABLE", "SANDBOX_DISABLED",
+           "POOL_SHUTTING_DOWN", "SANDBOX_ERROR", "ExpiredCallback"]
 
 #: JSON-RPC "internal error": also used for a dead server or a closed connection.
 INTERNAL_ERROR = -32603
@@ -31,18 +33,33 @@ METHOD_NOT_FOUND = -32601
 #: JSON-RPC parse error: the server's answer to a line it cannot parse or that is over
 #: ``limits.rpcBytes``; sent with ``"id": null``.
 PARSE_ERROR = -32700
+#: A server cap was reached (a lane's queue, sandboxes, sessions, runs per session): try again
+#: later, after :attr:`SbxError.retry_after_ms` when the server could tell.
+WORKER_UNAVAILABLE = -32001
+#: The server runs with ``--mode disabled``: it executes nothing.
+SANDBOX_DISABLED = -32002
+#: The server is shutting down: it takes no new work.
+POOL_SHUTTING_DOWN = -32003
+#: A sandbox or file error (``ENOENT: ...``; a paused sandbox refusing with
+#: ``while_paused="refuse"``).
+SANDBOX_ERROR = 1
 #: ``process.wait``: the process ended before the awaited log line or port showed up.
 PROCESS_ENDED = -32010
 #: ``process.wait``: its ``timeoutMs`` passed before the condition held.
 WAIT_TIMEOUT = -32011
 #: The server's default limit on one request line (``limits.rpcBytes``), newline excluded.
 DEFAULT_RPC_BYTES = 8 << 20
+#: How many expired sandboxes a connection remembers (for ``Sandbox.expired``); past this the
+#: oldest are forgotten.
+EXPIRED_MAX = 1024
 #: How many of the server's last stderr lines are kept for error messages.
 STDERR_LINES = 50
 #: At most this many characters of them go into one error message.
 STDERR_CHARS = 4000
 
 NotificationHandler = Callable[[Dict[str, Any]], None]
+#: Called with the reason a sandbox expired: ``"lifetime"`` or ``"idle"``.
+ExpiredCallback = Callable[[str], Any]
 
 #: Notification params naming one of these (and no request) go to the listeners of that value.
 _LISTEN_KEYS = ("processId", "watchId")
@@ -196,6 +213,13 @@ def encode_head(method: str, params: Optional[Dict[str, Any]]) -> bytes:
     return head
 
 
+def _call_expired(handler: ExpiredCallback, reason: str) -> None:
+    try:
+        handler(reason)
+    except Exception:  # noqa: BLE001 - the reader must go on; the user's bug is shown
+        traceback.print_exc()
+
+
 class CallBase:
     """One request in flight: its answer, once it came, and its notification handler. A
     client's subclass adds how waiters wait (a threading.Event, an asyncio.Future)."""
@@ -267,6 +291,9 @@ class RpcCore:
         # would answer them with id null (see _unmatched_call).
         self._rpc_limit = DEFAULT_RPC_BYTES
         self._stderr: Deque[str] = collections.deque(maxlen=STDERR_LINES)
+        # sandbox.expired: the reasons told so far (oldest first), and who waits to be told.
+        self._expired: "collections.OrderedDict[str, str]" = collections.OrderedDict()
+        self._expiry: Dict[str, List[ExpiredCallback]] = {}
 
     def _new_call(self, request_id: int, method: str, size: int, on_notification: Optional[NotificationHandler],
                   unreadable: bool, on_done: Optional[Callable[[Any], None]]) -> CallBase:
@@ -354,6 +381,49 @@ class RpcCore:
         """Undoes :meth:`listen_process` (nothing if it is not listening)."""
         self.unlisten("processId", process_id, handler)
 
+    # ------------------------------------------------------------ expiry
+
+    def on_expired(self, sandbox_id: str, handler: ExpiredCallback) -> Callable[[], None]:
+        """Calls ``handler(reason)`` when the server says ``sandbox_id`` expired
+        (``sandbox.expired``; reason ``"lifetime"`` or ``"idle"``): from the reader, or at once
+        from here if it did already. Returns a function that unsubscribes. An exception the
+        handler raises is printed to stderr and otherwise ignored."""
+        with self._lock:
+            reason = self._expired.get(sandbox_id)
+            if reason is None:
+                self._expiry.setdefault(sandbox_id, []).append(handler)
+        if reason is not None:
+            _call_expired(handler, reason)
+
+        def off() -> None:
+            with self._lock:
+                handlers = self._expiry.get(sandbox_id, [])
+                if handler in handlers:
+                    handlers.remove(handler)
+                if not handlers:
+                    self._expiry.pop(sandbox_id, None)
+        return off
+
+    def expired_reason(self, sandbox_id: str) -> Optional[str]:
+        """``"lifetime"`` or ``"idle"`` once this connection was told that ``sandbox_id``
+        expired, else None."""
+        with self._lock:
+            return self._expired.get(sandbox_id)
+
+    def _sandbox_expired(self, params: Dict[str, Any]) -> None:
+        sandbox_id = params.get("sandboxId")
+        if not isinstance(sandbox_id, str):
+            return
+        reason = params.get("reason")
+        reason = reason if isinstance(reason, str) else "lifetime"
+        with self._lock:
+            self._expired[sandbox_id] = reason
+            while len(self._expired) > EXPIRED_MAX:
+                self._expired.popitem(last=False)
+            handlers = self._expiry.pop(sandbox_id, [])
+        for handler in handlers:
+            _call_expired(handler, reason)
+
     # ------------------------------------------------------------ routing
 
     def _dispatch(self, line: bytes) -> None:
@@ -391,6 +461,9 @@ class RpcCore:
     def _notification(self, msg: Dict[str, Any]) -> None:
         params = as_object(msg.get("params"))
         if params is None:
+            return
+        if msg.get("method") == "sandbox.expired":
+            self._sandbox_expired(params)
             return
         rid = params.get("requestId")
         if not isinstance(rid, int):

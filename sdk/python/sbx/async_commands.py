@@ -450,11 +450,12 @@ async def start_process(client: AsyncClient, sandbox_id: Optional[str], cmd: str
                         label: Optional[str] = None, pty: Optional[Tuple[int, int]] = None,
                         on_stdout: Optional[AsyncOutputCallback] = None,
                         on_stderr: Optional[AsyncOutputCallback] = None,
-                        on_data: Optional[AsyncDataCallback] = None) -> AsyncProcessHandle:
+                        on_data: Optional[AsyncDataCallback] = None, lane: Optional[str] = None,
+                        while_paused: Optional[str] = None) -> AsyncProcessHandle:
     """``process.start``, then a handle streaming its output (as the threaded
     :func:`sbx.processes.start_process`)."""
     params = ops.process_start_params(sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin,
-                                      session=session, label=label, pty=pty)
+                                      session=session, label=label, pty=pty, lane=lane, while_paused=while_paused)
     result = await client.request("process.start", params)
     cls = AsyncTerminalHandle if pty is not None else AsyncProcessHandle
     handle = cls(client, sandbox_id, str(result["processId"]), int(result["pid"]), on_stdout=on_stdout,
@@ -480,11 +481,12 @@ class AsyncCommands:
     async def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
                     timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
                     on_stdout: Optional[AsyncOutputCallback] = None, on_stderr: Optional[AsyncOutputCallback] = None,
-                    session: Optional[str] = None, leftovers: Optional[str] = None) -> AsyncCommandHandle:
+                    session: Optional[str] = None, leftovers: Optional[str] = None, lane: Optional[str] = None,
+                    while_paused: Optional[str] = None) -> AsyncCommandHandle:
         """Sends a ``run`` and returns its :class:`AsyncCommandHandle` at once."""
         params = ops.run_params(self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin,
                                 stream=on_stdout is not None or on_stderr is not None, session=session,
-                                leftovers=leftovers)
+                                leftovers=leftovers, lane=lane, while_paused=while_paused)
         handle = AsyncCommandHandle(self._client, params, on_stdout, on_stderr)
         await self._client.drain()
         return handle
@@ -494,21 +496,23 @@ class AsyncCommands:
                   envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
                   stdin: Union[bytes, str, None] = None, on_stdout: Optional[AsyncOutputCallback] = None,
                   on_stderr: Optional[AsyncOutputCallback] = None, session: Optional[str] = None,
-                  leftovers: Optional[str] = None) -> CommandResult: ...
+                  leftovers: Optional[str] = None, lane: Optional[str] = None,
+                  while_paused: Optional[str] = None) -> CommandResult: ...
 
     @overload
     async def run(self, cmd: str, *, background: Literal[True], cwd: Optional[str] = None,
                   envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
                   stdin: Union[bool, bytes, str, None] = None, on_stdout: Optional[AsyncOutputCallback] = None,
                   on_stderr: Optional[AsyncOutputCallback] = None, session: Optional[str] = None,
-                  label: Optional[str] = None) -> AsyncProcessHandle: ...
+                  label: Optional[str] = None, lane: Optional[str] = None,
+                  while_paused: Optional[str] = None) -> AsyncProcessHandle: ...
 
     async def run(self, cmd: str, *, background: bool = False, cwd: Optional[str] = None,
                   envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
                   stdin: Union[bool, bytes, str, None] = None, on_stdout: Optional[AsyncOutputCallback] = None,
                   on_stderr: Optional[AsyncOutputCallback] = None, session: Optional[str] = None,
-                  leftovers: Optional[str] = None,
-                  label: Optional[str] = None) -> Union[CommandResult, AsyncProcessHandle]:
+                  leftovers: Optional[str] = None, label: Optional[str] = None, lane: Optional[str] = None,
+                  while_paused: Optional[str] = None) -> Union[CommandResult, AsyncProcessHandle]:
         """Runs a command and awaits its result, or with ``background=True`` starts a
         background process and returns its :class:`AsyncProcessHandle`; arguments as
         :meth:`sbx.Commands.run`. Callbacks may be coroutine functions.
@@ -521,10 +525,11 @@ class AsyncCommands:
         if background:
             return await start_process(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
                                        stdin=stdin, session=session, label=label, on_stdout=on_stdout,
-                                       on_stderr=on_stderr)
+                                       on_stderr=on_stderr, lane=lane, while_paused=while_paused)
         assert not isinstance(stdin, bool)
         handle = await self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
-                                  on_stderr=on_stderr, session=session, leftovers=leftovers)
+                                  on_stderr=on_stderr, session=session, leftovers=leftovers, lane=lane,
+                                  while_paused=while_paused)
         return await _run(handle)
 
     async def list(self) -> List[ProcessInfo]:
@@ -562,19 +567,21 @@ class AsyncSession:
     async def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
                     timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
                     on_stdout: Optional[AsyncOutputCallback] = None, on_stderr: Optional[AsyncOutputCallback] = None,
-                    leftovers: Optional[str] = None) -> AsyncCommandHandle:
+                    leftovers: Optional[str] = None, lane: Optional[str] = None,
+                    while_paused: Optional[str] = None) -> AsyncCommandHandle:
         """Starts a command in this session."""
         return await AsyncCommands(self._client, self._sandbox_id).start(
             cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
-            session=self.name, leftovers=leftovers)
+            session=self.name, leftovers=leftovers, lane=lane, while_paused=while_paused)
 
     async def run(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
                   timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
                   on_stdout: Optional[AsyncOutputCallback] = None, on_stderr: Optional[AsyncOutputCallback] = None,
-                  leftovers: Optional[str] = None) -> CommandResult:
+                  leftovers: Optional[str] = None, lane: Optional[str] = None,
+                  while_paused: Optional[str] = None) -> CommandResult:
         """Runs a command in this session and awaits it (cancelling the task cancels it)."""
         handle = await self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
-                                  on_stderr=on_stderr, leftovers=leftovers)
+                                  on_stderr=on_stderr, leftovers=leftovers, lane=lane, while_paused=while_paused)
         return await _run(handle)
 
     async def delete(self) -> None:
@@ -604,11 +611,12 @@ class AsyncPty:
 
     async def create(self, cols: int = 80, rows: int = 24, on_data: Optional[AsyncDataCallback] = None, *,
                      cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
-                     timeout: Optional[float] = None, command: str = "exec bash -i") -> AsyncTerminalHandle:
+                     timeout: Optional[float] = None, command: str = "exec bash -i", lane: Optional[str] = None,
+                     while_paused: Optional[str] = None) -> AsyncTerminalHandle:
         """Starts an interactive bash on a ``cols`` x ``rows`` terminal (as
         :meth:`sbx.Pty.create`)."""
         handle = await start_process(self._client, self._sandbox_id, command, cwd=cwd,
                                      envs=ops.terminal_env(envs), timeout=timeout, stdin=True, pty=(cols, rows),
-                                     on_data=on_data)
+                                     on_data=on_data, lane=lane, while_paused=while_paused)
         assert isinstance(handle, AsyncTerminalHandle)
         return handle

@@ -14,9 +14,11 @@ them.
 """
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Type, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Type, Union
 
 from . import _ops as ops
 from ._async_client import AsyncClient, AsyncPendingCall
@@ -28,6 +30,9 @@ __all__ = ["AsyncSandbox", "AsyncSessions", "AsyncEnv", "AsyncSandboxes", "Async
 
 #: Called with each change in a watched directory; may be a coroutine function.
 AsyncEventCallback = Callable[[FilesystemEvent], Union[None, Awaitable[None]]]
+#: Called with the reason a sandbox expired (``"lifetime"`` or ``"idle"``); may be a coroutine
+#: function.
+AsyncExpiredCallback = Callable[[str], Union[None, Awaitable[None]]]
 
 
 class AsyncSandbox:
@@ -59,37 +64,45 @@ class AsyncSandbox:
                      limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
                      network: ops.Network = False, leftovers: Optional[str] = None,
                      binary: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
-                secrets: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
-        """Starts ``sbx serve --stdio`` and creates the sandbox (as :class:`sbx.Sandbox`).
+                secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
+                     lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
+                     on_expired: Optional[AsyncExpiredCallback] = None) -> "AsyncSandbox":
+        """Starts ``sbx serve --stdio`` and creates the sandbox (as :class:`sbx.Sandbox`;
+        ``on_expired`` may be a coroutine function).
 
         Raises:
             SbxError: the server refused the options or could not create the sandbox.
             FileNotFoundError: no sbx binary was found.
         """
         params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         client = await AsyncClient.spawn(binary)
         try:
             sandbox_id: str = await client.run_op(ops.create("create", params))
         except BaseException:
             await client.close(wait_process=1)
             raise
-        return _attach(cls, client, sandbox_id, root=True, owns_server=True)
+        return _watched(_attach(cls, client, sandbox_id, root=True, owns_server=True), on_expired)
 
     @classmethod
     async def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
                       fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                       envs: Optional[Mapping[str, str]] = None, network: ops.Network = False,
-                      leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
+                      leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
+                      secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
+                      lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
+                      on_expired: Optional[AsyncExpiredCallback] = None) -> "AsyncSandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there; :meth:`kill` closes the connection (as :meth:`sbx.Sandbox.connect`)."""
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         client = await AsyncClient.connect(os.fspath(socket_path))
         try:
             sandbox_id: str = await client.run_op(ops.create("create", params))
         except BaseException:
             await client.close()
             raise
-        return _attach(cls, client, sandbox_id, root=True)
+        return _watched(_attach(cls, client, sandbox_id, root=True), on_expired)
 
     def _setup(self, client: AsyncClient, sandbox_id: str, *, root: bool, owns_server: bool) -> None:
         self._client = client
@@ -158,10 +171,10 @@ class AsyncSandbox:
         host: str = await self._client.run_op(ops.get_host(self._sandbox_id, port))
         return host
 
-    async def fork(self) -> "AsyncSandbox":
+    async def fork(self, *, lane: Optional[str] = None) -> "AsyncSandbox":
         """A new sandbox copying this one's files and session states, on the same connection
         (as :meth:`sbx.Sandbox.fork`)."""
-        sandbox_id: str = await self._client.run_op(ops.fork(self._sandbox_id))
+        sandbox_id: str = await self._client.run_op(ops.fork(self._sandbox_id, lane))
         return _attach(type(self), self._client, sandbox_id, root=False)
 
     async def pause(self) -> None:
@@ -175,15 +188,32 @@ class AsyncSandbox:
     async def set_timeout(self, timeout: float) -> None:
         """The sandbox is destroyed ``timeout`` seconds from now, 0: never (as
         :meth:`sbx.Sandbox.set_timeout`)."""
-        await self._client.run_op(ops.call("sandbox.setTimeout", self._params(lifetimeMs=int(timeout * 1000))))
+        await self._client.run_op(ops.set_timeout(self._sandbox_id, timeout))
 
-    async def snapshot(self) -> str:
+    def on_expired(self, callback: AsyncExpiredCallback) -> Callable[[], None]:
+        """Calls ``callback(reason)`` once the server destroyed this sandbox because it expired
+        (as :meth:`sbx.Sandbox.on_expired`), in the event loop; a coroutine function's
+        coroutine is run as a task. Returns a function that unsubscribes."""
+        return self._client.on_expired(self._sandbox_id, _loop_hook(callback))
+
+    @property
+    def expired(self) -> Optional[str]:
+        """``"lifetime"`` or ``"idle"`` once this connection was told the sandbox expired,
+        else None."""
+        return self._client.expired_reason(self._sandbox_id)
+
+    async def get_info(self) -> Dict[str, Any]:
+        """This sandbox as ``sandbox.list`` shows it (as :meth:`sbx.Sandbox.get_info`)."""
+        info: Dict[str, Any] = await self._client.run_op(ops.sandbox_info(self._sandbox_id, self.expired))
+        return info
+
+    async def snapshot(self, *, lane: Optional[str] = None) -> str:
         """Saves the files and session states; returns the snapshot id."""
-        return str(await self._client.run_op(ops.snapshot(self._sandbox_id)))
+        return str(await self._client.run_op(ops.snapshot(self._sandbox_id, lane)))
 
-    async def restore(self, snapshot_id: str) -> None:
+    async def restore(self, snapshot_id: str, *, lane: Optional[str] = None) -> None:
         """Brings back a snapshot's files and session states."""
-        await self._client.run_op(ops.call("snapshot.restore", self._params(id=snapshot_id)))
+        await self._client.run_op(ops.restore(self._sandbox_id, snapshot_id, lane))
 
     async def list_snapshots(self) -> List[Dict[str, Any]]:
         """``[{id, createdAt, bytes}]``, oldest first."""
@@ -194,14 +224,14 @@ class AsyncSandbox:
         """Deletes a snapshot."""
         await self._client.run_op(ops.call("snapshot.delete", self._params(id=snapshot_id)))
 
-    async def export_state(self) -> bytes:
+    async def export_state(self, *, lane: Optional[str] = None) -> bytes:
         """The sandbox as a zstd-compressed tar (``persistence.export``)."""
-        blob: bytes = await self._client.run_op(ops.export_state(self._sandbox_id))
+        blob: bytes = await self._client.run_op(ops.export_state(self._sandbox_id, lane))
         return blob
 
-    async def import_state(self, blob: bytes) -> None:
+    async def import_state(self, blob: bytes, *, lane: Optional[str] = None) -> None:
         """Replaces the files and session states with an exported archive's."""
-        await self._client.run_op(ops.import_state(self._sandbox_id, blob))
+        await self._client.run_op(ops.import_state(self._sandbox_id, blob, lane))
 
     async def destroy(self) -> None:
         """Destroys this sandbox (``sandbox.destroy``); on a root sandbox this is :meth:`kill`."""
@@ -260,6 +290,29 @@ def _attach(cls: Type[AsyncSandbox], client: AsyncClient, sandbox_id: str, *, ro
     return obj
 
 
+def _watched(sb: AsyncSandbox, on_expired: Optional[AsyncExpiredCallback]) -> AsyncSandbox:
+    """``sb``, with ``on_expired`` registered when given."""
+    if on_expired is not None:
+        sb.on_expired(on_expired)
+    return sb
+
+
+#: Tasks of coroutine expiry hooks, kept until they end (the loop holds only weak references).
+_hook_tasks: Set["asyncio.Future[Any]"] = set()
+
+
+def _loop_hook(callback: AsyncExpiredCallback) -> Callable[[str], None]:
+    """A plain expiry handler calling ``callback``, whose awaitable, if it returns one, runs as
+    a task of the running loop."""
+    def hook(reason: str) -> None:
+        result = callback(reason)
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            _hook_tasks.add(task)
+            task.add_done_callback(_hook_tasks.discard)
+    return hook
+
+
 class AsyncSessions:
     """``sandbox.sessions`` of an :class:`AsyncSandbox`."""
 
@@ -312,23 +365,28 @@ class AsyncSandboxes:
     async def create(self, label: Optional[str] = None, persist: bool = False, *, timeout: Optional[float] = None,
                      fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                      envs: Optional[Mapping[str, str]] = None, network: ops.Network = False,
-                     leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> AsyncSandbox:
+                     leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
+                     secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
+                     lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
+                     on_expired: Optional[AsyncExpiredCallback] = None) -> AsyncSandbox:
         """Creates another sandbox (as :meth:`sbx.Sandboxes.create`)."""
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         if label is not None:
             params["label"] = label
         if persist:
             params["persist"] = True
         sandbox_id: str = await self._client.run_op(ops.create("sandbox.create", params))
-        return _attach(AsyncSandbox, self._client, sandbox_id, root=False)
+        return _watched(_attach(AsyncSandbox, self._client, sandbox_id, root=False), on_expired)
 
     def get(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on an existing sandbox this connection may use, without asking the server."""
         return _attach(AsyncSandbox, self._client, sandbox_id, root=False)
 
-    async def list(self) -> List[Dict[str, Any]]:
-        """Sandboxes this connection may use."""
-        sandboxes: List[Dict[str, Any]] = await self._client.run_op(ops.list_sandboxes())
+    async def list(self, metadata: Optional[Mapping[str, str]] = None) -> List[Dict[str, Any]]:
+        """Sandboxes this connection may use; with ``metadata``, those whose metadata has every
+        one of its pairs (as :meth:`sbx.Sandboxes.list`)."""
+        sandboxes: List[Dict[str, Any]] = await self._client.run_op(ops.list_sandboxes(metadata))
         return sandboxes
 
 

@@ -133,11 +133,12 @@ def start_command(client: Client, sandbox_id: Optional[str], cmd: str, *, cwd: O
                   envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
                   stdin: Union[bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
                   on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
-                  leftovers: Optional[str] = None) -> CommandHandle:
+                  leftovers: Optional[str] = None, lane: Optional[str] = None,
+                  while_paused: Optional[str] = None) -> CommandHandle:
     """Sends a ``run`` request; the shared body of every ``start``."""
     stream = on_stdout is not None or on_stderr is not None
     params = _run_params(sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, stream=stream,
-                         session=session, leftovers=leftovers)
+                         session=session, leftovers=leftovers, lane=lane, while_paused=while_paused)
     streams = _Streams(on_stdout, on_stderr) if stream else None
     call = client.send("run", params, on_notification=streams)
     return CommandHandle(client, call, streams)
@@ -160,7 +161,8 @@ class Commands:
     def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
               timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
               on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
-              session: Optional[str] = None, leftovers: Optional[str] = None) -> CommandHandle:
+              session: Optional[str] = None, leftovers: Optional[str] = None, lane: Optional[str] = None,
+              while_paused: Optional[str] = None) -> CommandHandle:
         """Starts a command and returns at once; see :meth:`run` for the arguments.
 
         Returns:
@@ -168,27 +170,30 @@ class Commands:
         """
         return start_command(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
                              stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=session,
-                             leftovers=leftovers)
+                             leftovers=leftovers, lane=lane, while_paused=while_paused)
 
     @overload
     def run(self, cmd: str, *, background: Literal[False] = False, cwd: Optional[str] = None,
             envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
             stdin: Union[bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
             on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
-            leftovers: Optional[str] = None) -> CommandResult: ...
+            leftovers: Optional[str] = None, lane: Optional[str] = None,
+            while_paused: Optional[str] = None) -> CommandResult: ...
 
     @overload
     def run(self, cmd: str, *, background: Literal[True], cwd: Optional[str] = None,
             envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
             stdin: Union[bool, bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
             on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
-            label: Optional[str] = None) -> "ProcessHandle": ...
+            label: Optional[str] = None, lane: Optional[str] = None,
+            while_paused: Optional[str] = None) -> "ProcessHandle": ...
 
     def run(self, cmd: str, *, background: bool = False, cwd: Optional[str] = None,
             envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
             stdin: Union[bool, bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
             on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
-            leftovers: Optional[str] = None, label: Optional[str] = None) -> Union[CommandResult, "ProcessHandle"]:
+            leftovers: Optional[str] = None, label: Optional[str] = None, lane: Optional[str] = None,
+            while_paused: Optional[str] = None) -> Union[CommandResult, "ProcessHandle"]:
         """Runs a bash command in the sandbox's persistent session and waits for it, or,
         with ``background=True``, starts it as a background process and returns at once.
 
@@ -221,6 +226,11 @@ class Commands:
                 (``server &``) is killed when it ends; ``"keep"``: it keeps running;
                 default: the sandbox's setting.
             label: background only: free text shown by :meth:`list`.
+            lane: the daemon's worker lane: ``"interactive"`` (default) or ``"system"``,
+                whose slots interactive work never takes. When the lane's queue is full the
+                run raises SbxError -32001 with ``retry_after_ms``.
+            while_paused: on a paused sandbox (:meth:`Sandbox.pause`): ``"wait"`` (default)
+                for the resume, or ``"refuse"``: raise SbxError (code 1) at once.
 
         Returns:
             Foreground: the :class:`CommandResult`. A non-zero exit status does **not**
@@ -239,10 +249,11 @@ class Commands:
             from .processes import start_process
             return start_process(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
                                  stdin=stdin, session=session, label=label, on_stdout=on_stdout,
-                                 on_stderr=on_stderr)
+                                 on_stderr=on_stderr, lane=lane, while_paused=while_paused)
         assert not isinstance(stdin, bool)
         return self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
-                          on_stderr=on_stderr, session=session, leftovers=leftovers).wait()
+                          on_stderr=on_stderr, session=session, leftovers=leftovers, lane=lane,
+                          while_paused=while_paused).wait()
 
     def list(self) -> List["ProcessInfo"]:
         """The sandbox's background processes (``process.list``), oldest first: those of
@@ -303,16 +314,18 @@ class Session:
     def start(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
               timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
               on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
-              leftovers: Optional[str] = None) -> CommandHandle:
+              leftovers: Optional[str] = None, lane: Optional[str] = None,
+              while_paused: Optional[str] = None) -> CommandHandle:
         """Starts a command in this session; see :meth:`Commands.run` for the arguments."""
         return start_command(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
                              stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, session=self.name,
-                             leftovers=leftovers)
+                             leftovers=leftovers, lane=lane, while_paused=while_paused)
 
     def run(self, cmd: str, *, cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
             timeout: Optional[float] = None, stdin: Union[bytes, str, None] = None,
             on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
-            session: Optional[str] = None, leftovers: Optional[str] = None) -> CommandResult:
+            session: Optional[str] = None, leftovers: Optional[str] = None, lane: Optional[str] = None,
+            while_paused: Optional[str] = None) -> CommandResult:
         """Runs a command in this session and waits for it; see :meth:`Commands.run`.
 
         ``session``, if given, must be this session's name (it is accepted only so that
@@ -321,7 +334,7 @@ class Session:
         if session is not None and session != self.name:
             raise ValueError(f"this is session {self.name!r}, not {session!r}")
         return self.start(cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
-                          on_stderr=on_stderr, leftovers=leftovers).wait()
+                          on_stderr=on_stderr, leftovers=leftovers, lane=lane, while_paused=while_paused).wait()
 
     def delete(self) -> None:
         """Ends the session; its running command is cancelled."""

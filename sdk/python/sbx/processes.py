@@ -324,11 +324,12 @@ def start_process(client: Client, sandbox_id: Optional[str], cmd: str, *, cwd: O
                   stdin: Union[bool, bytes, str, None] = None, session: Optional[str] = None,
                   label: Optional[str] = None, pty: Optional[Tuple[int, int]] = None,
                   on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None,
-                  on_data: Optional[DataCallback] = None) -> ProcessHandle:
+                  on_data: Optional[DataCallback] = None, lane: Optional[str] = None,
+                  while_paused: Optional[str] = None) -> ProcessHandle:
     """``process.start``, then a handle streaming its output. ``stdin`` bytes or text are
     written and stdin closed; True leaves it open; False or None: /dev/null."""
     params = ops.process_start_params(sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout, stdin=stdin,
-                                      session=session, label=label, pty=pty)
+                                      session=session, label=label, pty=pty, lane=lane, while_paused=while_paused)
     result = client.request("process.start", params)
     cls = TerminalHandle if pty is not None else ProcessHandle
     handle = cls(client, sandbox_id, str(result["processId"]), int(result["pid"]), on_stdout=on_stdout,
@@ -363,7 +364,8 @@ class Pty:
 
     def create(self, cols: int = 80, rows: int = 24, on_data: Optional[DataCallback] = None, *,
                cwd: Optional[str] = None, envs: Optional[Mapping[str, str]] = None,
-               timeout: Optional[float] = None, command: str = "exec bash -i") -> TerminalHandle:
+               timeout: Optional[float] = None, command: str = "exec bash -i", lane: Optional[str] = None,
+               while_paused: Optional[str] = None) -> TerminalHandle:
         """Starts an interactive bash on a ``cols`` x ``rows`` terminal.
 
         Args:
@@ -372,11 +374,13 @@ class Pty:
             envs: extra environment variables; TERM defaults to ``xterm-256color``.
             timeout: seconds before the shell and everything in it is killed (default none).
             command: what runs on the terminal (default an interactive bash).
+            lane, while_paused: as for :meth:`Commands.run`.
 
         Returns:
             A :class:`TerminalHandle`: ``send_input``, ``resize``, ``kill``, ``wait``.
         """
         handle = start_process(self._client, self._sandbox_id, command, cwd=cwd, envs=ops.terminal_env(envs),
-                               timeout=timeout, stdin=True, pty=(cols, rows), on_data=on_data)
+                               timeout=timeout, stdin=True, pty=(cols, rows), on_data=on_data, lane=lane,
+                               while_paused=while_paused)
         assert isinstance(handle, TerminalHandle)
         return handle

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Type, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Type, Union
 
 from . import _ops as ops
 from ._client import Client, SbxError
+from ._protocol import ExpiredCallback
 from ._ops import sandbox_options as _sandbox_options
 from .commands import Commands, Session
 from .files import Files
@@ -52,6 +53,16 @@ class Sandbox:
         secrets: ``{NAME: value}`` (or ``{NAME: {"value": ..., "mode": "env"}}``): set in every
             command's environment as NAME, never shown back, and each value (8 bytes or more)
             replaced by ``[REDACTED:NAME]`` in all output and history.
+        metadata: ``{key: value}`` strings shown by ``sandboxes.list()`` and :meth:`get_info`,
+            and filtered on by ``sandboxes.list(metadata=...)``: at most 32 keys of
+            ``[A-Za-z0-9_.-]``, values up to 1024 bytes.
+        lifetime: seconds after which the server destroys the sandbox (default: never; at
+            most 31 days); :meth:`set_timeout` moves it. Not a command timeout (that is
+            ``timeout``).
+        idle_timeout: seconds without a request naming the sandbox after which the server
+            destroys it (a command that is still running is no activity: only requests are).
+        on_expired: called with ``"lifetime"`` or ``"idle"`` once the server destroyed the
+            sandbox because it expired (see :meth:`on_expired`).
 
     Raises:
         SbxError: the server refused the options or could not create the sandbox.
@@ -68,8 +79,11 @@ class Sandbox:
                  limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
                  network: ops.Network = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
                  policy: Optional[Mapping[str, Any]] = None,
-                secrets: Optional[Mapping[str, Any]] = None) -> None:
+                secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
+                 lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
+                 on_expired: Optional[ExpiredCallback] = None) -> None:
         params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         client = Client.spawn(binary)
         try:
             sandbox_id: str = client.run_op(ops.create("create", params))
@@ -77,37 +91,46 @@ class Sandbox:
             client.close(wait_process=1)
             raise
         self._setup(client, sandbox_id, root=True, owns_server=True)
+        if on_expired is not None:
+            self.on_expired(on_expired)
 
     @classmethod
     def create(cls, *, timeout: Optional[float] = None, fs_limit_bytes: Optional[int] = None,
                limits: Optional[Mapping[str, float]] = None, envs: Optional[Mapping[str, str]] = None,
                network: ops.Network = False, leftovers: Optional[str] = None, binary: Optional[str] = None,
                policy: Optional[Mapping[str, Any]] = None,
-                secrets: Optional[Mapping[str, Any]] = None) -> "Sandbox":
+                secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
+               lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
+               on_expired: Optional[ExpiredCallback] = None) -> "Sandbox":
         """E2B's name for the constructor: ``Sandbox.create(...)`` is ``Sandbox(...)`` (a
         private ``sbx serve --stdio`` and its sandbox)."""
         return cls(timeout=timeout, fs_limit_bytes=fs_limit_bytes, limits=limits, envs=envs, network=network,
-                   leftovers=leftovers, binary=binary, policy=policy, secrets=secrets)
+                   leftovers=leftovers, binary=binary, policy=policy, secrets=secrets, metadata=metadata,
+                   lifetime=lifetime, idle_timeout=idle_timeout, on_expired=on_expired)
 
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
                 fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                 envs: Optional[Mapping[str, str]] = None, network: ops.Network = False,
-                leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> "Sandbox":
+                leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
+                secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
+                lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
+                on_expired: Optional[ExpiredCallback] = None) -> "Sandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there (options as for the constructor).
 
         :meth:`kill` on it closes the connection, which destroys the sandboxes it made
         (except persistent ones); the server keeps running.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         client = Client.connect(os.fspath(socket_path))
         try:
             sandbox_id: str = client.run_op(ops.create("create", params))
         except BaseException:
             client.close()
             raise
-        return _attach(cls, client, sandbox_id, root=True)
+        return _watched(_attach(cls, client, sandbox_id, root=True), on_expired)
 
     def _setup(self, client: Client, sandbox_id: str, *, root: bool, owns_server: bool) -> None:
         self._client = client
@@ -192,17 +215,27 @@ class Sandbox:
 
     # ------------------------------------------------------------ fork, snapshots, export
 
-    def fork(self) -> "Sandbox":
+    def fork(self, *, lane: Optional[str] = None) -> "Sandbox":
         """A new sandbox with a copy of this one's files, every session's state, its limits
         and options (``sandbox.fork``), on the same connection. Parent and fork are
         independent from then on; background processes are not copied. End it with
-        :meth:`destroy`."""
-        sandbox_id: str = self._client.run_op(ops.fork(self._sandbox_id))
+        :meth:`destroy`.
+
+        ``lane``: ``"system"`` takes a slot the daemon keeps for that lane (default
+        ``"interactive"``); so for :meth:`snapshot`, :meth:`restore`, :meth:`export_state`
+        and :meth:`import_state`."""
+        sandbox_id: str = self._client.run_op(ops.fork(self._sandbox_id, lane))
         return _attach(type(self), self._client, sandbox_id, root=False)
 
     def pause(self) -> None:
         """Freezes every process of the sandbox in place (``sandbox.pause``: the cgroup freezer;
-        memory kept, no CPU). Runs sent meanwhile wait for :meth:`resume`."""
+        memory kept, no CPU), returning once frozen. Runs sent meanwhile wait for
+        :meth:`resume` (or fail at once with ``while_paused="refuse"``); fork, snapshots,
+        export and import are refused. A running command's timeout keeps counting.
+
+        Raises:
+            SbxError: it is paused already (-32602).
+        """
         self._client.run_op(ops.call("sandbox.pause", self._params()))
 
     def resume(self) -> None:
@@ -211,17 +244,46 @@ class Sandbox:
 
     def set_timeout(self, timeout: float) -> None:
         """E2B's ``set_timeout``: the sandbox is destroyed ``timeout`` seconds from now (0:
-        never) unless extended again (``sandbox.setTimeout``)."""
-        self._client.run_op(ops.call("sandbox.setTimeout", self._params(lifetimeMs=int(timeout * 1000))))
+        never) unless extended again (``sandbox.setTimeout``). Its ``idle_timeout`` stays.
 
-    def snapshot(self) -> str:
+        Raises:
+            ValueError: ``timeout`` is negative.
+        """
+        self._client.run_op(ops.set_timeout(self._sandbox_id, timeout))
+
+    def on_expired(self, callback: ExpiredCallback) -> Callable[[], None]:
+        """Calls ``callback(reason)`` once the server destroyed this sandbox because it
+        expired: ``"lifetime"`` (``lifetime``, :meth:`set_timeout`) or ``"idle"``
+        (``idle_timeout``). It runs on the SDK's reader thread (at once, here, if the
+        sandbox expired already): keep it short and make no blocking SDK call from it. Only
+        the connection that owns the sandbox is told. Returns a function that unsubscribes.
+        """
+        return self._client.on_expired(self._sandbox_id, callback)
+
+    @property
+    def expired(self) -> Optional[str]:
+        """``"lifetime"`` or ``"idle"`` once this connection was told the sandbox expired,
+        else None."""
+        return self._client.expired_reason(self._sandbox_id)
+
+    def get_info(self) -> Dict[str, Any]:
+        """This sandbox as ``sandbox.list`` shows it: ``{sandboxId, label?, metadata, paused,
+        createdAt, persist, root}``.
+
+        Raises:
+            SbxError: it is gone, destroyed or expired (-32602).
+        """
+        info: Dict[str, Any] = self._client.run_op(ops.sandbox_info(self._sandbox_id, self.expired))
+        return info
+
+    def snapshot(self, *, lane: Optional[str] = None) -> str:
         """Saves the files and session states; returns the snapshot id (``snapshot.create``)."""
-        return str(self._client.run_op(ops.snapshot(self._sandbox_id)))
+        return str(self._client.run_op(ops.snapshot(self._sandbox_id, lane)))
 
-    def restore(self, snapshot_id: str) -> None:
+    def restore(self, snapshot_id: str, *, lane: Optional[str] = None) -> None:
         """Brings back a snapshot's files and session states, as often as wanted
         (``snapshot.restore``). Background processes are killed."""
-        self._client.run_op(ops.call("snapshot.restore", self._params(id=snapshot_id)))
+        self._client.run_op(ops.restore(self._sandbox_id, snapshot_id, lane))
 
     def list_snapshots(self) -> List[Dict[str, Any]]:
         """``[{id, createdAt, bytes}]``, oldest first."""
@@ -232,16 +294,16 @@ class Sandbox:
         """Deletes a snapshot (``snapshot.delete``)."""
         self._client.run_op(ops.call("snapshot.delete", self._params(id=snapshot_id)))
 
-    def export_state(self) -> bytes:
+    def export_state(self, *, lane: Optional[str] = None) -> bytes:
         """The sandbox as a zstd-compressed tar (files, session states, limits, digest):
         ``persistence.export``. ``tar --zstd -xf`` opens it."""
-        blob: bytes = self._client.run_op(ops.export_state(self._sandbox_id))
+        blob: bytes = self._client.run_op(ops.export_state(self._sandbox_id, lane))
         return blob
 
-    def import_state(self, blob: bytes) -> None:
+    def import_state(self, blob: bytes, *, lane: Optional[str] = None) -> None:
         """Replaces the files and session states with an exported archive's
         (``persistence.import``). A refused archive raises and changes nothing."""
-        self._client.run_op(ops.import_state(self._sandbox_id, blob))
+        self._client.run_op(ops.import_state(self._sandbox_id, blob, lane))
 
     # ------------------------------------------------------------ ending
 
@@ -311,6 +373,13 @@ def _attach(cls: Type[Sandbox], client: Client, sandbox_id: str, *, root: bool) 
     return obj
 
 
+def _watched(sb: Sandbox, on_expired: Optional[ExpiredCallback]) -> Sandbox:
+    """``sb``, with ``on_expired`` registered when given."""
+    if on_expired is not None:
+        sb.on_expired(on_expired)
+    return sb
+
+
 class Sessions:
     """``sandbox.sessions``: named sessions, each with its own shell state and history."""
 
@@ -377,7 +446,9 @@ class Sandboxes:
                fs_limit_bytes: Optional[int] = None, limits: Optional[Mapping[str, float]] = None,
                envs: Optional[Mapping[str, str]] = None, network: ops.Network = False,
                leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
-                secrets: Optional[Mapping[str, Any]] = None) -> Sandbox:
+                secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
+               lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
+               on_expired: Optional[ExpiredCallback] = None) -> Sandbox:
         """Creates another sandbox (``sandbox.create``) and returns its handle.
 
         It lives until :meth:`Sandbox.destroy`, or until this connection closes, unless
@@ -386,24 +457,26 @@ class Sandboxes:
         Args:
             label: free text shown by :meth:`list`.
             persist: outlive this connection (socket server only).
-            timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets: as for
-                :class:`Sandbox`.
+            timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets,
+                metadata, lifetime, idle_timeout, on_expired: as for :class:`Sandbox`.
         """
         params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         if label is not None:
             params["label"] = label
         if persist:
             params["persist"] = True
         sandbox_id: str = self._client.run_op(ops.create("sandbox.create", params))
-        return _attach(Sandbox, self._client, sandbox_id, root=False)
+        return _watched(_attach(Sandbox, self._client, sandbox_id, root=False), on_expired)
 
     def get(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox this connection may use (one of its own, or a
         persistent one), without asking the server."""
         return _attach(Sandbox, self._client, sandbox_id, root=False)
 
-    def list(self) -> List[Dict[str, Any]]:
-        """Sandboxes this connection may use: ``[{sandboxId, label?, createdAt, persist,
-        root}]``."""
-        sandboxes: List[Dict[str, Any]] = self._client.run_op(ops.list_sandboxes())
+    def list(self, metadata: Optional[Mapping[str, str]] = None) -> List[Dict[str, Any]]:
+        """Sandboxes this connection may use: ``[{sandboxId, label?, metadata, paused,
+        createdAt, persist, root}]``; with ``metadata``, only those whose metadata has every
+        one of its ``{key: value}`` pairs."""
+        sandboxes: List[Dict[str, Any]] = self._client.run_op(ops.list_sandboxes(metadata))
         return sandboxes

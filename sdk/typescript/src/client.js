@@ -21,6 +21,8 @@ import { INTERNAL_ERROR, PARSE_ERROR, SbxError, makeError } from "./errors.js";
 /** The server's default limit on one request line (limits.rpcBytes), newline excluded. */
 export const DEFAULT_RPC_BYTES = 8 << 20;
 const STDERR_LINES = 50;
+// Expired sandboxes remembered for Sandbox.expired; past this many the oldest are forgotten.
+const EXPIRED_MAX = 1024;
 const STDERR_CHARS = 4000;
 const NEWLINE = 0x0a;
 const TOO_LARGE = /^Request too large \(limit (\d+) bytes\)/;
@@ -81,6 +83,8 @@ export class Client {
     this._nextId = 1;
     this._calls = new Map(); // id -> call
     this._subs = new Map(); // processId -> Set of handlers
+    this._expiry = new Map(); // sandboxId -> Set of sandbox.expired handlers
+    this._expired = new Map(); // sandboxId -> reason, for the sandboxes this connection saw expire
     this._strong = 0; // waiters that keep the event loop alive
     this._referenced = true;
     this._dead = null; // the SbxError every later request gets
@@ -265,6 +269,56 @@ export class Client {
     };
   }
 
+  // ------------------------------------------------------------ expiry
+
+  /**
+   * Calls handler(reason) when the server says sandboxId expired (sandbox.expired: "lifetime"
+   * or "idle"); at once, deferred, if it did already. Returns the function that unsubscribes.
+   * A handler does not keep the event loop alive.
+   */
+  onExpired(sandboxId, handler) {
+    if (typeof handler !== "function") throw new TypeError("onExpired needs a function");
+    const reason = this._expired.get(sandboxId);
+    if (reason !== undefined) {
+      let live = true;
+      queueMicrotask(() => live && handler(reason));
+      return () => (live = false);
+    }
+    let set = this._expiry.get(sandboxId);
+    if (!set) this._expiry.set(sandboxId, (set = new Set()));
+    set.add(handler);
+    return () => {
+      set.delete(handler);
+      if (set.size === 0 && this._expiry.get(sandboxId) === set) this._expiry.delete(sandboxId);
+    };
+  }
+
+  /** "lifetime" or "idle" when this connection was told that sandboxId expired, else null. */
+  expiredReason(sandboxId) {
+    return this._expired.get(sandboxId) ?? null;
+  }
+
+  _sandboxExpired(params) {
+    const id = params.sandboxId;
+    if (typeof id !== "string") return;
+    const reason = typeof params.reason === "string" ? params.reason : "lifetime";
+    this._expired.set(id, reason);
+    if (this._expired.size > EXPIRED_MAX) this._expired.delete(this._expired.keys().next().value);
+    const set = this._expiry.get(id);
+    this._expiry.delete(id);
+    for (const handler of set ?? []) {
+      try {
+        handler(reason);
+      } catch (e) {
+        // The user's bug surfaces as an uncaught exception, as an EventEmitter listener's
+        // would, but only after the rest of this chunk of the server's lines is routed.
+        queueMicrotask(() => {
+          throw e;
+        });
+      }
+    }
+  }
+
   // ------------------------------------------------------------ reading
 
   _onData(chunk) {
@@ -329,6 +383,10 @@ export class Client {
           call.callbackError = e;
         }
       }
+      return;
+    }
+    if (method === "sandbox.expired") {
+      this._sandboxExpired(params);
       return;
     }
     const set = this._subs.get(params.processId);

@@ -76,6 +76,8 @@ function runParams(sandboxId, cmd, opts, stream) {
   if (opts.stdin != null) params.stdin = toBuffer(opts.stdin).toString("base64");
   if (stream) params.stream = true;
   if (opts.leftovers != null) params.leftovers = opts.leftovers;
+  if (opts.whilePaused != null) params.whilePaused = opts.whilePaused;
+  if (opts.lane != null) params.lane = opts.lane;
   return params;
 }
 

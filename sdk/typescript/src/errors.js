@@ -5,11 +5,22 @@
 export const INTERNAL_ERROR = -32603;
 /** The server could not parse a line (or it was over limits.rpcBytes); answered with id null. */
 export const PARSE_ERROR = -32700;
+export const INVALID_REQUEST = -32600;
+export const METHOD_NOT_FOUND = -32601;
 export const INVALID_PARAMS = -32602;
+/** A server cap was reached (a lane's queue, sandboxes, sessions, runs per session): retry later,
+ * after `retryAfterMs` when the server could tell. */
+export const WORKER_UNAVAILABLE = -32001;
+/** The server runs with `--mode disabled`: it executes nothing. */
+export const SANDBOX_DISABLED = -32002;
+/** The server is shutting down: it takes no new work. */
+export const POOL_SHUTTING_DOWN = -32003;
 /** process.wait: the process ended before the condition held. */
 export const PROCESS_ENDED = -32010;
 /** process.wait: timeoutMs passed first. */
 export const WAIT_TIMEOUT = -32011;
+/** A sandbox or file error ("ENOENT: ...", "the sandbox is paused ..."). */
+export const SANDBOX_ERROR = 1;
 
 export class SbxError extends Error {
   constructor(code, message, data) {
@@ -19,6 +30,15 @@ export class SbxError extends Error {
     // The server's own words, without the code suffix that `message` carries for logs.
     this.rpcMessage = message;
     this.data = data;
+  }
+
+  /**
+   * For WORKER_UNAVAILABLE: how many ms the server suggests waiting before trying again, when
+   * it can tell (a lane's queue was full); else undefined.
+   */
+  get retryAfterMs() {
+    const v = this.data && typeof this.data === "object" ? this.data.retryAfterMs : undefined;
+    return Number.isInteger(v) ? v : undefined;
   }
 }
 

@@ -5,4 +5,8 @@ export { Commands, CommandHandle, CommandResult, Session } from "./commands.js";
 export { ProcessHandle, TerminalHandle, Pty } from "./processes.js";
 export { Files } from "./files.js";
 export { Client, findBinary } from "./client.js";
-export { SbxError, ProcessEndedError, WaitTimeoutError } from "./errors.js";
+export {
+  SbxError, ProcessEndedError, WaitTimeoutError, INTERNAL_ERROR, PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND,
+  INVALID_PARAMS, WORKER_UNAVAILABLE, SANDBOX_DISABLED, POOL_SHUTTING_DOWN, PROCESS_ENDED, WAIT_TIMEOUT,
+  SANDBOX_ERROR,
+} from "./errors.js";

@@ -331,6 +331,8 @@ export async function startProcess(client, sandboxId, cmd, opts = {}) {
   const data = opts.stdin != null && opts.stdin !== false && opts.stdin !== true ? toBuffer(opts.stdin) : null;
   if (opts.stdin === true || data) params.stdin = true;
   if (opts.pty) params.pty = { cols: opts.pty.cols, rows: opts.pty.rows };
+  if (opts.whilePaused != null) params.whilePaused = opts.whilePaused;
+  if (opts.lane != null) params.lane = opts.lane;
   const r = await client.request("process.start", params);
   const Cls = opts.pty ? TerminalHandle : ProcessHandle;
   const handle = new Cls(client, sandboxId, String(r.processId), r.pid, opts);
@@ -371,7 +373,8 @@ export class Pty {
   create(opts = {}) {
     const envs = { TERM: DEFAULT_TERM, ...(opts.envs ?? {}) };
     return startProcess(this._client, this._sandboxId, opts.command ?? "exec bash -i", {
-      cwd: opts.cwd, envs, timeoutMs: opts.timeoutMs, stdin: true, onData: opts.onData,
+      cwd: opts.cwd, envs, timeoutMs: opts.timeoutMs, stdin: true, onData: opts.onData, lane: opts.lane,
+      whilePaused: opts.whilePaused,
       pty: { cols: opts.cols ?? 80, rows: opts.rows ?? 24 },
     });
   }

@@ -5,7 +5,7 @@
 import { toBuffer } from "./bytes.js";
 import { Client } from "./client.js";
 import { Commands, Session, msOption } from "./commands.js";
-import { SbxError } from "./errors.js";
+import { INVALID_PARAMS, SbxError } from "./errors.js";
 import { Files } from "./files.js";
 import { Pty } from "./processes.js";
 
@@ -20,7 +20,23 @@ function sandboxParams(opts) {
   if (opts.network) params.network = true;
   if (opts.leftovers != null) params.leftovers = opts.leftovers;
   if (opts.policy != null) params.policy = { ...opts.policy };
+  lifecycleParams(opts, params);
   return params;
+}
+
+/** What create / sandbox.create take about a sandbox's life and identity, added to params. */
+function lifecycleParams(opts, params) {
+  const lifetimeMs = msOption("lifetimeMs", opts.lifetimeMs);
+  if (lifetimeMs !== undefined) params.lifetimeMs = lifetimeMs;
+  const idleTimeoutMs = msOption("idleTimeoutMs", opts.idleTimeoutMs);
+  if (idleTimeoutMs !== undefined) params.idleTimeoutMs = idleTimeoutMs;
+  if (opts.metadata != null) params.metadata = { ...opts.metadata };
+  if (opts.secrets != null) params.secrets = { ...opts.secrets };
+}
+
+/** The `lane` param of a method that sets a worker going, from an options object. */
+function laneParams(opts) {
+  return opts?.lane != null ? { lane: opts.lane } : {};
 }
 
 export class Sandbox {
@@ -49,7 +65,7 @@ export class Sandbox {
     const client = Client.spawn(opts.binary, opts.serverArgs);
     try {
       const r = await client.request("create", params);
-      return new this(client, String(r.sandboxId), { root: true, ownsServer: true });
+      return new this(client, String(r.sandboxId), { root: true, ownsServer: true })._watch(opts);
     } catch (e) {
       await client.close(1000);
       throw e;
@@ -66,11 +82,17 @@ export class Sandbox {
     const client = await Client.connect(socketPath);
     try {
       const r = await client.request("create", params);
-      return new this(client, String(r.sandboxId), { root: true });
+      return new this(client, String(r.sandboxId), { root: true })._watch(opts);
     } catch (e) {
       await client.close();
       throw e;
     }
+  }
+
+  /** Registers opts.onExpired, the creating call's hook; returns this. */
+  _watch(opts) {
+    if (opts.onExpired != null) this.onExpired(opts.onExpired);
+    return this;
   }
 
   /** True for the connection's root sandbox (made by create or connect). */
@@ -138,6 +160,61 @@ export class Sandbox {
     }
   }
 
+  // ------------------------------------------------------------ life: pause, expiry, info
+
+  /**
+   * Freezes every process of the sandbox in place (sandbox.pause: the cgroup freezer; memory
+   * kept, no CPU), resolved once frozen. Commands sent meanwhile wait for resume() (or fail at
+   * once with whilePaused: "refuse"); fork, snapshots, export and import are refused. A
+   * running command's timeout keeps counting.
+   */
+  async pause() {
+    await this._request("sandbox.pause");
+  }
+
+  /** Lets a paused sandbox go on exactly where it was (sandbox.resume); waiting commands start. */
+  async resume() {
+    await this._request("sandbox.resume");
+  }
+
+  /**
+   * E2B's setTimeout: the sandbox is destroyed timeoutMs from now (0: never), unless set again
+   * (sandbox.setTimeout). Its idleTimeoutMs stays. Not a command timeout.
+   */
+  async setTimeout(timeoutMs) {
+    const ms = msOption("timeoutMs", timeoutMs);
+    if (ms === undefined) throw new TypeError("setTimeout needs a number of ms (0: never)");
+    await this._request("sandbox.setTimeout", { lifetimeMs: ms });
+  }
+
+  /**
+   * Calls handler(reason) once the server destroyed this sandbox because it expired: reason
+   * "lifetime" (lifetimeMs, setTimeout) or "idle" (idleTimeoutMs). Returns a function that
+   * unsubscribes. Only the connection that owns the sandbox is told.
+   */
+  onExpired(handler) {
+    return this._client.onExpired(this.sandboxId, handler);
+  }
+
+  /** "lifetime" or "idle" once this connection was told the sandbox expired, else null. */
+  get expired() {
+    return this._client.expiredReason(this.sandboxId);
+  }
+
+  /**
+   * This sandbox as sandbox.list shows it: {sandboxId, label?, metadata, paused, createdAt,
+   * persist, root}. Rejects with SbxError -32602 when it is gone (destroyed or expired).
+   */
+  async getInfo() {
+    const { sandboxes } = await this._client.request("sandbox.list");
+    const info = sandboxes.find((s) => s.sandboxId === this.sandboxId);
+    if (!info) {
+      const why = this.expired ? ` (it expired: ${this.expired})` : "";
+      throw new SbxError(INVALID_PARAMS, `Unknown sandboxId: ${this.sandboxId}${why}`);
+    }
+    return info;
+  }
+
   // ------------------------------------------------------------ fork, snapshots, export
 
   /**
@@ -145,19 +222,19 @@ export class Sandbox {
    * options, on the same connection (background processes are not copied). End it with
    * kill().
    */
-  async fork() {
-    const r = await this._request("sandbox.fork");
+  async fork(opts = {}) {
+    const r = await this._request("sandbox.fork", laneParams(opts));
     return new Sandbox(this._client, String(r.sandboxId));
   }
 
   /** Saves the files and session states; resolves with the snapshot id. */
-  async snapshot() {
-    return String((await this._request("snapshot.create")).id);
+  async snapshot(opts = {}) {
+    return String((await this._request("snapshot.create", laneParams(opts))).id);
   }
 
   /** Brings back a snapshot's files and session states; background processes are killed. */
-  async restore(snapshotId) {
-    await this._request("snapshot.restore", { id: snapshotId });
+  async restore(snapshotId, opts = {}) {
+    await this._request("snapshot.restore", { id: snapshotId, ...laneParams(opts) });
   }
 
   /** [{id, createdAt, bytes}], oldest first. */
@@ -170,13 +247,13 @@ export class Sandbox {
   }
 
   /** The sandbox as a zstd-compressed tar (files, session states, limits, digest). */
-  async exportState() {
-    return Buffer.from((await this._request("persistence.export")).data, "base64");
+  async exportState(opts = {}) {
+    return Buffer.from((await this._request("persistence.export", laneParams(opts))).data, "base64");
   }
 
   /** Replaces files and session states with an exported archive's; a refused one changes nothing. */
-  async importState(blob) {
-    await this._request("persistence.import", { data: toBuffer(blob).toString("base64") });
+  async importState(blob, opts = {}) {
+    await this._request("persistence.import", { data: toBuffer(blob).toString("base64"), ...laneParams(opts) });
   }
 
   // ------------------------------------------------------------ ending
@@ -284,7 +361,7 @@ export class Sandboxes {
     if (opts.label != null) params.label = opts.label;
     if (opts.persist) params.persist = true;
     const r = await this._client.request("sandbox.create", params);
-    return new Sandbox(this._client, String(r.sandboxId));
+    return new Sandbox(this._client, String(r.sandboxId))._watch(opts);
   }
 
   /** A handle on an existing sandbox this connection may use, without asking the server. */
@@ -292,8 +369,13 @@ export class Sandboxes {
     return new Sandbox(this._client, sandboxId);
   }
 
-  /** [{sandboxId, label?, createdAt, persist, root}]. */
-  async list() {
-    return (await this._client.request("sandbox.list")).sandboxes;
+  /**
+   * [{sandboxId, label?, metadata, paused, createdAt, persist, root}]: the sandboxes this
+   * connection may use; with opts.metadata only those whose metadata has every one of its
+   * {key: value} pairs.
+   */
+  async list(opts = {}) {
+    const params = opts.metadata != null ? { metadata: { ...opts.metadata } } : undefined;
+    return (await this._client.request("sandbox.list", params)).sandboxes;
   }
 }

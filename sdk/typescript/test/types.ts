@@ -1,6 +1,6 @@
 // Compiled by `npm run typecheck` (never run): index.d.ts must accept this use under --strict
 // and reject misuse, e.g. a background handle where a result is expected.
-import { Sandbox, SbxError, ProcessEndedError, type CommandResult, type ProcessHandle, type OutputChunk } from "sbx";
+import { Sandbox, SbxError, ProcessEndedError, WORKER_UNAVAILABLE, type CommandResult, type ProcessHandle, type OutputChunk, type SandboxInfo, type ExpiryReason } from "sbx";
 
 async function main(): Promise<void> {
   const sb = await Sandbox.create({ timeoutMs: 5000, limits: { cpus: 0.5 }, envs: { A: "b" } });
@@ -24,6 +24,19 @@ async function main(): Promise<void> {
   const s2 = await Sandbox.connect("/tmp/s.sock");
   const term = await sb.pty.create({ cols: 80, rows: 24, onData: (d) => d.length });
   await term.resize({ cols: 100, rows: 30 });
+  const kept = await sb.sandboxes.create({ metadata: { team: "red" }, lifetimeMs: 60000, idleTimeoutMs: 5000,
+    secrets: { TOKEN: "abcdefgh", OTHER: { value: "x", mode: "env" } }, onExpired: (why: ExpiryReason) => console.log(why) });
+  const infos: SandboxInfo[] = await sb.sandboxes.list({ metadata: { team: "red" } });
+  const paused: boolean = (await kept.getInfo()).paused;
+  await kept.pause(); await kept.resume(); await kept.setTimeout(1000);
+  const off: () => void = kept.onExpired((why) => console.log(why));
+  off();
+  const gone: ExpiryReason | null = kept.expired;
+  await sb.commands.run("true", { lane: "system", whilePaused: "refuse" });
+  await sb.commands.run("true", { background: true, lane: "interactive", whilePaused: "wait" });
+  await sb.fork({ lane: "system" });
+  try { await sb.commands.run("x"); } catch (e) { if (e instanceof SbxError && e.code === WORKER_UNAVAILABLE) console.log(e.retryAfterMs ?? 0); }
+  console.log(infos, paused, gone);
   await f.kill(); await s2.kill(); await sb.kill();
   console.log(code, bytes, line, st, t, b);
 }
@@ -34,6 +47,10 @@ async function misuse(sb: Sandbox): Promise<void> {
   const h: ProcessHandle = await sb.commands.run("x");
   // @ts-expect-error format "bytes" gives bytes
   const s: string = await sb.files.read("x", { format: "bytes" });
+  // @ts-expect-error lanes are "interactive" or "system"
+  await sb.commands.run("x", { lane: "fast" });
+  // @ts-expect-error metadata values are strings
+  await sb.sandboxes.create({ metadata: { n: 1 } });
   console.log(h, s);
 }
 void misuse;
