@@ -32,6 +32,7 @@
 #include "base/limits.h"
 #include "base/list.h"
 #include "base/log.h"
+#include "base/buf.h"
 #include "base/redact.h"
 #include "base/util.h"
 #include "fs/archive.h"
@@ -330,20 +331,49 @@ static void op_run_failed(Op *op, const char *name, const char *what, const SbxR
 
 /* An export leaves the daemon: the sandbox's secret values are replaced in a session's state
  * (the shell holds them as exported variables, and whatever a command copied them into), as
- * in output. An import then starts without them; the importing sandbox's own secrets stay in
- * its shells' environment. Fork and snapshots stay in the daemon and keep the values. Returns
- * the state to keep (malloc'd), NULL out of memory. */
+ * in output. The state is records `K:<len>\n<bytes>\n` after a magic line (the session
+ * builtin's dump, checked again at import): each record's bytes are redacted on their own and
+ * the record written again with its new length. An import then starts without the values;
+ * the importing sandbox's own secrets stay in its shells' environment. Fork and snapshots stay
+ * in the daemon and keep the values. Returns the state to keep (malloc'd), NULL when out of
+ * memory or when the state is not in that form. */
 static uint8_t *export_state(SbxSandbox *sb, const uint8_t *d, size_t n, size_t *ret_len) {
+        static const char magic[] = "SBXSTATE 1\n";
+        const size_t ml = sizeof magic - 1;
         SbxSandboxOptions o;
         sandbox_options(sb, &o);
         Redactor *red = NULL;
-        char err[256], *out = NULL;
+        char err[256];
         RedactConfig rc = { .secrets = o.secrets, .no_defaults = true };
         if (o.secrets && redactor_new(&rc, &red, err, sizeof err) < 0)
                 return NULL;
-        int e = redact_text(red, d, n, &out, ret_len);
+        Buf out;
+        buf_init(&out, SIZE_MAX);
+        bool ok = n >= ml && memcmp(d, magic, ml) == 0 && buf_append(&out, d, ml) == 0;
+        for (size_t i = ml; ok && i < n;) {
+                size_t j = i + 2;
+                uint64_t l = 0;
+                ok = n - i >= 4 && d[i] >= 'A' && d[i] <= 'Z' && d[i + 1] == ':';
+                while (ok && j < n && d[j] >= '0' && d[j] <= '9' && j - i < 22)
+                        l = l * 10 + (uint64_t)(d[j++] - '0');
+                ok = ok && j > i + 2 && j < n && d[j] == '\n' && l <= n - j - 1 && n - j - 1 - l >= 1 &&
+                     d[j + 1 + l] == '\n';
+                char *r = NULL;
+                size_t rl = 0;
+                ok = ok && redact_text(red, d + j + 1, (size_t)l, &r, &rl) == 0;
+                char head[32];
+                int hl = ok ? snprintf(head, sizeof head, "%c:%zu\n", d[i], rl) : 0;
+                ok = ok && buf_append(&out, head, (size_t)hl) == 0 && buf_append(&out, r, rl) == 0 &&
+                     buf_append(&out, "\n", 1) == 0;
+                free(r);
+                i = j + 2 + (size_t)l;
+        }
         redactor_unref(red);
-        return e < 0 ? NULL : (uint8_t *)out;
+        if (!ok) {
+                buf_done(&out);
+                return NULL;
+        }
+        return buf_steal(&out, ret_len);
 }
 
 static void session_step_done(void *ud, const SbxResult *r) {
@@ -507,6 +537,21 @@ static int op_apply(Op *op, SbxSandbox *target, const State *states, size_t n, b
                         return r;
                 }
                 op->pending++;
+                /* An exported state carries the secrets' markers, not their values: the
+                 * importing sandbox's own secrets are set again over them. */
+                SbxSandboxOptions so;
+                sandbox_options(target, &so);
+                if (op->kind == OP_IMPORT && so.secrets && so.secrets[0]) {
+                        RunCtx *c2 = runctx_new(op, i);
+                        if (!c2)
+                                return -ENOMEM;
+                        r = run_internal_env(s, so.secrets, apply_done, c2);
+                        if (r < 0) {
+                                runctx_take(c2);
+                                return r;
+                        }
+                        op->pending++;
+                }
         }
         return 0;
 }

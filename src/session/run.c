@@ -836,6 +836,33 @@ int run_detach(SbxSession *s, const SbxRunOptions *o, const int fds[3], bool pty
         return 0;
 }
 
+int run_internal_env(SbxSession *s, const char *const *env, SbxDoneFn done, void *ud) {
+        SbxRunOptions o = { .command = "", .env = env, .persist_env = true };
+        long env_len = run_check_options(&o);
+        if (env_len < 0)
+                return (int)env_len;
+        SbxRun *r = run_new(s, SBX_INTERNAL_STDERR_BYTES, SBX_INTERNAL_STDERR_BYTES, done, ud);
+        if (!r)
+                return -ENOMEM;
+        r->timeout_ms = SBX_STATE_TIMEOUT_MS;
+        r->internal = true;
+        r->persist_env = true;
+        if (run_copy_options(r, &o, (size_t)env_len) < 0) {
+                run_free(r);
+                return -ENOMEM;
+        }
+        SbxRun **pp = &s->queue;
+        while (*pp && (*pp)->internal)
+                pp = &(*pp)->next;
+        r->next = *pp;
+        *pp = r;
+        if (!r->next)
+                s->queue_tail = r;
+        s->n_queued++;
+        run_pump_later(s);
+        return 0;
+}
+
 int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark, SbxDoneFn done,
                  void *ud) {
         SbxRun *r = run_new(s, SBX_MAX_STATE_BYTES, SBX_INTERNAL_STDERR_BYTES, done, ud);

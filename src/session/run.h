@@ -88,6 +88,10 @@ extern const SessionHooks run_session_hooks;
  * 0: at the head). Its stdout (a state for WIRE_F_DUMP) may be up to SBX_MAX_STATE_BYTES.
  * Internal runs are never refused by the queue cap and never held. done is called from the
  * loop. Returns 0 or -errno. */
+/* Sets env (NAME=VALUE, NULL-terminated) in s's shell for good, as env.set does, queued
+ * behind the internal runs at the head of its queue (after an import's restore). Returns 0 or
+ * -errno (-E2BIG over the run env limits). */
+int run_internal_env(SbxSession *s, const char *const *env, SbxDoneFn done, void *ud);
 int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len, uint64_t mark,
                  SbxDoneFn done, void *ud);
 /* Looks at the session's queue again from the loop (a hold was lifted). */
