@@ -81,6 +81,8 @@ static void usage(FILE *f) {
                 "                       (pid_max, pids cgroup) / 8, fds (RLIMIT_NOFILE, raised as\n"
                 "                       needed) / 18, and as root 8192 host id blocks. `health`\n"
                 "                       shows it (limits.maxSandboxes)\n"
+                "      --expiry-export-dir DIR  where sandboxes made with onExpiry \"export\" leave\n"
+                "                       their archive (DIR/<id>-<ms>.tar.zst) when they expire\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -180,7 +182,7 @@ static void redact_args_done(RedactArgs *a) {
                 free(a->env_kv[i]);
 }
 
-enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES };
+enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR };
 
 /* Names the config file's line of an option the parser refused (see the loop in cmd_serve). */
 typedef struct Blame {
@@ -215,6 +217,7 @@ int cmd_serve(int argc, char **argv) {
                 { "env-passthrough", required_argument, NULL, 'E' },
                 { "redact", required_argument, NULL, 'R' },
                 { "no-default-redactions", no_argument, NULL, 'N' },
+                { "expiry-export-dir", required_argument, NULL, OPT_EXPIRY_DIR },
                 { "config", required_argument, NULL, OPT_CONFIG },
                 { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
                 { "egress-hosts", required_argument, NULL, 'H' },
@@ -267,6 +270,7 @@ int cmd_serve(int argc, char **argv) {
         const char *egress_private[SBX_MAX_EGRESS_PRIVATE_CIDRS + 1] = { NULL };
         unsigned n_egress_private = 0;
         unsigned long max_sandboxes = 0;
+        const char *expiry_dir = NULL;
         int c;
         optind = 1;
         while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -276,6 +280,7 @@ int cmd_serve(int argc, char **argv) {
                 switch (c) {
                 case OPT_CONFIG:
                 case OPT_CHECK_CONFIG: break; /* read before */
+                case OPT_EXPIRY_DIR: expiry_dir = optarg; break;
                 case 's': stdio = true; break;
                 case 'S': path = optarg; break;
                 case 'P': dispatch_print_protocol(stdout); return 0;
@@ -449,6 +454,11 @@ int cmd_serve(int argc, char **argv) {
                         server_free(s);
                         return 2;
                 }
+        }
+        if (r >= 0 && expiry_dir && server_set_expiry_dir(s, expiry_dir, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --expiry-export-dir %s\n", err);
+                server_free(s);
+                return 1;
         }
         if (r >= 0 && system_path && (r = server_listen_system(s, system_path)) < 0) {
                 fprintf(stderr, "sbx serve: --system-socket %s: %s\n", system_path, strerror(-r));

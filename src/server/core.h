@@ -24,6 +24,8 @@ struct Core {
         ServerMode mode;
         /* `sbx serve --config`: what every create gets (handler_create_config); never NULL. */
         json_t *create_defaults, *create_enforced, *create_secrets;
+        /* `--expiry-export-dir`: where onExpiry "export" writes archives (expiry.c); NULL: none. */
+        char *expiry_dir;
         Totals totals;      /* of `run`s, for health */
         uint64_t start_ms;  /* monotonic, for health's uptime */
         uint64_t watches;   /* files.watch ids given so far */

@@ -304,6 +304,7 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
         bool persist = false;
         size_t rpc_bytes;
         SbxSandbox *box;
+        const char *on_expiry = NULL;
         _cleanup_free_ PolicyLists *pl = calloc(1, sizeof *pl);
         _cleanup_free_ NetworkAllow *na = calloc(1, sizeof *na);
         if (!pl || !na)
@@ -320,9 +321,20 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
             param_string(r->params, "label", false, &label, NULL, e) < 0 ||
             param_bool(r->params, "persist", &persist, e) < 0 || parse_metadata(r->params, &metadata, e) < 0 ||
             param_u64(r->params, "lifetimeMs", false, SBX_MAX_SANDBOX_LIFETIME_MS, &lifetime, e) < 0 ||
-            param_u64(r->params, "idleTimeoutMs", false, SBX_MAX_SANDBOX_LIFETIME_MS, &idle, e) < 0) {
+            param_u64(r->params, "idleTimeoutMs", false, SBX_MAX_SANDBOX_LIFETIME_MS, &idle, e) < 0 ||
+            param_string(r->params, "onExpiry", false, &on_expiry, NULL, e) < 0) {
                 handler_env_free(env);
                 return -1;
+        }
+        bool export_on_expiry = on_expiry && strcmp(on_expiry, "export") == 0;
+        if (on_expiry && !export_on_expiry && strcmp(on_expiry, "destroy") != 0) {
+                handler_env_free(env);
+                return rpc_fail(e, RPC_INVALID_PARAMS, "onExpiry must be \"destroy\" or \"export\"");
+        }
+        if (export_on_expiry && !core->expiry_dir) {
+                handler_env_free(env);
+                return rpc_fail(e, RPC_INVALID_PARAMS, "onExpiry \"export\" needs the server's --expiry-export-dir "
+                                "(where the archives go)");
         }
         if (persist && (conn_is_stdio(r->conn) || root)) {
                 handler_env_free(env);
@@ -351,6 +363,7 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                 registry_destroy(*ret);
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
         }
+        (*ret)->export_on_expiry = export_on_expiry;
         int er = registry_set_expiry(*ret, sbx_context_loop(core->ctx), lifetime, idle);
         if (er < 0) {
                 registry_destroy(*ret);
@@ -581,6 +594,7 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         PARAM_LEFTOVERS("a command"), \
         { "lifetimeMs", P_INT, false, "destroy the sandbox this long after its creation (0 or absent: never; at most 31 days); the owner gets sandbox.expired" }, \
         { "idleTimeoutMs", P_INT, false, "destroy the sandbox after this long without a request naming it (or, for the root sandbox, none naming another); a run in progress does not count" }, \
+        { "onExpiry", P_STRING, false, "\"destroy\" (default) or \"export\": when it expires, first write its export archive (as persistence.export) to the server's --expiry-export-dir; sandbox.expired then names the file" }, \
         { "metadata", P_OBJECT, false, "{key: string}, shown and filtered by sandbox.list: at most 32 keys of 1-64 bytes of [A-Za-z0-9_.-], values at most 1024 bytes" }, \
         { "secrets", P_OBJECT, false, "{NAME: value} or {NAME: {value, mode: \"env\"}}: set in the commands' environment as NAME, never shown by any method; every value of 8 bytes or more is replaced by [REDACTED:NAME] in all output and history. At most 64, values at most 16 KiB. Proxy secrets (hosts, mode \"proxy\") are refused: this build has no egress proxy" }
 
@@ -611,7 +625,7 @@ const Method server_methods_sandbox[] = {
         { "sandbox.resume", m_sandbox_resume, M_SANDBOX, handler_params_sandbox, "{ok: true, tookUs}",
           "Lets a paused sandbox run on exactly where it was; waiting runs start." },
         { "sandbox.setTimeout", m_sandbox_set_timeout, M_SANDBOX, p_set_timeout, "{ok: true}",
-          "Sets when the sandbox expires, counted from now. When it expires (lifetime or idle time) it is destroyed and its owner connection gets the notification sandbox.expired {sandboxId, reason: \"lifetime\" or \"idle\"}." },
+          "Sets when the sandbox expires, counted from now. When it expires (lifetime or idle time) it is destroyed and its owner connection gets the notification sandbox.expired {sandboxId, reason: \"lifetime\" or \"idle\", export?: path of the archive written first (onExpiry \"export\"), exportError?: why it could not be}." },
         { "session.create", m_session_create, M_SANDBOX, p_session_name, "{ok: true, name}", "Creates a named session." },
         { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
         { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",

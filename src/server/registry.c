@@ -438,7 +438,14 @@ static void expiry_event(Watch *w, uint32_t events) {
                         (void)timerfd_arm_ms(sb->timer, MAX(due - now, 1));
                 return;
         }
+        if (sb->expiring)
+                return;
         log_info("sandbox %s expired (%s)", sbx_sandbox_id(sb->sb), why);
+        if (sb->export_on_expiry && sb->registry->expire_export &&
+            sb->registry->expire_export(sb->registry->expire_data, sb, why)) {
+                sb->expiring = true;
+                return;
+        }
         if (sb->owner)
                 conn_notify(sb->owner, "sandbox.expired",
                             json_pack("{s:s, s:s}", "sandboxId", sbx_sandbox_id(sb->sb), "reason", why));

@@ -45,6 +45,8 @@ typedef struct SrvSandbox {
         /* Expiry (lifetimeMs, idleTimeoutMs, sandbox.setTimeout), monotonic ms, 0 for none; one
          * timerfd armed for the nearer, created on first use. */
         uint64_t expires_ms, idle_ms, used_ms;
+        bool export_on_expiry; /* onExpiry "export": the archive is written before the destroy */
+        bool expiring;         /* that export is under way: the timer does not fire again */
         int timer;
         Watch timer_w;
         Loop *loop;
@@ -56,6 +58,10 @@ typedef struct SrvSandbox {
 struct Registry {
         SrvSandbox *head;
         struct Audit *audit; /* the server's audit log (NULL when off): told of destroys it did not ask for */
+        /* An expired sandbox made with onExpiry "export": takes it over (exports it, then
+         * destroys it) and returns true, or false to have it destroyed now. */
+        bool (*expire_export)(void *data, SrvSandbox *sb, const char *why);
+        void *expire_data;
         unsigned n_sandboxes;
         unsigned n_forks;       /* forks alive or being made */
         unsigned max_sandboxes; /* the cap (registry_set_max; 0 before: SBX_MAX_SERVER_SANDBOXES) */

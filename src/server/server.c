@@ -19,6 +19,7 @@
 #include "server/conn.h"
 #include "server/core.h"
 #include "server/dispatch.h"
+#include "server/expiry.h"
 #include "server/server.h"
 #include "session/internal.h"
 
@@ -335,6 +336,10 @@ void server_lane_defaults(unsigned *ret_interactive, unsigned *ret_system, unsig
 
 void server_set_shutdown_deadline(Server *s, uint64_t ms) { s->deadline_ms = ms; }
 
+int server_set_expiry_dir(Server *s, const char *dir, char *err, size_t errlen) {
+        return expiry_set_dir(&s->core, dir, err, errlen);
+}
+
 void server_set_create_config(Server *s, json_t *defaults, json_t *enforced, json_t *secrets) {
         json_decref(s->core.create_defaults);
         json_decref(s->core.create_enforced);
@@ -436,6 +441,7 @@ Server *server_free(Server *s) {
         json_decref(s->core.create_defaults);
         json_decref(s->core.create_enforced);
         json_decref(s->core.create_secrets);
+        free(s->core.expiry_dir);
         free(s);
         return NULL;
 }

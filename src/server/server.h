@@ -51,6 +51,9 @@ void server_set_slots(Server *s, int lane, unsigned slots, unsigned queue_max);
 /* What every create and sandbox.create gets (`--config`'s [sandbox], [sandbox.enforced],
  * [secrets]); the server takes references. */
 void server_set_create_config(Server *s, json_t *defaults, json_t *enforced, json_t *secrets);
+/* `--expiry-export-dir`: where sandboxes made with onExpiry "export" leave their archive
+ * when they expire. Returns 0 or -errno with err set. */
+int server_set_expiry_dir(Server *s, const char *dir, char *err, size_t errlen);
 /* How long an orderly shutdown waits for cancelled work before destroying everything. */
 void server_set_shutdown_deadline(Server *s, uint64_t ms);
 /* --mode: "namespaces" (the default); "process", sandboxes with no namespace (see

@@ -1,13 +1,16 @@
 """Sandbox lifecycle over JSON-RPC: metadata given at creation, shown and filtered by
 sandbox.list; sandbox.pause and sandbox.resume; expiry (lifetimeMs, idleTimeoutMs,
 sandbox.setTimeout) and its sandbox.expired notification."""
+import base64
+import os
 import socket
+import subprocess
 import time
 import urllib.error
 
 from conftest import CGROUP2, _v2_cgroup, sbx_processes, wait_until
 from test_ports import get, start_http
-from test_rpc import stdio  # noqa: F401 (the fixture: `sbx serve --stdio` and a Peer on it)
+from test_rpc import SBX, stdio  # noqa: F401 (the fixture: `sbx serve --stdio` and a Peer on it)
 
 INVALID_PARAMS = -32602
 
@@ -271,3 +274,47 @@ def test_pause_during_snapshot_stays_paused(stdio):
         time.sleep(0.2)
         assert _cpu_usec(pid) > a
     print(f"\n{before} of 5 snapshots ended while paused, the others once resumed")
+
+
+def test_on_expiry_export_writes_the_archive_first(tmp_path):
+    from test_rpc import spawn_stdio
+    d = tmp_path / "expired"
+    peer = spawn_stdio("--expiry-export-dir", str(d))
+    try:
+        sid = peer.result("sandbox.create", {"lifetimeMs": 800, "onExpiry": "export"})["sandboxId"]
+        peer.result("run", {"sandboxId": sid, "command": "echo kept > /home/user/note; cd /tmp; X=41"})
+        [n] = _expired(peer)
+        assert n["sandboxId"] == sid and n["reason"] == "lifetime" and "exportError" not in n, n
+        path = n["export"]
+        assert path.startswith(str(d) + f"/{sid}-") and path.endswith(".tar.zst")
+        assert os.stat(path).st_mode & 0o777 == 0o600 and os.stat(d).st_mode & 0o777 == 0o700
+        assert peer.result("sandbox.list")["sandboxes"] == []
+        # The archive is a whole export: another sandbox imports it, files and session state.
+        other = peer.result("sandbox.create")["sandboxId"]
+        data = base64.b64encode(open(path, "rb").read()).decode()
+        peer.result("persistence.import", {"sandboxId": other, "data": data})
+        r = peer.result("run", {"sandboxId": other, "command": "cat /home/user/note; pwd; echo $X"})
+        assert r["stdout"] == "kept\n/tmp\n41\n"
+        assert not [f for f in os.listdir(d) if f.endswith(".part")]
+    finally:
+        peer.proc.stdin.close()
+        peer.proc.wait(10)
+
+
+def test_on_expiry_bad_values(tmp_path):
+    from test_rpc import spawn_stdio
+    peer = spawn_stdio()
+    try:
+        err = peer.error("sandbox.create", {"lifetimeMs": 800, "onExpiry": "export"})
+        assert err["code"] == INVALID_PARAMS and "--expiry-export-dir" in err["message"]
+        err = peer.error("sandbox.create", {"onExpiry": "archive"})
+        assert err["code"] == INVALID_PARAMS and err["message"] == 'onExpiry must be "destroy" or "export"'
+        # "destroy" is the default, said or not.
+        sid = peer.result("sandbox.create", {"lifetimeMs": 300, "onExpiry": "destroy"})["sandboxId"]
+        assert _expired(peer) == [{"sandboxId": sid, "reason": "lifetime"}]
+    finally:
+        peer.proc.stdin.close()
+        peer.proc.wait(10)
+    cp = subprocess.run([SBX, "serve", "--stdio", "--expiry-export-dir", "/proc/nope"], capture_output=True, text=True,
+                        stdin=subprocess.DEVNULL, timeout=20)
+    assert cp.returncode == 1 and "--expiry-export-dir /proc/nope" in cp.stderr
