@@ -635,17 +635,17 @@ static void op_layered_drop(Op *op) {
 
 static void layered_event(Watch *w, uint32_t events);
 
-/* Starts the job of a fork in layers: a new layer and the fork's upper (sized as the
- * sandbox's tree may be: every entry, and as many whiteouts), an empty index. Past
- * SBX_MAX_FORK_LAYERS layers the tree goes whole into one new layer (squash). */
+/* Starts the job of a fork in layers: a new layer (sized as the sandbox's tree may be:
+ * every entry, and a whiteout for as many), the fork's upper with the sandbox's own limits
+ * (what the fork writes itself), an empty index. Past SBX_MAX_FORK_LAYERS layers the tree
+ * goes whole into one new layer (squash). */
 static int op_layered_start(Op *op) {
         ImageState *st = op->st;
         const SbxLimits *l = sbx_sandbox_limits(op->sb);
-        uint64_t inodes = 2 * l->file_count + 16;
         op->squash = st->n_chain >= SBX_MAX_FORK_LAYERS;
-        int r = layer_tmpfs_new(l->fs_bytes, inodes, &op->layer_fd);
+        int r = layer_tmpfs_new(l->fs_bytes, 2 * l->file_count + 16, &op->layer_fd);
         if (r >= 0)
-                r = layer_tmpfs_new(l->fs_bytes, inodes, &op->upper_fd);
+                r = layer_tmpfs_new(l->fs_bytes, l->file_count + 4, &op->upper_fd);
         if (r >= 0 && (op->new_index = memfd_create("sbx-layer-index", MFD_CLOEXEC)) < 0)
                 r = negerrno();
         op->n_layer_fds = 0;
