@@ -505,10 +505,11 @@ static void bench_layers(SbxContext *ctx, Parent *small) {
                 char key[32], name[160], pre[300];
                 snprintf(key, sizeof key, "l_chg%u", ns[i]);
                 snprintf(name, sizeof name, "fork, small-files sandbox after %u of its files changed, cold", ns[i]);
-                /* Files 0.. of d0 (every 10th file), rewritten with the fork's number: same size. */
+                /* Files of d1 (f1, f11, ...), rewritten with the fork's number: same size; the file whose
+                 * sha256 is checked is in d0. */
                 snprintf(pre, sizeof pre,
-                         "cd /home/user/small/d0 && for ((j = 0; j < %u && j * 10 < %lld; j++)); do "
-                         "printf '%%0%ud' \"$K\" > f$((j * 10)); done",
+                         "cd /home/user/small/d1 && for ((j = 0; j < %u && j * 10 + 1 < %lld; j++)); do "
+                         "printf '%%0%ud' \"$K\" > f$((j * 10 + 1)); done",
                          ns[i], small->files, SMALL_FILE_BYTES);
                 bench_forks_pre(ctx, small, key, name, false, pre);
         }

@@ -486,17 +486,18 @@ static void job_event(Watch *w, uint32_t events) {
 
 /* The fds a job of this op may use. */
 static size_t op_fds(const Op *op, int keep[OP_MAX_FDS]) {
-        size_t n = 0;
-        keep[n++] = sandbox_box(op->sb)->root_fd;
-        keep[n++] = sandbox_box(op->sb)->snap_fd;
-        keep[n++] = op->child ? sandbox_box(op->child)->root_fd : -1;
-        keep[n++] = op->memfd;
-        keep[n++] = op->layer_fd;
-        keep[n++] = op->upper_fd;
-        keep[n++] = op->new_index;
-        keep[n++] = op->squash || !op->st->has_index ? -1 : op->st->index_fd;
+        int all[OP_MAX_FDS] = {
+                sandbox_box(op->sb)->root_fd, sandbox_box(op->sb)->snap_fd,
+                op->child ? sandbox_box(op->child)->root_fd : -1, op->memfd, op->layer_fd, op->upper_fd,
+                op->new_index, op->squash || !op->st->has_index ? -1 : op->st->index_fd,
+        };
         for (size_t i = 0; i < op->n_layer_fds; i++)
-                keep[n++] = op->layer_fds[i];
+                all[8 + i] = op->layer_fds[i];
+        /* Only real fds: a job keeps at most 16 (base/job.c). */
+        size_t n = 0;
+        for (size_t i = 0; i < 8 + op->n_layer_fds; i++)
+                if (all[i] >= 0)
+                        keep[n++] = all[i];
         return n;
 }
 
