@@ -216,3 +216,22 @@ def test_rootless_forks_by_copy(delegated):  # noqa: F811
     finally:
         p.stdin.close()
         p.wait(30)
+
+
+def test_forks_past_the_layer_cap_squash_and_stay_exact(srv):
+    """Twelve forks of one parent, each after a change: past SBX_MAX_FORK_LAYERS (8) layers
+    the tree goes whole into a fresh layer; every fork equals its parent at its fork, and a
+    fork of the last fork too."""
+    b = new_box(srv)
+    populate(b)
+    forks = []
+    for i in range(12):
+        b.sh(f"echo {i} > ~/w/src/pkg/f{i + 20}; rm -f ~/w/src/pkg/f{i + 100}; mkdir -p ~/w/g{i}")
+        want = b.sh(PRINT)
+        f = b.fork()
+        assert f.sh(PRINT) == want, f"fork {i}"
+        forks.append((f, want))
+    for f, want in forks:
+        assert f.sh(PRINT) == want
+    g = forks[-1][0].fork()
+    assert g.sh(PRINT) == forks[-1][1]
