@@ -307,9 +307,14 @@ static int copy_entry(Diff *x, size_t k, int sdir, const char *name, const struc
                 x->links[x->n_links++] = (Link){ st->st_ino, p };
         }
         if (S_ISREG(st->st_mode)) {
-                _cleanup_close_ int in = openat(sdir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
-                if (in < 0)
+                /* O_NONBLOCK, and a regular file still: in a tree that was not frozen the name
+                 * may be a fifo by now, whose open would wait for a writer. */
+                _cleanup_close_ int in = openat(sdir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME | O_NONBLOCK);
+                struct stat now;
+                if (in < 0 || fstat(in, &now) < 0)
                         return negerrno();
+                if (!S_ISREG(now.st_mode) || now.st_ino != st->st_ino)
+                        return -ESTALE;
                 _cleanup_close_ int out = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
                 if (out < 0)
                         return negerrno();
