@@ -9,6 +9,13 @@
  *      leaves room for, at most 9,990, in 10 directories)
  *   s  snapshot create, and restore (each restore after a file was deleted and another
  *      changed), of the 100 MB sandbox
+ *   l  forks in layers (a root daemon's forks; docs/ARCHITECTURE.md, "Forks in layers"): the
+ *      first fork of a 1 GB sandbox (its whole tree goes into a layer) and the forks after it
+ *      (unchanged), forks of the small-files sandbox after N of its files changed (N = 10,
+ *      100, 1,000, changed by an untimed command before each fork), and the kernel's own cost
+ *      of one overlay mount (fsopen, the layers, fsmount) over two tmpfs layers
+ * m and f fork the same parent again and again: in layers, the warm-up fork builds the first
+ * layer and the timed ones find the tree unchanged (set SBX_FORK_LAYERS=0 for the copy).
  * f and m are each measured twice: cold (sbx_context_set_pool(ctx, 0): the fork's sandbox is
  * created on the spot) and with a pool of 2 prepared sandboxes (sbx_context_set_pool(ctx, 2),
  * filled before the first fork and between forks). For each fork two times are taken, both
@@ -20,12 +27,17 @@
  * Only the public API (sbx/sbx.h) is used. Progress goes to stderr, the Markdown report to
  * stdout. Times are CLOCK_MONOTONIC; percentiles interpolate linearly between ranks. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <linux/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include "common.h"
 #include "sbx/sbx.h"
 
@@ -43,7 +55,7 @@ typedef struct Config {
         const char *only;
 } Config;
 
-static Config cfg = { .n = 10, .warmup = 1, .quiet_ms = 10, .gap_ms = 300, .pool = 2, .only = "fms" };
+static Config cfg = { .n = 10, .warmup = 1, .quiet_ms = 10, .gap_ms = 300, .pool = 2, .only = "fmsl" };
 
 static bool want(char letter) { return strchr(cfg.only, letter) != NULL; }
 
@@ -276,7 +288,15 @@ static void parent_fill_small(SbxContext *ctx, Parent *p, unsigned *n_files) {
 /* ------------------------------------------------------------------ forks */
 
 /* One row pair (fork → done, fork → first result), N forks of p after cfg.warmup untimed ones. */
+static void bench_forks_pre(SbxContext *ctx, Parent *p, const char *key, const char *name, bool pooled, const char *pre);
+
 static void bench_forks(SbxContext *ctx, Parent *p, const char *key, const char *name, bool pooled) {
+        bench_forks_pre(ctx, p, key, name, pooled, NULL);
+}
+
+/* The same, with `pre` run in the parent (untimed) before each fork, with $K the fork's
+ * number, so each run writes other bytes. */
+static void bench_forks_pre(SbxContext *ctx, Parent *p, const char *key, const char *name, bool pooled, const char *pre) {
         Samples done = { 0 }, first = { 0 }, gap = { 0 };
         unsigned bad = 0, checked = 0, check_bad = 0;
         char probe_cmd[200];
@@ -287,6 +307,13 @@ static void bench_forks(SbxContext *ctx, Parent *p, const char *key, const char 
                 OpWait w = { 0 };
                 Run r = { 0 };
                 SbxSession *s = NULL;
+                if (pre) {
+                        char cmd[400];
+                        Run pr;
+                        snprintf(cmd, sizeof cmd, "K=%u; %s", i, pre);
+                        run_or_die(ctx, p->s, cmd, 60000, &pr);
+                        loop_quiet(ctx, (int)cfg.quiet_ms);
+                }
                 uint64_t t0 = bench_now_ns();
                 int k = sbx_sandbox_fork(p->sb, op_done, &w);
                 if (k >= 0)
@@ -349,6 +376,144 @@ static void bench_forks(SbxContext *ctx, Parent *p, const char *key, const char 
         samples_free(&done);
         samples_free(&first);
         samples_free(&gap);
+}
+
+/* ------------------------------------------------------------------ forks in layers */
+
+/* 1 GB in 100 files of 10 MiB (one of random bytes, copied), in a sandbox with room for it. */
+static void parent_new_gb(SbxContext *ctx, Parent *p) {
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        so.limits.fs_bytes = 1200ULL * 1024 * 1024;
+        so.limits.memory_bytes = 2048ULL * 1024 * 1024;
+        *p = (Parent){ .what = "1 GB sandbox" };
+        if (sbx_sandbox_new(ctx, &so, &p->sb) < 0)
+                bench_die("cannot create a sandbox: %s", sbx_context_last_error(ctx));
+        int k = sbx_session_get(p->sb, NULL, &p->s);
+        if (k < 0)
+                bench_die("cannot start a session: %s", strerror(-k));
+        bench_progress("%s: filling: 100 files of 10 MiB", p->what);
+        uint64_t t0 = bench_now_ns();
+        Run r;
+        run_or_die(ctx, p->s, "mkdir -p /home/user/gb && cd /home/user/gb && head -c 10485760 /dev/urandom > f0 && "
+                              "for i in $(seq 99); do cp f0 f$i; done", 300000, &r);
+        p->fill_s = bench_ms_since(t0) / 1000;
+        snprintf(p->probe, sizeof p->probe, "/home/user/gb/f99");
+        p->probe_size = 10485760;
+        snprintf(p->hash_file, sizeof p->hash_file, "/home/user/gb/f50");
+        snprintf(p->count_cmd, sizeof p->count_cmd, "find /home/user/gb -type f | wc -l");
+        parent_describe(ctx, p);
+        if (p->files != 100)
+                bench_die("%s: %lld files after the fill, expected 100", p->what, p->files);
+}
+
+/* The first fork of a parent that has none yet: its whole tree goes into the first layer. */
+static void bench_first_fork(SbxContext *ctx, Parent *p, const char *key, const char *name) {
+        OpWait w = { 0 };
+        uint64_t t0 = bench_now_ns();
+        int k = sbx_sandbox_fork(p->sb, op_done, &w);
+        if (k >= 0)
+                k = op_wait(ctx, &w);
+        if (k < 0 || !w.sandbox)
+                bench_die("%s: the first fork failed: %s (%s)", key, k < 0 ? strerror(-k) : "no sandbox", w.msg);
+        Samples x = { 0 };
+        samples_add(&x, bench_ms_between(t0, w.t_done));
+        Summary sx = summarize(&x);
+        row_add(key, name, &sx, "%s", "one fork: the whole tree into the first layer (N 1)");
+        samples_free(&x);
+        sbx_sandbox_free(w.sandbox);
+        settle(ctx);
+}
+
+static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux) {
+        return (int)syscall(SYS_fsconfig, fd, cmd, key, value, aux);
+}
+
+static int tmpfs_mount(void) {
+        int fs = (int)syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+        if (fs < 0 || sys_fsconfig(fs, FSCONFIG_SET_FLAG, "inode32", NULL, 0) < 0 ||
+            sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+                if (fs >= 0)
+                        close(fs);
+                return -1;
+        }
+        int m = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0);
+        close(fs);
+        return m;
+}
+
+/* The kernel's own cost of what a fork in layers mounts: one overlay (two lower tmpfs, an
+ * upper and work directory on a third, redirect_dir, index, xino), to its fsmount(). */
+static void bench_overlay_mount(void) {
+        Samples x = { 0 };
+        unsigned failed = 0;
+        for (unsigned i = 0; i < cfg.n * 10; i++) {
+                int l1 = tmpfs_mount(), l2 = tmpfs_mount(), up = tmpfs_mount();
+                char v[64];
+                if (l1 < 0 || l2 < 0 || up < 0 || mkdirat(up, "u", 0755) < 0 || mkdirat(up, "w", 0700) < 0) {
+                        failed++;
+                        goto next;
+                }
+                uint64_t t0 = bench_now_ns();
+                int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+                int ok = fs >= 0;
+                snprintf(v, sizeof v, "/proc/self/fd/%d", l1);
+                ok = ok && sys_fsconfig(fs, FSCONFIG_SET_STRING, "lowerdir+", v, 0) == 0;
+                snprintf(v, sizeof v, "/proc/self/fd/%d", l2);
+                ok = ok && sys_fsconfig(fs, FSCONFIG_SET_STRING, "lowerdir+", v, 0) == 0;
+                snprintf(v, sizeof v, "/proc/self/fd/%d/u", up);
+                ok = ok && sys_fsconfig(fs, FSCONFIG_SET_STRING, "upperdir", v, 0) == 0;
+                snprintf(v, sizeof v, "/proc/self/fd/%d/w", up);
+                ok = ok && sys_fsconfig(fs, FSCONFIG_SET_STRING, "workdir", v, 0) == 0 &&
+                     sys_fsconfig(fs, FSCONFIG_SET_STRING, "redirect_dir", "on", 0) == 0 &&
+                     sys_fsconfig(fs, FSCONFIG_SET_STRING, "index", "on", 0) == 0 &&
+                     sys_fsconfig(fs, FSCONFIG_SET_STRING, "xino", "on", 0) == 0 &&
+                     sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0;
+                int m = ok ? (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0) : -1;
+                if (m >= 0)
+                        samples_add(&x, bench_ms_since(t0));
+                else
+                        failed++;
+                if (m >= 0)
+                        close(m);
+                if (fs >= 0)
+                        close(fs);
+        next:
+                if (l1 >= 0)
+                        close(l1);
+                if (l2 >= 0)
+                        close(l2);
+                if (up >= 0)
+                        close(up);
+        }
+        Summary sx = summarize(&x);
+        row_add("l_kernel_overlay", "kernel: one overlay mount (2 tmpfs layers, fsopen → fsmount)", &sx,
+                "%u failed (root needed)", failed);
+        samples_free(&x);
+}
+
+static void bench_layers(SbxContext *ctx, Parent *small) {
+        Parent gb = { 0 };
+        parent_new_gb(ctx, &gb);
+        loop_quiet(ctx, (int)cfg.quiet_ms);
+        bench_first_fork(ctx, &gb, "l_gb_first", "fork, 1 GB in 100 files, first (cold)");
+        bench_forks(ctx, &gb, "l_gb", "fork, 1 GB in 100 files, unchanged since the last fork, cold", false);
+        gb.sb = sbx_sandbox_free(gb.sb);
+        settle(ctx);
+        static const unsigned ns[] = { 10, 100, 1000 };
+        for (size_t i = 0; small->sb && i < sizeof ns / sizeof ns[0]; i++) {
+                char key[32], name[160], pre[300];
+                snprintf(key, sizeof key, "l_chg%u", ns[i]);
+                snprintf(name, sizeof name, "fork, small-files sandbox after %u of its files changed, cold", ns[i]);
+                /* Files of d1 (f1, f11, ...), rewritten with the fork's number: same size; the file whose
+                 * sha256 is checked is in d0. */
+                snprintf(pre, sizeof pre,
+                         "cd /home/user/small/d1 && for ((j = 0; j < %u && j * 10 + 1 < %lld; j++)); do "
+                         "printf '%%0%ud' \"$K\" > f$((j * 10 + 1)); done",
+                         ns[i], small->files, SMALL_FILE_BYTES);
+                bench_forks_pre(ctx, small, key, name, false, pre);
+        }
+        bench_overlay_mount();
 }
 
 /* ------------------------------------------------------------------ snapshots */
@@ -531,6 +696,10 @@ static void report(const Parent *big, const Parent *small) {
         target_line("", "pool: fork → first result", "m_pool_first", 150);
         target_line("snapshot of 100 MB ≤ 150 ms", "create → done", "s_create", 150);
         target_line("restore of 100 MB ≤ 150 ms", "restore → done", "s_restore", 150);
+        target_line("fork of a large tree unchanged since its last fork ≤ 15 ms", "~10,000 files, cold: fork → done",
+                    "m_cold", 15);
+        target_line("", "~10,000 files, pool: fork → done", "m_pool", 15);
+        target_line("", "1 GB, cold: fork → done", "l_gb", 15);
         bench_notes_print();
 }
 
@@ -540,7 +709,8 @@ static void usage(FILE *f) {
         fprintf(f,
                 "Usage: sbx-bench-image [OPTIONS]\n"
                 "  --only LETTERS     f (fork, 100 MB in 1,000 files), m (fork, ~10,000 small files),\n"
-                "                     s (snapshot create and restore, 100 MB); default fms\n"
+                "                     s (snapshot create and restore, 100 MB), l (forks in layers:\n"
+                "                     1 GB, after N changes, the kernel's overlay mount); default fmsl\n"
                 "  -n, --iterations N samples per row (default %u)\n"
                 "  --warmup N         untimed operations before each row (default %u)\n"
                 "  --gap-ms MS        loop turns between two operations, the pool refills (default %u)\n"
@@ -636,6 +806,8 @@ int main(int argc, char **argv) {
                 bench_cmd_reference(ctx, &small, "ref_cmd_m");
         if (big.sb)
                 bench_cp_reference(ctx, &big);
+        if (want('l'))
+                bench_layers(ctx, &small);
 
         if (big.sb)
                 big.sb = sbx_sandbox_free(big.sb);

@@ -233,6 +233,15 @@
 #define SBX_STATE_TIMEOUT_MS 10000U
 /* Forked sandboxes alive at once per server. */
 #define SBX_MAX_FORKS 16U
+/* Layers under one layered fork (docs/ARCHITECTURE.md, "Forks in layers"): each fork with
+ * changes adds one, and each costs every lookup that reaches it a step, so past this many
+ * the next fork copies the whole tree into one fresh layer instead. The kernel's own bound
+ * is 500 lower layers; this one keeps the fork's job within the 16 fds a job may keep
+ * (base/job.c): the layers, the two roots, the new layer, the upper and two indexes. */
+#define SBX_MAX_FORK_LAYERS 8U
+/* Directory depth a layer's diff walks to: it holds two fds per level and recurses. A deeper
+ * tree forks by a plain copy (SBX_MAX_TREE_DEPTH). */
+#define SBX_LAYER_MAX_DEPTH 128U
 
 /* ---- archives (export, import) */
 

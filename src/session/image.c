@@ -36,6 +36,7 @@
 #include "base/redact.h"
 #include "base/util.h"
 #include "fs/archive.h"
+#include "fs/layer.h"
 #include "fs/tree.h"
 #include "sandbox/plain.h"
 #include "session/context.h"
@@ -57,6 +58,25 @@ typedef struct Snapshot {
 
 typedef struct Op Op;
 
+/* A read-only layer of forks (fs/layer.h): its tmpfs, held by every sandbox whose chain has
+ * it; the kernel keeps it for the overlays that use it after the last reference goes. */
+typedef struct Layer {
+        int fd;
+        unsigned refs;
+} Layer;
+
+static Layer *layer_ref(Layer *l) {
+        l->refs++;
+        return l;
+}
+
+static void layer_unref(Layer *l) {
+        if (l && --l->refs == 0) {
+                safe_close(l->fd);
+                free(l);
+        }
+}
+
 /* What an internal run reports back to: cut loose (op = NULL) if the op ends first. */
 typedef struct RunCtx {
         struct RunCtx *next;
@@ -74,6 +94,15 @@ typedef struct ImageState {
         unsigned n_snapshots;
         uint64_t next_snapshot;
         bool freeing;
+        /* Forks in layers: the layers its trees were last taken into (oldest first), the
+         * index of its trees then (a memfd, -1 before the first; threshold mode when
+         * threshold is not 0), and whether its own trees are an overlay of them. */
+        Layer *chain[SBX_MAX_FORK_LAYERS];
+        size_t n_chain;
+        int index_fd; /* valid when has_index */
+        bool has_index;
+        int64_t threshold;
+        bool layered;
 } ImageState;
 
 struct Op {
@@ -106,6 +135,12 @@ struct Op {
         uint8_t *archive; /* import: the input */
         size_t archive_len;
         int memfd;        /* export: the output; import: the sessions read from the manifest */
+        /* A fork in layers under way (layer_fd, upper_fd, new_index: see ImageJob), or done
+         * (layered). */
+        int layer_fd, upper_fd, new_index;
+        int layer_fds[SBX_MAX_FORK_LAYERS];
+        size_t n_layer_fds;
+        bool squash, layered;
         int error;
         char msg[JOB_ERR_MAX + 64];
 };
@@ -113,6 +148,7 @@ struct Op {
 enum { STEP_SESSIONS, STEP_FREEZE, STEP_JOB, STEP_APPLY, STEP_DONE };
 
 static void op_next_step(Op *op);
+static ImageState *image_state(SbxSandbox *sb, bool create);
 static void op_fail(Op *op, int error, const char *fmt, ...) _printf_(3, 4);
 
 static void snapshot_free(Snapshot *s) {
@@ -182,6 +218,9 @@ static void op_free(Op *op) {
         states_free(op->states, op->n_states);
         free(op->archive);
         safe_close(op->memfd);
+        safe_close(op->layer_fd);
+        safe_close(op->upper_fd);
+        safe_close(op->new_index);
         free(op);
 }
 
@@ -447,11 +486,24 @@ static void frozen(Freeze *f) { op_next_step(container_of(f, Op, freeze)); }
 
 /* ---------------------------------------------------------------- step 3: jobs */
 
+/* The sandbox's trees are (again) those of the filesystem its /tmp is on now. */
+static void refresh_writable_dev(SbxSandbox *sb) {
+        struct stat st;
+        if (fstatat(sandbox_box(sb)->root_fd, "tmp", &st, 0) == 0)
+                sandbox_set_writable_dev(sb, st.st_dev);
+}
+
 static void job_event(Watch *w, uint32_t events) {
         Op *op = w->data;
         char err[JOB_ERR_MAX];
         loop_del(sandbox_loop(op->sb), &op->job_w);
         int r = job_finish(&op->job, err, sizeof err);
+        if (op->args.unlayer) {
+                /* Its overlays are off (or the job failed on the way): its own tmpfs again.
+                 * The chain and index stay: the index still says what the chain holds. */
+                op->st->layered = false;
+                refresh_writable_dev(op->sb);
+        }
         if (r < 0) {
                 op_fail(op, r, "%s", err[0] ? err : strerror(-r));
                 return;
@@ -461,25 +513,39 @@ static void job_event(Watch *w, uint32_t events) {
         op_next_step(op);
 }
 
+#define OP_MAX_FDS (8 + SBX_MAX_FORK_LAYERS)
+
 /* The fds a job of this op may use. */
-static size_t op_fds(const Op *op, int keep[4]) {
-        keep[0] = sandbox_box(op->sb)->root_fd;
-        keep[1] = sandbox_box(op->sb)->snap_fd;
-        keep[2] = op->child ? sandbox_box(op->child)->root_fd : -1;
-        keep[3] = op->memfd;
-        return 4;
+static size_t op_fds(const Op *op, int keep[OP_MAX_FDS]) {
+        int all[OP_MAX_FDS] = {
+                sandbox_box(op->sb)->root_fd, sandbox_box(op->sb)->snap_fd,
+                op->child ? sandbox_box(op->child)->root_fd : -1, op->memfd, op->layer_fd, op->upper_fd,
+                op->new_index, op->squash || !op->st->has_index ? -1 : op->st->index_fd,
+        };
+        for (size_t i = 0; i < op->n_layer_fds; i++)
+                all[8 + i] = op->layer_fds[i];
+        /* Only real fds: a job keeps at most 16 (base/job.c). */
+        size_t n = 0;
+        for (size_t i = 0; i < 8 + op->n_layer_fds; i++)
+                if (all[i] >= 0)
+                        keep[n++] = all[i];
+        return n;
 }
 
 /* Starts fn as the op's job; `ended` is called from the loop when it has exited. The job is
  * a fork: it sees the ImageJob as it is now. */
 static int op_job(Op *op, JobFn fn, WatchFn ended) {
-        int keep[4];
+        int keep[OP_MAX_FDS];
         op->args = (ImageJob){
                 .from = sandbox_box(op->sb), .to = op->child ? sandbox_box(op->child) : NULL, .still = op->freeze.still,
                 .snap_id = op->kind == OP_RESTORE ? op->snap->id : op->snap_id,
                 .limits = sbx_sandbox_limits(op->sb), .timeout_ms = sandbox_timeout_ms(op->sb),
                 .states = op->states, .n_states = op->n_states,
                 .archive = op->archive, .archive_len = op->archive_len, .memfd = op->memfd,
+                .layer = op->layer_fd, .upper = op->upper_fd, .layers = op->layer_fds, .n_layers = op->n_layer_fds,
+                .old_index = op->squash || !op->st->has_index ? -1 : op->st->index_fd, .new_index = op->new_index,
+                .threshold = op->squash ? 0 : op->st->threshold,
+                .unlayer = op->st->layered && (op->kind == OP_RESTORE || op->kind == OP_IMPORT),
         };
         int r = job_start(&op->job, fn, &op->args, keep, op_fds(op, keep));
         if (r < 0)
@@ -569,6 +635,12 @@ static int op_keep(Op *op) {
                         for (size_t i = 0; i < op->n_states; i++)
                                 (void)plain_rewrite_paths(op->states[i].data, op->states[i].len, sandbox_box(sb)->dir,
                                                           sandbox_box(op->child)->dir);
+                /* A shell the fork had before its overlay went on (the pool's) has its cwd
+                 * beneath it: the ones no state is applied to start again. */
+                if (op->layered)
+                        for (SbxSession *s = sbx_session_next(op->child, NULL); s; s = sbx_session_next(op->child, s))
+                                if (!state_find(op->states, op->n_states, sbx_session_name(s)))
+                                        (void)run_restart_session(s);
                 return op_apply(op, op->child, op->states, op->n_states, false);
         case OP_RESTORE:
                 return op_apply(op, sb, op->snap->states, op->snap->n_states, true);
@@ -595,6 +667,114 @@ static int op_keep(Op *op) {
         default:
                 return 0;
         }
+}
+
+/* ---------------------------------------------------------------- forks in layers */
+
+/* A root daemon forks in layers; rootless, the kernel's overlay in a user namespace has no
+ * redirect_dir and no index (fs/layer.h), so a fork is a copy. SBX_FORK_LAYERS=0 in the
+ * daemon's environment makes every fork a copy (to compare the two). */
+static bool layers_wanted(const Op *op) {
+        const char *e = getenv("SBX_FORK_LAYERS");
+        /* Process mode has no mount namespace to put an overlay in: its forks copy. */
+        return sandbox_box(op->sb)->host_ids > 0 && !sandbox_box(op->sb)->process && !(e && strcmp(e, "0") == 0);
+}
+
+static void op_layered_drop(Op *op) {
+        op->layer_fd = safe_close(op->layer_fd);
+        op->upper_fd = safe_close(op->upper_fd);
+        op->new_index = safe_close(op->new_index);
+        op->n_layer_fds = 0;
+}
+
+static void layered_event(Watch *w, uint32_t events);
+
+/* Starts the job of a fork in layers: a new layer (sized as the sandbox's tree may be:
+ * every entry, and a whiteout for as many), the fork's upper with the sandbox's own limits
+ * (what the fork writes itself), an empty index. Past SBX_MAX_FORK_LAYERS layers the tree
+ * goes whole into one new layer (squash). */
+static int op_layered_start(Op *op) {
+        ImageState *st = op->st;
+        const SbxLimits *l = sbx_sandbox_limits(op->sb);
+        op->squash = st->n_chain >= SBX_MAX_FORK_LAYERS;
+        int r = layer_tmpfs_new(l->fs_bytes, 2 * l->file_count + 16, &op->layer_fd);
+        if (r >= 0)
+                r = layer_tmpfs_new(l->fs_bytes, l->file_count + 4, &op->upper_fd);
+        if (r >= 0 && (op->new_index = memfd_create("sbx-layer-index", MFD_CLOEXEC)) < 0)
+                r = negerrno();
+        op->n_layer_fds = 0;
+        for (size_t i = st->n_chain; r >= 0 && !op->squash && i-- > 0;)
+                op->layer_fds[op->n_layer_fds++] = st->chain[i]->fd;
+        if (r >= 0)
+                r = op_job(op, image_job_fork_layered, layered_event);
+        if (r < 0)
+                op_layered_drop(op);
+        return r;
+}
+
+/* The fork in layers is done: the parent's chain gets the new layer (if it was needed) and
+ * the new index; the fork gets the same chain and index, in threshold mode, and its trees
+ * are the overlay now. */
+static int op_layered_keep(Op *op, const char *result) {
+        int used;
+        long long threshold;
+        if (sscanf(result, "%d %lld", &used, &threshold) != 2 || threshold == 0)
+                return -EIO;
+        ImageState *st = op->st, *cs = image_state(op->child, true);
+        Layer *nl = used ? calloc(1, sizeof *nl) : NULL;
+        int cidx = fcntl(op->new_index, F_DUPFD_CLOEXEC, 3);
+        if (!cs || (used && !nl) || cidx < 0) {
+                free(nl);
+                safe_close(cidx);
+                return -ENOMEM;
+        }
+        if (op->squash) {
+                for (size_t i = 0; i < st->n_chain; i++)
+                        layer_unref(st->chain[i]);
+                st->n_chain = 0;
+        }
+        if (nl) {
+                *nl = (Layer){ TAKE_FD(op->layer_fd), 1 };
+                st->chain[st->n_chain++] = nl;
+        }
+        if (st->has_index)
+                safe_close(st->index_fd);
+        st->index_fd = TAKE_FD(op->new_index);
+        st->has_index = true;
+        st->threshold = 0;
+        for (size_t i = 0; i < cs->n_chain; i++)
+                layer_unref(cs->chain[i]);
+        for (size_t i = 0; i < st->n_chain; i++)
+                cs->chain[i] = layer_ref(st->chain[i]);
+        cs->n_chain = st->n_chain;
+        if (cs->has_index)
+                safe_close(cs->index_fd);
+        cs->index_fd = cidx;
+        cs->has_index = true;
+        cs->threshold = threshold;
+        cs->layered = true;
+        op_layered_drop(op);
+        refresh_writable_dev(op->child);
+        op->layered = true;
+        return 0;
+}
+
+static void layered_event(Watch *w, uint32_t events) {
+        Op *op = w->data;
+        char err[JOB_ERR_MAX];
+        loop_del(sandbox_loop(op->sb), &op->job_w);
+        int r = job_finish(&op->job, err, sizeof err);
+        if (r >= 0 && (r = op_layered_keep(op, err)) >= 0) {
+                log_debug("sandbox %s: forked in layers (%s)", sbx_sandbox_id(op->sb), err);
+                op_next_step(op);
+                return;
+        }
+        /* Nothing of the overlay stays in the fork (layer_mount() undoes a half-made one):
+         * the plain copy does it. */
+        log_debug("sandbox %s: a fork in layers failed (%s): copying", sbx_sandbox_id(op->sb), err[0] ? err : strerror(-r));
+        op_layered_drop(op);
+        if ((r = op_job(op, image_job_fork, job_event)) < 0)
+                op_fail(op, r, "cannot start the copy: %s", strerror(-r));
 }
 
 /* ---------------------------------------------------------------- the steps */
@@ -625,6 +805,8 @@ static void op_next_step(Op *op) {
                 /* fall through */
         case STEP_FREEZE: {
                 op_set_step(op, STEP_JOB);
+                if (op->kind == OP_FORK && layers_wanted(op) && op_layered_start(op) >= 0)
+                        return; /* layered_event() comes back */
                 JobFn fn = op->kind == OP_FORK ? image_job_fork : op->kind == OP_SNAPSHOT ? image_job_snapshot
                          : op->kind == OP_RESTORE ? image_job_restore : op->kind == OP_EXPORT ? image_job_export
                          : image_job_import_extract;
@@ -775,6 +957,10 @@ static void state_freeing(SandboxObserver *o, SbxSandbox *sb) {
                 st->snapshots = s->next;
                 snapshot_free(s);
         }
+        for (size_t i = 0; i < st->n_chain; i++)
+                layer_unref(st->chain[i]);
+        if (st->has_index)
+                safe_close(st->index_fd);
         free(st);
 }
 
@@ -802,6 +988,7 @@ static int op_queue(SbxSandbox *sb, OpKind kind, SbxOpDoneFn done, void *ud, Op 
         op->done = done;
         op->ud = ud;
         op->memfd = -1;
+        op->layer_fd = op->upper_fd = op->new_index = -1;
         freeze_init(&op->freeze);
         op->job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
         op->mark = sandbox_run_order(sb);

@@ -12,6 +12,7 @@
 #include "base/limits.h"
 #include "base/util.h"
 #include "fs/archive.h"
+#include "fs/layer.h"
 #include "fs/tree.h"
 #include "session/image_job.h"
 
@@ -81,6 +82,33 @@ int image_job_fork(void *arg, char *err, size_t errlen) {
         return 0;
 }
 
+int image_job_fork_layered(void *arg, char *err, size_t errlen) {
+        const ImageJob *a = arg;
+        TreeIds ids = ids_inside(a->from);
+        LayerDiffStats st;
+        LayerDiff d = { .root = a->from->root_fd, .layer = a->layer, .old_index = a->old_index,
+                        .threshold = a->threshold, .new_index = a->new_index, .ids = &ids };
+        int r = layer_diff(&d, &st, err, errlen);
+        if (r < 0)
+                return r;
+        /* An unchanged tree needs no new layer: the fork gets the ones there are. */
+        bool used = st.copied > 0 || st.whiteouts > 0 || a->n_layers == 0;
+        int list[SBX_MAX_FORK_LAYERS + 1];
+        size_t n = 0;
+        if (used)
+                list[n++] = a->layer;
+        for (size_t i = 0; i < a->n_layers && n < ELEMENTSOF(list); i++)
+                list[n++] = a->layers[i];
+        LayerMount m = { .init_pid = a->to->init_pid, .root = a->to->root_fd, .layers = list, .n_layers = n,
+                         .upper = a->upper };
+        int64_t threshold = 0;
+        if ((r = layer_mount(&m, &threshold, err, errlen)) < 0)
+                return r;
+        snprintf(err, errlen, "%d %lld %llu %llu %llu %llu", used, (long long)threshold, (unsigned long long)st.entries,
+                 (unsigned long long)st.copied, (unsigned long long)st.whiteouts, (unsigned long long)st.bytes);
+        return 0;
+}
+
 int image_job_snapshot(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         const Box *b = a->from;
@@ -130,8 +158,8 @@ int image_job_restore(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         const Box *b = a->from;
         TreeIds ids = ids_between(b, b);
-        int r = become(b, err, errlen);
-        if (r < 0)
+        int r = a->unlayer ? layer_unmount(b->init_pid, err, errlen) : 0;
+        if (r < 0 || (r = become(b, err, errlen)) < 0)
                 return r;
         _cleanup_close_ int snap = open_dir(b->snap_fd, a->snap_id);
         if (snap < 0) {
@@ -204,8 +232,8 @@ int image_job_import_check(void *arg, char *err, size_t errlen) {
 int image_job_import_extract(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         const Box *b = a->from;
-        int r = become(b, err, errlen);
-        if (r < 0)
+        int r = a->unlayer ? layer_unmount(b->init_pid, err, errlen) : 0;
+        if (r < 0 || (r = become(b, err, errlen)) < 0)
                 return r;
         for (int i = 0; i < N_DIRS; i++) {
                 _cleanup_close_ int dst = open_dir(b->root_fd, tree_dirs[i]);

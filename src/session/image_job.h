@@ -30,10 +30,23 @@ typedef struct ImageJob {
         const uint8_t *archive;   /* import: the input */
         size_t archive_len;
         int memfd;                /* export: the output; import check: the sessions found */
+        /* Layered fork (image_job_fork_layered): the new layer and the fork's upper (empty
+         * tmpfs), the layers so far (most recent first), the index at the last one (-1: none;
+         * read in threshold mode when threshold is not 0) and an empty memfd for the new one. */
+        int layer, upper;
+        const int *layers;
+        size_t n_layers;
+        int old_index, new_index;
+        int64_t threshold;
+        bool unlayer;             /* restore, import: take the sandbox's overlays off first */
 } ImageJob;
 
 /* JobFns (base/job.h) over an ImageJob: each returns 0 or -errno with err saying why. */
 int image_job_fork(void *arg, char *err, size_t errlen);
+/* A fork in layers (fs/layer.h): the diff into the new layer, then the overlay in the fork.
+ * On success err holds "USED THRESHOLD ENTRIES COPIED WHITEOUTS BYTES": USED is 1 when the
+ * new layer went under the fork (something changed), 0 when it is not needed. */
+int image_job_fork_layered(void *arg, char *err, size_t errlen);
 /* On success err holds the bytes copied, in decimal. */
 int image_job_snapshot(void *arg, char *err, size_t errlen);
 int image_job_restore(void *arg, char *err, size_t errlen);

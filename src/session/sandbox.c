@@ -677,6 +677,7 @@ void sandbox_hold_runs(SbxSandbox *sb, uint64_t after) {
 }
 
 void sandbox_set_tree_busy(SbxSandbox *sb, bool busy) { sb->core.tree_busy = busy; }
+void sandbox_set_writable_dev(SbxSandbox *sb, dev_t dev) { sb->core.box.writable_dev = dev; }
 bool sandbox_tree_busy(const SbxSandbox *sb) { return sb->core.tree_busy; }
 bool sandbox_dying(const SbxSandbox *sb) { return sb->core.dying; }
 unsigned *sandbox_freeze_holds(SbxSandbox *sb) { return &sb->core.freeze_holds; }

@@ -96,6 +96,9 @@ uint64_t sandbox_run_order(const SbxSandbox *sb);
 void sandbox_hold_runs(SbxSandbox *sb, uint64_t after);
 /* While busy, the files API refuses changes with -EBUSY. */
 void sandbox_set_tree_busy(SbxSandbox *sb, bool busy);
+/* Its writable directories are now on the filesystem `dev` (an overlay put on or taken off by
+ * image.c): the files API changes only entries there. */
+void sandbox_set_writable_dev(SbxSandbox *sb, dev_t dev);
 bool sandbox_tree_busy(const SbxSandbox *sb);
 /* Being freed, or its pid 1 is gone. */
 bool sandbox_dying(const SbxSandbox *sb);

@@ -1,0 +1,237 @@
+"""Forks in layers (docs/ARCHITECTURE.md, "Forks in layers"): a root daemon's fork gets an
+overlay of read-only layers under an upper tmpfs of its own; each layer holds only what
+changed since the one before. What commands see must stay what a copy gives them: content,
+hard links, renames of directories, `stat`, the limits, across many layered forks,
+snapshots and restores. The plain copy stays for rootless daemons, trees too deep for the
+diff, and SBX_FORK_LAYERS=0; both paths are tested.
+
+Whether a sandbox's trees are layered is what `stat -f -c %T /tmp` says: overlayfs or tmpfs.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_image import Box, new_box, start_server, stop_server  # noqa: E402
+from test_rootless import delegated, rootless_serve, stdio_caller  # noqa: E402,F401
+
+REPO = Path(__file__).resolve().parents[2]
+SBX = os.environ.get("SBX_BIN") or str(REPO / "build" / "src" / "cli" / "sbx")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
+    pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
+]
+
+# What a command can tell apart in the three trees: names, types, sizes, modes, owners, link
+# counts, symlink targets, and every file's bytes. Not a directory's st_size and st_nlink: an
+# overlay's merged directory shows its upper's size and a link count of 1 (documented).
+PRINT = ("(cd / && find tmp home/user dev/shm -mindepth 1 \\( -type d -printf '%p|d|%m|%U|%G\\n' \\) -o "
+         "-printf '%p|%y|%s|%m|%U|%G|%n|%l\\n' | sort | sha256sum; "
+         "find tmp home/user dev/shm -type f -print0 | sort -z | xargs -0r sha256sum | sha256sum)")
+
+
+def fstype(b):
+    return b.sh("stat -f -c %T /tmp /home/user /dev/shm | sort -u").strip()
+
+
+@pytest.fixture
+def srv():
+    peer = start_server()
+    try:
+        yield peer
+    finally:
+        stop_server(peer)
+
+
+def populate(b):
+    b.sh("mkdir -p ~/w/src/pkg ~/w/big /tmp/t && cd ~/w && "
+         "for i in $(seq 300); do echo \"line $i\" > src/pkg/f$i; done && "
+         "head -c 3000000 /dev/urandom > big/blob && ln big/blob big/blob2 && ln -s src/pkg/f1 lnk && "
+         "mkfifo fifo && chmod 0640 src/pkg/f2 && echo shm > /dev/shm/s && truncate -s 50M /tmp/t/sparse && "
+         "mkdir -p ren/a/b && echo deep > ren/a/b/c && cd ~/w && X=41")
+
+
+def test_many_layered_forks_keep_content_links_renames_and_stat(srv):
+    """Six generations, each with changes in between (new, changed, removed and renamed
+    entries): every fork shows exactly its parent's trees, forks after the first add only
+    what changed, and in each fork a directory from the layers renames, a hard link stays one
+    across a write, and every file has the overlay's one st_dev and an inode of its own."""
+    b = new_box(srv)
+    populate(b)
+    gen = b
+    for g in range(6):
+        want = gen.sh(PRINT)
+        child = gen.fork()
+        assert fstype(child) == "overlayfs"
+        assert child.sh(PRINT) == want, f"generation {g}"
+        assert child.sh("echo $X $PWD") == "41 /home/user/w\n"
+        # hard links: one inode, and a write through one name shows through the other
+        assert child.sh("(cd ~/w/big && stat -c '%i %h' blob blob2 | uniq | wc -l; stat -c %h blob; "
+                        "echo x >> blob2; cmp blob blob2 && echo same)") == "1\n2\nsame\n"
+        # a directory inherited from the layers renames (redirect_dir)
+        assert child.sh("mv ~/w/ren ~/w/ren2 && cat ~/w/ren2/a/b/c && test ! -e ~/w/ren && echo gone") == "deep\ngone\n"
+        # stat: one device for the tree, distinct inode numbers
+        assert child.sh("find ~/w /tmp -printf '%D\\n' | sort -u | wc -l") == "1\n"
+        assert child.sh("n=$(find ~/w -printf '%i\\n' | wc -l); u=$(find ~/w -printf '%i\\n' | sort -u | wc -l); "
+                        "[ $n -eq $((u + 1)) ] && echo ok") == "ok\n"  # blob and blob2 share one
+        # the fork's changes stay in the fork
+        assert gen.sh(PRINT) == want
+        child.sh(f"echo gen{g} > ~/w/src/pkg/f3; rm ~/w/src/pkg/f4; mkdir ~/w/new{g}; echo n > ~/w/new{g}/n; "
+                 f"mv ~/w/ren2 ~/w/ren")
+        gen = child
+    # the first sandbox kept its own trees through it all
+    assert b.sh("cat ~/w/src/pkg/f3 ~/w/src/pkg/f4; ls ~/w | tr '\\n' ' '") == \
+        "line 3\nline 4\nbig fifo lnk ren src "
+    # fork of a fork of ... with its changes: the grandchild's layers stack
+    assert gen.sh("cat ~/w/src/pkg/f3; ls ~/w/src/pkg/f4 2>&1 >/dev/null | wc -l; ls -d ~/w/new* | wc -l") == \
+        "gen5\n1\n6\n"
+
+
+def test_unchanged_fork_adds_nothing_and_changes_are_exact(srv):
+    """The parent forked again without a change, then after changing a few files, removing
+    one and replacing a file by a directory and a directory by a file: each fork equals the
+    parent at its fork, earlier forks stay as they were."""
+    b = new_box(srv)
+    populate(b)
+    f1 = b.fork()
+    first = f1.sh(PRINT)
+    f2 = b.fork()
+    assert f2.sh(PRINT) == first
+    b.sh("cd ~/w && echo changed > src/pkg/f7 && rm src/pkg/f8 && rm lnk && mkdir lnk && echo in > lnk/x && "
+         "rm -r ren && echo file > ren && touch -d 2001-01-01 src/pkg/f9 && chmod 600 src/pkg/f10")
+    want = b.sh(PRINT)
+    f3 = b.fork()
+    assert f3.sh(PRINT) == want
+    assert f3.sh("cat ~/w/src/pkg/f7 ~/w/lnk/x ~/w/ren; stat -c %a ~/w/src/pkg/f10") == "changed\nin\nfile\n600\n"
+    assert f1.sh(PRINT) == first and f2.sh(PRINT) == first
+    # same size, same mtime (set back), other bytes: the ctime tells
+    b.sh("cd ~/w && m=$(stat -c %y src/pkg/f11) && echo 'line X1' > src/pkg/f11 && touch -d \"$m\" src/pkg/f11")
+    f4 = b.fork()
+    assert f4.sh("cat ~/w/src/pkg/f11") == "line X1\n"
+
+
+def test_layered_fork_snapshots_restores_and_files_api(srv):
+    """In a layered fork: the files API writes and renames, a snapshot and its restore (which
+    takes the overlay off: the trees are the sandbox's own tmpfs again), a fork after that
+    (layered again) and export keep what commands see."""
+    b = new_box(srv)
+    populate(b)
+    c = b.fork()
+    assert fstype(c) == "overlayfs"
+    c.write("w/api.txt", b"from the api\n")
+    assert c.peer.result("files.rename", c.p(**{"from": "w/src", "to": "w/src2"})) == {"ok": True}
+    assert c.read("w/src2/pkg/f5") == b"line 5\n"
+    snap = c.snapshot()
+    want = c.sh(PRINT)
+    c.sh("rm -rf ~/w/src2 ~/w/big; echo later > ~/w/later")
+    c.restore(snap)
+    assert fstype(c) == "tmpfs"
+    assert c.sh(PRINT) == want
+    assert c.sh("cat ~/w/api.txt; test -e ~/w/later || echo no-later") == "from the api\nno-later\n"
+    c.write("w/after-restore", b"ok\n")
+    d = c.fork()
+    assert fstype(d) == "overlayfs"
+    assert d.sh(PRINT) == c.sh(PRINT)
+    assert d.sh("cat ~/w/after-restore") == "ok\n"
+    # a snapshot of the parent restored after forks: its forks are untouched
+    s2 = b.snapshot()
+    b.sh("rm -rf ~/w")
+    b.restore(s2)
+    assert b.sh("ls ~/w | wc -l") == "5\n"
+    assert "later" not in d.sh("ls ~/w")
+
+
+def test_layered_fork_limits(srv):
+    """The limits bound what a layered fork writes itself (its upper tmpfs): past
+    fsLimitBytes it gets ENOSPC, past fileCount of its own entries (whiteouts of removed
+    inherited ones included) too; it can remove what it inherited, and the parent keeps it."""
+    b = new_box(srv, fsLimitBytes=8 * 1024 * 1024, limits={"fileCount": 400})
+    b.sh("mkdir -p ~/d && for i in $(seq 200); do echo $i > ~/d/f$i; done && head -c 3000000 /dev/zero > ~/big")
+    c = b.fork()
+    assert fstype(c) == "overlayfs"
+    r = c.run("head -c 9000000 /dev/zero > /tmp/over")
+    assert r["exitCode"] != 0 and "No space left" in _err(r)
+    c.sh("rm -f /tmp/over")
+    assert c.sh("head -c 5000000 /dev/zero > /tmp/ok && stat -c %s /tmp/ok && rm /tmp/ok") == "5000000\n"
+    c.sh("rm -rf ~/d ~/big && test ! -e ~/d && echo gone")
+    assert c.sh("mkdir ~/m && for i in $(seq 380); do : > ~/m/g$i || exit 7; done; ls ~/m | wc -l") == "380\n"
+    r = c.run("for i in $(seq 381 500); do : > ~/m/g$i || exit 7; done")
+    assert r["exitCode"] == 7 and "No space left" in _err(r)
+    assert b.sh("ls ~/d | wc -l; stat -c %s ~/big") == "200\n3000000\n"
+
+
+def _err(r):
+    import base64
+    v = r.get("stderr", "")
+    return base64.b64decode(v).decode() if r.get("stderrEncoding") == "base64" else v
+
+
+def test_deep_tree_forks_by_copy(srv):
+    """A tree deeper than the diff walks (SBX_LAYER_MAX_DEPTH, 128) forks by the plain copy,
+    which is as correct: the plain path."""
+    b = new_box(srv)
+    b.sh("cd /tmp && for i in $(seq 140); do mkdir d; cd d; done; echo bottom > f; echo top > /tmp/top")
+    c = b.fork()
+    assert fstype(c) == "tmpfs"
+    assert c.sh("cat /tmp/top; cat /tmp/$(printf 'd/%.0s' $(seq 140))f") == "top\nbottom\n"
+    assert c.sh(PRINT) == b.sh(PRINT)
+
+
+def test_plain_forks_when_asked(tmp_path):
+    """SBX_FORK_LAYERS=0 in the daemon's environment: every fork is the plain copy."""
+    env = dict(os.environ, SBX_FORK_LAYERS="0")
+    proc = subprocess.Popen([SBX, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env)
+    from conftest import SPAWNED, Peer
+    SPAWNED.append(proc.pid)
+    try:
+        call = stdio_caller(proc)
+        sid = call("sandbox.create")["result"]["sandboxId"]
+        call("run", {"sandboxId": sid, "command": "echo a > /tmp/a; ln /tmp/a /tmp/b"})
+        fork = call("sandbox.fork", {"sandboxId": sid})["result"]["sandboxId"]
+        out = call("run", {"sandboxId": fork, "command": "stat -f -c %T /tmp; stat -c %h /tmp/a; cat /tmp/b"})
+        assert out["result"]["stdout"] == "tmpfs\n2\na\n"
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+
+
+def test_rootless_forks_by_copy(delegated):  # noqa: F811
+    """Rootless the kernel's overlay has neither redirect_dir nor index: forks are copies,
+    and correct ones, fork of a fork included."""
+    p = rootless_serve(delegated)
+    try:
+        call = stdio_caller(p)
+        sid = call("sandbox.create")["result"]["sandboxId"]
+        call("run", {"sandboxId": sid, "command": "mkdir -p /tmp/r/a && echo v > /tmp/r/a/f && ln /tmp/r/a/f /tmp/r/g"})
+        f1 = call("sandbox.fork", {"sandboxId": sid})["result"]["sandboxId"]
+        f2 = call("sandbox.fork", {"sandboxId": f1})["result"]["sandboxId"]
+        out = call("run", {"sandboxId": f2, "command": "stat -f -c %T /tmp; mv /tmp/r/a /tmp/r/b && cat /tmp/r/b/f; "
+                                                         "stat -c %h /tmp/r/g"})
+        assert out["result"]["stdout"] == "tmpfs\nv\n2\n"
+    finally:
+        p.stdin.close()
+        p.wait(30)
+
+
+def test_forks_past_the_layer_cap_squash_and_stay_exact(srv):
+    """Twelve forks of one parent, each after a change: past SBX_MAX_FORK_LAYERS (8) layers
+    the tree goes whole into a fresh layer; every fork equals its parent at its fork, and a
+    fork of the last fork too."""
+    b = new_box(srv)
+    populate(b)
+    forks = []
+    for i in range(12):
+        b.sh(f"echo {i} > ~/w/src/pkg/f{i + 20}; rm -f ~/w/src/pkg/f{i + 100}; mkdir -p ~/w/g{i}")
+        want = b.sh(PRINT)
+        f = b.fork()
+        assert f.sh(PRINT) == want, f"fork {i}"
+        forks.append((f, want))
+    for f, want in forks:
+        assert f.sh(PRINT) == want
+    g = forks[-1][0].fork()
+    assert g.sh(PRINT) == forks[-1][1]
