@@ -463,7 +463,9 @@ static MatchResult match_at(const Redactor *r, const uint8_t *p, size_t avail, u
                         best_end = end;
                 }
         }
-        if (more)
+        /* At the end no byte will come to make a longer match: a whole match found stands
+         * (a secret that ends a stream, and that another rule could have read on past). */
+        if (more && !(final && best))
                 return M_MORE;
         if (!best)
                 return M_NONE;

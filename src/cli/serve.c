@@ -39,6 +39,8 @@ static void usage(FILE *f) {
                 "      --lane LANE      fixes the lane of --socket's (or stdio's) clients:\n"
                 "                       interactive or system (default: each request says)\n"
                 "      --system-socket PATH  a second socket whose clients are in the system lane\n"
+                "                       (then --socket's clients are fixed to interactive unless\n"
+                "                       --lane says otherwise)\n"
                 "      --shutdown-deadline-ms N  on SIGTERM, how long cancelled work may take to be\n"
                 "                       answered before everything is destroyed (default 10000;\n"
                 "                       a second SIGTERM does not wait)\n"
@@ -430,7 +432,9 @@ int cmd_serve(int argc, char **argv) {
                 server_set_slots(s, 0, slots >= 0 ? (unsigned)slots : d_slots, queue >= 0 ? (unsigned)queue : d_queue);
                 server_set_slots(s, 1, system_slots >= 0 ? (unsigned)system_slots : d_system,
                                  queue >= 0 ? (unsigned)queue : d_queue);
-                server_set_lane(s, (int)lane);
+                /* With an operator's socket, the system lane is the operator's: clients of the
+                 * main socket may not ask for it unless --lane says so. */
+                server_set_lane(s, lane < 0 && system_path ? 0 : (int)lane);
                 r = server_set_mode(s, mode);
                 if (config_path)
                         server_set_create_config(s, cfg.defaults, cfg.enforced, cfg.secrets);

@@ -210,6 +210,8 @@ int serve_config_check_sandbox(const ServeConfig *c, char *err, size_t errlen) {
                 json_object_set(all, "secrets", c->secrets);
         RpcError e;
         int r = method_check("sandbox.create", all, &e);
+        if (r >= 0)
+                r = sandbox_params_check(all, &e);
         json_decref(all);
         if (r < 0) {
                 snprintf(err, errlen, "%s: [sandbox]: %s", c->path, e.message);

@@ -510,9 +510,17 @@ json_t *audit_outcome(int rr, json_t *fields) {
         return fields;
 }
 
-/* command cut at SBX_AUDIT_COMMAND_BYTES on a character boundary; past it, its length and
- * sha256 say which command it was. */
-static void add_command(json_t *ev, const char *command, size_t len) {
+/* command, redacted, cut at SBX_AUDIT_COMMAND_BYTES on a character boundary; past it, its
+ * length and sha256 (of the redacted text) say which command it was. */
+static void add_command(Audit *a, const SrvSandbox *sb, json_t *ev, const char *command, size_t len) {
+        /* Redacted whole before it is cut and hashed: a cut must not leave a secret's head,
+         * nor a hash of the raw text let a reader test guesses of it. */
+        _cleanup_free_ char *red = NULL;
+        size_t rl = 0;
+        if (a->redact && sb && (red = a->redact(a->redact_data, sbx_sandbox_id(sb->sb), command, len, &rl))) {
+                command = red;
+                len = rl;
+        }
         size_t keep = len;
         if (keep > SBX_AUDIT_COMMAND_BYTES) {
                 keep = SBX_AUDIT_COMMAND_BYTES;
@@ -537,7 +545,7 @@ json_t *audit_run_begin(Audit *a, const SrvSandbox *sb, const Conn *c, const cha
         if (!ev)
                 return NULL;
         json_object_set_new(ev, "session", json_string(session));
-        add_command(ev, command, len);
+        add_command(a, sb, ev, command, len);
         return ev;
 }
 
@@ -588,7 +596,7 @@ static void proc_freeing(SbxProcessWatcher *w) { proc_forget((AuditProc *)w); }
 json_t *audit_process_begin(Audit *a, const SrvSandbox *sb, const Conn *c, const char *command, size_t len) {
         json_t *ev = audit_begin(a, "process.start", sb, c);
         if (ev)
-                add_command(ev, command, len);
+                add_command(a, sb, ev, command, len);
         return ev;
 }
 

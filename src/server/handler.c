@@ -134,6 +134,22 @@ int handler_create_config(Req *r, RpcError *e) {
         Core *core = r->core;
         const char *key;
         json_t *v;
+        /* fsLimitBytes and limits.fsBytes are one limit: the operator's, under either name,
+         * binds both. */
+        json_t *ef = json_object_get(core->create_enforced, "fsLimitBytes");
+        json_t *el = json_object_get(json_object_get(core->create_enforced, "limits"), "fsBytes");
+        json_t *rl = json_object_get(r->params, "limits");
+        if (ef && json_is_object(rl) && json_object_get(rl, "fsBytes") &&
+            !json_equal(json_object_get(rl, "fsBytes"), ef))
+                return rpc_fail(e, RPC_INVALID_PARAMS,
+                                "limits.fsBytes is set by the server's configuration (fsLimitBytes) and may not be changed");
+        if (el && json_object_get(r->params, "fsLimitBytes") && !json_equal(json_object_get(r->params, "fsLimitBytes"), el))
+                return rpc_fail(e, RPC_INVALID_PARAMS,
+                                "fsLimitBytes is set by the server's configuration (limits.fsBytes) and may not be changed");
+        if (ef && json_is_object(rl) && json_object_get(rl, "fsBytes"))
+                json_object_del(rl, "fsBytes");
+        if (el && json_object_get(r->params, "fsLimitBytes"))
+                json_object_del(r->params, "fsLimitBytes");
         json_object_foreach(core->create_enforced, key, v) {
                 json_t *mine = json_object_get(r->params, key);
                 if (mine && !json_is_null(mine) && json_is_object(mine) && json_is_object(v)) {

@@ -129,7 +129,11 @@ static void schedule(Lanes *l) {
 
 int lanes_enqueue(Lanes *l, LaneId id, Conn *c, json_t *req_id, json_t *params, const void *method, RpcError *e) {
         Lane *ln = &l->lane[id];
-        if (ln->queued >= ln->queue_max) {
+        LaneClient *k = client_of(ln, c);
+        /* Past the bound a client with nothing waiting still gets in (up to twice the bound):
+         * one client filling the queue must not shut the others out, only make them wait
+         * their turn. */
+        if (ln->queued >= ln->queue_max && (k || ln->queued >= 2 * (uint64_t)ln->queue_max || !ln->queue_max)) {
                 ln->refused++;
                 rpc_fail(e, RPC_WORKER_UNAVAILABLE,
                          "WORKER_UNAVAILABLE: the %s lane is full (%u running, %u waiting); retry after %llu ms",
@@ -138,7 +142,6 @@ int lanes_enqueue(Lanes *l, LaneId id, Conn *c, json_t *req_id, json_t *params, 
                 return -1;
         }
         LaneWait *w = calloc(1, sizeof *w);
-        LaneClient *k = client_of(ln, c);
         bool new_client = !k;
         if (new_client)
                 k = calloc(1, sizeof *k);
@@ -259,6 +262,31 @@ uint64_t lane_p99_ms(const Lane *ln) {
         }
         return 1ULL << (LANE_HIST_BUCKETS - 1);
 }
+
+LaneWait *lanes_take(Lanes *l, const Conn *c, json_t *req_id) {
+        for (unsigned i = 0; i < LANE_COUNT; i++) {
+                Lane *ln = &l->lane[i];
+                LaneClient *k = client_of(ln, c);
+                if (!k)
+                        continue;
+                for (LaneWait **pp = &k->head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+                        LaneWait *w = *pp;
+                        if (!w->id || !json_equal(w->id, req_id))
+                                continue;
+                        *pp = w->next;
+                        if (k->tail == w)
+                                k->tail = prev;
+                        w->next = NULL;
+                        ln->queued--;
+                        if (!k->head)
+                                ring_del(ln, k);
+                        return w;
+                }
+        }
+        return NULL;
+}
+
+void lanes_wait_free(LaneWait *w) { wait_free(w); }
 
 void lanes_drop_conn(Lanes *l, const Conn *c) {
         for (unsigned i = 0; i < LANE_COUNT; i++) {

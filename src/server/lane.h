@@ -93,6 +93,10 @@ void lanes_release(Lanes *l, int lane, uint64_t held_ms);
 void lanes_count(Lanes *l, int lane, uint64_t exec_ms, bool failed, bool timed_out, bool cancelled);
 /* The p99 of the runs counted, in ms (the upper edge of its bucket); 0 with none. */
 uint64_t lane_p99_ms(const Lane *ln);
+/* The waiting request of c with that id, taken out of its lane (a cancel), or NULL. The
+ * caller answers it and frees it with lanes_wait_free(). */
+LaneWait *lanes_take(Lanes *l, const Conn *c, json_t *req_id);
+void lanes_wait_free(LaneWait *w);
 /* c is closing: its waiting requests are dropped unanswered. */
 void lanes_drop_conn(Lanes *l, const Conn *c);
 /* Answers every waiting request with e and drops it (shutdown). */

@@ -173,8 +173,26 @@ static int m_cancel(Req *r, json_t **ret, RpcError *e) {
         if (!rid)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "Missing required param: requestId");
         Pending *p = pending_find_run(&r->core->pending, r->conn, rid);
-        if (!p || !p->run)
-                return rpc_fail(e, RPC_INVALID_PARAMS, "No running request with that requestId (unknown or already finished)");
+        if (!p || !p->run) {
+                /* Still waiting in its lane: it never starts; a run is answered as cancelled. */
+                LaneWait *w = lanes_take(&r->core->lanes, r->conn, rid);
+                if (!w)
+                        return rpc_fail(e, RPC_INVALID_PARAMS,
+                                        "No running request with that requestId (unknown or already finished)");
+                const Method *m = w->method;
+                if (strcmp(m->name, "run") == 0)
+                        conn_reply(r->conn, w->id, json_pack("{s:i, s:s, s:s, s:i, s:s}", "exitCode", SBX_EXIT_CANCELLED,
+                                                             "stdout", "", "stderr", "", "executionTimeMs", 0,
+                                                             "errorClass", "CANCELLED"));
+                else {
+                        RpcError ce;
+                        rpc_fail(&ce, RPC_SANDBOX_ERROR, "ECANCELED: cancelled before it started");
+                        conn_reply_error(r->conn, w->id, &ce);
+                }
+                lanes_wait_free(w);
+                *ret = handler_ok_json();
+                return 0;
+        }
         (void)sbx_run_cancel(p->run);
         *ret = handler_ok_json();
         return 0;

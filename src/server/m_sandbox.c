@@ -9,6 +9,7 @@
 #include "base/macro.h"
 #include "base/util.h"
 #include "server/handler.h"
+#include "server/server.h"
 #include "session/internal.h"
 
 /* A limit the client gave (present, not null) must keep its rule: an explicit 0 is refused
@@ -68,6 +69,23 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
             param_object(p, "env", &env, e) < 0)
                 return -1;
         if (limits) {
+                /* A misspelt limit would be ignored without a word, and an operator's enforced
+                 * one be no limit at all. */
+                static const char *const known[] = { "stdoutBytes", "stderrBytes", "commandBytes", "fileCount",
+                                                     "memoryBytes", "fsBytes", "pids", "cpus", "rpcBytes" };
+                const char *key;
+                json_t *lv;
+                json_object_foreach(limits, key, lv) {
+                        size_t i = 0;
+                        while (i < ELEMENTSOF(known) && strcmp(known[i], key) != 0)
+                                i++;
+                        if (i == ELEMENTSOF(known))
+                                return rpc_fail(e, RPC_INVALID_PARAMS,
+                                                "limits has no key \"%.64s\" (it has stdoutBytes, stderrBytes, commandBytes, "
+                                                "fileCount, memoryBytes, fsBytes, pids, cpus, rpcBytes)", key);
+                }
+                if (json_object_get(limits, "fsBytes") && json_object_get(p, "fsLimitBytes"))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "give fsLimitBytes or limits.fsBytes, not both");
                 if (param_u64(limits, "stdoutBytes", false, UINT64_MAX, &o->limits.stdout_bytes, e) < 0 ||
                     param_u64(limits, "stderrBytes", false, UINT64_MAX, &o->limits.stderr_bytes, e) < 0 ||
                     param_u64(limits, "commandBytes", false, UINT64_MAX, &o->limits.command_bytes, e) < 0 ||
@@ -292,6 +310,28 @@ static int parse_secrets(json_t *p, const char ***ret, RpcError *e) {
         }
         *ret = list;
         return 0;
+}
+
+int sandbox_params_check(json_t *params, RpcError *e) {
+        SbxSandboxOptions o;
+        const char **env = NULL, **secrets = NULL;
+        json_t *metadata = NULL;
+        size_t rpc_bytes;
+        _cleanup_free_ PolicyLists *pl = calloc(1, sizeof *pl);
+        _cleanup_free_ NetworkAllow *na = calloc(1, sizeof *na);
+        if (!pl || !na)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        int r = parse_sandbox_options(params, &o, &env, &rpc_bytes, e);
+        handler_env_free(env);
+        if (r >= 0)
+                r = parse_policy(params, &o, pl, e);
+        if (r >= 0)
+                r = parse_network(params, &o, na, e);
+        if (r >= 0)
+                r = parse_metadata(params, &metadata, e);
+        if (r >= 0 && (r = parse_secrets(params, &secrets, e)) >= 0)
+                secrets_free(secrets);
+        return r < 0 ? -1 : 0;
 }
 
 static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {

@@ -500,3 +500,21 @@ def test_network_denials_are_audited(tmpdir_):
     assert denied and denied[0]["sandboxId"] == sid and denied[0]["host"] == "denied.test"
     assert denied[0]["status"] == 403 and "allowlist" in denied[0]["reason"]
     assert verify(d.log).returncode == 0
+
+
+def test_a_secret_across_the_command_cut_is_not_shown(tmpdir_):
+    secret = "Zq7LongProductionApiKeyValue0123456789"
+    d = Daemon(tmpdir_)
+    try:
+        a = d.connect()
+        sid = a.result("sandbox.create", {"secrets": {"API_KEY": secret}})["sandboxId"]
+        cmd = "#" * 4066 + "\n: " + secret + "\n" + "#" * 200
+        a.result("run", {"sandboxId": sid, "command": cmd})
+    finally:
+        d.stop()
+    text = open(d.log).read()
+    for k in range(8, len(secret) + 1):
+        assert secret[:k] not in text, k
+    [run] = [e for e in events(d.log) if e["type"] == "run.end" and e["sandboxId"] == sid]
+    import hashlib
+    assert run["commandSha256"] != hashlib.sha256(cmd.encode()).hexdigest()

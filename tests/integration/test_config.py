@@ -122,7 +122,7 @@ def test_sandbox_defaults_enforced_and_secrets(tmp_path):
         r = peer.result("run", {"command": "sleep 5"}, timeout=20)
         assert r["exitCode"] == 124
         # A request's own value wins over a default.
-        sid = peer.result("sandbox.create", {"timeoutMs": 30000, "limits": {"memory": 256 << 20}})["sandboxId"]
+        sid = peer.result("sandbox.create", {"timeoutMs": 30000, "limits": {"memoryBytes": 256 << 20}})["sandboxId"]
         assert peer.result("run", {"sandboxId": sid, "command": "sleep 2.5; echo slept"}, timeout=20)["stdout"] == "slept\n"
         # [sandbox.enforced] network = false: the same is fine, another value is refused.
         peer.result("sandbox.create", {"network": False})
@@ -147,7 +147,7 @@ def test_enforced_object_keys(tmp_path):
     path = write(tmp_path, '[sandbox.enforced]\nlimits = {"pids": 64}\n')
     peer = spawn_stdio("--config", path)
     try:
-        peer.result("sandbox.create", {"limits": {"memory": 256 << 20}})
+        peer.result("sandbox.create", {"limits": {"memoryBytes": 256 << 20}})
         peer.result("sandbox.create", {"limits": {"pids": 64}})
         err = peer.error("sandbox.create", {"limits": {"pids": 1000}})
         assert err["code"] == INVALID_PARAMS and "limits.pids is set by the server's configuration" in err["message"]
@@ -168,3 +168,30 @@ def test_audit_from_the_file(tmp_path):
         assert peer.proc.wait(10) == 0
     types = [json.loads(line)["type"] for line in log.read_text().splitlines()]
     assert "sandbox.create" in types and "run.end" in types
+
+
+def test_enforced_fs_limit_under_either_name(tmp_path):
+    path = write(tmp_path, "[sandbox.enforced]\nfsLimitBytes = 16777216\n")
+    peer = spawn_stdio("--config", path)
+    try:
+        err = peer.error("sandbox.create", {"limits": {"fsBytes": 1 << 30}})
+        assert err["code"] == INVALID_PARAMS and "set by the server's configuration" in err["message"]
+        sid = peer.result("sandbox.create", {"limits": {"fsBytes": 16777216}})["sandboxId"]
+        out = peer.result("run", {"sandboxId": sid, "command": "df -k /tmp | tail -1"})["stdout"].split()
+        assert int(out[1]) <= 16384, out
+    finally:
+        peer.proc.stdin.close()
+        assert peer.proc.wait(10) == 0
+
+
+def test_unknown_limit_keys_are_refused(tmp_path):
+    peer = spawn_stdio()
+    try:
+        err = peer.error("sandbox.create", {"limits": {"memoryBytes": 100000000, "memory": 1}})
+        assert err["code"] == INVALID_PARAMS and 'limits has no key "memory"' in err["message"]
+        assert peer.result("ping") == {"pong": True}
+    finally:
+        peer.proc.stdin.close()
+        peer.proc.wait(10)
+    cp = check(write(tmp_path, '[sandbox.enforced]\nlimits = {"memoryByts": 1}\n'))
+    assert cp.returncode == 2 and 'limits has no key "memoryByts"' in cp.stderr, cp

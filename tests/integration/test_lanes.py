@@ -106,6 +106,14 @@ def test_system_lane_is_reserved(make_server):
     assert c.error("run", {"command": "true", "lane": "fast"})["code"] == INVALID_PARAMS
 
 
+def test_system_socket_fixes_the_main_socket_to_interactive(make_server):
+    srv = make_server("--slots", "1", "--queue", "0", system_socket=True)
+    c = srv.connect()
+    c.result("create")
+    err = c.error("run", {"command": "true", "lane": "system"})
+    assert err["code"] == INVALID_PARAMS and "fixed to interactive" in err["message"]
+
+
 def test_forced_lanes(make_server):
     srv = make_server("--slots", "1", "--queue", "0", "--lane", "interactive", system_socket=True)
     agent = srv.connect()
@@ -265,3 +273,47 @@ def test_mode_disabled():
 def test_bad_flags(args, msg):
     p = subprocess.run([SBX, "serve", "--stdio", *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
     assert p.returncode == 2 and msg in p.stderr.decode()
+
+
+def test_a_full_queue_still_lets_another_client_wait(make_server):
+    # A fills the lane and its queue; B, with nothing waiting, still gets in line (the queue
+    # takes a newcomer past its bound, up to twice it) and is served at the next free slot.
+    srv = make_server("--slots", "2", "--queue", "3")
+    a, b = srv.connect(), srv.connect()
+    a.result("create")
+    b.result("create")
+    ids = [a.send("run", {"command": "sleep 1", "session": f"s{i}"}) for i in range(6)]
+    assert wait_until(lambda: lanes(b)["interactive"]["queued"] == 3, timeout=10)
+    t0 = time.monotonic()
+    r = b.call("run", {"command": "echo b"}, timeout=30)
+    assert r["result"]["stdout"] == "b\n", r
+    assert time.monotonic() - t0 < 2.5  # one slot's wait, not A's whole queue
+    answers = [a.wait(i, timeout=30) for i in ids]
+    refused = [x for x in answers if "error" in x]
+    assert len(refused) == 1 and refused[0]["error"]["code"] == WORKER_UNAVAILABLE  # A's own 6th
+    # A second request of B's while the queue is past its bound is refused like A's.
+    blockers = [a.send("run", {"command": "sleep 1", "session": f"t{i}"}) for i in range(5)]
+    assert wait_until(lambda: lanes(b)["interactive"]["queued"] == 3, timeout=10)
+    first = b.send("run", {"command": "echo 1", "session": "x"})
+    assert wait_until(lambda: lanes(b)["interactive"]["queued"] == 4, timeout=10)
+    assert b.error("run", {"command": "echo 2", "session": "y"})["code"] == WORKER_UNAVAILABLE
+    assert b.wait(first, timeout=30)["result"]["stdout"] == "1\n"
+    for i in blockers:
+        a.wait(i, timeout=30)
+
+
+def test_cancel_a_run_waiting_in_its_lane(make_server):
+    srv = make_server("--slots", "1", "--queue", "5")
+    c = srv.connect()
+    c.result("create")
+    busy = c.send("run", {"command": "sleep 1; echo busy"})
+    waiting = c.send("run", {"command": "touch /tmp/ran; echo never", "session": "b"})
+    assert wait_until(lambda: lanes(c)["interactive"]["queued"] == 1, timeout=10)
+    assert c.result("cancel", {"requestId": waiting}) == {"ok": True}
+    r = c.wait(waiting)["result"]
+    assert r["exitCode"] == 125 and r.get("errorClass") == "CANCELLED" and r["stdout"] == ""
+    assert lanes(c)["interactive"]["queued"] == 0
+    assert c.wait(busy)["result"]["stdout"] == "busy\n"
+    # It never ran: nothing it would have made exists.
+    assert c.result("run", {"command": "test -e /tmp/ran && echo yes || echo no"})["stdout"] == "no\n"
+    assert c.error("cancel", {"requestId": waiting})["code"] == INVALID_PARAMS

@@ -5,6 +5,7 @@ redacted and their near misses are not, truncation counts raw bytes, secrets are
 the daemon's environment stays out unless passed through, and bad secrets are clear errors
 that leave the connection usable."""
 import base64
+import json
 import os
 import subprocess
 
@@ -228,3 +229,20 @@ def test_python_sdk_secrets():
     with Sandbox(secrets={"TOKEN": SECRET}, binary=SBX_BIN) as sb:
         r = sb.commands.run('echo "t=$TOKEN"; printf %s "$TOKEN" | wc -c')
         assert r.stdout == f"t=[REDACTED:TOKEN]\n{len(SECRET)}\n"
+
+
+def test_secret_that_ends_the_stream_is_redacted(stdio):
+    # Each of these ends the output where another rule could still have read on (its own
+    # quoted form, a longer secret, a key shape's prefix): a whole match there must stand.
+    secrets = {"A": "pa55word'", "B": "sk-test12345", "C": "correcthorse", "D": "correcthorsebattery"}
+    stdio.result("create", {"secrets": secrets})
+    for name, value in secrets.items():
+        r = stdio.result("run", {"command": f'printf %s "${name}"; printf %s "${name}" >&2'})
+        assert r["stdout"] == f"[REDACTED:{name}]" and r["stderr"] == f"[REDACTED:{name}]", (name, r)
+        pid = stdio.result("process.start", {"command": f'printf %s "${name}"'})["processId"]
+        stdio.result("process.wait", {"processId": pid, "until": "exit", "timeoutMs": 10000})
+        logs = stdio.result("process.logs", {"processId": pid})
+        assert value not in json.dumps(logs) and f"[REDACTED:{name}]" in logs["stdout"], (name, logs)
+    stdio.result("run", {"command": "echo correcthorse >/dev/null"})
+    hist = json.dumps(stdio.result("shell.history.list"))
+    assert "correcthorse" not in hist and "[REDACTED:C]" in hist
