@@ -11,6 +11,7 @@ must search for it (files, environments, memory), it gets the value reversed and
 round itself, in the searching process only.
 """
 import base64
+import hashlib
 import http.server
 import json
 import os
@@ -33,6 +34,18 @@ OTHER_VALUE = "gh-other-" + pysecrets.token_hex(12)
 PH = re.compile(r"^SBX_SECRET_TOKEN_[0-9a-f]{24}$")
 
 
+def _big():
+    """300 KB with the value at offsets across TLS records' 16 KiB (and the proxy's reads')."""
+    body = bytearray(hashlib.sha256(b"fill").hexdigest().encode() * (300 * 1024 // 64))
+    for at in (0, 16384 - 5, 32768 - 1, 65536 - len(VALUE) + 1, 100000, len(body) - len(VALUE)):
+        body[at:at + len(VALUE)] = VALUE.encode()
+    return bytes(body)
+
+
+BIG = _big()
+BIG_MASKED = BIG.replace(VALUE.encode(), b"*" * len(VALUE))
+
+
 class Recorder(http.server.BaseHTTPRequestHandler):
     """Records each request's Authorization and X-Key; /echo sends them back in a header and
     the body (a server that reflects what it got)."""
@@ -47,6 +60,12 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         rec = {"path": self.path, "auth": auth, "key": self.headers.get("X-Key", ""),
                "host": self.headers.get("Host"), "connection": self.headers.get("Connection")}
         Recorder.seen.append(rec)
+        if self.path == "/big":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(BIG)))
+            self.end_headers()
+            self.wfile.write(BIG)
+            return
         body = (("echo " + auth + " " + self.path) if self.path.startswith("/echo") else "ok").encode()
         self.send_response(200)
         if self.path.startswith("/echo"):
@@ -251,6 +270,20 @@ def test_an_echoed_value_comes_back_masked(daemon, sid, https):
     assert f"X-Echo: Bearer {mask}" in out, out
     assert "REDACTED" not in out, out
     assert last("/echo")["auth"] == "Bearer " + VALUE
+
+
+def test_a_large_answer_is_masked_across_records(daemon, sid, https):
+    out = run_ok(daemon, sid, f"curl -sS -m 30 https://echo.secret.test:{https}/big | sha256sum | cut -c1-64")
+    assert out.strip() == hashlib.sha256(BIG_MASKED).hexdigest()
+
+
+def test_one_curl_many_requests(daemon, sid, https):
+    """Each request gets a connection of its own (the proxy asks the server to close after
+    one), and each its value."""
+    out = run_ok(daemon, sid, f'curl -sS -m 30 -H "Authorization: Bearer $TOKEN" https://api.secret.test:{https}/m1 '
+                              f'https://api.secret.test:{https}/m2 https://api.secret.test:{https}/m3')
+    assert out == "okokok", out
+    assert all(last(p)["auth"] == "Bearer " + VALUE for p in ("/m1", "/m2", "/m3"))
 
 
 def test_a_server_not_trusted_is_a_502(tmp_path, certs, https):
