@@ -308,8 +308,11 @@ static int validate_proxy_secrets(const SbxSandboxOptions *o, char *err, size_t 
                                               "digit", SBX_MAX_SECRET_NAME_BYTES);
                         return -EINVAL;
                 }
-                if (!p->value || !p->value[0] || strlen(p->value) > SBX_MAX_SECRET_BYTES) {
-                        snprintf(err, errlen, "secret %s: the value must be 1-%u bytes", p->name, SBX_MAX_SECRET_BYTES);
+                /* It goes into a header line: a line break would make headers of its own. */
+                if (!p->value || !p->value[0] || strlen(p->value) > SBX_MAX_SECRET_BYTES ||
+                    strpbrk(p->value, "\r\n")) {
+                        snprintf(err, errlen, "secret %s: the value must be 1-%u bytes, without CR or LF (it goes "
+                                              "into a request's header)", p->name, SBX_MAX_SECRET_BYTES);
                         return -EINVAL;
                 }
                 while (p->hosts && p->hosts[nh])

@@ -387,6 +387,7 @@ def test_no_process_memory_holds_the_value(daemon, sid, https):
      'must be "env" or "proxy"'),
     ({"network": "allowlist", "secrets": {"T": {"value": "", "hosts": ["a.test"]}}}, "the value must be 1-"),
     ({"network": "allowlist", "secrets": {"T": {"value": "v", "hosts": ["a.test"], "x": 1}}}, "unknown key"),
+    ({"network": "allowlist", "secrets": {"T": {"value": "a\r\nX-Evil: 1", "hosts": ["a.test"]}}}, "without CR or LF"),
     ({"network": "allowlist", "env": {"T": "x"}, "secrets": {"T": {"value": "v", "hosts": ["a.test"]}}},
      "given twice"),
 ])
