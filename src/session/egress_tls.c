@@ -465,9 +465,12 @@ EgressTls *egress_tls_free(EgressTls *t) {
                 t->leaf->refs--;
         egress_trust_unref(t->trust);
         free(t->side[0].pre);
-        /* The head held placeholders' values once rewritten: wiped, not just freed. */
+        /* The head held the values once rewritten, and an answer may have held one before it
+         * was masked: both wiped, not just freed. */
         if (t->up.p)
                 explicit_bzero(t->up.p, t->up.cap);
+        if (t->down.p)
+                explicit_bzero(t->down.p, t->down.cap);
         free(t->up.p);
         free(t->down.p);
         free(t);
@@ -627,8 +630,10 @@ static ssize_t tls_read(EgressTls *t, int i, Buf *b, size_t room) {
                 wait_on(t, i);
                 return 0;
         }
-        if (r < 0 && !gnutls_error_is_fatal((int)r))
+        if (r < 0 && !gnutls_error_is_fatal((int)r)) {
+                wait_on(t, i); /* an alert or a renegotiation asked for: the side speaks again */
                 return 0;
+        }
         /* 0 is a close_notify; a TCP close without one (GNUTLS_E_PREMATURE_TERMINATION) ends
          * what that side sends too: HTTP's own framing says whether it was complete. */
         return -1;
