@@ -97,9 +97,9 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
 static int make_trust_store(const MountConfig *c, char *err, size_t errlen) {
         char src[SBX_MAX_PATH_BYTES], buf[16384];
         snprintf(src, sizeof src, "%s/etc/ssl/certs/ca-certificates.crt", c->rootfs ? c->rootfs : "");
-        if (mkdir("etc/sbx", 0755) < 0 || write_text(SBX_TRUST_CA + 1, c->trust_pem, 0644) < 0)
+        if (mkdir("etc/sbx", 0755) < 0 || write_text(&SBX_TRUST_CA[1], c->trust_pem, 0644) < 0)
                 return fail(err, errlen, "write %s", SBX_TRUST_CA);
-        _cleanup_close_ int out = open(SBX_TRUST_BUNDLE + 1, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        _cleanup_close_ int out = open(&SBX_TRUST_BUNDLE[1], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
         if (out < 0)
                 return fail(err, errlen, "write %s", SBX_TRUST_BUNDLE);
@@ -111,7 +111,7 @@ static int make_trust_store(const MountConfig *c, char *err, size_t errlen) {
                 return fail(err, errlen, "write %s", SBX_TRUST_BUNDLE);
         struct stat st;
         if (in >= 0 && stat("etc/ssl/certs/ca-certificates.crt", &st) == 0 && S_ISREG(st.st_mode) &&
-            (mount(SBX_TRUST_BUNDLE + 1, "etc/ssl/certs/ca-certificates.crt", NULL, MS_BIND, NULL) < 0 ||
+            (mount(&SBX_TRUST_BUNDLE[1], "etc/ssl/certs/ca-certificates.crt", NULL, MS_BIND, NULL) < 0 ||
              mount(NULL, "etc/ssl/certs/ca-certificates.crt", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
                    NULL) < 0))
                 return fail(err, errlen, "bind the trust store");
