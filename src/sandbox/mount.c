@@ -109,8 +109,10 @@ static int make_trust_store(const MountConfig *c, char *err, size_t errlen) {
         size_t len = strlen(c->trust_pem);
         if (write(out, "\n", 1) != 1 || write(out, c->trust_pem, len) != (ssize_t)len)
                 return fail(err, errlen, "write %s", SBX_TRUST_BUNDLE);
+        /* lstat: an absolute symlink would be followed in the host's root, not the sandbox's
+         * (the root is not pivoted yet); such a bundle is left alone, the variables suffice. */
         struct stat st;
-        if (in >= 0 && stat("etc/ssl/certs/ca-certificates.crt", &st) == 0 && S_ISREG(st.st_mode) &&
+        if (in >= 0 && lstat("etc/ssl/certs/ca-certificates.crt", &st) == 0 && S_ISREG(st.st_mode) &&
             (mount(&SBX_TRUST_BUNDLE[1], "etc/ssl/certs/ca-certificates.crt", NULL, MS_BIND, NULL) < 0 ||
              mount(NULL, "etc/ssl/certs/ca-certificates.crt", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
                    NULL) < 0))
