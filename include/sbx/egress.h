@@ -56,11 +56,12 @@ typedef struct SbxEgressOptions {
  * request it relays (request line and header values; bodies pass unchanged) puts each
  * placeholder's value where the secret lists that host. In what the server answers, heads
  * and bodies, each such value (of 8 bytes or more) is replaced by a mask of '*' of its
- * length, so a server that echoes the request does not hand it back. hosts must each be
- * allowed by the sandbox's network_allow. */
+ * length, so a server that echoes the request does not hand it back. The hosts join the
+ * sandbox's allowlist (network_allow may then be empty). Plain http requests never get a
+ * value; request bodies are relayed unchanged. */
 typedef struct SbxProxySecret {
         const char *name;          /* an environment name, at most 64 bytes */
-        const char *value;         /* at most 16 KiB, never shown */
+        const char *value;         /* 1 byte to 16 KiB, no CR or LF, never shown */
         const char *const *hosts;  /* NULL-terminated patterns (network_allow's form), at least one */
         const char *placeholder;   /* NULL: made at random (see above) */
 } SbxProxySecret;
