@@ -224,8 +224,12 @@ static void pc_connected(PConn *c) {
         if (c->req.kind == EGRESS_CONNECT && egress_secrets_want(px->secrets, px->n_secrets, c->req.host, c->req.port)) {
                 /* The client's first bytes after its CONNECT (its handshake's start, if it did
                  * not wait for the "200") go to the proxy's own TLS session. */
-                int r = egress_tls_new(px->ca, px->eg->trust, px->secrets, px->n_secrets, c->req.host, c->req.port,
-                                       c->fd[0], c->fd[1], c->buf + c->head_len, rest, &c->tls);
+                char why[256];
+                /* Made at the sandbox's creation; the options set again since may have let it go. */
+                int r = px->eg->trust ? 0 : egress_trust_new(px->eg->ca_file, &px->eg->trust, why, sizeof why);
+                if (r == 0)
+                        r = egress_tls_new(px->ca, px->eg->trust, px->secrets, px->n_secrets, c->req.host, c->req.port,
+                                           c->fd[0], c->fd[1], c->buf + c->head_len, rest, &c->tls);
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
                 if (r == 0 && !(c->out[0] = strdup(ok)))
                         r = -ENOMEM;
