@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 # tests render the man pages, and `man sbx` reads them.
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
           libseccomp-dev libarchive-dev nettle-dev libinih-dev zstd python3 python3-pytest python3-venv
-          procps curl tmux man-db libc-ares-dev)
+          procps curl tmux man-db libc-ares-dev libgnutls28-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,10 @@
    TLS handshake and a GET each) to an HTTPS server on the host's 127.0.0.1, once on the host
    directly and once inside an allowlist sandbox through its proxy (CONNECT allowed.test:PORT);
    the two runs alternate in rounds. Reports p50 and p90 of each and the difference.
+   A third side is a sandbox whose secret TOKEN lists allowed.test (a proxy secret): the
+   proxy ends the client's TLS with the sandbox's CA, makes its own TLS to the server and
+   puts the value in place of $TOKEN in the request's Authorization header. Every side sends
+   that header (the others with a dummy of the placeholder's length).
 2. Tunnel throughput: curl inside the sandbox downloads SIZE bytes from a plain TCP server on
    the host through a CONNECT tunnel (curl -p), and on the host directly; MB/s (10^6 bytes).
 
@@ -30,8 +34,9 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 CLIENT = r"""
-import json, socket, ssl, sys, time
+import json, os, socket, ssl, sys, time
 port, n, proxy, cafile = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+auth = os.environ.get("TOKEN", "x" * 41).encode()
 ctx = ssl.create_default_context(cafile=cafile)
 times = []
 for i in range(n):
@@ -47,7 +52,7 @@ for i in range(n):
         s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     t = ctx.wrap_socket(s, server_hostname="allowed.test")
-    t.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+    t.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n" % auth)
     got = b""
     while True:
         b = t.recv(65536)
@@ -173,7 +178,7 @@ def main():
     hport = https_server(cert, key)
     size = a.size << 20
     bport = blast_server(size)
-    dm = Daemon(a.sbx, "--egress-hosts", hosts, "--egress-allow-private", "127.0.0.1/32")
+    dm = Daemon(a.sbx, "--egress-hosts", hosts, "--egress-allow-private", "127.0.0.1/32", "--egress-ca", cert)
     try:
         sid = dm.call("sandbox.create", {"network": "allowlist", "networkAllow": ["allowed.test:*"]})["sandboxId"]
         client = os.path.join(d, "client.py")
@@ -181,9 +186,12 @@ def main():
             f.write(CLIENT)
         with open(cert) as f:
             pem = f.read()
-        for path, text in (("/tmp/client.py", CLIENT), ("/tmp/ca.pem", pem)):
-            dm.call("files.write", {"sandboxId": sid, "path": path, "data": base64.b64encode(text.encode()).decode()})
-        direct, proxied = [], []
+        sec = dm.call("sandbox.create", {"network": "allowlist", "networkAllow": ["allowed.test:*"], "secrets": {
+            "TOKEN": {"value": "sk-bench-" + "0123456789abcdef" * 2, "hosts": ["allowed.test:*"]}}})["sandboxId"]
+        for box in (sid, sec):
+            for path, text in (("/tmp/client.py", CLIENT), ("/tmp/ca.pem", pem)):
+                dm.call("files.write", {"sandboxId": box, "path": path, "data": base64.b64encode(text.encode()).decode()})
+        direct, proxied, injected = [], [], []
         for r in range(a.rounds):
             cp = subprocess.run([sys.executable, client, str(hport), str(a.n), "0", cert], capture_output=True, check=True)
             direct += json.loads(cp.stdout)[10:]
@@ -191,14 +199,21 @@ def main():
                                   "timeoutMs": 300000})
             assert res["exitCode"] == 0, res
             proxied += json.loads(res["stdout"])[10:]
+            res = dm.call("run", {"sandboxId": sec, "command": f"python3 /tmp/client.py {hport} {a.n} 1 "
+                                  "/etc/sbx/ca-certificates.crt", "timeoutMs": 300000})
+            assert res["exitCode"] == 0, res
+            injected += json.loads(res["stdout"])[10:]
         ms = lambda v, q: pct(v, q) * 1000
         rows = [("HTTPS request (new connection, TLS, GET), direct on the host", direct),
-                ("the same inside an allowlist sandbox, through CONNECT", proxied)]
+                ("the same inside an allowlist sandbox, through CONNECT", proxied),
+                ("the same with a proxy secret: TLS ended at the proxy, value injected", injected)]
         print(f"| What | p50 ms | p90 ms | p99 ms | N |\n|---|---|---|---|---|")
         for name, v in rows:
             print(f"| {name} | {ms(v, .5):.3f} | {ms(v, .9):.3f} | {ms(v, .99):.3f} | {len(v)} |")
         print(f"| **added by the proxy** | **{ms(proxied, .5) - ms(direct, .5):.3f}** | "
               f"{ms(proxied, .9) - ms(direct, .9):.3f} | {ms(proxied, .99) - ms(direct, .99):.3f} | |")
+        print(f"| **added by secret injection, over the plain tunnel** | **{ms(injected, .5) - ms(proxied, .5):.3f}** | "
+              f"{ms(injected, .9) - ms(proxied, .9):.3f} | {ms(injected, .99) - ms(proxied, .99):.3f} | |")
         print()
         print("| Download of %d MiB | MB/s (runs) | median |\n|---|---|---|" % a.size)
         for name, inside in (("direct on the host (curl)", False), ("through the CONNECT tunnel (curl -p)", True)):

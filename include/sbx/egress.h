@@ -37,7 +37,34 @@ typedef struct SbxEgressOptions {
         /* NULL-terminated CIDRs ("127.0.0.1/32", "10.0.0.0/8", "fd00::/8"; a bare address is
          * one host) that the proxy may reach although their range is refused by default. */
         const char *const *allow_private;
+        /* A PEM file of CA certificates the proxy trusts, besides the host's trust store, for
+         * the servers it reaches with TLS of its own (proxy secrets, below); NULL: none. Read
+         * once, by sbx_context_set_egress(). */
+        const char *ca_file;
 } SbxEgressOptions;
+
+/* A secret the commands never see (SbxSandboxOptions.proxy_secrets; the sandbox must be
+ * SBX_NETWORK_ALLOWLIST). Its session shells get NAME=placeholder, never the value; the
+ * placeholder is "SBX_SECRET_<NAME>_<24 hex digits>", random per sandbox unless given (a fork
+ * gives its parent's, so that the state it copies names the same one). The sandbox trusts a
+ * CA of its own, made with it and held in the daemon's memory only (its certificate is added
+ * to /etc/ssl/certs/ca-certificates.crt inside and named by SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+ * CURL_CA_BUNDLE, PIP_CERT, GIT_SSL_CAINFO and NODE_EXTRA_CA_CERTS). A CONNECT to a host that
+ * matches the hosts of one of its proxy secrets is not tunnelled: the proxy ends the
+ * command's TLS with a certificate of that CA, opens TLS of its own to the server (checked
+ * against the host's trust store and SbxEgressOptions.ca_file), and in the head of the one
+ * request it relays (request line and header values; bodies pass unchanged) puts each
+ * placeholder's value where the secret lists that host. In what the server answers, heads
+ * and bodies, each such value (of 8 bytes or more) is replaced by a mask of '*' of its
+ * length, so a server that echoes the request does not hand it back. The hosts join the
+ * sandbox's allowlist (network_allow may then be empty). Plain http requests never get a
+ * value; request bodies are relayed unchanged. */
+typedef struct SbxProxySecret {
+        const char *name;          /* an environment name, at most 64 bytes */
+        const char *value;         /* 1 byte to 16 KiB, no CR or LF, never shown */
+        const char *const *hosts;  /* NULL-terminated patterns (network_allow's form), at least one */
+        const char *placeholder;   /* NULL: made at random (see above) */
+} SbxProxySecret;
 
 /* Sets the options (replacing earlier ones; sandboxes made before keep their proxy but use
  * the new options for their next request). Returns 0, -EINVAL with err saying what is wrong

@@ -85,6 +85,11 @@ typedef struct SbxSandboxOptions {
          * processes, the background log); see sbx_context_set_redaction(). At most 64, names
          * of at most 64 bytes, values of at most 16 KiB. */
         const char *const *secrets;
+        /* Secrets the commands never see: n_proxy_secrets of them (sbx/egress.h,
+         * SbxProxySecret), for SBX_NETWORK_ALLOWLIST only; their names may be in neither env
+         * nor secrets. */
+        const struct SbxProxySecret *proxy_secrets;
+        size_t n_proxy_secrets;
 } SbxSandboxOptions;
 
 typedef enum SbxErrorClass {

@@ -88,8 +88,11 @@ export interface SandboxOpts {
    * patterns ("/usr/bin/**": a directory). allow: only those run; deny alone: all but those. */
   policy?: { allow?: string[]; deny?: string[] };
   /** {NAME: value} or {NAME: {value, mode: "env"}}: in every command's environment as NAME,
-   * never shown back; each value of 8 bytes or more reads [REDACTED:NAME] in all output. */
-  secrets?: Record<string, string | { value: string; mode?: "env" }>;
+   * never shown back; each value of 8 bytes or more reads [REDACTED:NAME] in all output.
+   * {NAME: {value, hosts: [patterns]}} (mode "proxy"; network a list or "allowlist"): commands
+   * see only the placeholder SBX_SECRET_NAME_<random>, which the proxy replaces by the value in
+   * the request line and headers of HTTPS requests to those hosts (allowed with it). */
+  secrets?: Record<string, string | { value: string; mode?: "env" } | { value: string; hosts: string[]; mode?: "proxy" }>;
   /** {key: value} shown by sandboxes.list() and getInfo(), and filtered on by
    * sandboxes.list({metadata}): at most 32 keys of [A-Za-z0-9_.-], values up to 1024 bytes. */
   metadata?: Record<string, string>;

@@ -602,3 +602,26 @@
 #define SBX_MAX_EGRESS_HOSTS 4096U
 #define SBX_MAX_EGRESS_HOSTS_FILE_BYTES (1024U * 1024)
 #define SBX_MAX_EGRESS_PRIVATE_CIDRS 64U
+
+/* ---- secrets the commands never see (proxy secrets; see session/egress_tls.c) */
+
+/* Hosts patterns of one proxy secret (networkAllow's form), like an allowlist of its own. */
+#define SBX_MAX_SECRET_HOSTS 64U
+/* The random part of a placeholder (SBX_SECRET_<NAME>_<hex>), in bytes: 96 bits, so a
+ * command cannot guess another sandbox's placeholder, nor two sandboxes' collide. */
+#define SBX_SECRET_PLACEHOLDER_RANDOM_BYTES 12U
+/* A request head after its placeholders became values: a head of SBX_EGRESS_HEAD_BYTES may
+ * name secrets of up to SBX_MAX_SECRET_BYTES many times; past this it is answered 431. */
+#define SBX_EGRESS_TLS_HEAD_OUT_BYTES (64U * 1024)
+/* Plaintext a terminated TLS connection holds per direction between its two sessions: what
+ * was read from one side and not yet written to the other. Reading stops while it is full. */
+#define SBX_EGRESS_TLS_BUF_BYTES (32U * 1024)
+/* Leaf certificates one sandbox's CA keeps (one per host name it terminated TLS for); past
+ * it one not in use by a connection is dropped, and when all are, the CONNECT fails (502). */
+#define SBX_EGRESS_TLS_LEAF_CACHE 64U
+/* The sandbox CA's and its leaves' validity, from an hour before their making (clocks
+ * disagree a little): a CA lives as long as its sandbox, which may be kept for days. */
+#define SBX_EGRESS_TLS_CA_DAYS 3650U
+#define SBX_EGRESS_TLS_LEAF_DAYS 825U
+/* Extra CA certificates the operator trusts for the servers (sbx serve --egress-ca FILE). */
+#define SBX_MAX_EGRESS_CA_FILE_BYTES (1024U * 1024)

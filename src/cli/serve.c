@@ -75,6 +75,8 @@ static void usage(FILE *f) {
                 "                       of network \"allowlist\" sandboxes resolve from it, not DNS\n"
                 "      --egress-allow-private CIDR  an address range those proxies may reach although\n"
                 "                       loopback, private or link-local (127.0.0.1/32); repeatable\n"
+                "      --egress-ca FILE  PEM CA certificates those proxies trust, besides the host's\n"
+                "                       store, for the servers of secrets with hosts (mode proxy)\n"
                 "      --max-sandboxes N\n"
                 "                       sandboxes held at once, forks included; past it a create\n"
                 "                       fails with WORKER_UNAVAILABLE (1 to 65536). Default: derived\n"
@@ -184,7 +186,7 @@ static void redact_args_done(RedactArgs *a) {
                 free(a->env_kv[i]);
 }
 
-enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR };
+enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA };
 
 /* Names the config file's line of an option the parser refused (see the loop in cmd_serve). */
 typedef struct Blame {
@@ -224,6 +226,7 @@ int cmd_serve(int argc, char **argv) {
                 { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
                 { "egress-hosts", required_argument, NULL, 'H' },
                 { "egress-allow-private", required_argument, NULL, 'A' },
+                { "egress-ca", required_argument, NULL, OPT_EGRESS_CA },
                 { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
@@ -268,7 +271,7 @@ int cmd_serve(int argc, char **argv) {
         uint64_t audit_max = 0, audit_keep = 0;
         bool audit_fail_closed = false;
         _cleanup_(redact_args_done) RedactArgs ra = { 0 };
-        const char *egress_hosts = NULL;
+        const char *egress_hosts = NULL, *egress_ca = NULL;
         const char *egress_private[SBX_MAX_EGRESS_PRIVATE_CIDRS + 1] = { NULL };
         unsigned n_egress_private = 0;
         unsigned long max_sandboxes = 0;
@@ -360,6 +363,7 @@ int cmd_serve(int argc, char **argv) {
                 }
                 case 'N': ra.no_defaults = true; break;
                 case 'H': egress_hosts = optarg; break;
+                case OPT_EGRESS_CA: egress_ca = optarg; break;
                 case 'A':
                         if (n_egress_private >= SBX_MAX_EGRESS_PRIVATE_CIDRS) {
                                 fprintf(stderr, "sbx serve: --egress-allow-private: at most %u\n",
@@ -450,10 +454,10 @@ int cmd_serve(int argc, char **argv) {
                 server_free(s);
                 return 1;
         }
-        if (r >= 0 && (egress_hosts || n_egress_private)) {
+        if (r >= 0 && (egress_hosts || n_egress_private || egress_ca)) {
                 char eerr[512] = "";
-                if ((r = server_set_egress(s, egress_hosts, egress_private, eerr, sizeof eerr)) < 0) {
-                        fprintf(stderr, "sbx serve: --egress-hosts / --egress-allow-private: %s\n",
+                if ((r = server_set_egress(s, egress_hosts, egress_private, egress_ca, eerr, sizeof eerr)) < 0) {
+                        fprintf(stderr, "sbx serve: --egress-hosts / --egress-allow-private / --egress-ca: %s\n",
                                 eerr[0] ? eerr : strerror(-r));
                         server_free(s);
                         return 2;

@@ -168,7 +168,8 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                            .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID,
-                           .noexec_writable = c->policy && c->policy->allow && c->policy->allow[0] },
+                           .noexec_writable = c->policy && c->policy->allow && c->policy->allow[0],
+                           .trust_pem = c->trust_pem },
                 .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd, .ns_root = !s->rootless,
                 .env = c->env, .network = c->network, .proxy_port = c->proxy_port,
                 /* With no user namespace the host's ids are the ones commands run as. */

@@ -41,6 +41,7 @@ typedef struct BoxConfig {
         const char *rootfs;
         char **env; /* complete environment of session shells */
         const LandlockPolicy *policy; /* exec policy, or NULL; read by pid 1 (its copy) */
+        const char *trust_pem; /* a CA certificate the sandbox trusts (mount.h), or NULL */
 } BoxConfig;
 
 typedef struct Box {

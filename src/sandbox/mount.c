@@ -90,6 +90,36 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
         return 0;
 }
 
+/* The trust store of a sandbox with proxy secrets: the host's (or rootfs's) bundle with the
+ * sandbox's CA after it, written into the skeleton (read-only once it is finished) and bound
+ * over the bundle's usual path, so clients that read no variable trust it too. The CA's key
+ * is not here: only its certificate. */
+static int make_trust_store(const MountConfig *c, char *err, size_t errlen) {
+        char src[SBX_MAX_PATH_BYTES], buf[16384];
+        snprintf(src, sizeof src, "%s/etc/ssl/certs/ca-certificates.crt", c->rootfs ? c->rootfs : "");
+        if (mkdir("etc/sbx", 0755) < 0 || write_text(&SBX_TRUST_CA[1], c->trust_pem, 0644) < 0)
+                return fail(err, errlen, "write %s", SBX_TRUST_CA);
+        _cleanup_close_ int out = open(&SBX_TRUST_BUNDLE[1], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
+        if (out < 0)
+                return fail(err, errlen, "write %s", SBX_TRUST_BUNDLE);
+        for (ssize_t n; in >= 0 && (n = read(in, buf, sizeof buf)) != 0;)
+                if (n < 0 || write(out, buf, (size_t)n) != n)
+                        return fail(err, errlen, "copy %s", src);
+        size_t len = strlen(c->trust_pem);
+        if (write(out, "\n", 1) != 1 || write(out, c->trust_pem, len) != (ssize_t)len)
+                return fail(err, errlen, "write %s", SBX_TRUST_BUNDLE);
+        /* lstat: an absolute symlink would be followed in the host's root, not the sandbox's
+         * (the root is not pivoted yet); such a bundle is left alone, the variables suffice. */
+        struct stat st;
+        if (in >= 0 && lstat("etc/ssl/certs/ca-certificates.crt", &st) == 0 && S_ISREG(st.st_mode) &&
+            (mount(&SBX_TRUST_BUNDLE[1], "etc/ssl/certs/ca-certificates.crt", NULL, MS_BIND, NULL) < 0 ||
+             mount(NULL, "etc/ssl/certs/ca-certificates.crt", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                   NULL) < 0))
+                return fail(err, errlen, "bind the trust store");
+        return 0;
+}
+
 static int make_etc(const MountConfig *c, char *err, size_t errlen) {
         char src[SBX_MAX_PATH_BYTES], dst[SBX_MAX_PATH_BYTES];
         const char *base = c->rootfs ? c->rootfs : "";
@@ -119,7 +149,7 @@ static int make_etc(const MountConfig *c, char *err, size_t errlen) {
         } else if (write_text("etc/resolv.conf", "", 0644) < 0) {
                 return fail(err, errlen, "write resolv.conf");
         }
-        return 0;
+        return c->trust_pem ? make_trust_store(c, err, errlen) : 0;
 }
 
 static int make_dev(char *err, size_t errlen) {

@@ -15,7 +15,13 @@ typedef struct MountConfig {
         unsigned uid, gid;    /* owner of /home/user */
         uint64_t snap_bytes, snap_inodes; /* the snapshot store's budget */
         bool noexec_writable; /* nothing on the writable tmpfs may run (an exec policy's allow list) */
+        const char *trust_pem; /* a CA certificate (PEM) the sandbox trusts besides the host's, or NULL */
 } MountConfig;
+
+/* With trust_pem: SBX_TRUST_BUNDLE holds the host's (or rootfs's) bundle and that CA, and is
+ * bound over /etc/ssl/certs/ca-certificates.crt where there is one; SBX_TRUST_CA the CA alone. */
+#define SBX_TRUST_BUNDLE "/etc/sbx/ca-certificates.crt"
+#define SBX_TRUST_CA "/etc/sbx/sandbox-ca.crt"
 
 /* Builds the root and pivots into it; on failure writes what failed into err. *snap_fd gets
  * an O_PATH fd of the sandbox's snapshot store: a tmpfs of its own, mounted nowhere (no

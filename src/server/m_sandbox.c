@@ -168,6 +168,17 @@ typedef struct NetworkAllow {
         const char *v[SBX_MAX_EGRESS_ALLOW + 1];
 } NetworkAllow;
 
+/* Whether a secret has hosts: the hosts of proxy secrets join the allowlist, so such a
+ * sandbox needs no networkAllow of its own. */
+static bool has_proxy_secret(json_t *p) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(json_object_get(p, "secrets"), k, v)
+                if (json_is_object(v) && json_object_get(v, "hosts"))
+                        return true;
+        return false;
+}
+
 static int parse_network(json_t *p, SbxSandboxOptions *o, NetworkAllow *na, RpcError *e) {
         json_t *n = json_object_get(p, "network"), *allow = json_object_get(p, "networkAllow"), *v;
         size_t i;
@@ -181,9 +192,11 @@ static int parse_network(json_t *p, SbxSandboxOptions *o, NetworkAllow *na, RpcE
                 return rpc_fail(e, RPC_INVALID_PARAMS, "network must be false or \"none\", true or \"host\", or "
                                                        "\"allowlist\" (with networkAllow)");
         if (!allow || json_is_null(allow)) {
-                if (o->network == SBX_NETWORK_ALLOWLIST)
+                if (o->network == SBX_NETWORK_ALLOWLIST && !has_proxy_secret(p))
                         return rpc_fail(e, RPC_INVALID_PARAMS, "network \"allowlist\" needs networkAllow: [host "
                                                                "patterns] (an empty list refuses every request)");
+                if (o->network == SBX_NETWORK_ALLOWLIST)
+                        o->network_allow = na->v; /* empty: only the secrets' hosts */
                 return 0;
         }
         if (o->network != SBX_NETWORK_ALLOWLIST)
@@ -240,12 +253,45 @@ static void secrets_free(const char **list) {
         free(list);
 }
 
-/* secrets: {NAME: "value"} or {NAME: {value, mode: "env"}}, into NAME=VALUE entries (*ret,
- * freed with secrets_free). No answer ever shows a value. */
-static int parse_secrets(json_t *p, const char ***ret, RpcError *e) {
+/* Proxy secrets as parsed: the strings point into the request's params; hosts are ours. */
+typedef struct ProxySecrets {
+        SbxProxySecret v[SBX_MAX_SECRETS];
+        size_t n;
+} ProxySecrets;
+
+static void proxy_secrets_free(ProxySecrets *ps) {
+        for (size_t i = 0; ps && i < ps->n; i++)
+                free((void *)ps->v[i].hosts);
+        free(ps);
+}
+
+/* A proxy secret's hosts: a non-empty array of strings (patterns, checked by libsbx). */
+static int parse_secret_hosts(const char *name, json_t *hosts, SbxProxySecret *ret, RpcError *e) {
+        size_t n = json_array_size(hosts);
+        if (!json_is_array(hosts) || n == 0 || n > SBX_MAX_SECRET_HOSTS)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s.hosts must be an array of 1-%u host patterns "
+                                "(networkAllow's form)", name, SBX_MAX_SECRET_HOSTS);
+        const char **h = calloc(n + 1, sizeof *h);
+        if (!h)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        for (size_t i = 0; i < n; i++)
+                if (!(h[i] = json_string_value(json_array_get(hosts, i)))) {
+                        free(h);
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s.hosts[%zu] must be a string", name, i);
+                }
+        ret->hosts = h;
+        return 0;
+}
+
+/* secrets: {NAME: "value"} or {NAME: {value, mode: "env"}} into NAME=VALUE entries (*ret,
+ * freed with secrets_free); {NAME: {value, hosts: [...], mode: "proxy"}} (mode "proxy" is
+ * the default when hosts are given) into *ret_proxy (freed with proxy_secrets_free). No
+ * answer ever shows a value. */
+static int parse_secrets(json_t *p, const char ***ret, ProxySecrets **ret_proxy, RpcError *e) {
         json_t *obj = NULL, *v;
         const char *name;
         *ret = NULL;
+        *ret_proxy = NULL;
         if (param_object(p, "secrets", &obj, e) < 0)
                 return -1;
         if (!obj)
@@ -253,54 +299,65 @@ static int parse_secrets(json_t *p, const char ***ret, RpcError *e) {
         if (json_object_size(obj) > SBX_MAX_SECRETS)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "secrets: at most %u", SBX_MAX_SECRETS);
         const char **list = calloc(json_object_size(obj) + 1, sizeof *list);
+        ProxySecrets *ps = calloc(1, sizeof *ps);
         size_t k = 0;
-        if (!list)
+        if (!list || !ps) {
+                free(list);
+                free(ps);
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        }
+#define FAIL(...)                                                   \
+        do {                                                        \
+                secrets_free(list);                                 \
+                proxy_secrets_free(ps);                             \
+                return rpc_fail(e, RPC_INVALID_PARAMS, __VA_ARGS__); \
+        } while (0)
         json_object_foreach(obj, name, v) {
                 json_t *val = v;
                 size_t nl = strlen(name);
-                if (!env_name_valid(name, nl) || nl > SBX_MAX_SECRET_NAME_BYTES) {
-                        secrets_free(list);
-                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets: a name must match ^[A-Za-z_][A-Za-z0-9_]*$ and be "
-                                        "at most %u bytes (%.64s)", SBX_MAX_SECRET_NAME_BYTES, name);
-                }
+                bool proxy = false;
+                if (!env_name_valid(name, nl) || nl > SBX_MAX_SECRET_NAME_BYTES)
+                        FAIL("secrets: a name must match ^[A-Za-z_][A-Za-z0-9_]*$ and be at most %u bytes (%.64s)",
+                             SBX_MAX_SECRET_NAME_BYTES, name);
                 if (json_is_object(v)) {
-                        json_t *mode = json_object_get(v, "mode");
+                        json_t *mode = json_object_get(v, "mode"), *hosts = json_object_get(v, "hosts");
                         const char *key;
                         json_t *x;
-                        /* proxy secrets: the egress proxy puts the value into requests, which
-                         * this build does not have. */
-                        if (json_object_get(v, "hosts") || (json_is_string(mode) && !strcmp(json_string_value(mode), "proxy"))) {
-                                secrets_free(list);
-                                return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s: proxy secrets (hosts, mode \"proxy\") need "
-                                                "the egress proxy, which is not available in this build; use mode \"env\"", name);
-                        }
                         json_object_foreach(v, key, x)
-                                if (strcmp(key, "value") != 0 && strcmp(key, "mode") != 0) {
-                                        secrets_free(list);
-                                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s: unknown key '%.32s' (value, mode)",
-                                                        name, key);
-                                }
-                        if (mode && (!json_is_string(mode) || strcmp(json_string_value(mode), "env") != 0)) {
-                                secrets_free(list);
-                                return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s.mode must be \"env\"", name);
-                        }
+                                if (strcmp(key, "value") != 0 && strcmp(key, "mode") != 0 && strcmp(key, "hosts") != 0)
+                                        FAIL("secrets.%s: unknown key '%.32s' (value, hosts, mode)", name, key);
+                        const char *m = mode ? json_string_value(mode) : hosts ? "proxy" : "env";
+                        if (!m || (strcmp(m, "env") != 0 && strcmp(m, "proxy") != 0))
+                                FAIL("secrets.%s.mode must be \"env\" or \"proxy\"", name);
+                        proxy = strcmp(m, "proxy") == 0;
+                        if (proxy && !hosts)
+                                FAIL("secrets.%s: mode \"proxy\" needs hosts, the servers the value may go to", name);
+                        if (!proxy && hosts)
+                                FAIL("secrets.%s: hosts are for mode \"proxy\" (an env secret goes to the commands "
+                                     "themselves)", name);
                         val = json_object_get(v, "value");
                 }
-                if (!json_is_string(val)) {
-                        secrets_free(list);
-                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s must be a string or {value: string, mode: \"env\"}",
-                                        name);
-                }
+                if (!json_is_string(val))
+                        FAIL("secrets.%s must be a string or {value: string, mode: \"env\"} or {value: string, hosts: "
+                             "[patterns]}", name);
                 size_t vl = json_string_length(val);
-                if (vl > SBX_MAX_SECRET_BYTES || strlen(json_string_value(val)) != vl) {
-                        secrets_free(list);
-                        return rpc_fail(e, RPC_INVALID_PARAMS, "secrets.%s: the value must be at most %u bytes, without NUL",
-                                        name, SBX_MAX_SECRET_BYTES);
+                if (vl > SBX_MAX_SECRET_BYTES || strlen(json_string_value(val)) != vl)
+                        FAIL("secrets.%s: the value must be at most %u bytes, without NUL", name, SBX_MAX_SECRET_BYTES);
+                if (proxy) {
+                        SbxProxySecret *s = &ps->v[ps->n];
+                        *s = (SbxProxySecret){ .name = name, .value = json_string_value(val) };
+                        if (parse_secret_hosts(name, json_object_get(v, "hosts"), s, e) < 0) {
+                                secrets_free(list);
+                                proxy_secrets_free(ps);
+                                return -1;
+                        }
+                        ps->n++;
+                        continue;
                 }
                 char *kv = malloc(nl + vl + 2);
                 if (!kv) {
                         secrets_free(list);
+                        proxy_secrets_free(ps);
                         return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
                 }
                 memcpy(kv, name, nl);
@@ -308,7 +365,9 @@ static int parse_secrets(json_t *p, const char ***ret, RpcError *e) {
                 memcpy(kv + nl + 1, json_string_value(val), vl + 1);
                 list[k++] = kv;
         }
+#undef FAIL
         *ret = list;
+        *ret_proxy = ps;
         return 0;
 }
 
@@ -381,13 +440,17 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                 return rpc_fail(e, RPC_INVALID_PARAMS, "persist is only for sandbox.create on a socket server");
         }
         const char **secrets = NULL;
-        if (parse_secrets(r->params, &secrets, e) < 0) {
+        ProxySecrets *psec = NULL;
+        if (parse_secrets(r->params, &secrets, &psec, e) < 0) {
                 handler_env_free(env);
                 return -1;
         }
         o.secrets = secrets;
+        o.proxy_secrets = psec && psec->n ? psec->v : NULL;
+        o.n_proxy_secrets = psec ? psec->n : 0;
         int rr = sbx_sandbox_new(core->ctx, &o, &box);
         secrets_free(secrets);
+        proxy_secrets_free(psec);
         handler_env_free(env);
         /* -EOPNOTSUPP: a policy this kernel cannot enforce, refused like a bad one. */
         if (rr == -EINVAL || rr == -EOPNOTSUPP)
@@ -629,14 +692,14 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids, cpus (CPUs, fractions allowed; default half the host's)}" }, \
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
         { "network", P_ANY, false, "false or \"none\" (default): its own network namespace, loopback only; true or \"host\": the host's network, shared; \"allowlist\": loopback only, plus an HTTP proxy on its 127.0.0.1:3128 (HTTP_PROXY, HTTPS_PROXY, http_proxy, https_proxy set, NO_PROXY=localhost,127.0.0.1,::1) through which only the names of networkAllow are reached: CONNECT tunnels (https) and plain http:// requests (one per connection, sent on with Connection: close). A name not listed, or one resolving only to loopback, private (RFC 1918), carrier-grade NAT, link-local, cloud metadata, unique-local, multicast or reserved addresses (unless the operator allows them: sbx serve --egress-allow-private), is answered 403 with one line saying why; one that does not resolve or connect, 502. Kept by sandbox.fork (with its own proxy); a pooled sandbox is never handed to a create with a network" }, \
-        { "networkAllow", P_ANY, false, "with network \"allowlist\" (and only then; required, may be empty): at most 256 host patterns, each \"example.com\" (that name), \"*.example.com\" (names below it at any depth, not example.com itself) or an IPv4 address, then optionally \":port\" (that port only) or \":*\" (any port); without one, ports 80 and 443. Case and a final dot are ignored. A bad pattern is refused (-32602)" }, \
+        { "networkAllow", P_ANY, false, "with network \"allowlist\" (and only then; required, may be empty, unless secrets with hosts are given, whose hosts join it): at most 256 host patterns, each \"example.com\" (that name), \"*.example.com\" (names below it at any depth, not example.com itself) or an IPv4 address, then optionally \":port\" (that port only) or \":*\" (any port); without one, ports 80 and 443. Case and a final dot are ignored. A bad pattern is refused (-32602)" }, \
         { "policy", P_OBJECT, false, "exec policy, enforced by the kernel (Landlock) for every process of the sandbox: {allow: [path or glob], deny: [path or glob]}, absolute paths in the sandbox matched when it is created (a directory, or dir/**, covers all beneath it). allow: only those files (and /bin/bash) may be executed, nothing on /tmp, /home/user or /dev/shm may run, and memfds must be MFD_NOEXEC_SEAL; deny alone: everything but those. A denied file can be neither executed nor read (its exec fails with EACCES: exit 126, \"Permission denied\"). Refused (-32602) where the kernel has no Landlock; a pattern matching nothing fails the create. Kept by sandbox.fork; a pooled sandbox is never handed to a create with a policy" }, \
         PARAM_LEFTOVERS("a command"), \
         { "lifetimeMs", P_INT, false, "destroy the sandbox this long after its creation (0 or absent: never; at most 31 days); the owner gets sandbox.expired" }, \
         { "idleTimeoutMs", P_INT, false, "destroy the sandbox after this long without a request naming it (or, for the root sandbox, none naming another); a run in progress does not count" }, \
         { "onExpiry", P_STRING, false, "\"destroy\" (default) or \"export\": when it expires, first write its export archive (as persistence.export) to the server's --expiry-export-dir; sandbox.expired then names the file" }, \
         { "metadata", P_OBJECT, false, "{key: string}, shown and filtered by sandbox.list: at most 32 keys of 1-64 bytes of [A-Za-z0-9_.-], values at most 1024 bytes" }, \
-        { "secrets", P_OBJECT, false, "{NAME: value} or {NAME: {value, mode: \"env\"}}: set in the commands' environment as NAME, never shown by any method; every value of 8 bytes or more is replaced by [REDACTED:NAME] in all output and history. At most 64, values at most 16 KiB. Proxy secrets (hosts, mode \"proxy\") are refused: this build has no egress proxy" }
+        { "secrets", P_OBJECT, false, "{NAME: value} or {NAME: {value, mode: \"env\"}}: set in the commands' environment as NAME, never shown by any method; every value of 8 bytes or more is replaced by [REDACTED:NAME] in all output and history. {NAME: {value, hosts: [patterns]}} (mode \"proxy\", the default with hosts; network \"allowlist\" only, the hosts join networkAllow): the commands see only NAME=SBX_SECRET_<NAME>_<random>, and the proxy puts the value in place of that placeholder in the request heads (request line, headers) of HTTPS requests to those hosts, whose TLS it ends with a CA of the sandbox's own that the sandbox trusts (SSL_CERT_FILE and the like); responses have the value masked. At most 64 in all, values at most 16 KiB" }
 
 static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
 static const Param p_sandbox_create[] = {

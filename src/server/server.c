@@ -285,8 +285,9 @@ static void egress_refused(void *ud, SbxSandbox *sb, const SbxEgressEvent *ev) {
                               ev->status, "reason", ev->reason ? ev->reason : ""));
 }
 
-int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, char *err, size_t errlen) {
-        SbxEgressOptions o = { .hosts_file = hosts_file, .allow_private = allow_private };
+int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, const char *ca_file,
+                      char *err, size_t errlen) {
+        SbxEgressOptions o = { .hosts_file = hosts_file, .allow_private = allow_private, .ca_file = ca_file };
         return sbx_context_set_egress(s->core.ctx, &o, err, errlen);
 }
 unsigned server_set_max_sandboxes(Server *s, unsigned n) { return registry_set_max(&s->core.registry, n); }

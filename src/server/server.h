@@ -71,7 +71,8 @@ struct SbxContext *server_context(Server *s);
 /* The allowlist proxies' options (sbx/egress.h): a hosts file (NULL: none) and the CIDRs they
  * may reach although private (NULL-terminated, may be NULL). Returns 0, or -errno with err
  * saying what is wrong. */
-int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, char *err, size_t errlen);
+int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, const char *ca_file,
+                      char *err, size_t errlen);
 /* The most sandboxes held at once: n, or for 0 a number derived from what the machine has
  * free (memory, pids, fds); the fd limit is raised to fit. Returns the cap in force. */
 unsigned server_set_max_sandboxes(Server *s, unsigned n);

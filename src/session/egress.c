@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "session/egress.h"
+#include "session/egress_tls.h"
 #include "session/port.h"
 #include "session/sandbox.h"
 
@@ -63,6 +64,8 @@ struct Egress {
         size_t n_allow;
         SbxEgressFn hook;
         void *hook_ud;
+        EgressTrust *trust; /* the servers' trust, for proxy secrets: made on first use */
+        char *ca_file;      /* the operator's extra CAs (sbx serve --egress-ca), or NULL */
 };
 
 /* A lookup in flight: c-ares calls back with it; conn is NULL once the connection went. */
@@ -80,6 +83,7 @@ typedef enum PState {
         PC_RELAY,      /* both ways */
         PC_REFUSING,   /* writing the refusal to the client */
         PC_DRAIN,      /* reading what the client still sends, until it closes */
+        PC_TLS,        /* a CONNECT to a host of proxy secrets: TLS ended here (egress_tls.c) */
 } PState;
 
 /* A connection of the sandbox's to its proxy. fd[0] is the client's (accepted), fd[1] the
@@ -103,6 +107,9 @@ struct PConn {
         PortFlow flow[2];
         size_t drained;
         bool in_lookup; /* inside ares_getaddrinfo(): its caller arms c */
+        EgressTls *tls; /* PC_TLS's two sessions (made at connect, before the "200") */
+        uint32_t tls_ev[2];
+        bool tls_counted; /* its request went on: counted as allowed */
 };
 
 struct Proxy {
@@ -116,10 +123,14 @@ struct Proxy {
         Watch retry_w;
         PConn *conns;
         SbxEgressStats stats;
+        EgressSecret *secrets; /* the sandbox's proxy secrets (their strings are sb's) */
+        size_t n_secrets;
+        EgressCa *ca; /* the sandbox's CA, when it has proxy secrets */
 };
 
 static void pc_free(PConn *c);
 static void pc_arm_or_free(PConn *c);
+static int pc_tls_pump(PConn *c);
 static void pc_resolved(PConn *c);
 static void arm_timer(Egress *eg);
 
@@ -208,8 +219,33 @@ static void pc_connected(PConn *c) {
         int one = 1;
         for (int i = 0; i < 2; i++)
                 (void)setsockopt(c->fd[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        c->px->stats.allowed++;
+        Proxy *px = c->px;
         size_t rest = c->len - c->head_len;
+        if (c->req.kind == EGRESS_CONNECT && egress_secrets_want(px->secrets, px->n_secrets, c->req.host, c->req.port)) {
+                /* The client's first bytes after its CONNECT (its handshake's start, if it did
+                 * not wait for the "200") go to the proxy's own TLS session. */
+                char why[256];
+                /* Made at the sandbox's creation; the options set again since may have let it go. */
+                int r = px->eg->trust ? 0 : egress_trust_new(px->eg->ca_file, &px->eg->trust, why, sizeof why);
+                if (r == 0)
+                        r = egress_tls_new(px->ca, px->eg->trust, px->secrets, px->n_secrets, c->req.host, c->req.port,
+                                           c->fd[0], c->fd[1], c->buf + c->head_len, rest, &c->tls);
+                static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+                if (r == 0 && !(c->out[0] = strdup(ok)))
+                        r = -ENOMEM;
+                if (r < 0) {
+                        c->tls = egress_tls_free(c->tls);
+                        refuse(c, SBX_EGRESS_FAILED, 502,
+                               r == -EBUSY ? "too many hosts with proxy secrets in use at once" : "cannot set up TLS");
+                        return;
+                }
+                c->out_len[0] = sizeof ok - 1;
+                c->st = PC_FLUSH;
+                free(c->buf);
+                c->buf = NULL;
+                return;
+        }
+        px->stats.allowed++;
         if (c->req.kind == EGRESS_CONNECT) {
                 static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
                 c->out[0] = strdup(ok);
@@ -552,6 +588,7 @@ static uint32_t pc_wants(const PConn *c, int i) {
                         ev |= EPOLLOUT;
                 return ev;
         }
+        case PC_TLS: return c->tls_ev[i];
         case PC_RESOLVING:
         default: return 0;
         }
@@ -559,10 +596,51 @@ static uint32_t pc_wants(const PConn *c, int i) {
 
 static void pc_event(Watch *w, uint32_t events);
 
+/* Moves what a terminated CONNECT can; its failure (answered in the client's TLS) is counted
+ * and told like a refusal. Returns -1 when c was freed. */
+static int pc_tls_pump(PConn *c) {
+        Proxy *px = c->px;
+        int r = egress_tls_pump(c->tls, c->tls_ev);
+        int status = 0;
+        const char *why = egress_tls_take_failure(c->tls, &status);
+        if (why) {
+                if (status == 431)
+                        px->stats.bad++;
+                else
+                        px->stats.failed++;
+                log_debug("sandbox %s: egress %d: %s", sbx_sandbox_id(px->sb), status, why);
+                if (px->eg->hook) {
+                        SbxEgressEvent ev = { .verdict = status == 431 ? SBX_EGRESS_BAD : SBX_EGRESS_FAILED,
+                                              .status = status, .host = c->req.host, .port = c->req.port,
+                                              .reason = why };
+                        px->eg->hook(px->eg->hook_ud, px->sb, &ev);
+                }
+                /* The server's side has nothing more to do. */
+                loop_del(px->eg->loop, &c->w[1]);
+                c->fd[1] = safe_close(c->fd[1]);
+        }
+        if (!c->tls_counted && egress_tls_relayed(c->tls)) {
+                c->tls_counted = true;
+                px->stats.allowed++;
+        }
+        if (r <= 0) {
+                if (r == 0)
+                        c->st = PC_DRAIN; /* finished cleanly: pc_free() closes, no reset */
+                pc_free(c);
+                return -1;
+        }
+        return 0;
+}
+
 /* Brings the watches in line with c's state; a connection with nothing left to do, or whose
  * watches cannot be set, is freed. */
 static void pc_arm_or_free(PConn *c) {
         Loop *l = c->px->eg->loop;
+        if (c->st == PC_FLUSH && c->tls && c->out_off[0] == c->out_len[0]) {
+                c->st = PC_TLS;
+                if (pc_tls_pump(c) < 0)
+                        return;
+        }
         if (c->st == PC_FLUSH && c->out_off[0] == c->out_len[0] && c->out_off[1] == c->out_len[1] &&
             pc_start_relay(c) < 0) {
                 pc_free(c);
@@ -670,6 +748,10 @@ static void pc_event(Watch *w, uint32_t events) {
                 }
                 break;
         }
+        case PC_TLS:
+                if (pc_tls_pump(c) < 0)
+                        return;
+                break;
         case PC_RESOLVING:
         default:
                 break;
@@ -686,7 +768,7 @@ static void pc_free(PConn *c) {
                 loop_del(l, &c->w[i]);
                 /* A relay cut short is reset, so neither side takes it for a complete one. */
                 if (c->fd[i] >= 0) {
-                        if (c->st == PC_RELAY && !(c->flow[0].done && c->flow[1].done))
+                        if ((c->st == PC_RELAY && !(c->flow[0].done && c->flow[1].done)) || c->st == PC_TLS)
                                 reset_close(c->fd[i]);
                         else
                                 close(c->fd[i]);
@@ -696,6 +778,7 @@ static void pc_free(PConn *c) {
                 free(c->out[i]);
         }
         free(c->buf);
+        egress_tls_free(c->tls);
         LIST_UNLINK(px->conns, c);
         px->stats.open--;
         free(c);
@@ -767,6 +850,12 @@ static void proxy_ready(SandboxObserver *o, SbxSandbox *sb, int error) {
                 log_warn("sandbox %s: its egress proxy cannot listen", sbx_sandbox_id(sb));
 }
 
+static void secrets_free(EgressSecret *v, size_t n) {
+        for (size_t i = 0; v && i < n; i++)
+                egress_rules_clear(&v[i].hosts);
+        free(v);
+}
+
 static void proxy_freeing(SandboxObserver *o, SbxSandbox *sb) {
         Proxy *px = container_of(o, Proxy, o);
         while (px->conns)
@@ -775,6 +864,8 @@ static void proxy_freeing(SandboxObserver *o, SbxSandbox *sb) {
         loop_del(px->eg->loop, &px->retry_w);
         safe_close(px->retry_timer);
         egress_rules_clear(&px->rules);
+        secrets_free(px->secrets, px->n_secrets);
+        egress_ca_free(px->ca);
         free(px);
 }
 
@@ -818,25 +909,56 @@ void egress_free(SandboxHost *host) {
         safe_close(eg->timer);
         egress_hosts_clear(&eg->hosts);
         free(eg->allow);
+        egress_trust_unref(eg->trust);
+        free(eg->ca_file);
         free(eg);
         host->egress = NULL;
 }
 
-int egress_attach(SbxSandbox *sb, const char *const *allow) {
+int egress_attach(SbxSandbox *sb, const char *const *allow, const SbxProxySecret *secrets, size_t n, EgressCa *ca) {
         char err[256];
-        Egress *eg = egress_get(sandbox_host(sb));
+        SandboxHost *host = sandbox_host(sb);
+        Egress *eg = egress_get(host);
         Proxy *px = eg ? calloc(1, sizeof *px) : NULL;
-        if (!px)
-                return -ENOMEM;
-        int r = egress_rules_parse(allow, &px->rules, err, sizeof err);
+        size_t n_allow = 0, n_hosts = 0;
+        while (allow && allow[n_allow])
+                n_allow++;
+        for (size_t i = 0; i < n; i++)
+                for (const char *const *h = secrets[i].hosts; h && *h; h++)
+                        n_hosts++;
+        /* A secret's hosts are reached with it: they join the allowlist. */
+        _cleanup_free_ const char **all = calloc(n_allow + n_hosts + 1, sizeof *all);
+        EgressSecret *es = n ? calloc(n, sizeof *es) : NULL;
+        int r = !px || !all || (n && !es) ? -ENOMEM : 0;
+        if (r == 0 && n && !eg->trust)
+                r = egress_trust_new(eg->ca_file, &eg->trust, err, sizeof err);
+        size_t k = 0;
+        for (size_t i = 0; r == 0 && i < n_allow; i++)
+                all[k++] = allow[i];
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                for (const char *const *h = secrets[i].hosts; h && *h; h++)
+                        all[k++] = *h;
+                es[i] = (EgressSecret){ .name = secrets[i].name, .value = secrets[i].value,
+                                        .placeholder = secrets[i].placeholder,
+                                        .value_len = strlen(secrets[i].value),
+                                        .placeholder_len = strlen(secrets[i].placeholder) };
+                r = egress_rules_parse(secrets[i].hosts, &es[i].hosts, err, sizeof err);
+        }
+        if (r == 0)
+                r = egress_rules_parse(all, &px->rules, err, sizeof err);
         if (r < 0) {
+                secrets_free(es, n);
+                egress_ca_free(ca);
                 free(px);
                 return r;
         }
+        px->secrets = es;
+        px->n_secrets = n;
+        px->ca = ca;
         px->sb = sb;
         px->eg = eg;
         px->retry_timer = -1;
-        px->rootless = sandbox_host(sb)->shared.rootless;
+        px->rootless = host->shared.rootless;
         sandbox_observe(sb, &px->o, &proxy_ops);
         return 0;
 }
@@ -878,11 +1000,27 @@ int egress_configure(SandboxHost *host, const SbxEgressOptions *o, char *err, si
                         return r;
                 }
         }
+        /* The operator's CAs are read (and checked) now: a bad file stops the daemon at start,
+         * not a sandbox's first request. */
+        EgressTrust *trust = NULL;
+        _cleanup_free_ char *ca_file = o->ca_file ? strdup(o->ca_file) : NULL;
+        int tr = o->ca_file && !ca_file ? -ENOMEM : o->ca_file ? egress_trust_new(o->ca_file, &trust, err, errlen) : 0;
+        if (tr < 0) {
+                egress_hosts_clear(&hosts);
+                return tr;
+        }
         Egress *eg = egress_get(host);
         if (!eg) {
+                egress_trust_unref(trust);
                 egress_hosts_clear(&hosts);
                 return -ENOMEM;
         }
+        /* Connections under way hold a reference to the trust they were made with. Without a
+         * file the next sandbox with proxy secrets makes one of the host's store alone. */
+        egress_trust_unref(eg->trust);
+        eg->trust = trust;
+        free(eg->ca_file);
+        eg->ca_file = TAKE_PTR(ca_file);
         egress_hosts_clear(&eg->hosts);
         eg->hosts = hosts;
         free(eg->allow);

@@ -111,9 +111,14 @@ ssize_t egress_request_rewrite(const EgressRequest *r, char *out, size_t outlen)
 typedef struct Egress Egress;
 typedef struct SandboxHost SandboxHost;
 
+typedef struct EgressCa EgressCa;
+
 /* Starts sb's proxy: once its pid 1 hands over the listening socket (Box.proxy_fd), the
- * loop serves it. The rules are parsed from allow (checked already). Returns 0 or -errno. */
-int egress_attach(SbxSandbox *sb, const char *const *allow);
+ * loop serves it. The rules are parsed from allow and the secrets' hosts (checked already:
+ * a secret's hosts are allowed with it). secrets (n of them, with their placeholders) are
+ * sb's and live as long as it; ca (sb's CA, made when n > 0) becomes the proxy's. Returns 0
+ * or -errno (ca is freed then too). */
+int egress_attach(SbxSandbox *sb, const char *const *allow, const SbxProxySecret *secrets, size_t n, EgressCa *ca);
 /* The context's part (resolver, options, hook): made on first use, freed with the context. */
 int egress_configure(SandboxHost *host, const SbxEgressOptions *o, char *err, size_t errlen);
 void egress_set_hook(SandboxHost *host, SbxEgressFn fn, void *userdata);

@@ -13,7 +13,9 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "base/util.h"
+#include "sandbox/mount.h"
 #include "session/egress.h"
+#include "session/egress_tls.h"
 #include "session/freeze.h"
 #include "session/internal.h"
 #include "session/process.h"
@@ -44,6 +46,12 @@ struct SbxSandbox {
         LandlockPolicy policy;
         char setup_error[512]; /* why pid 1's setup failed, as it said */
         char **secrets; /* NAME=VALUE, NULL-terminated, or NULL; wiped when freed */
+        /* Proxy secrets (sbx/egress.h): each's strings and hosts are sb's, its value wiped when
+         * freed, its placeholder made at creation unless given; psec_env holds NAME=placeholder
+         * for the shells. */
+        SbxProxySecret *psec;
+        size_t n_psec;
+        char **psec_env;
 };
 
 static const char *const default_env[] = {
@@ -120,6 +128,60 @@ static char **copy_secrets(const char *const *v) {
         return c;
 }
 
+static void free_proxy_secrets(SbxProxySecret *v, size_t n) {
+        for (size_t i = 0; v && i < n; i++) {
+                if (v[i].value)
+                        explicit_bzero((char *)v[i].value, strlen(v[i].value));
+                free((char *)v[i].value);
+                free((char *)v[i].name);
+                free((char *)v[i].placeholder);
+                free_env((char **)v[i].hosts);
+        }
+        free(v);
+}
+
+/* Copies of the proxy secrets, each with its placeholder: the one given (a fork's parent's),
+ * else SBX_SECRET_<NAME>_<random hex>. Returns 0 or -ENOMEM. */
+static int copy_proxy_secrets(const SbxProxySecret *v, size_t n, SbxProxySecret **ret) {
+        SbxProxySecret *c = calloc(n, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                char ph[12 + SBX_MAX_SECRET_NAME_BYTES + 2 * SBX_SECRET_PLACEHOLDER_RANDOM_BYTES + 2];
+                char hex[2 * SBX_SECRET_PLACEHOLDER_RANDOM_BYTES + 1];
+                if (!v[i].placeholder && random_hex(hex, SBX_SECRET_PLACEHOLDER_RANDOM_BYTES) < 0) {
+                        free_proxy_secrets(c, i);
+                        return -EIO;
+                }
+                if (!v[i].placeholder)
+                        snprintf(ph, sizeof ph, "SBX_SECRET_%s_%s", v[i].name, hex);
+                char **hosts = NULL;
+                c[i] = (SbxProxySecret){ .name = strdup(v[i].name), .value = strdup(v[i].value),
+                                         .placeholder = strdup(v[i].placeholder ? v[i].placeholder : ph) };
+                int r = copy_list(v[i].hosts, &hosts);
+                c[i].hosts = (const char *const *)hosts;
+                if (r < 0 || !c[i].name || !c[i].value || !c[i].placeholder) {
+                        free_proxy_secrets(c, i + 1);
+                        return -ENOMEM;
+                }
+        }
+        *ret = c;
+        return 0;
+}
+
+/* NAME=placeholder for each proxy secret; NAME=VALUE too when `value` (for the redactor,
+ * wiped by free_secrets()). NULL when out of memory. */
+static char **proxy_secret_pairs(const SbxProxySecret *v, size_t n, bool value) {
+        char **l = calloc(n + 1, sizeof *l);
+        for (size_t i = 0; l && i < n; i++)
+                if (asprintf(&l[i], "%s=%s", v[i].name, value ? v[i].value : v[i].placeholder) < 0) {
+                        l[i] = NULL;
+                        free_secrets(l);
+                        return NULL;
+                }
+        return l;
+}
+
 /* An allowlist sandbox's way out: its proxy, for the clients that read these (curl, pip, npm,
  * git, python's urllib), and not for its own loopback. */
 #define PROXY_URL "http://127.0.0.1:3128"
@@ -129,13 +191,21 @@ static const char *const proxy_env[] = {
         "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
 };
 
-/* The session shells' environment: the fixed defaults (and an allowlist sandbox's proxy),
- * then the context's entries (sbx_context_set_env()), then the caller's (a name given again
+/* A sandbox with proxy secrets trusts its own CA: every client that reads one of these finds
+ * the bundle that holds it (mount.c adds it to the host's). Node adds its file to its own. */
+static const char *const trust_env[] = {
+        "SSL_CERT_FILE=" SBX_TRUST_BUNDLE, "REQUESTS_CA_BUNDLE=" SBX_TRUST_BUNDLE, "CURL_CA_BUNDLE=" SBX_TRUST_BUNDLE,
+        "PIP_CERT=" SBX_TRUST_BUNDLE, "GIT_SSL_CAINFO=" SBX_TRUST_BUNDLE, "NODE_EXTRA_CA_CERTS=" SBX_TRUST_CA,
+};
+
+/* The session shells' environment: the fixed defaults (and an allowlist sandbox's proxy, and
+ * a sandbox with proxy secrets' trust store), then the context's entries (sbx_context_set_env()), then the caller's (a name given again
  * replaces the one before). That is all: pid 1 is a fork of the daemon, but it starts every
  * shell with execve() and exactly this list, so nothing else of the daemon's own environment
  * reaches a sandbox. */
-static char **build_env(const char *const *base, const char *const *extra, bool proxy) {
-        size_t n = ELEMENTSOF(default_env) + (proxy ? ELEMENTSOF(proxy_env) : 0), k = 0;
+static char **build_env(const char *const *base, const char *const *extra, bool proxy, bool trust) {
+        size_t n = ELEMENTSOF(default_env) + (proxy ? ELEMENTSOF(proxy_env) : 0) + (trust ? ELEMENTSOF(trust_env) : 0),
+               k = 0;
         for (const char *const *e = base; e && *e; e++)
                 n++;
         for (const char *const *e = extra; e && *e; e++)
@@ -147,6 +217,8 @@ static char **build_env(const char *const *base, const char *const *extra, bool 
                 env[k++] = strdup(default_env[i]);
         for (size_t i = 0; proxy && i < ELEMENTSOF(proxy_env); i++)
                 env[k++] = strdup(proxy_env[i]);
+        for (size_t i = 0; trust && i < ELEMENTSOF(trust_env); i++)
+                env[k++] = strdup(trust_env[i]);
         for (size_t pass = 0; pass < 2; pass++) {
                 for (const char *const *e = pass ? extra : base; e && *e; e++) {
                         size_t name_len = (size_t)(strchr(*e, '=') - *e) + 1;
@@ -202,6 +274,76 @@ static int validate_secrets(const SbxSandboxOptions *o, char *err, size_t errlen
                                 snprintf(err, errlen, "%.*s is both a secret and in env", (int)nl, *e);
                                 return -EINVAL;
                         }
+        }
+        return 0;
+}
+
+/* A given placeholder: what a made one looks like, so that the proxy finds it. */
+static bool placeholder_valid(const char *p) {
+        size_t len = strlen(p);
+        return len > 11 && len <= SBX_MAX_SECRET_NAME_BYTES + 12 + 2 * SBX_SECRET_PLACEHOLDER_RANDOM_BYTES &&
+               strncmp(p, "SBX_SECRET_", 11) == 0 && env_name_valid(p, len);
+}
+
+/* Proxy secrets: an allowlist sandbox's, each named once among all secrets and env, with a
+ * value, hosts that are patterns, and a placeholder of the form made. Returns 0 or -EINVAL. */
+static int validate_proxy_secrets(const SbxSandboxOptions *o, char *err, size_t errlen) {
+        size_t n_env = 0;
+        for (const char *const *e = o->secrets; e && *e; e++)
+                n_env++;
+        if (o->n_proxy_secrets && o->network != SBX_NETWORK_ALLOWLIST) {
+                snprintf(err, errlen, "secrets with hosts (mode \"proxy\") need network \"allowlist\": the proxy puts "
+                                      "their values into requests");
+                return -EINVAL;
+        }
+        if (o->n_proxy_secrets > SBX_MAX_SECRETS - MIN(n_env, (size_t)SBX_MAX_SECRETS)) {
+                snprintf(err, errlen, "more than %u secrets", SBX_MAX_SECRETS);
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < o->n_proxy_secrets; i++) {
+                const SbxProxySecret *p = &o->proxy_secrets[i];
+                size_t nl = p->name ? strlen(p->name) : 0, nh = 0;
+                if (!p->name || !env_name_valid(p->name, nl) || nl > SBX_MAX_SECRET_NAME_BYTES) {
+                        snprintf(err, errlen, "a secret's name must be 1-%u letters, digits and _, not starting with a "
+                                              "digit", SBX_MAX_SECRET_NAME_BYTES);
+                        return -EINVAL;
+                }
+                /* It goes into a header line: a line break would make headers of its own. */
+                if (!p->value || !p->value[0] || strlen(p->value) > SBX_MAX_SECRET_BYTES ||
+                    strpbrk(p->value, "\r\n")) {
+                        snprintf(err, errlen, "secret %s: the value must be 1-%u bytes, without CR or LF (it goes "
+                                              "into a request's header)", p->name, SBX_MAX_SECRET_BYTES);
+                        return -EINVAL;
+                }
+                while (p->hosts && p->hosts[nh])
+                        nh++;
+                if (nh == 0 || nh > SBX_MAX_SECRET_HOSTS) {
+                        snprintf(err, errlen, "secret %s: hosts must list 1-%u patterns", p->name, SBX_MAX_SECRET_HOSTS);
+                        return -EINVAL;
+                }
+                EgressRules rules;
+                char why[256];
+                if (egress_rules_parse(p->hosts, &rules, why, sizeof why) < 0) {
+                        snprintf(err, errlen, "secret %s: hosts: %s", p->name, why);
+                        return -EINVAL;
+                }
+                egress_rules_clear(&rules);
+                if (p->placeholder && !placeholder_valid(p->placeholder)) {
+                        snprintf(err, errlen, "secret %s: a placeholder must be SBX_SECRET_ and letters, digits and _",
+                                 p->name);
+                        return -EINVAL;
+                }
+                bool twice = false;
+                for (size_t j = 0; j < i && !twice; j++)
+                        twice = strcmp(o->proxy_secrets[j].name, p->name) == 0;
+                for (const char *const *e = o->secrets; e && *e && !twice; e++)
+                        twice = strncmp(*e, p->name, nl) == 0 && (*e)[nl] == '=';
+                for (const char *const *e = o->env; e && *e && !twice; e++)
+                        twice = strncmp(*e, p->name, nl) == 0 && (*e)[nl] == '=';
+                if (twice) {
+                        snprintf(err, errlen, "secret %s is given twice (or is also in env)", p->name);
+                        return -EINVAL;
+                }
         }
         return 0;
 }
@@ -276,6 +418,8 @@ static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen
         int r = landlock_policy_check(&lp, err, errlen);
         if (r >= 0)
                 r = validate_secrets(o, err, errlen);
+        if (r >= 0)
+                r = validate_proxy_secrets(o, err, errlen);
         if (r < 0)
                 return r;
         if (o->rootfs) {
@@ -452,17 +596,37 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->core.self = sb;
         sb->core.kill_leftovers = o->kill_leftovers;
         sb->setup_timer = -1;
-        sb->env = build_env((const char *const *)host->base_env, o->env, o->network == SBX_NETWORK_ALLOWLIST);
+        sb->env = build_env((const char *const *)host->base_env, o->env, o->network == SBX_NETWORK_ALLOWLIST,
+                            o->n_proxy_secrets > 0);
         sb->network = o->network;
         sb->rootfs = o->rootfs ? strdup(o->rootfs) : NULL;
         sb->secrets = o->secrets && o->secrets[0] ? copy_secrets(o->secrets) : NULL;
-        if (o->secrets && o->secrets[0]) {
-                /* Its own rules: the context's plus its secrets. */
-                char err[256];
-                RedactConfig rc = { .secrets = o->secrets, .patterns = (const char *const *)host->redact_patterns,
-                                    .no_defaults = host->redact_no_defaults };
-                if (redactor_new(&rc, &sb->core.redact, err, sizeof err) < 0)
+        if (o->n_proxy_secrets) {
+                if (copy_proxy_secrets(o->proxy_secrets, o->n_proxy_secrets, &sb->psec) < 0 ||
+                    !(sb->psec_env = proxy_secret_pairs(sb->psec, o->n_proxy_secrets, false)))
                         sb->env = (free_env(sb->env), NULL);
+                else
+                        sb->n_psec = o->n_proxy_secrets;
+        }
+        if ((o->secrets && o->secrets[0]) || sb->n_psec) {
+                /* Its own rules: the context's plus its secrets, the proxy secrets' values too
+                 * (they never reach a command, unless a server sends them some way the proxy
+                 * does not see). */
+                char err[256];
+                size_t ne = 0;
+                while (o->secrets && o->secrets[ne])
+                        ne++;
+                char **pv = proxy_secret_pairs(sb->psec, sb->n_psec, true);
+                _cleanup_free_ const char **all = calloc(ne + sb->n_psec + 1, sizeof *all);
+                if (all && pv) {
+                        memcpy(all, o->secrets ? o->secrets : all, ne * sizeof *all);
+                        memcpy(all + ne, pv, sb->n_psec * sizeof *all);
+                }
+                RedactConfig rc = { .secrets = all, .patterns = (const char *const *)host->redact_patterns,
+                                    .no_defaults = host->redact_no_defaults };
+                if (!all || !pv || redactor_new(&rc, &sb->core.redact, err, sizeof err) < 0)
+                        sb->env = (free_env(sb->env), NULL);
+                free_secrets(pv);
         } else {
                 sb->core.redact = redactor_ref(host->redact);
         }
@@ -483,6 +647,8 @@ static void sandbox_dealloc(SbxSandbox *sb) {
         free_env(sb->policy_allow);
         free_env(sb->policy_deny);
         free_secrets(sb->secrets);
+        free_proxy_secrets(sb->psec, sb->n_psec);
+        free_env(sb->psec_env);
         redactor_unref(sb->core.redact);
         free(sb->rootfs);
         free(sb);
@@ -496,6 +662,7 @@ static char **shell_env(const SbxSandbox *sb) {
                 n++;
         for (char **e = sb->secrets; e && *e; e++)
                 n++;
+        n += sb->n_psec;
         char **v = calloc(n + 1, sizeof *v);
         for (char **e = sb->env; v && *e; e++) {
                 /* A secret replaces an entry of the same name (one from sbx_context_set_env()). */
@@ -507,6 +674,9 @@ static char **shell_env(const SbxSandbox *sb) {
                         v[k++] = *e;
         }
         for (char **e = sb->secrets; v && e && *e; e++)
+                v[k++] = *e;
+        /* A proxy secret's name holds its placeholder, never its value. */
+        for (char **e = sb->psec_env; v && e && *e; e++)
                 v[k++] = *e;
         return v;
 }
@@ -542,6 +712,14 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 sandbox_dealloc(sb);
                 return -ENOMEM;
         }
+        /* Its CA, made before pid 1 so that its certificate is in the root pid 1 builds; the
+         * key stays in the daemon's memory (the proxy's, with egress_attach()). */
+        EgressCa *ca = NULL;
+        if (sb->n_psec && (r = egress_ca_new("", &ca)) < 0) {
+                snprintf(err, errlen, "cannot make the sandbox's CA for its proxy secrets");
+                sandbox_dealloc(sb);
+                return r;
+        }
         BoxConfig bc = {
                 .fs_bytes = sb->core.limits.fs_bytes, .file_count = sb->core.limits.file_count,
                 .memory_bytes = sb->core.limits.memory_bytes, .pids = sb->core.limits.pids,
@@ -549,19 +727,23 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 .network = o->network == SBX_NETWORK_HOST, .rootfs = o->rootfs, .env = env,
                 .proxy_port = o->network == SBX_NETWORK_ALLOWLIST ? SBX_EGRESS_PROXY_PORT : 0,
                 .policy = landlock_policy_active(&sb->policy) ? &sb->policy : NULL,
+                .trust_pem = ca ? egress_ca_pem(ca) : NULL,
         };
         r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
         if (r < 0) {
+                egress_ca_free(ca);
                 sandbox_dealloc(sb);
                 return r;
         }
         if ((r = bglog_init(&sb->core.bg, host->loop, &sb->core.box.cg)) < 0) {
+                egress_ca_free(ca);
                 corpse_add(&host->yard, &sb->core.box);
                 sandbox_dealloc(sb);
                 return r;
         }
         sb->core.bg.redact = sb->core.redact;
-        if (sb->network == SBX_NETWORK_ALLOWLIST && (r = egress_attach(sb, (const char *const *)sb->network_allow)) < 0) {
+        if (sb->network == SBX_NETWORK_ALLOWLIST &&
+            (r = egress_attach(sb, (const char *const *)sb->network_allow, sb->psec, sb->n_psec, ca)) < 0) {
                 bglog_done(&sb->core.bg);
                 corpse_add(&host->yard, &sb->core.box);
                 sandbox_dealloc(sb);
@@ -620,7 +802,7 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
 bool sandbox_is_default(const SbxSandbox *sb) {
         SbxLimits l = { 0 };
         fill_limits(&l);
-        char **want = build_env((const char *const *)sb->host->base_env, NULL, false);
+        char **want = build_env((const char *const *)sb->host->base_env, NULL, false, false);
         size_t n = 0;
         bool same_env = want != NULL;
         for (; same_env && sb->env[n] && want[n]; n++)
@@ -647,6 +829,9 @@ void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
         ret->policy_allow = (const char *const *)sb->policy_allow;
         ret->policy_deny = (const char *const *)sb->policy_deny;
         ret->secrets = (const char *const *)sb->secrets;
+        /* With their placeholders: a sandbox made like this one (a fork) names the same. */
+        ret->proxy_secrets = sb->psec;
+        ret->n_proxy_secrets = sb->n_psec;
         /* Process mode's were never chosen (it refuses them): a sandbox like this one is made
          * with the defaults again. */
         if (sb->host->process)

@@ -52,7 +52,12 @@ class Sandbox:
             repository's ``build/src/cli/sbx``.
         secrets: ``{NAME: value}`` (or ``{NAME: {"value": ..., "mode": "env"}}``): set in every
             command's environment as NAME, never shown back, and each value (8 bytes or more)
-            replaced by ``[REDACTED:NAME]`` in all output and history.
+            replaced by ``[REDACTED:NAME]`` in all output and history. ``{NAME: {"value": ...,
+            "hosts": ["api.example.com"]}}`` (mode ``"proxy"``, with ``network`` a list or
+            ``"allowlist"``; the hosts are allowed with it): commands see only a placeholder
+            ``SBX_SECRET_NAME_<random>`` in NAME, and the proxy puts the value in its place
+            in the request line and headers of HTTPS requests to those hosts (it ends their
+            TLS with a CA of the sandbox's own, which the sandbox trusts).
         metadata: ``{key: value}`` strings shown by ``sandboxes.list()`` and :meth:`get_info`,
             and filtered on by ``sandboxes.list(metadata=...)``: at most 32 keys of
             ``[A-Za-z0-9_.-]``, values up to 1024 bytes.
