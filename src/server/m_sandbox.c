@@ -388,8 +388,11 @@ int sandbox_params_check(json_t *params, RpcError *e) {
                 r = parse_network(params, &o, na, e);
         if (r >= 0)
                 r = parse_metadata(params, &metadata, e);
-        if (r >= 0 && (r = parse_secrets(params, &secrets, e)) >= 0)
+        ProxySecrets *psec = NULL;
+        if (r >= 0 && (r = parse_secrets(params, &secrets, &psec, e)) >= 0) {
                 secrets_free(secrets);
+                proxy_secrets_free(psec);
+        }
         return r < 0 ? -1 : 0;
 }
 
