@@ -37,22 +37,22 @@ if [ "${SBX_SANITIZERS:-1}" != 0 ]; then
 fi
 # The fuzz targets for a bounded time each, on their corpora (new inputs go to a scratch copy,
 # not the tree's corpus): libFuzzer needs clang, installed here if it is missing.
-if [ "${SBX_FUZZ_SECONDS:-30}" != 0 ]; then
+if [ "${SBX_FUZZ_SECONDS:-20}" != 0 ]; then
         if ! command -v clang >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
                 echo "test.sh: installing clang for the fuzz targets" >&2
                 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null 2>&1 ||
                         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null 2>&1; }
         fi
         if command -v clang >/dev/null 2>&1; then
-                echo "test.sh: fuzz targets, ${SBX_FUZZ_SECONDS:-30} s each (build-fuzz/)" >&2
+                echo "test.sh: fuzz targets, ${SBX_FUZZ_SECONDS:-20} s each (build-fuzz/)" >&2
                 if [ ! -f build-fuzz/build.ninja ]; then
                         CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
                                 -Db_lundef=false >/dev/null || exit 1
                 fi
-                ninja -C build-fuzz tests/fuzz/fuzz-rpc tests/fuzz/fuzz-archive >/dev/null || exit 1
-                for t in rpc archive; do
+                ninja -C build-fuzz tests/fuzz/fuzz-rpc tests/fuzz/fuzz-archive tests/fuzz/fuzz-egress-tls >/dev/null || exit 1
+                for t in rpc archive egress-tls; do
                         scratch=$(mktemp -d)
-                        if build-fuzz/tests/fuzz/fuzz-$t -max_total_time="${SBX_FUZZ_SECONDS:-30}" \
+                        if build-fuzz/tests/fuzz/fuzz-$t -max_total_time="${SBX_FUZZ_SECONDS:-20}" \
                                 -artifact_prefix=build-fuzz/crash-$t- -print_final_stats=0 \
                                 "$scratch" tests/fuzz/corpus/$t >"build-fuzz/fuzz-$t.log" 2>&1; then
                                 echo "test.sh: fuzz-$t: $(grep -m1 -o 'Done [0-9]* runs[^$]*' build-fuzz/fuzz-$t.log), no finding" >&2

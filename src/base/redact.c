@@ -474,9 +474,10 @@ static MatchResult match_at(const Redactor *r, const uint8_t *p, size_t avail, u
         return M_MATCH;
 }
 
-static inline bool pair_hit(const Redactor *r, const uint8_t *p) {
+/* 1 or 0 as an unsigned, so that four of them are or'ed without a branch each. */
+static inline unsigned pair_hit(const Redactor *r, const uint8_t *p) {
         unsigned v = p[0] | (unsigned)p[1] << 8;
-        return (r->pairs[v >> 6] >> (v & 63)) & 1;
+        return (unsigned)((r->pairs[v >> 6] >> (v & 63)) & 1);
 }
 
 /* The first j >= i, stepping by 2, where the pair at j is one a literal has among its first
