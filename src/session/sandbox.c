@@ -44,6 +44,9 @@ struct SbxSandbox {
         LandlockPolicy policy;
         char setup_error[512]; /* why pid 1's setup failed, as it said */
         char **secrets; /* NAME=VALUE, NULL-terminated, or NULL; wiped when freed */
+        /* The daemon's end of the default session's socket, whose shell pid 1 started during
+         * setup, until sbx_session_get() takes it for that session; else -1. */
+        int default_sock;
 };
 
 static const char *const default_env[] = {
@@ -443,6 +446,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         if (!sb)
                 return NULL;
         sb->host = host;
+        sb->default_sock = -1;
         sb->core.loop = host->loop;
         sb->core.devnull = host->devnull;
         sb->core.limits = o->limits;
@@ -478,6 +482,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
 }
 
 static void sandbox_dealloc(SbxSandbox *sb) {
+        safe_close(sb->default_sock);
         free_env(sb->env);
         free_env(sb->network_allow);
         free_env(sb->policy_allow);
@@ -509,6 +514,23 @@ static char **shell_env(const SbxSandbox *sb) {
         for (char **e = sb->secrets; v && e && *e; e++)
                 v[k++] = *e;
         return v;
+}
+
+/* Whether every entry of env is one of the fixed defaults (or an allowlist sandbox's proxy
+ * settings). Only then may pid 1 start the default session's shell while it builds the root:
+ * that shell starts in the host's tree, and an entry a client chose could make bash run code
+ * there (BASH_ENV, SHELLOPTS with PS4, BASH_FUNC_*, LD_PRELOAD). */
+static bool env_fixed(char *const *env) {
+        for (char *const *e = env; *e; e++) {
+                bool found = false;
+                for (size_t i = 0; i < ELEMENTSOF(default_env) && !found; i++)
+                        found = strcmp(*e, default_env[i]) == 0;
+                for (size_t i = 0; i < ELEMENTSOF(proxy_env) && !found; i++)
+                        found = strcmp(*e, proxy_env[i]) == 0;
+                if (!found)
+                        return false;
+        }
+        return true;
 }
 
 int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
@@ -549,12 +571,21 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 .network = o->network == SBX_NETWORK_HOST, .rootfs = o->rootfs, .env = env,
                 .proxy_port = o->network == SBX_NETWORK_ALLOWLIST ? SBX_EGRESS_PROXY_PORT : 0,
                 .policy = landlock_policy_active(&sb->policy) ? &sb->policy : NULL,
+                .session_fd = -1,
         };
+        /* The default session's shell starts with the sandbox (the pool starts one anyway,
+         * and almost every sandbox runs commands there), unless it may not (env_fixed()). */
+        int sv[2] = { -1, -1 };
+        if (!host->process && !o->rootfs && !bc.policy && env_fixed(env) && session_socketpair(sv) == 0)
+                bc.session_fd = sv[1];
         r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
+        safe_close(sv[1]);
         if (r < 0) {
+                safe_close(sv[0]);
                 sandbox_dealloc(sb);
                 return r;
         }
+        sb->default_sock = sv[0];
         if ((r = bglog_init(&sb->core.bg, host->loop, &sb->core.box.cg)) < 0) {
                 corpse_add(&host->yard, &sb->core.box);
                 sandbox_dealloc(sb);
@@ -810,7 +841,8 @@ int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
                 return -ENOMEM;
         }
         session_init(s, sb, &sb->core, &run_session_hooks);
-        int r = session_start_shell(s);
+        int r = strcmp(name, "default") == 0 && sb->default_sock >= 0 ? session_adopt_shell(s, TAKE_FD(sb->default_sock))
+                                                                      : session_start_shell(s);
         if (r < 0) {
                 free(s->name);
                 free(s);
