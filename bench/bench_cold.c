@@ -55,6 +55,11 @@ static bool want(char c) { return strchr(cfg.only, c) != NULL; }
 
 /* ------------------------------------------------------------------ k: the kernel alone */
 
+static void pause_ms(unsigned ms) {
+        struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+}
+
 static int wait_pid(pid_t pid) {
         int ws;
         while (waitpid(pid, &ws, 0) < 0)
@@ -100,6 +105,40 @@ static double time_spawn(char *const argv[]) {
         if (r != 0)
                 return -1;
         return wait_pid(pid) == 0 ? bench_ms_since(t0) : -1;
+}
+
+/* A child in new user, mount, pid and net namespaces starts n `sleep 1000` (exec'd) and
+ * says so; then SIGKILL to it -> reaped, which a pid namespace's pid 1 is only once every other
+ * process of it is gone. Milliseconds, or -1. */
+static double time_zap(unsigned n) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return -1;
+        struct clone_args ca = { .flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET, .exit_signal = SIGCHLD };
+        long pid = syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid == 0) {
+                close(p[0]);
+                for (unsigned i = 0; i < n; i++)
+                        if (fork() == 0) {
+                                execl("/bin/sleep", "sleep", "1000", (char *)NULL);
+                                _exit(127);
+                        }
+                /* Every child has exec'd once its /proc/PID/exe is sleep's: simply wait. */
+                pause_ms(300);
+                (void)!write(p[1], "x", 1);
+                for (;;)
+                        pause();
+        }
+        close(p[1]);
+        char b;
+        bool ok = pid > 0 && read(p[0], &b, 1) == 1;
+        close(p[0]);
+        if (pid < 0)
+                return -1;
+        uint64_t t0 = bench_now_ns();
+        kill((pid_t)pid, SIGKILL);
+        (void)wait_pid((pid_t)pid);
+        return ok ? bench_ms_since(t0) : -1;
 }
 
 /* In a child of its own mount namespace: n overlay mounts (each timed, then detached), the
@@ -172,7 +211,18 @@ static void bench_kernel(void) {
                 if (pid > 0 && wait_pid(pid) != 0)
                         bench_note("k: the overlay mounts failed (no overlayfs?)");
         }
+        Samples zap = { 0 };
+        for (unsigned i = 0; i < cfg.n / 5 + 1; i++) {
+                double ms = time_zap(200);
+                if (ms < 0)
+                        bad++;
+                else if (i >= 1)
+                        samples_add(&zap, ms);
+        }
         Summary s;
+        row_add("k_zap", "kernel: SIGKILL to pid 1 of a pid namespace running 200 `sleep` → reaped", (s = summarize(&zap), &s),
+                "user, mount, pid and net namespaces; the floor under d_gone");
+        samples_free(&zap);
         row_add("k_clone", "kernel: clone3 into 7 new namespaces → child's exit reaped", (s = summarize(&cl), &s),
                 "user, mount, pid, net, ipc, uts, cgroup; %u failed", bad);
         row_add("k_fork", "kernel: fork + _exit + waitpid (of this small process)", (s = summarize(&fk), &s), "%s", "");
@@ -278,11 +328,6 @@ static bool read_answer(int fd, int id, char *buf, size_t size, size_t *have) {
                         return false;
                 *have += (size_t)n;
         }
-}
-
-static void pause_ms(unsigned ms) {
-        struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-        nanosleep(&ts, NULL);
 }
 
 /* n times: a fresh connection, `create` and `run` written at once, the run's answer read;
@@ -413,7 +458,7 @@ static bool sandbox_cgroup(pid_t pid, char *path, size_t size) {
 }
 
 static void bench_destroy(void) {
-        Samples gone = { 0 }, call = { 0 };
+        Samples gone = { 0 }, call = { 0 }, init = { 0 };
         unsigned bad = 0, n = cfg.n / 5 > 3 ? cfg.n / 5 : 3;
         bench_progress("d: sbx_sandbox_free of a sandbox with 200 processes → all gone, %u times", n);
         SbxContext *ctx = NULL;
@@ -440,10 +485,14 @@ static void bench_destroy(void) {
                 sbx_sandbox_free(sb);
                 double c = bench_ms_since(t0);
                 bool init_gone = false, cg_gone = false;
+                double t_init = 0;
                 while (!(init_gone && cg_gone) && bench_ms_since(t0) < 10000) {
                         (void)sbx_context_run_once(ctx, 1);
                         struct pollfd p = { .fd = pidfd, .events = POLLIN };
-                        init_gone = init_gone || pidfd < 0 || poll(&p, 1, 0) == 1;
+                        if (!init_gone && (pidfd < 0 || poll(&p, 1, 0) == 1)) {
+                                init_gone = true;
+                                t_init = bench_ms_since(t0);
+                        }
                         cg_gone = cg_gone || access(cg, F_OK) < 0;
                 }
                 double all = bench_ms_since(t0);
@@ -454,6 +503,7 @@ static void bench_destroy(void) {
                 else if (i >= 1) {
                         samples_add(&gone, all);
                         samples_add(&call, c);
+                        samples_add(&init, t_init);
                 }
         }
         sbx_context_free(ctx);
@@ -461,8 +511,10 @@ static void bench_destroy(void) {
         row_add("d_gone", "destroy a sandbox running 200 processes → pid 1 gone and its cgroup removed",
                 (s = summarize(&gone), &s), "C API, sbx_sandbox_free then the loop turned; %u failed", bad);
         row_add("d_call", "  of which the sbx_sandbox_free call", (s = summarize(&call), &s), "%s", "");
+        row_add("d_init", "  pid 1 gone (every process of its pid namespace with it)", (s = summarize(&init), &s), "%s", "");
         samples_free(&gone);
         samples_free(&call);
+        samples_free(&init);
 }
 
 /* ------------------------------------------------------------------ main */

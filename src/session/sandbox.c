@@ -313,6 +313,23 @@ void sandbox_list_move(SbxSandbox *sb, SandboxList *to) {
         list_add(to, sb);
 }
 
+SbxSandbox *sandbox_list_warmest(const SandboxList *l) {
+        SbxSandbox *ready = NULL, *oldest = NULL;
+        /* Newest first: the last match is the oldest. */
+        for (SbxSandbox *sb = l->head; sb; sb = sb->next) {
+                if (sb->setup >= 0)
+                        oldest = sb;
+                if (sb->setup > 0)
+                        ready = sb;
+        }
+        for (SbxSandbox *sb = ready; sb; sb = sb->prev) {
+                SbxSession *s = sbx_session_find(sb, NULL);
+                if (sb->setup > 0 && s && session_idle(s))
+                        return sb;
+        }
+        return ready ? ready : oldest;
+}
+
 static void tell_ready(void *data);
 
 void sandbox_observe(SbxSandbox *sb, SandboxObserver *o, const SandboxObserverOps *ops) {
