@@ -766,14 +766,44 @@ static void announce_worker(pid_t w) {
         close(pfd);
 }
 
+/* A shell started while pid 1 was still building the root (`sbx_session FD GO DIR`): it
+ * says nothing and reads no command until pid 1 writes one byte on GO, the sign that its root
+ * is the sandbox's; then it moves to DIR, where other shells start. The end of GO without a
+ * byte means the sandbox never came up. */
+static void await_root(WORD_LIST *go) {
+        int fd = atoi(go->word->word);
+        char b;
+        ssize_t n;
+        while ((n = read(fd, &b, 1)) < 0 && errno == EINTR)
+                ;
+        if (n != 1)
+                _exit(0);
+        close(fd);
+        const char *dir = go->next && go->next->word ? go->next->word->word : NULL;
+        /* Absolute, resolved in the sandbox's root now: whatever cwd the shell had while it
+         * started (on the host's tree, which pivot_root moved away) is left behind here. */
+        if (!dir || chdir(dir) < 0)
+                _exit(1);
+        /* Its stdin, stdout and stderr were the host's /dev/null: the sandbox's from now on, so
+         * that nothing of the shell refers to the host's tree. */
+        int nul = open("/dev/null", O_RDWR);
+        if (nul < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0)
+                _exit(1);
+        if (nul > 2)
+                close(nul);
+        session_set_pwd(dir);
+}
+
 /* The holder's life: fork a worker, wait for it. Returns only on a fatal setup error. */
 static int sbx_session_builtin(WORD_LIST *list) {
         sigset_t chld;
 
         if (!list || !list->word) {
-                builtin_error("usage: sbx_session FD");
+                builtin_error("usage: sbx_session FD [GO DIR]");
                 return EX_USAGE;
         }
+        if (list->next && list->next->word)
+                await_root(list->next);
         int fd = atoi(list->word->word);
         if (dup3(fd, SOCK_FD, O_CLOEXEC) < 0)
                 return EXECUTION_FAILURE;
@@ -832,5 +862,5 @@ static char *sbx_session_doc[] = {
 
 __attribute__((visibility("default"))) struct builtin sbx_session_struct = {
         "sbx_session", sbx_session_builtin, BUILTIN_ENABLED, sbx_session_doc,
-        "sbx_session FD", 0,
+        "sbx_session FD [GO DIR]", 0,
 };

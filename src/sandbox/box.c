@@ -181,6 +181,7 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                 .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 || (plain && s->rootless) ? 0 : c->pids,
                 .policy = c->policy,
                 .plain = plain, .kill_fd = kill_fd,
+                .session_fd = plain || c->rootfs || c->policy ? -1 : c->session_fd,
         };
 }
 

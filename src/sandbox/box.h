@@ -42,6 +42,10 @@ typedef struct BoxConfig {
         char **env; /* complete environment of session shells */
         const LandlockPolicy *policy; /* exec policy, or NULL; read by pid 1 (its copy) */
         const char *trust_pem; /* a CA certificate the sandbox trusts (mount.h), or NULL */
+        /* The shell's end of the default session's socket, or -1: pid 1 starts that shell
+         * while it builds the root (see init.h). The caller keeps and closes it. Only for
+         * shells with the fixed default environment, the host's tree and no policy. */
+        int session_fd;
 } BoxConfig;
 
 typedef struct Box {

@@ -116,13 +116,11 @@ int identity_drop(unsigned uid, unsigned gid) {
  * directory (set once by setup_plain_or_exit()). */
 static const char *session_home = "/home/user";
 
-/* Starts a session shell: bash running the sbx_session builtin on the given socket. */
-static void spawn_session(const InitConfig *c, int sock) {
-        pid_t p = fork();
-        if (p != 0) {
-                close(sock);
-                return;
-        }
+/* In a forked child: becomes a session shell, bash running the sbx_session builtin on sock.
+ * go >= 0: a shell started during setup (prestart_session()), whose cwd is still the host's
+ * root; it takes its own seccomp filter (pid 1 has none yet) and the builtin waits on go
+ * before it moves to session_home and speaks. Never returns. */
+_noreturn_ static void exec_shell(const InitConfig *c, int sock, int go) {
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
@@ -130,12 +128,16 @@ static void spawn_session(const InitConfig *c, int sock) {
         setsid();
         int s = fcntl(sock, F_DUPFD, 10);
         int b = fcntl(c->builtin_fd, F_DUPFD, 10);
+        int g = go >= 0 ? fcntl(go, F_DUPFD, 10) : -1;
         int nul = open("/dev/null", O_RDWR);
-        if (s < 0 || b < 0 || nul < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0 ||
-            dup2(s, INIT_SESSION_FD) < 0 || dup2(b, INIT_BUILTIN_FD) < 0)
+        if (s < 0 || b < 0 || nul < 0 || (go >= 0 && g < 0) || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 ||
+            dup2(nul, 2) < 0 || dup2(s, INIT_SESSION_FD) < 0 || dup2(b, INIT_BUILTIN_FD) < 0 ||
+            (g >= 0 && dup2(g, INIT_GO_FD) < 0))
                 _exit(126);
-        close_range(INIT_BUILTIN_FD + 1, ~0U, 0);
-        if (chdir(session_home) < 0)
+        close_range(g >= 0 ? INIT_GO_FD + 1 : INIT_BUILTIN_FD + 1, ~0U, 0);
+        /* Started during setup it stays in "/", the host's: pid 1's pivot_root moves every
+         * process whose root or cwd is the old root into the new one. */
+        if (chdir(g >= 0 ? "/" : session_home) < 0)
                 _exit(126);
         umask(022);
         /* Without cgroup controllers (rootless, no delegation of memory or pids), rlimits
@@ -150,12 +152,52 @@ static void spawn_session(const InitConfig *c, int sock) {
         }
         if (identity_drop(c->uid, c->gid) < 0)
                 _exit(126);
+        if (g >= 0 && c->seccomp && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, c->seccomp, 0, 0) < 0)
+                _exit(126);
         static char boot[] =
                 "shopt -s expand_aliases; "
                 "enable -f /proc/self/fd/4 sbx_session && exec 4<&- && sbx_session 3";
-        char *argv[] = { (char *)"bash", (char *)"--norc", (char *)"--noprofile", (char *)"-c", boot, NULL };
+        static char boot_go[SBX_MAX_PATH_BYTES + 128];
+        snprintf(boot_go, sizeof boot_go, "%s 5 %s", boot, session_home);
+        char *argv[] = { (char *)"bash", (char *)"--norc", (char *)"--noprofile", (char *)"-c", g >= 0 ? boot_go : boot,
+                         NULL };
         execve("/bin/bash", argv, c->env);
         _exit(127);
+}
+
+/* Starts a session shell on sock (closed here). */
+static void spawn_session(const InitConfig *c, int sock) {
+        pid_t p = fork();
+        if (p == 0)
+                exec_shell(c, sock, -1);
+        close(sock);
+}
+
+/* Starts the default session's shell now, while pid 1 builds the root: bash's exec, dynamic
+ * linking, locale and builtin load (about as long as the root takes) then overlap it. Until
+ * pid 1 writes to the returned pipe, the shell's root is the host's tree (pid 1's pivot_root
+ * moves it to the sandbox's), so what runs before must be nothing a client chose: the shell's
+ * environment is the fixed default one (sandbox.c decides, before anything is made), its
+ * argv is fixed, it is already the sandbox user with no capability under the commands'
+ * seccomp filter, and it reads no command and sends nothing until the byte comes. Returns the
+ * pipe's write end, or -errno. */
+static int prestart_session(const InitConfig *c) {
+        int go[2];
+        if (pipe2(go, O_CLOEXEC) < 0)
+                return negerrno();
+        pid_t p = fork();
+        if (p == 0) {
+                close(go[1]);
+                exec_shell(c, c->session_fd, go[0]);
+        }
+        close(go[0]);
+        close(c->session_fd); /* the shell's, not pid 1's */
+        if (p < 0) {
+                int r = negerrno();
+                close(go[1]);
+                return r;
+        }
+        return go[1];
 }
 
 /* Overwrites this process's argument area (inherited from the daemon) with "sbx-init",
@@ -245,22 +287,22 @@ static void wait_for_id_maps(int sync_fd) {
         close(sync_fd);
 }
 
-/* Keeps only the control socket (returned, as a new CLOEXEC fd), the builtin and, in process
- * mode, the cgroup.kill fd; everything else the daemon had open (other sandboxes' sockets,
+/* Keeps only the control socket (returned, as a new CLOEXEC fd), the builtin, the default
+ * session's socket when there is one and, in process mode, the cgroup.kill fd; everything else the daemon had open (other sandboxes' sockets,
  * client connections) must not survive here. stdin, stdout and stderr become /dev/null. */
 static int keep_only_ctl(const InitConfig *c) {
         int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);
-        int keep[3] = { ctl, c->builtin_fd, c->kill_fd };
+        int keep[4] = { ctl, c->builtin_fd, c->kill_fd, c->session_fd };
         /* Sorted, the gaps between them closed. */
-        for (int i = 0; i < 3; i++)
-                for (int j = i + 1; j < 3; j++)
+        for (int i = 0; i < 4; i++)
+                for (int j = i + 1; j < 4; j++)
                         if (keep[j] < keep[i]) {
                                 int t = keep[i];
                                 keep[i] = keep[j];
                                 keep[j] = t;
                         }
         unsigned next = 3;
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
                 if (keep[i] < (int)next)
                         continue;
                 if (keep[i] > (int)next)
@@ -306,48 +348,66 @@ static int confine(const InitConfig *c) {
         return 0;
 }
 
-/* Takes its identity, builds the root, names the host, brings loopback up, makes the proxy's
- * socket and confines itself; on failure tells the daemon why on ctl and exits. Returns the
- * snapshot store's fd, or -1, and the proxy's socket in *ret_proxy (-1 when none). */
-static int setup_or_exit(const InitConfig *c, int ctl, int *ret_proxy) {
-        char err[400] = "";
-        int snap = -1, proxy = -1;
+/* What pid 1 can do before the daemon has written its id maps and joined it to the v1
+ * cgroups, overlapping the daemon's work: it has every capability over its new user, uts and
+ * mount namespaces from clone3 on. It makes its network namespace (not the daemon's clone3:
+ * making one, loopback and its sysctl tables, is the costliest part of a clone, and here it
+ * runs in pid 1's time, not in the daemon's loop; owned by the sandbox's user namespace
+ * either way), brings loopback up and names the host, so a shell started during setup
+ * (prestart_session()) inherits all three. Returns 0 or -errno with err. */
+static int setup_early(const InitConfig *c, char *err, size_t errlen) {
         int r = 0;
-        if (c->ns_root && (r = become_ns_root()) < 0)
-                snprintf(err, sizeof err, "take the namespace's root: %s", strerror(-r));
-        /* The cgroup namespace starts here, once the daemon has put pid 1 in all of the
-         * sandbox's cgroups, v1 ones included: every hierarchy then shows the sandbox's own
-         * cgroup as /, and nothing of the host's paths or the sandbox's id. The network
-         * namespace is made here too, not by the daemon's clone3: making one (loopback, its
-         * sysctl tables) is the costliest part of a clone, and here it runs in pid 1's time,
-         * not in the daemon's loop. Owned by the sandbox's user namespace either way. */
-        if (r >= 0 && unshare(CLONE_NEWCGROUP | (c->network ? 0 : CLONE_NEWNET)) < 0) {
+        if (!c->network && unshare(CLONE_NEWNET) < 0) {
                 r = negerrno();
-                snprintf(err, sizeof err, "cgroup and network namespaces: %s", strerror(-r));
-        }
-        if (r >= 0)
-                r = mount_build_root(&c->mount, &snap, err, sizeof err);
-        /* Only now: the config's strings (the rootfs path) may point into that memory. */
-        hide_cmdline();
-        if (r >= 0 && sethostname("sandbox", 7) < 0) {
-                r = negerrno();
-                snprintf(err, sizeof err, "sethostname: %s", strerror(-r));
+                snprintf(err, errlen, "network namespace: %s", strerror(-r));
         }
         if (r >= 0 && !c->network && (r = loopback_up()) < 0)
-                snprintf(err, sizeof err, "loopback up: %s", strerror(-r));
+                snprintf(err, errlen, "loopback up: %s", strerror(-r));
+        if (r >= 0 && sethostname("sandbox", 7) < 0) {
+                r = negerrno();
+                snprintf(err, errlen, "sethostname: %s", strerror(-r));
+        }
+        return r;
+}
+
+/* Takes its identity, builds the root, makes the proxy's socket and confines itself, after
+ * setup_early() (whose result is early, its words err); on failure tells the daemon why on ctl
+ * and exits. With a default session's socket it starts that shell once in the sandbox's
+ * cgroups and namespaces, before the root: *ret_go gets the pipe that lets it go (else -1).
+ * Returns the snapshot store's fd, or -1, and the proxy's socket in *ret_proxy (-1 when
+ * none). */
+static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[static 400], int *ret_proxy, int *ret_go) {
+        int snap = -1, proxy = -1, go = -1;
+        int r = early;
+        if (r >= 0 && c->ns_root && (r = become_ns_root()) < 0)
+                snprintf(err, 400, "take the namespace's root: %s", strerror(-r));
+        /* The cgroup namespace starts here, once the daemon has put pid 1 in all of the
+         * sandbox's cgroups, v1 ones included: every hierarchy then shows the sandbox's own
+         * cgroup as /, and nothing of the host's paths or the sandbox's id. */
+        if (r >= 0 && unshare(CLONE_NEWCGROUP) < 0) {
+                r = negerrno();
+                snprintf(err, 400, "cgroup namespace: %s", strerror(-r));
+        }
+        if (r >= 0 && c->session_fd >= 0 && (r = go = prestart_session(c)) < 0)
+                snprintf(err, 400, "start the default session's shell: %s", strerror(-r));
+        if (r >= 0)
+                r = mount_build_root(&c->mount, &snap, err, 400);
+        /* Only now: the config's strings (the rootfs path) may point into that memory. */
+        hide_cmdline();
         if (r >= 0 && c->proxy_port && (r = proxy = proxy_listen(c->proxy_port)) < 0)
-                snprintf(err, sizeof err, "egress proxy socket on 127.0.0.1:%u: %s", c->proxy_port, strerror(-r));
+                snprintf(err, 400, "egress proxy socket on 127.0.0.1:%u: %s", c->proxy_port, strerror(-r));
         if (r >= 0 && (r = confine(c)) < 0)
-                snprintf(err, sizeof err, "confine pid 1: %s", strerror(-r));
+                snprintf(err, 400, "confine pid 1: %s", strerror(-r));
         /* Last, over the finished root and before any session exists: everything pid 1
          * starts inherits the Landlock domain, and the daemon is not in it. */
         if (r >= 0)
-                r = landlock_policy_apply(c->policy, err, sizeof err);
+                r = landlock_policy_apply(c->policy, err, 400);
         if (r < 0) {
                 send_ready(ctl, r, err, -1, -1, -1);
-                _exit(1);
+                _exit(1); /* the shell started early reads the end of its pipe */
         }
         *ret_proxy = proxy;
+        *ret_go = go;
         return snap;
 }
 
@@ -424,6 +484,8 @@ void init_main(const InitConfig *config) {
          * to the loop below, which kills them (init_exit()). */
         (void)prctl(PR_SET_PDEATHSIG, c->plain ? SIGTERM : SIGKILL, 0, 0, 0);
         (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
+        char err[400] = "";
+        int early = c->plain ? 0 : setup_early(c, err, sizeof err);
         wait_for_id_maps(c->userns_sync_fd);
         /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
          * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. Only after
@@ -437,8 +499,8 @@ void init_main(const InitConfig *config) {
         if (c->plain)
                 sigaddset(&mask, SIGTERM);
         sigprocmask(SIG_BLOCK, &mask, NULL);
-        int root = -1, proxy = -1;
-        int snap = c->plain ? setup_plain_or_exit(&ic, ctl, &root) : setup_or_exit(c, ctl, &proxy);
+        int root = -1, proxy = -1, go = -1;
+        int snap = c->plain ? setup_plain_or_exit(&ic, ctl, &root) : setup_or_exit(c, ctl, early, err, &proxy, &go);
         if (!c->plain)
                 root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 
@@ -448,6 +510,11 @@ void init_main(const InitConfig *config) {
         /* The daemon holds the store and the proxy's socket now; pid 1 has no use for them. */
         safe_close(snap);
         safe_close(proxy);
+        /* The root is the sandbox's for every process now: the default session's shell may go. */
+        if (go >= 0) {
+                (void)!write(go, "x", 1);
+                close(go);
+        }
 
         for (;;) {
                 struct pollfd p[2] = { { .fd = ctl, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };

@@ -16,6 +16,10 @@
  * memfd of the bash builtin (session/wire.h speaks on the first). */
 #define INIT_SESSION_FD 3
 #define INIT_BUILTIN_FD 4
+/* A shell started during setup (InitConfig.session_fd) also has this: the read end of a pipe
+ * on which pid 1 writes one byte once the root is built and closes without one if it never
+ * will be. The shell waits on it before it says anything (see init.c, prestart_session()). */
+#define INIT_GO_FD 5
 
 /* Control messages on the SOCK_SEQPACKET socket between the daemon and init. */
 enum {
@@ -60,6 +64,11 @@ typedef struct InitConfig {
         /* Process mode: the sandbox cgroup's cgroup.kill, which pid 1 writes when the daemon
          * goes (no pid namespace takes the sandbox's processes down with it); else -1. */
         int kill_fd;
+        /* The shell's end of the default session's socket, whose shell pid 1 starts while it
+         * builds the root instead of after (prestart_session()); -1 for none. Only for a
+         * sandbox whose shells get the fixed default environment, the host's bash and no exec
+         * policy: that shell starts before the host's tree is out of sight. */
+        int session_fd;
 } InitConfig;
 
 _noreturn_ void init_main(const InitConfig *c);

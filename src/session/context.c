@@ -97,8 +97,9 @@ int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **re
         /* One whose setup failed waits for its pid 1's end to be reaped: never hand it out. */
         while (ctx->pool.head && sandbox_setup_state(ctx->pool.head) < 0)
                 sbx_sandbox_free(ctx->pool.head);
-        if (ctx->pool.head && options_default(o)) {
-                SbxSandbox *sb = ctx->pool.head;
+        /* Not the newest: the loop may have made it a moment ago, still building. */
+        SbxSandbox *sb = options_default(o) ? sandbox_list_warmest(&ctx->pool) : NULL;
+        if (sb) {
                 sandbox_list_move(sb, &ctx->sandboxes);
                 pool_arm(ctx, POOL_REFILL_MS);
                 *ret = sb;

@@ -52,6 +52,9 @@ struct SbxSandbox {
         SbxProxySecret *psec;
         size_t n_psec;
         char **psec_env;
+        /* The daemon's end of the default session's socket, whose shell pid 1 started during
+         * setup, until sbx_session_get() takes it for that session; else -1. */
+        int default_sock;
 };
 
 static const char *const default_env[] = {
@@ -454,6 +457,23 @@ void sandbox_list_move(SbxSandbox *sb, SandboxList *to) {
         list_add(to, sb);
 }
 
+SbxSandbox *sandbox_list_warmest(const SandboxList *l) {
+        SbxSandbox *ready = NULL, *oldest = NULL;
+        /* Newest first: the last match is the oldest. */
+        for (SbxSandbox *sb = l->head; sb; sb = sb->next) {
+                if (sb->setup >= 0)
+                        oldest = sb;
+                if (sb->setup > 0)
+                        ready = sb;
+        }
+        for (SbxSandbox *sb = ready; sb; sb = sb->prev) {
+                SbxSession *s = sbx_session_find(sb, NULL);
+                if (sb->setup > 0 && s && session_idle(s))
+                        return sb;
+        }
+        return ready ? ready : oldest;
+}
+
 static void tell_ready(void *data);
 
 void sandbox_observe(SbxSandbox *sb, SandboxObserver *o, const SandboxObserverOps *ops) {
@@ -587,6 +607,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         if (!sb)
                 return NULL;
         sb->host = host;
+        sb->default_sock = -1;
         sb->core.loop = host->loop;
         sb->core.devnull = host->devnull;
         sb->core.limits = o->limits;
@@ -642,6 +663,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
 }
 
 static void sandbox_dealloc(SbxSandbox *sb) {
+        safe_close(sb->default_sock);
         free_env(sb->env);
         free_env(sb->network_allow);
         free_env(sb->policy_allow);
@@ -679,6 +701,23 @@ static char **shell_env(const SbxSandbox *sb) {
         for (char **e = sb->psec_env; v && e && *e; e++)
                 v[k++] = *e;
         return v;
+}
+
+/* Whether every entry of env is one of the fixed defaults (or an allowlist sandbox's proxy
+ * settings). Only then may pid 1 start the default session's shell while it builds the root:
+ * that shell starts in the host's tree, and an entry a client chose could make bash run code
+ * there (BASH_ENV, SHELLOPTS with PS4, BASH_FUNC_*, LD_PRELOAD). */
+static bool env_fixed(char *const *env) {
+        for (char *const *e = env; *e; e++) {
+                bool found = false;
+                for (size_t i = 0; i < ELEMENTSOF(default_env) && !found; i++)
+                        found = strcmp(*e, default_env[i]) == 0;
+                for (size_t i = 0; i < ELEMENTSOF(proxy_env) && !found; i++)
+                        found = strcmp(*e, proxy_env[i]) == 0;
+                if (!found)
+                        return false;
+        }
+        return true;
 }
 
 int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
@@ -728,13 +767,25 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 .proxy_port = o->network == SBX_NETWORK_ALLOWLIST ? SBX_EGRESS_PROXY_PORT : 0,
                 .policy = landlock_policy_active(&sb->policy) ? &sb->policy : NULL,
                 .trust_pem = ca ? egress_ca_pem(ca) : NULL,
+                .session_fd = -1,
         };
+        /* The default session's shell starts with the sandbox (the pool starts one anyway,
+         * and almost every sandbox runs commands there), unless it may not (env_fixed()). */
+        int sv[2] = { -1, -1 };
+        /* Not when the host preloads a library into every program: the shell starts on the
+         * host's tree, where that library would run and stay loaded in the session's shells. */
+        if (!host->process && !o->rootfs && !bc.policy && !bc.trust_pem && env_fixed(env) &&
+            access("/etc/ld.so.preload", F_OK) != 0 && session_socketpair(sv) == 0)
+                bc.session_fd = sv[1];
         r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
+        safe_close(sv[1]);
         if (r < 0) {
                 egress_ca_free(ca);
+                safe_close(sv[0]);
                 sandbox_dealloc(sb);
                 return r;
         }
+        sb->default_sock = sv[0];
         if ((r = bglog_init(&sb->core.bg, host->loop, &sb->core.box.cg)) < 0) {
                 egress_ca_free(ca);
                 corpse_add(&host->yard, &sb->core.box);
@@ -996,7 +1047,8 @@ int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
                 return -ENOMEM;
         }
         session_init(s, sb, &sb->core, &run_session_hooks);
-        int r = session_start_shell(s);
+        int r = strcmp(name, "default") == 0 && sb->default_sock >= 0 ? session_adopt_shell(s, TAKE_FD(sb->default_sock))
+                                                                      : session_start_shell(s);
         if (r < 0) {
                 free(s->name);
                 free(s);

@@ -69,6 +69,10 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
 SandboxHost *sandbox_host(const SbxSandbox *sb);
 /* Moves sb to another list of the same context. */
 void sandbox_list_move(SbxSandbox *sb, SandboxList *to);
+/* The member of a pool to hand out: the oldest whose default session has a worker waiting,
+ * else the oldest that is ready, else the oldest still setting up; NULL if there is none
+ * (a member whose setup failed is never one). */
+SbxSandbox *sandbox_list_warmest(const SandboxList *l);
 /* Whether sb was made with default options. */
 bool sandbox_is_default(const SbxSandbox *sb);
 /* sb's options, pointing into sb (valid while it lives). */

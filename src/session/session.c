@@ -242,23 +242,42 @@ void session_close_shell(SbxSession *s) {
         s->holder_pid = s->worker_pid = 0;
 }
 
-int session_start_shell(SbxSession *s) {
-        int sv[2];
-        s->state = SS_STARTING;
+int session_socketpair(int sv[2]) {
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return negerrno();
+        /* Set before the shell can send anything: a message carries its sender's pid only if
+         * the receiver asked for it when it was sent. */
         int one = 1, bufsize = (int)WIRE_MAX_MSG * 2;
         (void)setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
         (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof bufsize);
         (void)setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof bufsize);
-        int r = box_spawn_session(&s->core->box, sv[1]);
+        return 0;
+}
+
+int session_adopt_shell(SbxSession *s, int sock) {
+        s->state = SS_STARTING;
+        int r = loop_add(s->core->loop, &s->sock_w, sock, EPOLLIN, session_event, s);
+        if (r < 0) {
+                close(sock);
+                return r;
+        }
+        s->sock = sock;
+        return 0;
+}
+
+int session_start_shell(SbxSession *s) {
+        int sv[2];
+        s->state = SS_STARTING;
+        int r = session_socketpair(sv);
+        if (r < 0)
+                return r;
+        r = box_spawn_session(&s->core->box, sv[1]);
         close(sv[1]);
-        if (r < 0 || (r = loop_add(s->core->loop, &s->sock_w, sv[0], EPOLLIN, session_event, s)) < 0) {
+        if (r < 0) {
                 close(sv[0]);
                 return r;
         }
-        s->sock = sv[0];
-        return 0;
+        return session_adopt_shell(s, sv[0]);
 }
 
 void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const SessionHooks *hooks) {

@@ -67,6 +67,13 @@ struct SbxSession {
 void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const SessionHooks *hooks);
 /* Starts a holder shell (state STARTING). Returns 0 or -errno. */
 int session_start_shell(SbxSession *s);
+/* A session socket pair as session_start_shell() makes one: sv[0] the daemon's, sv[1] the
+ * shell's. Returns 0 or -errno. */
+int session_socketpair(int sv[2]);
+/* Takes sock (sv[0] of session_socketpair(), owned from now on, even on failure), whose shell
+ * was started without a request (the default session's, during the sandbox's setup): state
+ * STARTING, as after session_start_shell(). Returns 0 or -errno. */
+int session_adopt_shell(SbxSession *s, int sock);
 /* Kills the shells and forgets them; the idle worker's cgroup is retired. */
 void session_close_shell(SbxSession *s);
 /* Gives the shells up (the holder died, or pid 1 did): they are killed and the owner of the
