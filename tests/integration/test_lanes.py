@@ -208,7 +208,8 @@ def test_shutdown_deadline(make_server):
     c.result("create")
     kids = _stop_sandboxes(srv)
     try:
-        stuck = c.send("run", {"command": "sleep 30"})
+        # A session of its own: its shell is one pid 1 must start, so the run stays queued.
+        stuck = c.send("run", {"command": "sleep 30", "session": "stuck"})
         assert wait_until(lambda: c.result("health")["queued"] == 1, timeout=10)
         t0 = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
@@ -232,7 +233,7 @@ def test_second_signal_is_immediate(make_server):
     c.result("create")
     kids = _stop_sandboxes(srv)
     try:
-        c.send("run", {"command": "sleep 30"})
+        c.send("run", {"command": "sleep 30", "session": "stuck"})
         assert wait_until(lambda: c.result("health")["queued"] == 1, timeout=10)
         srv.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
