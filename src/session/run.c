@@ -836,6 +836,20 @@ int run_detach(SbxSession *s, const SbxRunOptions *o, const int fds[3], bool pty
         return 0;
 }
 
+/* Puts an internal run at the head of s's queue: first of all (skip false), or behind the
+ * internal runs there and, with mark, the runs ordered up to mark. */
+static void queue_internal(SbxSession *s, SbxRun *r, bool skip, uint64_t mark) {
+        SbxRun **pp = &s->queue;
+        while (skip && *pp && ((*pp)->internal || (mark && (*pp)->order <= mark)))
+                pp = &(*pp)->next;
+        r->next = *pp;
+        *pp = r;
+        if (!r->next)
+                s->queue_tail = r;
+        s->n_queued++;
+        run_pump_later(s);
+}
+
 int run_internal_env(SbxSession *s, const char *const *env, SbxDoneFn done, void *ud) {
         SbxRunOptions o = { .command = "", .env = env, .persist_env = true };
         long env_len = run_check_options(&o);
@@ -851,15 +865,7 @@ int run_internal_env(SbxSession *s, const char *const *env, SbxDoneFn done, void
                 run_free(r);
                 return -ENOMEM;
         }
-        SbxRun **pp = &s->queue;
-        while (*pp && (*pp)->internal)
-                pp = &(*pp)->next;
-        r->next = *pp;
-        *pp = r;
-        if (!r->next)
-                s->queue_tail = r;
-        s->n_queued++;
-        run_pump_later(s);
+        queue_internal(s, r, true, 0);
         return 0;
 }
 
@@ -882,16 +888,7 @@ int run_internal(SbxSession *s, uint32_t flags, const uint8_t *in, size_t in_len
                 run_free(r);
                 return -ENOMEM;
         }
-        SbxRun **pp = &s->queue;
-        if (mark > 0)
-                while (*pp && ((*pp)->internal || (*pp)->order <= mark))
-                        pp = &(*pp)->next;
-        r->next = *pp;
-        *pp = r;
-        if (!r->next)
-                s->queue_tail = r;
-        s->n_queued++;
-        run_pump_later(s);
+        queue_internal(s, r, mark > 0, mark);
         return 0;
 }
 
