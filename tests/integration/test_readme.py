@@ -337,3 +337,15 @@ exit $status
 def shlex_quote(s):
     import shlex
     return shlex.quote(s)
+
+
+def test_operator_config_example_checks(tmp_path):
+    """The configuration file shown under Operator controls is one the daemon accepts."""
+    m = re.search(r"^## Operator controls\n.*?^```ini\n(.*?)^```$", README, re.S | re.M)
+    assert m, "no ```ini block under '## Operator controls'"
+    conf = tmp_path / "sbx.conf"
+    conf.write_text(m.group(1))
+    binary = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
+    cp = subprocess.run([binary, "serve", "--config", str(conf), "--check-config"], capture_output=True, text=True,
+                        timeout=30, stdin=subprocess.DEVNULL)
+    assert cp.returncode == 0 and cp.stdout.strip() == f"{conf}: ok", (cp.stdout, cp.stderr)
