@@ -359,7 +359,9 @@ def test_shutting_down_daemon_is_a_tool_error():
         kids = children(d.proc.pid)
         for k in kids:
             os.kill(k, signal.SIGSTOP)
-        m.send("tools/call", {"name": "run", "arguments": {"command": "sleep 30"}}, id=80)
+        # A session of its own: the default one's shell may be up already (it starts with the
+        # sandbox), this one's must be started by the stopped pid 1.
+        m.send("tools/call", {"name": "run", "arguments": {"command": "sleep 30", "session": "stuck"}}, id=80)
         assert wait_until(lambda: d.admin.result("health")["queued"] == 1, timeout=10)
         d.proc.send_signal(signal.SIGTERM)
         text, is_error = tool(m, "run", {"command": "true", "session": "other"})
