@@ -145,6 +145,7 @@ TOOLS: List[Dict[str, Any]] = [
         "parameters": _schema({
             "pid": {"type": "integer"},
             "tail_chars": {"type": "integer", "description": "at most this many of the last characters (default 4000)"},
+            "wait_for": {"type": "string", "description": "first wait (up to 5 s) until the output holds this text"},
         }, ["pid"]),
     },
     {
@@ -258,8 +259,12 @@ class SandboxTools:
         out.update(self._status(proc))
         return out
 
-    def tool_process_logs(self, pid: int, tail_chars: int = STREAM_LIMIT) -> Dict[str, Any]:
+    def tool_process_logs(self, pid: int, tail_chars: int = STREAM_LIMIT, wait_for: Optional[str] = None) -> Dict[str, Any]:
         proc = self._proc(pid)
+        # A line the process wrote just now may still be on its way (its output streams in).
+        deadline = time.monotonic() + 5
+        while wait_for and wait_for not in proc.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
         text = proc.output()
         tail = max(0, min(int(tail_chars), STREAM_LIMIT))
         shown = text[-tail:] if tail else ""
@@ -689,7 +694,7 @@ class ScriptedModel:
                                "wait_seconds": 20}),
             ("Fetching the stats endpoint through the forwarded port.",
              "fetch_port", {"port": self.PORT, "path": "/stats?xs=1,2,3,4"}),
-            ("Reading the server's log.", "process_logs", {"pid": pid}),
+            ("Reading the server's log.", "process_logs", {"pid": pid, "wait_for": "GET /stats"}),
             ("Stopping the server.", "stop_process", {"pid": pid}),
         ]
 

@@ -131,7 +131,7 @@ def test_scripted_run_end_to_end(tmp_path):
     assert res[6]["status"] == 200 and res[6]["content_type"] == "application/json", res[6]
     assert res[6]["url"].startswith("http://127.0.0.1:") and res[6]["url"].endswith("/stats?xs=1,2,3,4")
     assert json.loads(res[6]["body"]) == {"xs": [1.0, 2.0, 3.0, 4.0], "mean": 2.5, "median": 2.5}
-    assert pairs[7][0]["arguments"] == {"pid": pid} and pairs[8][0]["arguments"] == {"pid": pid}
+    assert pairs[7][0]["arguments"] == {"pid": pid, "wait_for": "GET /stats"} and pairs[8][0]["arguments"] == {"pid": pid}
     assert res[7]["status"] == "running", res[7]
     assert res[7]["output"].startswith("calc server listening on port 8000\n"), res[7]
     assert '"GET /stats?xs=1,2,3,4 HTTP/1.1" 200' in res[7]["output"], res[7]
