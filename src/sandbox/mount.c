@@ -189,7 +189,10 @@ int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errle
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return fail(err, errlen, "make / private");
         snprintf(opts, sizeof opts, "mode=0755,size=%u,nr_inodes=%u", SBX_SKELETON_BYTES, SBX_SKELETON_INODES);
-        if (mount("sbx-root", c->staging, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        /* noatime: a read on the root (the early default shell reads /etc while pid 1 still
+         * builds) must not take the mount's write count for an atime update, or the
+         * read-only remount below fails with EBUSY. */
+        if (mount("sbx-root", c->staging, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOATIME, opts) < 0)
                 return fail(err, errlen, "mount tmpfs on %s", c->staging);
         if (chdir(c->staging) < 0)
                 return fail(err, errlen, "chdir %s", c->staging);
@@ -250,7 +253,7 @@ int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errle
                 return fail(err, errlen, "detach old root");
         if (chdir("/") < 0)
                 return fail(err, errlen, "chdir /");
-        if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME, NULL) < 0)
                 return fail(err, errlen, "remount / read-only");
         return 0;
 }

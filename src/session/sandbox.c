@@ -774,8 +774,7 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
         int sv[2] = { -1, -1 };
         /* Not when the host preloads a library into every program: the shell starts on the
          * host's tree, where that library would run and stay loaded in the session's shells. */
-        /* Nor rootless: there pid 1's remount of the new root read-only was seen to fail
-         * (EBUSY) while the early shell started. */
+        /* Nor rootless: not verified there yet. */
         if (!host->process && !host->shared.rootless && !o->rootfs && !bc.policy && !bc.trust_pem && env_fixed(env) &&
             access("/etc/ld.so.preload", F_OK) != 0 && session_socketpair(sv) == 0)
                 bc.session_fd = sv[1];
