@@ -21,6 +21,7 @@ typedef struct Parse {
         const struct option *opts;
         char err[512]; /* the first bad key or value, said once */
         unsigned entries;
+        unsigned long_line; /* the line past SBX_MAX_CONFIG_LINE_BYTES, if reading stopped there */
 } Parse;
 
 static int fail(Parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -132,10 +133,18 @@ static int entry(void *user, const char *section, const char *name, const char *
 
 /* inih reads lines through this, so the handler knows which one it is on. */
 static char *read_line(char *str, int num, void *stream) {
-        ServeConfig *c = ((Parse *)((void **)stream)[1])->cfg;
+        Parse *p = ((void **)stream)[1];
         char *r = fgets(str, num, ((void **)stream)[0]);
-        if (r)
-                c->line_now++;
+        if (!r)
+                return NULL;
+        p->cfg->line_now++;
+        /* A line longer than the buffer would reach inih in pieces, the first taken as the
+         * whole line: stop reading there and say so. */
+        size_t n = strlen(str);
+        if (n + 1 >= (size_t)num && str[n - 1] != '\n') {
+                p->long_line = p->cfg->line_now;
+                return NULL;
+        }
         return r;
 }
 
@@ -159,6 +168,8 @@ int serve_config_load(ServeConfig *c, const char *path, const struct option *opt
         ini_use_stack = false;
         ini_allow_realloc = true;
         ini_max_line = (int)SBX_MAX_CONFIG_LINE_BYTES;
+        /* The whole line in one read (so one read is one line, for the line numbers). */
+        ini_initial_alloc = (int)SBX_MAX_CONFIG_LINE_BYTES;
         ini_allow_inline_comments = false;
         ini_allow_multiline = false;
         ini_stop_on_first_error = true;
@@ -166,6 +177,10 @@ int serve_config_load(ServeConfig *c, const char *path, const struct option *opt
         void *stream[2] = { f, &p };
         int r = ini_parse_stream(read_line, stream, entry, &p);
         fclose(f);
+        if (r == 0 && p.long_line) {
+                snprintf(err, errlen, "%s, line %u: longer than %u bytes", path, p.long_line, SBX_MAX_CONFIG_LINE_BYTES);
+                return -EINVAL;
+        }
         if (r == 0)
                 return 0;
         if (r < 0) {

@@ -73,3 +73,9 @@ int archive_check(const uint8_t *data, size_t len, const ArchiveLimits *limits, 
  * what it creates belongs to the calling process's fs ids (see tree_become()). Every
  * component is created relative to its parent's fd with O_NOFOLLOW. Returns 0 or -errno. */
 int archive_extract(const uint8_t *data, size_t len, int root, char *err, size_t errlen);
+
+/* A session's state as the session builtin dumps it: "SBXSTATE 1\n", then records
+ * "<A-Z>:<len>\n<len bytes>\n". Calls fn (may be NULL) for each record in order with its tag and
+ * bytes; returns 0, -EINVAL when p is not in that form, or what fn returned (< 0 stops). */
+typedef int (*ArchiveStateFn)(void *ud, char tag, const uint8_t *data, size_t len);
+int archive_state_walk(const uint8_t *p, size_t len, ArchiveStateFn fn, void *ud);

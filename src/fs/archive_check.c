@@ -370,23 +370,26 @@ static size_t json_containers(const char *s, size_t n) {
 /* A session state as the bash builtin writes it: its magic, then sections "T:LEN\n" + LEN
  * bytes + "\n". Checked here so that an import never clears a sandbox for states it could
  * not apply. */
-static bool state_ok(const uint8_t *p, size_t len) {
+int archive_state_walk(const uint8_t *p, size_t len, ArchiveStateFn fn, void *ud) {
         static const char magic[] = "SBXSTATE 1\n";
         if (len < sizeof magic - 1 || memcmp(p, magic, sizeof magic - 1) != 0)
-                return false;
+                return -EINVAL;
         size_t i = sizeof magic - 1;
         while (i < len) {
                 if (len - i < 4 || p[i] < 'A' || p[i] > 'Z' || p[i + 1] != ':')
-                        return false;
+                        return -EINVAL;
                 size_t j = i + 2;
                 uint64_t l = 0;
                 while (j < len && p[j] >= '0' && p[j] <= '9' && j - i < 22)
                         l = l * 10 + (uint64_t)(p[j++] - '0');
                 if (j == i + 2 || j >= len || p[j] != '\n' || l > len - j - 1 || len - j - 1 - l < 1 || p[j + 1 + l] != '\n')
-                        return false;
+                        return -EINVAL;
+                int r = fn ? fn(ud, (char)p[i], p + j + 1, (size_t)l) : 0;
+                if (r < 0)
+                        return r;
                 i = j + 2 + (size_t)l;
         }
-        return true;
+        return 0;
 }
 
 static int parse_sessions(Check *c, json_t *arr, ArchiveMeta *m) {
@@ -416,7 +419,7 @@ static int parse_sessions(Check *c, json_t *arr, ArchiveMeta *m) {
                 if (!out->state)
                         return errno == ENOMEM ? -ENOMEM
                                                : archive_err(c->err, c->errlen, "archive manifest: session %s: state is not base64", name);
-                if (!state_ok(out->state, out->state_len))
+                if (archive_state_walk(out->state, out->state_len, NULL, NULL) < 0)
                         return archive_err(c->err, c->errlen, "archive manifest: session %s: not a session state", name);
         }
         return 0;

@@ -180,11 +180,11 @@ static int m_cancel(Req *r, json_t **ret, RpcError *e) {
                         return rpc_fail(e, RPC_INVALID_PARAMS,
                                         "No running request with that requestId (unknown or already finished)");
                 const Method *m = w->method;
-                if (strcmp(m->name, "run") == 0)
-                        conn_reply(r->conn, w->id, json_pack("{s:i, s:s, s:s, s:i, s:s}", "exitCode", SBX_EXIT_CANCELLED,
-                                                             "stdout", "", "stderr", "", "executionTimeMs", 0,
-                                                             "errorClass", "CANCELLED"));
-                else {
+                if (strcmp(m->name, "run") == 0) {
+                        /* The answer of a run cancelled before it started, as libsbx gives it. */
+                        SbxResult res = { .exit_code = SBX_EXIT_CANCELLED, .error_class = SBX_ERROR_CANCELLED };
+                        conn_reply(r->conn, w->id, run_result_json(&res));
+                } else {
                         RpcError ce;
                         rpc_fail(&ce, RPC_SANDBOX_ERROR, "ECANCELED: cancelled before it started");
                         conn_reply_error(r->conn, w->id, &ce);

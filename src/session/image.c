@@ -376,9 +376,28 @@ static void op_run_failed(Op *op, const char *name, const char *what, const SbxR
  * the importing sandbox's own secrets stay in its shells' environment. Fork and snapshots stay
  * in the daemon and keep the values. Returns the state to keep (malloc'd), NULL when out of
  * memory or when the state is not in that form. */
+typedef struct ExportState {
+        const Redactor *red;
+        Buf out;
+} ExportState;
+
+static int export_record(void *ud, char tag, const uint8_t *data, size_t len) {
+        ExportState *x = ud;
+        char *r = NULL, head[32];
+        size_t rl = 0;
+        if (redact_text(x->red, data, len, &r, &rl) < 0)
+                return -ENOMEM;
+        int hl = snprintf(head, sizeof head, "%c:%zu\n", tag, rl);
+        int e = buf_append(&x->out, head, (size_t)hl) < 0 || buf_append(&x->out, r, rl) < 0 ||
+                                buf_append(&x->out, "\n", 1) < 0
+                        ? -ENOMEM
+                        : 0;
+        free(r);
+        return e;
+}
+
 static uint8_t *export_state(SbxSandbox *sb, const uint8_t *d, size_t n, size_t *ret_len) {
         static const char magic[] = "SBXSTATE 1\n";
-        const size_t ml = sizeof magic - 1;
         SbxSandboxOptions o;
         sandbox_options(sb, &o);
         Redactor *red = NULL;
@@ -386,33 +405,15 @@ static uint8_t *export_state(SbxSandbox *sb, const uint8_t *d, size_t n, size_t 
         RedactConfig rc = { .secrets = o.secrets, .no_defaults = true };
         if (o.secrets && redactor_new(&rc, &red, err, sizeof err) < 0)
                 return NULL;
-        Buf out;
-        buf_init(&out, SIZE_MAX);
-        bool ok = n >= ml && memcmp(d, magic, ml) == 0 && buf_append(&out, d, ml) == 0;
-        for (size_t i = ml; ok && i < n;) {
-                size_t j = i + 2;
-                uint64_t l = 0;
-                ok = n - i >= 4 && d[i] >= 'A' && d[i] <= 'Z' && d[i + 1] == ':';
-                while (ok && j < n && d[j] >= '0' && d[j] <= '9' && j - i < 22)
-                        l = l * 10 + (uint64_t)(d[j++] - '0');
-                ok = ok && j > i + 2 && j < n && d[j] == '\n' && l <= n - j - 1 && n - j - 1 - l >= 1 &&
-                     d[j + 1 + l] == '\n';
-                char *r = NULL;
-                size_t rl = 0;
-                ok = ok && redact_text(red, d + j + 1, (size_t)l, &r, &rl) == 0;
-                char head[32];
-                int hl = ok ? snprintf(head, sizeof head, "%c:%zu\n", d[i], rl) : 0;
-                ok = ok && buf_append(&out, head, (size_t)hl) == 0 && buf_append(&out, r, rl) == 0 &&
-                     buf_append(&out, "\n", 1) == 0;
-                free(r);
-                i = j + 2 + (size_t)l;
-        }
+        ExportState x = { .red = red };
+        buf_init(&x.out, SIZE_MAX);
+        int r = buf_append(&x.out, magic, sizeof magic - 1) < 0 ? -ENOMEM : archive_state_walk(d, n, export_record, &x);
         redactor_unref(red);
-        if (!ok) {
-                buf_done(&out);
+        if (r < 0) {
+                buf_done(&x.out);
                 return NULL;
         }
-        return buf_steal(&out, ret_len);
+        return buf_steal(&x.out, ret_len);
 }
 
 static void session_step_done(void *ud, const SbxResult *r) {

@@ -195,3 +195,20 @@ def test_unknown_limit_keys_are_refused(tmp_path):
         peer.proc.wait(10)
     cp = check(write(tmp_path, '[sandbox.enforced]\nlimits = {"memoryByts": 1}\n'))
     assert cp.returncode == 2 and 'limits has no key "memoryByts"' in cp.stderr, cp
+
+
+def test_config_bounds_are_named(tmp_path):
+    # More entries than the file may hold: the first one past the bound is named.
+    many = "[sandbox]\n" + "".join(f"k{i} = 1\n" for i in range(1025))
+    cp = check(write(tmp_path, many, "many.conf"))
+    assert cp.returncode == 2 and "line 1026: too many entries (at most 1024)" in cp.stderr, cp.stderr
+    # Lines of a few KiB are read whole and counted as one line each.
+    wide = '[sandbox]\nlabel = "' + "x" * 3000 + '"\nfrobnicate = 1\n'
+    cp = check(write(tmp_path, wide, "wide.conf"))
+    assert cp.returncode == 2 and 'wide.conf: [sandbox]: unknown parameter "frobnicate"' in cp.stderr, cp.stderr
+    cp = check(write(tmp_path, '[sandbox]\nlabel = "' + "x" * 3000 + '"\n[serve]\nnope = 1\n', "wide2.conf"))
+    assert cp.returncode == 2 and "wide2.conf, line 4: [serve] has no key 'nope'" in cp.stderr, cp.stderr
+    # A line past 64 KiB is refused with its number, not cut and half read.
+    long_line = '[sandbox]\ntimeoutMs = 1000\nlabel = "' + "x" * (70 * 1024) + '"\n'
+    cp = check(write(tmp_path, long_line, "long.conf"))
+    assert cp.returncode == 2 and "long.conf, line 3: longer than 65536 bytes" in cp.stderr, cp.stderr
