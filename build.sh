@@ -5,10 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # tmux: the tests drive sbx shell in a terminal of its own. man-db (and its groff-base): the
-# tests render the man pages, and `man sbx` reads them.
+# tests render the man pages, and `man sbx` reads them. openssl and iproute2: the egress tests
+# make their HTTPS servers' certificates and a network namespace with a fake DNS server.
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
           libseccomp-dev libarchive-dev nettle-dev libinih-dev zstd python3 python3-pytest python3-venv
-          procps curl tmux man-db libc-ares-dev libgnutls28-dev)
+          procps curl tmux man-db libc-ares-dev libgnutls28-dev openssl iproute2)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
