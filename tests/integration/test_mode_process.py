@@ -230,7 +230,8 @@ def test_background_process_and_processes_api(daemon):
     assert r["stdout"] == "started\n"
     procs = daemon.ok("process.list", sandboxId=sid)["processes"]
     assert [p["origin"] for p in procs if p["alive"]] == ["leftover"], procs
-    assert marked(f"sleep {marker}")
+    # The command can end before its background child has exec'd sleep.
+    assert wait_until(lambda: marked(f"sleep {marker}")), procs
     started = daemon.ok("process.start", sandboxId=sid, command="echo out; exec sleep 1000")
     w = daemon.ok("process.wait", processId=started["processId"], sandboxId=sid, until="log", pattern="out", timeoutMs=10000)
     assert w, w
