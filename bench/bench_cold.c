@@ -11,7 +11,7 @@
  *      fresh connection -> the run's answer read, without a pool (back to back, and 60 ms
  *      apart) and with the default pool of 2 (60 ms apart, the pool refills in between); then,
  *      in one idle session, `run` `echo hi` interleaved with a bare `bash -c 'echo hi'` spawned
- *      by this client
+ *      by this client, and the same run alone 200 ms apart (an agent's pace)
  *   d  sbx_sandbox_free of a sandbox running 200 `sleep 1000` (C API) -> its pid 1 gone (which a
  *      pid namespace's pid 1 is only once every other process of it is) and its cgroup removed
  *
@@ -383,8 +383,35 @@ static void socket_warm(Samples *run, Samples *bash, unsigned *bad) {
         close(fd);
 }
 
+/* In one idle session: `run` `echo hi` over the socket, gap_ms apart: an agent's pace, with
+ * its model's time between commands. Moves between cgroups then come after a quiet spell, when
+ * the kernel's cgroup lock waits for an RCU grace period (see src/sandbox/mover.h). */
+static void socket_warm_spaced(Samples *run, unsigned gap_ms, unsigned *bad) {
+        static const char create[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"create\",\"params\":{}}\n";
+        char buf[8192], req[256];
+        size_t have = 0;
+        int fd = sock_connect();
+        if (fd < 0 || write(fd, create, sizeof create - 1) != (ssize_t)(sizeof create - 1) ||
+            !read_answer(fd, 1, buf, sizeof buf, &have))
+                bench_die("create over the socket failed");
+        for (unsigned i = 0; i < cfg.n + 2; i++) {
+                int id = (int)i + 2;
+                int len = snprintf(req, sizeof req,
+                                   "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"run\",\"params\":{\"command\":\"echo hi\"}}\n", id);
+                pause_ms(gap_ms);
+                uint64_t t0 = bench_now_ns();
+                bool ok = write(fd, req, (size_t)len) == len && read_answer(fd, id, buf, sizeof buf, &have);
+                double ms = bench_ms_since(t0);
+                if (!ok)
+                        (*bad)++;
+                else if (i >= 2)
+                        samples_add(run, ms);
+        }
+        close(fd);
+}
+
 static void bench_socket(void) {
-        Samples b2b = { 0 }, spaced = { 0 }, pooled = { 0 }, warm = { 0 }, bash = { 0 };
+        Samples b2b = { 0 }, spaced = { 0 }, pooled = { 0 }, warm = { 0 }, bash = { 0 }, warm_gap = { 0 };
         unsigned bad = 0;
         bench_progress("s: create + first result over the socket, no pool, %u back to back and %u 60 ms apart", cfg.n,
                        cfg.n);
@@ -397,6 +424,8 @@ static void bench_socket(void) {
         pause_ms(500);
         socket_creates(&pooled, 60, &bad);
         socket_warm(&warm, &bash, &bad);
+        bench_progress("s: warm runs 200 ms apart");
+        socket_warm_spaced(&warm_gap, 200, &bad);
         server_stop();
         Summary s, w = summarize(&warm), b = summarize(&bash);
         row_add("s_nopool", "socket: `create` + `run` `echo hi` → result, no pool, back to back", (s = summarize(&b2b), &s),
@@ -407,11 +436,14 @@ static void bench_socket(void) {
         row_add("s_warm", "socket: warm `run` `echo hi`, idle session", &w, "%.2f× bash -c (p50s, interleaved)",
                 b.p50 > 0 ? w.p50 / b.p50 : 0);
         row_add("s_bash", "  `bash -c 'echo hi'` spawned by the same client", &b, "%s", "");
+        row_add("s_warm_gap", "socket: warm `run` `echo hi`, 200 ms apart (an agent's pace)",
+                (s = summarize(&warm_gap), &s), "%s", "");
         samples_free(&b2b);
         samples_free(&spaced);
         samples_free(&pooled);
         samples_free(&warm);
         samples_free(&bash);
+        samples_free(&warm_gap);
 }
 
 /* ------------------------------------------------------------------ d: destroy */

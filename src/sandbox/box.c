@@ -180,7 +180,7 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                  * caller's, the daemon's and other sandboxes' included. */
                 .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 || (plain && s->rootless) ? 0 : c->pids,
                 .policy = c->policy,
-                .plain = plain, .kill_fd = kill_fd,
+                .plain = plain, .kill_fd = kill_fd, .v1_procs = { -1, -1, -1 },
                 .session_fd = plain || c->rootfs || c->policy ? -1 : c->session_fd,
         };
 }
@@ -196,6 +196,11 @@ static void lower_priority(pid_t pid) {
         (void)setpriority(PRIO_PROCESS, (id_t)pid, MAX(own, SBX_CPU_FALLBACK_NICE));
 }
 
+static void close_v1(InitConfig *ic) {
+        for (size_t i = 0; i < ELEMENTSOF(ic->v1_procs); i++)
+                ic->v1_procs[i] = safe_close(ic->v1_procs[i]);
+}
+
 /* clone3 into fresh namespaces and b's cgroup; the child closes the daemon's ends of sv and
  * sync and becomes pid 1 (init_main() never returns). */
 static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int sv[2], const int sync[2], char *err,
@@ -206,6 +211,16 @@ static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int 
         _cleanup_close_ int kill_fd = s->process && b->cg.dir >= 0
                                               ? openat(b->cg.dir, "cgroup.kill", O_WRONLY | O_CLOEXEC) : -1;
         InitConfig ic = init_config(s, c, sv[1], sync[0], s->process ? &pc : NULL, kill_fd);
+        const int v1[3] = { b->cg.v1_memory, b->cg.v1_pids, b->cg.v1_cpu };
+        for (size_t i = 0; i < ELEMENTSOF(v1); i++) {
+                ic.v1_procs[i] = v1[i] >= 0 ? openat(v1[i], "cgroup.procs", O_WRONLY | O_CLOEXEC) : -1;
+                if (v1[i] >= 0 && ic.v1_procs[i] < 0) {
+                        int r = negerrno();
+                        snprintf(err, errlen, "cgroup v1 attach: %s", strerror(-r));
+                        close_v1(&ic);
+                        return r;
+                }
+        }
         int pidfd = -1;
         uint64_t ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER;
         struct clone_args ca = {
@@ -218,6 +233,7 @@ static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int 
         long pid = syscall(SYS_clone3, &ca, sizeof ca);
         if (pid < 0) {
                 int r = negerrno();
+                close_v1(&ic);
                 snprintf(err, errlen, "clone3: %s%s", strerror(-r),
                          r == -EPERM || r == -ENOSPC ? " (are user namespaces allowed?)" : "");
                 return r;
@@ -228,6 +244,7 @@ static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int 
                         close(sync[1]);
                 init_main(&ic);
         }
+        close_v1(&ic);
         b->init_pid = (pid_t)pid;
         b->init_pidfd = pidfd;
         b->nproc_limit = (uint32_t)ic.rlimit_nproc;
@@ -268,11 +285,6 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         sv[1] = safe_close(sv[1]);
         sync[0] = safe_close(sync[0]);
 
-        r = cgroup_sandbox_attach_v1(&b->cg, b->init_pid);
-        if (r < 0) {
-                snprintf(err, errlen, "cgroup v1 attach: %s", strerror(-r));
-                goto fail;
-        }
         if (!cgroup_has_cpu(&s->cg))
                 lower_priority(b->init_pid);
         r = s->process ? 0 : write_id_maps(s, b);

@@ -410,17 +410,6 @@ fail:
         return rr;
 }
 
-int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid) {
-        int r;
-        if (s->v1_memory >= 0 && (r = cgroup_move(s->v1_memory, pid)) < 0)
-                return r;
-        if (s->v1_pids >= 0 && (r = cgroup_move(s->v1_pids, pid)) < 0)
-                return r;
-        if (s->v1_cpu >= 0 && (r = cgroup_move(s->v1_cpu, pid)) < 0)
-                return r;
-        return 0;
-}
-
 int cgroup_sandbox_command_enter(CgroupSandbox *s, pid_t pid) {
         return s->v1_pids_cmds >= 0 ? cgroup_move(s->v1_pids_cmds, pid) : 0;
 }

@@ -73,8 +73,6 @@ int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret);
 int cgroup_sandbox_oom_kills(const CgroupSandbox *s, uint64_t *ret);
 /* Processes in the cgroup dir (its cgroup.procs, not its children's), or -errno. */
 int cgroup_count_procs(int dir);
-/* Adds a process (host pid) to the sandbox's v1 hierarchies. Returns 0 or -errno. */
-int cgroup_sandbox_attach_v1(CgroupSandbox *s, pid_t pid);
 /* Kills everything in the sandbox, waits up to timeout_ms for it to be empty, removes its
  * directories. Returns 0, or -EBUSY if something was still alive at the deadline. */
 int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms);

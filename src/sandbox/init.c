@@ -276,8 +276,24 @@ static void watch(int ctl, pid_t pid) {
                 }
 }
 
-/* The daemon writes this process's id maps and joins it to the v1 cgroups after clone3:
- * until it says so, no id of this process means anything inside its user namespace. */
+/* Joins the sandbox's v1 cgroups (InitConfig.v1_procs), before anything of the sandbox is
+ * allocated. Returns 0 or -errno with err. */
+static int join_v1(const InitConfig *c, char *err, size_t errlen) {
+        int r = 0;
+        for (size_t i = 0; i < ELEMENTSOF(c->v1_procs); i++) {
+                if (c->v1_procs[i] < 0)
+                        continue;
+                if (r == 0 && write(c->v1_procs[i], "0", 1) != 1) {
+                        r = negerrno();
+                        snprintf(err, errlen, "cgroup v1 attach: %s", strerror(-r));
+                }
+                close(c->v1_procs[i]);
+        }
+        return r;
+}
+
+/* The daemon writes this process's id maps after clone3: until it says so, no id of this
+ * process means anything inside its user namespace. */
 static void wait_for_id_maps(int sync_fd) {
         if (sync_fd < 0)
                 return;
@@ -348,8 +364,8 @@ static int confine(const InitConfig *c) {
         return 0;
 }
 
-/* What pid 1 can do before the daemon has written its id maps and joined it to the v1
- * cgroups, overlapping the daemon's work: it has every capability over its new user, uts and
+/* What pid 1 can do before the daemon has written its id maps, overlapping the daemon's
+ * work: it has every capability over its new user, uts and
  * mount namespaces from clone3 on. It makes its network namespace (not the daemon's clone3:
  * making one, loopback and its sysctl tables, is the costliest part of a clone, and here it
  * runs in pid 1's time, not in the daemon's loop; owned by the sandbox's user namespace
@@ -381,9 +397,10 @@ static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[stati
         int r = early;
         if (r >= 0 && c->ns_root && (r = become_ns_root()) < 0)
                 snprintf(err, 400, "take the namespace's root: %s", strerror(-r));
-        /* The cgroup namespace starts here, once the daemon has put pid 1 in all of the
-         * sandbox's cgroups, v1 ones included: every hierarchy then shows the sandbox's own
-         * cgroup as /, and nothing of the host's paths or the sandbox's id. */
+        /* The cgroup namespace starts here, once pid 1 is in all of the sandbox's cgroups,
+         * v1 ones included (clone3 put it in the v2 one, join_v1() in the others): every
+         * hierarchy then shows the sandbox's own cgroup as /, and nothing of the host's paths
+         * or the sandbox's id. */
         if (r >= 0 && unshare(CLONE_NEWCGROUP) < 0) {
                 r = negerrno();
                 snprintf(err, 400, "cgroup namespace: %s", strerror(-r));
@@ -485,7 +502,9 @@ void init_main(const InitConfig *config) {
         (void)prctl(PR_SET_PDEATHSIG, c->plain ? SIGTERM : SIGKILL, 0, 0, 0);
         (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
         char err[400] = "";
-        int early = c->plain ? 0 : setup_early(c, err, sizeof err);
+        int early = join_v1(c, err, sizeof err);
+        if (early >= 0 && !c->plain)
+                early = setup_early(c, err, sizeof err);
         wait_for_id_maps(c->userns_sync_fd);
         /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
          * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. Only after

@@ -46,8 +46,12 @@ typedef struct InitConfig {
         MountConfig mount;
         int ctl_fd;           /* control socket */
         int builtin_fd;       /* sealed memfd holding the bash builtin */
-        int userns_sync_fd;   /* one byte comes on it once the id maps are written and the v1
-                               * cgroups joined */
+        int userns_sync_fd;   /* one byte comes on it once the id maps are written */
+        /* cgroup.procs of the sandbox's v1 memory, pids and cpu cgroups, opened for writing
+         * by the daemon (the kernel checks the opener's credentials), or -1: pid 1 joins
+         * them itself, first thing, so that the daemon's loop never waits on the kernel's
+         * cgroup lock for it (see sandbox/mover.h). */
+        int v1_procs[3];
         bool ns_root;         /* uid 0 is mapped (root daemon): pid 1 takes it before setup */
         char **env;           /* environment of session shells */
         unsigned uid, gid;    /* identity commands run as */

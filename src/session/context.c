@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "base/util.h"
+#include "sandbox/mover.h"
 #include "session/context.h"
 #include "session/egress.h"
 #include "session/fileapi.h"
@@ -273,6 +274,7 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
         egress_free(&ctx->host);
         loop_del(ctx->host.loop, &ctx->pool_w);
         safe_close(ctx->pool_timer);
+        mover_free(ctx->host.mover);
         if (ctx->host.shared_ready)
                 box_shared_done(&ctx->host.shared);
         safe_close(ctx->host.devnull);

@@ -36,6 +36,9 @@ typedef struct SandboxCore {
         /* What its output is redacted with (a reference of the sandbox's own; NULL: nothing
          * to redact). Runs, processes and the background log each keep streams on it. */
         struct Redactor *redact;
+        /* The context's cgroup mover (sandbox/mover.h): every move of a worker in or out of
+         * its command's cgroup goes through it, never a blocking write in the loop. */
+        struct Mover *mover;
         /* process.c: the sandbox's processes, newest first, at most SBX_MAX_PROCESSES */
         SbxProcess *procs, *procs_tail;
         unsigned n_procs;

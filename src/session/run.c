@@ -18,6 +18,7 @@
 #include "base/limits.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "session/internal.h"
 #include "session/process.h"
 #include "session/run.h"
 
@@ -595,10 +596,14 @@ static void pump(SbxSession *s) {
 
 static void hook_idle(SbxSession *s) { pump(s); }
 
-static void hook_ended(SbxSession *s, int status) {
+static void hook_ended(SbxSession *s, int status, bool clean) {
         SbxRun *r = s->current;
         if (!r)
                 return;
+        /* Nothing was left: the cgroup, the worker maybe still in it, is the session's to
+         * retire; nothing in it is a leftover. */
+        if (clean && r->cg >= 0)
+                session_keep_cgroup(s, TAKE_FD(r->cg), r->cg_name);
         r->exit_code = status;
         run_finish(r);
 }
@@ -643,6 +648,13 @@ static void fail_all(SbxSession *s, int exit_code, const char *msg) {
  * what is queued. */
 static void hook_lost(SbxSession *s, bool never_started) {
         SbxRun *r = s->current;
+        if (s->core->dying && *sbx_sandbox_setup_error(s->sb)) {
+                /* The sandbox never was: its shell could not start for that reason. */
+                char msg[640];
+                snprintf(msg, sizeof msg, "sbx: the sandbox's setup failed: %s\n", sbx_sandbox_setup_error(s->sb));
+                fail_all(s, 1, msg);
+                return;
+        }
         if (never_started) {
                 /* It cannot start at all (no bash in the root, exec refused). Answer what waits
                  * instead of retrying in a loop; the next run tries again. */

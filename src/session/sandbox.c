@@ -14,6 +14,7 @@
 #include "base/redact.h"
 #include "base/util.h"
 #include "sandbox/mount.h"
+#include "sandbox/mover.h"
 #include "session/egress.h"
 #include "session/egress_tls.h"
 #include "session/freeze.h"
@@ -610,6 +611,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->default_sock = -1;
         sb->core.loop = host->loop;
         sb->core.devnull = host->devnull;
+        sb->core.mover = host->mover;
         sb->core.limits = o->limits;
         fill_limits(&sb->core.limits);
         sb->core.timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
@@ -742,6 +744,8 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 }
                 host->shared_ready = true;
         }
+        if (!host->mover && (r = mover_new(host->loop, &host->mover)) < 0)
+                return r;
         SbxSandbox *sb = sandbox_alloc(host, o);
         if (!sb)
                 return -ENOMEM;

@@ -25,6 +25,7 @@ typedef struct SandboxHost {
         Loop *loop;
         BoxShared shared;
         bool shared_ready;
+        struct Mover *mover; /* sandbox/mover.h: made with `shared` */
         bool process; /* SBX_MODE_PROCESS: shared is made (and stays) in process mode */
         int devnull;
         CorpseYard yard;

@@ -5,15 +5,18 @@
  * from it (see bashext/session_builtin.c). Its state machine, driven by messages on the
  * session socket:
  *
- *   STARTING --HELLO--> WAIT_READY --SPAWNED--> IDLE --run--> RUNNING
- *   RUNNING --DONE--> WAIT_READY        (worker became the holder; old holder is killed)
+ *   STARTING --HELLO--> WAIT_READY --SPAWNED--> CONTAINING --moved--> IDLE --run--> RUNNING
+ *   RUNNING --DONE--> LEAVING --moved--> WAIT_READY   (worker became the holder; old holder
+ *                                                     is killed; the holder is told MOVED)
  *   RUNNING --DIED--> WAIT_READY        (worker died on its own; holder forks a new one)
  *   RUNNING --timeout/cancel--> KILLING --DIED--> WAIT_READY
  *   RUNNING --DETACHED--> KILLING --DIED--> WAIT_READY   (a process of its own runs the command)
  *
  * On SPAWNED (the holder's word, with a pidfd, on the worker it just forked) the next
  * command's cgroup is created and the worker moved into it before it has any command, so
- * containment costs nothing when the command arrives. What the shells do is reported to the
+ * containment costs nothing when the command arrives. Moves are the mover's (mover.h): the
+ * loop never waits for the kernel's cgroup lock, and ("moved" above) hears when they are
+ * done. What the shells do is reported to the
  * owner of the session's runs through SessionHooks. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -23,6 +26,7 @@
 #include <sys/wait.h>
 #include "base/log.h"
 #include "base/util.h"
+#include "sandbox/mover.h"
 #include "session/session.h"
 
 static void holder_event(Watch *w, uint32_t events);
@@ -55,9 +59,13 @@ static void forget_worker(SbxSession *s) {
         s->spawned_pid = 0;
 }
 
+static void contained(void *ud, int r);
+
 /* The worker the holder announced is contained, then idle. No message of the worker itself
  * is waited for: anything inside the sandbox can write to the session socket, and a flood
- * of forged messages must not be able to hide or stand in for it. */
+ * of forged messages must not be able to hide or stand in for it. The moves are the mover's
+ * (CONTAINING until it answers): most often this is right after the last command's end,
+ * long before the next one comes. */
 static void on_spawned(SbxSession *s, int fd) {
         SandboxCore *core = s->core;
         pid_t pid = pidfd_pid(fd);
@@ -70,49 +78,123 @@ static void on_spawned(SbxSession *s, int fd) {
         s->spawned_pid = pid;
         snprintf(s->cg_name, sizeof s->cg_name, "c%llu", (unsigned long long)++core->next_cmd);
         int dir = cgroup_child_create(&core->box.cg, s->cg_name);
-        if (dir < 0 || cgroup_move(dir, pid) < 0) {
-                /* Without its cgroup the worker must not run anything: kill it; the holder
-                 * reports the death and forks another. */
-                log_warn("session %s: cannot contain worker: %s", s->name, strerror(dir < 0 ? -dir : errno));
+        int dirs[2] = { dir, core->box.cg.v1_pids_cmds };
+        /* v1 pids: into the commands' share too (moving never fails on a full limit). */
+        size_t n = dirs[1] >= 0 ? 2 : 1;
+        int64_t id = dir >= 0 ? mover_move(core->mover, pid, dirs, n, contained, s) : dir;
+        if (id < 0) {
+                log_warn("session %s: cannot contain worker: %s", s->name, strerror((int)-id));
                 safe_close(dir);
                 (void)cgroup_child_remove(&core->box.cg, s->cg_name);
                 pidfd_sigkill(s->worker_pidfd);
                 return;
         }
-        /* v1 pids: into the commands' share too (moving never fails on a full limit). */
-        (void)cgroup_sandbox_command_enter(&core->box.cg, pid);
         s->cg = dir;
-        s->worker_pid = pid;
+        s->move_id = id;
+        s->state = SS_CONTAINING;
+}
+
+static void contained(void *ud, int r) {
+        SbxSession *s = ud;
+        SandboxCore *core = s->core;
+        s->move_id = 0;
+        if (s->state != SS_CONTAINING)
+                return;
+        if (r < 0) {
+                /* Without its cgroup the worker must not run anything: kill it; the holder
+                 * reports the death and forks another. */
+                log_warn("session %s: cannot contain worker: %s", s->name, strerror(-r));
+                s->cg = safe_close(s->cg);
+                (void)cgroup_child_remove(&core->box.cg, s->cg_name);
+                pidfd_sigkill(s->worker_pidfd);
+                s->state = SS_WAIT_READY;
+                return;
+        }
+        s->worker_pid = s->spawned_pid;
         s->state = SS_IDLE;
         /* The worker is out of the last command's cgroup: what that left may die now. */
         bglog_kill_doomed(&core->bg, s);
         s->hooks->idle(s);
 }
 
+static void left(void *ud, int r);
+
+/* The worker is the new holder: out of the command's cgroup, old holder gone. It forks the
+ * next worker once told (MOVED), so the cgroup keeps only what the command left. The move
+ * out is the mover's (LEAVING until it answers). When the worker was alone in the cgroup the
+ * command left nothing running, and its end is told at once: the result does not wait for
+ * the move. Otherwise it is told after, when what remains in the cgroup is the leftovers. */
 static void on_done(SbxSession *s, pid_t pid, int status) {
-        /* The worker is the new holder: out of the command's cgroup, old holder gone. It forks
-         * the next worker once told, so the cgroup keeps only what the command left. */
-        (void)cgroup_move(s->core->box.cg.init, pid);
-        (void)cgroup_sandbox_command_leave(&s->core->box.cg, pid);
-        WireHdr moved = { .type = WIRE_MOVED };
-        (void)send(s->sock, &moved, sizeof moved, MSG_NOSIGNAL | MSG_DONTWAIT);
+        SandboxCore *core = s->core;
+        bool clean = s->run_cg >= 0 && cgroup_count_procs(s->run_cg) == 1 && cgroup_first_pid(s->run_cg) == pid;
+        s->run_cg = -1;
         int old = TAKE_FD(s->holder_pidfd);
-        loop_del(s->core->loop, &s->holder_w);
+        loop_del(core->loop, &s->holder_w);
         pidfd_sigkill(old);
         safe_close(old);
         set_holder(s, pid);
         s->worker_pid = 0;
         forget_worker(s);
+        int dirs[2] = { core->box.cg.init, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
+        int64_t id = mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, left, s);
+        if (id < 0) {
+                /* Out of memory for the request: moved here, the loop waiting. */
+                for (size_t i = 0; i < ELEMENTSOF(dirs) && dirs[i] >= 0; i++)
+                        (void)cgroup_move(dirs[i], pid);
+                WireHdr moved = { .type = WIRE_MOVED };
+                (void)send(s->sock, &moved, sizeof moved, MSG_NOSIGNAL | MSG_DONTWAIT);
+                s->state = SS_WAIT_READY;
+                s->hooks->ended(s, status, false);
+                return;
+        }
+        s->move_id = id;
+        s->state = SS_LEAVING;
+        s->ended_status = status;
+        s->ended_told = clean;
+        if (clean)
+                s->hooks->ended(s, status, true);
+}
+
+static void left(void *ud, int r) {
+        SbxSession *s = ud;
+        s->move_id = 0;
+        if (s->state != SS_LEAVING)
+                return;
+        if (r < 0)
+                log_warn("session %s: cannot move the holder out of its command's cgroup: %s", s->name, strerror(-r));
+        WireHdr moved = { .type = WIRE_MOVED };
+        (void)send(s->sock, &moved, sizeof moved, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (s->leaving_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->leaving_cg), s->leaving_name);
         s->state = SS_WAIT_READY;
-        s->hooks->ended(s, status);
+        if (!s->ended_told) {
+                s->ended_told = true;
+                s->hooks->ended(s, s->ended_status, false);
+        }
+}
+
+void session_keep_cgroup(SbxSession *s, int cg, const char *name) {
+        if (s->state != SS_LEAVING) {
+                bglog_retire_cgroup(&s->core->bg, cg, name);
+                return;
+        }
+        safe_close(s->leaving_cg);
+        s->leaving_cg = cg;
+        snprintf(s->leaving_name, sizeof s->leaving_name, "%s", name);
 }
 
 static void on_died(SbxSession *s, int wstatus) {
         SessionState was = s->state;
+        if (was == SS_LEAVING)
+                return; /* the holder has no worker until told MOVED: not its word */
         s->state = SS_WAIT_READY;
         s->worker_pid = 0;
         forget_worker(s);
-        if (was == SS_IDLE && s->cg >= 0) {
+        if (was == SS_CONTAINING) {
+                mover_cancel(s->core->mover, s->move_id);
+                s->move_id = 0;
+        }
+        if ((was == SS_IDLE || was == SS_CONTAINING) && s->cg >= 0) {
                 /* The idle worker died (killed from inside the sandbox): drop its cgroup. */
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
                 return;
@@ -237,8 +319,13 @@ void session_close_shell(SbxSession *s) {
         s->holder_pidfd = safe_close(s->holder_pidfd);
         pidfd_sigkill(s->worker_pidfd);
         forget_worker(s);
+        mover_cancel(s->core->mover, s->move_id);
+        s->move_id = 0;
         if (s->cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
+        if (s->leaving_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->leaving_cg), s->leaving_name);
+        s->run_cg = -1;
         s->holder_pid = s->worker_pid = 0;
 }
 
@@ -273,6 +360,12 @@ int session_start_shell(SbxSession *s) {
                 return r;
         r = box_spawn_session(&s->core->box, sv[1]);
         close(sv[1]);
+        if ((r == -EPIPE || r == -ECONNRESET) && !s->core->dying) {
+                /* pid 1 is gone, its setup failed: what it said and its end come from the
+                 * loop, which loses this session then and answers its runs with why. */
+                close(sv[0]);
+                return 0;
+        }
         if (r < 0) {
                 close(sv[0]);
                 return r;
@@ -284,12 +377,14 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->sb = sb;
         s->core = core;
         s->hooks = hooks;
-        s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = -1;
+        s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
 }
 
 bool session_idle(const SbxSession *s) { return s->state == SS_IDLE; }
 
-bool session_awaiting_worker(const SbxSession *s) { return s->state == SS_WAIT_READY; }
+bool session_awaiting_worker(const SbxSession *s) {
+        return s->state == SS_WAIT_READY || s->state == SS_CONTAINING || s->state == SS_LEAVING;
+}
 
 void session_mark_killing(SbxSession *s) { s->state = SS_KILLING; }
 
@@ -312,6 +407,7 @@ int session_send_run(SbxSession *s, const WireHdr *h, const struct iovec parts[3
                 return negerrno();
         s->sent_seq = h->seq;
         s->sent_nonce = h->nonce;
+        s->run_cg = s->cg;
         *ret_cg = TAKE_FD(s->cg);
         memcpy(ret_cg_name, s->cg_name, sizeof s->cg_name);
         s->state = SS_RUNNING;

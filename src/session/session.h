@@ -14,15 +14,18 @@
 #include "session/wire.h"
 
 typedef enum SessionState {
-        SS_STARTING, SS_WAIT_READY, SS_IDLE, SS_RUNNING, SS_KILLING,
+        SS_STARTING, SS_WAIT_READY, SS_CONTAINING, SS_IDLE, SS_RUNNING, SS_KILLING, SS_LEAVING,
 } SessionState;
 
 /* What the shells tell the owner of the session's runs. Each is called from the loop. */
 typedef struct SessionHooks {
         /* A worker is idle in its command cgroup: a run can be sent. */
         void (*idle)(SbxSession *s);
-        /* The sent command ended; status is its exit code. The worker is now the holder. */
-        void (*ended)(SbxSession *s, int status);
+        /* The sent command ended; status is its exit code. The worker is now the holder.
+         * clean: the worker was alone in the command's cgroup (the command left nothing
+         * running) and may still be in it: the owner hands the cgroup back with
+         * session_keep_cgroup() instead of looking for leftovers in it. */
+        void (*ended)(SbxSession *s, int status, bool clean);
         /* The sent WIRE_F_DETACH command runs in a process of its own: pid (in the sandbox),
          * or -errno if the worker could not fork. The worker is dying; the holder forks the
          * next one. */
@@ -51,6 +54,12 @@ struct SbxSession {
         Watch holder_w;
         int cg;             /* cgroup of the next command, the idle worker inside */
         char cg_name[24];
+        int run_cg;         /* the sent command's cgroup, borrowed from its run (RUNNING) */
+        int64_t move_id;    /* CONTAINING, LEAVING: the mover's request */
+        int leaving_cg;     /* LEAVING after a clean end: the ended command's cgroup */
+        char leaving_name[24];
+        int ended_status;   /* LEAVING: the exit code, for an end told once moved */
+        bool ended_told;    /* LEAVING: the owner has heard of the end */
         uint32_t sent_seq;  /* the RUN being run: its DONE must echo both */
         uint64_t sent_nonce;
         /* run.c: the queue (the running run first, in `current`) */
@@ -90,3 +99,6 @@ int session_send_run(SbxSession *s, const WireHdr *h, const struct iovec parts[3
                      int *ret_cg, char *ret_cg_name);
 /* The sent command is being killed: its worker's DONE no longer counts. */
 void session_mark_killing(SbxSession *s);
+/* From the ended hook of a clean end: the command's cgroup (dir fd, owned from now on, and
+ * name), retired once the worker is out of it. */
+void session_keep_cgroup(SbxSession *s, int cg, const char *name);

@@ -550,11 +550,17 @@ def test_delegated_cgroup_holds_the_sandboxes(tmp_path, delegated_cgroup):
             peer.result("create", timeout=60)
             r = peer.result("run", {"command": "sleep 300 & echo started"}, timeout=60)
             assert r["stdout"] == "started\n", r
-            # The daemon moved itself to the leaf supervisor/, the only process there.
+            # The daemon moved itself to the leaf supervisor/; only its cgroup mover, a child
+            # of its own, is there with it.
             own = Path(f"/proc/{pid}/cgroup").read_text()
             assert re.search(rf"^0::/.*{delegated_cgroup.name}/supervisor$", own, re.M), own
             assert (delegated_cgroup / "cgroup.procs").read_text() == ""
-            assert (delegated_cgroup / "supervisor" / "cgroup.procs").read_text().split() == [str(pid)]
+            there = (delegated_cgroup / "supervisor" / "cgroup.procs").read_text().split()
+            assert str(pid) in there, there
+            for other in set(there) - {str(pid)}:
+                stat = Path(f"/proc/{other}/stat").read_text()
+                assert stat.split(" (")[1].startswith("sbx-mover)"), stat
+                assert stat.rsplit(")", 1)[1].split()[1] == str(pid), stat
             base = delegated_cgroup / f"sbx-{pid}"
             procs = [p for p in base.rglob("cgroup.procs") if p.read_text().strip()]
             assert procs, f"no sandbox process below {base}"

@@ -99,7 +99,8 @@ def test_sdk_leftovers_and_kill_leftovers():
         assert wait_until(lambda: sb.commands.run(alive).stdout == "0\n")
         sb.commands.run("sleep 311 &", leftovers="keep")
         sb.commands.run("sleep 312 &", leftovers="keep")
-        assert sb.commands.run(alive).stdout == "2\n"
+        # The result can come before the background child has exec'd sleep.
+        assert wait_until(lambda: sb.commands.run(alive).stdout == "2\n")
         assert sb.commands.kill_leftovers() == 2
         assert wait_until(lambda: sb.commands.run(alive).stdout == "0\n")
 

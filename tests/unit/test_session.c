@@ -3,8 +3,11 @@
  * (stdin, per-run cwd and env, named sessions, truncation flags, cancel, queueing,
  * LIMIT_EXCEEDED, streaming callbacks) and that destroy leaves nothing behind. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -571,6 +574,43 @@ static void test_limit_rules(void) {
               "a bad env entry is named (%s)", sbx_context_last_error(ctx));
 }
 
+/* A sandbox whose pid 1 fails its setup and is gone before the first session is asked for
+ * (the caller did not turn the loop meanwhile): the session is still given, and its run is
+ * answered with the setup's reason, not a broken pipe. */
+static void test_setup_failed_before_session(void) {
+        char dir[] = "/tmp/sbx-unit-rootfs-XXXXXX", path[128];
+        CHECK(mkdtemp(dir) != NULL, "rootfs dir");
+        snprintf(path, sizeof path, "%s/bin", dir);
+        CHECK(mkdir(path, 0755) == 0, "rootfs bin");
+        snprintf(path, sizeof path, "%s/bin/bash", dir);
+        CHECK(symlink("/bin/bash", path) == 0, "rootfs bin/bash");
+        /* Only root may enter it: the sandbox's ids are a host block of their own. */
+        CHECK(chmod(dir, 0700) == 0, "rootfs 0700");
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        so.rootfs = dir;
+        SbxSandbox *sb = NULL;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == 0, "sandbox with an unreachable rootfs created (%s)",
+              sbx_context_last_error(ctx));
+        /* pid 1 fails and exits while nobody turns the loop. */
+        usleep(300 * 1000);
+        SbxSession *s = NULL;
+        int rc = sbx_session_get(sb, NULL, &s);
+        CHECK(rc == 0, "its session is given all the same (%s)", strerror(-rc));
+        if (s) {
+                SbxResult r = run(s, "echo ran");
+                CHECK(r.exit_code == 1 && r.stdout_len == 0, "the run fails (exit %d)", r.exit_code);
+                CHECK(memmem(r.stderr_data, r.stderr_len, "out of the sandbox's reach", 26) != NULL,
+                      "with the setup's reason: %.*s", (int)r.stderr_len, (const char *)r.stderr_data);
+        }
+        sbx_sandbox_free(sb);
+        snprintf(path, sizeof path, "%s/bin/bash", dir);
+        (void)unlink(path);
+        snprintf(path, sizeof path, "%s/bin", dir);
+        (void)rmdir(path);
+        (void)rmdir(dir);
+}
+
 int main(void) {
         if (geteuid() != 0) {
                 printf("1..0 # SKIP needs root\n");
@@ -604,6 +644,7 @@ int main(void) {
         test_cpu_limits();
         test_background_pipe_cap();
         test_contract();
+        test_setup_failed_before_session();
 
         char cgdir[256];
         snprintf(cgdir, sizeof cgdir, "/sys/fs/cgroup/unified/sbx-%d", (int)getpid());
