@@ -602,6 +602,7 @@ static void test_setup_failed_before_session(void) {
                 CHECK(r.exit_code == 1 && r.stdout_len == 0, "the run fails (exit %d)", r.exit_code);
                 CHECK(memmem(r.stderr_data, r.stderr_len, "out of the sandbox's reach", 26) != NULL,
                       "with the setup's reason: %.*s", (int)r.stderr_len, (const char *)r.stderr_data);
+                sbx_result_clear(&r);
         }
         sbx_sandbox_free(sb);
         snprintf(path, sizeof path, "%s/bin/bash", dir);
