@@ -349,6 +349,17 @@ static int whiteout(Diff *x, size_t k, const char *name) {
 
 static int walk(Diff *x, size_t k, int sdir);
 
+static bool is_volatile(const LayerDiff *d, const struct stat *st) {
+        if (!S_ISREG(st->st_mode))
+                return false;
+        if (d->volatile_all)
+                return true;
+        for (size_t i = 0; i < d->n_volatile; i++)
+                if (d->volatile_files[i].ino == st->st_ino && d->volatile_files[i].dev == st->st_dev)
+                        return true;
+        return false;
+}
+
 /* Entry `name` of frame k's directory (sdir). */
 static int visit(Diff *x, size_t k, int sdir, const char *name) {
         struct stat st;
@@ -364,7 +375,7 @@ static int visit(Diff *x, size_t k, int sdir, const char *name) {
         x->path[x->plen] = '/';
         memcpy(x->path + x->plen + 1, name, nl);
         int32_t e = index_find(&x->idx, x->path, x->plen + 1 + nl);
-        bool same = e >= 0 && unchanged(&x->idx, x->idx.v[e].rec, &st);
+        bool same = e >= 0 && unchanged(&x->idx, x->idx.v[e].rec, &st) && !is_volatile(x->d, &st);
         if (e >= 0)
                 x->idx.v[e].seen = true;
         int r = out_entry(x, name, &st);

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "fs/changes.h"
 #include "fs/tree.h"
 
 /* A fresh tmpfs as an anonymous mount; *ret_fd gets its fd (O_CLOEXEC). Returns 0 or -errno. */
@@ -39,6 +40,13 @@ typedef struct LayerDiff {
         int64_t threshold;   /* old_index in threshold mode (ns), 0 for exact signatures */
         int new_index;       /* empty memfd: the index of the trees now */
         const TreeIds *ids;  /* host ids to ids inside (owners in the layer) */
+        /* Files whose bytes may have changed with no change to their stat (mapped shared
+         * and writable at the last layer: fs/changes.h): copied whatever the index says.
+         * volatile_all: every regular file is (such a file of the trees could not be named
+         * here: an overlay's). */
+        const ChangesFile *volatile_files;
+        size_t n_volatile;
+        bool volatile_all;
 } LayerDiff;
 
 typedef struct LayerDiffStats {

@@ -36,6 +36,7 @@
 #include "base/redact.h"
 #include "base/util.h"
 #include "fs/archive.h"
+#include "fs/changes.h"
 #include "fs/layer.h"
 #include "fs/tree.h"
 #include "sandbox/plain.h"
@@ -103,6 +104,15 @@ typedef struct ImageState {
         bool has_index;
         int64_t threshold;
         bool layered;
+        /* What changed in its trees since its last fork in layers (fs/changes.h): a fanotify
+         * group (valid when watching) emptied at each such fork, and whether a process held a
+         * file open for writing or mapped shared and writable then. */
+        int changes_fd;
+        bool watching, writers_before;
+        /* The files mapped shared and writable at that fork (their bytes may change with
+         * no trace in their stat: the next diff copies them). */
+        ChangesFile *mapped;
+        size_t n_mapped;
 } ImageState;
 
 struct Op {
@@ -141,6 +151,14 @@ struct Op {
         int layer_fds[SBX_MAX_FORK_LAYERS];
         size_t n_layer_fds;
         bool squash, layered;
+        /* Forks in layers: the trees did not change since the last one (no walk), and the
+         * sandbox's change baseline moved to this op's moment, which only a kept result
+         * confirms (else the watch is dropped: the next fork walks). */
+        bool unchanged, baselined;
+        /* What this fork's diff copies whatever the index says (LayerDiff.volatile_*). */
+        ChangesFile *volatile_files;
+        size_t n_volatile;
+        bool volatile_all;
         int error;
         char msg[JOB_ERR_MAX + 64];
 };
@@ -221,6 +239,11 @@ static void op_free(Op *op) {
         safe_close(op->layer_fd);
         safe_close(op->upper_fd);
         safe_close(op->new_index);
+        free(op->volatile_files);
+        if (op->baselined && op->st->watching) {
+                op->st->changes_fd = safe_close(op->st->changes_fd);
+                op->st->watching = false;
+        }
         free(op);
 }
 
@@ -504,6 +527,11 @@ static void job_event(Watch *w, uint32_t events) {
                  * The chain and index stay: the index still says what the chain holds. */
                 op->st->layered = false;
                 refresh_writable_dev(op->sb);
+                /* Its marks were on the overlays' filesystem, gone now. */
+                if (op->st->watching) {
+                        op->st->changes_fd = safe_close(op->st->changes_fd);
+                        op->st->watching = false;
+                }
         }
         if (r < 0) {
                 op_fail(op, r, "%s", err[0] ? err : strerror(-r));
@@ -547,6 +575,8 @@ static int op_job(Op *op, JobFn fn, WatchFn ended) {
                 .old_index = op->squash || !op->st->has_index ? -1 : op->st->index_fd, .new_index = op->new_index,
                 .threshold = op->squash ? 0 : op->st->threshold,
                 .unlayer = op->st->layered && (op->kind == OP_RESTORE || op->kind == OP_IMPORT),
+                .unchanged = op->unchanged,
+                .volatile_files = op->volatile_files, .n_volatile = op->n_volatile, .volatile_all = op->volatile_all,
         };
         int r = job_start(&op->job, fn, &op->args, keep, op_fds(op, keep));
         if (r < 0)
@@ -681,6 +711,49 @@ static bool layers_wanted(const Op *op) {
         return sandbox_box(op->sb)->host_ids > 0 && !sandbox_box(op->sb)->process && !(e && strcmp(e, "0") == 0);
 }
 
+/* At a fork in layers, with the sandbox frozen: 1 if its trees may have changed since its
+ * last one, 0 if they did not. This moment is the next fork's baseline either way. */
+static int trees_changed(Op *op) {
+        static const char *const dirs[] = { "tmp", "home/user", "dev/shm" };
+        ImageState *st = op->st;
+        const Box *b = sandbox_box(op->sb);
+        bool had = st->watching;
+        if (!st->watching && changes_watch(b->root_fd, dirs, ELEMENTSOF(dirs), &st->changes_fd) == 0)
+                st->watching = true;
+        int events = st->watching ? changes_drain(st->changes_fd) : 1;
+        if (events < 0) {
+                st->changes_fd = safe_close(st->changes_fd);
+                st->watching = false;
+        }
+        op->baselined = st->watching;
+        pid_t *pids = NULL;
+        size_t n = 0;
+        ChangesFile *mapped = NULL;
+        size_t n_mapped = 0;
+        int writers = cgroup_tree_pids(b->cg.dir, &pids, &n);
+        if (writers >= 0)
+                writers = changes_writers(pids, n, &mapped, &n_mapped);
+        free(pids);
+        /* The files mapped at the last fork are this diff's to copy; those mapped now, the
+         * next one's. A file of an overlay's trees is mapped as its upper's (a device and
+         * inode the walk does not see): then every regular file is copied. A file mapped
+         * elsewhere (a memfd) is no file of the trees. */
+        free(op->volatile_files);
+        op->volatile_files = TAKE_PTR(st->mapped);
+        op->n_volatile = st->n_mapped;
+        for (size_t i = 0; i < op->n_volatile; i++)
+                if (op->volatile_files[i].dev != b->writable_dev && st->layered)
+                        op->volatile_all = true;
+        if (writers < 0)
+                op->volatile_all = true; /* processes not looked at: nothing is trusted */
+        st->mapped = mapped;
+        st->n_mapped = n_mapped;
+        bool before = st->writers_before;
+        /* Not frozen, the look at the processes is no moment: the next fork walks. */
+        st->writers_before = writers != 0 || !op->freeze.still;
+        return !had || events != 0 || writers != 0 || before || !op->freeze.still;
+}
+
 static void op_layered_drop(Op *op) {
         op->layer_fd = safe_close(op->layer_fd);
         op->upper_fd = safe_close(op->upper_fd);
@@ -697,7 +770,10 @@ static void layered_event(Watch *w, uint32_t events);
 static int op_layered_start(Op *op) {
         ImageState *st = op->st;
         const SbxLimits *l = sbx_sandbox_limits(op->sb);
-        op->squash = st->n_chain >= SBX_MAX_FORK_LAYERS;
+        /* Nothing to walk: the last index and layers are the trees as they are, and no layer
+         * is added (so none squashed either). */
+        op->unchanged = trees_changed(op) == 0 && st->has_index && st->threshold == 0 && st->n_chain > 0;
+        op->squash = !op->unchanged && st->n_chain >= SBX_MAX_FORK_LAYERS;
         int r = layer_tmpfs_new(l->fs_bytes, 2 * l->file_count + 16, &op->layer_fd);
         if (r >= 0)
                 r = layer_tmpfs_new(l->fs_bytes, l->file_count + 4, &op->upper_fd);
@@ -757,6 +833,7 @@ static int op_layered_keep(Op *op, const char *result) {
         op_layered_drop(op);
         refresh_writable_dev(op->child);
         op->layered = true;
+        op->baselined = false; /* confirmed: the index is this moment's */
         return 0;
 }
 
@@ -962,6 +1039,9 @@ static void state_freeing(SandboxObserver *o, SbxSandbox *sb) {
                 layer_unref(st->chain[i]);
         if (st->has_index)
                 safe_close(st->index_fd);
+        if (st->watching)
+                safe_close(st->changes_fd);
+        free(st->mapped);
         free(st);
 }
 

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* The jobs of fork, snapshots, export and import (see image_job.h): each runs in a forked
  * process (base/job.h) on what an ImageJob names, never in the daemon's loop. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base/job.h"
@@ -82,13 +84,32 @@ int image_job_fork(void *arg, char *err, size_t errlen) {
         return 0;
 }
 
+/* An unchanged tree's fork: its last index is the new one. */
+static int copy_index(int from, int to, LayerDiffStats *st) {
+        *st = (LayerDiffStats){ 0 };
+        if (from < 0)
+                return -EINVAL;
+        off_t off = 0;
+        for (;;) {
+                ssize_t k = sendfile(to, from, &off, 1 << 20);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return negerrno();
+                if (k == 0)
+                        return 0;
+        }
+}
+
 int image_job_fork_layered(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         TreeIds ids = ids_inside(a->from);
         LayerDiffStats st;
         LayerDiff d = { .root = a->from->root_fd, .layer = a->layer, .old_index = a->old_index,
-                        .threshold = a->threshold, .new_index = a->new_index, .ids = &ids };
-        int r = layer_diff(&d, &st, err, errlen);
+                        .threshold = a->threshold, .new_index = a->new_index, .ids = &ids,
+                        .volatile_files = a->volatile_files, .n_volatile = a->n_volatile,
+                        .volatile_all = a->volatile_all };
+        int r = a->unchanged ? copy_index(a->old_index, a->new_index, &st) : layer_diff(&d, &st, err, errlen);
         if (r < 0)
                 return r;
         /* An unchanged tree needs no new layer: the fork gets the ones there are. */
@@ -104,8 +125,9 @@ int image_job_fork_layered(void *arg, char *err, size_t errlen) {
         int64_t threshold = 0;
         if ((r = layer_mount(&m, &threshold, err, errlen)) < 0)
                 return r;
-        snprintf(err, errlen, "%d %lld %llu %llu %llu %llu", used, (long long)threshold, (unsigned long long)st.entries,
-                 (unsigned long long)st.copied, (unsigned long long)st.whiteouts, (unsigned long long)st.bytes);
+        snprintf(err, errlen, "%d %lld %llu %llu %llu %llu%s", used, (long long)threshold, (unsigned long long)st.entries,
+                 (unsigned long long)st.copied, (unsigned long long)st.whiteouts, (unsigned long long)st.bytes,
+                 a->unchanged ? " unchanged" : a->old_index < 0 ? " whole" : "");
         return 0;
 }
 

@@ -235,3 +235,120 @@ def test_forks_past_the_layer_cap_squash_and_stay_exact(srv):
         assert f.sh(PRINT) == want
     g = forks[-1][0].fork()
     assert g.sh(PRINT) == forks[-1][1]
+
+
+# ---------------------------------------------------------------- forks of an unchanged tree
+
+@pytest.fixture
+def logged():
+    """A server whose debug log says of each fork in layers whether the tree was walked."""
+    import tempfile
+    from conftest import SPAWNED, Peer
+    errf = tempfile.TemporaryFile()
+    proc = subprocess.Popen([SBX, "serve", "--stdio", "--verbose"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=errf)
+    SPAWNED.append(proc.pid)
+    peer = Peer(proc.stdout, proc.stdin)
+    peer.proc, peer.errf = proc, errf
+    try:
+        yield peer
+    finally:
+        stop_server(peer)
+
+
+def fork_walks(peer, box, whole_ok=True):
+    """Forks box: the fork, and whether its tree was walked (else found unchanged). A fork
+    past the layer cap copies the whole tree into one layer (squash): walked, and allowed
+    unless whole_ok is False."""
+    errf = peer.errf
+    errf.seek(0, os.SEEK_END)
+    at = errf.tell()
+    child = box.fork()
+    errf.seek(at)
+    lines = [ln for ln in errf.read().decode(errors="replace").splitlines() if "forked in layers" in ln]
+    assert len(lines) == 1, lines
+    assert whole_ok or not lines[0].endswith(" whole)"), lines
+    return child, not lines[0].endswith(" unchanged)")
+
+
+def same(parent, child):
+    assert child.sh(PRINT) == parent.sh(PRINT)
+    child.destroy()
+
+
+def test_unchanged_tree_forks_without_walking_and_every_change_is_seen(logged):
+    """A fork of a tree that did not change since the last fork is not walked; every kind of
+    change made in between makes the next fork walk, and the fork has it."""
+    b = new_box(logged)
+    populate(b)
+    child, walked = fork_walks(logged, b)
+    assert walked  # the first: no baseline yet
+    same(b, child)
+    child, walked = fork_walks(logged, b)
+    assert not walked, "nothing changed: the fork should not walk"
+    assert child.sh("cat ~/w/src/pkg/f7") == "line 7\n"
+    same(b, child)
+    changes = {
+        "append": "echo more >> ~/w/src/pkg/f3",
+        "truncate": "truncate -s 1 ~/w/src/pkg/f4",
+        "chmod": "chmod 0600 ~/w/src/pkg/f5",
+        "utimes": "touch -d '2001-01-01' ~/w/src/pkg/f6",
+        "rename a directory": "mv ~/w/ren ~/w/ren3",
+        "hard link": "ln ~/w/src/pkg/f8 ~/w/f8link",
+        "remove": "rm ~/w/src/pkg/f9",
+        "new file in /dev/shm": "echo n > /dev/shm/new",
+        "mkdir in /tmp": "mkdir /tmp/newdir",
+        "write through a shared mapping, kept mapped": (
+            "python3 -c 'import mmap,os; f=open(\"/home/user/w/src/pkg/f10\",\"r+b\"); m=mmap.mmap(f.fileno(),0); "
+            "m[0:4]=b\"MMAP\"; m.flush()'"),
+    }
+    for what, cmd in changes.items():
+        b.sh(cmd)
+        child, walked = fork_walks(logged, b)
+        assert walked, f"{what}: the fork did not walk the changed tree"
+        same(b, child)
+        child, walked = fork_walks(logged, b, whole_ok=False)
+        assert not walked, f"after {what}, nothing changed: the next fork should not walk"
+        same(b, child)
+    # The files API writes too.
+    b.write("/home/user/w/api.txt", b"from the api")
+    child, walked = fork_walks(logged, b)
+    assert walked and child.sh("cat ~/w/api.txt") == "from the api"
+
+
+def test_writes_through_a_mapping_kept_open_are_seen(logged):
+    """fanotify does not report a write through a shared mapping: a process that holds one (or
+    a file open for writing) makes every fork walk while it does, and the one after."""
+    b = new_box(logged)
+    b.sh("mkdir -p ~/m && printf 'aaaa' > ~/m/f && printf 'bbbb' > ~/m/g")
+    fork_walks(logged, b)
+    assert fork_walks(logged, b)[1] is False
+    # A process maps ~/m/f shared and writable and writes to it whenever ~/m/go appears.
+    prog = ("import mmap,os,time\n"
+            "f=open('/home/user/m/f','r+b'); m=mmap.mmap(f.fileno(),0); f.close()\n"
+            "n=0\n"
+            "while True:\n"
+            "    if os.path.exists('/tmp/go%d' % n):\n"
+            "        m[0:1]=bytes([65+n]); n+=1\n"
+            "    time.sleep(0.01)\n")
+    b.write("/tmp/mapper.py", prog.encode())
+    logged.result("process.start", b.p(command="exec python3 /tmp/mapper.py"))
+    b.sh("for i in $(seq 200); do grep -q mapper /proc/[0-9]*/cmdline 2>/dev/null && break; sleep 0.02; done")
+    child, walked = fork_walks(logged, b)
+    assert walked  # the mapping is there
+    for n in range(2):
+        b.sh(f"touch /tmp/go{n}; for i in $(seq 200); do [ \"$(head -c1 ~/m/f)\" = {chr(65 + n)} ] && break; "
+             "sleep 0.02; done; rm /tmp/go%d" % n)
+        child, walked = fork_walks(logged, b)
+        assert walked, "a process maps a file shared and writable: the fork must walk"
+        assert child.sh("head -c1 ~/m/f") == chr(65 + n)
+    # A file open for writing, no mapping: written with pwrite-free mmap tricks elsewhere
+    # cannot be told apart, so it walks as long as the file stays open.
+    logged.result("process.killAll", b.p())
+    b.sh("for i in $(seq 200); do grep -q mapper /proc/[0-9]*/cmdline 2>/dev/null || break; sleep 0.02; done")
+    assert fork_walks(logged, b)[1] is True  # the mapping was there at the last fork
+    assert fork_walks(logged, b)[1] is False
+    logged.result("process.start", b.p(command="exec 3>>/home/user/m/g; exec sleep 1000"))
+    b.sh("sleep 0.3")
+    assert fork_walks(logged, b)[1] is True
+    assert fork_walks(logged, b)[1] is True
