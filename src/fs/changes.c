@@ -20,16 +20,23 @@
         (FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | \
          FAN_DELETE_SELF | FAN_MOVE_SELF | FAN_ONDIR)
 
-int changes_watch(int root_fd, const char *const *dirs, size_t n, int *ret_fd) {
-        _cleanup_close_ int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_FID | FAN_CLOEXEC | FAN_NONBLOCK,
-                                               O_RDONLY | O_CLOEXEC);
+int changes_new(int *ret_fd) {
+        int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_FID | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return negerrno();
+        *ret_fd = fd;
+        return 0;
+}
+
+int changes_mark(int fd, int root_fd, const char *const *dirs, size_t n) {
         for (size_t i = 0; i < n; i++)
                 if (fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, CHANGES_MASK, root_fd, dirs[i]) < 0)
                         return negerrno();
-        *ret_fd = TAKE_FD(fd);
         return 0;
+}
+
+int changes_unmark(int fd) {
+        return fanotify_mark(fd, FAN_MARK_FLUSH | FAN_MARK_FILESYSTEM, 0, AT_FDCWD, NULL) < 0 ? negerrno() : 0;
 }
 
 int changes_drain(int fd) {

@@ -3,10 +3,10 @@
  *
  * A fanotify group holds a filesystem mark on each tree's filesystem for every change the
  * kernel reports (writes, truncates, attributes, links, creates, deletes, renames, the close
- * of a file open for writing). Nobody reads its events as they come: at the moment that
- * counts (the sandbox frozen) changes_drain() says whether any event is queued and empties
- * the queue; the group is never in the loop's epoll set, so a write in the sandbox costs the
- * kernel one queued (or merged) event and wakes nothing.
+ * of a file open for writing). The first event is all that matters: the owner watches the
+ * fd once, and at that event takes the marks off (changes_unmark()) and empties the queue, so
+ * a sandbox that writes all the time costs one wakeup per moment and a queue of a few events,
+ * not one per write; at the next moment (the sandbox frozen) it marks again.
  *
  * What fanotify does not report is a write through a shared writable mapping, and such a
  * write changes a file's times only at the first write fault of a mapping (tmpfs pages stay
@@ -24,10 +24,14 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* A group watching the filesystems of dirs (paths below root_fd). Returns 0 with *ret_fd, or
- * -errno (no fanotify, a filesystem that cannot report file ids, out of groups: the caller
- * then walks). */
-int changes_watch(int root_fd, const char *const *dirs, size_t n, int *ret_fd);
+/* A group with nothing marked yet. Returns 0 with *ret_fd, or -errno (no fanotify, out of
+ * groups: the caller then walks). */
+int changes_new(int *ret_fd);
+/* Marks the filesystems of dirs (paths below root_fd): 0, or -errno (a filesystem that
+ * cannot report file ids). */
+int changes_mark(int fd, int root_fd, const char *const *dirs, size_t n);
+/* Removes every mark: nothing more is queued. 0 or -errno. */
+int changes_unmark(int fd);
 /* Empties the queue: 1 if anything happened since the last call (or the queue overflowed),
  * 0 if nothing, -errno. */
 int changes_drain(int fd);

@@ -105,10 +105,12 @@ typedef struct ImageState {
         int64_t threshold;
         bool layered;
         /* What changed in its trees since its last fork in layers (fs/changes.h): a fanotify
-         * group (valid when watching) emptied at each such fork, and whether a process held a
-         * file open for writing or mapped shared and writable then. */
+         * group (valid when watching), marked at each such fork (marked) until its first
+         * event (changed: then unmarked), and whether a process held a file open for writing
+         * or mapped shared and writable then. */
         int changes_fd;
-        bool watching, writers_before;
+        Watch changes_w;
+        bool watching, marked, changed, writers_before;
         /* The files mapped shared and writable at that fork (their bytes may change with
          * no trace in their stat: the next diff copies them). */
         ChangesFile *mapped;
@@ -167,6 +169,7 @@ enum { STEP_SESSIONS, STEP_FREEZE, STEP_JOB, STEP_APPLY, STEP_DONE };
 
 static void op_next_step(Op *op);
 static ImageState *image_state(SbxSandbox *sb, bool create);
+static void changes_forget(ImageState *st);
 static void op_fail(Op *op, int error, const char *fmt, ...) _printf_(3, 4);
 
 static void snapshot_free(Snapshot *s) {
@@ -240,10 +243,8 @@ static void op_free(Op *op) {
         safe_close(op->upper_fd);
         safe_close(op->new_index);
         free(op->volatile_files);
-        if (op->baselined && op->st->watching) {
-                op->st->changes_fd = safe_close(op->st->changes_fd);
-                op->st->watching = false;
-        }
+        if (op->baselined)
+                changes_forget(op->st);
         free(op);
 }
 
@@ -528,10 +529,7 @@ static void job_event(Watch *w, uint32_t events) {
                 op->st->layered = false;
                 refresh_writable_dev(op->sb);
                 /* Its marks were on the overlays' filesystem, gone now. */
-                if (op->st->watching) {
-                        op->st->changes_fd = safe_close(op->st->changes_fd);
-                        op->st->watching = false;
-                }
+                changes_forget(op->st);
         }
         if (r < 0) {
                 op_fail(op, r, "%s", err[0] ? err : strerror(-r));
@@ -711,20 +709,48 @@ static bool layers_wanted(const Op *op) {
         return sandbox_box(op->sb)->host_ids > 0 && !sandbox_box(op->sb)->process && !(e && strcmp(e, "0") == 0);
 }
 
+static void changes_forget(ImageState *st) {
+        if (!st->watching)
+                return;
+        loop_del(sandbox_loop(st->sb), &st->changes_w);
+        st->changes_fd = safe_close(st->changes_fd);
+        st->watching = st->marked = false;
+}
+
+/* The first change since the last fork in layers: noted, and the marks go until the next. */
+static void changes_event(Watch *w, uint32_t events) {
+        ImageState *st = w->data;
+        st->changed = true;
+        loop_del(sandbox_loop(st->sb), &st->changes_w);
+        if (changes_unmark(st->changes_fd) < 0 || changes_drain(st->changes_fd) < 0)
+                changes_forget(st);
+        else
+                st->marked = false;
+        (void)events;
+}
+
 /* At a fork in layers, with the sandbox frozen: 1 if its trees may have changed since its
  * last one, 0 if they did not. This moment is the next fork's baseline either way. */
 static int trees_changed(Op *op) {
         static const char *const dirs[] = { "tmp", "home/user", "dev/shm" };
         ImageState *st = op->st;
         const Box *b = sandbox_box(op->sb);
-        bool had = st->watching;
-        if (!st->watching && changes_watch(b->root_fd, dirs, ELEMENTSOF(dirs), &st->changes_fd) == 0)
+        /* Changed unless marked since the last fork with nothing queued since. */
+        int events = !st->watching || !st->marked || st->changed ? 1 : changes_drain(st->changes_fd);
+        if (!st->watching && changes_new(&st->changes_fd) == 0)
                 st->watching = true;
-        int events = st->watching ? changes_drain(st->changes_fd) : 1;
-        if (events < 0) {
-                st->changes_fd = safe_close(st->changes_fd);
-                st->watching = false;
+        /* The new baseline: marked now, the queue empty, the first event watched for. */
+        if (st->watching && !st->marked) {
+                if (changes_mark(st->changes_fd, b->root_fd, dirs, ELEMENTSOF(dirs)) == 0)
+                        st->marked = true;
+                else
+                        changes_forget(st);
         }
+        if (st->watching && (changes_drain(st->changes_fd) < 0 ||
+                             (!st->changes_w.active &&
+                              loop_add(sandbox_loop(op->sb), &st->changes_w, st->changes_fd, EPOLLIN, changes_event, st) < 0)))
+                changes_forget(st);
+        st->changed = false;
         op->baselined = st->watching;
         pid_t *pids = NULL;
         size_t n = 0;
@@ -751,7 +777,7 @@ static int trees_changed(Op *op) {
         bool before = st->writers_before;
         /* Not frozen, the look at the processes is no moment: the next fork walks. */
         st->writers_before = writers != 0 || !op->freeze.still;
-        return !had || events != 0 || writers != 0 || before || !op->freeze.still;
+        return events != 0 || writers != 0 || before || !op->freeze.still;
 }
 
 static void op_layered_drop(Op *op) {
@@ -1039,8 +1065,7 @@ static void state_freeing(SandboxObserver *o, SbxSandbox *sb) {
                 layer_unref(st->chain[i]);
         if (st->has_index)
                 safe_close(st->index_fd);
-        if (st->watching)
-                safe_close(st->changes_fd);
+        changes_forget(st);
         free(st->mapped);
         free(st);
 }

@@ -352,3 +352,33 @@ def test_writes_through_a_mapping_kept_open_are_seen(logged):
     b.sh("sleep 0.3")
     assert fork_walks(logged, b)[1] is True
     assert fork_walks(logged, b)[1] is True
+
+
+def test_change_watch_stops_at_the_first_change(logged):
+    """The fanotify group keeps no queue growing with the sandbox's writes: at the first change
+    after a fork its marks go (seen in the daemon's fdinfo), and the next fork marks again."""
+    def marks():
+        pid = logged.proc.pid
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if "fanotify" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                    with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                        return sum(1 for ln in f if ln.startswith("fanotify sdev:"))
+            except OSError:
+                pass
+        return None
+
+    b = new_box(logged)
+    assert marks() is None  # no fork yet: no group
+    fork_walks(logged, b)
+    assert marks() == 1  # one filesystem holds /tmp, /home/user and /dev/shm
+    b.sh("for i in $(seq 500); do echo $i > /tmp/x$i; done")
+    import time
+    for _ in range(100):
+        if marks() == 0:
+            break
+        time.sleep(0.02)
+    assert marks() == 0
+    child, walked = fork_walks(logged, b)
+    assert walked and marks() == 1
+    assert child.sh("cat /tmp/x500") == "500\n"
