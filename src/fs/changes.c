@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* Change tracking of a sandbox's trees for forks (see changes.h). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -8,7 +7,8 @@
 #include <string.h>
 #include <sys/fanotify.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
+#include <sys/syscall.h>
+#include <linux/mount.h>
 #include <unistd.h>
 #include "base/macro.h"
 #include "base/util.h"
@@ -57,111 +57,42 @@ int changes_drain(int fd) {
         }
 }
 
-typedef struct Mapped {
-        ChangesFile *v;
-        size_t n, cap;
-} Mapped;
-
-/* Whether a line of /proc/PID/maps is a shared, writable mapping of a file: which. */
-static bool shared_writable(const char *line, ChangesFile *ret) {
-        char perms[8];
-        unsigned maj, min;
-        unsigned long long inode;
-        if (sscanf(line, "%*s %7s %*s %x:%x %llu", perms, &maj, &min, &inode) != 4)
-                return false;
-        *ret = (ChangesFile){ makedev(maj, min), (ino_t)inode };
-        return perms[1] == 'w' && perms[3] == 's' && inode != 0;
+static int sys_fspick(int dfd, const char *path, unsigned flags) { return (int)syscall(SYS_fspick, dfd, path, flags); }
+static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux) {
+        return (int)syscall(SYS_fsconfig, fd, cmd, key, value, aux);
 }
 
-static int maps_writable(pid_t pid, Mapped *m) {
-        char path[64], line[4096];
-        snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return errno == ENOENT || errno == ESRCH ? 0 : negerrno();
-        int found = 0;
-        ChangesFile cf;
-        while (fgets(line, sizeof line, f)) {
-                if (shared_writable(line, &cf)) {
-                        found = 1;
-                        if (m->n == m->cap) {
-                                size_t cap = m->cap ? 2 * m->cap : 16;
-                                ChangesFile *v = realloc(m->v, cap * sizeof *v);
-                                if (!v) {
-                                        fclose(f);
-                                        return -ENOMEM;
-                                }
-                                m->v = v;
-                                m->cap = cap;
-                        }
-                        m->v[m->n++] = cf;
-                }
-                /* The rest of an overlong line (a long path) is not a line of its own. */
-                while (!strchr(line, '\n') && fgets(line, sizeof line, f))
-                        ;
-        }
-        fclose(f);
-        return found;
-}
-
-static int fd_writable(int fddir, int infodir, const char *name) {
-        struct stat st;
-        if (fstatat(fddir, name, &st, 0) < 0 || !S_ISREG(st.st_mode))
-                return 0;
-        char info[512];
-        ssize_t k = read_file_at(infodir, name, info, sizeof info);
-        if (k <= 0)
-                return 0;
-        const char *p = strstr(info, "flags:");
-        if (!p)
-                return 1; /* cannot tell: counted */
-        unsigned long flags = strtoul(p + 6, NULL, 8);
-        if ((flags & O_ACCMODE) == O_RDONLY)
-                return 0;
-        /* A memfd sealed against writes (pid 1's bash builtin) cannot change. */
-        _cleanup_close_ int self = openat(fddir, name, O_RDONLY | O_CLOEXEC);
-        int seals = self >= 0 ? fcntl(self, F_GET_SEALS) : -1;
-        return !(seals > 0 && (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)));
-}
-
-static int fds_writable(pid_t pid) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-        _cleanup_close_ int fddir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        snprintf(path, sizeof path, "/proc/%d/fdinfo", (int)pid);
-        _cleanup_close_ int infodir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fddir < 0 || infodir < 0)
-                return errno == ENOENT || errno == ESRCH ? 0 : negerrno();
-        int dup_fd = dup(fddir);
-        DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-        if (!d) {
-                safe_close(dup_fd);
+/* Sets the filesystem's read-only flag (ro) or clears it. */
+static int reconfigure(int root_fd, const char *dir, bool ro) {
+        _cleanup_close_ int fc = sys_fspick(root_fd, dir, FSPICK_CLOEXEC | FSPICK_SYMLINK_NOFOLLOW | FSPICK_NO_AUTOMOUNT);
+        if (fc < 0)
                 return negerrno();
-        }
-        int found = 0;
-        struct dirent *de;
-        while (!found && (de = readdir(d)))
-                if (de->d_name[0] != '.')
-                        found = fd_writable(fddir, infodir, de->d_name);
-        closedir(d);
-        return found;
+        if (sys_fsconfig(fc, FSCONFIG_SET_FLAG, ro ? "ro" : "rw", NULL, 0) < 0 ||
+            sys_fsconfig(fc, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0) < 0)
+                return negerrno();
+        return 0;
 }
 
-int changes_writers(const pid_t *pids, size_t n, ChangesFile **ret_mapped, size_t *ret_n_mapped) {
-        Mapped m = { 0 };
-        int any = 0;
-        for (size_t i = 0; i < n; i++) {
-                /* Every process's maps (the list must be whole), fds until one is found. */
-                int r = maps_writable(pids[i], &m);
-                if (r == 0 && !any)
-                        r = fds_writable(pids[i]);
-                if (r < 0) {
-                        free(m.v);
-                        return r;
-                }
-                any |= r;
-        }
-        *ret_mapped = m.v;
-        *ret_n_mapped = m.n;
-        return any;
+int changes_fs_writers(int root_fd, const char *dir) {
+        int r = reconfigure(root_fd, dir, true);
+        if (r == -EBUSY)
+                return 1;
+        if (r < 0)
+                return r;
+        /* Writable again: a failure here would leave the sandbox's tree read-only. */
+        for (int i = 0; i < 5; i++)
+                if ((r = reconfigure(root_fd, dir, false)) == 0)
+                        return 0;
+        return r;
+}
+
+int changes_file_writers(int dir, const char *name) {
+        /* Non-blocking: a lease the sandbox holds on its file must not hold the open up. */
+        _cleanup_close_ int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0)
+                return errno == EWOULDBLOCK ? 1 : negerrno();
+        if (fcntl(fd, F_SETLEASE, F_RDLCK) < 0)
+                return errno == EAGAIN ? 1 : negerrno();
+        (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+        return 0;
 }

@@ -11,12 +11,12 @@
  * What fanotify does not report is a write through a shared writable mapping, and such a
  * write changes a file's times only at the first write fault of a mapping (tmpfs pages stay
  * dirty and writable after), so a file mapped at the last moment may have changed with no
- * trace in its stat either: the diff copies those (LayerDiff.volatile_files). A write needs a
- * file open for writing or mapped shared and writable at some point after the moment:
- * changes_writers() finds processes that hold either now, and the caller treats a tree as
- * changed when they held one at the last moment or hold one at this one (a mapping made and
- * dropped between the two needs a writable open whose close is reported, or one that was
- * already held at the last moment).
+ * trace in its stat either. Any such write needs a file open for writing at some point after
+ * the moment (a mapping holds its file open). So a tree is unchanged only when no event came
+ * and no file of it was open for writing at the last moment nor is at this one
+ * (changes_fs_writers(): one opened and closed in between is reported by its close), and a
+ * walk copies the files that were open for writing at the last moment whatever their stat
+ * says (changes_file_writers() names them at that walk; fs/layer.c).
  *
  * Ownership: the fd from changes_watch() is the caller's. */
 #pragma once
@@ -35,14 +35,14 @@ int changes_unmark(int fd);
 /* Empties the queue: 1 if anything happened since the last call (or the queue overflowed),
  * 0 if nothing, -errno. */
 int changes_drain(int fd);
-/* A file as /proc/PID/maps names it. */
-typedef struct ChangesFile {
-        dev_t dev;
-        ino_t ino;
-} ChangesFile;
-
-/* Whether a process of pids holds a regular file open for writing (a memfd sealed against
- * writes excepted), or maps one shared and writable (any filesystem: the tree's, a memfd's,
- * all are counted). 1, 0, or -errno. The files mapped shared and writable are listed in
- * *ret_mapped (malloc'd, the caller's; NULL when none). */
-int changes_writers(const pid_t *pids, size_t n, ChangesFile **ret_mapped, size_t *ret_n_mapped);
+/* Whether any file of the filesystem that holds dir (below root_fd) is open for writing,
+ * wherever the open file is held (an fd, a mapping, an fd in flight over a socket, an
+ * io_uring table): the kernel refuses to make a filesystem read-only while one is (EBUSY).
+ * The probe asks exactly that and, when it was granted, makes it writable again at once:
+ * the caller must have frozen every process that could write there. 1 if a file is open
+ * for writing, 0 if none, -errno if it could not tell. */
+int changes_fs_writers(int root_fd, const char *dir);
+/* Whether the regular file name (below dir) is open for writing anywhere: a read lease is
+ * refused while it is. 1, 0, or -errno (no leases on that filesystem: overlayfs grants one
+ * while a mapping of it is writable, so only tmpfs is asked). */
+int changes_file_writers(int dir, const char *name);

@@ -27,7 +27,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-#include "fs/changes.h"
 #include "fs/tree.h"
 
 /* A fresh tmpfs as an anonymous mount; *ret_fd gets its fd (O_CLOEXEC). Returns 0 or -errno. */
@@ -40,14 +39,17 @@ typedef struct LayerDiff {
         int64_t threshold;   /* old_index in threshold mode (ns), 0 for exact signatures */
         int new_index;       /* empty memfd: the index of the trees now */
         const TreeIds *ids;  /* host ids to ids inside (owners in the layer) */
-        /* Files whose bytes may have changed with no change to their stat (mapped shared
-         * and writable at the last layer: fs/changes.h): copied whatever the index says.
-         * volatile_all: every regular file is (such a file of the trees could not be named
-         * here: an overlay's). */
-        const ChangesFile *volatile_files;
-        size_t n_volatile;
-        bool volatile_all;
+        /* Whether a file of the trees is open for writing now (changes_fs_writers()): then
+         * the new index marks those that are (probe_leases: a lease probe per regular file,
+         * tmpfs only) or says it cannot tell which, and the next diff copies them (or every
+         * regular file) whatever their stat says: a write through a mapping made before
+         * now may leave no trace in it (fs/changes.h). */
+        bool writers, probe_leases;
 } LayerDiff;
+
+/* What an index (LayerDiff.new_index) says of the files open for writing when it was
+ * taken: 0 none, 1 some (marked), 2 some (not known which); -errno for an unreadable one. */
+int layer_index_writers(int index_fd);
 
 typedef struct LayerDiffStats {
         uint64_t entries; /* in the trees now */

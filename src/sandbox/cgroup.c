@@ -480,66 +480,6 @@ static int each_pid(int dir, bool (*fn)(pid_t pid, void *ud), void *ud) {
         return 0;
 }
 
-typedef struct PidList {
-        pid_t *v;
-        size_t n, cap;
-        int error;
-} PidList;
-
-static bool list_one(pid_t pid, void *ud) {
-        PidList *l = ud;
-        if (l->n == l->cap) {
-                size_t cap = l->cap ? 2 * l->cap : 64;
-                pid_t *v = realloc(l->v, cap * sizeof *v);
-                if (!v) {
-                        l->error = -ENOMEM;
-                        return false;
-                }
-                l->v = v;
-                l->cap = cap;
-        }
-        l->v[l->n++] = pid;
-        return true;
-}
-
-static int tree_pids(int dir, PidList *l, unsigned depth) {
-        int r = each_pid(dir, list_one, l);
-        if (r < 0 || l->error < 0)
-                return r < 0 ? r : l->error;
-        if (depth >= 8)
-                return 0;
-        /* A descriptor of its own: a dup() would share (and leave at the end) the offset of
-         * dir, which others read the directory through. */
-        int own = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        DIR *d = own >= 0 ? fdopendir(own) : NULL;
-        if (!d) {
-                safe_close(own);
-                return negerrno();
-        }
-        struct dirent *de;
-        while (r >= 0 && (de = readdir(d))) {
-                if (de->d_type != DT_DIR || de->d_name[0] == '.')
-                        continue;
-                _cleanup_close_ int sub = openat(dir, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (sub >= 0)
-                        r = tree_pids(sub, l, depth + 1);
-        }
-        closedir(d);
-        return r;
-}
-
-int cgroup_tree_pids(int dir, pid_t **ret, size_t *ret_n) {
-        PidList l = { 0 };
-        int r = tree_pids(dir, &l, 0);
-        if (r < 0) {
-                free(l.v);
-                return r;
-        }
-        *ret = l.v;
-        *ret_n = l.n;
-        return 0;
-}
-
 typedef struct SignalAll {
         int sig, n;
 } SignalAll;

@@ -90,9 +90,6 @@ int cgroup_move(int dirfd, pid_t pid);
 /* Sends sig to every process listed in the cgroup (forks racing it may be missed: the kill
  * that follows is cgroup_kill). Returns how many were signalled, or -errno. */
 int cgroup_signal(int dirfd, int sig);
-/* Every process of the cgroup and of the cgroups below it (host pids, malloc'd, the caller's
- * to free). Returns 0 or -errno. */
-int cgroup_tree_pids(int dir, pid_t **ret, size_t *ret_n);
 /* The first process listed in the cgroup (host pid), 0 if none, or -errno. */
 pid_t cgroup_first_pid(int dirfd);
 /* SIGKILLs every process in the cgroup and its descendants, forks racing it included. */

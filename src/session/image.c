@@ -104,17 +104,12 @@ typedef struct ImageState {
         bool has_index;
         int64_t threshold;
         bool layered;
-        /* What changed in its trees since its last fork in layers (fs/changes.h): a fanotify
+        /* Whether its trees changed since its last fork in layers (fs/changes.h): a fanotify
          * group (valid when watching), marked at each such fork (marked) until its first
-         * event (changed: then unmarked), and whether a process held a file open for writing
-         * or mapped shared and writable then. */
+         * event (changed: then unmarked). */
         int changes_fd;
         Watch changes_w;
-        bool watching, marked, changed, writers_before;
-        /* The files mapped shared and writable at that fork (their bytes may change with
-         * no trace in their stat: the next diff copies them). */
-        ChangesFile *mapped;
-        size_t n_mapped;
+        bool watching, marked, changed;
 } ImageState;
 
 struct Op {
@@ -157,10 +152,6 @@ struct Op {
          * sandbox's change baseline moved to this op's moment, which only a kept result
          * confirms (else the watch is dropped: the next fork walks). */
         bool unchanged, baselined;
-        /* What this fork's diff copies whatever the index says (LayerDiff.volatile_*). */
-        ChangesFile *volatile_files;
-        size_t n_volatile;
-        bool volatile_all;
         int error;
         char msg[JOB_ERR_MAX + 64];
 };
@@ -242,7 +233,6 @@ static void op_free(Op *op) {
         safe_close(op->layer_fd);
         safe_close(op->upper_fd);
         safe_close(op->new_index);
-        free(op->volatile_files);
         if (op->baselined)
                 changes_forget(op->st);
         free(op);
@@ -574,7 +564,6 @@ static int op_job(Op *op, JobFn fn, WatchFn ended) {
                 .threshold = op->squash ? 0 : op->st->threshold,
                 .unlayer = op->st->layered && (op->kind == OP_RESTORE || op->kind == OP_IMPORT),
                 .unchanged = op->unchanged,
-                .volatile_files = op->volatile_files, .n_volatile = op->n_volatile, .volatile_all = op->volatile_all,
         };
         int r = job_start(&op->job, fn, &op->args, keep, op_fds(op, keep));
         if (r < 0)
@@ -730,7 +719,8 @@ static void changes_event(Watch *w, uint32_t events) {
 }
 
 /* At a fork in layers, with the sandbox frozen: 1 if its trees may have changed since its
- * last one, 0 if they did not. This moment is the next fork's baseline either way. */
+ * last one, 0 if no change was reported (the job still checks that no file of them is open
+ * for writing: fs/changes.h). This moment is the next fork's baseline either way. */
 static int trees_changed(Op *op) {
         static const char *const dirs[] = { "tmp", "home/user", "dev/shm" };
         ImageState *st = op->st;
@@ -752,32 +742,7 @@ static int trees_changed(Op *op) {
                 changes_forget(st);
         st->changed = false;
         op->baselined = st->watching;
-        pid_t *pids = NULL;
-        size_t n = 0;
-        ChangesFile *mapped = NULL;
-        size_t n_mapped = 0;
-        int writers = cgroup_tree_pids(b->cg.dir, &pids, &n);
-        if (writers >= 0)
-                writers = changes_writers(pids, n, &mapped, &n_mapped);
-        free(pids);
-        /* The files mapped at the last fork are this diff's to copy; those mapped now, the
-         * next one's. A file of an overlay's trees is mapped as its upper's (a device and
-         * inode the walk does not see): then every regular file is copied. A file mapped
-         * elsewhere (a memfd) is no file of the trees. */
-        free(op->volatile_files);
-        op->volatile_files = TAKE_PTR(st->mapped);
-        op->n_volatile = st->n_mapped;
-        for (size_t i = 0; i < op->n_volatile; i++)
-                if (op->volatile_files[i].dev != b->writable_dev && st->layered)
-                        op->volatile_all = true;
-        if (writers < 0)
-                op->volatile_all = true; /* processes not looked at: nothing is trusted */
-        st->mapped = mapped;
-        st->n_mapped = n_mapped;
-        bool before = st->writers_before;
-        /* Not frozen, the look at the processes is no moment: the next fork walks. */
-        st->writers_before = writers != 0 || !op->freeze.still;
-        return events != 0 || writers != 0 || before || !op->freeze.still;
+        return events != 0 || !op->freeze.still;
 }
 
 static void op_layered_drop(Op *op) {
@@ -799,6 +764,7 @@ static int op_layered_start(Op *op) {
         /* Nothing to walk: the last index and layers are the trees as they are, and no layer
          * is added (so none squashed either). */
         op->unchanged = trees_changed(op) == 0 && st->has_index && st->threshold == 0 && st->n_chain > 0;
+        /* (the job may still walk: unchanged asks it to check for files open for writing) */
         op->squash = !op->unchanged && st->n_chain >= SBX_MAX_FORK_LAYERS;
         int r = layer_tmpfs_new(l->fs_bytes, 2 * l->file_count + 16, &op->layer_fd);
         if (r >= 0)
@@ -1066,7 +1032,6 @@ static void state_freeing(SandboxObserver *o, SbxSandbox *sb) {
         if (st->has_index)
                 safe_close(st->index_fd);
         changes_forget(st);
-        free(st->mapped);
         free(st);
 }
 

@@ -9,10 +9,13 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 #include "base/job.h"
 #include "base/limits.h"
 #include "base/util.h"
+#include "fs/changes.h"
 #include "fs/archive.h"
 #include "fs/layer.h"
 #include "fs/tree.h"
@@ -84,6 +87,35 @@ int image_job_fork(void *arg, char *err, size_t errlen) {
         return 0;
 }
 
+/* Whether a file of the sandbox's trees is open for writing: 1, 0, -errno. */
+static int trees_writers(int root_fd) {
+        static const char *const dirs[] = { "tmp", "home/user", "dev/shm" };
+        dev_t seen[3];
+        size_t n_seen = 0;
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+                struct stat st;
+                if (fstatat(root_fd, dirs[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        return negerrno();
+                bool done = false;
+                for (size_t j = 0; j < n_seen; j++)
+                        done |= seen[j] == st.st_dev;
+                if (done)
+                        continue;
+                seen[n_seen++] = st.st_dev;
+                int r = changes_fs_writers(root_fd, dirs[i]);
+                if (r != 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Whether the trees are tmpfs (where a lease says whether a file is open for writing). */
+static bool tree_is_tmpfs(int root_fd) {
+        struct statfs sfs;
+        _cleanup_close_ int fd = openat(root_fd, "tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd >= 0 && fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+}
+
 /* An unchanged tree's fork: its last index is the new one. */
 static int copy_index(int from, int to, LayerDiffStats *st) {
         *st = (LayerDiffStats){ 0 };
@@ -105,11 +137,20 @@ int image_job_fork_layered(void *arg, char *err, size_t errlen) {
         const ImageJob *a = arg;
         TreeIds ids = ids_inside(a->from);
         LayerDiffStats st;
+        /* Files open for writing: asked of the kernel with the sandbox frozen (never while
+         * it runs: the probe makes its trees read-only for a moment). */
+        int writers = a->still ? trees_writers(a->from->root_fd) : -EAGAIN;
+        bool skip = a->unchanged && writers == 0 && layer_index_writers(a->old_index) == 0;
+        if (a->unchanged && !skip && a->n_layers >= SBX_MAX_FORK_LAYERS) {
+                /* A walk would add a layer past the cap, and the squash was not asked for. */
+                snprintf(err, errlen, "layer: the layer cap is reached and a file is open for writing");
+                return -EAGAIN;
+        }
         LayerDiff d = { .root = a->from->root_fd, .layer = a->layer, .old_index = a->old_index,
                         .threshold = a->threshold, .new_index = a->new_index, .ids = &ids,
-                        .volatile_files = a->volatile_files, .n_volatile = a->n_volatile,
-                        .volatile_all = a->volatile_all };
-        int r = a->unchanged ? copy_index(a->old_index, a->new_index, &st) : layer_diff(&d, &st, err, errlen);
+                        .writers = writers != 0,
+                        .probe_leases = writers == 1 && tree_is_tmpfs(a->from->root_fd) };
+        int r = skip ? copy_index(a->old_index, a->new_index, &st) : layer_diff(&d, &st, err, errlen);
         if (r < 0)
                 return r;
         /* An unchanged tree needs no new layer: the fork gets the ones there are. */
@@ -127,7 +168,7 @@ int image_job_fork_layered(void *arg, char *err, size_t errlen) {
                 return r;
         snprintf(err, errlen, "%d %lld %llu %llu %llu %llu%s", used, (long long)threshold, (unsigned long long)st.entries,
                  (unsigned long long)st.copied, (unsigned long long)st.whiteouts, (unsigned long long)st.bytes,
-                 a->unchanged ? " unchanged" : a->old_index < 0 ? " whole" : "");
+                 skip ? " unchanged" : a->old_index < 0 ? " whole" : "");
         return 0;
 }
 

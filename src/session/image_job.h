@@ -6,7 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "base/loop.h"
-#include "fs/changes.h"
 #include "sandbox/box.h"
 #include "sbx/sbx.h"
 
@@ -40,12 +39,10 @@ typedef struct ImageJob {
         int old_index, new_index;
         int64_t threshold;
         bool unlayer;             /* restore, import: take the sandbox's overlays off first */
-        /* Layered fork: nothing changed since the last one (fs/changes.h): no diff, the old
-         * index is the new one and no layer is added. */
+        /* Layered fork: no change was reported since the last one (fs/changes.h): unless a
+         * file of the trees is open for writing now or was then, no diff, the old index is
+         * the new one and no layer is added. */
         bool unchanged;
-        const ChangesFile *volatile_files; /* layered fork: see LayerDiff */
-        size_t n_volatile;
-        bool volatile_all;
 } ImageJob;
 
 /* JobFns (base/job.h) over an ImageJob: each returns 0 or -errno with err saying why. */
