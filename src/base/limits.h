@@ -239,6 +239,9 @@
  * is 500 lower layers; this one keeps the fork's job within the 16 fds a job may keep
  * (base/job.c): the layers, the two roots, the new layer, the upper and two indexes. */
 #define SBX_MAX_FORK_LAYERS 8U
+/* Forks in layers: how many files closed after writing since a sandbox's last fork are
+ * named for the next walk to copy (fs/changes.h); past it, every regular file is. */
+#define SBX_FORK_CLOSED_MAX 4096U
 /* Directory depth a layer's diff walks to: it holds two fds per level and recurses. A deeper
  * tree forks by a plain copy (SBX_MAX_TREE_DEPTH). */
 #define SBX_LAYER_MAX_DEPTH 128U

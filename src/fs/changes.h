@@ -3,38 +3,51 @@
  *
  * A fanotify group holds a filesystem mark on each tree's filesystem for every change the
  * kernel reports (writes, truncates, attributes, links, creates, deletes, renames, the close
- * of a file open for writing). The first event is all that matters: the owner watches the
- * fd once, and at that event takes the marks off (changes_unmark()) and empties the queue, so
- * a sandbox that writes all the time costs one wakeup per moment and a queue of a few events,
- * not one per write; at the next moment (the sandbox frozen) it marks again.
+ * of a file open for writing). Until the first event every change counts; after it only the
+ * closes of files open for writing are still asked for (changes_mark(all = false)), whose
+ * inodes the next walk copies whatever their stat says, so a sandbox that writes all the
+ * time costs a wakeup per writable file closed, not one per write; at the next moment (the
+ * sandbox frozen) every change is marked again.
  *
  * What fanotify does not report is a write through a shared writable mapping, and such a
  * write changes a file's times only at the first write fault of a mapping (tmpfs pages stay
  * dirty and writable after), so a file mapped at the last moment may have changed with no
- * trace in its stat either. Any such write needs a file open for writing at some point after
- * the moment (a mapping holds its file open). So a tree is unchanged only when no event came
- * and no file of it was open for writing at the last moment nor is at this one
- * (changes_fs_writers(): one opened and closed in between is reported by its close), and a
- * walk copies the files that were open for writing at the last moment whatever their stat
- * says (changes_file_writers() names them at that walk; fs/layer.c).
+ * trace in its stat either (a read fault maps a tmpfs page writable, so even a mapping made
+ * after the moment may never fault on a write). Any such write needs a file open for writing
+ * (a mapping holds its file open), which is either closed before the next moment (its close
+ * is reported, with its inode) or still open then (changes_fs_writers() sees it, and
+ * changes_file_writers() names it). So a tree is unchanged only when no event came and no
+ * file of it is open for writing now, and a walk copies, whatever their stat says, the files
+ * closed since the last moment and those open for writing now (fs/layer.c).
  *
  * Ownership: the fd from changes_watch() is the caller's. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include "base/limits.h"
 
 /* A group with nothing marked yet. Returns 0 with *ret_fd, or -errno (no fanotify, out of
  * groups: the caller then walks). */
 int changes_new(int *ret_fd);
-/* Marks the filesystems of dirs (paths below root_fd): 0, or -errno (a filesystem that
- * cannot report file ids). */
-int changes_mark(int fd, int root_fd, const char *const *dirs, size_t n);
-/* Removes every mark: nothing more is queued. 0 or -errno. */
-int changes_unmark(int fd);
-/* Empties the queue: 1 if anything happened since the last call (or the queue overflowed),
- * 0 if nothing, -errno. */
-int changes_drain(int fd);
+/* Marks the filesystems of dirs (paths below root_fd) for every change (all) or only for
+ * the close of a file open for writing: 0, or -errno (a filesystem that cannot report file
+ * ids). Marks made before are replaced. */
+int changes_mark(int fd, int root_fd, const char *const *dirs, size_t n, bool all);
+/* What the queue held, emptied: any event at all, the inode numbers of the files whose
+ * writable open ended (closed; deduplicated, the caller's to free), and whether some were
+ * lost (the queue overflowed, or more than SBX_FORK_CLOSED_MAX) or could not be told.
+ * mount_fd: any fd on the marked filesystem, for open_by_handle_at(). */
+typedef struct ChangesSeen {
+        bool any, closed_lost;
+        ino_t *closed;
+        size_t n_closed;
+} ChangesSeen;
+int changes_read(int fd, int mount_fd, ChangesSeen *seen);
+void changes_seen_done(ChangesSeen *seen);
+/* Whether ino is among the sorted closed[] (changes_seen_sort() sorts). */
+void changes_seen_sort(ChangesSeen *seen);
+bool changes_closed_has(const ino_t *closed, size_t n, ino_t ino);
 /* Whether any file of the filesystem that holds dir (below root_fd) is open for writing,
  * wherever the open file is held (an fd, a mapping, an fd in flight over a socket, an
  * io_uring table): the kernel refuses to make a filesystem read-only while one is (EBUSY).

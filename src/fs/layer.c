@@ -30,18 +30,9 @@ static const char *const top_dirs[] = { "tmp", "home", "shm" };
 
 #define INDEX_MAGIC 0x31525941594c5853ULL /* "SXLYAYR1" */
 
-/* writers: whether files of the trees were open for writing when the index was taken
- * (LayerDiff.writers): INDEX_WRITERS_MARKED, those have WRITER_MARK in their mode;
- * INDEX_WRITERS_UNKNOWN, which ones is not known. */
 typedef struct IndexHead {
-        uint64_t magic, count, writers;
+        uint64_t magic, count;
 } IndexHead;
-
-#define INDEX_WRITERS_NONE 0
-#define INDEX_WRITERS_MARKED 1
-#define INDEX_WRITERS_UNKNOWN 2
-/* Above every st_mode bit: a record so marked never compares equal to a stat. */
-#define WRITER_MARK 0x80000000U
 
 /* One entry as stored: the path (path_len bytes, no NUL) follows, padded to 8 bytes. */
 typedef struct IndexRec {
@@ -67,7 +58,6 @@ typedef struct Index {
         uint32_t *hash;
         size_t hash_mask;
         int64_t threshold;
-        uint64_t writers; /* IndexHead.writers */
 } Index;
 
 typedef struct Frame {
@@ -153,7 +143,6 @@ static int index_load(Index *ix, int fd, int64_t threshold) {
         const IndexHead *h = ix->map;
         if (h->magic != INDEX_MAGIC || h->count > ix->map_len / sizeof(IndexRec))
                 return -EINVAL;
-        ix->writers = h->writers;
         ix->v = calloc(h->count ? h->count : 1, sizeof *ix->v);
         size_t hs = 16;
         while (hs < h->count * 2)
@@ -214,9 +203,8 @@ static int out_flush(Diff *x) {
         return r;
 }
 
-/* Appends the entry at the current path + name to the new index (writer: it is a regular
- * file open for writing now). */
-static int out_entry(Diff *x, const char *name, const struct stat *st, bool writer) {
+/* Appends the entry at the current path + name to the new index. */
+static int out_entry(Diff *x, const char *name, const struct stat *st) {
         size_t nl = strlen(name), pl = x->plen ? x->plen + 1 + nl : nl;
         size_t need = sizeof(IndexRec) + ((pl + 7) & ~(size_t)7);
         if (x->out_len + need > OUT_CAP) {
@@ -224,8 +212,8 @@ static int out_entry(Diff *x, const char *name, const struct stat *st, bool writ
                 if (r < 0)
                         return r;
         }
-        IndexRec rec = { (uint32_t)pl, st->st_mode | (writer ? WRITER_MARK : 0), st->st_uid, st->st_gid, st->st_ino,
-                         (uint64_t)st->st_size, ts_ns(&st->st_ctim), ts_ns(&st->st_mtim) };
+        IndexRec rec = { (uint32_t)pl, st->st_mode, st->st_uid, st->st_gid, st->st_ino, (uint64_t)st->st_size,
+                         ts_ns(&st->st_ctim), ts_ns(&st->st_mtim) };
         uint8_t *p = x->out + x->out_len;
         memcpy(p, &rec, sizeof rec);
         if (x->plen) {
@@ -363,11 +351,19 @@ static int whiteout(Diff *x, size_t k, const char *name) {
 static int walk(Diff *x, size_t k, int sdir);
 
 /* Whether a regular file's bytes may have changed since the old index with no trace in its
- * stat: some file was open for writing then, and which is not known. (Those known are
- * marked in their records, which then never compare equal.) A fork's threshold-mode index
- * is its parent's: its own processes all came after. */
-static bool maybe_written(const Diff *x, const struct stat *st) {
-        return S_ISREG(st->st_mode) && !x->idx.threshold && x->idx.writers == INDEX_WRITERS_UNKNOWN;
+ * stat (LayerDiff: closed, writers, touched_since). */
+static bool maybe_written(const Diff *x, int sdir, const char *name, const struct stat *st) {
+        const LayerDiff *d = x->d;
+        if (!S_ISREG(st->st_mode))
+                return false;
+        if (d->touched_since && ts_ns(&st->st_ctim) >= d->touched_since)
+                return true;
+        /* A threshold-mode index is a fork's first: its files all came from the layers. */
+        if (!x->idx.threshold && (d->closed_all || changes_closed_has(d->closed, d->n_closed, st->st_ino)))
+                return true;
+        if (d->writers)
+                return d->probe_leases ? changes_file_writers(sdir, name) != 0 : !d->touched_since;
+        return false;
 }
 
 /* Entry `name` of frame k's directory (sdir). */
@@ -385,12 +381,10 @@ static int visit(Diff *x, size_t k, int sdir, const char *name) {
         x->path[x->plen] = '/';
         memcpy(x->path + x->plen + 1, name, nl);
         int32_t e = index_find(&x->idx, x->path, x->plen + 1 + nl);
-        bool same = e >= 0 && unchanged(&x->idx, x->idx.v[e].rec, &st) && !maybe_written(x, &st);
+        bool same = e >= 0 && unchanged(&x->idx, x->idx.v[e].rec, &st) && !maybe_written(x, sdir, name, &st);
         if (e >= 0)
                 x->idx.v[e].seen = true;
-        /* A file open for writing now (or that cannot be asked) is marked for the next diff. */
-        bool writer = x->d->writers && x->d->probe_leases && S_ISREG(st.st_mode) && changes_file_writers(sdir, name) != 0;
-        int r = out_entry(x, name, &st, writer);
+        int r = out_entry(x, name, &st);
         if (r < 0)
                 return fail(x, r, "index", name);
         x->st->entries++;
@@ -465,13 +459,6 @@ static int walk(Diff *x, size_t k, int sdir) {
         return r;
 }
 
-int layer_index_writers(int index_fd) {
-        IndexHead h;
-        if (pread(index_fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
-                return -EIO;
-        return h.magic != INDEX_MAGIC || h.writers > INDEX_WRITERS_UNKNOWN ? -EINVAL : (int)h.writers;
-}
-
 int layer_diff(const LayerDiff *d, LayerDiffStats *st, char *err, size_t errlen) {
         Diff x = { .d = d, .st = st, .err = err, .errlen = errlen };
         *st = (LayerDiffStats){ 0 };
@@ -485,8 +472,7 @@ int layer_diff(const LayerDiff *d, LayerDiffStats *st, char *err, size_t errlen)
                 r = r < 0 ? r : -ENOMEM;
                 goto out;
         }
-        IndexHead h = { INDEX_MAGIC, 0,
-                        !d->writers ? INDEX_WRITERS_NONE : d->probe_leases ? INDEX_WRITERS_MARKED : INDEX_WRITERS_UNKNOWN };
+        IndexHead h = { INDEX_MAGIC, 0 };
         if ((r = write_all(d->new_index, &h, sizeof h)) < 0)
                 goto out;
         for (int i = 0; r >= 0 && i < N_TREES; i++) {
@@ -505,7 +491,7 @@ int layer_diff(const LayerDiff *d, LayerDiffStats *st, char *err, size_t errlen)
                 if (e >= 0)
                         x.idx.v[e].seen = true;
                 x.plen = 0;
-                if ((r = out_entry(&x, top_dirs[i], &tst, false)) < 0)
+                if ((r = out_entry(&x, top_dirs[i], &tst)) < 0)
                         break;
                 x.plen = strlen(top_dirs[i]);
                 x.frames[0] = (Frame){ top_dirs[i], tst, -1, e >= 0 && S_ISDIR(x.idx.v[e].rec->mode) ? e : -1 };

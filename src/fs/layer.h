@@ -39,17 +39,20 @@ typedef struct LayerDiff {
         int64_t threshold;   /* old_index in threshold mode (ns), 0 for exact signatures */
         int new_index;       /* empty memfd: the index of the trees now */
         const TreeIds *ids;  /* host ids to ids inside (owners in the layer) */
-        /* Whether a file of the trees is open for writing now (changes_fs_writers()): then
-         * the new index marks those that are (probe_leases: a lease probe per regular file,
-         * tmpfs only) or says it cannot tell which, and the next diff copies them (or every
-         * regular file) whatever their stat says: a write through a mapping made before
-         * now may leave no trace in it (fs/changes.h). */
+        /* Regular files whose bytes may have changed with no trace in their stat (a write
+         * through a shared mapping: fs/changes.h), copied whatever the index says:
+         * writers: some file is open for writing now (changes_fs_writers()); those are asked
+         * one by one when probe_leases (tmpfs), else every one is copied unless
+         * touched_since covers them; closed (sorted) / closed_all: the files closed after
+         * writing since the index was taken (all: not known which); touched_since (ns, 0
+         * none): every file whose ctime is not older (a fork's overlay: whatever it wrote
+         * itself since its birth is in its upper with a newer ctime). */
         bool writers, probe_leases;
+        const ino_t *closed;
+        size_t n_closed;
+        bool closed_all;
+        int64_t touched_since;
 } LayerDiff;
-
-/* What an index (LayerDiff.new_index) says of the files open for writing when it was
- * taken: 0 none, 1 some (marked), 2 some (not known which); -errno for an unreadable one. */
-int layer_index_writers(int index_fd);
 
 typedef struct LayerDiffStats {
         uint64_t entries; /* in the trees now */

@@ -275,6 +275,8 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
         loop_del(ctx->host.loop, &ctx->pool_w);
         safe_close(ctx->pool_timer);
         mover_free(ctx->host.mover);
+        while (ctx->host.n_changes_pool > 0)
+                safe_close(ctx->host.changes_pool[--ctx->host.n_changes_pool]);
         if (ctx->host.shared_ready)
                 box_shared_done(&ctx->host.shared);
         safe_close(ctx->host.devnull);

@@ -104,12 +104,17 @@ typedef struct ImageState {
         bool has_index;
         int64_t threshold;
         bool layered;
-        /* Whether its trees changed since its last fork in layers (fs/changes.h): a fanotify
-         * group (valid when watching), marked at each such fork (marked) until its first
-         * event (changed: then unmarked). */
-        int changes_fd;
+        /* What changed in its trees since its last fork in layers (fs/changes.h): a fanotify
+         * group (valid when watching) marked for every change at each such fork (full) until
+         * the first one comes, then for the closes of files open for writing only; what it
+         * reported since (seen); whether it has watched without a gap since the index was
+         * taken (tracked); tree_fd, for the handles its events carry. birth: a fork's
+         * threshold, kept after its first fork (LayerDiff.touched_since). */
+        int changes_fd, tree_fd;
         Watch changes_w;
-        bool watching, marked, changed;
+        bool watching, full, tracked;
+        ChangesSeen seen;
+        int64_t birth;
 } ImageState;
 
 struct Op {
@@ -152,6 +157,8 @@ struct Op {
          * sandbox's change baseline moved to this op's moment, which only a kept result
          * confirms (else the watch is dropped: the next fork walks). */
         bool unchanged, baselined;
+        ChangesSeen seen; /* what the watch reported since the last fork (LayerDiff.closed) */
+        bool closed_all;
         int error;
         char msg[JOB_ERR_MAX + 64];
 };
@@ -233,6 +240,7 @@ static void op_free(Op *op) {
         safe_close(op->layer_fd);
         safe_close(op->upper_fd);
         safe_close(op->new_index);
+        changes_seen_done(&op->seen);
         if (op->baselined)
                 changes_forget(op->st);
         free(op);
@@ -518,8 +526,10 @@ static void job_event(Watch *w, uint32_t events) {
                  * The chain and index stay: the index still says what the chain holds. */
                 op->st->layered = false;
                 refresh_writable_dev(op->sb);
-                /* Its marks were on the overlays' filesystem, gone now. */
+                /* Its marks were on the overlays' filesystem, gone now; its own tmpfs again
+                 * is no fork's upper. */
                 changes_forget(op->st);
+                op->st->birth = 0;
         }
         if (r < 0) {
                 op_fail(op, r, "%s", err[0] ? err : strerror(-r));
@@ -564,6 +574,8 @@ static int op_job(Op *op, JobFn fn, WatchFn ended) {
                 .threshold = op->squash ? 0 : op->st->threshold,
                 .unlayer = op->st->layered && (op->kind == OP_RESTORE || op->kind == OP_IMPORT),
                 .unchanged = op->unchanged,
+                .closed = op->seen.closed, .n_closed = op->seen.n_closed, .closed_all = op->closed_all,
+                .touched_since = op->st->birth,
         };
         int r = job_start(&op->job, fn, &op->args, keep, op_fds(op, keep));
         if (r < 0)
@@ -699,50 +711,84 @@ static bool layers_wanted(const Op *op) {
 }
 
 static void changes_forget(ImageState *st) {
+        changes_seen_done(&st->seen);
+        st->tracked = false;
         if (!st->watching)
                 return;
         loop_del(sandbox_loop(st->sb), &st->changes_w);
+        SandboxHost *host = sandbox_host(st->sb);
+        ChangesSeen scratch = { 0 };
+        /* Kept for another sandbox, unmarked and emptied (closing it would wait). */
+        if (host->n_changes_pool < ELEMENTSOF(host->changes_pool) &&
+            changes_mark(st->changes_fd, -1, NULL, 0, true) == 0 && changes_read(st->changes_fd, -1, &scratch) == 0)
+                host->changes_pool[host->n_changes_pool++] = TAKE_FD(st->changes_fd);
+        changes_seen_done(&scratch);
         st->changes_fd = safe_close(st->changes_fd);
-        st->watching = st->marked = false;
+        st->tree_fd = safe_close(st->tree_fd);
+        st->watching = st->full = false;
 }
 
-/* The first change since the last fork in layers: noted, and the marks go until the next. */
-static void changes_event(Watch *w, uint32_t events) {
-        ImageState *st = w->data;
-        st->changed = true;
-        loop_del(sandbox_loop(st->sb), &st->changes_w);
-        if (changes_unmark(st->changes_fd) < 0 || changes_drain(st->changes_fd) < 0)
+static const char *const tree_dirs[] = { "tmp", "home/user", "dev/shm" };
+
+/* Takes what the watch reported; after the first change only closes are asked for. */
+static void changes_take(ImageState *st) {
+        if (changes_read(st->changes_fd, st->tree_fd, &st->seen) < 0 ||
+            (st->seen.any && st->full &&
+             changes_mark(st->changes_fd, sandbox_box(st->sb)->root_fd, tree_dirs, ELEMENTSOF(tree_dirs), false) < 0)) {
                 changes_forget(st);
-        else
-                st->marked = false;
+                return;
+        }
+        if (st->seen.any)
+                st->full = false;
+}
+
+static void changes_event(Watch *w, uint32_t events) {
+        changes_take(w->data);
         (void)events;
 }
 
 /* At a fork in layers, with the sandbox frozen: 1 if its trees may have changed since its
- * last one, 0 if no change was reported (the job still checks that no file of them is open
- * for writing: fs/changes.h). This moment is the next fork's baseline either way. */
+ * last one, 0 if no change was reported (the job still asks whether a file of them is open
+ * for writing: fs/changes.h). The op takes what to copy whatever the index says; this
+ * moment is the next fork's baseline. */
 static int trees_changed(Op *op) {
-        static const char *const dirs[] = { "tmp", "home/user", "dev/shm" };
         ImageState *st = op->st;
         const Box *b = sandbox_box(op->sb);
-        /* Changed unless marked since the last fork with nothing queued since. */
-        int events = !st->watching || !st->marked || st->changed ? 1 : changes_drain(st->changes_fd);
-        if (!st->watching && changes_new(&st->changes_fd) == 0)
-                st->watching = true;
-        /* The new baseline: marked now, the queue empty, the first event watched for. */
-        if (st->watching && !st->marked) {
-                if (changes_mark(st->changes_fd, b->root_fd, dirs, ELEMENTSOF(dirs)) == 0)
-                        st->marked = true;
+        if (st->watching)
+                changes_take(st);
+        bool tracked = st->watching && st->tracked && !st->seen.closed_lost;
+        int changed = !tracked || st->seen.any;
+        changes_seen_sort(&st->seen);
+        changes_seen_done(&op->seen);
+        op->seen = st->seen;
+        st->seen = (ChangesSeen){ 0 };
+        /* Not known which files were closed after writing: each regular one may have been
+         * written through a mapping. A fork's overlay needs none of it (touched_since). */
+        op->closed_all = !tracked && !st->birth;
+        /* The new baseline: every change marked again, the queue emptied. */
+        if (!st->watching) {
+                st->tree_fd = openat(b->root_fd, "tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                SandboxHost *host = sandbox_host(op->sb);
+                if (st->tree_fd >= 0 && host->n_changes_pool > 0)
+                        st->changes_fd = host->changes_pool[--host->n_changes_pool];
+                if (st->tree_fd >= 0 && (st->changes_fd > 0 || changes_new(&st->changes_fd) == 0))
+                        st->watching = true;
                 else
-                        changes_forget(st);
+                        st->tree_fd = safe_close(st->tree_fd);
         }
-        if (st->watching && (changes_drain(st->changes_fd) < 0 ||
-                             (!st->changes_w.active &&
-                              loop_add(sandbox_loop(op->sb), &st->changes_w, st->changes_fd, EPOLLIN, changes_event, st) < 0)))
-                changes_forget(st);
-        st->changed = false;
-        op->baselined = st->watching;
-        return events != 0 || !op->freeze.still;
+        if (st->watching) {
+                ChangesSeen scratch = { 0 };
+                if (changes_mark(st->changes_fd, b->root_fd, tree_dirs, ELEMENTSOF(tree_dirs), true) < 0 ||
+                    changes_read(st->changes_fd, st->tree_fd, &scratch) < 0 ||
+                    (!st->changes_w.active &&
+                     loop_add(sandbox_loop(op->sb), &st->changes_w, st->changes_fd, EPOLLIN, changes_event, st) < 0))
+                        changes_forget(st);
+                else
+                        st->full = st->tracked = true;
+                changes_seen_done(&scratch);
+        }
+        op->baselined = true;
+        return changed || !op->freeze.still;
 }
 
 static void op_layered_drop(Op *op) {
@@ -821,6 +867,7 @@ static int op_layered_keep(Op *op, const char *result) {
         cs->index_fd = cidx;
         cs->has_index = true;
         cs->threshold = threshold;
+        cs->birth = threshold;
         cs->layered = true;
         op_layered_drop(op);
         refresh_writable_dev(op->child);

@@ -140,7 +140,7 @@ int image_job_fork_layered(void *arg, char *err, size_t errlen) {
         /* Files open for writing: asked of the kernel with the sandbox frozen (never while
          * it runs: the probe makes its trees read-only for a moment). */
         int writers = a->still ? trees_writers(a->from->root_fd) : -EAGAIN;
-        bool skip = a->unchanged && writers == 0 && layer_index_writers(a->old_index) == 0;
+        bool skip = a->unchanged && writers == 0;
         if (a->unchanged && !skip && a->n_layers >= SBX_MAX_FORK_LAYERS) {
                 /* A walk would add a layer past the cap, and the squash was not asked for. */
                 snprintf(err, errlen, "layer: the layer cap is reached and a file is open for writing");
@@ -149,7 +149,9 @@ int image_job_fork_layered(void *arg, char *err, size_t errlen) {
         LayerDiff d = { .root = a->from->root_fd, .layer = a->layer, .old_index = a->old_index,
                         .threshold = a->threshold, .new_index = a->new_index, .ids = &ids,
                         .writers = writers != 0,
-                        .probe_leases = writers == 1 && tree_is_tmpfs(a->from->root_fd) };
+                        .probe_leases = writers == 1 && tree_is_tmpfs(a->from->root_fd),
+                        .closed = a->closed, .n_closed = a->n_closed, .closed_all = a->closed_all,
+                        .touched_since = a->touched_since };
         int r = skip ? copy_index(a->old_index, a->new_index, &st) : layer_diff(&d, &st, err, errlen);
         if (r < 0)
                 return r;

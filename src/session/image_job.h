@@ -43,6 +43,11 @@ typedef struct ImageJob {
          * file of the trees is open for writing now or was then, no diff, the old index is
          * the new one and no layer is added. */
         bool unchanged;
+        /* Layered fork: what the diff copies whatever the index says (LayerDiff). */
+        const ino_t *closed;
+        size_t n_closed;
+        bool closed_all;
+        int64_t touched_since;
 } ImageJob;
 
 /* JobFns (base/job.h) over an ImageJob: each returns 0 or -errno with err saying why. */

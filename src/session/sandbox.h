@@ -26,6 +26,11 @@ typedef struct SandboxHost {
         BoxShared shared;
         bool shared_ready;
         struct Mover *mover; /* sandbox/mover.h: made with `shared` */
+        /* fanotify groups of forks in layers (image.c) no sandbox uses now, marks flushed:
+         * closing one waits for an SRCU grace period (ms), so the loop keeps them for the
+         * next sandbox instead; closed with the context. */
+        int changes_pool[8];
+        unsigned n_changes_pool;
         bool process; /* SBX_MODE_PROCESS: shared is made (and stays) in process mode */
         int devnull;
         CorpseYard yard;
