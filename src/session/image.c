@@ -767,7 +767,8 @@ static int trees_changed(Op *op) {
         op->closed_all = !tracked && !st->birth;
         /* The new baseline: every change marked again, the queue emptied. */
         if (!st->watching) {
-                st->tree_fd = openat(b->root_fd, "tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                /* Not O_PATH: open_by_handle_at() refuses one. */
+                st->tree_fd = openat(b->root_fd, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 SandboxHost *host = sandbox_host(op->sb);
                 if (st->tree_fd >= 0 && host->n_changes_pool > 0)
                         st->changes_fd = host->changes_pool[--host->n_changes_pool];

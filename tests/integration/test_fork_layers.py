@@ -555,3 +555,22 @@ def test_a_mapping_read_first_then_written_and_closed(logged):
     child, walked = fork_walks(logged, b)
     assert walked  # the close of a file open for writing is a change
     assert child.sh("cat ~/m/f") == "ZZZZ", f"stale fork (stat before {before!r}, after {b.sh(stat)!r})"
+
+
+def test_a_fork_after_a_few_changes_copies_only_them(logged):
+    """What the watch names keeps a fork in proportion to what changed: after 10 files were
+    rewritten (each closed after writing) the fork copies those and their directories, not
+    the tree."""
+    b = new_box(logged)
+    b.sh("mkdir -p ~/s && for i in $(seq 300); do echo $i > ~/s/f$i; done")
+    fork_walks(logged, b)
+    b.sh("for i in $(seq 10); do echo x >> ~/s/f$i; done")
+    errf = logged.errf
+    errf.seek(0, os.SEEK_END)
+    at = errf.tell()
+    child = b.fork()
+    errf.seek(at)
+    line = [ln for ln in errf.read().decode().splitlines() if "forked in layers" in ln][0]
+    used, _, entries, copied = (int(v) for v in line.split("(")[1].split()[:4])
+    assert used == 1 and entries >= 300 and 10 <= copied <= 20, line
+    assert child.sh("cat ~/s/f1 ~/s/f300") == "1\nx\n300\n"
