@@ -354,16 +354,22 @@ static void socket_creates(Samples *out, unsigned gap_ms, unsigned *bad) {
         }
 }
 
+/* A fresh connection whose root sandbox is made (`create` answered); dies on failure. */
+static int connect_with_sandbox(char *buf, size_t size, size_t *have) {
+        static const char create[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"create\",\"params\":{}}\n";
+        int fd = sock_connect();
+        if (fd < 0 || write(fd, create, sizeof create - 1) != (ssize_t)(sizeof create - 1) ||
+            !read_answer(fd, 1, buf, size, have))
+                bench_die("create over the socket failed");
+        return fd;
+}
+
 /* In one idle session: `run` `echo hi` over the socket, interleaved with `bash -c 'echo hi'`. */
 static void socket_warm(Samples *run, Samples *bash, unsigned *bad) {
-        static const char create[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"create\",\"params\":{}}\n";
         char *bash_hi[] = { "/bin/bash", "-c", "echo hi", NULL };
         char buf[8192], req[256];
         size_t have = 0;
-        int fd = sock_connect();
-        if (fd < 0 || write(fd, create, sizeof create - 1) != (ssize_t)(sizeof create - 1) ||
-            !read_answer(fd, 1, buf, sizeof buf, &have))
-                bench_die("create over the socket failed");
+        int fd = connect_with_sandbox(buf, sizeof buf, &have);
         for (unsigned i = 0; i < cfg.n + 10; i++) {
                 int id = (int)i + 2;
                 int len = snprintf(req, sizeof req,
@@ -387,13 +393,9 @@ static void socket_warm(Samples *run, Samples *bash, unsigned *bad) {
  * its model's time between commands. Moves between cgroups then come after a quiet spell, when
  * the kernel's cgroup lock waits for an RCU grace period (see src/sandbox/mover.h). */
 static void socket_warm_spaced(Samples *run, unsigned gap_ms, unsigned *bad) {
-        static const char create[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"create\",\"params\":{}}\n";
         char buf[8192], req[256];
         size_t have = 0;
-        int fd = sock_connect();
-        if (fd < 0 || write(fd, create, sizeof create - 1) != (ssize_t)(sizeof create - 1) ||
-            !read_answer(fd, 1, buf, sizeof buf, &have))
-                bench_die("create over the socket failed");
+        int fd = connect_with_sandbox(buf, sizeof buf, &have);
         for (unsigned i = 0; i < cfg.n + 2; i++) {
                 int id = (int)i + 2;
                 int len = snprintf(req, sizeof req,

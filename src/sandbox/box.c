@@ -422,14 +422,14 @@ int box_read_exit(Box *b, pid_t *ret_pid, int *ret_status) {
         }
 }
 
-void box_kill(Box *b) {
+void box_kill(Box *b, bool kill_cgroup) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
         b->netns_fd = safe_close(b->netns_fd);
         b->proxy_fd = safe_close(b->proxy_fd);
         pidfd_sigkill(b->init_pidfd);
-        if (b->cg.dir >= 0)
+        if (kill_cgroup && b->cg.dir >= 0)
                 (void)cgroup_kill(b->cg.dir);
 }
 

@@ -113,5 +113,6 @@ void box_destroy(BoxShared *s, Box *b);
  * process mode it then starts a process that removes the sandbox's directory, and returns 0
  * with b->init_pidfd the remover's (wait on it: it may be a new fd) until that one is
  * reaped. */
-void box_kill(Box *b);
+/* kill_cgroup: write its cgroup.kill here too (else the caller has it written). */
+void box_kill(Box *b, bool kill_cgroup);
 int box_try_finish(BoxShared *s, Box *b);

@@ -18,7 +18,7 @@
 
 typedef struct MoverMsg {
         int64_t id;
-        int32_t pid; /* request: the pid; answer: the result */
+        int32_t pid; /* request: the pid (0: kill the one cgroup given); answer: the result */
         uint32_t n;
 } MoverMsg;
 
@@ -46,6 +46,8 @@ struct Mover {
 };
 
 static int move_all(pid_t pid, const int *fds, size_t n) {
+        if (pid == 0)
+                return n == 1 ? write_file_at(fds[0], "cgroup.kill", "1") : -EINVAL;
         char num[32];
         snprintf(num, sizeof num, "%d", (int)pid);
         for (size_t i = 0; i < n; i++) {
@@ -206,9 +208,7 @@ void mover_free(Mover *m) {
         free(m);
 }
 
-int64_t mover_move(Mover *m, pid_t pid, const int *dirs, size_t n, MoveDoneFn done, void *ud) {
-        if (n == 0 || n > MOVER_MAX_DIRS || pid <= 0)
-                return -EINVAL;
+static int64_t request(Mover *m, pid_t pid, const int *dirs, size_t n, MoveDoneFn done, void *ud) {
         MoveReq *q = calloc(1, sizeof *q);
         if (!q)
                 return -ENOMEM;
@@ -275,3 +275,13 @@ unsigned mover_pending(const Mover *m) { return m ? m->pending : 0; }
 bool mover_running(const Mover *m) { return m && m->sock >= 0; }
 
 pid_t mover_pid(const Mover *m) { return mover_running(m) ? m->job.pid : -1; }
+
+int64_t mover_move(Mover *m, pid_t pid, const int *dirs, size_t n, MoveDoneFn done, void *ud) {
+        if (n == 0 || n > MOVER_MAX_DIRS || pid <= 0)
+                return -EINVAL;
+        return request(m, pid, dirs, n, done, ud);
+}
+
+int64_t mover_kill(Mover *m, int dir, MoveDoneFn done, void *ud) {
+        return dir < 0 ? -EINVAL : request(m, 0, &dir, 1, done, ud);
+}

@@ -10,6 +10,11 @@
  * now and then would wait that long for each result, and every other client of the daemon
  * with it. The mover takes the wait instead; the caller hears of the result from the loop.
  *
+ * A move that waits for its grace period holds the kernel's cgroup mutex meanwhile, so any
+ * other write to cgroupfs (mkdir, rmdir, cgroup.kill) waits with it: the sandbox's kill on
+ * destroy goes through the mover too (mover_kill()); a command cgroup's mkdir and the
+ * retired ones' rmdir stay in the loop (brief, and rarely at the same moment).
+ *
  * Ownership: a request keeps duplicates of the dir fds it was given (the caller may close
  * its own at once). Callbacks run from the loop, never from mover_move() itself. */
 #pragma once
@@ -37,6 +42,11 @@ void mover_free(Mover *m);
  * stopping at the first failure; done(ud, r) follows from the loop. Returns a request id
  * (> 0) for mover_cancel(), or -errno (then done is never called). */
 int64_t mover_move(Mover *m, pid_t pid, const int *dirs, size_t n, MoveDoneFn done, void *ud);
+/* Writes cgroup.kill of the cgroup dir (a fd), in the same order as the moves: the kernel
+ * takes the cgroup mutex for it, which a move waiting for its grace period holds, so the loop
+ * must not write it itself while the mover may be waiting. done may be NULL. Returns a
+ * request id or -errno. */
+int64_t mover_kill(Mover *m, int dir, MoveDoneFn done, void *ud);
 /* done of request id will not be called (the move itself may still happen). 0 is ignored. */
 void mover_cancel(Mover *m, int64_t id);
 /* Requests sent and not answered yet, for tests and health. */

@@ -4,6 +4,7 @@
 #include "base/list.h"
 #include "base/util.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/mover.h"
 #include "session/corpse.h"
 
 struct Corpse {
@@ -64,7 +65,9 @@ void corpse_add(CorpseYard *y, const Box *b) {
         }
         c->yard = y;
         c->box = *b;
-        box_kill(&c->box);
+        /* The cgroup's kill through the mover: a move waiting for its grace period holds
+         * the cgroup mutex that writing cgroup.kill needs, and the loop must not wait. */
+        box_kill(&c->box, !y->mover || c->box.cg.dir < 0 || mover_kill(y->mover, c->box.cg.dir, NULL, NULL) < 0);
         c->events = c->box.cg.dir >= 0 ? cgroup_events_open(c->box.cg.dir) : -1;
         LIST_LINK(y->corpses, c);
         if ((c->box.init_pidfd >= 0 &&

@@ -10,6 +10,7 @@ typedef struct Corpse Corpse;
 typedef struct CorpseYard {
         Loop *loop;
         BoxShared *shared;
+        struct Mover *mover; /* writes the cgroup.kill of each corpse (sandbox/mover.h) */
         Corpse *corpses;
 } CorpseYard;
 

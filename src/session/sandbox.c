@@ -595,7 +595,7 @@ static void setup_timeout_event(Watch *w, uint32_t events) {
         SbxSandbox *sb = w->data;
         log_warn("sandbox %s: no root after %d ms", sb->core.box.id, SBX_CREATE_TIMEOUT_MS);
         loop_del(sb->core.loop, &sb->ctl_w);
-        box_kill(&sb->core.box);
+        box_kill(&sb->core.box, true);
         settle(sb, -ETIMEDOUT);
 }
 
@@ -746,6 +746,7 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
         }
         if (!host->mover && (r = mover_new(host->loop, &host->mover)) < 0)
                 return r;
+        host->yard.mover = host->mover;
         SbxSandbox *sb = sandbox_alloc(host, o);
         if (!sb)
                 return -ENOMEM;
