@@ -364,39 +364,18 @@ static int connect_with_sandbox(char *buf, size_t size, size_t *have) {
         return fd;
 }
 
-/* In one idle session: `run` `echo hi` over the socket, interleaved with `bash -c 'echo hi'`. */
-static void socket_warm(Samples *run, Samples *bash, unsigned *bad) {
+/* In one idle session: `run` `echo hi` over the socket, gap_ms apart, after `warmup` untimed
+ * runs; with bash, each run is followed by a bare `bash -c 'echo hi'` spawned by this client
+ * (timed into bash). A gap of 5 ms leaves the session's next worker ready and idle; a gap of
+ * 200 ms is an agent's pace, its model's time between commands: moves between cgroups then
+ * come after a quiet spell, when the kernel's cgroup lock waits for an RCU grace period (see
+ * src/sandbox/mover.h). */
+static void socket_warm(Samples *run, Samples *bash, unsigned gap_ms, unsigned warmup, unsigned *bad) {
         char *bash_hi[] = { "/bin/bash", "-c", "echo hi", NULL };
         char buf[8192], req[256];
         size_t have = 0;
         int fd = connect_with_sandbox(buf, sizeof buf, &have);
-        for (unsigned i = 0; i < cfg.n + 10; i++) {
-                int id = (int)i + 2;
-                int len = snprintf(req, sizeof req,
-                                   "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"run\",\"params\":{\"command\":\"echo hi\"}}\n", id);
-                pause_ms(5); /* the session's next worker is ready and idle */
-                uint64_t t0 = bench_now_ns();
-                bool ok = write(fd, req, (size_t)len) == len && read_answer(fd, id, buf, sizeof buf, &have);
-                double ms = bench_ms_since(t0);
-                double b = time_spawn(bash_hi);
-                if (!ok || b < 0)
-                        (*bad)++;
-                else if (i >= 10) {
-                        samples_add(run, ms);
-                        samples_add(bash, b);
-                }
-        }
-        close(fd);
-}
-
-/* In one idle session: `run` `echo hi` over the socket, gap_ms apart: an agent's pace, with
- * its model's time between commands. Moves between cgroups then come after a quiet spell, when
- * the kernel's cgroup lock waits for an RCU grace period (see src/sandbox/mover.h). */
-static void socket_warm_spaced(Samples *run, unsigned gap_ms, unsigned *bad) {
-        char buf[8192], req[256];
-        size_t have = 0;
-        int fd = connect_with_sandbox(buf, sizeof buf, &have);
-        for (unsigned i = 0; i < cfg.n + 2; i++) {
+        for (unsigned i = 0; i < cfg.n + warmup; i++) {
                 int id = (int)i + 2;
                 int len = snprintf(req, sizeof req,
                                    "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"run\",\"params\":{\"command\":\"echo hi\"}}\n", id);
@@ -404,10 +383,14 @@ static void socket_warm_spaced(Samples *run, unsigned gap_ms, unsigned *bad) {
                 uint64_t t0 = bench_now_ns();
                 bool ok = write(fd, req, (size_t)len) == len && read_answer(fd, id, buf, sizeof buf, &have);
                 double ms = bench_ms_since(t0);
-                if (!ok)
+                double b = bash ? time_spawn(bash_hi) : 0;
+                if (!ok || b < 0)
                         (*bad)++;
-                else if (i >= 2)
+                else if (i >= warmup) {
                         samples_add(run, ms);
+                        if (bash)
+                                samples_add(bash, b);
+                }
         }
         close(fd);
 }
@@ -425,9 +408,9 @@ static void bench_socket(void) {
         server_start(2);
         pause_ms(500);
         socket_creates(&pooled, 60, &bad);
-        socket_warm(&warm, &bash, &bad);
+        socket_warm(&warm, &bash, 5, 10, &bad);
         bench_progress("s: warm runs 200 ms apart");
-        socket_warm_spaced(&warm_gap, 200, &bad);
+        socket_warm(&warm_gap, NULL, 200, 2, &bad);
         server_stop();
         Summary s, w = summarize(&warm), b = summarize(&bash);
         row_add("s_nopool", "socket: `create` + `run` `echo hi` → result, no pool, back to back", (s = summarize(&b2b), &s),
