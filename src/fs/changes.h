@@ -34,19 +34,22 @@ int changes_new(int *ret_fd);
  * the close of a file open for writing: 0, or -errno (a filesystem that cannot report file
  * ids). Marks made before are replaced. */
 int changes_mark(int fd, int root_fd, const char *const *dirs, size_t n, bool all);
-/* What the queue held, emptied: any event at all, the inode numbers of the files whose
- * writable open ended (closed; deduplicated, the caller's to free), and whether some were
- * lost (the queue overflowed, or more than SBX_FORK_CLOSED_MAX) or could not be told.
- * mount_fd: any fd on the marked filesystem, for open_by_handle_at(). */
+/* What a queue held: any event at all, the inode numbers of the files whose writable open
+ * ended (closed; deduplicated, owned by the struct), and whether some were lost (the queue
+ * overflowed, more than SBX_FORK_CLOSED_MAX) or could not be told. changes_read()'s mount_fd
+ * is a directory fd on the marked filesystem (not O_PATH: open_by_handle_at() refuses one). */
 typedef struct ChangesSeen {
         bool any, closed_lost;
         ino_t *closed;
         size_t n_closed;
 } ChangesSeen;
+/* Adds what the queue holds to seen (0) or -errno. */
 int changes_read(int fd, int mount_fd, ChangesSeen *seen);
+/* Frees seen->closed; seen is empty after. */
 void changes_seen_done(ChangesSeen *seen);
-/* Whether ino is among the sorted closed[] (changes_seen_sort() sorts). */
+/* Sorts seen->closed for changes_closed_has(). */
 void changes_seen_sort(ChangesSeen *seen);
+/* Whether ino is among closed[] (sorted). */
 bool changes_closed_has(const ino_t *closed, size_t n, ino_t ino);
 /* Whether any file of the filesystem that holds dir (below root_fd) is open for writing,
  * wherever the open file is held (an fd, a mapping, an fd in flight over a socket, an

@@ -242,14 +242,7 @@ def test_forks_past_the_layer_cap_squash_and_stay_exact(srv):
 @pytest.fixture
 def logged():
     """A server whose debug log says of each fork in layers whether the tree was walked."""
-    import tempfile
-    from conftest import SPAWNED, Peer
-    errf = tempfile.TemporaryFile()
-    proc = subprocess.Popen([SBX, "serve", "--stdio", "--verbose"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=errf)
-    SPAWNED.append(proc.pid)
-    peer = Peer(proc.stdout, proc.stdin)
-    peer.proc, peer.errf = proc, errf
+    peer = start_server("--verbose")
     try:
         yield peer
     finally:

@@ -39,9 +39,10 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 # ---------------------------------------------------------------- raw JSON-RPC client
 
-def start_server():
+def start_server(*args):
+    """`sbx serve --stdio` with args; its stderr is kept in peer.errf."""
     errf = tempfile.TemporaryFile()
-    proc = subprocess.Popen([SBX, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([SBX, "serve", "--stdio", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=errf)
     SPAWNED.append(proc.pid)
     peer = Peer(proc.stdout, proc.stdin)
