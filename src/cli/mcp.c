@@ -250,7 +250,7 @@ static void progress_send(McpCall *c, uint64_t now) {
         (void)utf8_sanitize(msg);
         json_t *p = json_pack("{s:O, s:I, s:s}", "progressToken", c->progress_token, "progress",
                               (json_int_t)c->progress, "message", msg);
-        size_t len;
+        size_t len = 0;
         char *line = p ? rpc_notification_line("notifications/progress", p, &len) : NULL;
         to_client(c->mcp, line, len);
 }

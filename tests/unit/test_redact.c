@@ -3,6 +3,7 @@
  * blocks, near misses, extra patterns, matches split across feeds at every point, and a cut. */
 #include <errno.h>
 #include "base/limits.h"
+#include "base/macro.h"
 #include "base/redact.h"
 #include "tap.h"
 
@@ -221,11 +222,79 @@ static void test_long(void) {
         redactor_unref(r);
 }
 
+/* Redacts in both ways, vector prefilter and not; true when both give the same bytes. */
+static bool same_both_ways(const Redactor *r, const char *in, size_t len, size_t step) {
+        redact_simd(false);
+        char *plain = run_steps(r, in, len, step);
+        redact_simd(true);
+        char *vec = run_steps(r, in, len, step);
+        bool ok = strcmp(plain, vec) == 0;
+        free(plain);
+        free(vec);
+        return ok;
+}
+
+static uint64_t rng_state = 20261125;
+static unsigned rnd(unsigned n) {
+        rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+        return (unsigned)(rng_state >> 33) % n;
+}
+
+/* The vector prefilter rules out whole blocks of 32 places: a literal at any place of a
+ * block, across blocks, at a buffer's last bytes, or among bytes that share its nibble
+ * buckets (0x80 apart) is found as without it. */
+static void test_vector(void) {
+        const char *const secrets[] = { "K=zq-sekrit-77", "L=\xc1\xc1-high-bytes", NULL };
+        Redactor *r = make(secrets, (const char *const[]){ "tok_[0-9]+", NULL }, false);
+        static const char *const tokens[] = { "AKIAABCDEFGHIJKLMNOP", "ghp_abcdefghijklmnopqrstuv", "zq-sekrit-77",
+                                              "-----BEGIN RSA PRIVATE KEY-----\nx\n-----END RSA PRIVATE KEY-----",
+                                              "Bearer abcdefgh.ij", "tok_12345", "sk-abcdefghijklmnopqrstuvwx" };
+        size_t len = 4096;
+        char *in = malloc(len + 1);
+        bool every_place = true, every_hidden = true;
+        for (size_t t = 0; t < ELEMENTSOF(tokens); t++)
+                for (size_t at = 0; at < 70; at++) {
+                        /* Zeros around it: the blocks before and after are ruled out whole. */
+                        memset(in, ' ', len);
+                        size_t tl = strlen(tokens[t]);
+                        memcpy(in + 32 * 50 + at, tokens[t], tl);
+                        memcpy(in + len - tl, tokens[t], tl); /* and at the very end */
+                        in[len] = 0;
+                        every_place &= same_both_ways(r, in, len, 0) && same_both_ways(r, in, len, 33);
+                        redact_simd(true);
+                        char *out = run_steps(r, in, len, 0);
+                        every_hidden &= strstr(out, tokens[t] + 4) == NULL;
+                        free(out);
+                }
+        CHECK(every_place, "each literal at 70 places and at the end: the same with the vector prefilter as without");
+        CHECK(every_hidden, "and hidden at every one of them");
+
+        bool random_same = true;
+        static const char alphabet[] = "AKSIghipoustr_kB eab-\xc1\x01\xcb\xe7zq7-";
+        for (int round = 0; round < 200; round++) {
+                unsigned mode = round % 3; /* bytes at random, from the literals' bytes, zeros */
+                for (size_t i = 0; i < len; i++)
+                        in[i] = mode == 0 ? (char)(1 + rnd(255)) : mode == 1 ? alphabet[rnd(sizeof alphabet - 1)] : 0;
+                for (unsigned k = rnd(6); k > 0; k--) {
+                        const char *tok = tokens[rnd(ELEMENTSOF(tokens))];
+                        size_t tl = strlen(tok), at = rnd((unsigned)(len - tl));
+                        memcpy(in + at, tok, tl);
+                }
+                in[len] = 0;
+                /* Bytes set to 0 end the string: compare the prefix that is a string. */
+                random_same &= same_both_ways(r, in, strlen(in), 0) && same_both_ways(r, in, strlen(in), 1 + rnd(100));
+        }
+        CHECK(random_same, "200 buffers of random, literal-heavy and zero bytes with tokens: the same both ways");
+        free(in);
+        redactor_unref(r);
+}
+
 int main(void) {
         test_secrets();
         test_shapes();
         test_patterns();
         test_cut();
         test_long();
+        test_vector();
         return tap_done();
 }
