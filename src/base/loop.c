@@ -32,6 +32,9 @@ struct Loop {
         Watch yield_w;
         Queue yielded;
         Queue *running; /* the yielded calls being run now, for loop_cancel_defer() */
+        /* Inside loop_run_once(): what is deferred now runs before it returns, so wakefd
+         * need not be made readable (three syscalls per deferral saved). */
+        bool dispatching;
 };
 
 static void wake_event(Watch *w, uint32_t events) {
@@ -187,7 +190,7 @@ void loop_del(Loop *l, Watch *w) {
 
 int loop_defer(Loop *l, DeferFn fn, void *data) {
         int r = queue_push(&l->deferred, fn, data);
-        if (r == 0 && l->deferred.n == 1) {
+        if (r == 0 && l->deferred.n == 1 && !l->dispatching) {
                 uint64_t one = 1;
                 (void)!write(l->wakefd, &one, sizeof one);
         }
@@ -217,8 +220,11 @@ static void run_deferred(Loop *l) {
 }
 
 int loop_run_once(Loop *l, int timeout_ms) {
+        bool was = l->dispatching; /* loop_run_once() may be called from a handler */
         if (l->deferred.n > 0) {
+                l->dispatching = true;
                 run_deferred(l);
+                l->dispatching = was;
                 timeout_ms = 0;
         }
         struct epoll_event ev;
@@ -228,8 +234,10 @@ int loop_run_once(Loop *l, int timeout_ms) {
         if (n == 0)
                 return 0;
         Watch *w = ev.data.ptr;
+        l->dispatching = true;
         w->fn(w, ev.events);
         run_deferred(l);
+        l->dispatching = was;
         return 1;
 }
 

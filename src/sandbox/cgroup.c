@@ -508,6 +508,23 @@ pid_t cgroup_first_pid(int dirfd) {
         return r < 0 ? r : first;
 }
 
+typedef struct OnlyPid {
+        pid_t want;
+        int n;
+} OnlyPid;
+
+static bool only_one(pid_t pid, void *ud) {
+        OnlyPid *o = ud;
+        o->n += pid == o->want ? 1 : 2; /* another pid: more than one, whatever follows */
+        return o->n == 1;
+}
+
+int cgroup_only_pid(int dirfd, pid_t pid) {
+        OnlyPid o = { .want = pid };
+        int r = each_pid(dirfd, only_one, &o);
+        return r < 0 ? r : o.n == 1;
+}
+
 int cgroup_child_create(CgroupSandbox *s, const char *name) {
         return mkdirat_open(s->cmds, name);
 }

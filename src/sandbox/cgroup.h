@@ -92,6 +92,9 @@ int cgroup_move(int dirfd, pid_t pid);
 int cgroup_signal(int dirfd, int sig);
 /* The first process listed in the cgroup (host pid), 0 if none, or -errno. */
 pid_t cgroup_first_pid(int dirfd);
+/* 1 when pid is the one process listed in the cgroup, 0 when not, or -errno (one read of
+ * cgroup.procs). */
+int cgroup_only_pid(int dirfd, pid_t pid);
 /* SIGKILLs every process in the cgroup and its descendants, forks racing it included. */
 int cgroup_kill(int dirfd);
 /* 1 if the cgroup has processes, 0 if empty, -errno on failure. */

@@ -463,8 +463,9 @@ static void run_enqueue(SbxSession *s, SbxRun *r) {
 static int run_watch_io(SbxRun *r) {
         Loop *l = r->s->core->loop;
         int rr;
-        (void)fd_set_nonblock(r->out_fd, true);
-        (void)fd_set_nonblock(r->err_fd, true);
+        /* Read ends run_make_pipe() made, no other status flag set: no F_GETFL first. */
+        (void)fcntl(r->out_fd, F_SETFL, O_NONBLOCK);
+        (void)fcntl(r->err_fd, F_SETFL, O_NONBLOCK);
         uint32_t ev = r->paused ? 0 : EPOLLIN;
         if ((rr = loop_add(l, &r->out_w, r->out_fd, ev, run_output_event, r)) < 0 ||
             (rr = loop_add(l, &r->err_w, r->err_fd, ev, run_output_event, r)) < 0)

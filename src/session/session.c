@@ -126,7 +126,7 @@ static void left(void *ud, int r);
  * the move. Otherwise it is told after, when what remains in the cgroup is the leftovers. */
 static void on_done(SbxSession *s, pid_t pid, int status) {
         SandboxCore *core = s->core;
-        bool clean = s->run_cg >= 0 && cgroup_count_procs(s->run_cg) == 1 && cgroup_first_pid(s->run_cg) == pid;
+        bool clean = s->run_cg >= 0 && cgroup_only_pid(s->run_cg, pid) == 1;
         s->run_cg = -1;
         int old = TAKE_FD(s->holder_pidfd);
         loop_del(core->loop, &s->holder_w);

@@ -170,18 +170,47 @@ static void test_pidfd(void) {
 }
 
 static int deferred_count;
+static Loop *handler_loop;
 static void bump(void *data) { deferred_count += *(int *)data; }
+
+static void defer_from_handler(Watch *w, uint32_t events) {
+        char c;
+        (void)!read(w->fd, &c, 1);
+        (void)loop_defer(handler_loop, bump, w->data);
+}
 
 static void test_loop(void) {
         Loop *l = NULL;
         int one = 1, ten = 10;
         CHECK(loop_new(&l) == 0, "loop_new");
+        handler_loop = l;
         CHECK(loop_defer(l, bump, &one) == 0 && loop_defer(l, bump, &ten) == 0, "defer two calls");
         loop_cancel_defer(l, &ten);
         CHECK(loop_run_once(l, 100) >= 0 && deferred_count == 1, "deferred call ran, cancelled one did not");
         uint64_t t0 = now_ms();
         CHECK(loop_run_once(l, 50) >= 0, "idle loop returns");
         CHECK(loop_run_once(l, 50) == 0 && now_ms() - t0 >= 40, "idle loop times out");
+
+        /* An embedder polls the loop's fd: a call deferred from outside makes it readable; one
+         * deferred by a handler runs before loop_run_once() returns and leaves nothing to see. */
+        struct pollfd pl = { .fd = loop_fd(l), .events = POLLIN };
+        CHECK(poll(&pl, 1, 0) == 0, "nothing to do: the loop's fd is not readable");
+        CHECK(loop_defer(l, bump, &ten) == 0 && poll(&pl, 1, 0) == 1, "a call deferred from outside makes it readable");
+        deferred_count = 0;
+        (void)loop_run_once(l, 0);
+        (void)loop_run_once(l, 0); /* the wake itself, read */
+        CHECK(deferred_count == 10 && poll(&pl, 1, 0) == 0, "run, and not readable after");
+        int p[2];
+        Watch w;
+        CHECK(pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0 && loop_add(l, &w, p[0], EPOLLIN, defer_from_handler, &one) == 0 &&
+                      write(p[1], "x", 1) == 1,
+              "a pipe watched, made readable");
+        deferred_count = 0;
+        CHECK(loop_run_once(l, 1000) == 1 && deferred_count == 1, "its handler's deferred call ran within the same turn");
+        CHECK(poll(&pl, 1, 0) == 0, "and left the loop's fd not readable (no wake for it)");
+        loop_del(l, &w);
+        close(p[0]);
+        close(p[1]);
         loop_free(l);
 }
 

@@ -113,6 +113,20 @@ int main(void) {
         spin(l, &late, 3000);
         CHECK(late.calls == 1 && late.r == 0 && in_cgroup(child, "a"), "is done in the daemon");
 
+        CHECK(cgroup_only_pid(a, child) == 1 && cgroup_only_pid(a, child + 1) == 0 && cgroup_only_pid(b, child) == 0,
+              "cgroup_only_pid: yes for the one process there, no for another pid or an empty cgroup");
+        pid_t second = fork();
+        if (second == 0) {
+                pause();
+                _exit(0);
+        }
+        CHECK(second > 0 && cgroup_move(a, second) == 0 && cgroup_only_pid(a, child) == 0 && cgroup_only_pid(a, second) == 0,
+              "and no for either of two");
+        if (second > 0) {
+                kill(second, SIGKILL);
+                waitpid(second, NULL, 0);
+        }
+
         mover_free(m);
         loop_free(l);
         kill(child, SIGKILL);
