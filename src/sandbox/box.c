@@ -65,6 +65,7 @@ int box_shared_init(BoxShared *s, bool process) {
         /* Process mode builds no root: its sandboxes' directories go to a base of its own. */
         if (process && (r = plain_base_init(s->process_base, sizeof s->process_base)) < 0)
                 goto fail;
+        s->process_base_made = process;
         if (!process && mkdir(s->staging, 0700) < 0 && errno != EEXIST) {
                 r = negerrno();
                 goto fail;
@@ -91,6 +92,11 @@ void box_shared_done(BoxShared *s) {
         s->builtin_fd = safe_close(s->builtin_fd);
         free(s->seccomp.filter);
         s->seccomp.filter = NULL;
+        /* Process mode: this daemon's directory, if empty by now (directories still being
+         * removed keep it: the next daemon's start sweeps it then, its pid gone). */
+        if (s->process_base_made)
+                (void)rmdir(s->process_base);
+        s->process_base_made = false;
 }
 
 /* Rootless: uid 1000 inside is the caller, nothing else is mapped. Root: ids 0..65535 inside
@@ -264,8 +270,11 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         r = random_hex(b->id, 16);
         if (r < 0)
                 return r;
-        if (s->process)
+        if (s->process) {
                 snprintf(b->dir, sizeof b->dir, "%s/%s", s->process_base, b->id);
+                /* Another context of this process that ended may have removed it, empty. */
+                (void)mkdir(s->process_base, geteuid() == 0 ? 0711 : 0700);
+        }
         CgroupLimits cl = { .memory_bytes = c->memory_bytes, .pids = c->pids, .cpu_millis = c->cpu_millis,
                             .pids_reserve = SBX_PIDS_RESERVE(c->pids) };
         r = cgroup_sandbox_create(&s->cg, b->id, &cl, &b->cg);

@@ -6,10 +6,88 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include "base/limits.h"
 #include "base/macro.h"
+#include "base/util.h"
 #include "sandbox/plain.h"
+
+/* What daemons killed with SIGKILL left (their sandboxes died with them: pid 1 with its
+ * parent, commands through their cgroups, so nothing uses these) is renamed aside at once and
+ * removed by a process of its own, which may take long (a directory's size is bounded only
+ * by the host's filesystem) and must not hold this daemon's start. That process is a
+ * grandchild, reparented as soon as its parent exits, so no daemon ever waits for it; one
+ * that dies midway leaves `.gone-*` names, which the next sweep removes too. */
+static void sweep_gone(int base_fd) {
+        pid_t pid = fork();
+        if (pid < 0)
+                return;
+        if (pid == 0) {
+                if (fork() != 0)
+                        _exit(0);
+                /* No fd of the daemon's but the base's (as fd 3): a client waiting for the
+                 * daemon's stdout or socket to close must not wait for this. */
+                int nul = open("/dev/null", O_RDWR);
+                for (int fd = 0; nul >= 0 && fd < 3; fd++)
+                        dup2(nul, fd);
+                if (base_fd != 3 && dup2(base_fd, 3) < 0)
+                        _exit(1);
+                close_range(4, ~0U, 0);
+                (void)prctl(PR_SET_NAME, "sbx-rm", 0, 0, 0);
+                int fd = openat(3, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+                for (struct dirent *e; d && (e = readdir(d));)
+                        if (strncmp(e->d_name, ".gone-", 6) == 0)
+                                (void)plain_remove_tree(dirfd(d), e->d_name);
+                _exit(0);
+        }
+        (void)waitpid(pid, NULL, 0);
+}
+
+static void sweep_stale(const char *base) {
+        _cleanup_close_ int fd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int dfd = fd >= 0 ? dup(fd) : -1;
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (!d) {
+                safe_close(dfd);
+                return;
+        }
+        bool gone = false;
+        for (struct dirent *e; (e = readdir(d));) {
+                int pid, end = 0;
+                char proc[32], to[64];
+                if (strncmp(e->d_name, ".gone-", 6) == 0) {
+                        gone = true;
+                        continue;
+                }
+                if (sscanf(e->d_name, "sbx-%d%n", &pid, &end) != 1 || pid <= 0 || e->d_name[end] || pid == getpid())
+                        continue;
+                snprintf(proc, sizeof proc, "/proc/%d", pid);
+                if (access(proc, F_OK) == 0 || errno != ENOENT)
+                        continue;
+                snprintf(to, sizeof to, ".gone-%d-%llx", pid, (unsigned long long)now_ns());
+                if (renameat(fd, e->d_name, fd, to) == 0)
+                        gone = true;
+        }
+        closedir(d);
+        if (gone)
+                sweep_gone(fd);
+}
+
+/* Makes dir, or checks that the one there is a directory of this user's (in /tmp anyone could
+ * have made it first, or put a symlink there), with mode. */
+static int own_dir(const char *dir, mode_t mode) {
+        if (mkdir(dir, mode) < 0 && errno != EEXIST)
+                return negerrno();
+        struct stat st;
+        if (lstat(dir, &st) < 0)
+                return negerrno();
+        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+                return -EPERM;
+        return (st.st_mode & 07777) == mode || chmod(dir, mode) == 0 ? 0 : negerrno();
+}
 
 int plain_base_init(char *base, size_t size) {
         mode_t mode = geteuid() == 0 ? 0711 : 0700;
@@ -20,15 +98,16 @@ int plain_base_init(char *base, size_t size) {
                 snprintf(base, size, "%s/sbx-process", rt);
         else
                 snprintf(base, size, "/tmp/sbx-process-%u", (unsigned)geteuid());
-        if (mkdir(base, mode) < 0 && errno != EEXIST)
-                return negerrno();
-        /* In /tmp anyone could have made it first, or put a symlink there. */
-        struct stat st;
-        if (lstat(base, &st) < 0)
-                return negerrno();
-        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
-                return -EPERM;
-        return (st.st_mode & 07777) == mode || chmod(base, mode) == 0 ? 0 : negerrno();
+        int r = own_dir(base, mode);
+        if (r < 0)
+                return r;
+        sweep_stale(base);
+        /* This daemon's own directory in it, named for its pid as its cgroups are, so that
+         * the next daemon can tell what a dead one left. */
+        size_t n = strlen(base);
+        if (snprintf(base + n, size - n, "/sbx-%d", (int)getpid()) >= (int)(size - n))
+                return -ENAMETOOLONG;
+        return own_dir(base, mode);
 }
 
 static int fail(char *err, size_t errlen, const char *what, const char *path) {

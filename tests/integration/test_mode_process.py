@@ -305,7 +305,7 @@ def test_what_cannot_work_is_refused_clearly(daemon):
     assert run(daemon, sid, "echo fine")["stdout"] == "fine\n"
 
 
-def test_a_daemon_that_dies_takes_its_sandboxes_processes_along(daemon):
+def test_a_daemon_that_dies_takes_its_sandboxes_processes_along(daemon, tmp_path):
     sid, root = sandbox(daemon)
     marker = f"34{uuid.uuid4().int % 10**6:06d}"
     run(daemon, sid, f"(setsid sleep {marker} &); sleep {marker} &")
@@ -313,12 +313,36 @@ def test_a_daemon_that_dies_takes_its_sandboxes_processes_along(daemon):
     daemon.p.send_signal(signal.SIGKILL)
     daemon.p.wait()
     assert wait_until(lambda: not marked(f"sleep {marker}")), marked(f"sleep {marker}")
-    # Its directory stays (nobody is left to remove it): the test does.
+    # Its directory stays (nobody is left to remove it) until the next daemon of this user
+    # starts: that one removes what daemons that are gone left, in the background.
+    assert os.path.isdir(root) and os.path.isdir(root + ".snap")
+    own = os.path.dirname(root)
+    assert os.path.basename(own) == f"sbx-{daemon.p.pid}", own
+    (tmp_path / "next").mkdir()
+    nxt = Daemon(daemon.rootless, tmp_path / "next")
+    try:
+        sid2, root2 = sandbox(nxt)
+        assert wait_until(lambda: not os.path.exists(own), timeout=20), os.listdir(os.path.dirname(own))
+        assert not any(n.startswith(".gone-") for n in os.listdir(os.path.dirname(own)))
+        assert run(nxt, sid2, "echo still here > f && cat f")["stdout"] == "still here\n"
+        assert os.path.isdir(root2)
+    finally:
+        nxt.close()
+
+
+def test_a_live_daemons_directories_are_never_swept(daemon, tmp_path):
+    sid, root = sandbox(daemon)
+    run(daemon, sid, "echo mine > kept")
+    (tmp_path / "second").mkdir()
+    other = Daemon(daemon.rootless, tmp_path / "second")
+    try:
+        sandbox(other)
+        assert os.path.dirname(root) != os.path.dirname(sandbox(other)[1])
+    finally:
+        other.close()
+    time.sleep(0.5)  # what a sweep would have started has had time to act
+    assert run(daemon, sid, "cat kept")["stdout"] == "mine\n"
     assert os.path.isdir(root)
-    for d in (root, f"{root}/home", f"{root}/dev"):
-        os.chmod(d, 0o700)
-    shutil.rmtree(root)
-    shutil.rmtree(root + ".snap")
 
 
 def test_pid_1_killed_takes_the_sandboxs_processes_along(daemon):
