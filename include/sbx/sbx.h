@@ -273,6 +273,8 @@ SBX_API SbxSession *sbx_session_free(SbxSession *s);
 SBX_API const char *sbx_session_name(const SbxSession *s);
 /* Iterates sessions: pass NULL first; returns NULL at the end. */
 SBX_API SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev);
+/* Runs the session holds now, running or queued: a run submitted now starts after them. */
+SBX_API unsigned sbx_session_runs(const SbxSession *s);
 
 /* Queues a command on the session (runs execute one at a time, in order). done fires exactly
  * once, from the loop, never before this returns (a command refused at once, such as one

@@ -14,7 +14,9 @@
  * A slot is held from the moment the request's handler starts until the request is answered:
  * the dispatcher lends it to the handler (Lanes.lent); the first Pending the handler registers
  * takes it over and gives it back when freed; a handler that answers at once gives it back
- * when it returns.
+ * when it returns. A run queued behind others of its session gives it back at once and takes
+ * over the slot of the run ahead of it (pending.h), so one client's runs queued in one
+ * session hold one slot, not one each.
  *
  * Ownership: the Lanes live in the Core; a LaneWait owns the references to its request's id
  * and params; the connection a wait names outlives it (lanes_drop_conn at close). */

@@ -67,7 +67,7 @@ static void run_done(void *ud, const SbxResult *res) {
         p->run = NULL;
         if (p->kind == PENDING_RUN) {
                 count_result(&p->core->totals, res);
-                lanes_count(&p->core->lanes, p->lane, res->exec_time_us / 1000,
+                lanes_count(&p->core->lanes, p->lane ? p->lane : p->behind_lane, res->exec_time_us / 1000,
                             res->error_class != SBX_ERROR_TIMEOUT && res->error_class != SBX_ERROR_CANCELLED &&
                                     res->exit_code != 0,
                             res->error_class == SBX_ERROR_TIMEOUT, res->error_class == SBX_ERROR_CANCELLED);
@@ -103,6 +103,7 @@ static int start_run(Req *r, SbxSession *s, const SbxRunOptions *o, PendingKind 
         if (kind == PENDING_RUN)
                 p->audit = audit_run_begin(r->core->audit, r->sb, r->conn, sbx_session_name(s), o->command,
                                            o->command_len);
+        pending_run_session(&r->core->pending, p, s);
         int rr = sbx_session_run(s, o, run_output, run_done, p, &p->run);
         if (rr < 0) {
                 pending_free(p);

@@ -77,10 +77,56 @@ int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind ki
         return 0;
 }
 
+static void behind_unlink(PendingSet *set, Pending *p) {
+        if (!p->behind_lane)
+                return;
+        if (p->bprev)
+                p->bprev->bnext = p->bnext;
+        else
+                set->behind = p->bnext;
+        if (p->bnext)
+                p->bnext->bprev = p->bprev;
+        else
+                set->behind_tail = p->bprev;
+        p->bnext = p->bprev = NULL;
+        p->behind_lane = 0;
+}
+
+void pending_run_session(PendingSet *set, Pending *p, SbxSession *s) {
+        p->session = s;
+        if (!p->lane || sbx_session_runs(s) == 0)
+                return;
+        lanes_release(&p->core->lanes, p->lane, now_ms() - p->lane_ms);
+        p->behind_lane = p->lane;
+        p->lane = 0;
+        p->bprev = set->behind_tail;
+        if (set->behind_tail)
+                set->behind_tail->bnext = p;
+        else
+                set->behind = p;
+        set->behind_tail = p;
+}
+
 Pending *pending_free(Pending *p) {
+        PendingSet *set = &p->core->pending;
         pending_unlink(p);
-        if (p->lane)
+        behind_unlink(set, p);
+        /* The session's next run is the oldest of its runs waiting behind: it takes the slot
+         * over if it waits for one of this lane (one of the other lane runs without: still
+         * one run at a time, its session's). */
+        Pending *next = NULL;
+        for (Pending *q = p->lane && p->session ? set->behind : NULL; q && !next; q = q->bnext)
+                if (q->session == p->session)
+                        next = q;
+        if (next && next->behind_lane != p->lane)
+                next = NULL;
+        if (next) {
+                behind_unlink(set, next);
+                next->lane = p->lane;
+                next->lane_ms = now_ms();
+        } else if (p->lane) {
                 lanes_release(&p->core->lanes, p->lane, now_ms() - p->lane_ms);
+        }
         json_decref(p->id);
         json_decref(p->answer);
         json_decref(p->audit);

@@ -39,6 +39,12 @@ typedef struct Pending {
         json_t *answer;        /* PENDING_OP of a create: the result, sent once the sandbox is ready */
         int lane;              /* 1 + the lane whose slot it holds (lane.h), 0 for none */
         uint64_t lane_ms;      /* since when (monotonic ms) */
+        /* A run queued behind others of its session holds no slot while it waits (it needs no
+         * worker yet): it waits in PendingSet.behind for the slot of the run of its session
+         * ahead of it, in its lane, handed over when that one is freed. */
+        SbxSession *session;   /* runs: whose (compared, never dereferenced) */
+        int behind_lane;       /* 1 + the lane it waits for a slot of, 0 when not waiting */
+        struct Pending *bnext, *bprev;
         json_t *audit;         /* the audit event its end finishes (audit_begin), NULL when off */
         /* PENDING_PROC: m_process.c's request; PENDING_WATCH: m_watch.c's watch (answered at
          * once, it lives until unwatched). Either is told when its connection closes (then conn is
@@ -51,12 +57,18 @@ typedef struct Pending {
 
 typedef struct PendingSet {
         Pending *head;
+        Pending *behind, *behind_tail; /* runs waiting for their session's slot, oldest first */
 } PendingSet;
 
 /* Registers request id of c as answered later; it takes over the lane slot lent to the
  * handler running now, if any, and gives it back when freed. Returns 0 or -ENOMEM. */
 int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind kind, Pending **ret);
-/* Takes p out of its list and frees it; returns NULL. */
+/* p is a run of session s (the Pending holds no reference: s outlives its runs). When s
+ * already holds runs, p gives its lane slot back until the last of them, in the same lane,
+ * hands it over (pending_free). Call before submitting the run. */
+void pending_run_session(PendingSet *set, Pending *p, SbxSession *s);
+/* Takes p out of its list and frees it; its lane slot goes to the next run of its session
+ * waiting for one, else back to the lane. Returns NULL. */
 Pending *pending_free(Pending *p);
 /* The pending `run` of c whose request id equals request_id, or NULL. */
 Pending *pending_find_run(PendingSet *set, Conn *c, json_t *request_id);

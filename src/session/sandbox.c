@@ -1068,6 +1068,8 @@ int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
 
 const char *sbx_session_name(const SbxSession *s) { return s->name; }
 
+unsigned sbx_session_runs(const SbxSession *s) { return s->n_queued + (s->current != NULL); }
+
 SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev) { return prev ? prev->next : sb->sessions; }
 
 SbxSession *sbx_session_free(SbxSession *s) {

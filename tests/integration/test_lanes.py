@@ -318,3 +318,28 @@ def test_cancel_a_run_waiting_in_its_lane(make_server):
     # It never ran: nothing it would have made exists.
     assert c.result("run", {"command": "test -e /tmp/ran && echo yes || echo no"})["stdout"] == "no\n"
     assert c.error("cancel", {"requestId": waiting})["code"] == INVALID_PARAMS
+
+
+def test_runs_queued_in_one_session_hold_one_slot(make_server):
+    # A queues 5 runs in its one session: only the one running needs a worker, so only it holds
+    # a slot; the others wait in the session, and B's run, with the lane's second slot free,
+    # starts at once instead of waiting for A's session to drain.
+    srv = make_server("--slots", "2", "--queue", "10")
+    a, b = srv.connect(), srv.connect()
+    a.result("create")
+    b.result("create")
+    ids = [a.send("run", {"command": f"sleep 0.6; echo {i}"}) for i in range(5)]
+    assert wait_until(lambda: a.result("health")["queued"] == 4, timeout=10), a.result("health")
+    h = lanes(b)["interactive"]
+    assert h["active"] == 1 and h["queued"] == 0, h
+    t0 = time.monotonic()
+    assert b.result("run", {"command": "echo b"}, timeout=10)["stdout"] == "b\n"
+    assert time.monotonic() - t0 < 0.5
+    # A's runs go on in order, each handing the slot to the next: never more than one held.
+    peak = 0
+    for n, i in enumerate(ids):
+        peak = max(peak, lanes(b)["interactive"]["active"])
+        assert a.wait(i, timeout=30)["result"]["stdout"] == f"{n}\n"
+    assert peak == 1
+    h = lanes(b)["interactive"]
+    assert h["active"] == 0 and h["completed"] == 6, h
