@@ -30,11 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -239,65 +237,12 @@ static void bench_kernel(void) {
 
 /* ------------------------------------------------------------------ s: over the socket */
 
-static char srv_dir[40], srv_sock[64];
-static pid_t srv_pid = -1;
-
-static void server_stop(void) {
-        if (srv_pid > 0) {
-                kill(srv_pid, SIGTERM);
-                (void)wait_pid(srv_pid);
-                srv_pid = -1;
-        }
-        if (srv_sock[0])
-                (void)unlink(srv_sock);
-        if (srv_dir[0])
-                (void)rmdir(srv_dir);
-        srv_sock[0] = srv_dir[0] = 0;
-}
-
-static int sock_connect(void) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", srv_sock);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-                int e = errno;
-                close(fd);
-                return -e;
-        }
-        struct timeval tv = { .tv_sec = 60 };
-        (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        return fd;
-}
+static int sock_connect(void) { return bench_server_connect(false, 60); }
 
 static void server_start(unsigned pool) {
-        snprintf(srv_dir, sizeof srv_dir, "/tmp/sbx-bench-cold.XXXXXX");
-        if (!mkdtemp(srv_dir))
-                bench_die("mkdtemp: %s", strerror(errno));
-        snprintf(srv_sock, sizeof srv_sock, "%s/sock", srv_dir);
-        fflush(NULL);
-        srv_pid = fork();
-        if (srv_pid == 0) {
-                (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
-                int nul = open("/dev/null", O_RDWR);
-                dup2(nul, 0);
-                dup2(nul, 1);
-                char n[16];
-                snprintf(n, sizeof n, "%u", pool);
-                execl(cfg.sbx, "sbx", "serve", "--socket", srv_sock, "--pool", n, (char *)NULL);
-                _exit(127);
-        }
-        for (int i = 0; i < 1000; i++) {
-                int fd = sock_connect();
-                if (fd >= 0) {
-                        close(fd);
-                        return;
-                }
-                struct timespec ts = { 0, 10000000 };
-                nanosleep(&ts, NULL);
-        }
-        bench_die("%s serve did not listen within 10 s", cfg.sbx);
+        char n[16];
+        snprintf(n, sizeof n, "%u", pool);
+        bench_server_start(cfg.sbx, "sbx-bench-cold", (const char *const[]){ "--pool", n, NULL }, false, NULL);
 }
 
 /* Reads answer lines until the one with "id":id; true when it has "exitCode":0 and "hi\n" or,
@@ -403,7 +348,7 @@ static void bench_socket(void) {
         server_start(0);
         socket_creates(&b2b, 0, &bad);
         socket_creates(&spaced, 60, &bad);
-        server_stop();
+        bench_server_stop();
         bench_progress("s: the same with the pool of 2, 60 ms apart; then warm runs against bash -c");
         server_start(2);
         pause_ms(500);
@@ -411,7 +356,7 @@ static void bench_socket(void) {
         socket_warm(&warm, &bash, 5, 10, &bad);
         bench_progress("s: warm runs 200 ms apart");
         socket_warm(&warm_gap, NULL, 200, 2, &bad);
-        server_stop();
+        bench_server_stop();
         Summary s, w = summarize(&warm), b = summarize(&bash);
         row_add("s_nopool", "socket: `create` + `run` `echo hi` → result, no pool, back to back", (s = summarize(&b2b), &s),
                 "a fresh connection each; %u failed in all s rows", bad);
@@ -572,7 +517,7 @@ int main(int argc, char **argv) {
                 default: return 2;
                 }
         }
-        bench_die_hook = server_stop;
+        bench_die_hook = bench_server_stop;
         uint64_t t0 = bench_now_ns();
         if (want('k'))
                 bench_kernel();

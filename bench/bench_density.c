@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -69,100 +68,14 @@ static void sleep_ms(unsigned ms) {
 
 /* ------------------------------------------------------------------ the server */
 
-static pid_t srv_pid = -1;
-static char srv_dir[64], srv_sock[96], srv_log[96];
-
-static void server_stop(void) {
-        if (srv_pid > 0) {
-                int st;
-                kill(srv_pid, SIGTERM);
-                for (int i = 0; i < 3000 && waitpid(srv_pid, &st, WNOHANG) == 0; i++)
-                        sleep_ms(10);
-                if (waitpid(srv_pid, &st, WNOHANG) == 0) {
-                        kill(srv_pid, SIGKILL);
-                        (void)waitpid(srv_pid, &st, 0);
-                }
-                srv_pid = -1;
-        }
-        if (srv_dir[0]) {
-                (void)unlink(srv_sock);
-                (void)unlink(srv_log);
-                (void)rmdir(srv_dir);
-                srv_dir[0] = 0;
-        }
-}
-
-static void on_signal(int sig) {
-        if (srv_pid > 0)
-                kill(srv_pid, SIGTERM);
-        signal(sig, SIG_DFL);
-        raise(sig);
-}
-
-static int sock_connect(void) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", srv_sock);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-                int e = errno;
-                close(fd);
-                return -e;
-        }
-        /* A safety net: no answer within 5 minutes means the server is stuck. */
-        struct timeval tv = { .tv_sec = 300 };
-        (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        return fd;
-}
+static int sock_connect(void) { return bench_server_connect(false, 300); }
 
 /* Starts `sbx serve --socket` with --pool 0 and, when cap is not 0, --max-sandboxes cap. */
 static void server_start(unsigned cap) {
-        snprintf(srv_dir, sizeof srv_dir, "/tmp/sbx-bench-density.XXXXXX");
-        if (!mkdtemp(srv_dir)) {
-                srv_dir[0] = 0;
-                bench_die("mkdtemp: %s", strerror(errno));
-        }
-        snprintf(srv_sock, sizeof srv_sock, "%s/sock", srv_dir);
-        snprintf(srv_log, sizeof srv_log, "%s/server.log", srv_dir);
-        int logfd = open(srv_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (logfd < 0)
-                bench_die("%s: %s", srv_log, strerror(errno));
-        fflush(NULL);
-        srv_pid = fork();
-        if (srv_pid < 0)
-                bench_die("fork: %s", strerror(errno));
-        if (srv_pid == 0) {
-                (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
-                int nul = open("/dev/null", O_RDWR);
-                dup2(nul, 0);
-                dup2(nul, 1);
-                dup2(logfd, 2);
-                char c[16];
-                snprintf(c, sizeof c, "%u", cap);
-                if (cap)
-                        execl(cfg.sbx, "sbx", "serve", "--socket", srv_sock, "--pool", "0", "--max-sandboxes", c,
-                              (char *)NULL);
-                else
-                        execl(cfg.sbx, "sbx", "serve", "--socket", srv_sock, "--pool", "0", (char *)NULL);
-                fprintf(stderr, "exec %s: %s\n", cfg.sbx, strerror(errno));
-                _exit(127);
-        }
-        close(logfd);
-        for (int i = 0; i < 1000; i++) {
-                int st;
-                if (waitpid(srv_pid, &st, WNOHANG) == srv_pid) {
-                        srv_pid = -1;
-                        bench_die("the server exited at start (status 0x%x); see %s", st, srv_log);
-                }
-                int fd = sock_connect();
-                if (fd >= 0) {
-                        close(fd);
-                        return;
-                }
-                sleep_ms(10);
-        }
-        bench_die("the server did not listen on %s within 10 s", srv_sock);
+        char c[16];
+        snprintf(c, sizeof c, "%u", cap);
+        const char *const args[] = { "--pool", "0", cap ? "--max-sandboxes" : NULL, c, NULL };
+        bench_server_start(cfg.sbx, "sbx-bench-density", args, true, NULL);
 }
 
 /* ------------------------------------------------------------------ a connection */
@@ -177,7 +90,7 @@ typedef struct Conn {
 static void conn_open(Conn *c) {
         *c = (Conn){ .fd = sock_connect(), .next_id = 1 };
         if (c->fd < 0)
-                bench_die("connect %s: %s", srv_sock, strerror(-c->fd));
+                bench_die("connect %s: %s", bench_srv.sock, strerror(-c->fd));
 }
 
 static void conn_close(Conn *c) {
@@ -395,9 +308,9 @@ static long long cgroup_kib(pid_t pid, long long *kmem) {
 static Mem mem_now(void) {
         Mem m = { .avail = meminfo_kib("MemAvailable"), .slab = meminfo_kib("Slab"),
                   .pagetables = meminfo_kib("PageTables"), .kstack = meminfo_kib("KernelStack"),
-                  .shmem = meminfo_kib("Shmem"), .rss = smaps_kib(srv_pid, "Rss"), .pss = smaps_kib(srv_pid, "Pss"),
-                  .fds = count_fds(srv_pid) };
-        m.cg = cgroup_kib(srv_pid, &m.cg_kmem);
+                  .shmem = meminfo_kib("Shmem"), .rss = smaps_kib(bench_srv.pid, "Rss"), .pss = smaps_kib(bench_srv.pid, "Pss"),
+                  .fds = count_fds(bench_srv.pid) };
+        m.cg = cgroup_kib(bench_srv.pid, &m.cg_kmem);
         return m;
 }
 
@@ -407,7 +320,7 @@ static long cgroups_left(void) {
         long n = -1;
         snprintf(cmd, sizeof cmd,
                  "find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -path '*/sbx-%d/*' -prune 2>/dev/null | wc -l",
-                 (int)srv_pid);
+                 (int)bench_srv.pid);
         FILE *p = popen(cmd, "r");
         if (p) {
                 if (fscanf(p, "%ld", &n) != 1)
@@ -518,7 +431,7 @@ static void bench_memory(void) {
         sleep_ms(cfg.settle_ms);
         Mem after = mem_now();
         conn_close(&w);
-        server_stop();
+        bench_server_stop();
 
         printf("## Memory per idle sandbox with a warm default session\n\n");
         printf("Derived cap of this server: %lld sandboxes (bound by %s). Baseline before the first sandbox: "
@@ -718,7 +631,7 @@ static void burst(unsigned cap, BurstResult *res) {
         free(cs);
         free(pfd);
         free(left);
-        server_stop();
+        bench_server_stop();
 }
 
 static void burst_print(const BurstResult *r, bool configured) {
@@ -811,9 +724,8 @@ int main(int argc, char **argv) {
         }
         if (geteuid() != 0)
                 bench_die("needs root (sandboxes, cgroups)");
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
-        bench_die_hook = server_stop;
+        bench_server_signals();
+        bench_die_hook = bench_server_stop;
         printf("# Density (sbx-bench-density)\n\n");
         if (strchr(cfg.only, 'm'))
                 bench_memory();

@@ -184,74 +184,14 @@ static void proc_schedstat(pid_t pid, double *run_s, double *wait_s) {
 
 /* ------------------------------------------------------------------ the server */
 
-static pid_t srv_pid = -1;
-static char srv_dir[64], srv_sock[96], srv_log[96];
-
-static void server_log_dump(void) {
-        FILE *f = fopen(srv_log, "re");
-        if (!f)
-                return;
-        char line[512];
-        fprintf(stderr, "sbx-bench-rpc: server log (%s):\n", srv_log);
-        while (fgets(line, sizeof line, f))
-                fprintf(stderr, "  %s", line);
-        fclose(f);
-}
-
-static void server_cleanup(void) {
-        if (srv_pid > 0) {
-                kill(srv_pid, SIGTERM);
-                int st;
-                for (int i = 0; i < 500 && waitpid(srv_pid, &st, WNOHANG) == 0; i++)
-                        sleep_us(10000);
-                if (waitpid(srv_pid, &st, WNOHANG) == 0) {
-                        kill(srv_pid, SIGKILL);
-                        (void)waitpid(srv_pid, &st, 0);
-                }
-                srv_pid = -1;
-        }
-        if (srv_dir[0]) {
-                (void)unlink(srv_sock);
-                (void)unlink(srv_log);
-                (void)rmdir(srv_dir);
-                srv_dir[0] = 0;
-        }
-}
-
-static void on_signal(int sig) {
-        if (srv_pid > 0)
-                kill(srv_pid, SIGTERM);
-        signal(sig, SIG_DFL);
-        raise(sig);
-}
-
 /* bench_die's hook: the server's log, then the server and its directory go. */
 static void on_die(void) {
-        if (srv_pid > 0)
-                server_log_dump();
-        server_cleanup();
+        if (bench_srv.pid > 0)
+                bench_server_log_dump();
+        bench_server_stop();
 }
 
-static int sock_connect(bool nonblock) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", srv_sock);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-                int e = errno;
-                close(fd);
-                return -e;
-        }
-        if (nonblock)
-                (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        else {
-                /* A safety net: no answer within 2 minutes means the server is stuck. */
-                struct timeval tv = { .tv_sec = 120 };
-                (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        }
-        return fd;
-}
+static int sock_connect(bool nonblock) { return bench_server_connect(nonblock, 120); }
 
 /* The directory of this executable + rel, when that file exists. */
 static char *next_to_self(const char *rel) {
@@ -267,76 +207,38 @@ static char *next_to_self(const char *rel) {
         return access(buf, X_OK) == 0 ? buf : NULL;
 }
 
+/* In the server's child before exec: a session of its own is an autogroup of its own
+ * (sched(7)); its nice value weighs the server against the sandboxes, which are each their
+ * own autogroup (sbx-init calls setsid) and start at nice 0. */
+static void server_nice(void) {
+        if (!cfg.srv_nice_set)
+                return;
+        char v[16];
+        int fd;
+        setsid();
+        snprintf(v, sizeof v, "%d", cfg.srv_nice);
+        if ((fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC)) < 0 || write(fd, v, strlen(v)) < 0)
+                fprintf(stderr, "sbx-bench-rpc: /proc/self/autogroup: %s\n", strerror(errno));
+        if (fd >= 0)
+                close(fd);
+}
+
 static void server_start(void) {
-        snprintf(srv_dir, sizeof srv_dir, "/tmp/sbx-bench-rpc.XXXXXX");
-        if (!mkdtemp(srv_dir)) {
-                srv_dir[0] = 0;
-                bench_die("mkdtemp: %s", strerror(errno));
+        char pool[16];
+        const char *args[8];
+        int n = 0;
+        snprintf(pool, sizeof pool, "%d", cfg.pool);
+        if (cfg.pool >= 0) {
+                args[n++] = "--pool";
+                args[n++] = pool;
         }
-        snprintf(srv_sock, sizeof srv_sock, "%s/sock", srv_dir);
-        snprintf(srv_log, sizeof srv_log, "%s/server.log", srv_dir);
-        int logfd = open(srv_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (logfd < 0)
-                bench_die("%s: %s", srv_log, strerror(errno));
-        fflush(NULL);
-        srv_pid = fork();
-        if (srv_pid < 0)
-                bench_die("fork: %s", strerror(errno));
-        if (srv_pid == 0) {
-                /* The server (and with it every sandbox) goes when the benchmark dies. */
-                (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
-                if (cfg.srv_nice_set) {
-                        /* A session of its own is an autogroup of its own (sched(7)); its nice
-                         * value weighs the server against the sandboxes, which are each their
-                         * own autogroup (sbx-init calls setsid) and start at nice 0. */
-                        char v[16];
-                        int fd;
-                        setsid();
-                        snprintf(v, sizeof v, "%d", cfg.srv_nice);
-                        if ((fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC)) < 0 ||
-                            write(fd, v, strlen(v)) < 0)
-                                fprintf(stderr, "sbx-bench-rpc: /proc/self/autogroup: %s\n", strerror(errno));
-                        if (fd >= 0)
-                                close(fd);
-                }
-                int nul = open("/dev/null", O_RDWR);
-                dup2(nul, 0);
-                dup2(nul, 1);
-                dup2(logfd, 2);
-                char pool[16];
-                char *argv[10] = { "sbx", "serve", "--socket", srv_sock };
-                int n = 4;
-                snprintf(pool, sizeof pool, "%d", cfg.pool);
-                if (cfg.pool >= 0) {
-                        argv[n++] = "--pool";
-                        argv[n++] = pool;
-                }
-                if (cfg.audit) {
-                        argv[n++] = "--audit";
-                        argv[n++] = (char *)cfg.audit;
-                }
-                argv[n] = NULL;
-                execv(cfg.sbx, argv);
-                fprintf(stderr, "exec %s: %s\n", cfg.sbx, strerror(errno));
-                _exit(127);
+        if (cfg.audit) {
+                args[n++] = "--audit";
+                args[n++] = cfg.audit;
         }
-        close(logfd);
-        for (int i = 0; i < 1000; i++) {
-                int st;
-                if (waitpid(srv_pid, &st, WNOHANG) == srv_pid) {
-                        srv_pid = -1;
-                        server_log_dump();
-                        bench_die("the server exited at start (status 0x%x)", st);
-                }
-                int fd = sock_connect(false);
-                if (fd >= 0) {
-                        close(fd);
-                        bench_progress("server %s (pid %d) listening on %s", cfg.sbx, (int)srv_pid, srv_sock);
-                        return;
-                }
-                sleep_us(10000);
-        }
-        bench_die("the server did not listen on %s within 10 s", srv_sock);
+        args[n] = NULL;
+        bench_server_start(cfg.sbx, "sbx-bench-rpc", args, true, server_nice);
+        bench_progress("server %s (pid %d) listening on %s", cfg.sbx, (int)bench_srv.pid, bench_srv.sock);
 }
 
 /* ------------------------------------------------------------------ a client connection */
@@ -352,7 +254,7 @@ static void conn_open(Conn *c, bool nonblock) {
         *c = (Conn){ .next_id = 1 };
         c->fd = sock_connect(nonblock);
         if (c->fd < 0)
-                bench_die("connect %s: %s", srv_sock, strerror(-c->fd));
+                bench_die("connect %s: %s", bench_srv.sock, strerror(-c->fd));
 }
 
 static void conn_close(Conn *c) {
@@ -640,7 +542,7 @@ static void bench_roundtrip(Conn *ctl) {
                         double r0, w0, r1, w1;
                         switch ((i + j) % 3) {
                         case 0:
-                                proc_schedstat(srv_pid, &r0, &w0);
+                                proc_schedstat(bench_srv.pid, &r0, &w0);
                                 ms = rpc_run_hi(&c);
                                 if (ms < 0)
                                         bad_rpc++;
@@ -648,7 +550,7 @@ static void bench_roundtrip(Conn *ctl) {
                                         samples_add(&srpc, ms);
                                 /* The server turns its own loop: the next worker gets ready while we sleep. */
                                 sleep_us(cfg.quiet_ms * 1000);
-                                proc_schedstat(srv_pid, &r1, &w1);
+                                proc_schedstat(bench_srv.pid, &r1, &w1);
                                 cpu_rpc += r1 - r0;
                                 break;
                         case 1:
@@ -1285,9 +1187,9 @@ static void bench_clients(Conn *ctl) {
         atomic_store(&ping_phase, 1);
         double run0, wait0, run1, wait1;
         uint64_t b0, tot0, b1, tot1;
-        double srv0 = proc_cpu_s(srv_pid);
+        double srv0 = proc_cpu_s(bench_srv.pid);
         cpu_jiffies(&b0, &tot0);
-        proc_schedstat(srv_pid, &run0, &wait0);
+        proc_schedstat(bench_srv.pid, &run0, &wait0);
         uint64_t t1 = bench_now_ns();
         for (unsigned i = 0; i < n; i++)
                 if (!ag[i].failed) {
@@ -1296,11 +1198,11 @@ static void bench_clients(Conn *ctl) {
                 }
         agents_loop(ag, n, on_run, 600);
         uint64_t t2 = bench_now_ns();
-        proc_schedstat(srv_pid, &run1, &wait1);
+        proc_schedstat(bench_srv.pid, &run1, &wait1);
         conc.srv_run_s = run1 - run0;
         conc.srv_wait_s = wait1 - wait0;
         cpu_jiffies(&b1, &tot1);
-        double srv1 = proc_cpu_s(srv_pid);
+        double srv1 = proc_cpu_s(bench_srv.pid);
 
         conc.have = true;
         conc.clients = n;
@@ -1794,13 +1696,13 @@ static void stream_one(Conn *c, StreamResult *r, const char *gen) {
                 return;
         }
         /* The server's peak from here on, not from the benchmarks before. */
-        if (!proc_reset_hwm(srv_pid))
-                bench_note("o: cannot reset the server's VmHWM (/proc/%d/clear_refs): %s", (int)srv_pid, strerror(errno));
+        if (!proc_reset_hwm(bench_srv.pid))
+                bench_note("o: cannot reset the server's VmHWM (/proc/%d/clear_refs): %s", (int)bench_srv.pid, strerror(errno));
         long hwm;
-        proc_rss_kb(srv_pid, &r->rss0, &hwm);
+        proc_rss_kb(bench_srv.pid, &r->rss0, &hwm);
         r->rss_peak = r->rss0;
-        double srv0 = proc_cpu_s(srv_pid), cli0 = proc_cpu_s(getpid()), run0, wait0;
-        proc_schedstat(srv_pid, &run0, &wait0);
+        double srv0 = proc_cpu_s(bench_srv.pid), cli0 = proc_cpu_s(getpid()), run0, wait0;
+        proc_schedstat(bench_srv.pid, &run0, &wait0);
 
         snprintf(params, sizeof params, "{\"processId\":\"%s\",\"cursor\":0}", id);
         t0 = bench_now_ns();
@@ -1832,7 +1734,7 @@ static void stream_one(Conn *c, StreamResult *r, const char *gen) {
                         }
                         if (r->bytes >= next_sample) {
                                 long rss;
-                                proc_rss_kb(srv_pid, &rss, &hwm);
+                                proc_rss_kb(bench_srv.pid, &rss, &hwm);
                                 if (rss > r->rss_peak)
                                         r->rss_peak = rss;
                                 next_sample += 16u << 20;
@@ -1850,12 +1752,12 @@ static void stream_one(Conn *c, StreamResult *r, const char *gen) {
                         break;
         }
         uint64_t t_end = bench_now_ns();
-        r->srv_cpu_s = proc_cpu_s(srv_pid) - srv0;
+        r->srv_cpu_s = proc_cpu_s(bench_srv.pid) - srv0;
         r->cli_cpu_s = proc_cpu_s(getpid()) - cli0;
-        proc_schedstat(srv_pid, &r->srv_run_s, &r->srv_wait_s);
+        proc_schedstat(bench_srv.pid, &r->srv_run_s, &r->srv_wait_s);
         r->srv_run_s -= run0;
         r->srv_wait_s -= wait0;
-        proc_rss_kb(srv_pid, &r->rss1, &r->hwm);
+        proc_rss_kb(bench_srv.pid, &r->rss1, &r->hwm);
         if (r->rss1 > r->rss_peak)
                 r->rss_peak = r->rss1;
         long long cur = -1;
@@ -2449,9 +2351,7 @@ int main(int argc, char **argv) {
         if (realpath(cfg.sbx, sbx_real))
                 cfg.sbx = sbx_real;
         signal(SIGPIPE, SIG_IGN);
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
-        signal(SIGHUP, on_signal);
+        bench_server_signals();
 
         uint64_t t0 = bench_now_ns();
         server_start();
@@ -2484,16 +2384,16 @@ int main(int argc, char **argv) {
         int st = 0;
         pid_t w = 0;
         uint64_t tk = bench_now_ns();
-        while ((w = waitpid(srv_pid, &st, WNOHANG)) == 0 && bench_ms_between(tk, bench_now_ns()) < 10000)
+        while ((w = waitpid(bench_srv.pid, &st, WNOHANG)) == 0 && bench_ms_between(tk, bench_now_ns()) < 10000)
                 sleep_us(5000);
-        if (w == srv_pid) {
+        if (w == bench_srv.pid) {
                 if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
                         bench_note("the server ended with status 0x%x", st);
-                srv_pid = -1;
+                bench_srv.pid = -1;
         } else {
                 bench_note("the server did not exit within 10 s of `kill`");
         }
-        server_cleanup();
+        bench_server_stop();
         bench_progress("done in %.1f s", bench_ms_between(t0, bench_now_ns()) / 1000);
         report();
         return 0;

@@ -6,7 +6,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ time */
 
@@ -203,4 +211,138 @@ void rows_print(int decimals) {
                                decimals, r->s.p50, decimals, r->s.p90, decimals, r->s.p99, decimals, r->s.max,
                                decimals, r->s.mean, r->note);
         }
+}
+
+/* ------------------------------------------------------------------ a server of its own */
+
+BenchServer bench_srv = { .pid = -1 };
+
+static void sleep_10ms(void) {
+        struct timespec ts = { 0, 10000000 };
+        nanosleep(&ts, NULL);
+}
+
+void bench_server_log_dump(void) {
+        FILE *f = bench_srv.log[0] ? fopen(bench_srv.log, "re") : NULL;
+        if (!f)
+                return;
+        char line[512];
+        fprintf(stderr, "%s: server log (%s):\n", bench_prog, bench_srv.log);
+        while (fgets(line, sizeof line, f))
+                fprintf(stderr, "  %s", line);
+        fclose(f);
+}
+
+void bench_server_stop(void) {
+        if (bench_srv.pid > 0) {
+                int st;
+                kill(bench_srv.pid, SIGTERM);
+                for (int i = 0; i < 3000 && waitpid(bench_srv.pid, &st, WNOHANG) == 0; i++)
+                        sleep_10ms();
+                if (waitpid(bench_srv.pid, &st, WNOHANG) == 0) {
+                        kill(bench_srv.pid, SIGKILL);
+                        (void)waitpid(bench_srv.pid, &st, 0);
+                }
+                bench_srv.pid = -1;
+        }
+        if (bench_srv.dir[0]) {
+                (void)unlink(bench_srv.sock);
+                if (bench_srv.log[0])
+                        (void)unlink(bench_srv.log);
+                (void)rmdir(bench_srv.dir);
+        }
+        bench_srv.dir[0] = bench_srv.sock[0] = bench_srv.log[0] = 0;
+}
+
+int bench_server_connect(bool nonblock, unsigned timeout_s) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", bench_srv.sock);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        /* Blocking even for a non-blocking connection: with the listener's backlog full (many
+         * clients at once) it waits for a place instead of failing with EAGAIN. */
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+                int e = errno;
+                close(fd);
+                return -e;
+        }
+        if (nonblock) {
+                (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        } else {
+                struct timeval tv = { .tv_sec = timeout_s };
+                (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        }
+        return fd;
+}
+
+void bench_server_start(const char *sbx, const char *name, const char *const *args, bool with_log,
+                        void (*setup)(void)) {
+        snprintf(bench_srv.dir, sizeof bench_srv.dir, "/tmp/%s.XXXXXX", name);
+        if (!mkdtemp(bench_srv.dir)) {
+                bench_srv.dir[0] = 0;
+                bench_die("mkdtemp: %s", strerror(errno));
+        }
+        snprintf(bench_srv.sock, sizeof bench_srv.sock, "%s/sock", bench_srv.dir);
+        int logfd = -1;
+        if (with_log) {
+                snprintf(bench_srv.log, sizeof bench_srv.log, "%s/server.log", bench_srv.dir);
+                if ((logfd = open(bench_srv.log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+                        bench_die("%s: %s", bench_srv.log, strerror(errno));
+        }
+        const char *argv[32] = { "sbx", "serve", "--socket", bench_srv.sock };
+        size_t n = 4;
+        for (size_t i = 0; args && args[i]; i++)
+                if (n + 1 < sizeof argv / sizeof argv[0])
+                        argv[n++] = args[i];
+        argv[n] = NULL;
+        fflush(NULL);
+        bench_srv.pid = fork();
+        if (bench_srv.pid < 0)
+                bench_die("fork: %s", strerror(errno));
+        if (bench_srv.pid == 0) {
+                /* The server (and with it every sandbox) goes when the benchmark dies. */
+                (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+                if (setup)
+                        setup();
+                int nul = open("/dev/null", O_RDWR);
+                dup2(nul, 0);
+                dup2(nul, 1);
+                if (logfd >= 0)
+                        dup2(logfd, 2);
+                execv(sbx, (char *const *)argv);
+                fprintf(stderr, "exec %s: %s\n", sbx, strerror(errno));
+                _exit(127);
+        }
+        if (logfd >= 0)
+                close(logfd);
+        for (int i = 0; i < 1000; i++) {
+                int st;
+                if (waitpid(bench_srv.pid, &st, WNOHANG) == bench_srv.pid) {
+                        bench_srv.pid = -1;
+                        bench_server_log_dump();
+                        bench_die("the server exited at start (status 0x%x)", st);
+                }
+                int fd = bench_server_connect(false, 1);
+                if (fd >= 0) {
+                        close(fd);
+                        return;
+                }
+                sleep_10ms();
+        }
+        bench_server_log_dump();
+        bench_die("%s serve did not listen on %s within 10 s", sbx, bench_srv.sock);
+}
+
+static void on_signal(int sig) {
+        if (bench_srv.pid > 0)
+                kill(bench_srv.pid, SIGTERM);
+        signal(sig, SIG_DFL);
+        raise(sig);
+}
+
+void bench_server_signals(void) {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        signal(SIGHUP, on_signal);
 }

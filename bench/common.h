@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* What sbx-bench (bench.c) and sbx-bench-rpc (bench_rpc.c) share: the clock, messages on
- * stderr, sample statistics, the Markdown table of latency rows and the list of notes.
+/* What the benchmark programs share: the clock, messages on stderr, sample statistics, the
+ * Markdown table of latency rows, the list of notes and a server of their own.
  * Only the public API (sbx/sbx.h) is used. Names that would be too generic (and could meet a
  * symbol of the libraries linked in) carry the prefix bench_. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "sbx/sbx.h"
 
 /* The program's name, in front of every message on stderr; each program defines it. */
@@ -78,3 +79,31 @@ const Row *row_at(size_t i);
  * worker is forked, reports READY and is moved into its cgroup; once the loop is quiet, the
  * session is idle and the next command goes straight to a waiting worker. */
 void loop_quiet(SbxContext *ctx, int quiet_ms);
+
+/* ------------------------------------------------------------------ a server of its own */
+
+/* `sbx serve --socket` that a benchmark starts in a fresh directory under /tmp (its socket
+ * `sock` and, when asked, its stderr in `log` there). One per process at a time: the signal
+ * handlers and bench_die's hook reach it here. pid is -1 when none runs. */
+typedef struct BenchServer {
+        pid_t pid;
+        char dir[64], sock[96], log[96];
+} BenchServer;
+extern BenchServer bench_srv;
+
+/* Starts `sbx serve --socket <dir>/sock` followed by args (NULL-terminated; may be NULL) in a
+ * directory /tmp/<name>.XXXXXX, its stdin and stdout /dev/null, its stderr <dir>/server.log
+ * when with_log (else this process's), SIGTERM'd when this process dies; setup (may be NULL)
+ * runs in the child before exec. Returns once it accepts a connection; bench_die()s (with its
+ * log) if it exits or does not listen within 10 s. */
+void bench_server_start(const char *sbx, const char *name, const char *const *args, bool with_log,
+                        void (*setup)(void));
+/* SIGTERM, SIGKILL after 30 s, reaped; its directory removed. Nothing when none runs. */
+void bench_server_stop(void);
+/* Its log on stderr, when it has one. */
+void bench_server_log_dump(void);
+/* A connection to it: non-blocking, or blocking with SO_RCVTIMEO of timeout_s (a safety net:
+ * no answer that long means the server is stuck). Returns the fd or -errno. */
+int bench_server_connect(bool nonblock, unsigned timeout_s);
+/* SIGINT, SIGTERM and SIGHUP SIGTERM the server first, then end this process as they would. */
+void bench_server_signals(void);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "base/list.h"
 #include "base/util.h"
 #include "server/core.h"
 #include "server/pending.h"
@@ -80,15 +81,7 @@ int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind ki
 static void behind_unlink(PendingSet *set, Pending *p) {
         if (!p->behind_lane)
                 return;
-        if (p->bprev)
-                p->bprev->bnext = p->bnext;
-        else
-                set->behind = p->bnext;
-        if (p->bnext)
-                p->bnext->bprev = p->bprev;
-        else
-                set->behind_tail = p->bprev;
-        p->bnext = p->bprev = NULL;
+        TLIST_UNLINK(set->behind, set->behind_tail, p, bnext, bprev);
         p->behind_lane = 0;
 }
 
@@ -99,12 +92,7 @@ void pending_run_session(PendingSet *set, Pending *p, SbxSession *s) {
         lanes_release(&p->core->lanes, p->lane, now_ms() - p->lane_ms);
         p->behind_lane = p->lane;
         p->lane = 0;
-        p->bprev = set->behind_tail;
-        if (set->behind_tail)
-                set->behind_tail->bnext = p;
-        else
-                set->behind = p;
-        set->behind_tail = p;
+        TLIST_PUSH_BACK(set->behind, set->behind_tail, p, bnext, bprev);
 }
 
 Pending *pending_free(Pending *p) {

@@ -562,13 +562,7 @@ SbxProcess *process_by_id(SandboxHost *h, uint64_t id) {
 }
 
 static void link_proc(SandboxCore *core, SbxProcess *p) {
-        p->prev = NULL;
-        p->next = core->procs;
-        if (core->procs)
-                core->procs->prev = p;
-        else
-                core->procs_tail = p;
-        core->procs = p;
+        TLIST_PUSH_FRONT(core->procs, core->procs_tail, p, next, prev);
         core->n_procs++;
         /* Without a table (out of memory at the first process) sbx_sandbox_process still
          * finds it; only the host-wide lookup does not. */
@@ -576,14 +570,7 @@ static void link_proc(SandboxCore *core, SbxProcess *p) {
 }
 
 static void unlink_proc(SandboxCore *core, SbxProcess *p) {
-        if (p->prev)
-                p->prev->next = p->next;
-        else
-                core->procs = p->next;
-        if (p->next)
-                p->next->prev = p->prev;
-        else
-                core->procs_tail = p->prev;
+        TLIST_UNLINK(core->procs, core->procs_tail, p, next, prev);
         core->n_procs--;
         index_del(sandbox_host(core->self), p);
 }

@@ -308,6 +308,35 @@ def remove_cgroup_tree(path):
             pass
 
 
+class Delegation:
+    """A cgroup v2 subtree handed to uid 65534, as a service manager's Delegate= does, for a
+    rootless daemon: start it with `argv + [...]`, `env()` and `preexec_fn=enter`; `remove()`
+    when done (the daemon gone)."""
+
+    UID = 65534
+    argv = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups"]
+
+    def __init__(self, prefix="sbx-test-deleg"):
+        import uuid
+        v2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").exists() \
+            else Path("/sys/fs/cgroup")
+        self.dir = v2 / f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.dir.mkdir()
+        for p in [self.dir] + list(self.dir.iterdir()):
+            os.chown(p, self.UID, self.UID)
+
+    def env(self, **extra):
+        return {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(self.dir), **extra}
+
+    def enter(self):
+        """preexec_fn: the child joins the subtree before it execs."""
+        with open(self.dir / "cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+
+    def remove(self):
+        remove_cgroup_tree(self.dir)
+
+
 def wait_until(pred, timeout=3.0, step=0.05):
     deadline = time.monotonic() + timeout
     while True:

@@ -18,11 +18,12 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from conftest import Delegation
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN") or str(REPO / "build" / "src" / "cli" / "sbx")
@@ -461,32 +462,18 @@ def test_serve_refuses_a_bad_hosts_file(tmp_path):
 
 # ------------------------------------------------------------------ rootless
 
-V2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").exists() else Path("/sys/fs/cgroup")
-
-
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                     reason="needs root to prepare a delegated cgroup, and setpriv")
 def test_rootless_allowlist(hosts_file, origin):
     """A daemon of uid 65534 (see test_rootless.py): the proxy needs no privilege."""
-    d = V2 / f"sbx-test-egress-{uuid.uuid4().hex[:8]}"
-    d.mkdir()
-    for p in [d] + list(d.iterdir()):
-        os.chown(p, 65534, 65534)
-    procs = str(d / "cgroup.procs")
-
-    def enter():
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-
-    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(d)}
+    d = Delegation("sbx-test-egress")
     # Where uid 65534 can read it (pytest's own directories are root's alone).
     hd = Path(tempfile.mkdtemp(prefix="sbx-egress-"))
     hd.chmod(0o755)
     shutil.copy(hosts_file, hd / "hosts")
     (hd / "hosts").chmod(0o644)
     dm = Daemon("--egress-hosts", str(hd / "hosts"), "--egress-allow-private", "127.0.0.1/32",
-                argv_prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], env=env,
-                preexec_fn=enter)
+                argv_prefix=Delegation.argv, env=d.env(), preexec_fn=d.enter)
     try:
         sid = dm.create(network="allowlist", networkAllow=["allowed.test:*"])
         r = dm.run(sid, f"id -u; curl -sS -m 20 http://allowed.test:{origin}/r; echo; "
@@ -500,11 +487,7 @@ def test_rootless_allowlist(hosts_file, origin):
     finally:
         dm.close()
         shutil.rmtree(hd, ignore_errors=True)
-        for sub in sorted(d.glob("**/"), key=lambda p: len(p.parts), reverse=True):
-            try:
-                sub.rmdir()
-            except OSError:
-                pass
+        d.remove()
 
 
 def test_python_sdk_network_list_is_an_allowlist():

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Delegation
+
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
-V2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").exists() else Path("/sys/fs/cgroup")
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the test needs root (and to prepare the rootless delegation)"),
@@ -42,18 +43,10 @@ class Daemon:
         argv = [SBX, "serve", "--stdio", "--mode", "process"]
         preexec = None
         if rootless:
-            self.deleg = V2 / f"sbx-test-pm-{uuid.uuid4().hex[:8]}"
-            self.deleg.mkdir()
-            for p in [self.deleg] + list(self.deleg.iterdir()):
-                os.chown(p, NOBODY, NOBODY)
-            procs = str(self.deleg / "cgroup.procs")
-
-            def enter():
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
-            preexec = enter
-            env["SBX_CGROUP_PARENT"] = str(self.deleg)
-            argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] + argv
+            self.deleg = Delegation("sbx-test-pm")
+            preexec = self.deleg.enter
+            env.update(self.deleg.env())
+            argv = Delegation.argv + argv
         self.stderr = open(tmp_path / f"daemon-{'rootless' if rootless else 'root'}.err", "w+b")
         self.p = subprocess.Popen(argv, preexec_fn=preexec, env=env, cwd="/", stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=self.stderr)
@@ -101,11 +94,7 @@ class Daemon:
 
     def cleanup(self):
         if self.deleg:
-            for sub in sorted(self.deleg.glob("**/"), key=lambda p: len(p.parts), reverse=True):
-                try:
-                    sub.rmdir()
-                except OSError:
-                    pass
+            self.deleg.remove()
 
 
 @pytest.fixture(params=["root", "rootless"])

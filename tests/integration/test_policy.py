@@ -301,22 +301,15 @@ def test_sdk_passes_policy():
 def rootless():
     if not shutil.which("setpriv"):
         pytest.skip("setpriv (util-linux) missing")
-    from test_rootless import V2, rootless_serve
-    import uuid
-    d = V2 / f"sbx-test-deleg-{uuid.uuid4().hex[:8]}"
-    d.mkdir()
-    for p in [d] + list(d.iterdir()):
-        os.chown(p, 65534, 65534)
+    from conftest import Delegation
+    from test_rootless import rootless_serve
+    d = Delegation()
     proc = rootless_serve(d)
     peer = Peer(proc.stdout, proc.stdin)
     peer.proc = proc
     yield peer
     close(peer)
-    for sub in sorted(d.glob("**/"), key=lambda p: len(p.parts), reverse=True):
-        try:
-            sub.rmdir()
-        except OSError:
-            pass
+    d.remove()
 
 
 def test_rootless_policy(rootless):

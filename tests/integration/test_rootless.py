@@ -6,14 +6,14 @@ delegation would) and drops to uid 65534 with setpriv before exec'ing sbx."""
 import os
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 
+from conftest import Delegation
+
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
-V2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").exists() else Path("/sys/fs/cgroup")
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the test needs root to prepare the delegation"),
@@ -24,43 +24,21 @@ pytestmark = [
 
 @pytest.fixture
 def delegated():
-    d = V2 / f"sbx-test-deleg-{uuid.uuid4().hex[:8]}"
-    d.mkdir()
-    for p in [d] + list(d.iterdir()):
-        os.chown(p, 65534, 65534)
+    d = Delegation()
     yield d
-    for sub in sorted(d.glob("**/"), key=lambda p: len(p.parts), reverse=True):
-        try:
-            sub.rmdir()
-        except OSError:
-            pass
+    d.remove()
 
 
 def run_rootless(delegated, *cmds, opts=(), timeout=60):
-    procs = str(delegated / "cgroup.procs")
-
-    def enter():
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-
-    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(delegated)}
-    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SBX, "run",
-                           *opts, "--", *cmds], preexec_fn=enter, env=env, cwd="/",
-                          capture_output=True, timeout=timeout)
+    return subprocess.run([*Delegation.argv, SBX, "run", *opts, "--", *cmds], preexec_fn=delegated.enter,
+                          env=delegated.env(), cwd="/", capture_output=True, timeout=timeout)
 
 
 def rootless_serve(delegated):
     """`sbx serve --stdio` as uid 65534 in the delegated cgroup; the caller ends it by closing
     its stdin."""
-    procs = str(delegated / "cgroup.procs")
-
-    def enter():
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-
-    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(delegated)}
-    return subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SBX, "serve", "--stdio"],
-                            preexec_fn=enter, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    return subprocess.Popen([*Delegation.argv, SBX, "serve", "--stdio"], preexec_fn=delegated.enter,
+                            env=delegated.env(), cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
 
 
@@ -117,8 +95,8 @@ def test_rootless_leftovers_never_wedge_the_session(delegated):
 def test_rootless_leaves_nothing(delegated):
     cp = run_rootless(delegated, "sleep 300 &", "echo ok")
     assert cp.returncode == 0 and cp.stdout == b"ok\n", cp.stderr
-    assert [p.name for p in delegated.iterdir() if p.is_dir()] == []
-    assert (delegated / "cgroup.procs").read_text() == ""
+    assert [p.name for p in delegated.dir.iterdir() if p.is_dir()] == []
+    assert (delegated.dir / "cgroup.procs").read_text() == ""
 
 
 def test_rootless_export_import(delegated):

@@ -22,12 +22,12 @@ import socketserver
 import subprocess
 import tempfile
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
 
-from test_egress import SBX, Daemon, V2
+from conftest import Delegation
+from test_egress import SBX, Daemon
 
 VALUE = "sk-live-" + pysecrets.token_hex(20)
 OTHER_VALUE = "gh-other-" + pysecrets.token_hex(12)
@@ -428,17 +428,7 @@ def test_serve_refuses_a_bad_ca_file(tmp_path):
                     reason="needs root to prepare a delegated cgroup, and setpriv")
 def test_rootless_secret_proxy(certs, https):
     """A daemon of uid 65534: the CA, the trust store and the injection need no privilege."""
-    d = V2 / f"sbx-test-secproxy-{uuid.uuid4().hex[:8]}"
-    d.mkdir()
-    for p in [d] + list(d.iterdir()):
-        os.chown(p, 65534, 65534)
-    procs = str(d / "cgroup.procs")
-
-    def enter():
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-
-    env = {"PATH": "/usr/bin:/bin", "SBX_CGROUP_PARENT": str(d)}
+    d = Delegation("sbx-test-secproxy")
     hd = Path(tempfile.mkdtemp(prefix="sbx-secproxy-"))
     hd.chmod(0o755)
     for f in ("hosts", "cert.pem"):
@@ -446,8 +436,7 @@ def test_rootless_secret_proxy(certs, https):
         (hd / f).chmod(0o644)
     dm = Daemon("--egress-hosts", str(hd / "hosts"), "--egress-allow-private", "127.0.0.1/32",
                 "--egress-ca", str(hd / "cert.pem"),
-                argv_prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], env=env,
-                preexec_fn=enter)
+                argv_prefix=Delegation.argv, env=d.env(), preexec_fn=d.enter)
     try:
         sid = dm.create(network="allowlist", secrets={"TOKEN": {"value": VALUE, "hosts": ["api.secret.test:*"]}})
         r = dm.run(sid, f'id -u; curl -sS -m 20 -H "Authorization: Bearer $TOKEN" https://api.secret.test:{https}/rootless')
@@ -456,8 +445,4 @@ def test_rootless_secret_proxy(certs, https):
     finally:
         dm.close()
         shutil.rmtree(hd, ignore_errors=True)
-        for sub in sorted(d.glob("**/"), key=lambda p: len(p.parts), reverse=True):
-            try:
-                sub.rmdir()
-            except OSError:
-                pass
+        d.remove()
