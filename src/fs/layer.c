@@ -22,6 +22,7 @@
 #include "base/util.h"
 #include "fs/changes.h"
 #include "fs/layer.h"
+#include "fs/walk.h"
 
 /* The writable directories, as the sandbox sees them and as a layer's top holds them. */
 static const char *const tree_dirs[] = { "tmp", "home/user", "dev/shm" };
@@ -67,11 +68,6 @@ typedef struct Frame {
         int32_t ent;  /* its entry in the old index, when it was a directory then */
 } Frame;
 
-typedef struct Link {
-        ino_t ino;
-        char *path; /* of its first copy, relative to the layer's top */
-} Link;
-
 typedef struct Diff {
         const LayerDiff *d;
         LayerDiffStats *st;
@@ -82,8 +78,7 @@ typedef struct Diff {
         dev_t dev;
         uint8_t *out;
         size_t out_len;
-        Link *links;
-        size_t n_links, cap_links;
+        WalkLinks links;
         char *err;
         size_t errlen;
 } Diff;
@@ -296,16 +291,13 @@ static int copy_entry(Diff *x, size_t k, int sdir, const char *name, const struc
         int dir = x->frames[k].layer_fd;
         int r;
         if (S_ISREG(st->st_mode) && st->st_nlink > 1) {
-                for (size_t i = 0; i < x->n_links; i++)
-                        if (x->links[i].ino == st->st_ino)
-                                return linkat(x->d->layer, x->links[i].path, dir, name, 0) < 0 ? negerrno() : 0;
-                if (ARRAY_GROW(x->links, x->n_links, x->cap_links, 16) < 0)
+                const char *first = walk_links_find(&x->links, st->st_ino);
+                if (first)
+                        return linkat(x->d->layer, first, dir, name, 0) < 0 ? negerrno() : 0;
+                _cleanup_free_ char *p = NULL;
+                if (asprintf(&p, "%.*s/%s", (int)x->plen, x->path, name) < 0 ||
+                    walk_links_add(&x->links, st->st_ino, p) < 0)
                         return -ENOMEM;
-                char *p = malloc(x->plen + strlen(name) + 2);
-                if (!p)
-                        return -ENOMEM;
-                sprintf(p, "%.*s/%s", (int)x->plen, x->path, name);
-                x->links[x->n_links++] = (Link){ st->st_ino, p };
         }
         if (S_ISREG(st->st_mode)) {
                 /* O_NONBLOCK, and a regular file still: in a tree that was not frozen the name
@@ -515,9 +507,7 @@ int layer_diff(const LayerDiff *d, LayerDiffStats *st, char *err, size_t errlen)
                 snprintf(err, errlen, "layer: %s", strerror(-r));
 out:
         index_free(&x.idx);
-        for (size_t i = 0; i < x.n_links; i++)
-                free(x.links[i].path);
-        free(x.links);
+        walk_links_done(&x.links);
         free(x.path);
         free(x.out);
         return r;

@@ -23,11 +23,6 @@
  * copy is made again by one. */
 #define TREE_ONE_COPIER (-ENOTUNIQ)
 
-typedef struct Link {
-        ino_t ino;
-        char *path; /* of the first copy, relative to the destination's top */
-} Link;
-
 /* A copy walks the source and the destination in step (fs/walk.h): src.v[i] and dst.v[i]
  * are a directory and its copy, and have the same path relative to their tops. */
 typedef struct Copy {
@@ -36,8 +31,7 @@ typedef struct Copy {
         int dst_top;
         dev_t dev;
         Walk src, dst;
-        Link *links;
-        size_t n_links, cap_links;
+        WalkLinks links;
         uid_t own_uid; /* what a file this process creates belongs to */
         gid_t own_gid;
         /* Two processes copying one tree (tree_copy_parallel): this one's number, or -1. The
@@ -158,21 +152,12 @@ static int copy_data(Copy *c, int in, int out, const struct stat *st) {
         return 0;
 }
 
-static const char *link_find(Copy *c, ino_t ino) {
-        for (size_t i = 0; i < c->n_links; i++)
-                if (c->links[i].ino == ino)
-                        return c->links[i].path;
-        return NULL;
-}
-
 /* Records the file `name` of the current directory, just copied, as the first copy of ino. */
 static void link_add(Copy *c, ino_t ino, const char *name) {
-        if (ARRAY_GROW(c->links, c->n_links, c->cap_links, 64) < 0)
-                return; /* the next link becomes a copy: correct bytes, one inode more */
         const char *path = walk_child_path(&c->src, name);
-        char *p = path ? strdup(path) : NULL;
-        if (p)
-                c->links[c->n_links++] = (Link){ ino, p };
+        /* Out of memory: the next link becomes a copy (correct bytes, one inode more). */
+        if (path)
+                (void)walk_links_add(&c->links, ino, path);
 }
 
 /* The file `name` of the current destination directory as a hard link to `first` (a path
@@ -201,7 +186,7 @@ static int copy_file(Copy *c, const char *name, int in_fd) {
         /* Two copiers cannot share a table of hard links: such a tree is copied by one. */
         if (c->worker >= 0 && st.st_nlink > 1)
                 return TREE_ONE_COPIER;
-        const char *first = st.st_nlink > 1 ? link_find(c, st.st_ino) : NULL;
+        const char *first = st.st_nlink > 1 ? walk_links_find(&c->links, st.st_ino) : NULL;
         if (first)
                 return copy_hard_link(c, first, name);
         /* Created with its final mode (the job's umask is 0): a file needs no chmod. */
@@ -477,9 +462,7 @@ static int tree_copy_impl(int src, int dst, const TreeIds *ids, TreeStats *stats
         umask(old_umask);
         if (r >= 0 && (r = finish_entry(&c, dst, -1, NULL, &st, false)) < 0)
                 r = fail(&c, r, "set attributes of", NULL);
-        for (size_t i = 0; i < c.n_links; i++)
-                free(c.links[i].path);
-        free(c.links);
+        walk_links_done(&c.links);
         free(c.buf);
         return r;
 }

@@ -214,3 +214,27 @@ int walk_open_parent(int top, const char *path, const char **ret_name) {
         }
         return fd;
 }
+
+const char *walk_links_find(const WalkLinks *t, ino_t ino) {
+        for (size_t i = 0; i < t->n; i++)
+                if (t->v[i].ino == ino)
+                        return t->v[i].path;
+        return NULL;
+}
+
+int walk_links_add(WalkLinks *t, ino_t ino, const char *path) {
+        if (ARRAY_GROW(t->v, t->n, t->cap, 16) < 0)
+                return -ENOMEM;
+        char *p = strdup(path);
+        if (!p)
+                return -ENOMEM;
+        t->v[t->n++] = (struct WalkLink){ ino, p };
+        return 0;
+}
+
+void walk_links_done(WalkLinks *t) {
+        for (size_t i = 0; i < t->n; i++)
+                free(t->v[i].path);
+        free(t->v);
+        *t = (WalkLinks){ 0 };
+}

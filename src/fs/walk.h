@@ -89,3 +89,20 @@ const WalkEntry *walk_next(Walk *w);
  * component at a time with O_NOFOLLOW, whatever its length; *ret_name points to path's last
  * component. Returns the fd (owned) or -errno. */
 int walk_open_parent(int top, const char *path, const char **ret_name);
+
+/* The hard links a copy has met: for each inode with more than one name, the path (relative to
+ * the copy's top) of its first copy, so the next names become links to it. */
+typedef struct WalkLinks {
+        struct WalkLink {
+                ino_t ino;
+                char *path; /* owned */
+        } *v;
+        size_t n, cap;
+} WalkLinks;
+
+/* The path of ino's first copy, or NULL when it has none yet. */
+const char *walk_links_find(const WalkLinks *t, ino_t ino);
+/* Records path (copied) as ino's first copy. Returns 0 or -ENOMEM. */
+int walk_links_add(WalkLinks *t, ino_t ino, const char *path);
+/* Frees what it holds; t can be used again. */
+void walk_links_done(WalkLinks *t);
