@@ -42,7 +42,7 @@ static int builtin_memfd(void) {
 
 int box_shared_init(BoxShared *s, bool process) {
         int r;
-        *s = (BoxShared){ .builtin_fd = -1, .process = process };
+        *s = (BoxShared){ .builtin_fd = -1, .process = process, .process_lock = -1 };
         s->rootless = geteuid() != 0;
         s->user_uid = geteuid();
         s->user_gid = getegid();
@@ -63,9 +63,8 @@ int box_shared_init(BoxShared *s, bool process) {
                 snprintf(s->staging, sizeof s->staging, "/run/sbx");
         }
         /* Process mode builds no root: its sandboxes' directories go to a base of its own. */
-        if (process && (r = plain_base_init(s->process_base, sizeof s->process_base)) < 0)
+        if (process && (r = plain_base_init(s->process_base, sizeof s->process_base, &s->process_lock)) < 0)
                 goto fail;
-        s->process_base_made = process;
         if (!process && mkdir(s->staging, 0700) < 0 && errno != EEXIST) {
                 r = negerrno();
                 goto fail;
@@ -94,9 +93,9 @@ void box_shared_done(BoxShared *s) {
         s->seccomp.filter = NULL;
         /* Process mode: this daemon's directory, if empty by now (directories still being
          * removed keep it: the next daemon's start sweeps it then, its pid gone). */
-        if (s->process_base_made)
+        if (s->process_lock >= 0)
                 (void)rmdir(s->process_base);
-        s->process_base_made = false;
+        s->process_lock = safe_close(s->process_lock);
 }
 
 /* Rootless: uid 1000 inside is the caller, nothing else is mapped. Root: ids 0..65535 inside

@@ -21,7 +21,7 @@ typedef struct BoxShared {
         bool rootless;
         bool process;              /* process mode (sandbox/plain.h): no namespace at all */
         char process_base[256];    /* process mode: where sandboxes' directories are made */
-        bool process_base_made;    /* ... and it is this daemon's own (removed at the end if empty) */
+        int process_lock;          /* ... this daemon's own, locked while it lives (plain.h) */
         int builtin_fd;            /* sealed memfd with the bash builtin */
         struct sock_fprog seccomp; /* filter bytes, owned */
         char staging[256];         /* host directory each sandbox builds its root on */

@@ -508,21 +508,20 @@ pid_t cgroup_first_pid(int dirfd) {
         return r < 0 ? r : first;
 }
 
-typedef struct OnlyPid {
-        pid_t want;
-        int n;
-} OnlyPid;
-
-static bool only_one(pid_t pid, void *ud) {
-        OnlyPid *o = ud;
-        o->n += pid == o->want ? 1 : 2; /* another pid: more than one, whatever follows */
-        return o->n == 1;
-}
-
 int cgroup_only_pid(int dirfd, pid_t pid) {
-        OnlyPid o = { .want = pid };
-        int r = each_pid(dirfd, only_one, &o);
-        return r < 0 ? r : o.n == 1;
+        /* Every line counts, "0" too: a process of a pid namespace this one cannot see. */
+        char buf[64], want[32];
+        _cleanup_close_ int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negerrno();
+        int w = snprintf(want, sizeof want, "%d\n", (int)pid);
+        size_t have = 0;
+        for (ssize_t k; (k = read(fd, buf + have, sizeof buf - have)) > 0;) {
+                have += (size_t)k;
+                if (have > (size_t)w)
+                        return 0; /* more than pid's one line */
+        }
+        return have == (size_t)w && memcmp(buf, want, (size_t)w) == 0;
 }
 
 int cgroup_child_create(CgroupSandbox *s, const char *name) {

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,9 +19,9 @@
 /* What daemons killed with SIGKILL left (their sandboxes died with them: pid 1 with its
  * parent, commands through their cgroups, so nothing uses these) is renamed aside at once and
  * removed by a process of its own, which may take long (a directory's size is bounded only
- * by the host's filesystem) and must not hold this daemon's start. That process is a
- * grandchild, reparented as soon as its parent exits, so no daemon ever waits for it; one
- * that dies midway leaves `.gone-*` names, which the next sweep removes too. */
+ * by the host's filesystem) and must not hold this daemon up. That process is a grandchild,
+ * reparented as soon as its parent exits, so no daemon ever waits for it; one that dies
+ * midway leaves `.gone-*` names, which the next sweep removes too. */
 static void sweep_gone(int base_fd) {
         pid_t pid = fork();
         if (pid < 0)
@@ -28,11 +30,15 @@ static void sweep_gone(int base_fd) {
                 if (fork() != 0)
                         _exit(0);
                 /* No fd of the daemon's but the base's (as fd 3): a client waiting for the
-                 * daemon's stdout or socket to close must not wait for this. */
-                int nul = open("/dev/null", O_RDWR);
-                for (int fd = 0; nul >= 0 && fd < 3; fd++)
-                        dup2(nul, fd);
-                if (base_fd != 3 && dup2(base_fd, 3) < 0)
+                 * daemon's stdout or socket to close must not wait for this. The base is
+                 * moved above 2 first: a daemon started with 0-2 closed may hold it there. */
+                int keep = fcntl(base_fd, F_DUPFD, 3), nul = open("/dev/null", O_RDWR);
+                if (keep < 0 || nul < 0)
+                        _exit(1);
+                for (int fd = 0; fd < 3; fd++)
+                        if (dup2(nul, fd) < 0)
+                                _exit(1);
+                if (keep != 3 && dup2(keep, 3) < 0)
                         _exit(1);
                 close_range(4, ~0U, 0);
                 (void)prctl(PR_SET_NAME, "sbx-rm", 0, 0, 0);
@@ -46,6 +52,10 @@ static void sweep_gone(int base_fd) {
         (void)waitpid(pid, NULL, 0);
 }
 
+/* A daemon's directory is alive while its daemon holds the flock it took on it (see
+ * plain_base_init()): a lock, unlike a pid, means the same in every pid namespace and is never
+ * reused. One being made (".new-") is left alone for a minute, the time between its mkdir and
+ * its lock. */
 static void sweep_stale(const char *base) {
         _cleanup_close_ int fd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         int dfd = fd >= 0 ? dup(fd) : -1;
@@ -56,18 +66,22 @@ static void sweep_stale(const char *base) {
         }
         bool gone = false;
         for (struct dirent *e; (e = readdir(d));) {
-                int pid, end = 0;
-                char proc[32], to[64];
                 if (strncmp(e->d_name, ".gone-", 6) == 0) {
                         gone = true;
                         continue;
                 }
-                if (sscanf(e->d_name, "sbx-%d%n", &pid, &end) != 1 || pid <= 0 || e->d_name[end] || pid == getpid())
+                bool fresh = strncmp(e->d_name, ".new-", 5) == 0;
+                if (!fresh && strncmp(e->d_name, "sbx-", 4) != 0)
                         continue;
-                snprintf(proc, sizeof proc, "/proc/%d", pid);
-                if (access(proc, F_OK) == 0 || errno != ENOENT)
+                _cleanup_close_ int one = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                struct stat st;
+                if (one < 0 || fstat(one, &st) < 0 || st.st_uid != geteuid() ||
+                    (fresh && (uint64_t)st.st_mtime + 60 > wall_ms() / 1000) || flock(one, LOCK_EX | LOCK_NB) < 0)
                         continue;
-                snprintf(to, sizeof to, ".gone-%d-%llx", pid, (unsigned long long)now_ns());
+                char to[64], id[17];
+                if (random_hex(id, 8) < 0)
+                        continue;
+                snprintf(to, sizeof to, ".gone-%s", id);
                 if (renameat(fd, e->d_name, fd, to) == 0)
                         gone = true;
         }
@@ -89,9 +103,10 @@ static int own_dir(const char *dir, mode_t mode) {
         return (st.st_mode & 07777) == mode || chmod(dir, mode) == 0 ? 0 : negerrno();
 }
 
-int plain_base_init(char *base, size_t size) {
+int plain_base_init(char *base, size_t size, int *ret_lock) {
         mode_t mode = geteuid() == 0 ? 0711 : 0700;
         const char *rt = getenv("XDG_RUNTIME_DIR");
+        *ret_lock = -1;
         if (geteuid() == 0)
                 snprintf(base, size, "/run/sbx-process");
         else if (rt && rt[0] == '/')
@@ -102,12 +117,25 @@ int plain_base_init(char *base, size_t size) {
         if (r < 0)
                 return r;
         sweep_stale(base);
-        /* This daemon's own directory in it, named for its pid as its cgroups are, so that
-         * the next daemon can tell what a dead one left. */
-        size_t n = strlen(base);
-        if (snprintf(base + n, size - n, "/sbx-%d", (int)getpid()) >= (int)(size - n))
+        /* This daemon's own directory in it, made under a name sweeps leave alone for a while,
+         * locked, then named: from then on its lock says it is in use. */
+        char id[17], made[PATH_MAX], own[PATH_MAX];
+        if ((r = random_hex(id, 8)) < 0)
+                return r;
+        snprintf(made, sizeof made, "%s/.new-%s", base, id);
+        if (snprintf(own, sizeof own, "%s/sbx-%d-%s", base, (int)getpid(), id) >= (int)size)
                 return -ENAMETOOLONG;
-        return own_dir(base, mode);
+        if (mkdir(made, mode) < 0)
+                return negerrno();
+        _cleanup_close_ int fd = open(made, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || fchmod(fd, mode) < 0 || rename(made, own) < 0) {
+                r = negerrno();
+                (void)rmdir(made);
+                return r;
+        }
+        snprintf(base, size, "%s", own);
+        *ret_lock = TAKE_FD(fd);
+        return 0;
 }
 
 static int fail(char *err, size_t errlen, const char *what, const char *path) {

@@ -19,13 +19,15 @@ typedef struct PlainConfig {
         bool own;          /* root daemon: home/user goes to uid, the directory to gid */
 } PlainConfig;
 
-/* The directory sandboxes of this daemon get their directories in, <shared>/sbx-<pid>, made
- * (or, if it exists, checked to be a directory of this user's, not a symlink) with the right
- * mode, as is the shared one: as root /run/sbx-process (0711: each sandbox's user must reach
- * its own directory), else $XDG_RUNTIME_DIR/sbx-process or /tmp/sbx-process-<uid> (0700).
- * What daemons that are gone left in the shared directory is removed, in the background.
- * Returns 0 or -errno (-EPERM: it exists and belongs to someone else). */
-int plain_base_init(char *base, size_t size);
+/* The directory sandboxes of this daemon get their directories in: a new <shared>/sbx-<pid>-
+ * <random>, on which *ret_lock (owned) holds an flock for as long as the daemon keeps it open,
+ * which is what tells other daemons it is in use. The shared directory is made (or, if it
+ * exists, checked to be a directory of this user's, not a symlink) with the right mode: as
+ * root /run/sbx-process (0711: each sandbox's user must reach its own directory), else
+ * $XDG_RUNTIME_DIR/sbx-process or /tmp/sbx-process-<uid> (0700). What daemons that are gone
+ * (their directories unlocked) left there is removed, in the background. Returns 0 or -errno
+ * (-EPERM: the shared one exists and belongs to someone else). */
+int plain_base_init(char *base, size_t size, int *ret_lock);
 
 /* In pid 1: makes c->dir (home/user, tmp, dev/shm below it; it and its skeleton directories
  * read-only, so neither the files API nor a command removes /tmp or /home/user by mistake)

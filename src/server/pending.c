@@ -86,8 +86,17 @@ static void behind_unlink(PendingSet *set, Pending *p) {
 }
 
 void pending_run_session(PendingSet *set, Pending *p, SbxSession *s) {
+        /* Only a run of this lane holding a slot, or waiting for one, hands one on when it is
+         * answered. The newest pending of the session is the run right ahead (pendings are
+         * linked newest first); anything else ahead (an env.set, which holds no slot, a run
+         * of the other lane, a run of the session's own with no pending) hands nothing on,
+         * and the run keeps its slot while it waits, as every run did. */
+        Pending *ahead = NULL;
+        for (Pending *q = set->head; q && !ahead; q = q->next)
+                if (q != p && q->session == s)
+                        ahead = q;
         p->session = s;
-        if (!p->lane || sbx_session_runs(s) == 0)
+        if (!p->lane || sbx_session_runs(s) == 0 || !ahead || (ahead->lane != p->lane && ahead->behind_lane != p->lane))
                 return;
         lanes_release(&p->core->lanes, p->lane, now_ms() - p->lane_ms);
         p->behind_lane = p->lane;

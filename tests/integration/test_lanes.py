@@ -343,3 +343,31 @@ def test_runs_queued_in_one_session_hold_one_slot(make_server):
     assert peak == 1
     h = lanes(b)["interactive"]
     assert h["active"] == 0 and h["completed"] == 6, h
+
+
+@pytest.mark.parametrize("ahead", ["env.set", "system run"])
+def test_a_run_behind_what_holds_no_slot_of_its_lane_keeps_its_own(make_server, ahead):
+    # Only a run of the same lane hands a slot on. Behind an env.set (which holds none) or a
+    # run of the system lane, a run keeps the slot it got, so the one interactive slot still
+    # lets one run at a time through: three `sleep 1` in three sessions take three seconds.
+    srv = make_server("--slots", "1", "--system-slots", "3", "--queue", "10")
+    c = srv.connect()
+    c.result("create")
+    t0 = time.monotonic()
+    ids = []
+    for i in range(3):
+        if ahead == "env.set":
+            c.send("env.set", {"session": f"s{i}", "name": "X", "value": "1"})
+        else:
+            c.send("run", {"session": f"s{i}", "command": "true", "lane": "system"})
+        ids.append(c.send("run", {"session": f"s{i}", "command": "sleep 1; echo $X"}))
+    peak = 0
+    while time.monotonic() - t0 < 1.5:
+        peak = max(peak, c.result("health")["running"])
+        time.sleep(0.05)
+    for i in ids:
+        assert c.wait(i, timeout=30)["result"]["exitCode"] == 0
+    assert time.monotonic() - t0 >= 2.9, "the three runs ran side by side"
+    assert peak <= 1
+    h = lanes(c)
+    assert h["interactive"]["active"] == 0 and h["system"]["active"] == 0, h

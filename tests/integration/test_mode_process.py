@@ -306,7 +306,7 @@ def test_a_daemon_that_dies_takes_its_sandboxes_processes_along(daemon, tmp_path
     # starts: that one removes what daemons that are gone left, in the background.
     assert os.path.isdir(root) and os.path.isdir(root + ".snap")
     own = os.path.dirname(root)
-    assert os.path.basename(own) == f"sbx-{daemon.p.pid}", own
+    assert os.path.basename(own).startswith(f"sbx-{daemon.p.pid}-"), own
     (tmp_path / "next").mkdir()
     nxt = Daemon(daemon.rootless, tmp_path / "next")
     try:
@@ -330,6 +330,30 @@ def test_a_live_daemons_directories_are_never_swept(daemon, tmp_path):
     finally:
         other.close()
     time.sleep(0.5)  # what a sweep would have started has had time to act
+    assert run(daemon, sid, "cat kept")["stdout"] == "mine\n"
+    assert os.path.isdir(root)
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="unshare (util-linux) missing")
+def test_a_daemon_in_another_pid_namespace_sweeps_nothing_live(daemon, tmp_path):
+    # Its pids say nothing about this daemon's (its /proc shows none of them, and it may be
+    # pid 1 itself): only the lock this daemon holds on its directory does.
+    if daemon.rootless:
+        pytest.skip("unshare -p needs root; the root daemon shows it")
+    sid, root = sandbox(daemon)
+    run(daemon, sid, "echo mine > kept")
+    (tmp_path / "ns").mkdir()
+    other = Daemon(False, tmp_path / "ns")
+    other.p.kill()
+    other.p.wait()
+    env = {"PATH": "/usr/bin:/bin"}
+    other.p = subprocess.Popen(["unshare", "-pf", "--mount-proc", SBX, "serve", "--stdio", "--mode", "process"],
+                               env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=other.stderr)
+    try:
+        sandbox(other)
+    finally:
+        other.close()
+    time.sleep(0.5)
     assert run(daemon, sid, "cat kept")["stdout"] == "mine\n"
     assert os.path.isdir(root)
 
