@@ -215,20 +215,48 @@ int walk_open_parent(int top, const char *path, const char **ret_name) {
         return fd;
 }
 
+static size_t link_slot(const WalkLinks *t, ino_t ino) {
+        uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ULL;
+        size_t i = (size_t)(h >> 32) & (t->n_slots - 1);
+        while (t->slots[i] && t->v[t->slots[i] - 1].ino != ino)
+                i = (i + 1) & (t->n_slots - 1);
+        return i;
+}
+
 const char *walk_links_find(const WalkLinks *t, ino_t ino) {
-        for (size_t i = 0; i < t->n; i++)
-                if (t->v[i].ino == ino)
-                        return t->v[i].path;
-        return NULL;
+        if (!t->n_slots)
+                return NULL;
+        uint32_t k = t->slots[link_slot(t, ino)];
+        return k ? t->v[k - 1].path : NULL;
 }
 
 int walk_links_add(WalkLinks *t, ino_t ino, const char *path) {
+        if (t->n >= UINT32_MAX - 1)
+                return -ENOMEM;
+        /* At most half full: probes stay short. */
+        if (2 * (t->n + 1) > t->n_slots) {
+                size_t n_slots = t->n_slots ? 2 * t->n_slots : 64;
+                uint32_t *slots = calloc(n_slots, sizeof *slots);
+                if (!slots)
+                        return -ENOMEM;
+                free(t->slots);
+                t->slots = slots;
+                t->n_slots = n_slots;
+                for (size_t i = 0; i < t->n; i++)
+                        t->slots[link_slot(t, t->v[i].ino)] = (uint32_t)(i + 1);
+        }
         if (ARRAY_GROW(t->v, t->n, t->cap, 16) < 0)
                 return -ENOMEM;
         char *p = strdup(path);
         if (!p)
                 return -ENOMEM;
-        t->v[t->n++] = (struct WalkLink){ ino, p };
+        size_t at = link_slot(t, ino);
+        if (t->slots[at]) { /* already there: the first copy stays */
+                free(p);
+                return 0;
+        }
+        t->v[t->n] = (struct WalkLink){ ino, p };
+        t->slots[at] = (uint32_t)++t->n;
         return 0;
 }
 
@@ -236,5 +264,6 @@ void walk_links_done(WalkLinks *t) {
         for (size_t i = 0; i < t->n; i++)
                 free(t->v[i].path);
         free(t->v);
+        free(t->slots);
         *t = (WalkLinks){ 0 };
 }

@@ -5,6 +5,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 /* One entry of a directory's listing. */
@@ -91,13 +92,17 @@ const WalkEntry *walk_next(Walk *w);
 int walk_open_parent(int top, const char *path, const char **ret_name);
 
 /* The hard links a copy has met: for each inode with more than one name, the path (relative to
- * the copy's top) of its first copy, so the next names become links to it. */
+ * the copy's top) of its first copy, so the next names become links to it. Found through a hash
+ * of the inode: a tree may hold any number of links (they cost no inode), and a copy must not
+ * slow down with their square. */
 typedef struct WalkLinks {
         struct WalkLink {
                 ino_t ino;
                 char *path; /* owned */
         } *v;
         size_t n, cap;
+        uint32_t *slots; /* open addressing: 1 + an index of v, 0 for free; a power of two */
+        size_t n_slots;
 } WalkLinks;
 
 /* The path of ino's first copy, or NULL when it has none yet. */

@@ -239,6 +239,73 @@ static void test_id_block(void) {
               tree_map_uid(&rootless, 5) == 5, "rootless: only the user is mapped");
 }
 
+/* The table of first copies: every inode found with its own path, the first path kept, an
+ * inode never added not found, through many growths of the hash. */
+static void test_links_table(void) {
+        WalkLinks t = { 0 };
+        bool all = true;
+        char path[32];
+        for (ino_t i = 1; i <= 100000 && all; i++) {
+                snprintf(path, sizeof path, "p%lu", (unsigned long)(i * 4096));
+                all = walk_links_add(&t, i * 4096, path) == 0;
+        }
+        CHECK(all && t.n == 100000, "100,000 inodes (multiples of 4096, so alike in their low bits) added");
+        for (ino_t i = 1; i <= 100000 && all; i++) {
+                snprintf(path, sizeof path, "p%lu", (unsigned long)(i * 4096));
+                const char *p = walk_links_find(&t, i * 4096);
+                all = p && strcmp(p, path) == 0;
+        }
+        CHECK(all, "each found with its own path");
+        CHECK(!walk_links_find(&t, 4097) && !walk_links_find(&t, 0) && !walk_links_find(&t, 100001 * 4096),
+              "inodes never added are not found");
+        CHECK(walk_links_add(&t, 4096, "other") == 0 && strcmp(walk_links_find(&t, 4096), "p4096") == 0 && t.n == 100000,
+              "adding an inode again keeps its first path");
+        walk_links_done(&t);
+        CHECK(t.n == 0 && !walk_links_find(&t, 4096), "done: empty and usable again");
+}
+
+/* 200 files with 50 names each, spread over 10 directories: the copy has 200 inodes of 50
+ * links each, every name where it was. */
+static void test_many_links(void) {
+        _cleanup_close_ int src = open_dir("links-src");
+        _cleanup_close_ int dst = open_dir("links-dst");
+        bool made = src >= 0 && dst >= 0;
+        char name[64], to[64];
+        for (int d = 0; made && d < 10; d++) {
+                snprintf(name, sizeof name, "d%d", d);
+                made = mkdirat(src, name, 0755) == 0;
+        }
+        for (int f = 0; made && f < 200; f++) {
+                snprintf(name, sizeof name, "d0/f%d", f);
+                int fd = openat(src, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+                made = fd >= 0 && dprintf(fd, "file %d\n", f) > 0;
+                if (fd >= 0)
+                        close(fd);
+                for (int k = 1; made && k < 50; k++) {
+                        snprintf(to, sizeof to, "d%d/f%d-%d", k % 10, f, k);
+                        made = linkat(src, name, src, to, 0) == 0;
+                }
+        }
+        CHECK(made, "10,000 names of 200 files made");
+        TreeIds ids = { getuid(), getuid(), getgid(), getgid() };
+        char err[512] = "";
+        int r = tree_copy(src, dst, &ids, NULL, err, sizeof err);
+        CHECK(r == 0, "copied (%d %s)", r, err);
+        bool same = true;
+        for (int f = 0; same && f < 200; f++) {
+                struct stat first, st;
+                snprintf(name, sizeof name, "d0/f%d", f);
+                same = fstatat(dst, name, &first, AT_SYMLINK_NOFOLLOW) == 0 && first.st_nlink == 50;
+                for (int k = 1; same && k < 50; k++) {
+                        snprintf(to, sizeof to, "d%d/f%d-%d", k % 10, f, k);
+                        same = fstatat(dst, to, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == first.st_ino;
+                }
+        }
+        CHECK(same, "the copy: 200 inodes of 50 links each, every name where it was");
+        (void)tree_clear(src, err, sizeof err);
+        (void)tree_clear(dst, err, sizeof err);
+}
+
 int main(void) {
         /* tmpfs, as a sandbox's tree is: a disk filesystem takes far longer on deep trees. */
         snprintf(base_dir, sizeof base_dir, "/dev/shm/sbx-test-tree-XXXXXX");
@@ -252,6 +319,8 @@ int main(void) {
         test_deep_copy();
         test_depth_ceiling();
         test_walk_moved();
+        test_links_table();
+        test_many_links();
         char cmd[256];
         snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", base_dir, base_dir);
         if (system(cmd) != 0)
