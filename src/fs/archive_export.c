@@ -19,13 +19,6 @@
 #include "fs/archive_private.h"
 #include "fs/walk.h"
 
-typedef struct ExportLink {
-        dev_t dev;
-        ino_t ino;
-        int group;
-        char *path;
-} ExportLink;
-
 typedef struct Export {
         struct archive *a;
         struct archive_entry *e;
@@ -35,8 +28,7 @@ typedef struct Export {
         int group;   /* archive_link_group() of that top directory */
         Walk walk;   /* the directory being exported, from the top directory down */
         const char *path; /* the entry at hand: its archive path (borrowed) */
-        ExportLink *links;
-        size_t n_links, cap_links;
+        WalkLinks links;
         uint8_t *buf;
         uint64_t entries, bytes;
         uint64_t max_bytes; /* what an import may hold: a sparse file past it is refused now */
@@ -139,20 +131,11 @@ static int export_data(Export *x, int fd, uint64_t size) {
 }
 
 static const char *export_link_find(Export *x, const struct stat *st) {
-        for (size_t i = 0; i < x->n_links; i++)
-                if (x->links[i].ino == st->st_ino && x->links[i].dev == st->st_dev && x->links[i].group == x->group)
-                        return x->links[i].path;
-        return NULL;
+        return walk_links_find(&x->links, st->st_dev, st->st_ino, x->group);
 }
 
 static int export_link_add(Export *x, const struct stat *st) {
-        if (ARRAY_GROW(x->links, x->n_links, x->cap_links, 64) < 0)
-                return -ENOMEM;
-        char *p = strdup(x->path);
-        if (!p)
-                return -ENOMEM;
-        x->links[x->n_links++] = (ExportLink){ st->st_dev, st->st_ino, x->group, p };
-        return 0;
+        return walk_links_add(&x->links, st->st_dev, st->st_ino, x->group, x->path);
 }
 
 /* Opens name in dir with flags and stats what was opened (the entry may have been swapped
@@ -409,9 +392,7 @@ out:
                 archive_write_free(x.a);
         if (x.e)
                 archive_entry_free(x.e);
-        for (size_t i = 0; i < x.n_links; i++)
-                free(x.links[i].path);
-        free(x.links);
+        walk_links_done(&x.links);
         free(x.buf);
         return r;
 }

@@ -291,12 +291,12 @@ static int copy_entry(Diff *x, size_t k, int sdir, const char *name, const struc
         int dir = x->frames[k].layer_fd;
         int r;
         if (S_ISREG(st->st_mode) && st->st_nlink > 1) {
-                const char *first = walk_links_find(&x->links, st->st_ino);
+                const char *first = walk_links_find(&x->links, st->st_dev, st->st_ino, 0);
                 if (first)
                         return linkat(x->d->layer, first, dir, name, 0) < 0 ? negerrno() : 0;
                 _cleanup_free_ char *p = NULL;
                 if (asprintf(&p, "%.*s/%s", (int)x->plen, x->path, name) < 0 ||
-                    walk_links_add(&x->links, st->st_ino, p) < 0)
+                    walk_links_add(&x->links, st->st_dev, st->st_ino, 0, p) < 0)
                         return -ENOMEM;
         }
         if (S_ISREG(st->st_mode)) {

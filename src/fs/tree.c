@@ -157,7 +157,7 @@ static void link_add(Copy *c, ino_t ino, const char *name) {
         const char *path = walk_child_path(&c->src, name);
         /* Out of memory: the next link becomes a copy (correct bytes, one inode more). */
         if (path)
-                (void)walk_links_add(&c->links, ino, path);
+                (void)walk_links_add(&c->links, c->dev, ino, 0, path);
 }
 
 /* The file `name` of the current destination directory as a hard link to `first` (a path
@@ -186,7 +186,7 @@ static int copy_file(Copy *c, const char *name, int in_fd) {
         /* Two copiers cannot share a table of hard links: such a tree is copied by one. */
         if (c->worker >= 0 && st.st_nlink > 1)
                 return TREE_ONE_COPIER;
-        const char *first = st.st_nlink > 1 ? walk_links_find(&c->links, st.st_ino) : NULL;
+        const char *first = st.st_nlink > 1 ? walk_links_find(&c->links, st.st_dev, st.st_ino, 0) : NULL;
         if (first)
                 return copy_hard_link(c, first, name);
         /* Created with its final mode (the job's umask is 0): a file needs no chmod. */

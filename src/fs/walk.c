@@ -215,22 +215,25 @@ int walk_open_parent(int top, const char *path, const char **ret_name) {
         return fd;
 }
 
-static size_t link_slot(const WalkLinks *t, ino_t ino) {
-        uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ULL;
+static size_t link_slot(const WalkLinks *t, dev_t dev, ino_t ino, int group) {
+        uint64_t h = ((uint64_t)ino ^ ((uint64_t)dev << 40) ^ (uint64_t)(unsigned)group) * 0x9e3779b97f4a7c15ULL;
         size_t i = (size_t)(h >> 32) & (t->n_slots - 1);
-        while (t->slots[i] && t->v[t->slots[i] - 1].ino != ino)
-                i = (i + 1) & (t->n_slots - 1);
+        for (; t->slots[i]; i = (i + 1) & (t->n_slots - 1)) {
+                const struct WalkLink *l = &t->v[t->slots[i] - 1];
+                if (l->ino == ino && l->dev == dev && l->group == group)
+                        break;
+        }
         return i;
 }
 
-const char *walk_links_find(const WalkLinks *t, ino_t ino) {
+const char *walk_links_find(const WalkLinks *t, dev_t dev, ino_t ino, int group) {
         if (!t->n_slots)
                 return NULL;
-        uint32_t k = t->slots[link_slot(t, ino)];
+        uint32_t k = t->slots[link_slot(t, dev, ino, group)];
         return k ? t->v[k - 1].path : NULL;
 }
 
-int walk_links_add(WalkLinks *t, ino_t ino, const char *path) {
+int walk_links_add(WalkLinks *t, dev_t dev, ino_t ino, int group, const char *path) {
         if (t->n >= UINT32_MAX - 1)
                 return -ENOMEM;
         /* At most half full: probes stay short. */
@@ -243,19 +246,17 @@ int walk_links_add(WalkLinks *t, ino_t ino, const char *path) {
                 t->slots = slots;
                 t->n_slots = n_slots;
                 for (size_t i = 0; i < t->n; i++)
-                        t->slots[link_slot(t, t->v[i].ino)] = (uint32_t)(i + 1);
+                        t->slots[link_slot(t, t->v[i].dev, t->v[i].ino, t->v[i].group)] = (uint32_t)(i + 1);
         }
+        size_t at = link_slot(t, dev, ino, group);
+        if (t->slots[at])
+                return 0;
         if (ARRAY_GROW(t->v, t->n, t->cap, 16) < 0)
                 return -ENOMEM;
         char *p = strdup(path);
         if (!p)
                 return -ENOMEM;
-        size_t at = link_slot(t, ino);
-        if (t->slots[at]) { /* already there: the first copy stays */
-                free(p);
-                return 0;
-        }
-        t->v[t->n] = (struct WalkLink){ ino, p };
+        t->v[t->n] = (struct WalkLink){ dev, ino, group, p };
         t->slots[at] = (uint32_t)++t->n;
         return 0;
 }

@@ -97,7 +97,9 @@ int walk_open_parent(int top, const char *path, const char **ret_name);
  * slow down with their square. */
 typedef struct WalkLinks {
         struct WalkLink {
+                dev_t dev;
                 ino_t ino;
+                int group; /* the caller's: names of one group link only to each other */
                 char *path; /* owned */
         } *v;
         size_t n, cap;
@@ -105,9 +107,9 @@ typedef struct WalkLinks {
         size_t n_slots;
 } WalkLinks;
 
-/* The path of ino's first copy, or NULL when it has none yet. */
-const char *walk_links_find(const WalkLinks *t, ino_t ino);
-/* Records path (copied) as ino's first copy. Returns 0 or -ENOMEM. */
-int walk_links_add(WalkLinks *t, ino_t ino, const char *path);
+/* The path of the first copy of inode (dev, ino) in group, or NULL when it has none yet. */
+const char *walk_links_find(const WalkLinks *t, dev_t dev, ino_t ino, int group);
+/* Records path (copied) as that first copy; one recorded already stays. Returns 0 or -ENOMEM. */
+int walk_links_add(WalkLinks *t, dev_t dev, ino_t ino, int group, const char *path);
 /* Frees what it holds; t can be used again. */
 void walk_links_done(WalkLinks *t);

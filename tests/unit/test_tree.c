@@ -247,21 +247,27 @@ static void test_links_table(void) {
         char path[32];
         for (ino_t i = 1; i <= 100000 && all; i++) {
                 snprintf(path, sizeof path, "p%lu", (unsigned long)(i * 4096));
-                all = walk_links_add(&t, i * 4096, path) == 0;
+                all = walk_links_add(&t, 7, i * 4096, 0, path) == 0;
         }
         CHECK(all && t.n == 100000, "100,000 inodes (multiples of 4096, so alike in their low bits) added");
         for (ino_t i = 1; i <= 100000 && all; i++) {
                 snprintf(path, sizeof path, "p%lu", (unsigned long)(i * 4096));
-                const char *p = walk_links_find(&t, i * 4096);
+                const char *p = walk_links_find(&t, 7, i * 4096, 0);
                 all = p && strcmp(p, path) == 0;
         }
         CHECK(all, "each found with its own path");
-        CHECK(!walk_links_find(&t, 4097) && !walk_links_find(&t, 0) && !walk_links_find(&t, 100001 * 4096),
+        CHECK(!walk_links_find(&t, 7, 4097, 0) && !walk_links_find(&t, 7, 0, 0) && !walk_links_find(&t, 7, 100001 * 4096, 0),
               "inodes never added are not found");
-        CHECK(walk_links_add(&t, 4096, "other") == 0 && strcmp(walk_links_find(&t, 4096), "p4096") == 0 && t.n == 100000,
+        CHECK(!walk_links_find(&t, 8, 4096, 0) && !walk_links_find(&t, 7, 4096, 1),
+              "nor one of another device or another group");
+        CHECK(walk_links_add(&t, 7, 4096, 0, "other") == 0 && strcmp(walk_links_find(&t, 7, 4096, 0), "p4096") == 0 &&
+                      t.n == 100000,
               "adding an inode again keeps its first path");
+        CHECK(walk_links_add(&t, 7, 4096, 1, "group1") == 0 && strcmp(walk_links_find(&t, 7, 4096, 1), "group1") == 0 &&
+                      strcmp(walk_links_find(&t, 7, 4096, 0), "p4096") == 0,
+              "the same inode in another group is another entry");
         walk_links_done(&t);
-        CHECK(t.n == 0 && !walk_links_find(&t, 4096), "done: empty and usable again");
+        CHECK(t.n == 0 && !walk_links_find(&t, 7, 4096, 0), "done: empty and usable again");
 }
 
 /* 200 files with 50 names each, spread over 10 directories: the copy has 200 inodes of 50
