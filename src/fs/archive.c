@@ -151,32 +151,35 @@ static uint64_t node_hash(uint32_t parent, const char *name, size_t len) {
         return h;
 }
 
-/* The slot holding child `name` of `parent`, or the empty slot where it would go. */
-static size_t node_slot(const ArchiveTree *t, uint32_t parent, const char *name, size_t len) {
-        size_t mask = t->n_slots - 1, i = (size_t)node_hash(parent, name, len) & mask;
-        for (;; i = (i + 1) & mask) {
-                uint32_t s = t->slots[i];
-                if (!s)
-                        return i;
-                const ArchiveNode *n = &t->nodes[s - 1];
-                if (n->parent == parent && strncmp(n->name, name, len) == 0 && n->name[len] == 0)
-                        return i;
-        }
+typedef struct NodeKey {
+        const ArchiveTree *t;
+        uint32_t parent;
+        const char *name;
+        size_t len;
+} NodeKey;
+
+static bool node_is(const void *ud, uint32_t i) {
+        const NodeKey *k = ud;
+        const ArchiveNode *n = &k->t->nodes[i];
+        return n->parent == k->parent && strncmp(n->name, k->name, k->len) == 0 && n->name[k->len] == 0;
+}
+
+static uint64_t node_hash_of(const void *ud, uint32_t i) {
+        const ArchiveNode *n = &((const ArchiveTree *)ud)->nodes[i];
+        return node_hash(n->parent, n->name, strlen(n->name));
 }
 
 int archive_tree_init(ArchiveTree *t) {
         *t = (ArchiveTree){ 0 };
         t->nodes = calloc(64, sizeof *t->nodes);
-        t->slots = calloc(128, sizeof *t->slots);
         char *root = strdup("");
-        if (!t->nodes || !t->slots || !root) {
+        if (!t->nodes || !root) {
                 free(root);
                 archive_tree_free(t);
                 return -ENOMEM;
         }
         t->cap = 64;
-        t->n_slots = 128;
-        /* The root: its own parent, never in the table. */
+        /* The root: its own parent, never in the index. */
         t->nodes[t->n++] = (ArchiveNode){ .name = root };
         return 0;
 }
@@ -185,13 +188,13 @@ void archive_tree_free(ArchiveTree *t) {
         for (size_t i = 0; i < t->n; i++)
                 free(t->nodes[i].name);
         free(t->nodes);
-        free(t->slots);
+        slots_free(&t->slots);
         *t = (ArchiveTree){ 0 };
 }
 
 int64_t archive_tree_child(const ArchiveTree *t, uint32_t parent, const char *name, size_t len) {
-        uint32_t s = t->slots[node_slot(t, parent, name, len)];
-        return s ? (int64_t)s - 1 : -1;
+        NodeKey k = { t, parent, name, len };
+        return slots_find(&t->slots, node_hash(parent, name, len), node_is, &k);
 }
 
 static int tree_grow(ArchiveTree *t) {
@@ -204,21 +207,7 @@ static int tree_grow(ArchiveTree *t) {
                 t->nodes = v;
                 t->cap *= 2;
         }
-        if (t->n * 2 >= t->n_slots) {
-                size_t n_slots = t->n_slots * 2;
-                uint32_t *slots = calloc(n_slots, sizeof *slots);
-                if (!slots)
-                        return -ENOMEM;
-                uint32_t *old = t->slots;
-                t->slots = slots;
-                t->n_slots = n_slots;
-                for (size_t i = 1; i < t->n; i++) {
-                        const ArchiveNode *n = &t->nodes[i];
-                        t->slots[node_slot(t, n->parent, n->name, strlen(n->name))] = (uint32_t)i + 1;
-                }
-                free(old);
-        }
-        return 0;
+        return slots_reserve(&t->slots, t->n, 1, node_hash_of, t);
 }
 
 int64_t archive_tree_add(ArchiveTree *t, uint32_t parent, const char *name, size_t len, uint8_t kind) {
@@ -230,7 +219,8 @@ int64_t archive_tree_add(ArchiveTree *t, uint32_t parent, const char *name, size
                 return -ENOMEM;
         uint32_t i = (uint32_t)t->n++;
         t->nodes[i] = (ArchiveNode){ copy, parent, t->nodes[parent].depth + 1, kind };
-        t->slots[node_slot(t, parent, name, len)] = i + 1;
+        NodeKey k = { t, parent, name, len };
+        t->slots.v[slots_probe(&t->slots, node_hash(parent, name, len), node_is, &k)] = i + 1;
         return i;
 }
 

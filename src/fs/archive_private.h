@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "base/macro.h"
 #include "base/sha256.h"
+#include "base/slots.h"
 
 /* The writable directories an archive holds, as the sandbox sees them, in archive order. */
 #define ARCHIVE_N_TOPS 3
@@ -65,8 +66,7 @@ typedef struct ArchiveNode {
 typedef struct ArchiveTree {
         ArchiveNode *nodes;
         size_t n, cap;
-        uint32_t *slots; /* node index + 1, 0 if empty */
-        size_t n_slots;
+        Slots slots;     /* of nodes, by (parent, name); the root is in none */
 } ArchiveTree;
 
 /* An empty tree (the root only). Returns 0 or -ENOMEM. */

@@ -215,49 +215,46 @@ int walk_open_parent(int top, const char *path, const char **ret_name) {
         return fd;
 }
 
-static size_t link_slot(const WalkLinks *t, dev_t dev, ino_t ino, int group) {
-        uint64_t h = ((uint64_t)ino ^ ((uint64_t)dev << 40) ^ (uint64_t)(unsigned)group) * 0x9e3779b97f4a7c15ULL;
-        size_t i = (size_t)(h >> 32) & (t->n_slots - 1);
-        for (; t->slots[i]; i = (i + 1) & (t->n_slots - 1)) {
-                const struct WalkLink *l = &t->v[t->slots[i] - 1];
-                if (l->ino == ino && l->dev == dev && l->group == group)
-                        break;
-        }
-        return i;
+static uint64_t link_hash(dev_t dev, ino_t ino, int group) {
+        return ((uint64_t)ino ^ ((uint64_t)dev << 40) ^ (uint64_t)(unsigned)group) * 0x9e3779b97f4a7c15ULL;
+}
+
+static uint64_t link_hash_of(const void *ud, uint32_t i) {
+        const struct WalkLink *l = &((const WalkLinks *)ud)->v[i];
+        return link_hash(l->dev, l->ino, l->group);
+}
+
+typedef struct LinkKey {
+        const WalkLinks *t;
+        dev_t dev;
+        ino_t ino;
+        int group;
+} LinkKey;
+
+static bool link_is(const void *ud, uint32_t i) {
+        const LinkKey *k = ud;
+        const struct WalkLink *l = &k->t->v[i];
+        return l->ino == k->ino && l->dev == k->dev && l->group == k->group;
 }
 
 const char *walk_links_find(const WalkLinks *t, dev_t dev, ino_t ino, int group) {
-        if (!t->n_slots)
-                return NULL;
-        uint32_t k = t->slots[link_slot(t, dev, ino, group)];
-        return k ? t->v[k - 1].path : NULL;
+        LinkKey k = { t, dev, ino, group };
+        int64_t i = slots_find(&t->slots, link_hash(dev, ino, group), link_is, &k);
+        return i >= 0 ? t->v[i].path : NULL;
 }
 
 int walk_links_add(WalkLinks *t, dev_t dev, ino_t ino, int group, const char *path) {
-        if (t->n >= UINT32_MAX - 1)
-                return -ENOMEM;
-        /* At most half full: probes stay short. */
-        if (2 * (t->n + 1) > t->n_slots) {
-                size_t n_slots = t->n_slots ? 2 * t->n_slots : 64;
-                uint32_t *slots = calloc(n_slots, sizeof *slots);
-                if (!slots)
-                        return -ENOMEM;
-                free(t->slots);
-                t->slots = slots;
-                t->n_slots = n_slots;
-                for (size_t i = 0; i < t->n; i++)
-                        t->slots[link_slot(t, t->v[i].dev, t->v[i].ino, t->v[i].group)] = (uint32_t)(i + 1);
-        }
-        size_t at = link_slot(t, dev, ino, group);
-        if (t->slots[at])
+        if (walk_links_find(t, dev, ino, group))
                 return 0;
-        if (ARRAY_GROW(t->v, t->n, t->cap, 16) < 0)
+        if (slots_reserve(&t->slots, t->n, 0, link_hash_of, t) < 0 || ARRAY_GROW(t->v, t->n, t->cap, 16) < 0)
                 return -ENOMEM;
         char *p = strdup(path);
         if (!p)
                 return -ENOMEM;
+        LinkKey k = { t, dev, ino, group };
+        size_t at = slots_probe(&t->slots, link_hash(dev, ino, group), link_is, &k);
         t->v[t->n] = (struct WalkLink){ dev, ino, group, p };
-        t->slots[at] = (uint32_t)++t->n;
+        t->slots.v[at] = (uint32_t)++t->n;
         return 0;
 }
 
@@ -265,6 +262,6 @@ void walk_links_done(WalkLinks *t) {
         for (size_t i = 0; i < t->n; i++)
                 free(t->v[i].path);
         free(t->v);
-        free(t->slots);
+        slots_free(&t->slots);
         *t = (WalkLinks){ 0 };
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include "base/slots.h"
 
 /* One entry of a directory's listing. */
 typedef struct WalkEntry {
@@ -103,8 +104,7 @@ typedef struct WalkLinks {
                 char *path; /* owned */
         } *v;
         size_t n, cap;
-        uint32_t *slots; /* open addressing: 1 + an index of v, 0 for free; a power of two */
-        size_t n_slots;
+        Slots slots; /* of v, by (dev, ino, group) */
 } WalkLinks;
 
 /* The path of the first copy of inode (dev, ino) in group, or NULL when it has none yet. */

@@ -91,12 +91,14 @@ void pending_run_session(PendingSet *set, Pending *p, SbxSession *s) {
          * linked newest first); anything else ahead (an env.set, which holds no slot, a run
          * of the other lane, a run of the session's own with no pending) hands nothing on,
          * and the run keeps its slot while it waits, as every run did. */
+        p->session = s;
+        if (!p->lane || sbx_session_runs(s) == 0)
+                return; /* the common case: nothing ahead, nothing to look for */
         Pending *ahead = NULL;
         for (Pending *q = set->head; q && !ahead; q = q->next)
                 if (q != p && q->session == s)
                         ahead = q;
-        p->session = s;
-        if (!p->lane || sbx_session_runs(s) == 0 || !ahead || (ahead->lane != p->lane && ahead->behind_lane != p->lane))
+        if (!ahead || (ahead->lane != p->lane && ahead->behind_lane != p->lane))
                 return;
         lanes_release(&p->core->lanes, p->lane, now_ms() - p->lane_ms);
         p->behind_lane = p->lane;

@@ -9,6 +9,7 @@
 #include "base/buf.h"
 #include "base/loop.h"
 #include "base/queue.h"
+#include "base/slots.h"
 #include "base/text.h"
 #include "base/util.h"
 #include "tap.h"
@@ -214,6 +215,35 @@ static void test_loop(void) {
         loop_free(l);
 }
 
+static uint64_t items[3000];
+static uint64_t item_hash(const void *ud, uint32_t i) { return ((const uint64_t *)ud)[i] % 7; /* many alike */ }
+static bool item_is(const void *ud, uint32_t i) { return items[i] == *(const uint64_t *)ud; }
+
+/* The hash index: every item found, absent keys not, colliding hashes (seven values for 3,000
+ * items) probed through, item 0 left out of the index when asked (`from`). */
+static void test_slots(void) {
+        Slots s = { 0 };
+        uint64_t key = 5;
+        CHECK(slots_find(&s, 5, item_is, &key) == -1, "an empty index finds nothing");
+        bool ok = true;
+        for (uint32_t i = 0; i < 3000 && ok; i++) {
+                items[i] = 1000 + 3ULL * i;
+                ok = slots_reserve(&s, i, 1, item_hash, items) == 0;
+                if (ok && i >= 1)
+                        s.v[slots_probe(&s, item_hash(items, i), item_is, &items[i])] = i + 1;
+        }
+        CHECK(ok && s.n >= 6000 && s.n <= 8192, "3,000 items indexed (%zu slots)", s.n);
+        for (uint32_t i = 1; i < 3000 && ok; i++)
+                ok = slots_find(&s, items[i] % 7, item_is, &items[i]) == i;
+        CHECK(ok, "each found at its index");
+        key = items[0];
+        CHECK(slots_find(&s, key % 7, item_is, &key) == -1, "item 0, left out, is not found");
+        key = 1001;
+        CHECK(slots_find(&s, key % 7, item_is, &key) == -1, "a key no item has is not found");
+        slots_free(&s);
+        CHECK(s.n == 0 && !s.v, "freed");
+}
+
 static void test_base64(void) {
         uint8_t data[300];
         for (size_t i = 0; i < sizeof data; i++)
@@ -290,6 +320,7 @@ int main(void) {
         test_whole_files();
         test_pidfd();
         test_loop();
+        test_slots();
         test_base64();
         test_base64_vectors();
         return tap_done();
