@@ -439,15 +439,17 @@ def test_an_idle_daemon_with_live_processes_uses_no_cpu(stdio):
 
 def test_the_log_keeps_a_mib_of_output_that_switches_streams_every_line(stdio):
     stdio.result("create")
-    p = start(stdio, "for i in $(seq 1 20000); do echo o$i; echo e$i >&2; done")
+    # 20,000 lines of ~7 bytes: even if every line is read as a piece of its own (how the reads
+    # fall depends on timing), each piece costs its bytes and a ~32-byte header, ~780 KB in
+    # all: the whole log fits the MiB. A piece that kept a chunk's 4 KiB room would hold a few.
+    p = start(stdio, "for i in $(seq 1 10000); do echo o$i; echo e$i >&2; done")
     pid = p["processId"]
     wait_exit(stdio, pid, 60000)
     end = info(stdio, pid)["logEnd"]
     log = stdio.result("process.logs", {"processId": pid, "cursor": 0})
-    # Each line its own piece: what is kept is most of a MiB, not a few pieces' worth.
     kept = end - log["dropped"]
-    assert end > 200_000 and kept == end, (end, log["dropped"])
-    assert log["stdout"].startswith("o1\n") and log["stderr"].endswith("e20000\n")
+    assert end > 100_000 and kept == end, (end, log["dropped"])
+    assert log["stdout"].startswith("o1\n") and log["stderr"].endswith("e10000\n")
 
 
 def test_a_stream_behind_the_log_says_what_was_dropped_first(stdio):
