@@ -452,6 +452,8 @@
 /* Pipe capacity asked for command output; bigger pipes mean fewer wakeups at high volume. */
 #define SBX_PIPE_BYTES (1024U * 1024)
 
+/* Rooms above the session core a context can hold (session/room.h): net and process today. */
+#define SBX_MAX_ROOMS 8u
 /* Processes (process.start and what runs leave running) a sandbox tracks; past it the oldest
  * ended one is forgotten, and with none ended a start is refused. */
 #define SBX_MAX_PROCESSES 64U

@@ -225,3 +225,13 @@ int parse_size(const char *s, uint64_t *ret) {
         *ret = v * mult;
         return 0;
 }
+
+ssize_t read_ready(int fd, void *buf, size_t len) {
+        for (;;) {
+                ssize_t n = read(fd, buf, len);
+                if (n >= 0)
+                        return n;
+                if (errno != EINTR)
+                        return negerrno();
+        }
+}

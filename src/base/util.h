@@ -27,6 +27,9 @@ int write_all(int fd, const void *buf, size_t len);
 int write_file_at(int dirfd, const char *path, const char *s);
 /* Reads up to size-1 bytes of dirfd/path into buf and NUL-terminates it.
  * Returns the length or -errno. */
+/* One read() of a non-blocking fd, retried on EINTR: the bytes read, 0 at EOF, -EAGAIN when
+ * it has nothing now, or -errno (a terminal master's -EIO: every slave is closed). */
+ssize_t read_ready(int fd, void *buf, size_t len);
 ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
 /* Fills out with 2*nbytes random hex digits and a NUL. Returns 0 or -errno. */
 int random_hex(char *out, size_t nbytes);

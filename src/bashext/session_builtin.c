@@ -47,7 +47,7 @@
 
 #include "base/limits.h"
 #include "base/util.h"
-#include "session/wire.h"
+#include "base/wire.h"
 
 /* High fd numbers keep them out of the way of scripts that use small ones. Both are
  * close-on-exec, so programs a command runs never inherit them. */

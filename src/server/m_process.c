@@ -22,6 +22,7 @@
 #include "base/text.h"
 #include "base/util.h"
 #include "server/handler.h"
+#include "process/process.h"
 #include "session/internal.h"
 
 typedef enum ProcKind { PR_START, PR_STREAM, PR_WAIT_EXIT, PR_WAIT_LOG, PR_WAIT_PORT, PR_KILL } ProcKind;

@@ -21,6 +21,7 @@
 #include "server/dispatch.h"
 #include "server/expiry.h"
 #include "server/server.h"
+#include "files/fileapi.h"
 #include "session/internal.h"
 
 /* A listening socket: the clients' (--socket, or systemd's) or the operator's

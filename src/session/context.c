@@ -17,9 +17,6 @@
 #include "base/util.h"
 #include "sandbox/mover.h"
 #include "session/context.h"
-#include "session/egress.h"
-#include "session/fileapi.h"
-#include "session/process.h"
 #include "session/internal.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -135,7 +132,7 @@ static void raise_fd_limit(void) {
         }
 }
 
-int sbx_context_new(SbxContext **ret) {
+int context_new(SbxContext **ret) {
         SbxContext *ctx = calloc(1, sizeof *ctx);
         if (!ctx)
                 return -ENOMEM;
@@ -271,7 +268,9 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
                 sbx_sandbox_free(ctx->pool.head);
         /* What is still dying is waited for here: nothing may outlive the context. */
         corpse_bury_all(&ctx->host.yard);
-        egress_free(&ctx->host);
+        for (unsigned i = ctx->host.rooms.n; i-- > 0;)
+                if (ctx->host.rooms.v[i]->host_free)
+                        ctx->host.rooms.v[i]->host_free(&ctx->host);
         loop_del(ctx->host.loop, &ctx->pool_w);
         safe_close(ctx->pool_timer);
         mover_free(ctx->host.mover);
@@ -280,7 +279,6 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
         if (ctx->host.shared_ready)
                 box_shared_done(&ctx->host.shared);
         safe_close(ctx->host.devnull);
-        free(ctx->host.procs_by_id);
         loop_free(ctx->host.loop);
         redactor_unref(ctx->host.redact);
         free_list(ctx->host.redact_patterns);
@@ -295,14 +293,13 @@ Loop *sbx_context_loop(SbxContext *ctx) { return ctx->host.loop; }
 
 const char *sbx_context_last_error(const SbxContext *ctx) { return ctx->last_error; }
 
-int sbx_context_set_egress(SbxContext *ctx, const SbxEgressOptions *o, char *err, size_t errlen) {
-        return egress_configure(&ctx->host, o, err, errlen);
-}
-
-void sbx_context_on_egress(SbxContext *ctx, SbxEgressFn fn, void *userdata) { egress_set_hook(&ctx->host, fn, userdata); }
-
 int sbx_context_run_once(SbxContext *ctx, int timeout_ms) { return loop_run_once(ctx->host.loop, timeout_ms); }
 
-void sbx_context_upload_free_owned(SbxContext *ctx, const void *owner) { upload_free_owned_all(&ctx->host, owner); }
+SandboxHost *context_host(SbxContext *ctx) { return &ctx->host; }
 
-SbxProcess *sbx_context_process(SbxContext *ctx, uint64_t id) { return process_by_id(&ctx->host, id); }
+int context_add_room(SbxContext *ctx, const Room *room) {
+        if (ctx->host.rooms.n >= SBX_MAX_ROOMS)
+                return -ENOSPC;
+        ctx->host.rooms.v[ctx->host.rooms.n++] = room;
+        return 0;
+}

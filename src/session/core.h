@@ -10,6 +10,7 @@
 #include "sandbox/box.h"
 #include "sbx/sbx.h"
 #include "session/bglog.h"
+#include "session/room.h"
 
 typedef struct SandboxCore {
         Loop *loop;
@@ -31,6 +32,7 @@ typedef struct SandboxCore {
         unsigned freeze_holds; /* Freeze.holds of the sandbox's cgroup */
         uint64_t oom_kills;    /* the sandbox's count of OOM kills at the last failed run */
         bool dying;            /* being freed, or its pid 1 is gone: no new shells */
+        char setup_error[512]; /* why pid 1's setup failed, as it said ("" if it did not) */
         bool kill_leftovers;   /* runs kill what they leave running unless told otherwise */
         SbxSandbox *self;      /* the sandbox this is the core of, as the public API names it */
         /* What its output is redacted with (a reference of the sandbox's own; NULL: nothing
@@ -39,6 +41,8 @@ typedef struct SandboxCore {
         /* The context's cgroup mover (sandbox/mover.h): every move of a worker in or out of
          * its command's cgroup goes through it, never a blocking write in the loop. */
         struct Mover *mover;
+        /* The context's rooms (room.h), told of what happens to the sandbox. */
+        const RoomTable *rooms;
         /* process.c: the sandbox's processes, newest first, at most SBX_MAX_PROCESSES */
         SbxProcess *procs, *procs_tail;
         unsigned n_procs;

@@ -19,7 +19,6 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "session/internal.h"
-#include "session/process.h"
 #include "session/run.h"
 
 static void pump(SbxSession *s);
@@ -74,10 +73,8 @@ static bool run_read(SbxRun *r, int fd, SbxStream stream, size_t budget) {
                 long room = buf_reserve(b, MIN(budget, (size_t)SBX_PIPE_BYTES));
                 uint8_t *dst = room > 0 ? b->data + b->len : discard;
                 size_t len = room > 0 ? (size_t)room : MIN(budget, sizeof discard);
-                ssize_t n = read(fd, dst, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno == EAGAIN)
+                ssize_t n = read_ready(fd, dst, len);
+                if (n == -EAGAIN)
                         return true;
                 if (n <= 0)
                         return false;
@@ -241,10 +238,28 @@ static SbxErrorClass failure_class(SandboxCore *core) {
         return SBX_ERROR_NONE;
 }
 
+/* What earlier runs left running, in the background log and in the rooms (the process room's
+ * leftovers): killed, or counted. */
+static unsigned rooms_kill_leftovers(SandboxCore *core) {
+        unsigned n = bglog_kill(&core->bg);
+        for (unsigned i = 0; i < core->rooms->n; i++)
+                if (core->rooms->v[i]->kill_leftovers)
+                        n += core->rooms->v[i]->kill_leftovers(core);
+        return n;
+}
+
+static unsigned rooms_count_alive(const SandboxCore *core) {
+        unsigned n = 0;
+        for (unsigned i = 0; i < core->rooms->n; i++)
+                if (core->rooms->v[i]->count_alive)
+                        n += core->rooms->v[i]->count_alive(core);
+        return n;
+}
+
 /* What an ended run left running (its cgroup still has processes: the worker, now the holder,
  * has been moved out and forks the next worker only after that) becomes a process of the
- * sandbox with the run's pipes, unless the sandbox tracks no more: then it goes to the
- * background log. */
+ * sandbox with the run's pipes (a room takes it: the process room), unless none does: then it
+ * goes to the background log. */
 static void leftover_adopt(SbxRun *r) {
         SandboxCore *core = r->s->core;
         if (r->cg < 0 || r->kill_leftovers || r->internal || r->killed || r->detach || core->dying ||
@@ -252,8 +267,13 @@ static void leftover_adopt(SbxRun *r) {
                 return;
         loop_del(core->loop, &r->out_w);
         loop_del(core->loop, &r->err_w);
-        if (process_adopt_leftover(core, r->command, r->command_len, r->out_fd, r->err_fd, r->cg, r->cg_name) == 0) {
-                r->out_fd = r->err_fd = r->cg = -1;
+        for (unsigned i = 0; i < core->rooms->n; i++) {
+                const Room *room = core->rooms->v[i];
+                if (room->adopt_leftover &&
+                    room->adopt_leftover(core, r->command, r->command_len, r->out_fd, r->err_fd, r->cg, r->cg_name) == 0) {
+                        r->out_fd = r->err_fd = r->cg = -1;
+                        return;
+                }
         }
 }
 
@@ -342,7 +362,7 @@ static void run_unstarve(SbxRun *r) {
         static const char msg[] = "sbx: no worker could start in time (process limit reached?); "
                                   "background processes of earlier commands were killed\n";
         size_t before = r->err.len;
-        if (process_kill_leftovers(r->s->core) > 0)
+        if (rooms_kill_leftovers(r->s->core) > 0)
                 (void)buf_append(&r->err, msg, sizeof msg - 1);
         if (r->on_output && r->err.len > before)
                 r->on_output(r->ud, SBX_STDERR, r->err.data + before, r->err.len - before);
@@ -388,7 +408,7 @@ static void run_arm(SbxRun *r) {
  * what holds the limit is usually what earlier commands left running. Stopped now, saying so. */
 static void run_pids_limit(SbxRun *r) {
         char msg[256];
-        unsigned left = bglog_count_processes(&r->s->core->bg) + process_count_alive(r->s->core);
+        unsigned left = bglog_count_processes(&r->s->core->bg) + rooms_count_alive(r->s->core);
         snprintf(msg, sizeof msg,
                  "sbx: the sandbox's process limit (%u) was reached and the command was stopped; %u processes "
                  "left running by earlier commands hold part of it (process.killAll frees them; "
@@ -649,10 +669,10 @@ static void fail_all(SbxSession *s, int exit_code, const char *msg) {
  * what is queued. */
 static void hook_lost(SbxSession *s, bool never_started) {
         SbxRun *r = s->current;
-        if (s->core->dying && *sbx_sandbox_setup_error(s->sb)) {
+        if (s->core->dying && s->core->setup_error[0]) {
                 /* The sandbox never was: its shell could not start for that reason. */
                 char msg[640];
-                snprintf(msg, sizeof msg, "sbx: the sandbox's setup failed: %s\n", sbx_sandbox_setup_error(s->sb));
+                snprintf(msg, sizeof msg, "sbx: the sandbox's setup failed: %s\n", s->core->setup_error);
                 fail_all(s, 1, msg);
                 return;
         }

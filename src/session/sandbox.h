@@ -42,11 +42,12 @@ typedef struct SandboxHost {
         char **redact_patterns;
         bool redact_no_defaults;
         struct Redactor *redact;
-        struct Egress *egress; /* egress.c: the allowlist proxies' resolver, made on first use */
-        /* Every open upload of every sandbox (fileapi.c), so that a client's are found
+        RoomTable rooms; /* room.h: the rooms above the core, told of every sandbox */
+        struct Egress *egress; /* net/egress.c: the allowlist proxies' resolver, made on first use */
+        /* Every open upload of every sandbox (files/fileapi.c), so that a client's are found
          * without visiting every sandbox. */
         SbxUpload *uploads;
-        /* Every process of every sandbox by id (process.c): chains in a power-of-two table
+        /* Every process of every sandbox by id (process/process.c): chains in a power-of-two table
          * with at least as many buckets as processes, so that a process named by a client is
          * found without visiting every sandbox. */
         SbxProcess **procs_by_id;

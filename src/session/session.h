@@ -11,7 +11,7 @@
 #include "base/loop.h"
 #include "sbx/sbx.h"
 #include "session/core.h"
-#include "session/wire.h"
+#include "base/wire.h"
 
 typedef enum SessionState {
         SS_STARTING, SS_WAIT_READY, SS_CONTAINING, SS_IDLE, SS_RUNNING, SS_KILLING, SS_LEAVING,

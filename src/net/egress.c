@@ -34,9 +34,10 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "session/egress.h"
-#include "session/egress_tls.h"
-#include "session/port.h"
+#include "net/egress.h"
+#include "net/egress_tls.h"
+#include "net/pump.h"
+#include "session/context.h"
 #include "session/sandbox.h"
 
 typedef struct Proxy Proxy;
@@ -104,7 +105,7 @@ struct PConn {
         int last_errno;
         char *out[2];
         size_t out_len[2], out_off[2];
-        PortFlow flow[2];
+        PumpFlow flow[2];
         size_t drained;
         bool in_lookup; /* inside ares_getaddrinfo(): its caller arms c */
         EgressTls *tls; /* PC_TLS's two sessions (made at connect, before the "200") */
@@ -133,12 +134,6 @@ static void pc_arm_or_free(PConn *c);
 static int pc_tls_pump(PConn *c);
 static void pc_resolved(PConn *c);
 static void arm_timer(Egress *eg);
-
-static void reset_close(int fd) {
-        struct linger l = { .l_onoff = 1, .l_linger = 0 };
-        (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-        close(fd);
-}
 
 /* ---------------------------------------------------------------- answers */
 
@@ -201,16 +196,7 @@ static void refuse(PConn *c, SbxEgressVerdict verdict, int status, const char *w
 
 static int pc_start_relay(PConn *c) {
         c->st = PC_RELAY;
-        for (int i = 0; i < 2; i++) {
-                PortFlow *fl = &c->flow[i];
-                if (pipe2(fl->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
-                        return negerrno();
-                if (!c->px->rootless)
-                        (void)fcntl(fl->pipe[1], F_SETPIPE_SZ, (int)SBX_PORT_PIPE_BYTES);
-                int sz = fcntl(fl->pipe[1], F_GETPIPE_SZ);
-                fl->cap = sz > 0 ? (size_t)sz : 4096;
-        }
-        return 0;
+        return pump_open(c->flow, !c->px->rootless);
 }
 
 /* Connected to the server: what goes first is queued (the "200" for a tunnel, the request's
@@ -580,14 +566,7 @@ static uint32_t pc_wants(const PConn *c, int i) {
         case PC_FLUSH: return c->out_off[i] < c->out_len[i] ? EPOLLOUT : 0;
         case PC_REFUSING: return i == 0 ? EPOLLOUT : 0;
         case PC_DRAIN: return i == 0 ? EPOLLIN : 0;
-        case PC_RELAY: {
-                uint32_t ev = 0;
-                if (!c->flow[i].eof && c->flow[i].held == 0)
-                        ev |= EPOLLIN;
-                if (c->flow[1 - i].held > 0)
-                        ev |= EPOLLOUT;
-                return ev;
-        }
+        case PC_RELAY: return pump_wants(c->flow, i);
         case PC_TLS: return c->tls_ev[i];
         case PC_RESOLVING:
         default: return 0;
@@ -647,7 +626,7 @@ static void pc_arm_or_free(PConn *c) {
                 return;
         }
         if ((c->st == PC_DRAIN && c->drained > SBX_EGRESS_DRAIN_BYTES) ||
-            (c->st == PC_RELAY && c->flow[0].done && c->flow[1].done)) {
+            (c->st == PC_RELAY && pump_done(c->flow))) {
                 pc_free(c);
                 return;
         }
@@ -739,15 +718,12 @@ static void pc_event(Watch *w, uint32_t events) {
                         c->drained += (size_t)n;
                 break;
         }
-        case PC_RELAY: {
-                bool in = events & (EPOLLIN | EPOLLHUP | EPOLLERR), out = events & (EPOLLOUT | EPOLLHUP | EPOLLERR);
-                if ((in && port_flow_pump(&c->flow[i], c->fd[i], c->fd[1 - i], SBX_PORT_TURN_BYTES) < 0) ||
-                    (out && port_flow_pump(&c->flow[1 - i], c->fd[1 - i], c->fd[i], SBX_PORT_TURN_BYTES) < 0)) {
+        case PC_RELAY:
+                if (pump_event(c->flow, c->fd, i, events) < 0) {
                         pc_free(c);
                         return;
                 }
                 break;
-        }
         case PC_TLS:
                 if (pc_tls_pump(c) < 0)
                         return;
@@ -768,15 +744,14 @@ static void pc_free(PConn *c) {
                 loop_del(l, &c->w[i]);
                 /* A relay cut short is reset, so neither side takes it for a complete one. */
                 if (c->fd[i] >= 0) {
-                        if ((c->st == PC_RELAY && !(c->flow[0].done && c->flow[1].done)) || c->st == PC_TLS)
-                                reset_close(c->fd[i]);
+                        if ((c->st == PC_RELAY && !pump_done(c->flow)) || c->st == PC_TLS)
+                                pump_reset_close(c->fd[i]);
                         else
                                 close(c->fd[i]);
                 }
-                safe_close(c->flow[i].pipe[0]);
-                safe_close(c->flow[i].pipe[1]);
                 free(c->out[i]);
         }
+        pump_close(c->flow);
         free(c->buf);
         egress_tls_free(c->tls);
         LIST_UNLINK(px->conns, c);
@@ -827,13 +802,14 @@ static void listen_event(Watch *w, uint32_t events) {
                 char *buf = c ? malloc(SBX_EGRESS_HEAD_BYTES) : NULL;
                 if (!buf) {
                         free(c);
-                        reset_close(fd);
+                        pump_reset_close(fd);
                         continue;
                 }
                 c->px = px;
                 c->buf = buf;
                 c->fd[0] = fd;
-                c->fd[1] = c->flow[0].pipe[0] = c->flow[0].pipe[1] = c->flow[1].pipe[0] = c->flow[1].pipe[1] = -1;
+                c->fd[1] = -1;
+                pump_init(c->flow);
                 c->st = PC_HEAD;
                 LIST_LINK(px->conns, c);
                 px->stats.open++;
@@ -890,7 +866,7 @@ static Egress *egress_get(SandboxHost *host) {
         return eg;
 }
 
-void egress_free(SandboxHost *host) {
+static void egress_free(SandboxHost *host) {
         Egress *eg = host->egress;
         if (!eg)
                 return;
@@ -915,7 +891,13 @@ void egress_free(SandboxHost *host) {
         host->egress = NULL;
 }
 
-int egress_attach(SbxSandbox *sb, const char *const *allow, const SbxProxySecret *secrets, size_t n, EgressCa *ca) {
+/* Starts sb's proxy: once its pid 1 hands over the listening socket (Box.proxy_fd), the
+ * loop serves it. The rules are parsed from allow and the secrets' hosts (checked already:
+ * a secret's hosts are allowed with it). secrets (n of them, with their placeholders) are
+ * sb's and live as long as it; ca (sb's CA, made when n > 0) becomes the proxy's. Returns 0
+ * or -errno (ca is freed then too). */
+static int egress_attach(SbxSandbox *sb, const char *const *allow, const SbxProxySecret *secrets, size_t n,
+                         EgressCa *ca) {
         char err[256];
         SandboxHost *host = sandbox_host(sb);
         Egress *eg = egress_get(host);
@@ -963,7 +945,7 @@ int egress_attach(SbxSandbox *sb, const char *const *allow, const SbxProxySecret
         return 0;
 }
 
-int egress_configure(SandboxHost *host, const SbxEgressOptions *o, char *err, size_t errlen) {
+static int egress_configure(SandboxHost *host, const SbxEgressOptions *o, char *err, size_t errlen) {
         EgressHosts hosts = { 0 };
         size_t n = 0;
         err[0] = 0;
@@ -1029,7 +1011,7 @@ int egress_configure(SandboxHost *host, const SbxEgressOptions *o, char *err, si
         return 0;
 }
 
-void egress_set_hook(SandboxHost *host, SbxEgressFn fn, void *userdata) {
+static void egress_set_hook(SandboxHost *host, SbxEgressFn fn, void *userdata) {
         Egress *eg = egress_get(host);
         if (eg) {
                 eg->hook = fn;
@@ -1044,3 +1026,72 @@ int sbx_sandbox_egress_stats(SbxSandbox *sb, SbxEgressStats *ret) {
         *ret = container_of(o, Proxy, o)->stats;
         return 0;
 }
+
+int sbx_context_set_egress(SbxContext *ctx, const SbxEgressOptions *o, char *err, size_t errlen) {
+        return egress_configure(context_host(ctx), o, err, errlen);
+}
+
+void sbx_context_on_egress(SbxContext *ctx, SbxEgressFn fn, void *userdata) {
+        egress_set_hook(context_host(ctx), fn, userdata);
+}
+
+/* ---------------------------------------------------------------- the room (session/room.h) */
+
+/* An allowlist sandbox's patterns and its proxy secrets' hosts are rules the proxy can read. */
+static int net_check(const SbxSandboxOptions *o, char *err, size_t errlen) {
+        if (o->network != SBX_NETWORK_ALLOWLIST)
+                return 0;
+        EgressRules rules;
+        int r = egress_rules_parse(o->network_allow, &rules, err, errlen);
+        if (r < 0)
+                return r;
+        egress_rules_clear(&rules);
+        for (size_t i = 0; i < o->n_proxy_secrets; i++) {
+                char why[256];
+                if (egress_rules_parse(o->proxy_secrets[i].hosts, &rules, why, sizeof why) < 0) {
+                        snprintf(err, errlen, "secret %s: hosts: %s", o->proxy_secrets[i].name, why);
+                        return -EINVAL;
+                }
+                egress_rules_clear(&rules);
+        }
+        return 0;
+}
+
+/* A sandbox with proxy secrets gets its CA before pid 1, so that the certificate is in the
+ * root pid 1 builds; the key stays in the daemon's memory (the proxy's, once attached). */
+static int net_prepare(SbxSandbox *sb, BoxConfig *bc, void **state, char *err, size_t errlen) {
+        SbxSandboxOptions o;
+        sandbox_options(sb, &o);
+        if (!o.n_proxy_secrets)
+                return 0;
+        EgressCa *ca = NULL;
+        int r = egress_ca_new("", &ca);
+        if (r < 0) {
+                snprintf(err, errlen, "cannot make the sandbox's CA for its proxy secrets");
+                return r;
+        }
+        bc->trust_pem = egress_ca_pem(ca);
+        *state = ca;
+        return 0;
+}
+
+static int net_attach(SbxSandbox *sb, void *state) {
+        SbxSandboxOptions o;
+        sandbox_options(sb, &o);
+        if (o.network != SBX_NETWORK_ALLOWLIST) {
+                egress_ca_free(state);
+                return 0;
+        }
+        return egress_attach(sb, o.network_allow, o.proxy_secrets, o.n_proxy_secrets, state);
+}
+
+static void net_abandon(void *state) { egress_ca_free(state); }
+
+const Room egress_room = {
+        .name = "egress",
+        .check = net_check,
+        .prepare = net_prepare,
+        .attach = net_attach,
+        .abandon = net_abandon,
+        .host_free = egress_free,
+};

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include "base/limits.h"
 #include "sbx/sbx.h"
+#include "session/room.h"
 
 /* ---------------------------------------------------------------- egress_rules.c */
 
@@ -113,13 +114,7 @@ typedef struct SandboxHost SandboxHost;
 
 typedef struct EgressCa EgressCa;
 
-/* Starts sb's proxy: once its pid 1 hands over the listening socket (Box.proxy_fd), the
- * loop serves it. The rules are parsed from allow and the secrets' hosts (checked already:
- * a secret's hosts are allowed with it). secrets (n of them, with their placeholders) are
- * sb's and live as long as it; ca (sb's CA, made when n > 0) becomes the proxy's. Returns 0
- * or -errno (ca is freed then too). */
-int egress_attach(SbxSandbox *sb, const char *const *allow, const SbxProxySecret *secrets, size_t n, EgressCa *ca);
-/* The context's part (resolver, options, hook): made on first use, freed with the context. */
-int egress_configure(SandboxHost *host, const SbxEgressOptions *o, char *err, size_t errlen);
-void egress_set_hook(SandboxHost *host, SbxEgressFn fn, void *userdata);
-void egress_free(SandboxHost *host);
+/* The egress room (session/room.h): checks an allowlist sandbox's rules, makes the CA of one
+ * with proxy secrets before its pid 1, starts its proxy once pid 1 exists, and frees the
+ * context's part (resolver, options, hook: made on first use) with the context. */
+extern const Room egress_room;

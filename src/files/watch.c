@@ -32,7 +32,7 @@
 #include "base/macro.h"
 #include "base/util.h"
 #include "fs/files.h"
-#include "session/fileapi.h"
+#include "files/fileapi.h"
 #include "session/sandbox.h"
 
 /* IN_EXCL_UNLINK: what is done to an unlinked file still open (a temp file) is nobody's

@@ -42,10 +42,10 @@
 #include "sandbox/plain.h"
 #include "session/context.h"
 #include "session/freeze.h"
-#include "session/image_job.h"
+#include "image/image_job.h"
 #include "session/run.h"
 #include "session/sandbox.h"
-#include "session/wire.h"
+#include "base/wire.h"
 
 typedef enum OpKind { OP_FORK, OP_SNAPSHOT, OP_RESTORE, OP_EXPORT, OP_IMPORT } OpKind;
 

@@ -32,7 +32,7 @@
 #include "base/log.h"
 #include "base/macro.h"
 #include "base/util.h"
-#include "session/egress_tls.h"
+#include "net/egress_tls.h"
 
 /* ---------------------------------------------------------------- secrets */
 

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* What fileapi.c shares with the other rooms that reach a sandbox's files (watch.c). */
+/* What fileapi.c shares with the other rooms that reach a sandbox's files (watch.c), and with
+ * the server. */
 #pragma once
 #include "fs/files.h"
 #include "sbx/sbx.h"
@@ -10,7 +11,6 @@ int fileapi_ctx(SbxSandbox *sb, FsCtx *ret);
 /* Puts why a call failed into sbx_file_error()'s buffer and returns r. */
 int fileapi_fail(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-struct SandboxHost;
-/* Frees every open upload, of any sandbox of host, that has this owner: as many steps as
- * uploads are open, however many sandboxes there are. */
-void upload_free_owned_all(struct SandboxHost *host, const void *owner);
+/* Frees every open upload of every sandbox of ctx that has this owner (a closing client's), in
+ * as many steps as there are open uploads, not sandboxes. For the server. */
+void sbx_context_upload_free_owned(SbxContext *ctx, const void *owner);

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-#include "session/egress.h"
+#include "net/egress.h"
 
 /* A proxy secret as the proxy uses it. The strings are the sandbox's (valid while it lives);
  * hosts is its own, parsed from the secret's patterns. */

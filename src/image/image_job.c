@@ -19,7 +19,7 @@
 #include "fs/archive.h"
 #include "fs/layer.h"
 #include "fs/tree.h"
-#include "session/image_job.h"
+#include "image/image_job.h"
 
 /* The writable directories, as the sandbox sees them and as a snapshot stores them. */
 static const char *const tree_dirs[] = { "tmp", "home/user", "dev/shm" };

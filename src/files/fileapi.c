@@ -16,7 +16,8 @@
 #include "base/macro.h"
 #include "base/util.h"
 #include "fs/files.h"
-#include "session/fileapi.h"
+#include "files/fileapi.h"
+#include "session/context.h"
 #include "session/sandbox.h"
 
 /* Per thread, as errno is: the library may drive contexts in several threads. */
@@ -236,10 +237,12 @@ void sbx_upload_free_owned(SbxSandbox *sb, const void *owner) {
         }
 }
 
-void upload_free_owned_all(SandboxHost *host, const void *owner) {
+static void upload_free_owned_all(SandboxHost *host, const void *owner) {
         for (SbxUpload *u = host->uploads, *next; u; u = next) {
                 next = u->all_next;
                 if (u->owner == owner)
                         sbx_upload_free(u);
         }
 }
+
+void sbx_context_upload_free_owned(SbxContext *ctx, const void *owner) { upload_free_owned_all(context_host(ctx), owner); }

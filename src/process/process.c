@@ -32,7 +32,8 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "base/util.h"
-#include "session/process.h"
+#include "process/process.h"
+#include "session/context.h"
 #include "session/run.h"
 #include "session/sandbox.h"
 
@@ -250,10 +251,8 @@ static bool read_output(SbxProcess *p, bool is_out, size_t budget) {
         int fd = is_out ? p->out_fd : p->err_fd;
         SbxStream st = is_out ? SBX_STDOUT : SBX_STDERR;
         while (fd >= 0 && budget > 0) {
-                ssize_t n = read(fd, buf, MIN(budget, sizeof buf));
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno == EAGAIN)
+                ssize_t n = read_ready(fd, buf, MIN(budget, sizeof buf));
+                if (n == -EAGAIN)
                         return true;
                 if (n <= 0)
                         return false;
@@ -554,7 +553,7 @@ static void index_del(SandboxHost *h, SbxProcess *p) {
                 }
 }
 
-SbxProcess *process_by_id(SandboxHost *h, uint64_t id) {
+static SbxProcess *process_by_id(SandboxHost *h, uint64_t id) {
         for (SbxProcess *p = h->procs_by_id ? *id_chain(h, id) : NULL; p; p = p->id_next)
                 if (p->id == id)
                         return p->started ? p : NULL;
@@ -777,7 +776,7 @@ static pid_t ns_pid_of(pid_t host) {
         return last ? (pid_t)atoi(last) : 0;
 }
 
-int process_adopt_leftover(SandboxCore *core, const char *command, size_t command_len, int out_fd, int err_fd, int cg,
+static int process_adopt_leftover(SandboxCore *core, const char *command, size_t command_len, int out_fd, int err_fd, int cg,
                            const char *cg_name) {
         if (core->dying || make_room(core) < 0)
                 return -EUSERS;
@@ -802,7 +801,7 @@ int process_adopt_leftover(SandboxCore *core, const char *command, size_t comman
         return 0;
 }
 
-void process_exited(SandboxCore *core, pid_t pid, int ws) {
+static void process_exited(SandboxCore *core, pid_t pid, int ws) {
         for (SbxProcess *p = core->procs; p; p = p->next)
                 if (p->started && !p->leftover && !p->ended && p->pid == pid) {
                         p->wstatus = ws;
@@ -812,7 +811,7 @@ void process_exited(SandboxCore *core, pid_t pid, int ws) {
                 }
 }
 
-void process_all_lost(SandboxCore *core) {
+static void process_all_lost(SandboxCore *core) {
         for (SbxProcess *p = core->procs; p; p = p->next) {
                 if (p->cg >= 0)
                         cgroup_gone(p);
@@ -823,7 +822,7 @@ void process_all_lost(SandboxCore *core) {
         }
 }
 
-void process_free_all(SandboxCore *core) {
+static void process_free_all(SandboxCore *core) {
         while (core->procs)
                 proc_free(core->procs, true);
 }
@@ -866,17 +865,17 @@ void sbx_process_info(const SbxProcess *p, SbxProcessInfo *ret) {
         };
 }
 
-unsigned process_kill_leftovers(SandboxCore *core) {
+static unsigned process_kill_leftovers(SandboxCore *core) {
         unsigned n = 0;
         for (SbxProcess *p = core->procs; p; p = p->next)
                 if (p->leftover && p->cg >= 0) {
                         kill_tree(p);
                         n++;
                 }
-        return n + bglog_kill(&core->bg);
+        return n;
 }
 
-unsigned process_count_alive(const SandboxCore *core) {
+static unsigned process_count_alive(const SandboxCore *core) {
         unsigned n = 0;
         for (const SbxProcess *p = core->procs; p; p = p->next) {
                 int k = p->cg >= 0 ? cgroup_count_procs(p->cg) : 0;
@@ -887,8 +886,8 @@ unsigned process_count_alive(const SandboxCore *core) {
 
 unsigned sbx_sandbox_kill_background_log(SbxSandbox *sb) { return bglog_kill(&sandbox_core(sb)->bg); }
 
-unsigned sbx_sandbox_kill_processes(SbxSandbox *sb) {
-        SandboxCore *core = sandbox_core(sb);
+/* Kills every process of the sandbox, started or left running; returns how many. */
+static unsigned process_kill_all(SandboxCore *core) {
         unsigned n = 0;
         for (SbxProcess *p = core->procs; p; p = p->next)
                 if (p->cg >= 0) {
@@ -897,5 +896,30 @@ unsigned sbx_sandbox_kill_processes(SbxSandbox *sb) {
                         kill_tree(p);
                         n++;
                 }
-        return n + bglog_kill(&core->bg);
+        return n;
 }
+
+unsigned sbx_sandbox_kill_processes(SbxSandbox *sb) {
+        SandboxCore *core = sandbox_core(sb);
+        return process_kill_all(core) + bglog_kill(&core->bg);
+}
+
+SbxProcess *sbx_context_process(SbxContext *ctx, uint64_t id) { return process_by_id(context_host(ctx), id); }
+
+static void process_host_free(SandboxHost *host) {
+        free(host->procs_by_id);
+        host->procs_by_id = NULL;
+        host->proc_buckets = host->n_procs = 0;
+}
+
+const Room process_room = {
+        .name = "process",
+        .exited = process_exited,
+        .lost = process_all_lost,
+        .freeing = process_free_all,
+        .host_free = process_host_free,
+        .adopt_leftover = process_adopt_leftover,
+        .kill_leftovers = process_kill_leftovers,
+        .kill_all = process_kill_all,
+        .count_alive = process_count_alive,
+};

@@ -35,14 +35,13 @@
 #include "base/macro.h"
 #include "base/util.h"
 #include "sbx/port.h"
-#include "session/port.h"
+#include "net/port.h"
+#include "net/pump.h"
 #include "session/sandbox.h"
 
 typedef struct PortSet PortSet;
 typedef struct Port Port;
 typedef struct Fwd Fwd;
-
-typedef PortFlow Flow;
 
 typedef enum FwdState {
         FWD_WAITING,    /* for a socket from the maker, on the set's queue */
@@ -61,7 +60,7 @@ struct Fwd {
         FwdState state;
         int fd[2];
         Watch w[2];
-        Flow flow[2];
+        PumpFlow flow[2];
 };
 
 struct Port {
@@ -105,12 +104,6 @@ struct PortSet {
 };
 
 /* An abortive close: the peer sees a reset, which it cannot take for a complete answer. */
-static void reset_close(int fd) {
-        struct linger l = { .l_onoff = 1, .l_linger = 0 };
-        (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-        close(fd);
-}
-
 /* ---------------------------------------------------------------- the socket maker */
 
 typedef struct MakerArgs {
@@ -426,64 +419,12 @@ static void maker_event(Watch *w, uint32_t events) {
 
 /* ---------------------------------------------------------------- forwarding */
 
-ssize_t port_flow_pump(Flow *fl, int from, int to, size_t budget) {
-        size_t moved = 0;
-        bool progress = true;
-        while (progress && moved < budget && !fl->done) {
-                progress = false;
-                if (!fl->eof && fl->held < fl->cap) {
-                        /* EAGAIN here means the source is empty or the pipe has no free slot
-                         * (a slot per socket buffer, whatever its size): the write below empties
-                         * it, and the loop comes back. */
-                        ssize_t n = splice(from, NULL, fl->pipe[1], NULL, fl->cap - fl->held,
-                                           SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-                        if (n > 0)
-                                fl->held += (size_t)n;
-                        else if (n == 0)
-                                fl->eof = true;
-                        else if (errno != EAGAIN && errno != EINTR)
-                                return negerrno();
-                        progress = n >= 0;
-                }
-                if (fl->held > 0) {
-                        ssize_t n = splice(fl->pipe[0], NULL, to, NULL, fl->held, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-                        if (n > 0) {
-                                fl->held -= (size_t)n;
-                                moved += (size_t)n;
-                                progress = true;
-                        } else if (n < 0 && errno != EAGAIN && errno != EINTR)
-                                return negerrno();
-                }
-                if (fl->eof && fl->held == 0) {
-                        /* A half-close is passed on: the other direction goes on. ENOTCONN (the
-                         * peer is gone) is for that direction to find out. */
-                        (void)shutdown(to, SHUT_WR);
-                        fl->done = true;
-                }
-        }
-        return (ssize_t)moved;
-}
-
-/* What fd[i] must be watched for: readable while its flow's pipe is empty (a full one waits for
- * the other side to take it), writable while the other flow holds bytes for it. Watching
- * nothing, it leaves the epoll set: a socket that hung up or failed is reported to epoll
- * whatever it asks for, and would wake the loop again and again while its bytes wait for the
- * other side. */
-static uint32_t fwd_wants(const Fwd *f, int i) {
-        uint32_t ev = 0;
-        if (!f->flow[i].eof && f->flow[i].held == 0)
-                ev |= EPOLLIN;
-        if (f->flow[1 - i].held > 0)
-                ev |= EPOLLOUT;
-        return ev;
-}
-
 static void fwd_event(Watch *w, uint32_t events);
 
 static int fwd_arm(Fwd *f) {
         Loop *l = f->port->set->loop;
         for (int i = 0; i < 2; i++) {
-                uint32_t ev = fwd_wants(f, i);
+                uint32_t ev = pump_wants(f->flow, i);
                 Watch *w = &f->w[i];
                 int r = 0;
                 if (!ev)
@@ -500,17 +441,13 @@ static int fwd_arm(Fwd *f) {
 
 static int fwd_open(Fwd *f) {
         f->state = FWD_OPEN;
+        int r = pump_open(f->flow, !f->port->set->rootless);
+        if (r < 0)
+                return r;
+        /* Bytes go on as they come: the sender's own stack already merged its small writes, and
+         * holding a second small segment until the first is acknowledged would stall
+         * request-answer exchanges on delayed acks. */
         for (int i = 0; i < 2; i++) {
-                Flow *fl = &f->flow[i];
-                if (pipe2(fl->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
-                        return negerrno();
-                if (!f->port->set->rootless)
-                        (void)fcntl(fl->pipe[1], F_SETPIPE_SZ, (int)SBX_PORT_PIPE_BYTES);
-                int sz = fcntl(fl->pipe[1], F_GETPIPE_SZ);
-                fl->cap = sz > 0 ? (size_t)sz : 4096;
-                /* Bytes go on as they come: the sender's own stack already merged its small
-                 * writes, and holding a second small segment until the first is acknowledged
-                 * would stall request-answer exchanges on delayed acks. */
                 int one = 1;
                 (void)setsockopt(f->fd[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         }
@@ -528,15 +465,11 @@ static void fwd_event(Watch *w, uint32_t events) {
                         fwd_free(f, true);
                 return;
         }
-        /* Readable: fd[i]'s own flow; writable: the flow into it; a hang-up or an error: both,
-         * whose system calls then say what happened. */
-        bool in = events & (EPOLLIN | EPOLLHUP | EPOLLERR), out = events & (EPOLLOUT | EPOLLHUP | EPOLLERR);
-        if ((in && port_flow_pump(&f->flow[i], f->fd[i], f->fd[1 - i], SBX_PORT_TURN_BYTES) < 0) ||
-            (out && port_flow_pump(&f->flow[1 - i], f->fd[1 - i], f->fd[i], SBX_PORT_TURN_BYTES) < 0)) {
+        if (pump_event(f->flow, f->fd, i, events) < 0) {
                 fwd_free(f, true);
                 return;
         }
-        if (f->flow[0].done && f->flow[1].done)
+        if (pump_done(f->flow))
                 fwd_free(f, false);
         else if (fwd_arm(f) < 0)
                 fwd_free(f, true);
@@ -567,13 +500,12 @@ static void fwd_free(Fwd *f, bool reset) {
                 loop_del(set->loop, &f->w[i]);
                 if (f->fd[i] >= 0) {
                         if (reset)
-                                reset_close(f->fd[i]);
+                                pump_reset_close(f->fd[i]);
                         else
                                 close(f->fd[i]);
                 }
-                safe_close(f->flow[i].pipe[0]);
-                safe_close(f->flow[i].pipe[1]);
         }
+        pump_close(f->flow);
         LIST_UNLINK(p->fwds, f);
         p->n_fwds--;
         free(f);
@@ -624,12 +556,13 @@ static void listener_event(Watch *w, uint32_t events) {
                 }
                 Fwd *f = p->n_fwds < SBX_MAX_PORT_CONNECTIONS ? calloc(1, sizeof *f) : NULL;
                 if (!f) {
-                        reset_close(fd);
+                        pump_reset_close(fd);
                         continue;
                 }
                 f->port = p;
                 f->fd[0] = fd;
-                f->fd[1] = f->flow[0].pipe[0] = f->flow[0].pipe[1] = f->flow[1].pipe[0] = f->flow[1].pipe[1] = -1;
+                f->fd[1] = -1;
+                pump_init(f->flow);
                 LIST_LINK(p->fwds, f);
                 p->n_fwds++;
                 fwd_get_socket(p->set, f);

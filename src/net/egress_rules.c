@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include "base/macro.h"
-#include "session/egress.h"
+#include "net/egress.h"
 
 /* ---------------------------------------------------------------- names */
 
