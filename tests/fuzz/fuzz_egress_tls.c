@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base/macro.h"
-#include "session/egress_tls.h"
+#include "net/egress_tls.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

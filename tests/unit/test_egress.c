@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <sys/socket.h>
 #include "base/macro.h"
-#include "session/egress.h"
+#include "net/egress.h"
 #include "tap.h"
 
 static int parse(const char *const *l, EgressRules *r, char *err, size_t errlen) {

@@ -6,7 +6,7 @@
 #include <gnutls/x509.h>
 #include <string.h>
 #include "base/macro.h"
-#include "session/egress_tls.h"
+#include "net/egress_tls.h"
 #include "tap.h"
 
 #define PH "SBX_SECRET_TOKEN_0123456789abcdef01234567"

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include "base/util.h"
 #include "sbx/sbx.h"
-#include "session/port.h"
+#include "net/port.h"
 #include "tap.h"
 
 static const char header[] =
