@@ -21,9 +21,10 @@ from .commands import CommandHandle, CommandResult, Commands, OutputCallback, Se
 from .processes import OutputChunk, ProcessHandle, ProcessInfo, ProcessResult, Pty, TerminalHandle
 from .files import EntryInfo, Files, FilesystemEvent, FilesystemEventType, WatchHandle
 from .sandbox import Env, Sandbox, Sandboxes, Sessions
-from .async_commands import (AsyncCommandHandle, AsyncCommands, AsyncProcessHandle, AsyncPty, AsyncSession,
-                             AsyncTerminalHandle)
-from .async_sandbox import AsyncEnv, AsyncFiles, AsyncSandbox, AsyncSandboxes, AsyncSessions, AsyncWatchHandle
+from .async_commands import AsyncCommandHandle, AsyncCommands, AsyncSession
+from .async_processes import AsyncProcessHandle, AsyncPty, AsyncTerminalHandle
+from .async_files import AsyncFiles, AsyncWatchHandle
+from .async_sandbox import AsyncEnv, AsyncSandbox, AsyncSandboxes, AsyncSessions
 
 __version__ = "0.1.0"
 

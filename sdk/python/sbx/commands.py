@@ -1,21 +1,17 @@
 """Running commands: results, handles, and named sessions."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, Optional, Union, overload
+from typing import Any, Dict, List, Literal, Mapping, Optional, Union, overload
 
 from . import _ops as ops
+from ._callbacks import OutputCallback
 from ._client import INTERNAL_ERROR, Client, PendingCall, SbxError, as_object
 from ._ops import run_params as _run_params
 from ._ops import seconds_to_ms  # noqa: F401 - re-exported (older imports)
-from ._results import CommandResult, TextDecoders, wire_bytes  # noqa: F401 - wire_bytes: older imports
-
-if TYPE_CHECKING:
-    from .processes import ProcessHandle, ProcessInfo
+from ._results import CommandResult, ProcessInfo, TextDecoders, wire_bytes  # noqa: F401 - wire_bytes: older imports
+from .processes import ProcessHandle, TerminalHandle, start_process
 
 __all__ = ["CommandResult", "CommandHandle", "Commands", "Session", "OutputCallback"]
-
-#: Called with each piece of streamed output, decoded as UTF-8 (invalid bytes replaced).
-OutputCallback = Callable[[str], None]
 
 
 class _Streams:
@@ -186,14 +182,14 @@ class Commands:
             stdin: Union[bool, bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
             on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
             label: Optional[str] = None, lane: Optional[str] = None,
-            while_paused: Optional[str] = None) -> "ProcessHandle": ...
+            while_paused: Optional[str] = None) -> ProcessHandle: ...
 
     def run(self, cmd: str, *, background: bool = False, cwd: Optional[str] = None,
             envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
             stdin: Union[bool, bytes, str, None] = None, on_stdout: Optional[OutputCallback] = None,
             on_stderr: Optional[OutputCallback] = None, session: Optional[str] = None,
             leftovers: Optional[str] = None, label: Optional[str] = None, lane: Optional[str] = None,
-            while_paused: Optional[str] = None) -> Union[CommandResult, "ProcessHandle"]:
+            while_paused: Optional[str] = None) -> Union[CommandResult, ProcessHandle]:
         """Runs a bash command in the sandbox's persistent session and waits for it, or,
         with ``background=True``, starts it as a background process and returns at once.
 
@@ -246,7 +242,6 @@ class Commands:
         """
         stdin = ops.check_run_mode(background, stdin, leftovers, label)
         if background:
-            from .processes import start_process
             return start_process(self._client, self._sandbox_id, cmd, cwd=cwd, envs=envs, timeout=timeout,
                                  stdin=stdin, session=session, label=label, on_stdout=on_stdout,
                                  on_stderr=on_stderr, lane=lane, while_paused=while_paused)
@@ -255,11 +250,11 @@ class Commands:
                           on_stderr=on_stderr, session=session, leftovers=leftovers, lane=lane,
                           while_paused=while_paused).wait()
 
-    def list(self) -> List["ProcessInfo"]:
+    def list(self) -> List[ProcessInfo]:
         """The sandbox's background processes (``process.list``), oldest first: those of
         ``run(background=True)`` and terminals (origin ``"start"``), and what foreground
         runs left running (origin ``"leftover"``), running or ended."""
-        processes: List["ProcessInfo"] = self._client.run_op(ops.list_processes(self._sandbox_id))
+        processes: List[ProcessInfo] = self._client.run_op(ops.list_processes(self._sandbox_id))
         return processes
 
     def kill(self, pid: Union[int, str], signal: Union[str, int, None] = None) -> bool:
@@ -273,7 +268,7 @@ class Commands:
         return bool(self._client.run_op(ops.kill_by_pid(self._sandbox_id, pid, signal)))
 
     def connect(self, pid: Union[int, str], on_stdout: Optional[OutputCallback] = None,
-                on_stderr: Optional[OutputCallback] = None) -> "ProcessHandle":
+                on_stderr: Optional[OutputCallback] = None) -> ProcessHandle:
         """A handle on a background process that is running (or has ended), by its pid inside
         the sandbox (or its process id, a str).
 
@@ -287,8 +282,7 @@ class Commands:
         Raises:
             SbxError: no process of the sandbox has that pid (-32602).
         """
-        from .processes import TerminalHandle, ProcessHandle
-        info: "ProcessInfo" = self._client.run_op(ops.connectable(self._sandbox_id, pid))
+        info: ProcessInfo = self._client.run_op(ops.connectable(self._sandbox_id, pid))
         cls = TerminalHandle if info.pty else ProcessHandle
         return cls(self._client, self._sandbox_id, info.process_id, info.pid, on_stdout=on_stdout,
                    on_stderr=on_stderr, resume=True)

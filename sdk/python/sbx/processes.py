@@ -23,10 +23,10 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from . import _ops as ops
+from ._callbacks import OutputCallback
 from ._client import INTERNAL_ERROR, Client, PendingCall, SbxError, as_object
 from ._ops import seconds_to_ms
 from ._results import LogCursor, OutputChunk, ProcessInfo, ProcessResult, remember_progress
-from .commands import OutputCallback
 
 __all__ = ["ProcessHandle", "ProcessResult", "ProcessInfo", "OutputChunk", "TerminalHandle", "Pty",
            "DataCallback", "start_process", "list_processes", "find_process"]
