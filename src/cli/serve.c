@@ -121,14 +121,14 @@ static int activation_fd(void) {
         return r;
 }
 
-/* A number flag within [min, max]: 0, or -1 after saying what is wrong. */
+/* A number flag within [min, max]: 0, or -EINVAL after saying what is wrong. */
 static int serve_number(const char *flag, const char *arg, long min, long max, long *ret) {
         char *end;
         errno = 0;
         long v = strtol(arg, &end, 10);
         if (!*arg || *end || errno || v < min || v > max) {
                 fprintf(stderr, "sbx serve: %s takes %ld to %ld\n", flag, min, max);
-                return -1;
+                return -EINVAL;
         }
         *ret = v;
         return 0;
@@ -147,38 +147,51 @@ typedef struct RedactArgs {
 } RedactArgs;
 
 /* --env-passthrough NAME[,NAME...]: each NAME set here becomes NAME=value for every sandbox;
- * one not set is left out. Returns 0, or -1 after saying why on stderr. */
+ * one not set is left out. Returns 0, or -EINVAL after saying why on stderr (-ENOMEM: not
+ * said). */
 static int passthrough_add(RedactArgs *a, const char *list) {
         _cleanup_free_ char *copy = strdup(list);
         char *save = NULL;
         for (char *n = copy ? strtok_r(copy, ",", &save) : NULL; n; n = strtok_r(NULL, ",", &save)) {
                 if (!env_name_valid(n, strlen(n))) {
                         fprintf(stderr, "sbx serve: --env-passthrough: '%s' is not a variable name\n", n);
-                        return -1;
+                        return -EINVAL;
                 }
                 if (a->n_env >= SBX_MAX_ENV_PASSTHROUGH) {
                         fprintf(stderr, "sbx serve: --env-passthrough: at most %u names\n", SBX_MAX_ENV_PASSTHROUGH);
-                        return -1;
+                        return -EINVAL;
                 }
                 const char *v = getenv(n);
                 if (!v)
                         continue;
                 if (asprintf(&a->env_kv[a->n_env], "%s=%s", n, v) < 0)
-                        return -1;
+                        return -ENOMEM;
                 a->env[a->n_env] = a->env_kv[a->n_env];
                 a->n_env++;
         }
-        return copy ? 0 : -1;
+        return copy ? 0 : -ENOMEM;
 }
 
-static int redact_args_apply(RedactArgs *a, Server *s) {
+/* --redact PATTERN. Returns 0, or -EINVAL after saying why. */
+static int redact_add(RedactArgs *a, const char *pattern) {
+        char err[512];
+        if (a->n_patterns >= SBX_MAX_REDACT_PATTERNS || redact_pattern_check(pattern, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --redact: %s\n",
+                        a->n_patterns >= SBX_MAX_REDACT_PATTERNS ? "too many patterns" : err);
+                return -EINVAL;
+        }
+        a->patterns[a->n_patterns++] = pattern;
+        return 0;
+}
+
+static int redact_args_apply(const RedactArgs *a, Server *s) {
         char err[512];
         SbxContext *ctx = server_context(s);
         if (sbx_context_set_redaction(ctx, a->patterns, !a->no_defaults, err, sizeof err) < 0) {
                 fprintf(stderr, "sbx serve: --redact: %s\n", err);
-                return -1;
+                return -EINVAL;
         }
-        return sbx_context_set_env(ctx, a->env) < 0 ? -1 : 0;
+        return sbx_context_set_env(ctx, a->env) < 0 ? -ENOMEM : 0;
 }
 
 static void redact_args_done(RedactArgs *a) {
@@ -188,241 +201,338 @@ static void redact_args_done(RedactArgs *a) {
 
 enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA };
 
-/* Names the config file's line of an option the parser refused (see the loop in cmd_serve). */
-typedef struct Blame {
-        const ServeConfig *cfg;
-        int index;
-        bool ok;
-} Blame;
+static const struct option serve_opts[] = {
+        { "stdio", no_argument, NULL, 's' },
+        { "socket", required_argument, NULL, 'S' },
+        { "protocol", no_argument, NULL, 'P' },
+        { "pool", required_argument, NULL, 'p' },
+        { "slots", required_argument, NULL, 'L' },
+        { "system-slots", required_argument, NULL, 'Y' },
+        { "queue", required_argument, NULL, 'Q' },
+        { "lane", required_argument, NULL, 'l' },
+        { "system-socket", required_argument, NULL, 'T' },
+        { "shutdown-deadline-ms", required_argument, NULL, 'D' },
+        { "mode", required_argument, NULL, 'M' },
+        { "audit", required_argument, NULL, OPT_AUDIT },
+        { "audit-max-bytes", required_argument, NULL, OPT_AUDIT_MAX_BYTES },
+        { "audit-keep", required_argument, NULL, OPT_AUDIT_KEEP },
+        { "audit-fail-closed", no_argument, NULL, OPT_AUDIT_FAIL_CLOSED },
+        { "env-passthrough", required_argument, NULL, 'E' },
+        { "redact", required_argument, NULL, 'R' },
+        { "no-default-redactions", no_argument, NULL, 'N' },
+        { "expiry-export-dir", required_argument, NULL, OPT_EXPIRY_DIR },
+        { "config", required_argument, NULL, OPT_CONFIG },
+        { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+        { "egress-hosts", required_argument, NULL, 'H' },
+        { "egress-allow-private", required_argument, NULL, 'A' },
+        { "egress-ca", required_argument, NULL, OPT_EGRESS_CA },
+        { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        {},
+};
 
-static void config_blame(Blame *b) {
-        char where[PATH_MAX + 32];
-        if (!b->ok && serve_config_where(b->cfg, b->index, where, sizeof where))
-                fprintf(stderr, "sbx serve: (that is --config %s)\n", where);
+/* What the command line and the config file say, made by serve_parse and read by serve_start.
+ * Owns cfg and ra; its strings point into argv or cfg. Numbers are -1 when not given. */
+typedef struct ServeOptions {
+        ServeConfig cfg;
+        const char *config_path; /* NULL: no --config */
+        bool check_config, stdio;
+        const char *mode;
+        const char *path, *system_path;
+        long pool, slots, system_slots, queue, deadline, lane;
+        const char *audit;
+        uint64_t audit_max, audit_keep;
+        bool audit_fail_closed;
+        RedactArgs ra;
+        const char *egress_hosts, *egress_ca;
+        const char *egress_private[SBX_MAX_EGRESS_PRIVATE_CIDRS + 1];
+        unsigned n_egress_private;
+        unsigned long max_sandboxes; /* 0: derived by the server */
+        const char *expiry_dir;
+        int afd; /* the socket passed by socket activation; -1: none */
+} ServeOptions;
+
+static void serve_options_done(ServeOptions *o) {
+        serve_config_done(&o->cfg);
+        redact_args_done(&o->ra);
 }
 
-int cmd_serve(int argc, char **argv) {
-        static const struct option opts[] = {
-                { "stdio", no_argument, NULL, 's' },
-                { "socket", required_argument, NULL, 'S' },
-                { "protocol", no_argument, NULL, 'P' },
-                { "pool", required_argument, NULL, 'p' },
-                { "slots", required_argument, NULL, 'L' },
-                { "system-slots", required_argument, NULL, 'Y' },
-                { "queue", required_argument, NULL, 'Q' },
-                { "lane", required_argument, NULL, 'l' },
-                { "system-socket", required_argument, NULL, 'T' },
-                { "shutdown-deadline-ms", required_argument, NULL, 'D' },
-                { "mode", required_argument, NULL, 'M' },
-                { "audit", required_argument, NULL, OPT_AUDIT },
-                { "audit-max-bytes", required_argument, NULL, OPT_AUDIT_MAX_BYTES },
-                { "audit-keep", required_argument, NULL, OPT_AUDIT_KEEP },
-                { "audit-fail-closed", no_argument, NULL, OPT_AUDIT_FAIL_CLOSED },
-                { "env-passthrough", required_argument, NULL, 'E' },
-                { "redact", required_argument, NULL, 'R' },
-                { "no-default-redactions", no_argument, NULL, 'N' },
-                { "expiry-export-dir", required_argument, NULL, OPT_EXPIRY_DIR },
-                { "config", required_argument, NULL, OPT_CONFIG },
-                { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
-                { "egress-hosts", required_argument, NULL, 'H' },
-                { "egress-allow-private", required_argument, NULL, 'A' },
-                { "egress-ca", required_argument, NULL, OPT_EGRESS_CA },
-                { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
-                { "verbose", no_argument, NULL, 'v' },
-                { "help", no_argument, NULL, 'h' },
-                {},
-        };
-        /* The file's [serve] options go before the command line's, so a flag given there wins. */
-        _cleanup_(serve_config_done) ServeConfig cfg = { 0 };
-        bool check_config = false;
-        const char *config_path = NULL;
+/* ---- parsing */
+
+/* --config FILE and --check-config, found before getopt runs. */
+static void config_find(ServeOptions *o, int argc, char **argv) {
         for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
                 if (strcmp(argv[i], "--check-config") == 0)
-                        check_config = true;
+                        o->check_config = true;
                 else if (strncmp(argv[i], "--config=", 9) == 0)
-                        config_path = argv[i] + 9;
+                        o->config_path = argv[i] + 9;
                 else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-                        config_path = argv[++i];
+                        o->config_path = argv[++i];
         }
-        if (config_path) {
-                char cerr[768];
-                int cr = serve_config_load(&cfg, config_path, opts, cerr, sizeof cerr);
-                if (cr < 0) {
-                        fprintf(stderr, "sbx serve: --config %s\n", cerr);
-                        return cr == -EINVAL ? 2 : 1;
-                }
-                if (!check_config && serve_config_check_sandbox(&cfg, cerr, sizeof cerr) < 0) {
-                        fprintf(stderr, "sbx serve: --config %s\n", cerr);
-                        return 2;
-                }
-                if (serve_config_argv(&cfg, argc, argv) < 0)
-                        return 1;
-                argc = cfg.argc;
-                argv = cfg.argv;
-        } else if (check_config) {
+}
+
+/* Reads --config's file: its [serve] options go before the command line's in the argv that
+ * *argc and *argv are then set to, so a flag given there wins. False when cmd_serve is to
+ * return *ret_exit at once (said on stderr). */
+static bool config_read(ServeOptions *o, int *argc, char ***argv, int *ret_exit) {
+        config_find(o, *argc, *argv);
+        if (!o->config_path && o->check_config) {
                 fprintf(stderr, "sbx serve: --check-config checks the file given with --config FILE\n");
-                return 2;
+                *ret_exit = 2;
+                return false;
         }
-        bool stdio = false;
-        const char *mode = "namespaces";
-        const char *path = NULL, *system_path = NULL;
-        long pool = -1, slots = -1, system_slots = -1, queue = -1, deadline = -1, lane = -1;
-        const char *audit = NULL;
-        uint64_t audit_max = 0, audit_keep = 0;
-        bool audit_fail_closed = false;
-        _cleanup_(redact_args_done) RedactArgs ra = { 0 };
-        const char *egress_hosts = NULL, *egress_ca = NULL;
-        const char *egress_private[SBX_MAX_EGRESS_PRIVATE_CIDRS + 1] = { NULL };
-        unsigned n_egress_private = 0;
-        unsigned long max_sandboxes = 0;
-        const char *expiry_dir = NULL;
+        if (!o->config_path)
+                return true;
+        char cerr[768];
+        int r;
+        if ((r = serve_config_load(&o->cfg, o->config_path, serve_opts, cerr, sizeof cerr)) < 0 ||
+            (!o->check_config && (r = serve_config_check_sandbox(&o->cfg, cerr, sizeof cerr)) < 0)) {
+                fprintf(stderr, "sbx serve: --config %s\n", cerr);
+                *ret_exit = r == -EINVAL ? 2 : 1;
+                return false;
+        }
+        if (serve_config_argv(&o->cfg, *argc, *argv) < 0) {
+                *ret_exit = 1;
+                return false;
+        }
+        *argc = o->cfg.argc;
+        *argv = o->cfg.argv;
+        return true;
+}
+
+static int pool_arg(const char *arg, long *ret) {
+        char *end;
+        *ret = strtol(arg, &end, 10);
+        if (*end || *ret < 0 || *ret > 8) {
+                fprintf(stderr, "sbx serve: --pool takes 0 to 8\n");
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int lane_arg(const char *arg, long *ret) {
+        if (strcmp(arg, "interactive") != 0 && strcmp(arg, "system") != 0) {
+                fprintf(stderr, "sbx serve: --lane takes interactive or system\n");
+                return -EINVAL;
+        }
+        *ret = strcmp(arg, "system") == 0;
+        return 0;
+}
+
+static int mode_arg(const char *arg, const char **ret) {
+        if (strcmp(arg, "namespaces") != 0 && strcmp(arg, "process") != 0 && strcmp(arg, "disabled") != 0) {
+                fprintf(stderr, "sbx serve: --mode takes namespaces, process or disabled\n");
+                return -EINVAL;
+        }
+        *ret = arg;
+        return 0;
+}
+
+static int audit_max_arg(const char *arg, uint64_t *ret) {
+        if (parse_size(arg, ret) < 0 || *ret < SBX_AUDIT_MIN_MAX_BYTES) {
+                fprintf(stderr, "sbx serve: --audit-max-bytes takes a size of at least %llu bytes "
+                        "(10k, 64M, 1G); got '%s'\n",
+                        (unsigned long long)SBX_AUDIT_MIN_MAX_BYTES, arg);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int audit_keep_arg(const char *arg, uint64_t *ret) {
+        if (parse_u64(arg, SBX_AUDIT_MAX_KEEP, ret) < 0 || *ret < 1) {
+                fprintf(stderr, "sbx serve: --audit-keep takes 1 to %u; got '%s'\n", SBX_AUDIT_MAX_KEEP, arg);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int egress_private_add(ServeOptions *o, const char *cidr) {
+        if (o->n_egress_private >= SBX_MAX_EGRESS_PRIVATE_CIDRS) {
+                fprintf(stderr, "sbx serve: --egress-allow-private: at most %u\n", SBX_MAX_EGRESS_PRIVATE_CIDRS);
+                return -EINVAL;
+        }
+        o->egress_private[o->n_egress_private++] = cidr;
+        return 0;
+}
+
+static int max_sandboxes_arg(const char *arg, unsigned long *ret) {
+        char *end;
+        errno = 0;
+        *ret = strtoul(arg, &end, 10);
+        if (errno || end == arg || *end || arg[0] == '-' || *ret < 1 || *ret > SBX_MAX_SERVER_SANDBOXES) {
+                fprintf(stderr, "sbx serve: --max-sandboxes takes 1 to %u\n", SBX_MAX_SERVER_SANDBOXES);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* Reads option c (its value in optarg) into o. Returns 0; 1 when sbx serve is done (--help,
+ * --protocol: exit 0); -EINVAL once stderr says why (exit 2). */
+static int serve_option(ServeOptions *o, int c) {
+        switch (c) {
+        case OPT_CONFIG:
+        case OPT_CHECK_CONFIG: return 0; /* read before (config_read) */
+        case OPT_EXPIRY_DIR: o->expiry_dir = optarg; return 0;
+        case 's': o->stdio = true; return 0;
+        case 'S': o->path = optarg; return 0;
+        case 'P': dispatch_print_protocol(stdout); return 1;
+        case 'p': return pool_arg(optarg, &o->pool);
+        case 'L': return serve_number("--slots", optarg, 1, SBX_MAX_LANE_SLOTS, &o->slots);
+        case 'Y': return serve_number("--system-slots", optarg, 1, SBX_MAX_LANE_SLOTS, &o->system_slots);
+        case 'Q': return serve_number("--queue", optarg, 0, SBX_MAX_LANE_QUEUE, &o->queue);
+        case 'D': return serve_number("--shutdown-deadline-ms", optarg, 0, SBX_MAX_SHUTDOWN_DEADLINE_MS, &o->deadline);
+        case 'l': return lane_arg(optarg, &o->lane);
+        case 'T': o->system_path = optarg; return 0;
+        case 'M': return mode_arg(optarg, &o->mode);
+        case OPT_AUDIT: o->audit = optarg; return 0;
+        case OPT_AUDIT_MAX_BYTES: return audit_max_arg(optarg, &o->audit_max);
+        case OPT_AUDIT_KEEP: return audit_keep_arg(optarg, &o->audit_keep);
+        case OPT_AUDIT_FAIL_CLOSED: o->audit_fail_closed = true; return 0;
+        case 'E': return passthrough_add(&o->ra, optarg);
+        case 'R': return redact_add(&o->ra, optarg);
+        case 'N': o->ra.no_defaults = true; return 0;
+        case 'H': o->egress_hosts = optarg; return 0;
+        case OPT_EGRESS_CA: o->egress_ca = optarg; return 0;
+        case 'A': return egress_private_add(o, optarg);
+        case OPT_MAX_SANDBOXES: return max_sandboxes_arg(optarg, &o->max_sandboxes);
+        case 'v': sbx_log_level = LOG_DEBUG; return 0;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return -EINVAL;
+        }
+}
+
+/* Reads every option into o. An option that ends sbx serve and came from the config file is
+ * named by its line there, after what was said of it. False when cmd_serve is to return
+ * *ret_exit at once. */
+static bool options_read(ServeOptions *o, int argc, char **argv, int *ret_exit) {
         int c;
         optind = 1;
-        while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
-                /* A value from the file that the switch refuses (it says why, then returns):
-                 * say which line it came from, as the switch leaves. */
-                _cleanup_(config_blame) Blame blame = { .cfg = &cfg, .index = optind - 1 };
-                switch (c) {
-                case OPT_CONFIG:
-                case OPT_CHECK_CONFIG: break; /* read before */
-                case OPT_EXPIRY_DIR: expiry_dir = optarg; break;
-                case 's': stdio = true; break;
-                case 'S': path = optarg; break;
-                case 'P': dispatch_print_protocol(stdout); return 0;
-                case 'p': {
-                        char *end;
-                        pool = strtol(optarg, &end, 10);
-                        if (*end || pool < 0 || pool > 8) {
-                                fprintf(stderr, "sbx serve: --pool takes 0 to 8\n");
-                                return 2;
-                        }
-                        break;
-                }
-                case 'L':
-                        if (serve_number("--slots", optarg, 1, SBX_MAX_LANE_SLOTS, &slots) < 0)
-                                return 2;
-                        break;
-                case 'Y':
-                        if (serve_number("--system-slots", optarg, 1, SBX_MAX_LANE_SLOTS, &system_slots) < 0)
-                                return 2;
-                        break;
-                case 'Q':
-                        if (serve_number("--queue", optarg, 0, SBX_MAX_LANE_QUEUE, &queue) < 0)
-                                return 2;
-                        break;
-                case 'D':
-                        if (serve_number("--shutdown-deadline-ms", optarg, 0, SBX_MAX_SHUTDOWN_DEADLINE_MS, &deadline) < 0)
-                                return 2;
-                        break;
-                case 'l':
-                        if (strcmp(optarg, "interactive") != 0 && strcmp(optarg, "system") != 0) {
-                                fprintf(stderr, "sbx serve: --lane takes interactive or system\n");
-                                return 2;
-                        }
-                        lane = strcmp(optarg, "system") == 0;
-                        break;
-                case 'T': system_path = optarg; break;
-                case 'M':
-                        if (strcmp(optarg, "namespaces") != 0 && strcmp(optarg, "process") != 0 &&
-                            strcmp(optarg, "disabled") != 0) {
-                                fprintf(stderr, "sbx serve: --mode takes namespaces, process or disabled\n");
-                                return 2;
-                        }
-                        mode = optarg;
-                        break;
-                case OPT_AUDIT: audit = optarg; break;
-                case OPT_AUDIT_MAX_BYTES:
-                        if (parse_size(optarg, &audit_max) < 0 || audit_max < SBX_AUDIT_MIN_MAX_BYTES) {
-                                fprintf(stderr, "sbx serve: --audit-max-bytes takes a size of at least %llu bytes "
-                                        "(10k, 64M, 1G); got '%s'\n",
-                                        (unsigned long long)SBX_AUDIT_MIN_MAX_BYTES, optarg);
-                                return 2;
-                        }
-                        break;
-                case OPT_AUDIT_KEEP:
-                        if (parse_u64(optarg, SBX_AUDIT_MAX_KEEP, &audit_keep) < 0 || audit_keep < 1) {
-                                fprintf(stderr, "sbx serve: --audit-keep takes 1 to %u; got '%s'\n", SBX_AUDIT_MAX_KEEP,
-                                        optarg);
-                                return 2;
-                        }
-                        break;
-                case OPT_AUDIT_FAIL_CLOSED: audit_fail_closed = true; break;
-                case 'E':
-                        if (passthrough_add(&ra, optarg) < 0)
-                                return 2;
-                        break;
-                case 'R': {
-                        char err[512];
-                        if (ra.n_patterns >= SBX_MAX_REDACT_PATTERNS || redact_pattern_check(optarg, err, sizeof err) < 0) {
-                                fprintf(stderr, "sbx serve: --redact: %s\n",
-                                        ra.n_patterns >= SBX_MAX_REDACT_PATTERNS ? "too many patterns" : err);
-                                return 2;
-                        }
-                        ra.patterns[ra.n_patterns++] = optarg;
-                        break;
-                }
-                case 'N': ra.no_defaults = true; break;
-                case 'H': egress_hosts = optarg; break;
-                case OPT_EGRESS_CA: egress_ca = optarg; break;
-                case 'A':
-                        if (n_egress_private >= SBX_MAX_EGRESS_PRIVATE_CIDRS) {
-                                fprintf(stderr, "sbx serve: --egress-allow-private: at most %u\n",
-                                        SBX_MAX_EGRESS_PRIVATE_CIDRS);
-                                return 2;
-                        }
-                        egress_private[n_egress_private++] = optarg;
-                        break;
-                case OPT_MAX_SANDBOXES: {
-                        char *end;
-                        errno = 0;
-                        max_sandboxes = strtoul(optarg, &end, 10);
-                        if (errno || end == optarg || *end || optarg[0] == '-' || max_sandboxes < 1 ||
-                            max_sandboxes > SBX_MAX_SERVER_SANDBOXES) {
-                                fprintf(stderr, "sbx serve: --max-sandboxes takes 1 to %u\n", SBX_MAX_SERVER_SANDBOXES);
-                                return 2;
-                        }
-                        break;
-                }
-                case 'v': sbx_log_level = LOG_DEBUG; break;
-                case 'h': usage(stdout); return 0;
-                default: usage(stderr); return 2;
-                }
-                blame.ok = true;
+        while ((c = getopt_long(argc, argv, "vh", serve_opts, NULL)) != -1) {
+                int index = optind - 1;
+                int r = serve_option(o, c);
+                if (r == 0)
+                        continue;
+                char where[PATH_MAX + 32];
+                if (serve_config_where(&o->cfg, index, where, sizeof where))
+                        fprintf(stderr, "sbx serve: (that is --config %s)\n", where);
+                *ret_exit = r > 0 ? 0 : 2;
+                return false;
         }
-        int afd = activation_fd();
-        if (afd == -2)
-                return 1;
-        if (stdio && afd >= 0) {
+        return true;
+}
+
+/* What the options say together, and --check-config's verdict. False when cmd_serve is to
+ * return *ret_exit at once. */
+static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit) {
+        char cerr[768];
+        o->afd = activation_fd();
+        *ret_exit = 2;
+        if (o->afd == -2)
+                *ret_exit = 1;
+        else if (o->stdio && o->afd >= 0)
                 fprintf(stderr, "sbx serve: --stdio, but a listening socket was passed (LISTEN_FDS)\n");
-                return 2;
-        }
-        if (!audit && (audit_max || audit_keep || audit_fail_closed)) {
+        else if (!o->audit && (o->audit_max || o->audit_keep || o->audit_fail_closed))
                 fprintf(stderr, "sbx serve: --audit-max-bytes, --audit-keep and --audit-fail-closed go with "
                         "--audit PATH\n");
-                return 2;
-        }
-        if (audit && (!*audit || strlen(audit) > PATH_MAX - 16)) {
+        else if (o->audit && (!*o->audit || strlen(o->audit) > PATH_MAX - 16))
                 fprintf(stderr, "sbx serve: --audit takes a file's path (at most %d bytes)\n", PATH_MAX - 16);
-                return 2;
-        }
-        if (check_config) {
-                char cerr[768];
-                if (optind < argc) {
-                        fprintf(stderr, "sbx serve: unexpected argument '%s'\n", argv[optind]);
-                        return 2;
-                }
-                if (serve_config_check_sandbox(&cfg, cerr, sizeof cerr) < 0) {
-                        fprintf(stderr, "sbx serve: --config %s\n", cerr);
-                        return 2;
-                }
-                printf("%s: ok\n", config_path);
-                return 0;
-        }
-        if (optind < argc || (stdio == (path != NULL) && afd < 0)) {
+        else if (o->check_config && optind < argc)
+                fprintf(stderr, "sbx serve: unexpected argument '%s'\n", argv[optind]);
+        else if (o->check_config && serve_config_check_sandbox(&o->cfg, cerr, sizeof cerr) < 0)
+                fprintf(stderr, "sbx serve: --config %s\n", cerr);
+        else if (o->check_config) {
+                printf("%s: ok\n", o->config_path);
+                *ret_exit = 0;
+        } else if (optind < argc || (o->stdio == (o->path != NULL) && o->afd < 0)) {
                 fprintf(stderr, "sbx serve: give exactly one of --stdio or --socket PATH\n\n");
                 usage(stderr);
+        } else
+                return true;
+        return false;
+}
+
+/* Fills o from argv and the config file it names. False when cmd_serve is to return *ret_exit
+ * at once: 0 after --help, --protocol or --check-config, else 1 or 2 after saying why. */
+static bool serve_parse(ServeOptions *o, int argc, char **argv, int *ret_exit) {
+        return config_read(o, &argc, &argv, ret_exit) && options_read(o, argc, argv, ret_exit) &&
+               options_check(o, argc, argv, ret_exit);
+}
+
+/* ---- starting */
+
+/* Says a failure that no option is blamed for; returns the exit status. */
+static int serve_failed(const ServeOptions *o, int r) {
+        fprintf(stderr, "sbx serve: %s%s%s\n", o->path ? o->path : "", o->path ? ": " : "", strerror(-r));
+        return 1;
+}
+
+/* Lanes, mode, create params, shutdown deadline. Returns 0 or -errno (the mode's). */
+static int serve_configure(Server *s, const ServeOptions *o) {
+        unsigned d_slots, d_system, d_queue;
+        server_lane_defaults(&d_slots, &d_system, &d_queue);
+        unsigned queue = o->queue >= 0 ? (unsigned)o->queue : d_queue;
+        server_set_slots(s, 0, o->slots >= 0 ? (unsigned)o->slots : d_slots, queue);
+        server_set_slots(s, 1, o->system_slots >= 0 ? (unsigned)o->system_slots : d_system, queue);
+        /* With an operator's socket, the system lane is the operator's: clients of the main
+         * socket may not ask for it unless --lane says so. */
+        server_set_lane(s, o->lane < 0 && o->system_path ? 0 : (int)o->lane);
+        int r = server_set_mode(s, o->mode);
+        if (o->config_path)
+                server_set_create_config(s, o->cfg.defaults, o->cfg.enforced, o->cfg.secrets);
+        if (o->deadline >= 0)
+                server_set_shutdown_deadline(s, (uint64_t)o->deadline);
+        return r;
+}
+
+/* The audit log, egress, expiry exports, the system socket and redaction, each said on stderr
+ * when refused. Returns 0, or the exit status. */
+static int serve_attach(Server *s, const ServeOptions *o) {
+        char err[256], eerr[512] = "";
+        int r;
+        /* Before any client: no event may happen unlogged, and a log that cannot be opened
+         * stops the server here, saying why. */
+        if (o->audit && server_set_audit(s, o->audit, o->audit_max, (unsigned)o->audit_keep, o->audit_fail_closed,
+                                         err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --audit %s: %s\n", o->audit, err);
+                return 1;
+        }
+        if ((o->egress_hosts || o->n_egress_private || o->egress_ca) &&
+            (r = server_set_egress(s, o->egress_hosts, o->egress_private, o->egress_ca, eerr, sizeof eerr)) < 0) {
+                fprintf(stderr, "sbx serve: --egress-hosts / --egress-allow-private / --egress-ca: %s\n",
+                        eerr[0] ? eerr : strerror(-r));
                 return 2;
         }
+        if (o->expiry_dir && server_set_expiry_dir(s, o->expiry_dir, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --expiry-export-dir %s\n", err);
+                return 1;
+        }
+        if (o->system_path && (r = server_listen_system(s, o->system_path)) < 0) {
+                fprintf(stderr, "sbx serve: --system-socket %s: %s\n", o->system_path, strerror(-r));
+                return 1;
+        }
+        return redact_args_apply(&o->ra, s) < 0 ? 2 : 0;
+}
+
+/* The clients' way in: the socket passed by activation, stdio, or --socket PATH. Returns 0, or
+ * the exit status after saying why. */
+static int serve_listen(Server *s, const ServeOptions *o) {
+        int r;
+        if (o->afd < 0) {
+                r = o->stdio ? server_add_stdio(s) : server_listen(s, o->path);
+                return r < 0 ? serve_failed(o, r) : 0;
+        }
+        if ((r = server_listen_fd(s, o->afd, o->path)) < 0) {
+                fprintf(stderr, "sbx serve: the socket passed as fd 3 (LISTEN_FDS): %s\n",
+                        r == -ENOTSOCK ? "not a listening Unix stream socket"
+                        : r == -EADDRNOTAVAIL ? "not bound to the --socket path" : strerror(-r));
+                return 1;
+        }
+        return 0;
+}
+
+/* Makes the server o describes and runs it until it stops. Returns the exit status. */
+static int serve_start(const ServeOptions *o) {
         Server *s = NULL;
         /* Files and archives move as megabyte-sized lines: keep freed buffers for the next one
          * instead of handing them back to the kernel and faulting fresh pages in each time
@@ -430,76 +540,34 @@ int cmd_serve(int argc, char **argv) {
         (void)mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
         (void)mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024);
         int r = server_new(&s);
-        if (r >= 0) {
-                unsigned d_slots, d_system, d_queue;
-                server_lane_defaults(&d_slots, &d_system, &d_queue);
-                server_set_slots(s, 0, slots >= 0 ? (unsigned)slots : d_slots, queue >= 0 ? (unsigned)queue : d_queue);
-                server_set_slots(s, 1, system_slots >= 0 ? (unsigned)system_slots : d_system,
-                                 queue >= 0 ? (unsigned)queue : d_queue);
-                /* With an operator's socket, the system lane is the operator's: clients of the
-                 * main socket may not ask for it unless --lane says so. */
-                server_set_lane(s, lane < 0 && system_path ? 0 : (int)lane);
-                r = server_set_mode(s, mode);
-                if (config_path)
-                        server_set_create_config(s, cfg.defaults, cfg.enforced, cfg.secrets);
-                if (deadline >= 0)
-                        server_set_shutdown_deadline(s, (uint64_t)deadline);
-        }
-        char err[256];
-        /* Before any client: no event may happen unlogged, and a log that cannot be opened
-         * stops the server here, saying why. */
-        if (r >= 0 && audit &&
-            server_set_audit(s, audit, audit_max, (unsigned)audit_keep, audit_fail_closed, err, sizeof err) < 0) {
-                fprintf(stderr, "sbx serve: --audit %s: %s\n", audit, err);
+        if (r >= 0)
+                r = serve_configure(s, o);
+        int code = r < 0 ? serve_failed(o, r) : serve_attach(s, o);
+        if (code == 0)
+                code = serve_listen(s, o);
+        if (code != 0) {
                 server_free(s);
-                return 1;
+                return code;
         }
-        if (r >= 0 && (egress_hosts || n_egress_private || egress_ca)) {
-                char eerr[512] = "";
-                if ((r = server_set_egress(s, egress_hosts, egress_private, egress_ca, eerr, sizeof eerr)) < 0) {
-                        fprintf(stderr, "sbx serve: --egress-hosts / --egress-allow-private / --egress-ca: %s\n",
-                                eerr[0] ? eerr : strerror(-r));
-                        server_free(s);
-                        return 2;
-                }
-        }
-        if (r >= 0 && expiry_dir && server_set_expiry_dir(s, expiry_dir, err, sizeof err) < 0) {
-                fprintf(stderr, "sbx serve: --expiry-export-dir %s\n", err);
-                server_free(s);
-                return 1;
-        }
-        if (r >= 0 && system_path && (r = server_listen_system(s, system_path)) < 0) {
-                fprintf(stderr, "sbx serve: --system-socket %s: %s\n", system_path, strerror(-r));
-                server_free(s);
-                return 1;
-        }
-        if (r >= 0 && redact_args_apply(&ra, s) < 0) {
-                server_free(s);
-                return 2;
-        }
-        if (r >= 0 && afd >= 0 && (r = server_listen_fd(s, afd, path)) < 0) {
-                fprintf(stderr, "sbx serve: the socket passed as fd 3 (LISTEN_FDS): %s\n",
-                        r == -ENOTSOCK ? "not a listening Unix stream socket"
-                        : r == -EADDRNOTAVAIL ? "not bound to the --socket path" : strerror(-r));
-                server_free(s);
-                return 1;
-        }
-        if (r >= 0 && afd < 0)
-                r = stdio ? server_add_stdio(s) : server_listen(s, path);
-        if (r < 0) {
-                fprintf(stderr, "sbx serve: %s%s%s\n", path ? path : "", path ? ": " : "", strerror(-r));
-                server_free(s);
-                return 1;
-        }
-        if (pool < 0)
-                pool = stdio ? 0 : 2;
-        server_set_pool(s, (unsigned)pool);
-        log_info("at most %u sandboxes", server_set_max_sandboxes(s, (unsigned)max_sandboxes));
-        if (afd >= 0)
-                log_info("serving the socket passed as fd 3%s%s", path ? ": " : "", path ? path : "");
-        else if (path)
-                log_info("listening on %s", path);
+        server_set_pool(s, o->pool >= 0 ? (unsigned)o->pool : o->stdio ? 0 : 2);
+        log_info("at most %u sandboxes", server_set_max_sandboxes(s, (unsigned)o->max_sandboxes));
+        if (o->afd >= 0)
+                log_info("serving the socket passed as fd 3%s%s", o->path ? ": " : "", o->path ? o->path : "");
+        else if (o->path)
+                log_info("listening on %s", o->path);
         r = server_run(s);
         server_free(s);
         return r;
+}
+
+int cmd_serve(int argc, char **argv) {
+        _cleanup_(serve_options_done) ServeOptions o = {
+                .mode = "namespaces",
+                .pool = -1, .slots = -1, .system_slots = -1, .queue = -1, .deadline = -1, .lane = -1,
+                .afd = -1,
+        };
+        int code;
+        if (!serve_parse(&o, argc, argv, &code))
+                return code;
+        return serve_start(&o);
 }

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* The file tools of `sbx mcp` over the daemon's files.* methods: read_file (numbered lines,
- * read piece by piece), write_file and edit_file (which keep a file's permissions), and
- * list_directory. */
+ * read piece by piece), write_file and edit_file (which keep a file's permissions), each in
+ * steps of its own, and the answer of list_directory (a request of the table in tools.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "base/text.h"
-#include "cli/mcp.h"
+#include "mcp/tool.h"
 
 /* A file's bytes from a files.read answer (base64), malloc'd with a NUL after them. */
 static uint8_t *read_data(json_t *res, size_t *ret_len) {
@@ -159,10 +159,8 @@ static void read_done(McpCall *c, uint64_t size) {
 
 static void read_answered(McpCall *c, json_t *res, const char *error) {
         ReadState *s = c->state;
-        if (!res) {
-                mcp_answer_fmt(c, true, "%s", error);
+        if (mcp_refused(c, res, error))
                 return;
-        }
         size_t n;
         _cleanup_free_ uint8_t *d = read_data(res, &n);
         if (!d) {
@@ -281,10 +279,8 @@ static size_t count_lines(const char *s, size_t n) {
 
 static void written(McpCall *c, json_t *res, const char *error) {
         WriteState *s = c->state;
-        if (!res) {
-                mcp_answer_fmt(c, true, "%s", error);
+        if (mcp_refused(c, res, error))
                 return;
-        }
         json_t *content = json_object_get(c->args, "content");
         size_t n = json_string_length(content);
         size_t lines = count_lines(json_string_value(content), n);
@@ -341,19 +337,15 @@ static size_t count_occurrences(const char *d, size_t n, const char *old, size_t
 }
 
 static void edited(McpCall *c, json_t *res, const char *error) {
-        if (!res) {
-                mcp_answer_fmt(c, true, "%s", error);
+        if (mcp_refused(c, res, error))
                 return;
-        }
         WriteState *s = c->state;
         mcp_answer_text(c, TAKE_PTR(s->answer), false);
 }
 
 static void edit_read_answered(McpCall *c, json_t *res, const char *error) {
-        if (!res) {
-                mcp_answer_fmt(c, true, "%s", error);
+        if (mcp_refused(c, res, error))
                 return;
-        }
         const char *path = arg_str(c, "path");
         json_t *jold = json_object_get(c->args, "old_string"), *jnew = json_object_get(c->args, "new_string");
         const char *old = json_string_value(jold), *new = json_string_value(jnew);
@@ -421,10 +413,8 @@ static void edit_read_answered(McpCall *c, json_t *res, const char *error) {
 
 static void edit_stat_answered(McpCall *c, json_t *res, const char *error) {
         WriteState *s = c->state;
-        if (!res) {
-                mcp_answer_fmt(c, true, "%s", error);
+        if (mcp_refused(c, res, error))
                 return;
-        }
         if (!stat_taken(c, res))
                 return;
         if (s->size > SBX_MCP_FILE_BYTES) {
@@ -461,18 +451,12 @@ static int by_path(const void *a, const void *b) {
         return strcmp(pa, pb);
 }
 
-static void listed(McpCall *c, json_t *res, const char *error) {
-        if (!res) {
-                mcp_answer_fmt(c, true, "%s", error);
-                return;
-        }
+int put_directory(McpCall *c, json_t *res, FILE *f) {
         json_t *entries = json_object_get(res, "entries");
         size_t n = json_array_size(entries);
         _cleanup_free_ json_t **v = calloc(n ? n : 1, sizeof *v);
-        if (!v) {
-                mcp_answer(c, "out of memory", 13, true);
-                return;
-        }
+        if (!v)
+                return -ENOMEM;
         /* Entries are shown from the listed directory: it is the parent of the shallowest. */
         size_t root = 0, slashes = SIZE_MAX;
         for (size_t i = 0; i < n; i++) {
@@ -488,9 +472,6 @@ static void listed(McpCall *c, json_t *res, const char *error) {
                 }
         }
         qsort(v, n, sizeof *v, by_path);
-        char *text = NULL;
-        size_t len = 0;
-        MEMSTREAM_OR_FAIL(c, f, text, len);
         const char *dir = arg_str(c, "path") ?: "/home/user";
         if (n == 0)
                 fprintf(f, "%s is empty\n", dir);
@@ -509,14 +490,5 @@ static void listed(McpCall *c, json_t *res, const char *error) {
         }
         if (n > SBX_MCP_LIST_SHOWN)
                 fprintf(f, "... and %zu more entries\n", n - SBX_MCP_LIST_SHOWN);
-        mcp_answer_memstream(c, f, &text, false);
-}
-
-void tool_list_directory(McpCall *c) {
-        json_t *p = path_params(c, arg_str(c, "path") ?: "/home/user");
-        if (p && json_object_set_new(p, "depth", json_integer((json_int_t)arg_num(c, "depth", 1))) < 0) {
-                json_decref(p);
-                p = NULL;
-        }
-        (void)mcp_send(c, "files.list", p, listed);
+        return 0;
 }
