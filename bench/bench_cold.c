@@ -30,12 +30,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "base/macro.h"
+#include "client.h"
 #include "common.h"
 #include "sbx/sbx.h"
 
@@ -237,60 +238,37 @@ static void bench_kernel(void) {
 
 /* ------------------------------------------------------------------ s: over the socket */
 
-static int sock_connect(void) { return bench_server_connect(false, 60); }
-
 static void server_start(unsigned pool) {
         char n[16];
         snprintf(n, sizeof n, "%u", pool);
         bench_server_start(cfg.sbx, "sbx-bench-cold", (const char *const[]){ "--pool", n, NULL }, false, NULL);
 }
 
-/* Reads answer lines until the one with "id":id; true when it has "exitCode":0 and "hi\n" or,
- * for a create, no error. */
-static bool read_answer(int fd, int id, char *buf, size_t size, size_t *have) {
-        char want_id[32];
-        snprintf(want_id, sizeof want_id, "\"id\":%d", id);
-        for (;;) {
-                char *nl = memchr(buf, '\n', *have);
-                while (nl) {
-                        *nl = 0;
-                        bool mine = strstr(buf, want_id) != NULL;
-                        bool ok = !strstr(buf, "\"error\"") &&
-                                  (!strstr(buf, "exitCode") || (strstr(buf, "\"exitCode\":0") && strstr(buf, "hi\\n")));
-                        size_t line = (size_t)(nl - buf) + 1;
-                        memmove(buf, nl + 1, *have - line);
-                        *have -= line;
-                        if (mine)
-                                return ok;
-                        nl = memchr(buf, '\n', *have);
-                }
-                if (*have >= size - 1)
-                        return false;
-                ssize_t n = read(fd, buf + *have, size - 1 - *have);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
-                        return false;
-                *have += (size_t)n;
-        }
+static void conn_open(Client *c) { client_open_or_die(c, false, 60); }
+
+/* The answer to id: true when it is no error and, for a run, says exit 0 and "hi\n". */
+static bool answer_ok(Client *c, long id) {
+        _cleanup_(json_decrefp) json_t *a = client_wait(c, id);
+        long long ec;
+        const char *out = answer_str(a, "stdout");
+        return !answer_is_error(a) &&
+               (!answer_get(a, "exitCode") || (answer_int(a, "exitCode", &ec) && ec == 0 && out && strstr(out, "hi\n")));
 }
 
 /* n times: a fresh connection, `create` and `run` written at once, the run's answer read;
  * the connection closed (its root sandbox destroyed) and gap_ms waited. */
 static void socket_creates(Samples *out, unsigned gap_ms, unsigned *bad) {
-        static const char req[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"create\",\"params\":{}}\n"
-                                  "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"run\",\"params\":{\"command\":\"echo hi\"}}\n";
-        char buf[8192];
         for (unsigned i = 0; i < cfg.n + 3; i++) {
-                int fd = sock_connect();
-                if (fd < 0)
-                        bench_die("connect: %s", strerror(-fd));
-                size_t have = 0;
+                Client c;
+                char req[512];
+                size_t len = 0;
+                conn_open(&c);
+                long create = client_format(&c, req, sizeof req, &len, "create", "{}");
+                long run = client_format(&c, req, sizeof req, &len, "run", "{\"command\":\"echo hi\"}");
                 uint64_t t0 = bench_now_ns();
-                bool ok = write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1) &&
-                          read_answer(fd, 1, buf, sizeof buf, &have) && read_answer(fd, 2, buf, sizeof buf, &have);
-                double ms = bench_ms_since(t0);
-                close(fd);
+                bool ok = client_write(&c, req, len) >= 0 && answer_ok(&c, create) && answer_ok(&c, run);
+                double ms = bench_ms_between(t0, c.t_line);
+                client_close(&c);
                 if (!ok)
                         (*bad)++;
                 else if (i >= 3)
@@ -300,13 +278,11 @@ static void socket_creates(Samples *out, unsigned gap_ms, unsigned *bad) {
 }
 
 /* A fresh connection whose root sandbox is made (`create` answered); dies on failure. */
-static int connect_with_sandbox(char *buf, size_t size, size_t *have) {
-        static const char create[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"create\",\"params\":{}}\n";
-        int fd = sock_connect();
-        if (fd < 0 || write(fd, create, sizeof create - 1) != (ssize_t)(sizeof create - 1) ||
-            !read_answer(fd, 1, buf, size, have))
+static void connect_with_sandbox(Client *c) {
+        conn_open(c);
+        long id = client_send(c, "create", "{}");
+        if (id < 0 || !answer_ok(c, id))
                 bench_die("create over the socket failed");
-        return fd;
 }
 
 /* In one idle session: `run` `echo hi` over the socket, gap_ms apart, after `warmup` untimed
@@ -317,17 +293,16 @@ static int connect_with_sandbox(char *buf, size_t size, size_t *have) {
  * src/sandbox/mover.h). */
 static void socket_warm(Samples *run, Samples *bash, unsigned gap_ms, unsigned warmup, unsigned *bad) {
         char *bash_hi[] = { "/bin/bash", "-c", "echo hi", NULL };
-        char buf[8192], req[256];
-        size_t have = 0;
-        int fd = connect_with_sandbox(buf, sizeof buf, &have);
+        Client c;
+        connect_with_sandbox(&c);
         for (unsigned i = 0; i < cfg.n + warmup; i++) {
-                int id = (int)i + 2;
-                int len = snprintf(req, sizeof req,
-                                   "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"run\",\"params\":{\"command\":\"echo hi\"}}\n", id);
+                char req[256];
+                size_t len = 0;
+                long id = client_format(&c, req, sizeof req, &len, "run", "{\"command\":\"echo hi\"}");
                 pause_ms(gap_ms);
                 uint64_t t0 = bench_now_ns();
-                bool ok = write(fd, req, (size_t)len) == len && read_answer(fd, id, buf, sizeof buf, &have);
-                double ms = bench_ms_since(t0);
+                bool ok = client_write(&c, req, len) >= 0 && answer_ok(&c, id);
+                double ms = bench_ms_between(t0, c.t_line);
                 double b = bash ? time_spawn(bash_hi) : 0;
                 if (!ok || b < 0)
                         (*bad)++;
@@ -337,7 +312,7 @@ static void socket_warm(Samples *run, Samples *bash, unsigned gap_ms, unsigned w
                                 samples_add(bash, b);
                 }
         }
-        close(fd);
+        client_close(&c);
 }
 
 static void bench_socket(void) {

@@ -24,8 +24,8 @@
  *
  * MemAvailable is the whole machine's: other work on the host moves it, so the cgroup charge
  * is given beside it and the baseline is read again after teardown (the drift says how much
- * to trust the difference). Responses are parsed with strstr: the server writes compact JSON.
- * Progress goes to stderr, the Markdown report to stdout. */
+ * to trust the difference). The client is client.c's. Progress goes to stderr, the Markdown
+ * report to stdout. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -38,12 +38,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "base/macro.h"
+#include "client.h"
 #include "common.h"
 
 const char bench_prog[] = "sbx-bench-density";
@@ -68,8 +68,6 @@ static void sleep_ms(unsigned ms) {
 
 /* ------------------------------------------------------------------ the server */
 
-static int sock_connect(void) { return bench_server_connect(false, 300); }
-
 /* Starts `sbx serve --socket` with --pool 0 and, when cap is not 0, --max-sandboxes cap. */
 static void server_start(unsigned cap) {
         char c[16];
@@ -78,120 +76,45 @@ static void server_start(unsigned cap) {
         bench_server_start(cfg.sbx, "sbx-bench-density", args, true, NULL);
 }
 
-/* ------------------------------------------------------------------ a connection */
+static void conn_open(Client *c) { client_open_or_die(c, false, 300); }
 
-typedef struct Conn {
-        int fd;
-        char *buf;
-        size_t len, start, cap;
-        long next_id;
-} Conn;
-
-static void conn_open(Conn *c) {
-        *c = (Conn){ .fd = sock_connect(), .next_id = 1 };
-        if (c->fd < 0)
-                bench_die("connect %s: %s", bench_srv.sock, strerror(-c->fd));
+/* The answer's result.key as an integer, or -1. */
+static long long result_int(const json_t *a, const char *key) {
+        long long v;
+        return answer_int(a, key, &v) ? v : -1;
 }
 
-static void conn_close(Conn *c) {
-        if (c->fd >= 0)
-                close(c->fd);
-        free(c->buf);
-        *c = (Conn){ .fd = -1 };
+/* `health`'s result.key, or -1. */
+static long long health_int(Client *c, const char *key) {
+        _cleanup_(json_decrefp) json_t *h = client_call(c, "health", NULL);
+        return result_int(h, key);
 }
 
-static void conn_write(Conn *c, const char *s, size_t n) {
-        while (n > 0) {
-                ssize_t k = write(c->fd, s, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        bench_die("write to the server: %s", strerror(errno));
-                s += k;
-                n -= (size_t)k;
+/* The cap on sandboxes in `health` (result.limits.maxSandboxes), or -1; and what bounds it
+ * (maxSandboxesFrom) into from when it is not NULL. */
+static long long health_cap(Client *c, char *from, size_t size) {
+        _cleanup_(json_decrefp) json_t *h = client_call(c, "health", NULL);
+        json_t *limits = answer_get(h, "limits"), *cap = json_object_get(limits, "maxSandboxes");
+        if (from) {
+                const char *f = json_string_value(json_object_get(limits, "maxSandboxesFrom"));
+                snprintf(from, size, "%s", f ? f : "");
         }
+        return json_is_integer(cap) ? json_integer_value(cap) : -1;
 }
 
-/* Reads what is there (blocking once). Returns bytes read, 0 at EOF, -errno. */
-static ssize_t conn_fill(Conn *c) {
-        if (c->start > 0 && c->start == c->len)
-                c->start = c->len = 0;
-        if (c->cap - c->len < 65536) {
-                if (c->start > 0) {
-                        memmove(c->buf, c->buf + c->start, c->len - c->start);
-                        c->len -= c->start;
-                        c->start = 0;
-                }
-                if (c->cap - c->len < 65536) {
-                        c->cap = c->cap ? c->cap * 2 : 131072;
-                        if (!(c->buf = realloc(c->buf, c->cap)))
-                                bench_die("out of memory");
-                }
-        }
-        ssize_t k = read(c->fd, c->buf + c->len, c->cap - c->len - 1);
-        if (k < 0)
-                return -errno;
-        c->len += (size_t)k;
-        return k;
+/* The next answer of a pipelined batch; bench_die()s, naming what, when it is not one. */
+static json_t *batch_answer(Client *c, const char *what, unsigned n) {
+        json_t *a = client_read(c);
+        if (!a)
+                bench_die("%s %u: the connection closed", what, n);
+        return a;
 }
 
-static char *conn_take_line(Conn *c) {
-        char *s = c->buf ? c->buf + c->start : NULL;
-        char *nl = s && c->start < c->len ? memchr(s, '\n', c->len - c->start) : NULL;
-        if (!nl)
-                return NULL;
-        *nl = 0;
-        c->start = (size_t)(nl - c->buf) + 1;
-        return s;
-}
-
-static char *conn_read_line(Conn *c) {
-        for (;;) {
-                char *l = conn_take_line(c);
-                if (l)
-                        return l;
-                if (conn_fill(c) <= 0)
-                        return NULL;
-        }
-}
-
-/* Appends a request to out (at most 1 KiB each). Returns its id. */
-static long rpc_format(Conn *c, char *out, size_t *len, const char *method, const char *params) {
-        long id = c->next_id++;
-        *len += (size_t)snprintf(out + *len, 1024, "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"%s\"%s%s}\n", id,
-                                 method, params ? ",\"params\":" : "", params ? params : "");
-        return id;
-}
-
-static char *rpc_call(Conn *c, const char *method, const char *params) {
-        char line[1100];
-        size_t n = 0;
-        rpc_format(c, line, &n, method, params);
-        conn_write(c, line, n);
-        char *l = conn_read_line(c);
-        if (!l)
-                bench_die("no answer to %s", method);
-        return l;
-}
-
-/* The integer after "key": in line, or -1. */
-static long long json_int(const char *line, const char *key) {
-        char k[64];
-        snprintf(k, sizeof k, "\"%s\":", key);
-        const char *p = strstr(line, k);
-        return p ? strtoll(p + strlen(k), NULL, 10) : -1;
-}
-
-/* The string after "key": in line, copied into out (no escapes expected), or "". */
-static void json_str(const char *line, const char *key, char *out, size_t size) {
-        char k[64];
-        snprintf(k, sizeof k, "\"%s\":\"", key);
-        const char *p = strstr(line, k);
-        size_t n = 0;
-        if (p)
-                for (p += strlen(k); *p && *p != '"' && n + 1 < size; p++)
-                        out[n++] = *p;
-        out[n] = 0;
+/* bench_die with an answer that is not what was asked. */
+static void die_answer(const char *what, unsigned n, const json_t *a) {
+        char d[260];
+        answer_describe(d, sizeof d, a);
+        bench_die("%s %u: %s", what, n, d);
 }
 
 /* ------------------------------------------------------------------ what things cost */
@@ -342,31 +265,32 @@ static char (*ids)[33];
 static unsigned n_ids;
 
 /* Makes sandboxes on c until there are `to`, each running `true` once. */
-static void grow_to(Conn *c, unsigned to) {
+static void grow_to(Client *c, unsigned to) {
         static char out[BATCH * 1100];
         while (n_ids < to) {
                 unsigned k = to - n_ids < BATCH ? to - n_ids : BATCH;
                 size_t len = 0;
                 for (unsigned i = 0; i < k; i++)
-                        rpc_format(c, out, &len, "sandbox.create", NULL);
-                conn_write(c, out, len);
+                        (void)client_format(c, out, sizeof out, &len, "sandbox.create", NULL);
+                client_write_or_die(c, out, len);
                 for (unsigned i = 0; i < k; i++) {
-                        char *l = conn_read_line(c);
-                        if (!l || !strstr(l, "\"sandboxId\""))
-                                bench_die("sandbox %u: %s", n_ids + 1, l ? l : "the connection closed");
-                        json_str(l, "sandboxId", ids[n_ids + i], sizeof ids[0]);
+                        _cleanup_(json_decrefp) json_t *a = batch_answer(c, "sandbox", n_ids + 1);
+                        const char *id = answer_str(a, "sandboxId");
+                        if (!id)
+                                die_answer("sandbox", n_ids + 1, a);
+                        snprintf(ids[n_ids + i], sizeof ids[0], "%s", id);
                 }
                 len = 0;
                 for (unsigned i = 0; i < k; i++) {
                         char p[128];
                         snprintf(p, sizeof p, "{\"sandboxId\":\"%s\",\"command\":\"true\"}", ids[n_ids + i]);
-                        rpc_format(c, out, &len, "run", p);
+                        (void)client_format(c, out, sizeof out, &len, "run", p);
                 }
-                conn_write(c, out, len);
+                client_write_or_die(c, out, len);
                 for (unsigned i = 0; i < k; i++) {
-                        char *l = conn_read_line(c);
-                        if (!l || json_int(l, "exitCode") != 0)
-                                bench_die("run in sandbox %u: %s", n_ids + i + 1, l ? l : "the connection closed");
+                        _cleanup_(json_decrefp) json_t *a = batch_answer(c, "run in sandbox", n_ids + i + 1);
+                        if (result_int(a, "exitCode") != 0)
+                                die_answer("run in sandbox", n_ids + i + 1, a);
                 }
                 n_ids += k;
         }
@@ -377,12 +301,11 @@ static void bench_memory(void) {
         for (unsigned i = 0; i < cfg.n_sizes; i++)
                 max = cfg.sizes[i] > max ? cfg.sizes[i] : max;
         server_start(0);
-        Conn c, w;
+        Client c, w;
         conn_open(&c);
         conn_open(&w);
-        long long cap = json_int(rpc_call(&w, "health", NULL), "maxSandboxes");
         char from[32];
-        json_str(rpc_call(&w, "health", NULL), "maxSandboxesFrom", from, sizeof from);
+        long long cap = health_cap(&w, from, sizeof from);
         if (cap < (long long)max)
                 bench_note("memory: the derived cap is %lld sandboxes (bound by %s), below the largest size %u: sizes "
                            "past it are skipped",
@@ -411,11 +334,10 @@ static void bench_memory(void) {
                 n_rows++;
         }
         uint64_t t0 = bench_now_ns();
-        conn_close(&c);
+        client_close(&c);
         double gone_ms = -1, cg_ms = -1;
         for (int i = 0; i < 60000; i++) {
-                char *h = rpc_call(&w, "health", NULL);
-                if (json_int(h, "sandboxes") == 0) {
+                if (health_int(&w, "sandboxes") == 0) {
                         gone_ms = bench_ms_since(t0);
                         break;
                 }
@@ -430,7 +352,7 @@ static void bench_memory(void) {
         }
         sleep_ms(cfg.settle_ms);
         Mem after = mem_now();
-        conn_close(&w);
+        client_close(&w);
         bench_server_stop();
 
         printf("## Memory per idle sandbox with a warm default session\n\n");
@@ -479,7 +401,7 @@ static void bench_memory(void) {
 /* ------------------------------------------------------------------ b: a burst of creates */
 
 typedef struct Pinger {
-        Conn c;
+        Client c;
         unsigned gap_us;
         atomic_bool stop;
         Samples rtt;     /* ms */
@@ -492,10 +414,10 @@ static void *pinger_main(void *arg) {
         Pinger *p = arg;
         while (!atomic_load(&p->stop)) {
                 uint64_t t = bench_now_ns();
-                char *l = rpc_call(&p->c, "ping", NULL);
-                double ms = bench_ms_since(t);
-                if (!strstr(l, "\"pong\":true"))
-                        bench_die("ping: %s", l);
+                _cleanup_(json_decrefp) json_t *a = client_call(&p->c, "ping", NULL);
+                double ms = bench_ms_between(t, p->c.t_line);
+                if (!json_is_true(answer_get(a, "pong")))
+                        die_answer("ping", (unsigned)p->rtt.n + 1, a);
                 if (p->rtt.n == p->sent_cap) {
                         p->sent_cap = p->sent_cap ? p->sent_cap * 2 : 4096;
                         if (!(p->sent_at = realloc(p->sent_at, p->sent_cap * sizeof *p->sent_at)))
@@ -523,9 +445,9 @@ typedef struct BurstResult {
         size_t pings_during;
 } BurstResult;
 
-static void count_error(BurstResult *r, const char *line) {
+static void count_error(BurstResult *r, const json_t *a) {
         char msg[160];
-        json_str(line, "message", msg, sizeof msg);
+        snprintf(msg, sizeof msg, "%s", answer_error_message(a));
         if (strncmp(msg, "WORKER_UNAVAILABLE", 18) == 0) {
                 r->refused_cap++;
                 return;
@@ -547,7 +469,7 @@ static void burst(unsigned cap, BurstResult *res) {
         *res = (BurstResult){ .cap = cap };
         server_start(cap);
         unsigned nc = cfg.clients, per = cfg.burst / cfg.clients;
-        Conn *cs = calloc(nc, sizeof *cs);
+        Client *cs = calloc(nc, sizeof *cs);
         struct pollfd *pfd = calloc(nc, sizeof *pfd);
         unsigned *left = calloc(nc, sizeof *left);
         if (!cs || !pfd || !left)
@@ -557,7 +479,7 @@ static void burst(unsigned cap, BurstResult *res) {
         Pinger pg = { .gap_us = cfg.ping_us };
         conn_open(&pg.c);
         if (!cap)
-                res->cap = (unsigned)json_int(rpc_call(&pg.c, "health", NULL), "maxSandboxes");
+                res->cap = (unsigned)health_cap(&pg.c, NULL, 0);
         pthread_t th;
         pg.t0 = bench_now_ns();
         if (pthread_create(&th, NULL, pinger_main, &pg) != 0)
@@ -570,8 +492,8 @@ static void burst(unsigned cap, BurstResult *res) {
         for (unsigned i = 0; i < nc; i++) {
                 size_t len = 0;
                 for (unsigned k = 0; k < per && k < 64; k++)
-                        rpc_format(&cs[i], out, &len, "sandbox.create", NULL);
-                conn_write(&cs[i], out, len);
+                        (void)client_format(&cs[i], out, sizeof out, &len, "sandbox.create", NULL);
+                client_write_or_die(&cs[i], out, len);
                 left[i] = per < 64 ? per : 64;
         }
         unsigned pending = 0;
@@ -585,16 +507,18 @@ static void burst(unsigned cap, BurstResult *res) {
                 for (unsigned i = 0; i < nc; i++) {
                         if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
                                 continue;
-                        if (conn_fill(&cs[i]) <= 0)
+                        if (client_fill(&cs[i]) <= 0)
                                 bench_die("burst: client %u's connection closed", i);
-                        for (char *l; left[i] && (l = conn_take_line(&cs[i]));) {
+                        size_t len;
+                        for (char *l; left[i] && (l = client_take_line(&cs[i], &len));) {
                                 left[i]--;
                                 pending--;
                                 samples_add(&create, bench_ms_since(t0));
-                                if (strstr(l, "\"sandboxId\""))
+                                _cleanup_(json_decrefp) json_t *a = client_parse(l, len);
+                                if (answer_str(a, "sandboxId"))
                                         res->made++;
                                 else
-                                        count_error(res, l);
+                                        count_error(res, a);
                         }
                 }
         }
@@ -615,14 +539,14 @@ static void burst(unsigned cap, BurstResult *res) {
         res->pings_during = during.n;
         uint64_t t1 = bench_now_ns();
         for (unsigned i = 0; i < nc; i++)
-                conn_close(&cs[i]);
+                client_close(&cs[i]);
         for (int i = 0; i < 60000; i++) {
-                if (json_int(rpc_call(&pg.c, "health", NULL), "sandboxes") == 0)
+                if (health_int(&pg.c, "sandboxes") == 0)
                         break;
                 sleep_ms(1);
         }
         res->teardown_ms = bench_ms_since(t1);
-        conn_close(&pg.c);
+        client_close(&pg.c);
         samples_free(&idle);
         samples_free(&during);
         samples_free(&create);
