@@ -21,6 +21,7 @@
 #include "server/audit.h"
 #include "server/audit_log.h"
 #include "server/conn.h"
+#include "server/handler.h"
 #include "server/registry.h"
 
 /* A started process whose end is still to be logged. */
@@ -29,7 +30,7 @@ typedef struct AuditProc {
         Audit *audit;
         struct AuditProc *next, *prev;
         char sandbox_id[64];
-        char process_id[32];
+        char process_id[HANDLER_PROCESS_ID_MAX];
 } AuditProc;
 
 struct Audit {
@@ -614,9 +615,8 @@ void audit_process_started(Audit *a, json_t *ev, SbxProcess *p, int error) {
         }
         SbxProcessInfo i;
         sbx_process_info(p, &i);
-        char id[32];
-        snprintf(id, sizeof id, "p%llu", (unsigned long long)i.id);
-        audit_finish(a, ev, json_pack("{s:s, s:i}", "processId", id, "processPid", i.pid));
+        char id[HANDLER_PROCESS_ID_MAX];
+        audit_finish(a, ev, json_pack("{s:s, s:i}", "processId", handler_process_id(i.id, id), "processPid", i.pid));
         AuditProc *ap = calloc(1, sizeof *ap);
         if (!ap)
                 return;

@@ -14,6 +14,11 @@ const Param handler_params_sandbox[] = { PARAM_SANDBOX_ID, { 0 } };
 
 json_t *handler_ok_json(void) { return json_pack("{s:b}", "ok", 1); }
 
+const char *handler_process_id(uint64_t id, char buf[static HANDLER_PROCESS_ID_MAX]) {
+        snprintf(buf, HANDLER_PROCESS_ID_MAX, "p%llu", (unsigned long long)id);
+        return buf;
+}
+
 json_t *handler_time_json(uint64_t ms) {
         time_t t = (time_t)(ms / 1000);
         struct tm tm;

@@ -68,6 +68,9 @@ extern const Method server_methods_port[];    /* m_port.c: exposed ports */
 
 /* {ok: true} */
 json_t *handler_ok_json(void);
+/* A process's name on the wire, "p<id>" (SbxProcessInfo.id), written into buf; returns buf. */
+#define HANDLER_PROCESS_ID_MAX 24
+const char *handler_process_id(uint64_t id, char buf[static HANDLER_PROCESS_ID_MAX]);
 /* A wall-clock time in ms as an ISO 8601 UTC string. */
 json_t *handler_time_json(uint64_t wall_ms);
 /* The request's `session` param, "default" when absent. */

@@ -74,17 +74,23 @@ static json_t *status_json(const SbxProcess *p) {
 static json_t *proc_json(const SbxProcess *p) {
         SbxProcessInfo i;
         sbx_process_info(p, &i);
-        char id[32];
-        snprintf(id, sizeof id, "p%llu", (unsigned long long)i.id);
+        char id[HANDLER_PROCESS_ID_MAX];
         json_t *o = status_json(p);
-        json_object_update_new(o, json_pack("{s:s, s:i, s:s, s:o, s:I, s:o, s:s, s:b, s:b, s:b, s:I}", "processId", id,
-                                            "pid", i.pid, "command", i.command, "label",
+        json_object_update_new(o, json_pack("{s:s, s:i, s:s, s:o, s:I, s:o, s:s, s:b, s:b, s:b, s:I}", "processId",
+                                            handler_process_id(i.id, id), "pid", i.pid, "command", i.command, "label",
                                             i.label ? json_string(i.label) : json_null(), "startedAt",
                                             (json_int_t)i.started_ms, "endedAt",
                                             i.ended_ms ? json_integer((json_int_t)i.ended_ms) : json_null(), "origin",
                                             i.leftover ? "leftover" : "start", "pty", i.pty, "stdin", i.stdin_open,
                                             "alive", i.alive, "logEnd", (json_int_t)i.log_end));
         return o;
+}
+
+/* p's name on the wire, in buf. */
+static const char *proc_name(const SbxProcess *p, char buf[static HANDLER_PROCESS_ID_MAX]) {
+        SbxProcessInfo i;
+        sbx_process_info(p, &i);
+        return handler_process_id(i.id, buf);
 }
 
 /* The process named by the `processId` param among the sandboxes r's connection may use
@@ -108,6 +114,18 @@ static int find_process(Req *r, SbxProcess **ret, RpcError *e) {
 
 /* ---------------------------------------------------------------- pending requests */
 
+/* A ProcReq and its Pending are freed together by req_free, once, by exactly one of:
+ *  - whoever answers it (req_reply, req_error): libsbx's done callback of a start or a kill,
+ *    or the watcher or the timer of a stream or a wait;
+ *  - the handler that made it, when the request fails before libsbx or a watcher holds q
+ *    (sbx_process_start or sbx_process_kill refused, a bad pattern, no timer, a killAll with
+ *    nothing to kill): nothing calls back, and pending_free unlinks the pending, so it is
+ *    never detached;
+ *  - req_detached, when the connection closes first, for a stream or a wait: only its watcher
+ *    and its timer hold it, and req_free takes both away. A start or a kill it leaves alone:
+ *    libsbx holds q as the userdata of the done callbacks it owes (a kill's come when the
+ *    process is freed too), and the last of them frees it, answering nobody.
+ * So q->kind matters to req_detached and to the watchers' callbacks, never to req_free. */
 static void req_free(ProcReq *q) {
         if (q->w.process)
                 sbx_process_unwatch(&q->w);
@@ -146,9 +164,8 @@ static void req_error(ProcReq *q, int code, const char *fmt, ...) {
 
 static void req_detached(Pending *pd) {
         ProcReq *q = pd->proc;
-        /* A start or a kill is answered by libsbx's callback, which then frees nobody's answer. */
         if (q->kind == PR_START || q->kind == PR_KILL)
-                return;
+                return; /* freed by the done callback still to come (above) */
         req_free(q);
 }
 
@@ -203,9 +220,8 @@ static void start_done(void *ud, SbxProcess *p, int error) {
         }
         SbxProcessInfo i;
         sbx_process_info(p, &i);
-        char id[32];
-        snprintf(id, sizeof id, "p%llu", (unsigned long long)i.id);
-        req_reply(q, json_pack("{s:s, s:i}", "processId", id, "pid", i.pid));
+        char id[HANDLER_PROCESS_ID_MAX];
+        req_reply(q, json_pack("{s:s, s:i}", "processId", handler_process_id(i.id, id), "pid", i.pid));
 }
 
 static int m_process_start(Req *r, json_t **ret, RpcError *e) {
@@ -249,7 +265,6 @@ static int m_process_start(Req *r, json_t **ret, RpcError *e) {
         int rr = sbx_process_start(s, &o, start_done, q);
         handler_env_free(envl);
         if (rr < 0) {
-                q->kind = PR_STREAM; /* nothing will call back: freed here */
                 req_free(q);
                 if (rr == -EUSERS)
                         return rpc_fail(e, RPC_WORKER_UNAVAILABLE,
@@ -321,12 +336,9 @@ static void send_output(void *ud, SbxStream st, const uint8_t *d, size_t n, uint
         Conn *c = q->pending->conn;
         if (!c)
                 return;
-        SbxProcessInfo i;
-        sbx_process_info(q->p, &i);
-        char id[32];
-        snprintf(id, sizeof id, "p%llu", (unsigned long long)i.id);
-        json_t *params = json_pack("{s:s, s:s, s:I}", "processId", id, "stream", st == SBX_STDOUT ? "stdout" : "stderr",
-                                   "cursor", (json_int_t)cursor);
+        char id[HANDLER_PROCESS_ID_MAX];
+        json_t *params = json_pack("{s:s, s:s, s:I}", "processId", proc_name(q->p, id), "stream",
+                                   st == SBX_STDOUT ? "stdout" : "stderr", "cursor", (json_int_t)cursor);
         if (!params || json_set_bytes(params, "data", d, n) < 0) {
                 json_decref(params);
                 return;
@@ -339,11 +351,8 @@ static void stream_finish(ProcReq *q) {
         json_t *st = status_json(q->p);
         if (q->pending->conn) {
                 json_t *params = json_deep_copy(st);
-                char id[32];
-                SbxProcessInfo i;
-                sbx_process_info(q->p, &i);
-                snprintf(id, sizeof id, "p%llu", (unsigned long long)i.id);
-                json_object_set_new(params, "processId", json_string(id));
+                char id[HANDLER_PROCESS_ID_MAX];
+                json_object_set_new(params, "processId", json_string(proc_name(q->p, id)));
                 conn_notify(q->pending->conn, "process.exit", params);
         }
         json_object_set_new(st, "cursor", json_integer((json_int_t)q->cursor));
@@ -358,14 +367,11 @@ static bool stream_catch_up(ProcReq *q) {
                 /* What the log lost is said before what follows it. */
                 (void)sbx_process_read_log(q->p, q->cursor, 0, send_output, q, &dropped);
                 if (dropped) {
-                        char id[32];
-                        SbxProcessInfo i;
-                        sbx_process_info(q->p, &i);
-                        snprintf(id, sizeof id, "p%llu", (unsigned long long)i.id);
+                        char id[HANDLER_PROCESS_ID_MAX];
                         conn_notify(q->pending->conn, "process.output",
-                                    json_pack("{s:s, s:s, s:s, s:I, s:I}", "processId", id, "stream", "stdout", "data",
-                                              "", "cursor", (json_int_t)(before + dropped), "dropped",
-                                              (json_int_t)dropped));
+                                    json_pack("{s:s, s:s, s:s, s:I, s:I}", "processId", proc_name(q->p, id), "stream",
+                                              "stdout", "data", "", "cursor", (json_int_t)(before + dropped),
+                                              "dropped", (json_int_t)dropped));
                         q->cursor = before + dropped;
                 }
                 uint64_t next = sbx_process_read_log(q->p, q->cursor, SBX_PROCESS_READ_BYTES, send_output, q, NULL);
@@ -534,7 +540,6 @@ static int m_process_kill(Req *r, json_t **ret, RpcError *e) {
                         "graceMs", (json_int_t)grace));
         int rr = sbx_process_kill(p, sig, grace, kill_done, q);
         if (rr < 0) {
-                q->kind = PR_STREAM;
                 req_free(q);
                 if (rr == -ESRCH)
                         return rpc_fail(e, RPC_INVALID_PARAMS, "%s has ended and nothing of it is left to kill",
@@ -570,7 +575,6 @@ static int m_process_kill_all(Req *r, json_t **ret, RpcError *e) {
               json_pack("{s:b, s:s, s:I}", "all", 1, "signal", "KILL", "killed", (json_int_t)q->killed));
         if (q->left == 0) {
                 *ret = kill_all_json(q->killed);
-                q->kind = PR_STREAM;
                 req_free(q);
                 return 0;
         }
@@ -721,7 +725,6 @@ static int m_process_wait(Req *r, json_t **ret, RpcError *e) {
                 if (rc != 0) {
                         char msg[256];
                         regerror(rc, &q->re, msg, sizeof msg);
-                        q->kind = PR_STREAM;
                         req_free(q);
                         return rpc_fail(e, RPC_INVALID_PARAMS, "pattern: %s", msg);
                 }
@@ -731,7 +734,6 @@ static int m_process_wait(Req *r, json_t **ret, RpcError *e) {
         q->deadline = now_ns() + timeout * 1000000ULL;
         q->w = (SbxProcessWatcher){ .output = wait_output, .ended = wait_ended, .freeing = proc_freeing };
         if (req_timer(q, kind == PR_WAIT_PORT ? MIN(timeout, (uint64_t)SBX_WAIT_PORT_POLL_MS) : timeout) < 0) {
-                q->kind = PR_STREAM;
                 req_free(q);
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot arm a timer");
         }

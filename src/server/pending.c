@@ -86,13 +86,17 @@ static void behind_unlink(PendingSet *set, Pending *p) {
 }
 
 void pending_run_session(PendingSet *set, Pending *p, SbxSession *s) {
+        pending_run_behind(set, p, s, sbx_session_runs(s));
+}
+
+void pending_run_behind(PendingSet *set, Pending *p, SbxSession *s, unsigned runs) {
         /* Only a run of this lane holding a slot, or waiting for one, hands one on when it is
          * answered. The newest pending of the session is the run right ahead (pendings are
          * linked newest first); anything else ahead (an env.set, which holds no slot, a run
          * of the other lane, a run of the session's own with no pending) hands nothing on,
          * and the run keeps its slot while it waits, as every run did. */
         p->session = s;
-        if (!p->lane || sbx_session_runs(s) == 0)
+        if (!p->lane || runs == 0)
                 return; /* the common case: nothing ahead, nothing to look for */
         Pending *ahead = NULL;
         for (Pending *q = set->head; q && !ahead; q = q->next)

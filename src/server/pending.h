@@ -67,6 +67,9 @@ int pending_new(PendingSet *set, Core *core, Conn *c, json_t *id, PendingKind ki
  * already holds runs, p gives its lane slot back until the last of them, in the same lane,
  * hands it over (pending_free). Call before submitting the run. */
 void pending_run_session(PendingSet *set, Pending *p, SbxSession *s);
+/* pending_run_session, told how many runs s holds (sbx_session_runs): s is only compared, so
+ * the unit tests need no session. */
+void pending_run_behind(PendingSet *set, Pending *p, SbxSession *s, unsigned runs);
 /* Takes p out of its list and frees it; its lane slot goes to the next run of its session
  * waiting for one, else back to the lane. Returns NULL. */
 Pending *pending_free(Pending *p);

@@ -52,7 +52,7 @@ static int id_table_grow(Registry *reg) {
         for (size_t i = 0; i < reg->id_buckets; i++)
                 for (SrvSandbox *sb = reg->by_id[i], *next; sb; sb = next) {
                         next = sb->id_next;
-                        size_t k = id_hash(sbx_sandbox_id(sb->sb)) & (nb - 1);
+                        size_t k = id_hash(sb->id) & (nb - 1);
                         sb->id_next = t[k];
                         t[k] = sb;
                 }
@@ -70,13 +70,13 @@ static SrvSandbox *id_lookup(Registry *reg, const char *id) {
         if (!reg->by_id)
                 return NULL;
         for (SrvSandbox *sb = *id_slot(reg, id); sb; sb = sb->id_next)
-                if (strcmp(sbx_sandbox_id(sb->sb), id) == 0)
+                if (strcmp(sb->id, id) == 0)
                         return sb;
         return NULL;
 }
 
 static void id_unlink(Registry *reg, SrvSandbox *sb) {
-        for (SrvSandbox **pp = id_slot(reg, sbx_sandbox_id(sb->sb)); *pp; pp = &(*pp)->id_next)
+        for (SrvSandbox **pp = id_slot(reg, sb->id); *pp; pp = &(*pp)->id_next)
                 if (*pp == sb) {
                         *pp = sb->id_next;
                         return;
@@ -330,6 +330,11 @@ int registry_check_room(const Registry *reg, RpcError *e) {
 
 int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigned flags, const char *label,
                  SrvSandbox **ret) {
+        return registry_add_id(reg, box, sbx_sandbox_id(box), owner, uid, flags, label, ret);
+}
+
+int registry_add_id(Registry *reg, SbxSandbox *box, const char *id, Conn *owner, uid_t uid, unsigned flags,
+                    const char *label, SrvSandbox **ret) {
         if (id_table_grow(reg) < 0)
                 return -ENOMEM;
         _cleanup_free_ SrvSandbox *sb = calloc(1, sizeof *sb);
@@ -344,6 +349,7 @@ int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigne
         }
         sb->registry = reg;
         sb->sb = box;
+        snprintf(sb->id, sizeof sb->id, "%s", id);
         sb->uid = uid;
         sb->root = flags & REGISTRY_ROOT;
         sb->is_fork = flags & REGISTRY_FORK;
@@ -355,7 +361,7 @@ int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigne
         if (reg->head)
                 reg->head->prev = sb;
         reg->head = sb;
-        SrvSandbox **slot = id_slot(reg, sbx_sandbox_id(box));
+        SrvSandbox **slot = id_slot(reg, sb->id);
         sb->id_next = *slot;
         *slot = sb;
         if (sb->own) {
@@ -377,8 +383,8 @@ void registry_destroy(SrvSandbox *sb) {
                 loop_del(sb->loop, &sb->timer_w);
                 sb->timer = safe_close(sb->timer);
         }
-        /* Out of the tables first (the id lives in the box): nothing that freeing the box
-         * calls back can find it any more. */
+        /* Out of the tables first: nothing that freeing the box calls back can find it any
+         * more. */
         id_unlink(reg, sb);
         if (sb->own) {
                 RegOwner *o = sb->own;
@@ -440,7 +446,7 @@ static void expiry_event(Watch *w, uint32_t events) {
         }
         if (sb->expiring)
                 return;
-        log_info("sandbox %s expired (%s)", sbx_sandbox_id(sb->sb), why);
+        log_info("sandbox %s expired (%s)", sb->id, why);
         if (sb->export_on_expiry && sb->registry->expire_export &&
             sb->registry->expire_export(sb->registry->expire_data, sb, why)) {
                 sb->expiring = true;
@@ -448,7 +454,7 @@ static void expiry_event(Watch *w, uint32_t events) {
         }
         if (sb->owner)
                 conn_notify(sb->owner, "sandbox.expired",
-                            json_pack("{s:s, s:s}", "sandboxId", sbx_sandbox_id(sb->sb), "reason", why));
+                            json_pack("{s:s, s:s}", "sandboxId", sb->id, "reason", why));
         AUDIT(sb->registry->audit, "sandbox.destroy", sb, NULL, json_pack("{s:s}", "reason", why));
         registry_destroy(sb);
 }

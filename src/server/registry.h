@@ -27,6 +27,9 @@ typedef struct Conn Conn;
 typedef struct Registry Registry;
 typedef struct RegOwner RegOwner;
 
+/* A sandbox id (32 hex digits) and its NUL. */
+#define REGISTRY_ID_MAX 33
+
 typedef struct SrvSandbox {
         struct SrvSandbox *next, *prev;         /* every sandbox */
         struct SrvSandbox *id_next;             /* its bucket of the id table */
@@ -34,6 +37,7 @@ typedef struct SrvSandbox {
         RegOwner *own;                          /* NULL when persistent */
         Registry *registry;
         SbxSandbox *sb;
+        char id[REGISTRY_ID_MAX]; /* sbx_sandbox_id(sb), which never changes: what by_id hashes */
         Conn *owner;         /* NULL when persistent; told when the sandbox expires */
         uid_t uid;           /* who made it */
         bool persist, root;
@@ -101,6 +105,10 @@ int registry_check_room(const Registry *reg, RpcError *e);
  * label may be NULL. Returns 0, or -ENOMEM with box still the caller's. */
 int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigned flags, const char *label,
                  SrvSandbox **ret);
+/* registry_add under the id given (at most REGISTRY_ID_MAX - 1 bytes, unique) rather than
+ * box's: box may be NULL, for the unit tests, which make no sandbox. */
+int registry_add_id(Registry *reg, SbxSandbox *box, const char *id, Conn *owner, uid_t uid, unsigned flags,
+                    const char *label, SrvSandbox **ret);
 /* Frees the sandbox (killing its processes) and its history. */
 void registry_destroy(SrvSandbox *sb);
 void registry_destroy_owned(Registry *reg, const Conn *owner);
