@@ -45,11 +45,14 @@ LAYERS = [
     ("lib", ["net", "process", "files", "image"], "libsbx assembled: the public constructor "
      "puts the rooms that hear of every sandbox into a new context"),
     ("rpc", ["base"], "newline framing with a hard line limit, JSON-RPC parsing and errors"),
-    ("server", ["rpc", "lib"], "`sbx serve`: connections, "
-     "dispatch and the method tables, pending requests, lanes, the registry, audit, expiry"),
+    ("server", ["rpc", "lib"], "`sbx serve`'s request machinery: "
+     "connections, dispatch and the param checker, pending requests, lanes, the registry, audit, "
+     "expiry, the listeners and shutdown"),
+    ("methods", ["server"], "the protocol's methods: each domain's rows of the method table "
+     "and their handlers (sandboxes, runs, processes, files, watches, images, ports, the server)"),
     ("mcp", ["rpc"], "`sbx mcp`: an MCP server over a daemon's socket, its tools and their "
      "files"),
-    ("cli", ["server", "mcp"], "the `sbx` program: one file per subcommand, the client "
+    ("cli", ["methods", "mcp"], "the `sbx` program: one file per subcommand, the client "
      "connection they share"),
 ]
 

@@ -15,6 +15,7 @@
 #include "sbx/sbx.h"
 #include "cli/cli.h"
 #include "cli/serve_config.h"
+#include "methods/methods.h"
 #include "server/server.h"
 
 static void usage(FILE *f) {
@@ -567,6 +568,9 @@ int cmd_serve(int argc, char **argv) {
                 .afd = -1,
         };
         int code;
+        /* What this server serves: the protocol's methods (also what --protocol prints and what
+         * the config file's [sandbox] params are checked against). */
+        dispatch_set_methods(server_method_tables);
         if (!serve_parse(&o, argc, argv, &code))
                 return code;
         return serve_start(&o);

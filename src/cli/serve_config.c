@@ -14,6 +14,7 @@
 #include "base/limits.h"
 #include "base/util.h"
 #include "cli/serve_config.h"
+#include "methods/methods.h"
 #include "server/server.h"
 
 typedef struct Parse {

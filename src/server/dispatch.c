@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The dispatcher: finds a request's row in the method table, checks its params against the
+/* The dispatcher: finds a request's row in the method tables (methods/, handed over by the
+ * program that serves them), checks its params against the
  * row, routes it to a sandbox and calls the handler; and prints the table as
  * docs/PROTOCOL.md (a test keeps the file in sync). */
 #include <ctype.h>
@@ -12,15 +13,14 @@
 #include "server/handler.h"
 #include "server/server.h"
 
-/* The method table, in the order of docs/PROTOCOL.md. */
-static const Method *const tables[] = {
-        server_methods_sandbox, server_methods_run, server_methods_process, server_methods_port, server_methods_files,
-        server_methods_watch, server_methods_image, server_methods_server,
-};
+/* The method tables (dispatch_set_methods()), in the order of docs/PROTOCOL.md. */
+static const Method *const *tables;
+
+void dispatch_set_methods(const Method *const *t) { tables = t; }
 
 static const Method *find_method(const char *name) {
-        for (size_t t = 0; t < ELEMENTSOF(tables); t++)
-                for (const Method *m = tables[t]; m->name; m++)
+        for (const Method *const *t = tables; t && *t; t++)
+                for (const Method *m = *t; m->name; m++)
                         if (strcmp(m->name, name) == 0)
                                 return m;
         return NULL;
@@ -341,8 +341,8 @@ void dispatch_print_protocol(FILE *f) {
                 "| 1 | sandbox or file error: `ERRNO: message` |\n\n"
                 "## Methods\n\n",
                 SBX_OUTPUT_QUEUE_HIGH_BYTES >> 20, SBX_OUTPUT_QUEUE_LOW_BYTES >> 20, SBX_MAX_QUEUED_RUNS, SBX_MAX_SESSIONS);
-        for (size_t t = 0; t < ELEMENTSOF(tables); t++)
-                for (const Method *m = tables[t]; m->name; m++) {
+        for (const Method *const *t = tables; t && *t; t++)
+                for (const Method *m = *t; m->name; m++) {
                         fprintf(f, "### `%s`\n\n%s\n\n", m->name, m->doc);
                         print_params(f, m);
                         fprintf(f, "Result: `%s`\n\n", m->result);

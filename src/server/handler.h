@@ -56,16 +56,6 @@ typedef struct Method {
 extern const Param handler_params_none[];
 extern const Param handler_params_sandbox[];
 
-/* The rows of each handler file, in the order of docs/PROTOCOL.md. */
-extern const Method server_methods_sandbox[]; /* m_sandbox.c: sandboxes and sessions */
-extern const Method server_methods_run[];     /* m_run.c: runs, env, history */
-extern const Method server_methods_process[]; /* m_process.c */
-extern const Method server_methods_files[];   /* m_files.c */
-extern const Method server_methods_watch[];   /* m_watch.c: files.watch, files.unwatch */
-extern const Method server_methods_image[];   /* m_image.c: fork, snapshots, export/import */
-extern const Method server_methods_server[];  /* m_server.c: health, ping, kill */
-extern const Method server_methods_port[];    /* m_port.c: exposed ports */
-
 /* {ok: true} */
 json_t *handler_ok_json(void);
 /* A process's name on the wire, "p<id>" (SbxProcessInfo.id), written into buf; returns buf. */

@@ -81,12 +81,13 @@ int server_run(Server *s);
 void server_shutdown(Server *s);
 
 /* dispatch.c */
+typedef struct Method Method;
+/* The method tables the dispatcher serves (a NULL-terminated list, in the order of
+ * docs/PROTOCOL.md: methods/methods.h's server_method_tables), set once before any request
+ * or check; kept, not copied. Until then every method is unknown. */
+void dispatch_set_methods(const Method *const *tables);
 /* Looks the method up and checks its params against the table (no side effects).
  * Returns 0 or -1 with e set. */
 int method_check(const char *name, json_t *params, RpcError *e);
-/* m_sandbox.c: checks a create's sandbox params as a create would read them (limits' keys
- * and ranges, policy, network, metadata, secrets), without creating anything. Returns 0 or -1
- * with e set. */
-int sandbox_params_check(json_t *params, RpcError *e);
 /* docs/PROTOCOL.md, from the method table. */
 void dispatch_print_protocol(FILE *f);

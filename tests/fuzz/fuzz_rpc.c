@@ -7,6 +7,7 @@
 #include "base/text.h"
 #include "rpc/framer.h"
 #include "rpc/jsonrpc.h"
+#include "methods/methods.h"
 #include "server/server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -65,6 +66,7 @@ static bool on_line(void *ud, const char *line, size_t len, bool too_large) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        dispatch_set_methods(server_method_tables);
         Framer whole, chunked;
         Trace a = { 0 }, b = { 0 };
         framer_init(&whole, 256);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "base/limits.h"
+#include "methods/methods.h"
 #include "server/dispatch.h"
 #include "server/handler.h"
 #include "server/server.h"
@@ -80,13 +81,10 @@ static const char *const lane_methods[] = { "run", "process.start", "sandbox.for
                                             "snapshot.restore", "persistence.export", "persistence.import" };
 
 static void test_tables(void) {
-        const Method *const tables[] = { server_methods_sandbox, server_methods_run, server_methods_process,
-                                         server_methods_port, server_methods_files, server_methods_watch,
-                                         server_methods_image, server_methods_server };
         unsigned rows = 0, lanes = 0, bad = 0;
         char why[256] = "";
-        for (size_t t = 0; t < sizeof tables / sizeof *tables; t++)
-                for (const Method *m = tables[t]; m->name; m++) {
+        for (const Method *const *t = server_method_tables; *t; t++)
+                for (const Method *m = *t; m->name; m++) {
                         rows++;
                         if (!m->fn || !m->params || !m->doc || !*m->doc || !m->result) {
                                 bad++;
@@ -278,6 +276,7 @@ static void test_lines(Loop *loop) {
 int main(void) {
         Loop *loop;
         ConnList list;
+        dispatch_set_methods(server_method_tables);
         test_checker();
         test_tables();
         if (loop_new(&loop) < 0) {

@@ -7,6 +7,7 @@
 #include "base/macro.h"
 #include "base/text.h"
 #include "server/handler.h"
+#include "methods/methods.h"
 
 /* A path param: a string without NUL bytes. */
 static int param_path(Req *r, const char *key, const char **ret, RpcError *e) {

@@ -8,6 +8,7 @@
 #include "base/macro.h"
 #include "base/text.h"
 #include "server/handler.h"
+#include "methods/methods.h"
 
 /* Registers an operation as pending on the connection (answered by its done callback). */
 static Pending *op_pending(Req *r, RpcError *e) {

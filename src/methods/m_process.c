@@ -24,6 +24,7 @@
 #include "server/handler.h"
 #include "process/process.h"
 #include "session/internal.h"
+#include "methods/methods.h"
 
 typedef enum ProcKind { PR_START, PR_STREAM, PR_WAIT_EXIT, PR_WAIT_LOG, PR_WAIT_PORT, PR_KILL } ProcKind;
 

@@ -4,6 +4,7 @@
 #include "base/limits.h"
 #include "base/macro.h"
 #include "server/handler.h"
+#include "methods/methods.h"
 
 /* The `port` param: 1 to 65535 (the dispatcher has checked it is a non-negative integer). */
 static int param_port(Req *r, uint16_t *ret, RpcError *e) {

@@ -10,6 +10,7 @@
 #include "base/text.h"
 #include "base/util.h"
 #include "server/handler.h"
+#include "methods/methods.h"
 
 static void run_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
         Pending *p = ud;

@@ -11,6 +11,7 @@
 #include "server/handler.h"
 #include "server/server.h"
 #include "session/internal.h"
+#include "methods/methods.h"
 
 /* A limit the client gave (present, not null) must keep its rule: an explicit 0 is refused
  * where it makes no sense, not taken as the default. */

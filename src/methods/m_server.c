@@ -5,6 +5,7 @@
 #include "base/limits.h"
 #include "base/util.h"
 #include "server/handler.h"
+#include "methods/methods.h"
 
 static json_t *lane_json(const Lanes *l, LaneId id) {
         const Lane *ln = &l->lane[id];

@@ -13,6 +13,7 @@
 #include "base/limits.h"
 #include "base/text.h"
 #include "server/handler.h"
+#include "methods/methods.h"
 
 typedef struct WatchReq {
         Pending *pending;
