@@ -380,8 +380,9 @@ SBX_API int sbx_process_resize(SbxProcess *p, uint16_t cols, uint16_t rows);
 typedef void (*SbxKillDoneFn)(void *userdata, SbxProcess *p);
 /* Sends sig to every process of it, then SIGKILL (cgroup.kill) after grace_ms (0: at once).
  * Returns 0, or -ESRCH when it ended and nothing of it is left. done is called from the loop,
- * never before this returns; not at all if the process is freed first (the watcher's
- * `freeing` says so). */
+ * never before this returns; if the process is freed first (its sandbox freed, or it was
+ * forgotten past SBX_MAX_PROCESSES), done is called as it is freed, before the watchers'
+ * `freeing`: p may be read then, not kept. */
 SBX_API int sbx_process_kill(SbxProcess *p, int sig, uint64_t grace_ms, SbxKillDoneFn done, void *userdata);
 /* Kills every process of the sandbox and what runs left running; returns how many. */
 SBX_API unsigned sbx_sandbox_kill_processes(SbxSandbox *sb);
