@@ -621,6 +621,10 @@
 /* Plaintext a terminated TLS connection holds per direction between its two sessions: what
  * was read from one side and not yet written to the other. Reading stops while it is full. */
 #define SBX_EGRESS_TLS_BUF_BYTES (32U * 1024)
+/* How long the tail of an answer that could hide the start of a secret's value waits for the
+ * next bytes on an open connection before it goes as it is (egress_tls_scrub): one timer per
+ * sandbox's proxy, the same wait whatever the tail holds. */
+#define SBX_EGRESS_TLS_HOLD_MS 20U
 /* Leaf certificates one sandbox's CA keeps (one per host name it terminated TLS for); past
  * it one not in use by a connection is dropped, and when all are, the CONNECT fails (502). */
 #define SBX_EGRESS_TLS_LEAF_CACHE 64U

@@ -122,6 +122,11 @@ struct Proxy {
         Watch w;       /* on the box's proxy_fd (the box owns the fd) */
         int retry_timer; /* made the first time accepting fails: listening again later */
         Watch retry_w;
+        /* Releases what terminated connections hold of their answers (egress_tls_release),
+         * every SBX_EGRESS_TLS_HOLD_MS while one holds; made on first use. */
+        int hold_timer;
+        Watch hold_w;
+        bool hold_armed;
         PConn *conns;
         SbxEgressStats stats;
         EgressSecret *secrets; /* the sandbox's proxy secrets (their strings are sb's) */
@@ -577,19 +582,62 @@ static void pc_event(Watch *w, uint32_t events);
 
 /* Moves what a terminated CONNECT can; its failure (answered in the client's TLS) is counted
  * and told like a refusal. Returns -1 when c was freed. */
+static void hold_event(Watch *w, uint32_t events) {
+        Proxy *px = w->data;
+        uint64_t x;
+        (void)!read(px->hold_timer, &x, sizeof x);
+        px->hold_armed = false;
+        for (PConn *c = px->conns, *next; c; c = next) {
+                next = c->next;
+                if (c->st == PC_TLS && egress_tls_holding(c->tls)) {
+                        egress_tls_release(c->tls);
+                        if (pc_tls_pump(c) == 0)
+                                pc_arm_or_free(c);
+                }
+        }
+}
+
+/* c holds the tail of an answer: the proxy's timer lets it go within SBX_EGRESS_TLS_HOLD_MS.
+ * Without a timer it goes at once (no wait beats a tail held until the next bytes). */
+static void hold_arm(PConn *c) {
+        Proxy *px = c->px;
+        if (px->hold_armed)
+                return;
+        if (px->hold_timer < 0) {
+                px->hold_timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+                if (px->hold_timer >= 0 &&
+                    loop_add(px->eg->loop, &px->hold_w, px->hold_timer, EPOLLIN, hold_event, px) < 0)
+                        px->hold_timer = safe_close(px->hold_timer);
+        }
+        if (px->hold_timer >= 0 && timerfd_arm_ms(px->hold_timer, SBX_EGRESS_TLS_HOLD_MS) == 0) {
+                px->hold_armed = true;
+                return;
+        }
+        egress_tls_release(c->tls);
+}
+
 static int pc_tls_pump(PConn *c) {
         Proxy *px = c->px;
         int r = egress_tls_pump(c->tls, c->tls_ev);
+        if (r > 0 && egress_tls_holding(c->tls)) {
+                hold_arm(c);
+                if (!px->hold_armed)
+                        r = egress_tls_pump(c->tls, c->tls_ev);
+        }
         int status = 0;
         const char *why = egress_tls_take_failure(c->tls, &status);
         if (why) {
                 if (status == 431)
                         px->stats.bad++;
+                else if (status == 403)
+                        px->stats.denied++;
                 else
                         px->stats.failed++;
                 log_debug("sandbox %s: egress %d: %s", sbx_sandbox_id(px->sb), status, why);
                 if (px->eg->hook) {
-                        SbxEgressEvent ev = { .verdict = status == 431 ? SBX_EGRESS_BAD : SBX_EGRESS_FAILED,
+                        SbxEgressEvent ev = { .verdict = status == 431   ? SBX_EGRESS_BAD
+                                                         : status == 403 ? SBX_EGRESS_DENIED
+                                                                         : SBX_EGRESS_FAILED,
                                               .status = status, .host = c->req.host, .port = c->req.port,
                                               .reason = why };
                         px->eg->hook(px->eg->hook_ud, px->sb, &ev);
@@ -839,6 +887,8 @@ static void proxy_freeing(SandboxObserver *o, SbxSandbox *sb) {
         loop_del(px->eg->loop, &px->w);
         loop_del(px->eg->loop, &px->retry_w);
         safe_close(px->retry_timer);
+        loop_del(px->eg->loop, &px->hold_w);
+        safe_close(px->hold_timer);
         egress_rules_clear(&px->rules);
         secrets_free(px->secrets, px->n_secrets);
         egress_ca_free(px->ca);
@@ -939,7 +989,7 @@ static int egress_attach(SbxSandbox *sb, const char *const *allow, const SbxProx
         px->ca = ca;
         px->sb = sb;
         px->eg = eg;
-        px->retry_timer = -1;
+        px->retry_timer = px->hold_timer = -1;
         px->rootless = host->shared.rootless;
         sandbox_observe(sb, &px->o, &proxy_ops);
         return 0;

@@ -9,8 +9,9 @@
  * run at once. Then the client's first request head is read whole (at most
  * SBX_EGRESS_HEAD_BYTES), its placeholders become values (egress_tls_rewrite_head) and it goes
  * to the server; everything after it goes as it is. What the server answers goes back with
- * every secret's value masked (egress_tls_scrub), across records: a tail that may begin a
- * value waits for the next bytes.
+ * every secret's value masked (egress_tls_scrub), across records: the tail that could begin a
+ * value waits for the next bytes, or for the proxy's release (at most SBX_EGRESS_TLS_HOLD_MS
+ * later), whatever it holds.
  *
  * GnuTLS with a non-blocking transport: an operation that cannot go on returns
  * GNUTLS_E_AGAIN and gnutls_record_get_direction() says whether it waits to read or to write;
@@ -88,19 +89,104 @@ static bool header_is(const char *line, size_t len, const char *name) {
         return len > nl && line[nl] == ':' && strncasecmp(line, name, nl) == 0;
 }
 
+/* Whether an authority ("name", "name:port", "[v6]:port") names host on port (no port: any). */
+static bool names_host(const char *a, size_t len, const char *host, int port) {
+        while (len && (a[0] == ' ' || a[0] == '\t'))
+                a++, len--;
+        while (len && (a[len - 1] == ' ' || a[len - 1] == '\t'))
+                len--;
+        const char *at = memchr(a, '@', len); /* userinfo in an absolute target */
+        if (at) {
+                len -= (size_t)(at + 1 - a);
+                a = at + 1;
+        }
+        size_t name_len = len;
+        const char *colon = NULL;
+        if (len && a[0] == '[') {
+                const char *close = memchr(a, ']', len);
+                if (!close)
+                        return false;
+                name_len = (size_t)(close - a) + 1;
+                colon = name_len < len && a[name_len] == ':' ? a + name_len : NULL;
+                if (!colon && name_len != len)
+                        return false;
+        } else if ((colon = memchr(a, ':', len))) {
+                name_len = (size_t)(colon - a);
+        }
+        if (colon) {
+                char *end;
+                char num[8];
+                size_t pl = len - (size_t)(colon + 1 - a);
+                if (pl == 0 || pl >= sizeof num)
+                        return false;
+                memcpy(num, colon + 1, pl);
+                num[pl] = 0;
+                long p = strtol(num, &end, 10);
+                if (*end || p != port)
+                        return false;
+        }
+        char norm[256];
+        if (name_len && a[0] == '[') /* an address in brackets: compared as written */
+                return name_len - 2 == strlen(host) && strncasecmp(a + 1, host, name_len - 2) == 0;
+        return egress_host_normalize(a, name_len, norm, sizeof norm) == 0 && strcmp(norm, host) == 0;
+}
+
+/* The authority of an absolute-form target ("https://name:port/path"), or NULL for any other
+ * form; its length in *len. */
+static const char *target_authority(const char *line, size_t len, size_t *alen) {
+        const char *sp = memchr(line, ' ', len);
+        if (!sp)
+                return NULL;
+        const char *t = sp + 1;
+        size_t left = len - (size_t)(t - line);
+        size_t skip = left >= 7 && strncasecmp(t, "http://", 7) == 0     ? 7
+                      : left >= 8 && strncasecmp(t, "https://", 8) == 0 ? 8
+                                                                          : 0;
+        if (!skip)
+                return NULL;
+        t += skip;
+        left -= skip;
+        *alen = strcspn(t, "/?# \r\n");
+        *alen = MIN(*alen, left);
+        return t;
+}
+
+/* Whether a line of the head holds the placeholder of a secret for host:port. */
+static bool has_placeholder(const char *line, size_t len, const EgressSecret *s, size_t n, const char *host, int port) {
+        for (size_t k = 0; k < n; k++)
+                if (s[k].placeholder_len && memmem(line, len, s[k].placeholder, s[k].placeholder_len) &&
+                    egress_rules_match(&s[k].hosts, host, port))
+                        return true;
+        return false;
+}
+
 ssize_t egress_tls_rewrite_head(const char *head, size_t len, const EgressSecret *s, size_t n, const char *host,
                                 int port, char *out, size_t outlen) {
         Out o = { .p = out, .cap = outlen };
-        bool upgrade = false;
+        bool upgrade = false, elsewhere = false, placeholder = false;
         /* First pass: a request that asks for an Upgrade (a WebSocket) keeps its Connection
-         * header, which names it. */
+         * header, which names it; a request whose Host or absolute target names another host
+         * than the one the connection was made to gets no value (a front that routes by Host
+         * would hand it to another tenant). */
         for (size_t i = 0; i < len;) {
                 const char *nl = memchr(head + i, '\n', len - i);
                 size_t e = nl ? (size_t)(nl - head) + 1 : len;
-                if (header_is(head + i, e - i, "Upgrade"))
+                size_t body = e - i;
+                while (body > 0 && (head[i + body - 1] == '\n' || head[i + body - 1] == '\r'))
+                        body--;
+                size_t alen;
+                const char *auth = i == 0 ? target_authority(head, body, &alen) : NULL;
+                if (auth && !names_host(auth, alen, host, port))
+                        elsewhere = true;
+                if (i > 0 && header_is(head + i, body, "Host") && !names_host(head + i + 5, body - 5, host, port))
+                        elsewhere = true;
+                if (header_is(head + i, body, "Upgrade"))
                         upgrade = true;
+                placeholder = placeholder || has_placeholder(head + i, body, s, n, host, port);
                 i = e;
         }
+        if (elsewhere && placeholder)
+                return -EACCES;
         bool first = true;
         for (size_t i = 0; i < len;) {
                 const char *nl = memchr(head + i, '\n', len - i);
@@ -128,11 +214,12 @@ ssize_t egress_tls_rewrite_head(const char *head, size_t len, const EgressSecret
 }
 
 size_t egress_tls_scrub(char *buf, size_t len, const EgressSecret *s, size_t n, bool end) {
-        size_t hold = 0;
+        size_t longest = 0;
         for (size_t k = 0; k < n; k++) {
                 size_t vl = s[k].value_len;
                 if (vl < SBX_REDACT_MIN_SECRET_BYTES)
                         continue;
+                longest = MAX(longest, vl);
                 for (char *p = buf; (size_t)(p - buf) + vl <= len;) {
                         char *m = memmem(p, len - (size_t)(p - buf), s[k].value, vl);
                         if (!m)
@@ -140,15 +227,13 @@ size_t egress_tls_scrub(char *buf, size_t len, const EgressSecret *s, size_t n, 
                         memset(m, '*', vl);
                         p = m + vl;
                 }
-                /* The longest tail that is the start of this value. */
-                for (size_t t = MIN(vl - 1, len); t > hold && !end; t--)
-                        if (memcmp(buf + len - t, s[k].value, t) == 0) {
-                                hold = t;
-                                break;
-                        }
         }
-        return len - hold;
+        /* The tail that could hide the start of a value is held whatever it holds: holding only
+         * a tail that is a value's start would tell the sandbox, by what it receives and when,
+         * whether the bytes it got the server to send back begin the value. */
+        return end || !longest ? len : len - MIN(len, longest - 1);
 }
+
 
 /* ---------------------------------------------------------------- certificates */
 
@@ -569,7 +654,9 @@ static void wait_on(EgressTls *t, int i) {
 
 /* Queues the error the client gets in its TLS: the proxy's answer, then the close. */
 static void answer_failure(EgressTls *t) {
-        const char *text = t->failure_status == 431 ? "Request Header Fields Too Large" : "Bad Gateway";
+        const char *text = t->failure_status == 431   ? "Request Header Fields Too Large"
+                           : t->failure_status == 403 ? "Forbidden"
+                                                      : "Bad Gateway";
         t->phase = TP_FAILED;
         int n = snprintf(t->down.p, t->down.cap,
                          "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
@@ -680,6 +767,13 @@ static void head_complete(EgressTls *t, size_t head_len) {
         ssize_t n = out ? egress_tls_rewrite_head(t->up.p, head_len, t->s, t->n, t->host, t->port, out,
                                                   SBX_EGRESS_TLS_HEAD_OUT_BYTES)
                         : -ENOMEM;
+        if (n == -EACCES) {
+                free(out);
+                fail(t, 403, "a secret goes only to the host this connection was made to (%s): this request's "
+                             "Host or target names another", t->host);
+                answer_failure(t);
+                return;
+        }
         if (n < 0) {
                 free(out);
                 fail(t, 431, "the request's head to %s is too large", t->host);
@@ -772,6 +866,15 @@ static int round_once(EgressTls *t) {
                 send_bye(t, 0);
 
         return t->moved != before;
+}
+
+bool egress_tls_holding(const EgressTls *t) {
+        return t->phase == TP_BODY && !t->down_eof && t->down_ready < t->down.len;
+}
+
+void egress_tls_release(EgressTls *t) {
+        if (t->phase == TP_BODY)
+                t->down_ready = t->down.len;
 }
 
 int egress_tls_pump(EgressTls *t, uint32_t ret_ev[2]) {

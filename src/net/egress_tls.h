@@ -24,15 +24,18 @@ bool egress_secrets_want(const EgressSecret *s, size_t n, const char *host, int 
 /* Writes the head of the request the server gets: head (a complete request head, through its
  * blank line) with every placeholder of a secret that lists host:port replaced by its value,
  * and unless it asks for an Upgrade, its Connection, Keep-Alive and Proxy-Connection headers
- * dropped and `Connection: close` added (one request per connection). Returns the length, or
- * -ENOBUFS when out is too small. */
+ * dropped and `Connection: close` added (one request per connection). Returns the length,
+ * -ENOBUFS when out is too small, or -EACCES when it holds such a placeholder but its Host
+ * header or absolute target names another host or port than host:port (a value goes only where
+ * the connection was made). */
 ssize_t egress_tls_rewrite_head(const char *head, size_t len, const EgressSecret *s, size_t n, const char *host,
                                 int port, char *out, size_t outlen);
 
 /* Replaces, in place, each value (of SBX_REDACT_MIN_SECRET_BYTES or more) of the secrets
  * that occurs whole in buf by '*' of its length, and returns how many bytes at buf's start
- * are decided: the rest (a tail that may be the start of a value the next bytes finish) must
- * wait for them, unless `end`, when all is decided. */
+ * may go: the rest, the last (longest value - 1) bytes whatever they are, wait for the next
+ * bytes (which may finish a value) or a release, unless `end`, when all may go. The hold never
+ * depends on what the bytes are, so what the sandbox receives tells it nothing of a value. */
 size_t egress_tls_scrub(char *buf, size_t len, const EgressSecret *s, size_t n, bool end);
 
 /* ---- a sandbox's CA, made at its creation: the key never leaves the daemon's memory. */
@@ -75,5 +78,10 @@ int egress_tls_pump(EgressTls *t, uint32_t ret_ev[2]);
 /* A failure the proxy answered in the client's TLS (a server that could not be trusted, a
  * head too large), said once: the one line, or NULL. status gets the HTTP status. */
 const char *egress_tls_take_failure(EgressTls *t, int *status);
+/* Whether bytes of the server's answer wait (egress_tls_scrub) on a connection still open. */
+bool egress_tls_holding(const EgressTls *t);
+/* Lets what waits go with the next pump: a value the server sends split across the release
+ * is not masked (it would have to pause SBX_EGRESS_TLS_HOLD_MS inside the value). */
+void egress_tls_release(EgressTls *t);
 /* Whether the connection reached its server (handshakes and the request went on). */
 bool egress_tls_relayed(const EgressTls *t);

@@ -129,12 +129,11 @@ int options_copy_proxy_secrets(const SbxProxySecret *v, size_t n, SbxProxySecret
         return 0;
 }
 
-/* NAME=placeholder for each proxy secret; NAME=VALUE too when `value` (for the redactor,
- * wiped by options_free_secrets()). NULL when out of memory. */
-char **options_proxy_secret_pairs(const SbxProxySecret *v, size_t n, bool value) {
+/* NAME=placeholder for each proxy secret. NULL when out of memory. */
+char **options_proxy_secret_pairs(const SbxProxySecret *v, size_t n) {
         char **l = calloc(n + 1, sizeof *l);
         for (size_t i = 0; l && i < n; i++)
-                if (asprintf(&l[i], "%s=%s", v[i].name, value ? v[i].value : v[i].placeholder) < 0) {
+                if (asprintf(&l[i], "%s=%s", v[i].name, v[i].placeholder) < 0) {
                         l[i] = NULL;
                         options_free_secrets(l);
                         return NULL;

@@ -23,9 +23,8 @@ void options_free_secrets(char **v);
  * else SBX_SECRET_<NAME>_<random hex>. Returns 0, -EIO or -ENOMEM. */
 int options_copy_proxy_secrets(const SbxProxySecret *v, size_t n, SbxProxySecret **ret);
 void options_free_proxy_secrets(SbxProxySecret *v, size_t n);
-/* NAME=placeholder for each proxy secret; NAME=VALUE when `value` (for the redactor, freed
- * with options_free_secrets()). NULL when out of memory. */
-char **options_proxy_secret_pairs(const SbxProxySecret *v, size_t n, bool value);
+/* NAME=placeholder for each proxy secret (the shells' environment). NULL when out of memory. */
+char **options_proxy_secret_pairs(const SbxProxySecret *v, size_t n);
 /* The session shells' environment: the fixed defaults (an allowlist sandbox's proxy when
  * `proxy`, a sandbox with proxy secrets' trust store when `trust`), then `base` (the
  * context's), then `extra` (the caller's); a name given again replaces the one before. */

@@ -247,30 +247,21 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->secrets = o->secrets && o->secrets[0] ? options_copy_secrets(o->secrets) : NULL;
         if (o->n_proxy_secrets) {
                 if (options_copy_proxy_secrets(o->proxy_secrets, o->n_proxy_secrets, &sb->psec) < 0 ||
-                    !(sb->psec_env = options_proxy_secret_pairs(sb->psec, o->n_proxy_secrets, false)))
+                    !(sb->psec_env = options_proxy_secret_pairs(sb->psec, o->n_proxy_secrets)))
                         sb->env = (options_free_list(sb->env), NULL);
                 else
                         sb->n_psec = o->n_proxy_secrets;
         }
-        if ((o->secrets && o->secrets[0]) || sb->n_psec) {
-                /* Its own rules: the context's plus its secrets, the proxy secrets' values too
-                 * (they never reach a command, unless a server sends them some way the proxy
-                 * does not see). */
+        if (o->secrets && o->secrets[0]) {
+                /* Its own rules: the context's plus its secrets. Not the proxy secrets' values:
+                 * no command ever holds them, and a stream's hold-back of what may begin a value
+                 * would tell a command that prints guesses which of them begin it (the proxy
+                 * masks them in the answers it relays, without that hold-back). */
                 char err[256];
-                size_t ne = 0;
-                while (o->secrets && o->secrets[ne])
-                        ne++;
-                char **pv = options_proxy_secret_pairs(sb->psec, sb->n_psec, true);
-                _cleanup_free_ const char **all = calloc(ne + sb->n_psec + 1, sizeof *all);
-                if (all && pv) {
-                        memcpy(all, o->secrets ? o->secrets : all, ne * sizeof *all);
-                        memcpy(all + ne, pv, sb->n_psec * sizeof *all);
-                }
-                RedactConfig rc = { .secrets = all, .patterns = (const char *const *)host->redact_patterns,
+                RedactConfig rc = { .secrets = o->secrets, .patterns = (const char *const *)host->redact_patterns,
                                     .no_defaults = host->redact_no_defaults };
-                if (!all || !pv || redactor_new(&rc, &sb->core.redact, err, sizeof err) < 0)
+                if (redactor_new(&rc, &sb->core.redact, err, sizeof err) < 0)
                         sb->env = (options_free_list(sb->env), NULL);
-                options_free_secrets(pv);
         } else {
                 sb->core.redact = redactor_ref(host->redact);
         }

@@ -20,6 +20,7 @@ import secrets as pysecrets
 import shutil
 import socketserver
 import subprocess
+import time
 import tempfile
 import threading
 from pathlib import Path
@@ -60,6 +61,17 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         rec = {"path": self.path, "auth": auth, "key": self.headers.get("X-Key", ""),
                "host": self.headers.get("Host"), "connection": self.headers.get("Connection")}
         Recorder.seen.append(rec)
+        if self.path == "/probe":
+            # Sends back X-Probe after an "x", then keeps the connection open (more is
+            # promised): what the client gets meanwhile is what the proxy let go.
+            body = ("x" + self.headers.get("X-Probe", "")).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body) + 100))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            time.sleep(3)
+            return
         if self.path == "/big":
             self.send_response(200)
             self.send_header("Content-Length", str(len(BIG)))
@@ -270,6 +282,53 @@ def test_an_echoed_value_comes_back_masked(daemon, sid, https):
     assert f"X-Echo: Bearer {mask}" in out, out
     assert "REDACTED" not in out, out
     assert last("/echo")["auth"] == "Bearer " + VALUE
+
+
+def test_what_the_proxy_holds_back_tells_nothing_of_the_value(daemon, sid, https):
+    """The masking must not be an oracle: an answer whose tail begins the value (the sandbox
+    chose it, through an endpoint that sends back what it got) arrives as soon as one whose
+    tail does not, on a connection that stays open (an Upgrade keeps it so). Before, the
+    prefix waited for more bytes and the sandbox saw only the "x"."""
+    got = {}
+    for name, probe in (("prefix", VALUE[:12]), ("other", "zz" + VALUE[2:12])):
+        out = run_ok(daemon, sid, f'curl -sS -N -m 1.5 -H "Upgrade: probe" -H "X-Probe: {probe}" '
+                                  f'https://echo.secret.test:{https}/probe; echo " rc=$?"')
+        got[name] = out
+        assert out.startswith("x" + probe + " rc=28"), (name, out)
+    assert got["prefix"].replace(VALUE[:12], "P") == got["other"].replace("zz" + VALUE[2:12], "P"), got
+
+
+def test_a_value_goes_only_to_the_host_the_connection_was_made_to(daemon, sid, https):
+    """A Host header or an absolute target naming another host inside a CONNECT to the
+    secret's host is refused with a 403 that says why, and the value never goes out (a front
+    that routes by Host would hand it to another tenant)."""
+    before = len(Recorder.seen)
+    for how in ('-H "Host: attacker-tenant.example"',
+                f'--request-target https://attacker-tenant.example:{https}/t'):
+        out = run_ok(daemon, sid, f'curl -sS -m 20 {how} -H "Authorization: Bearer $TOKEN" '
+                                  f'-w " status=%{{http_code}}" https://api.secret.test:{https}/tenant')
+        assert "status=403" in out and "goes only to the host this connection was made to" in out, out
+    assert all(VALUE not in json.dumps(r) for r in Recorder.seen[before:]), Recorder.seen[before:]
+    out = run_ok(daemon, sid, f'curl -sS -m 20 -H "Host: api.secret.test:{https}" -H "Authorization: Bearer $TOKEN" '
+                              f'https://api.secret.test:{https}/same-host')
+    assert last("/same-host")["auth"] == "Bearer " + VALUE, out
+
+
+def test_output_holds_back_nothing_of_a_proxy_secret(daemon, sid):
+    """The sandbox's own output is not redacted for proxy secrets (no command holds them):
+    a process that prints a guess and waits shows it whole at once, prefix of the value or
+    not. Before, the redactor held a prefix back, and process.logs showed only the "x"."""
+    for probe in (VALUE[:12], "zz" + VALUE[2:12]):
+        p = daemon.ok("process.start", {"sandboxId": sid, "command": f"printf 'x%s' '{probe}'; sleep 2"})
+        deadline = time.monotonic() + 10
+        while True:
+            log = daemon.ok("process.logs", {"processId": p["processId"]})
+            text = log["stdout"]
+            if text or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert text == "x" + probe, (probe, log)
+        daemon.ok("process.kill", {"processId": p["processId"]})
 
 
 def test_a_large_answer_is_masked_across_records(daemon, sid, https):

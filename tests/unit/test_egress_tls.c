@@ -42,11 +42,15 @@ static void test_rewrite(void) {
         CHECK(!strstr(out, "keep-alive") && !strstr(out, "Keep-Alive"), "hop-by-hop headers go");
         CHECK(n > 0 && strcmp(out + n - 21, "Connection: close\r\n\r\n") == 0, "one request per connection");
 
-        n = egress_tls_rewrite_head(head, sizeof head - 1, secrets, 2, "other.test", 443, out, sizeof out);
+        const char ohead[] = "GET /x HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer " PH "\r\n"
+                             "X-Other: " PH2 "\r\n\r\n";
+        n = egress_tls_rewrite_head(ohead, sizeof ohead - 1, secrets, 2, "other.test", 443, out, sizeof out);
         out[n > 0 ? n : 0] = 0;
         CHECK(n > 0 && strstr(out, "X-Other: " VAL2 "\r\n") && strstr(out, "Bearer " PH "\r\n"),
               "for other.test: only OTHER's value");
-        n = egress_tls_rewrite_head(head, sizeof head - 1, secrets, 2, "other.test", 8443, out, sizeof out);
+        n = egress_tls_rewrite_head(head, sizeof head - 1, secrets, 2, "other.test", 443, out, sizeof out);
+        CHECK(n == -EACCES, "a request for api.test sent through a connection to other.test gets no value");
+        n = egress_tls_rewrite_head(ohead, sizeof ohead - 1, secrets, 2, "other.test", 8443, out, sizeof out);
         out[n > 0 ? n : 0] = 0;
         CHECK(n > 0 && strstr(out, "X-Other: " PH2 "\r\n"), "a port the secret does not list: nothing");
 
@@ -54,6 +58,25 @@ static void test_rewrite(void) {
         n = egress_tls_rewrite_head(ws, sizeof ws - 1, secrets, 2, "api.test", 443, out, sizeof out);
         out[n > 0 ? n : 0] = 0;
         CHECK(n > 0 && strstr(out, "Connection: Upgrade\r\n") && !strstr(out, "close"), "an Upgrade keeps its Connection");
+
+        /* A value goes only to the host the connection was made to: not to another Host header
+         * or absolute target (a front that routes by Host would hand it to another tenant). */
+        const char vhost[] = "GET / HTTP/1.1\r\nHost: attacker.example\r\nAuthorization: Bearer " PH "\r\n\r\n";
+        CHECK(egress_tls_rewrite_head(vhost, sizeof vhost - 1, secrets, 2, "api.test", 443, out, sizeof out) == -EACCES,
+              "a placeholder in a request whose Host names another host: -EACCES");
+        const char abs[] = "GET https://attacker.example/x HTTP/1.1\r\nHost: api.test\r\nX: " PH "\r\n\r\n";
+        CHECK(egress_tls_rewrite_head(abs, sizeof abs - 1, secrets, 2, "api.test", 443, out, sizeof out) == -EACCES,
+              "... or whose absolute target does");
+        const char port[] = "GET / HTTP/1.1\r\nHost: api.test:8443\r\nX: " PH "\r\n\r\n";
+        CHECK(egress_tls_rewrite_head(port, sizeof port - 1, secrets, 2, "api.test", 443, out, sizeof out) == -EACCES,
+              "... or another port");
+        const char same[] = "GET https://API.test:443/x HTTP/1.1\r\nHost: Api.Test.\r\nX: " PH "\r\n\r\n";
+        n = egress_tls_rewrite_head(same, sizeof same - 1, secrets, 2, "api.test", 443, out, sizeof out);
+        out[n > 0 ? n : 0] = 0;
+        CHECK(n > 0 && strstr(out, "X: " VAL "\r\n"), "the same host however written gets the value");
+        const char noph[] = "GET / HTTP/1.1\r\nHost: elsewhere.example\r\n\r\n";
+        CHECK(egress_tls_rewrite_head(noph, sizeof noph - 1, secrets, 2, "api.test", 443, out, sizeof out) > 0,
+              "another Host without a placeholder goes on as it is");
 
         const char partial[] = "GET / HTTP/1.1\r\nX: SBX_SECRET_TOKEN_0123\r\nY: SBX_SECRET_\r\n\r\n";
         n = egress_tls_rewrite_head(partial, sizeof partial - 1, secrets, 2, "api.test", 443, out, sizeof out);
@@ -97,9 +120,17 @@ static void test_scrub(void) {
         for (size_t step = 1; step <= strlen(text); step++)
                 all = all && strcmp(scrub_in_pieces(text, step), want) == 0;
         CHECK(all, "values are masked whatever the pieces, and the rest is kept: %s", scrub_in_pieces(text, 5));
+        /* The tail held is the longest value's length less one, whatever it holds: a tail that
+         * starts a value and one that does not go the same way (a prefix oracle otherwise). */
+        char pre[] = "answer: abcdefghijklmnopqrstuvwxyz sk-the-real-v";
+        char non[] = "answer: abcdefghijklmnopqrstuvwxyz xx-the-real-v";
+        size_t keep = strlen(pre) - (strlen(VAL) - 1);
+        CHECK(egress_tls_scrub(pre, strlen(pre), secrets, 2, false) == keep, "a tail that may start a value waits");
+        CHECK(egress_tls_scrub(non, strlen(non), secrets, 2, false) == keep,
+              "a tail that cannot start one waits as long: no difference to learn from");
+        CHECK(egress_tls_scrub(pre, strlen(pre), secrets, 2, true) == strlen(pre), "... unless it is the end");
         char b[] = "abc sk-the-real-v";
-        CHECK(egress_tls_scrub(b, strlen(b), secrets, 2, false) == 4, "a tail that may start a value waits");
-        CHECK(egress_tls_scrub(b, strlen(b), secrets, 2, true) == strlen(b), "... unless it is the end");
+        CHECK(egress_tls_scrub(b, strlen(b), secrets, 2, false) == 0, "a short answer waits whole");
         EgressSecret shortv = { .value = "abc", .value_len = 3 };
         char c[] = "abc abc";
         CHECK(egress_tls_scrub(c, 7, &shortv, 1, false) == 7 && strcmp(c, "abc abc") == 0,
