@@ -253,6 +253,11 @@ static const Range ranges6[] = {
         { { 0 }, 128, "unspecified (::)" },
         { { [15] = 1 }, 128, "loopback" },
         { { 0 }, 96, "reserved (IPv4-compatible)" },
+        /* SIIT's IPv4-translated form and the local-use NAT64 prefix (RFC 8215, where the IPv4
+         * address sits wherever the operator's prefix length puts it): whatever they reach is
+         * someone's translator's choice, so neither is judged by an IPv4 address inside. */
+        { { [8] = 0xff, [9] = 0xff }, 96, "reserved (IPv4-translated)" },
+        { { 0x00, 0x64, 0xff, 0x9b, 0x00, 0x01 }, 48, "reserved (local-use NAT64)" },
         { { 0x01 }, 64, "reserved (discard-only)" },
         { { 0x20, 0x01, 0x0d, 0xb8 }, 32, "reserved (documentation)" },
         { { 0xfc }, 7, "unique local (fc00::/7)" },
