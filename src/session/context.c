@@ -90,11 +90,23 @@ static void pool_event(Watch *w, uint32_t events) {
         pool_arm(ctx, POOL_STEP_MS);
 }
 
+/* A pooled sandbox's pid 1 died and it was freed: made again, after a pause (what killed it,
+ * the OOM killer or an operator, may be at work still). */
+static void pool_reaped(SandboxList *l) {
+        SbxContext *ctx = container_of(l, SbxContext, pool);
+        pool_arm(ctx, POOL_RETRY_MS);
+}
+
 int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret) {
         ctx->last_error[0] = 0;
         /* One whose setup failed waits for its pid 1's end to be reaped: never hand it out. */
-        while (ctx->pool.head && sandbox_setup_state(ctx->pool.head) < 0)
+        bool dropped = false;
+        while (ctx->pool.head && sandbox_setup_state(ctx->pool.head) < 0) {
                 sbx_sandbox_free(ctx->pool.head);
+                dropped = true;
+        }
+        if (dropped)
+                pool_arm(ctx, POOL_RETRY_MS);
         /* Not the newest: the loop may have made it a moment ago, still building. */
         SbxSandbox *sb = options_default(o) ? sandbox_list_warmest(&ctx->pool) : NULL;
         if (sb) {
@@ -138,6 +150,7 @@ int context_new(SbxContext **ret) {
                 return -ENOMEM;
         ctx->host.devnull = ctx->pool_timer = -1;
         ctx->pool.reap_dead = true;
+        ctx->pool.reaped = pool_reaped;
         int r = loop_new(&ctx->host.loop);
         if (r < 0) {
                 free(ctx);

@@ -170,7 +170,10 @@ static void init_event(Watch *w, uint32_t events) {
         if (sb->core.box.process && sb->core.box.cg.dir >= 0)
                 (void)cgroup_kill(sb->core.box.cg.dir);
         if (sb->list && sb->list->reap_dead) {
+                SandboxList *l = sb->list;
                 sbx_sandbox_free(sb);
+                if (l->reaped)
+                        l->reaped(l);
                 return;
         }
         sb->core.dying = true;

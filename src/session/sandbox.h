@@ -13,11 +13,13 @@
 #include "session/corpse.h"
 
 /* A list of sandboxes (newest first) with its length. reap_dead: a member whose pid 1 dies
- * is freed at once (the pool's members have no caller to tell). */
+ * is freed at once (the pool's members have no caller to tell), and then `reaped` (if set) is
+ * called with the list, from the loop (the pool makes itself whole again). */
 typedef struct SandboxList {
         SbxSandbox *head;
         unsigned n;
         bool reap_dead;
+        void (*reaped)(struct SandboxList *l);
 } SandboxList;
 
 /* What every sandbox of a context shares; owned by the context. */

@@ -94,6 +94,43 @@ static void test_pool(const char *cgdir) {
         CHECK(count_subdirs(cgdir) == 0, "pool: emptied when turned off");
 }
 
+/* A pooled sandbox whose pid 1 dies (OOM killer, a kill from outside) is freed, and the pool
+ * is made whole again. */
+static void test_pool_refill_after_death(const char *cgdir) {
+        sbx_context_set_pool(ctx, 1);
+        uint64_t end = now_ms() + 5000;
+        while (count_subdirs(cgdir) != 1 && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
+        char first[256] = "", path[512];
+        DIR *d = opendir(cgdir);
+        for (struct dirent *de; d && (de = readdir(d));)
+                if (de->d_type == DT_DIR && de->d_name[0] != '.')
+                        snprintf(first, sizeof first, "%s", de->d_name);
+        if (d)
+                closedir(d);
+        snprintf(path, sizeof path, "%s/%s/cgroup.kill", cgdir, first);
+        FILE *f = first[0] ? fopen(path, "we") : NULL;
+        bool killed = f && fputs("1", f) >= 0;
+        if (f)
+                killed = fclose(f) == 0 && killed;
+        CHECK(killed, "pool refill: the pooled sandbox's processes killed (%s)", path);
+        bool other = false;
+        end = now_ms() + 10000;
+        while (!other && now_ms() < end) {
+                sbx_context_run_once(ctx, 50);
+                d = opendir(cgdir);
+                for (struct dirent *de; d && (de = readdir(d));)
+                        other = other || (de->d_type == DT_DIR && de->d_name[0] != '.' && strcmp(de->d_name, first) != 0);
+                if (d)
+                        closedir(d);
+        }
+        CHECK(other, "pool refill: a new sandbox is pooled after the last one's pid 1 died");
+        sbx_context_set_pool(ctx, 0);
+        end = now_ms() + 5000;
+        while (count_subdirs(cgdir) > 0 && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
+}
+
 static void test_basics(SbxSession *s) {
         SbxResult r = run(s, "echo hi");
         CHECK(r.exit_code == 0 && out_is(&r, "hi\n") && r.error_class == SBX_ERROR_NONE, "echo hi");
@@ -656,6 +693,7 @@ int main(void) {
                 sbx_context_run_once(ctx, 50);
         CHECK(count_subdirs(cgdir) == 0, "no sandbox cgroup left after destroy");
         test_pool(cgdir);
+        test_pool_refill_after_death(cgdir);
         sbx_context_free(ctx);
         struct stat st;
         CHECK(stat(cgdir, &st) < 0, "cgroup base removed with the context");
