@@ -32,6 +32,9 @@ static void usage(FILE *f) {
                 "  -C, --cwd DIR           working directory of each command\n"
                 "  -e, --env NAME=VALUE    an environment variable for these commands (repeatable)\n"
                 "  -t, --timeout SECONDS   per-command timeout (default: the sandbox's)\n"
+                "      --raw               write the output to a terminal as it is; by default a\n"
+                "                          terminal gets its control characters shown as text\n"
+                "                          (\\x1b...), so no escape sequence of a command acts on it\n"
                 "  -h, --help              show this help\n"
                 "\n"
                 "Exit status: the last command's (124 timed out, 125 interrupted); when none\n"
@@ -39,7 +42,7 @@ static void usage(FILE *f) {
                 "4 no such sandbox.\n");
 }
 
-enum { OPT_SOCKET = 256, OPT_SESSION };
+enum { OPT_SOCKET = 256, OPT_SESSION, OPT_RAW };
 
 typedef struct ExecArgs {
         const char *socket, *sandbox, *session, *cwd;
@@ -54,6 +57,7 @@ static int parse_args(int argc, char **argv, ExecArgs *a) {
                 { "socket", required_argument, NULL, OPT_SOCKET }, { "session", required_argument, NULL, OPT_SESSION },
                 { "cwd", required_argument, NULL, 'C' },           { "env", required_argument, NULL, 'e' },
                 { "timeout", required_argument, NULL, 't' },       { "help", no_argument, NULL, 'h' },
+                { "raw", no_argument, NULL, OPT_RAW },
                 {},
         };
         int c;
@@ -90,6 +94,7 @@ static int parse_args(int argc, char **argv, ExecArgs *a) {
                         }
                         a->timeout_ms = (uint64_t)(secs * 1000 + 0.5);
                         break;
+                case OPT_RAW: procs_set_raw(true); break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return CLIENT_EXIT_USAGE;
                 }

@@ -22,6 +22,9 @@ static void usage(FILE *f) {
                 "Options:\n"
                 "      --socket PATH   the daemon's socket (default: $SBX_SOCKET)\n"
                 "  -f, --follow        follow until the process ends\n"
+                "      --raw           write the output to a terminal as it is; by default a\n"
+                "                      terminal gets its control characters shown as text\n"
+                "                      (\\x1b...), so no escape sequence of a command acts on it\n"
                 "  -h, --help          show this help\n"
                 "\n"
                 "Exit status: 0 (with -f: the process's exit status, 128+N when killed by signal\n"
@@ -29,7 +32,7 @@ static void usage(FILE *f) {
                 "sandbox; 5 no such process.\n");
 }
 
-enum { OPT_SOCKET = 256 };
+enum { OPT_SOCKET = 256, OPT_RAW };
 
 typedef struct Follow {
         const char *process_id;
@@ -84,6 +87,7 @@ int cmd_logs(int argc, char **argv) {
                 { "socket", required_argument, NULL, OPT_SOCKET },
                 { "follow", no_argument, NULL, 'f' },
                 { "help", no_argument, NULL, 'h' },
+                { "raw", no_argument, NULL, OPT_RAW },
                 {},
         };
         const char *sock = NULL;
@@ -94,6 +98,7 @@ int cmd_logs(int argc, char **argv) {
                 switch (c) {
                 case OPT_SOCKET: sock = optarg; break;
                 case 'f': follow = true; break;
+                case OPT_RAW: procs_set_raw(true); break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return CLIENT_EXIT_USAGE;
                 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "base/macro.h"
 #include "base/text.h"
 #include "base/util.h"
@@ -75,6 +76,61 @@ bool procs_exit_known(json_t *obj) {
                json_is_string(json_object_get(obj, "signal"));
 }
 
+static bool raw_output;
+/* Per fd (stdout, stderr): whether it is shown, known once asked; a lead byte of a C1 control
+ * (0xc2) that ended the last piece, waiting for the byte that says whether it starts one. */
+static struct Shown {
+        int known; /* 0 not asked yet, 1 shown, -1 raw */
+        bool carry;
+} shown[3];
+
+void procs_set_raw(bool raw) { raw_output = raw; }
+
+/* Writes what a sandbox sent to a terminal with its control characters as text: ESC, the other
+ * C0 controls but tab, newline, carriage return and backspace, DEL and the C1 controls (U+0080
+ * to U+009F, two bytes in UTF-8; a terminal takes U+009B for CSI) become \xNN or \uNNNN, so
+ * no sequence of a command's sets the clipboard (OSC 52), answers a query on the user's behalf
+ * (CSI 6n) or retitles the window. */
+static int write_shown(int fd, struct Shown *st, const uint8_t *d, size_t len) {
+        char out[8192];
+        size_t n = 0;
+        for (size_t i = 0; i <= len; i++) {
+                if (n + 8 > sizeof out || i == len) {
+                        int r = write_all(fd, out, n);
+                        if (r < 0)
+                                return r;
+                        n = 0;
+                        if (i == len)
+                                break;
+                }
+                uint8_t ch = d[i];
+                if (st->carry) {
+                        st->carry = false;
+                        if (ch >= 0x80 && ch <= 0x9f) {
+                                n += (size_t)snprintf(out + n, 8, "\\u%04x", ch);
+                                continue;
+                        }
+                        out[n++] = (char)0xc2;
+                }
+                if (ch == 0xc2 && i + 1 == len)
+                        st->carry = true;
+                else if (ch == 0xc2 && d[i + 1] >= 0x80 && d[i + 1] <= 0x9f)
+                        n += (size_t)snprintf(out + n, 8, "\\u%04x", d[++i]);
+                else if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r' && ch != '\b') || ch == 0x7f)
+                        n += (size_t)snprintf(out + n, 8, "\\x%02x", ch);
+                else
+                        out[n++] = (char)ch;
+        }
+        return 0;
+}
+
+static int write_out(int fd, const void *d, size_t len) {
+        struct Shown *st = fd >= 1 && fd <= 2 ? &shown[fd] : NULL;
+        if (st && !st->known)
+                st->known = !raw_output && isatty(fd) ? 1 : -1;
+        return st && st->known > 0 ? write_shown(fd, st, d, len) : write_all(fd, d, len);
+}
+
 int procs_write_bytes(int fd, json_t *obj, const char *key, const char *enc_key) {
         json_t *v = json_object_get(obj, key);
         const char *s = json_string_value(v);
@@ -83,12 +139,12 @@ int procs_write_bytes(int fd, json_t *obj, const char *key, const char *enc_key)
                 return 0;
         const char *enc = json_string_value(json_object_get(obj, enc_key));
         if (!enc || strcmp(enc, "base64") != 0)
-                return write_all(fd, s, n);
+                return write_out(fd, s, n);
         size_t len = 0;
         _cleanup_free_ uint8_t *d = b64_decode(s, n, &len);
         if (!d)
                 return errno == ENOMEM ? -ENOMEM : -EBADMSG;
-        return write_all(fd, d, len);
+        return write_out(fd, d, len);
 }
 
 void procs_print_text(FILE *f, const char *s) {

@@ -23,8 +23,12 @@ int procs_exit_status(json_t *obj);
 bool procs_exit_known(json_t *obj);
 
 /* Writes the bytes of obj's member key to fd: a string, base64 when obj's member enc_key is
- * "base64". A missing member writes nothing. Returns 0, or -errno (-EBADMSG: bad base64). */
+ * "base64". A missing member writes nothing. To a terminal (stdout or stderr), a terminal's
+ * control characters are shown as text (\x1b...) unless procs_set_raw(true); elsewhere (a
+ * pipe, a file) the bytes go as they are. Returns 0, or -errno (-EBADMSG: bad base64). */
 int procs_write_bytes(int fd, json_t *obj, const char *key, const char *enc_key);
+/* --raw: a sandbox's bytes go to the terminal as they are (its escape sequences act on it). */
+void procs_set_raw(bool raw);
 
 /* Prints s for one cell of a table: control characters (a command's newlines) as C escapes,
  * so each row stays one line. */

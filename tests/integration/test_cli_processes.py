@@ -553,3 +553,52 @@ def test_shell_unknown_sandbox(daemon, tmp_path, tmux_session):
 def test_shell_needs_a_terminal(daemon, sid):
     cp = cli(daemon, "shell", sid)
     assert cp.returncode == USAGE and "stdin is not a terminal" in text(cp.stderr), show(cp)
+
+
+# ------------------------------------------------------------------ a sandbox's bytes and your terminal
+
+def _on_a_terminal(argv, timeout=20):
+    """Runs argv with stdout and stderr on a pseudo-terminal; returns its exit status and all it
+    wrote there, as bytes."""
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every slave end closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return p.wait(timeout=10), out
+
+
+# OSC 52 (set the clipboard), CSI 6n (report the cursor, which the terminal types back in),
+# and a C1 CSI (U+009B, two bytes in UTF-8), with text and a tab and newline between them.
+HOSTILE = r"printf 'a\033]52;c;aGk=\007b\t\033[6nc\302\233?1049hd\n'"
+
+
+def test_exec_and_logs_show_a_sandboxs_escape_sequences_to_a_terminal(daemon):
+    sid = daemon.new_sandbox()
+    rc, out = _on_a_terminal([SBX_BIN, "exec", "--socket", daemon.path, sid, "--", HOSTILE])
+    assert rc == 0, out
+    assert b"\x1b" not in out and b"\xc2\x9b" not in out, out
+    assert b"a\\x1b]52;c;aGk=\\x07b\t\\x1b[6nc\\u009b?1049hd" in out, out
+    pid = daemon.start(sid, HOSTILE)["processId"]
+    daemon.wait_exit(pid)
+    rc, out = _on_a_terminal([SBX_BIN, "logs", "--socket", daemon.path, sid, pid])
+    assert rc == 0 and b"\x1b" not in out and b"a\\x1b]52;c;aGk=\\x07b" in out, out
+
+
+def test_raw_and_a_pipe_get_the_bytes_as_they_are(daemon):
+    sid = daemon.new_sandbox()
+    rc, out = _on_a_terminal([SBX_BIN, "exec", "--raw", "--socket", daemon.path, sid, "--", HOSTILE])
+    assert rc == 0 and b"a\x1b]52;c;aGk=\x07b" in out and b"\xc2\x9b" in out, out
+    p = subprocess.run([SBX_BIN, "exec", "--socket", daemon.path, sid, "--", HOSTILE],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert p.returncode == 0 and p.stdout == b"a\x1b]52;c;aGk=\x07b\t\x1b[6nc\xc2\x9b?1049hd\n", p
