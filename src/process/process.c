@@ -494,7 +494,10 @@ static SbxProcess *proc_new(SandboxCore *core, const char *command, size_t comma
                 shown[cl] = 0;
         }
         p->command = shown;
-        p->label = label ? strndup(label, SBX_PROCESS_LABEL_BYTES) : NULL;
+        /* The label is shown too: a secret put into it is redacted as in the command. */
+        size_t ll = 0;
+        if (label && redact_text(core->redact, label, strnlen(label, SBX_PROCESS_LABEL_BYTES), &p->label, &ll) < 0)
+                p->label = NULL;
         if (!p->command || (label && !p->label)) {
                 free(p->command);
                 free(p->label);

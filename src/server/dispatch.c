@@ -5,6 +5,7 @@
  * docs/PROTOCOL.md (a test keeps the file in sync). */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <strings.h>
 #include <string.h>
 #include "base/limits.h"
@@ -181,9 +182,21 @@ static int request_lane(Req *r, LaneId *ret, RpcError *e) {
         return 0;
 }
 
+/* An error about a sandbox may quote what the client gave (a path, a label) with a secret of
+ * the sandbox in it: redacted as the sandbox's output is. */
+static void redact_error(SbxSandbox *sb, RpcError *e) {
+        size_t len;
+        char *m = sbx_sandbox_redact(sb, e->message, strlen(e->message), &len);
+        if (m)
+                snprintf(e->message, sizeof e->message, "%s", m);
+        free(m);
+}
+
 /* Calls the handler of a request admitted to run now (holding a lane slot if it needs one). */
 static int handle(Req *r, const Method *m, json_t **ret, RpcError *e) {
         int rr = (m->flags & M_SANDBOX) && resolve_sandbox(r, e) < 0 ? -1 : m->fn(r, ret, e);
+        if (rr < 0 && r->sb)
+                redact_error(r->sb->sb, e);
         /* A slot not taken over by a Pending: the request is answered, the slot is free. */
         lanes_return_lent(&r->core->lanes);
         return rr;

@@ -132,6 +132,20 @@ def test_process_logs_and_stream_redacted(stdio):
     assert SECRET not in shown["command"] and "[REDACTED:API_TOKEN]" in shown["command"]
 
 
+def test_labels_and_error_messages_redacted(stdio):
+    """A secret the client put into a process label, or into a path a files call refuses,
+    comes back redacted: process.list shows labels, and errors quote paths."""
+    stdio.result("create", {"secrets": SECRETS})
+    q = stdio.result("process.start", {"command": "true", "label": f"deploy with {SECRET}"})
+    shown = [x for x in stdio.result("process.list")["processes"] if x["processId"] == q["processId"]][0]
+    assert shown["label"] == "deploy with [REDACTED:API_TOKEN]", shown
+    for method, params in (("files.read", {"path": f"/tmp/{SECRET}/missing"}),
+                           ("files.list", {"path": f"/home/user/{SECRET}"}),
+                           ("files.rm", {"path": f"/etc/{SECRET}"})):
+        err = stdio.error(method, params)
+        assert SECRET not in err["message"] and "[REDACTED:API_TOKEN]" in err["message"], (method, err)
+
+
 def test_history_redacted(stdio):
     stdio.result("create", {"secrets": SECRETS})
     run(stdio, f"X={SECRET}; true")
