@@ -6,8 +6,8 @@ compile_commands.json), asks `nm` what each defines and what it uses, and reads 
 `#include "..."` lines of every source and header. From that:
 
   check BUILD   fails (exit 1) on a call cycle between .c files, on a call from a folder
-                into a folder it may not use (LAYERS below), and on an include of such a
-                folder's header; prints each as a line.
+                into a folder it may not use (LAYERS below), on an include of such a
+                folder's header, and on a folder over MAX_FOLDER_LINES; prints each as a line.
   table BUILD   prints the layer table of docs/ARCHITECTURE.md (between its markers).
   doc BUILD DOC exits 1 when DOC's table is not what `table` prints (a TAP test).
   graph BUILD   prints every file-to-file edge, for reading.
@@ -57,6 +57,9 @@ LAYERS = [
 ]
 
 RANK = {name: i for i, (name, _, _) in enumerate(LAYERS)}
+
+# A folder past this many lines (its .c and .h files) holds more than one room's worth: split it.
+MAX_FOLDER_LINES = 6000
 
 
 def allowed():
@@ -195,6 +198,17 @@ def rel(p):
     return os.path.relpath(p, os.path.dirname(src_root()))
 
 
+def folder_lines():
+    """{folder: lines of its .c and .h files}."""
+    n = {}
+    for dirpath, _, names in os.walk(src_root()):
+        for name in names:
+            if name.endswith((".c", ".h")):
+                with open(os.path.join(dirpath, name), errors="replace") as f:
+                    n[folder_of(dirpath + os.sep)] = n.get(folder_of(dirpath + os.sep), 0) + sum(1 for _ in f)
+    return n
+
+
 def check(build, out=print):
     edges = call_graph(build)
     ok = allowed()
@@ -221,6 +235,9 @@ def check(build, out=print):
         f, g = folder_of(path), folder_of(hdr)
         if f in RANK and g not in ok[f]:
             problems.append(f"upward include: {rel(path)}:{line} includes {rel(hdr)}: '{f}' may not use '{g}'")
+    for f, n in sorted(folder_lines().items()):
+        if n > MAX_FOLDER_LINES:
+            problems.append(f"src/{f}/ has {n} lines, over {MAX_FOLDER_LINES}: more than one room's worth, split it")
     for p in problems:
         out(p)
     n = sum(len(v) for v in edges.values())
@@ -244,17 +261,13 @@ def table(build):
             f, g = folder_of(src), folder_of(dst)
             if f != g:
                 used.setdefault(f, set()).add(g)
-    lines = ["| layer | may use | calls now | files | lines | owns |", "|---|---|---|---|---|---|"]
+    lines = ["| layer | may use | calls now | files | owns |", "|---|---|---|---|---|"]
     for name, uses, owns in LAYERS:
         fs = sorted(files.get(name, []))
         hs = sorted(headers.get(name, []))
-        nlines = 0
-        for n in fs + hs:
-            with open(os.path.join(src_root(), name, n), errors="replace") as f:
-                nlines += sum(1 for _ in f)
         calls = ", ".join(f"`{u}`" for u in sorted(used.get(name, ()), key=lambda x: RANK.get(x, 99)))
         lines.append(f"| `{name}` | {', '.join(f'`{u}`' for u in uses) or '—'} | {calls or '—'} | "
-                     f"{' '.join(f'`{n}`' for n in fs + hs)} | {nlines} | {owns} |")
+                     f"{' '.join(f'`{n}`' for n in fs + hs)} | {owns} |")
     return "\n".join(lines) + "\n"
 
 

@@ -392,6 +392,12 @@
 #define SBX_AUDIT_MIN_MAX_BYTES 4096ULL
 #define SBX_AUDIT_DEFAULT_KEEP 5U
 #define SBX_AUDIT_MAX_KEEP 1000U
+/* `network.denied` events of one sandbox: up to the burst at once, then so many a second; past
+ * that they are counted, and one `network.denied.suppressed` event says how many before the
+ * sandbox's next one that is written, or its end. A sandbox's refused requests (it makes them
+ * at will) cannot then push other sandboxes' events out of the rotated files. */
+#define SBX_AUDIT_DENIED_BURST 100U
+#define SBX_AUDIT_DENIED_PER_S 10U
 /* After a failed write (a full disk), the writer tries again this often on its own, so the
  * log recovers (and fail-closed lets runs in again) without waiting for the next event. */
 #define SBX_AUDIT_RETRY_MS 1000U

@@ -503,6 +503,35 @@ void audit_event(Audit *a, const char *type, const SrvSandbox *sb, const Conn *c
         audit_finish(a, audit_begin(a, type, sb, c), fields);
 }
 
+void audit_flush_suppressed(Audit *a, SrvSandbox *sb) {
+        if (a && sb && sb->denied_suppressed) {
+                audit_event(a, "network.denied.suppressed", sb, NULL,
+                            json_pack("{s:I}", "count", (json_int_t)sb->denied_suppressed));
+                sb->denied_suppressed = 0;
+        }
+}
+
+void audit_event_limited(Audit *a, const char *type, SrvSandbox *sb, json_t *fields) {
+        if (!a) {
+                json_decref(fields);
+                return;
+        }
+        uint64_t now = now_ns() / 1000000, full = (uint64_t)SBX_AUDIT_DENIED_BURST * 1000;
+        if (!sb->denied_at_ms)
+                sb->denied_tokens = full;
+        else
+                sb->denied_tokens = MIN(full, sb->denied_tokens + (now - sb->denied_at_ms) * SBX_AUDIT_DENIED_PER_S);
+        sb->denied_at_ms = now;
+        if (sb->denied_tokens < 1000) {
+                sb->denied_suppressed++;
+                json_decref(fields);
+                return;
+        }
+        sb->denied_tokens -= 1000;
+        audit_flush_suppressed(a, sb);
+        audit_event(a, type, sb, NULL, fields);
+}
+
 json_t *audit_outcome(int rr, json_t *fields) {
         if (rr < 0 && fields) {
                 const char *name = strerrorname_np(-rr);

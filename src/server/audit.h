@@ -53,6 +53,13 @@ void audit_event(Audit *a, const char *type, const SrvSandbox *sb, const Conn *c
 /* The same with the client given as numbers (-1: unknown), for a connection that never
  * became one (connection.refused). */
 void audit_event_peer(Audit *a, const char *type, const SrvSandbox *sb, long uid, long pid, json_t *fields);
+/* An event a sandbox can cause at will (network.denied): written while the sandbox's share
+ * allows (SBX_AUDIT_DENIED_BURST at once, then SBX_AUDIT_DENIED_PER_S a second), else counted;
+ * the count goes out as one `network.denied.suppressed` event ({count}) before the sandbox's
+ * next event written this way, or at audit_flush_suppressed(). sb may not be NULL. */
+void audit_event_limited(Audit *a, const char *type, SrvSandbox *sb, json_t *fields);
+/* sb is going: the events it had suppressed are said now. */
+void audit_flush_suppressed(Audit *a, SrvSandbox *sb);
 #define AUDIT(a, type, sb, c, fields)                                                                \
         do {                                                                                     \
                 Audit *audit_a_ = (a);                                                           \

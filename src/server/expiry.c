@@ -48,6 +48,7 @@ static void finish(Expiring *x, const char *error) {
                 json_t *f = json_pack("{s:s}", "reason", x->why);
                 if (f)
                         json_object_set_new(f, error ? "exportError" : "export", json_string(error ? error : x->path));
+                audit_flush_suppressed(x->core->audit, sb);
                 AUDIT(x->core->audit, "sandbox.destroy", sb, NULL, f);
                 registry_destroy(sb);
         }

@@ -378,6 +378,7 @@ int registry_add_id(Registry *reg, SbxSandbox *box, const char *id, Conn *owner,
 }
 
 void registry_destroy(SrvSandbox *sb) {
+        audit_flush_suppressed(sb->registry->audit, sb);
         Registry *reg = sb->registry;
         if (sb->timer >= 0) {
                 loop_del(sb->loop, &sb->timer_w);
@@ -455,6 +456,7 @@ static void expiry_event(Watch *w, uint32_t events) {
         if (sb->owner)
                 conn_notify(sb->owner, "sandbox.expired",
                             json_pack("{s:s, s:s}", "sandboxId", sb->id, "reason", why));
+        audit_flush_suppressed(sb->registry->audit, sb);
         AUDIT(sb->registry->audit, "sandbox.destroy", sb, NULL, json_pack("{s:s}", "reason", why));
         registry_destroy(sb);
 }
@@ -487,6 +489,7 @@ void registry_touch(SrvSandbox *sb) { sb->used_ms = now_ms(); }
 void registry_destroy_owned(Registry *reg, const Conn *owner) {
         /* Looked up again each time: the record goes with the owner's last sandbox. */
         for (RegOwner *o; (o = owner_find(reg, owner));) {
+                audit_flush_suppressed(reg->audit, o->head);
                 AUDIT(reg->audit, "sandbox.destroy", o->head, owner, json_pack("{s:s}", "reason", "owner closed"));
                 registry_destroy(o->head);
         }
@@ -494,6 +497,7 @@ void registry_destroy_owned(Registry *reg, const Conn *owner) {
 
 void registry_destroy_all(Registry *reg) {
         while (reg->head) {
+                audit_flush_suppressed(reg->audit, reg->head);
                 AUDIT(reg->audit, "sandbox.destroy", reg->head, NULL, json_pack("{s:s}", "reason", "shutdown"));
                 registry_destroy(reg->head);
         }

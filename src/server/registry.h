@@ -54,6 +54,9 @@ typedef struct SrvSandbox {
         int timer;
         Watch timer_w;
         Loop *loop;
+        /* Its network.denied events (audit_event_limited): a token bucket in thousandths of an
+         * event, refilled since denied_at_ms, and the events left out since the last written. */
+        uint64_t denied_tokens, denied_at_ms, denied_suppressed;
 } SrvSandbox;
 
 /* Invariants: every sandbox is on the list from head and in by_id (a power-of-two table of

@@ -276,14 +276,18 @@ void server_set_pool(Server *s, unsigned n) {
 
 struct SbxContext *server_context(Server *s) { return s->core.ctx; }
 /* Every request an allowlist proxy refused (or could not serve): a `network.denied` audit
- * event, and a line on stderr. */
+ * event (within the sandbox's share: audit_event_limited()), and a line on stderr. */
 static void egress_refused(void *ud, SbxSandbox *sb, const SbxEgressEvent *ev) {
         Server *s = ud;
         log_info("sandbox %s: egress %d: %s", sbx_sandbox_id(sb), ev->status, ev->reason);
         SrvSandbox *srv = registry_find_id(&s->core.registry, sbx_sandbox_id(sb));
-        audit_event(s->core.audit, "network.denied", srv, NULL,
-                    json_pack("{s:s, s:i, s:i, s:s}", "host", ev->host ? ev->host : "", "port", (int)ev->port, "status",
-                              ev->status, "reason", ev->reason ? ev->reason : ""));
+        json_t *f = json_pack("{s:s, s:i, s:i, s:s}", "host", ev->host ? ev->host : "", "port", (int)ev->port, "status",
+                              ev->status, "reason", ev->reason ? ev->reason : "");
+        /* Limited per sandbox: it makes refused requests at will. */
+        if (srv)
+                audit_event_limited(s->core.audit, "network.denied", srv, f);
+        else
+                audit_event(s->core.audit, "network.denied", NULL, NULL, f);
 }
 
 int server_set_egress(Server *s, const char *hosts_file, const char *const *allow_private, const char *ca_file,

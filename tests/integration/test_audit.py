@@ -502,6 +502,48 @@ def test_network_denials_are_audited(tmpdir_):
     assert verify(d.log).returncode == 0
 
 
+FLOOD = r"""
+import socket
+n = 0
+for i in range(600):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+    if s.recv(64).startswith(b"HTTP/1.1 403"):
+        n += 1
+    s.close()
+print(n)
+"""
+
+
+def test_a_sandbox_cannot_flush_the_audit_trail(tmpdir_):
+    """One sandbox's refused requests (600, as fast as it can) are written up to its share and
+    counted past it, so another sandbox's run and the server's start stay in the kept files
+    of a small log (before: 88,146 events in 25 s rotated them out)."""
+    d = Daemon(tmpdir_, "--audit-max-bytes", "65536", "--audit-keep", "2")
+    try:
+        a = d.connect()
+        victim = a.result("sandbox.create", {})["sandboxId"]
+        assert a.result("run", {"sandboxId": victim, "command": "echo victim-ran"})["stdout"] == "victim-ran\n"
+        sid = a.result("sandbox.create", {"network": "allowlist", "networkAllow": ["allowed.test"]})["sandboxId"]
+        out = a.result("run", {"sandboxId": sid, "command": f"python3 -c '{FLOOD}'", "timeoutMs": 120000},
+                       timeout=150)
+        refused = int(out["stdout"])
+        assert refused == 600, out
+        a.result("sandbox.destroy", {"sandboxId": sid})
+    finally:
+        d.stop()
+    kept = [p for p in (d.log + ".1", d.log) if os.path.exists(p)]
+    evs = [e for p in kept for e in events(p)]
+    types = [e["type"] for e in evs]
+    assert "server.start" in types, types[:5]
+    assert any(e["type"] == "run.end" and e.get("sandboxId") == victim for e in evs)
+    denied = [e for e in evs if e["type"] == "network.denied" and e.get("sandboxId") == sid]
+    suppressed = sum(e["count"] for e in evs if e["type"] == "network.denied.suppressed" and e.get("sandboxId") == sid)
+    assert suppressed > 0 and len(denied) < 600, (len(denied), suppressed)
+    assert len(denied) + suppressed == 600, (len(denied), suppressed)
+    assert verify(*kept).returncode == 0
+
+
 def test_a_secret_across_the_command_cut_is_not_shown(tmpdir_):
     secret = "Zq7LongProductionApiKeyValue0123456789"
     d = Daemon(tmpdir_)
