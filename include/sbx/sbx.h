@@ -450,9 +450,12 @@ SBX_API SbxUpload *sbx_upload_find(SbxSandbox *sb, const char *id);
 SBX_API const char *sbx_upload_id(const SbxUpload *u);
 SBX_API const char *sbx_upload_path(const SbxUpload *u);
 SBX_API const void *sbx_upload_owner(const SbxUpload *u);
-/* Appends data. On failure u is freed (its temp file removed). Returns 0 or -errno. */
+/* Appends data. On failure u is freed (its temp file removed), but for -EBUSY (the sandbox's
+ * files are being copied or replaced) and -EAGAIN, which wrote nothing and leave u as it was,
+ * to be written again. Returns 0 or -errno. */
 SBX_API int sbx_upload_write(SbxUpload *u, const void *data, size_t len);
-/* Renames the temp file over the path. Frees u whatever the result. Returns 0 or -errno. */
+/* Renames the temp file over the path. Frees u whatever the result, but for -EBUSY and -EAGAIN
+ * (as sbx_upload_write()). Returns 0 or -errno. */
 SBX_API int sbx_upload_commit(SbxUpload *u);
 /* Abandons the upload: its temp file is removed. */
 SBX_API SbxUpload *sbx_upload_free(SbxUpload *u);

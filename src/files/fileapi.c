@@ -192,9 +192,14 @@ const char *sbx_upload_id(const SbxUpload *u) { return u->id; }
 const char *sbx_upload_path(const SbxUpload *u) { return u->path; }
 const void *sbx_upload_owner(const SbxUpload *u) { return u->owner; }
 
+/* A part refused because the tree is being copied or replaced (-EBUSY) or not built yet
+ * (-EAGAIN) changed nothing: the upload stays, for the client to send it again. Any other
+ * failure ends it. */
 int sbx_upload_write(SbxUpload *u, const void *data, size_t len) {
         FsCtx c;
         int r = fs_ctx_write(u->set->sb, u->path, &c);
+        if (r == -EBUSY || r == -EAGAIN)
+                return r;
         if (r == 0)
                 r = fs_upload_write(&c, &u->fs, data, len, u->path);
         if (r < 0)
@@ -205,6 +210,8 @@ int sbx_upload_write(SbxUpload *u, const void *data, size_t len) {
 int sbx_upload_commit(SbxUpload *u) {
         FsCtx c;
         int r = fs_ctx_write(u->set->sb, u->path, &c);
+        if (r == -EBUSY || r == -EAGAIN)
+                return r;
         if (r == 0)
                 r = fs_upload_commit(&c, &u->fs, u->path);
         sbx_upload_free(u);

@@ -136,8 +136,8 @@ static int upload_begin(Req *r, const char *path, int mode, json_t **ret, RpcErr
         if (param_data(r, true, &data, &n, e) < 0)
                 return -1;
         int rr = sbx_upload_begin(r->sb->sb, path, mode, r->conn, &u);
-        if (rr == 0)
-                rr = sbx_upload_write(u, data, n); /* frees u when it fails */
+        if (rr == 0 && (rr = sbx_upload_write(u, data, n)) < 0 && (rr == -EBUSY || rr == -EAGAIN))
+                sbx_upload_free(u); /* no uploadId was given: it cannot be sent again */
         free(data);
         if (rr < 0)
                 return files_fail(e, rr, path);
@@ -145,8 +145,10 @@ static int upload_begin(Req *r, const char *path, int mode, json_t **ret, RpcErr
         return 0;
 }
 
-/* A later step of an upload this connection began. Any failure ends the upload (its temp
- * file removed): a client cannot go on from a part it does not know was written. */
+/* A later step of an upload this connection began. A part refused because the sandbox's files
+ * are being copied or replaced (EBUSY) changed nothing and may be sent again; any other failure
+ * ends the upload (its temp file removed): a client cannot go on from a part it does not know
+ * was written. */
 static int upload_next(Req *r, const char *path, UploadStep step, json_t **ret, RpcError *e) {
         const char *id = NULL;
         uint8_t *data = NULL;
@@ -171,8 +173,15 @@ static int upload_next(Req *r, const char *path, UploadStep step, json_t **ret, 
         else if (has_param(r, "mode"))
                 rpc_fail(e, RPC_INVALID_PARAMS, "mode goes with upload \"begin\" only");
         else if (param_data(r, true, &data, &n, e) == 0) {
-                int rr = sbx_upload_write(u, data, n); /* frees u when it fails */
+                int rr = sbx_upload_write(u, data, n); /* frees u when it fails but for EBUSY */
                 free(data);
+                if (rr == -EBUSY || rr == -EAGAIN) {
+                        files_fail(e, rr, path);
+                        size_t len = strlen(e->message);
+                        snprintf(e->message + len, sizeof e->message - len,
+                                 " (the upload goes on: nothing of this part was written, send it again)");
+                        return -1;
+                }
                 if (rr == 0 && step == UP_COMMIT) {
                         rr = sbx_upload_commit(u);
                         AUDIT(r->core->audit, "files.write", r->sb, r->conn,
@@ -337,8 +346,9 @@ const Method server_methods_files[] = {
           "Writes a file atomically (temp file + rename), creating missing parents; or appends. A file too large "
           "for one request is an upload: its parts go to a hidden temp file next to it (\".sbx-<random>.tmp\") that "
           "\"commit\" renames into place. \"abort\", the upload's first failed request (its temp file is removed "
-          "at once, so the sandbox's space is as before), its connection closing and its sandbox going all end it. "
-          "An uploadId is for the connection that began it; at most 16 uploads are open per sandbox. A full filesystem is ENOSPC (or EDQUOT) with the path and the limit." },
+          "at once, so the sandbox's space is as before), its connection closing and its sandbox going all end it; "
+          "but a part refused with EBUSY (the sandbox's files are being copied or replaced: a fork, snapshot, restore "
+          "or import) wrote nothing and may be sent again. An uploadId is for the connection that began it; at most 16 uploads are open per sandbox. A full filesystem is ENOSPC (or EDQUOT) with the path and the limit." },
         { "files.list", m_files_list, M_SANDBOX, p_files_list, "{entries: [" FILE_INFO "]}", "Lists a directory." },
         { "files.stat", m_files_stat, M_SANDBOX, p_files_path, FILE_INFO, "Describes a path (symlinks not followed)." },
         { "files.exists", m_files_exists, M_SANDBOX, p_files_path, "{exists}", "Whether a path exists." },

@@ -8,6 +8,7 @@ closing, the sandbox going) removes it, giving the sandbox its space back.
 """
 import base64
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -193,6 +194,45 @@ def test_failed_part_ends_the_upload(sb):
     assert (code, msg) == (1, "ENOSPC: the sandbox's filesystem is full (its limit, fsLimitBytes, is 8M): one.bin")
     assert temps(sb) == [] and space(sb) == before
     sb.result("files.write", {"path": "small", "data": b64(b"fits")})
+
+
+def test_a_part_refused_while_the_tree_is_copied_can_be_sent_again():
+    """A part that arrives while a snapshot copies the tree is refused with EBUSY and changes
+    nothing: the upload goes on, the same part sent again lands, and the file is whole (before,
+    the refusal had ended the upload and the retry got "Unknown uploadId")."""
+    peer = start()
+    try:
+        # A tree whose copy takes a while, so that parts arrive while it is busy.
+        peer.sh("for i in $(seq 200); do head -c 512K /dev/urandom > /home/user/f$i; done")
+        landed = [os.urandom(64 * 1024)]
+        uid = begin(peer, "up.bin", landed[0])
+        busy = 0
+        for _ in range(5):
+            if busy:
+                break
+            snap = peer.send("snapshot.create", {})
+            key = json.dumps(snap)
+            while True:
+                part = os.urandom(64 * 1024)
+                ans = step(peer, "up.bin", uid, "append", part)
+                if "error" in ans:
+                    assert ans["error"]["message"].startswith("EBUSY") and "send it again" in ans["error"]["message"], ans
+                    busy += 1
+                    assert "result" in peer.wait(snap, timeout=120)
+                    ans = step(peer, "up.bin", uid, "append", part)
+                assert "result" in ans, ans
+                landed.append(part)
+                with peer.cond:
+                    done = key in peer.answers
+                if done or busy:
+                    peer.wait(snap, timeout=120) if not busy else None
+                    break
+        assert busy > 0, "no part arrived while the tree was copied: the test proved nothing"
+        assert "result" in step(peer, "up.bin", uid, "commit")
+        got = peer.sh("sha256sum /home/user/up.bin | cut -c1-64").strip()
+        assert got == hashlib.sha256(b"".join(landed)).hexdigest()
+    finally:
+        stop(peer)
 
 
 def test_failed_append_leaves_the_file_as_it_was(sb):
