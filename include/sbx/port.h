@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "sbx/sbx.h"
 
 #ifdef __cplusplus
@@ -23,6 +24,8 @@ typedef struct SbxPort {
         uint16_t port;        /* inside the sandbox */
         uint16_t host_port;   /* on the host's 127.0.0.1 */
         unsigned connections; /* forwarded now */
+        uid_t owner;          /* who may connect besides root; (uid_t)-1: anyone */
+        unsigned refused;     /* connections refused for their uid */
 } SbxPort;
 
 /* Starts forwarding host 127.0.0.1:*ret_host_port (a free port the kernel picks) to port in the
@@ -33,6 +36,11 @@ SBX_API int sbx_port_expose(SbxSandbox *sb, uint16_t port, uint16_t *ret_host_po
 /* Stops forwarding port: closes its listening socket and its connections. Returns 0, or
  * -ENOENT when port is not exposed. */
 SBX_API int sbx_port_unexpose(SbxSandbox *sb, uint16_t port);
+/* Who may connect to an exposed port: only clients whose socket belongs to uid `owner` (and
+ * root's), the others reset at accept (the kernel says whose each socket is, through
+ * NETLINK_SOCK_DIAG); (uid_t)-1, the default after sbx_port_expose(): any process of the host,
+ * a `network: host` sandbox's included. Returns 0 or -ENOENT (not exposed). */
+SBX_API int sbx_port_set_owner(SbxSandbox *sb, uint16_t port, uid_t owner);
 /* Fills up to max entries, in order of port; returns how many ports are exposed. */
 SBX_API size_t sbx_port_list(SbxSandbox *sb, SbxPort *out, size_t max);
 /* Whether a TCP socket of the sandbox's network namespace listens on port (any address, IPv4

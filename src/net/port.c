@@ -28,6 +28,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include "base/job.h"
 #include "base/limits.h"
 #include "base/list.h"
@@ -70,6 +73,8 @@ struct Port {
         int fd; /* listening on 127.0.0.1:host_port */
         Watch w;
         bool paused; /* out of fds or memory: the retry timer listens again */
+        uid_t owner;  /* only this uid (and root) may connect; (uid_t)-1: anyone (sbx_port_set_owner) */
+        unsigned refused; /* connections refused for their uid */
         Fwd *fwds;
         unsigned n_fwds; /* at most SBX_MAX_PORT_CONNECTIONS */
 };
@@ -511,6 +516,60 @@ static void fwd_free(Fwd *f, bool reset) {
         free(f);
 }
 
+/* ---------------------------------------------------------------- who may connect */
+
+int port_socket_uid(int fd, uid_t *ret) {
+        struct sockaddr_in local, peer;
+        socklen_t ll = sizeof local, pl = sizeof peer;
+        if (getsockname(fd, (struct sockaddr *)&local, &ll) < 0 || getpeername(fd, (struct sockaddr *)&peer, &pl) < 0)
+                return negerrno();
+        if (local.sin_family != AF_INET || peer.sin_family != AF_INET)
+                return -EAFNOSUPPORT;
+        _cleanup_close_ int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+        if (nl < 0)
+                return negerrno();
+        /* The peer's own socket, looked up by its four numbers: from its side, it is the
+         * source and this end the destination. */
+        struct {
+                struct nlmsghdr nlh;
+                struct inet_diag_req_v2 r;
+        } req = {
+                .nlh = { .nlmsg_len = sizeof req, .nlmsg_type = SOCK_DIAG_BY_FAMILY, .nlmsg_flags = NLM_F_REQUEST },
+                .r = { .sdiag_family = AF_INET, .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0U,
+                       .id = { .idiag_sport = peer.sin_port, .idiag_dport = local.sin_port,
+                               .idiag_src = { peer.sin_addr.s_addr }, .idiag_dst = { local.sin_addr.s_addr },
+                               .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
+        };
+        struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+        if (sendto(nl, &req, sizeof req, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0)
+                return negerrno();
+        union {
+                struct nlmsghdr h;
+                char b[1024];
+        } ans;
+        ssize_t n = recv(nl, &ans, sizeof ans, 0);
+        if (n < 0)
+                return negerrno();
+        struct nlmsghdr *h = &ans.h;
+        if (!NLMSG_OK(h, (size_t)n))
+                return -EBADMSG;
+        if (h->nlmsg_type == NLMSG_ERROR) {
+                const struct nlmsgerr *e = NLMSG_DATA(h);
+                return e->error < 0 ? e->error : -ENOENT;
+        }
+        if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+                return -EBADMSG;
+        *ret = ((const struct inet_diag_msg *)NLMSG_DATA(h))->idiag_uid;
+        return 0;
+}
+
+/* Whether the client of an accepted connection is the owner or root. A client whose socket
+ * cannot be found (gone already, or not on this host's loopback) is not. */
+static bool peer_allowed(int fd, uid_t owner) {
+        uid_t uid;
+        return port_socket_uid(fd, &uid) == 0 && (uid == owner || uid == 0);
+}
+
 /* ---------------------------------------------------------------- listeners */
 
 static void listener_event(Watch *w, uint32_t events);
@@ -553,6 +612,11 @@ static void listener_event(Watch *w, uint32_t events) {
                         log_warn("sandbox %s: port %u: accept: %m", sbx_sandbox_id(p->set->sb), p->port);
                         listener_pause(p);
                         return;
+                }
+                if (p->owner != (uid_t)-1 && !peer_allowed(fd, p->owner)) {
+                        p->refused++;
+                        pump_reset_close(fd);
+                        continue;
                 }
                 Fwd *f = p->n_fwds < SBX_MAX_PORT_CONNECTIONS ? calloc(1, sizeof *f) : NULL;
                 if (!f) {
@@ -648,6 +712,7 @@ int sbx_port_expose(SbxSandbox *sb, uint16_t port, uint16_t *ret_host_port) {
                 return -ENOMEM;
         p->set = set;
         p->port = port;
+        p->owner = (uid_t)-1;
         p->host_port = ntohs(a.sin_port);
         int r = loop_add(set->loop, &p->w, fd, EPOLLIN, listener_event, p);
         if (r < 0) {
@@ -681,6 +746,15 @@ int sbx_port_unexpose(SbxSandbox *sb, uint16_t port) {
         return 0;
 }
 
+int sbx_port_set_owner(SbxSandbox *sb, uint16_t port, uid_t owner) {
+        PortSet *set = port_set(sb, false);
+        Port *p = set ? port_find(set, port) : NULL;
+        if (!p)
+                return -ENOENT;
+        p->owner = owner;
+        return 0;
+}
+
 size_t sbx_port_list(SbxSandbox *sb, SbxPort *out, size_t max) {
         PortSet *set = port_set(sb, false);
         if (!set)
@@ -692,7 +766,8 @@ size_t sbx_port_list(SbxSandbox *sb, SbxPort *out, size_t max) {
                 for (const Port *p = set->ports; p; p = p->next)
                         if (p->port > last && (!next || p->port < next->port))
                                 next = p;
-                out[k] = (SbxPort){ .port = next->port, .host_port = next->host_port, .connections = next->n_fwds };
+                out[k] = (SbxPort){ .port = next->port, .host_port = next->host_port, .connections = next->n_fwds,
+                                    .owner = next->owner, .refused = next->refused };
                 last = next->port;
         }
         return set->n_ports;

@@ -11,3 +11,7 @@
  * listens (state 0A) on port. Returns 1, 0, or -errno when reading fails. fd stays the
  * caller's. */
 int port_scan_tcp(int fd, uint16_t port);
+/* The uid that owns the other end of an accepted TCP connection on this host (NETLINK_SOCK_DIAG,
+ * looked up by the connection's addresses and ports). Returns 0, or -errno (-ENOENT: no such
+ * socket here, it closed or lives in another network namespace). */
+int port_socket_uid(int fd, uid_t *ret);

@@ -7,6 +7,8 @@ import hashlib
 import os
 import signal
 import socket
+import sys
+import subprocess
 import threading
 import time
 import urllib.error
@@ -150,7 +152,8 @@ def test_http_server_exposed_listed_unexposed(stdio):
     with pytest.raises(urllib.error.HTTPError) as e:
         get(hp, "/missing")
     assert e.value.code == 404
-    assert stdio.result("port.list") == {"ports": [{"port": 8000, "host": "127.0.0.1", "hostPort": hp}]}
+    assert stdio.result("port.list") == {"ports": [{"port": 8000, "host": "127.0.0.1", "hostPort": hp,
+                                                    "ownerUid": os.geteuid(), "refused": 0}]}
     # The host's loopback only: another address of the host does not answer.
     other = host_ipv4()
     if other:
@@ -166,6 +169,51 @@ def test_http_server_exposed_listed_unexposed(stdio):
     # The server itself still runs: exposed again, on a new host port, it answers.
     hp2 = stdio.result("port.expose", {"port": 8000})["port"]
     assert get(hp2, "/page.txt") == page.encode()
+
+
+GET_AS = r"""
+import socket, sys
+try:
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+    s.sendall(b"GET /page.txt HTTP/1.0\r\n\r\n")
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+    print(data.split(b"\r\n")[0].decode() if data else "closed")
+except (ConnectionResetError, BrokenPipeError):
+    print("reset")
+"""
+
+
+def get_as(uid, host_port):
+    """An HTTP GET through the exposed port from a process of another user."""
+    p = subprocess.run([sys.executable, "-c", GET_AS, str(host_port)], capture_output=True, text=True, timeout=30,
+                       preexec_fn=lambda: os.setuid(uid))
+    return p.stdout.strip() or p.stderr
+
+
+def test_only_the_exposing_clients_user_connects_unless_public(stdio):
+    """A port is the exposing client's: another user of the host (here nobody, 65534) is reset
+    at accept and counted, root and the client's own user get through; public: true opens it
+    to every process of the host. Before, any local user (or a network "host" sandbox) could
+    reach every exposed port."""
+    stdio.result("create")
+    stdio.result("files.write", {"path": "/tmp/page.txt", "data": base64.b64encode(b"hi").decode()})
+    start_http(stdio)
+    r = stdio.result("port.expose", {"port": 8000})
+    assert r["public"] is False, r
+    assert get(r["port"], "/page.txt") == b"hi"
+    assert get_as(65534, r["port"]) in ("reset", "closed"), "another user got through"
+    [listed] = stdio.result("port.list")["ports"]
+    assert listed["ownerUid"] == os.geteuid() and listed["refused"] == 1, listed
+    stdio.result("port.unexpose", {"port": 8000})
+    r = stdio.result("port.expose", {"port": 8000, "public": True})
+    assert r["public"] is True
+    assert get_as(65534, r["port"]) == "HTTP/1.0 200 OK"
+    assert stdio.result("port.list")["ports"][0]["ownerUid"] is None
 
 
 def test_bad_input_changes_nothing(stdio):
