@@ -104,6 +104,9 @@ typedef enum SbxErrorClass {
                                      sandbox at its memory limit meanwhile (cgroup events) */
         SBX_ERROR_FS_FULL,        /* the command failed and the sandbox's filesystem was left
                                      without free bytes or inodes */
+        SBX_ERROR_UNAVAILABLE,    /* exit code 1, nothing ran: the daemon could not start it (out
+                                     of file descriptors or memory); stderr says which. Retry
+                                     later */
 } SbxErrorClass;
 
 typedef enum SbxStream { SBX_STDOUT = 1, SBX_STDERR = 2 } SbxStream;

@@ -187,7 +187,7 @@ export class CommandResult {
   readonly truncated: { stdout: boolean; stderr: boolean } | null;
   /** What went past the caps, or null. */
   readonly droppedBytes: { stdout: number; stderr: number } | null;
-  readonly errorClass: "TIMEOUT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PIDS_LIMIT" | "OOM" | "FS_FULL" | null;
+  readonly errorClass: "TIMEOUT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PIDS_LIMIT" | "OOM" | "FS_FULL" | "UNAVAILABLE" | null;
   /** Processes a timeout, cancel or process limit killed. */
   readonly killedProcesses: number;
   /** Standard output exactly as written. */

@@ -433,6 +433,9 @@ static void report(int n, const RunArgs *a, const RunState *rs) {
                                 "--fs-size and --files raise them)\n",
                         n, rs->exit_code, lim, (unsigned long long)(l->file_count ? l->file_count : SBX_DEFAULT_FILE_COUNT));
                 break;
+        case SBX_ERROR_UNAVAILABLE:
+                fprintf(stderr, "sbx: command %d was not run: the command could not be started (see its stderr)\n", n);
+                break;
         case SBX_ERROR_LIMIT_EXCEEDED:
                 format_size(l->command_bytes ? l->command_bytes : SBX_DEFAULT_COMMAND_BYTES, lim, sizeof lim);
                 fprintf(stderr, "sbx: command %d was not run: it is longer than the command limit (%s)\n", n, lim);

@@ -124,6 +124,9 @@ static const char *error_class_note(const char *cls) {
                 return "the sandbox's process limit was reached: a fork was refused and the command was stopped";
         if (strcmp(cls, "LIMIT_EXCEEDED") == 0)
                 return "a limit was exceeded and nothing ran (see stderr)";
+        if (strcmp(cls, "UNAVAILABLE") == 0)
+                return "the server could not start the command (out of file descriptors or memory) and nothing ran: "
+                       "try again later";
         return NULL;
 }
 

@@ -282,7 +282,9 @@ const Method server_methods_run[] = {
           "LIMIT_EXCEEDED (1, nothing ran), PIDS_LIMIT (1: a fork was refused at the sandbox's process limit "
           "and the run was stopped at once; stderr says how many processes earlier commands left running), "
           "OOM (the command failed and the kernel killed a process of the sandbox at its memory limit), "
-          "FS_FULL (the command failed and the sandbox's filesystem has no free bytes or inodes left). "
+          "FS_FULL (the command failed and the sandbox's filesystem has no free bytes or inodes left), "
+          "UNAVAILABLE (1, nothing ran: the daemon could not start it, out of file descriptors or memory; "
+          "stderr says which; try again later). "
           "droppedBytes: output past the caps, read and thrown away. killedProcesses: how many processes "
           "of the command a timeout, cancel or process limit killed." },
         { "cancel", m_cancel, 0, p_cancel, "{ok: true}",

@@ -282,11 +282,20 @@ void cgroup_root_close(CgroupRoot *r) {
         r->v2 = r->v1_memory = r->v1_pids = r->v1_cpu = -1;
 }
 
+/* Makes and opens a cgroup directory; one it made and could not open (out of fds) is removed
+ * again, so no failure leaves a directory behind. */
 static int mkdirat_open(int dirfd, const char *name) {
-        if (mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST)
+        bool made = mkdirat(dirfd, name, 0755) == 0;
+        if (!made && errno != EEXIST)
                 return negerrno();
         int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        return fd < 0 ? negerrno() : fd;
+        if (fd < 0) {
+                int r = negerrno();
+                if (made)
+                        (void)unlinkat(dirfd, name, AT_REMOVEDIR);
+                return r;
+        }
+        return fd;
 }
 
 /* cpu.max (v2) or cpu.cfs_quota_us (v1): `millis` thousandths of a CPU in every

@@ -51,6 +51,7 @@ const char *sbx_error_class_name(SbxErrorClass c) {
         case SBX_ERROR_PIDS_LIMIT: return "PIDS_LIMIT";
         case SBX_ERROR_OOM: return "OOM";
         case SBX_ERROR_FS_FULL: return "FS_FULL";
+        case SBX_ERROR_UNAVAILABLE: return "UNAVAILABLE";
         case SBX_ERROR_NONE:
         default: return NULL;
         }

@@ -602,11 +602,23 @@ static void pump(SbxSession *s) {
         SbxRun *r = s->current;
         if (!r || r->sent || !session_idle(s))
                 return;
-        if (run_send(s, r) < 0) {
-                log_debug("session %s: cannot send run", s->name);
+        int rr = run_send(s, r);
+        if (rr < 0) {
+                log_debug("session %s: cannot send run: %s", s->name, strerror(-rr));
                 if (r->sent) {
                         run_kill(r, SBX_ERROR_CANCELLED);
                 } else {
+                        /* Nothing ran: said as such, never a bare exit 1. */
+                        char msg[256];
+                        int n = snprintf(msg, sizeof msg, "sbx: the command could not be started: %s%s; nothing ran, "
+                                         "try again later\n", strerror(-rr),
+                                         rr == -EMFILE || rr == -ENFILE ? " (the daemon is out of file descriptors)"
+                                         : rr == -ENOMEM                 ? " (the daemon is out of memory)"
+                                                                         : "");
+                        (void)buf_append(&r->err, msg, (size_t)MIN(n, (int)sizeof msg - 1));
+                        if (r->on_output)
+                                r->on_output(r->ud, SBX_STDERR, r->err.data, r->err.len);
+                        r->error_class = SBX_ERROR_UNAVAILABLE;
                         r->exit_code = 1;
                         run_finish(r);
                 }

@@ -51,7 +51,8 @@ class CommandResult:
             ``"LIMIT_EXCEEDED"`` (1, nothing ran), ``"PIDS_LIMIT"`` (1, stopped at the
             process limit), ``"OOM"`` (failed, and the kernel killed a process of the sandbox
             at its memory limit), ``"FS_FULL"`` (failed, and the sandbox's filesystem is
-            full), or None.
+            full), ``"UNAVAILABLE"`` (1, nothing ran: the daemon was out of file
+            descriptors or memory; retry later), or None.
         stdout_bytes: standard output, exactly as the command wrote it.
         stderr_bytes: standard error, exactly as the command wrote it.
         dropped_bytes: ``{"stdout": n, "stderr": n}``, what went past the caps, when
