@@ -336,6 +336,15 @@
 #define SBX_SANDBOX_COST_FDS 18U
 #define SBX_SANDBOX_MEMORY_PERCENT 75U
 #define SBX_DAEMON_RESERVE_FDS 1024U
+/* fds the daemon holds for one sandbox beyond its idle cost, taken and given back as they come
+ * (sandbox_fds_take()): a forwarded connection or a proxy relay (SBX_CONNECTION_FDS: both
+ * sockets and a pipe each way), an open upload (2). At most SBX_MAX_SANDBOX_HELD_FDS for one
+ * sandbox (256 connections across its ports and its proxy), and never so many in all that the
+ * daemon keeps fewer than SBX_DAEMON_RESERVE_FDS plus SBX_SANDBOX_COST_FDS per sandbox free:
+ * a sandbox's connections cannot take the fds other clients' runs need. */
+#define SBX_CONNECTION_FDS 6U
+#define SBX_UPLOAD_FDS 2U
+#define SBX_MAX_SANDBOX_HELD_FDS (256U * SBX_CONNECTION_FDS)
 #define SBX_HOST_RESERVE_PIDS 1024U
 /* The longest the loop runs calls held back with loop_yield (a connection's next request,
  * a slice of a long job) in one turn before every other ready fd gets its turn again: a

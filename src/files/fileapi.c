@@ -162,7 +162,14 @@ int sbx_upload_begin(SbxSandbox *sb, const char *path, int mode, const void *own
         if (!u || !(u->path = strdup(path)))
                 return -ENOMEM;
         u->fs = FS_UPLOAD_NONE;
+        if (sandbox_fds_take(sb, SBX_UPLOAD_FDS) < 0) {
+                free(u->path);
+                return fileapi_fail(-EMFILE, "cannot begin an upload of %s: the server holds as many files open for "
+                                    "this sandbox as it may (commit or abort an upload, or close connections to its "
+                                    "ports, first)", path);
+        }
         if ((r = random_hex(u->id, 16)) < 0 || (r = fs_upload_begin(&c, path, mode, &u->fs)) < 0) {
+                sandbox_fds_give(sb, SBX_UPLOAD_FDS);
                 free(u->path);
                 return r;
         }
@@ -230,6 +237,7 @@ SbxUpload *sbx_upload_free(SbxUpload *u) {
         if (u->all_next)
                 u->all_next->all_prev = u->all_prev;
         fs_upload_abort(&u->fs);
+        sandbox_fds_give(u->set->sb, SBX_UPLOAD_FDS);
         free(u->path);
         free(u);
         return NULL;

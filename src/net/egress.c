@@ -804,6 +804,7 @@ static void pc_free(PConn *c) {
         egress_tls_free(c->tls);
         LIST_UNLINK(px->conns, c);
         px->stats.open--;
+        sandbox_fds_give(px->sb, SBX_CONNECTION_FDS);
         free(c);
 }
 
@@ -846,8 +847,13 @@ static void listen_event(Watch *w, uint32_t events) {
                                 listen_pause(px);
                         return;
                 }
+                /* Its fds are the sandbox's share of the daemon's: past it, it is reset. */
                 PConn *c = px->stats.open < SBX_MAX_EGRESS_CONNECTIONS ? calloc(1, sizeof *c) : NULL;
                 char *buf = c ? malloc(SBX_EGRESS_HEAD_BYTES) : NULL;
+                if (buf && sandbox_fds_take(px->sb, SBX_CONNECTION_FDS) < 0) {
+                        free(buf);
+                        buf = NULL;
+                }
                 if (!buf) {
                         free(c);
                         pump_reset_close(fd);

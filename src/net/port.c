@@ -513,6 +513,7 @@ static void fwd_free(Fwd *f, bool reset) {
         pump_close(f->flow);
         LIST_UNLINK(p->fwds, f);
         p->n_fwds--;
+        sandbox_fds_give(set->sb, SBX_CONNECTION_FDS);
         free(f);
 }
 
@@ -618,7 +619,12 @@ static void listener_event(Watch *w, uint32_t events) {
                         pump_reset_close(fd);
                         continue;
                 }
+                /* Its fds are the sandbox's share of the daemon's: past it, it is reset. */
                 Fwd *f = p->n_fwds < SBX_MAX_PORT_CONNECTIONS ? calloc(1, sizeof *f) : NULL;
+                if (f && sandbox_fds_take(p->set->sb, SBX_CONNECTION_FDS) < 0) {
+                        free(f);
+                        f = NULL;
+                }
                 if (!f) {
                         pump_reset_close(fd);
                         continue;

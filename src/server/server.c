@@ -32,6 +32,7 @@ typedef struct Listener {
         Watch w;
         char *path; /* unlinked at shutdown; NULL for a socket systemd made */
         int lane;   /* the lane of its connections, -1 when each request says */
+        bool paused; /* out of fds: not watched until a connection closes (resume_listeners) */
 } Listener;
 
 enum { LISTEN_MAIN, LISTEN_SYSTEM, LISTEN_COUNT };
@@ -69,8 +70,21 @@ static void on_eof(void *data, Conn *c) {
                 conn_close(c);
 }
 
+static void accept_event(Watch *w, uint32_t events);
+
+/* A connection closed: its fds are free again, so listeners paused for want of them listen
+ * again (no timer: that would take an fd too). */
+static void resume_listeners(Server *s) {
+        for (int i = 0; i < LISTEN_COUNT; i++) {
+                Listener *l = &s->listeners[i];
+                if (l->paused && l->fd >= 0 && loop_add(s->loop, &l->w, l->fd, EPOLLIN, accept_event, l) == 0)
+                        l->paused = false;
+        }
+}
+
 static void on_closed(void *data, Conn *c) {
         Server *s = data;
+        resume_listeners(s);
         lanes_drop_conn(&s->core.lanes, c);
         pending_detach(&s->core.pending, c);
         /* Its uploads go with it, in persistent sandboxes too: their temp files hold space.
@@ -159,6 +173,14 @@ static void accept_event(Watch *w, uint32_t events) {
         Server *s = l->server;
         for (;;) {
                 int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+                        /* The connection still waits in the backlog and would wake the loop at
+                         * once, again and again: not watched until an fd comes back. */
+                        log_warn("out of file descriptors: not accepting connections until one closes");
+                        loop_del(s->loop, &l->w);
+                        l->paused = true;
+                        return;
+                }
                 if (fd < 0)
                         return;
                 struct ucred uc;
@@ -180,6 +202,13 @@ static void accept_event(Watch *w, uint32_t events) {
                 if (wfd < 0 || conn_new(&s->conns, fd, wfd, false, uc.uid, &c) < 0) {
                         close(fd);
                         safe_close(wfd);
+                        if (wfd < 0) {
+                                /* One fd short: the same as none (see above), without taking
+                                 * and dropping every client waiting in the backlog. */
+                                loop_del(s->loop, &l->w);
+                                l->paused = true;
+                                return;
+                        }
                         continue;
                 }
                 conn_set_pid(c, uc.pid);

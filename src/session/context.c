@@ -177,6 +177,9 @@ int context_new(SbxContext **ret) {
         if (geteuid() == 0)
                 (void)setgroups(0, NULL);
         raise_fd_limit();
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+                ctx->host.nofile = rl.rlim_cur;
         /* The key shapes are redacted unless the caller says otherwise. */
         char err[256];
         r = redactor_new(&(RedactConfig){ 0 }, &ctx->host.redact, err, sizeof err);

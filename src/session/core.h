@@ -41,6 +41,7 @@ typedef struct SandboxCore {
         /* The context's cgroup mover (sandbox/mover.h): every move of a worker in or out of
          * its command's cgroup goes through it, never a blocking write in the loop. */
         struct Mover *mover;
+        uint64_t held_fds; /* fds held for it beyond its idle cost (sandbox_fds_take) */
         /* The context's rooms (room.h), told of what happens to the sandbox. */
         const RoomTable *rooms;
         /* process.c: the sandbox's processes, newest first, at most SBX_MAX_PROCESSES */

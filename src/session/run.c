@@ -562,6 +562,23 @@ out:
         return rr;
 }
 
+/* Ends a run the daemon could not start (out of fds or memory): nothing ran, and it says so,
+ * never a bare exit 1. */
+static void run_unavailable(SbxRun *r, int error) {
+        char msg[256];
+        int n = snprintf(msg, sizeof msg, "sbx: the command could not be started: %s%s; nothing ran, try again later\n",
+                         strerror(-error),
+                         error == -EMFILE || error == -ENFILE ? " (the daemon is out of file descriptors)"
+                         : error == -ENOMEM                   ? " (the daemon is out of memory)"
+                                                              : "");
+        (void)buf_append(&r->err, msg, (size_t)MIN(n, (int)sizeof msg - 1));
+        if (r->on_output)
+                r->on_output(r->ud, SBX_STDERR, r->err.data, r->err.len);
+        r->error_class = SBX_ERROR_UNAVAILABLE;
+        r->exit_code = 1;
+        run_finish(r);
+}
+
 /* Makes the queue's head current, with its timer running. Returns false if it ended at once. */
 static bool run_begin(SbxSession *s) {
         SbxRun *r = s->queue;
@@ -574,10 +591,11 @@ static bool run_begin(SbxSession *s) {
         r->t_start = now_ns();
         r->deadline = r->t_start + r->timeout_ms * 1000000ULL;
         r->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (r->timer_fd < 0 || loop_add(s->core->loop, &r->timer_w, r->timer_fd, EPOLLIN, run_timer_event, r) < 0 ||
-            timerfd_arm_ms(r->timer_fd, r->timeout_ms) < 0) {
-                r->exit_code = 1;
-                run_finish(r);
+        int rr = r->timer_fd < 0 ? negerrno() : 0;
+        if (rr == 0 && (rr = loop_add(s->core->loop, &r->timer_w, r->timer_fd, EPOLLIN, run_timer_event, r)) == 0)
+                rr = timerfd_arm_ms(r->timer_fd, r->timeout_ms);
+        if (rr < 0) {
+                run_unavailable(r, rr);
                 return false;
         }
         if (r->wire_flags & RUN_BARRIER) {
@@ -608,19 +626,7 @@ static void pump(SbxSession *s) {
                 if (r->sent) {
                         run_kill(r, SBX_ERROR_CANCELLED);
                 } else {
-                        /* Nothing ran: said as such, never a bare exit 1. */
-                        char msg[256];
-                        int n = snprintf(msg, sizeof msg, "sbx: the command could not be started: %s%s; nothing ran, "
-                                         "try again later\n", strerror(-rr),
-                                         rr == -EMFILE || rr == -ENFILE ? " (the daemon is out of file descriptors)"
-                                         : rr == -ENOMEM                 ? " (the daemon is out of memory)"
-                                                                         : "");
-                        (void)buf_append(&r->err, msg, (size_t)MIN(n, (int)sizeof msg - 1));
-                        if (r->on_output)
-                                r->on_output(r->ud, SBX_STDERR, r->err.data, r->err.len);
-                        r->error_class = SBX_ERROR_UNAVAILABLE;
-                        r->exit_code = 1;
-                        run_finish(r);
+                        run_unavailable(r, rr);
                 }
         }
 }

@@ -236,6 +236,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->core.devnull = host->devnull;
         sb->core.mover = host->mover;
         sb->core.rooms = &host->rooms;
+        host->n_sandboxes++;
         sb->core.limits = o->limits;
         options_fill_limits(&sb->core.limits);
         sb->core.timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
@@ -280,6 +281,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
 }
 
 static void sandbox_dealloc(SbxSandbox *sb) {
+        sb->host->n_sandboxes--;
         safe_close(sb->default_sock);
         options_free_list(sb->env);
         options_free_list(sb->network_allow);
@@ -490,6 +492,23 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
                 list_remove(sb);
         sandbox_dealloc(sb);
         return NULL;
+}
+
+int sandbox_fds_take(SbxSandbox *sb, unsigned n) {
+        SandboxHost *h = sb->host;
+        if (sb->core.held_fds + n > SBX_MAX_SANDBOX_HELD_FDS)
+                return -EMFILE;
+        uint64_t keep = (uint64_t)h->n_sandboxes * SBX_SANDBOX_COST_FDS + SBX_DAEMON_RESERVE_FDS;
+        if (h->nofile && h->held_fds + n + keep > h->nofile)
+                return -ENFILE;
+        sb->core.held_fds += n;
+        h->held_fds += n;
+        return 0;
+}
+
+void sandbox_fds_give(SbxSandbox *sb, unsigned n) {
+        sb->core.held_fds -= MIN(n, sb->core.held_fds);
+        sb->host->held_fds -= MIN(n, sb->host->held_fds);
 }
 
 unsigned sbx_sandbox_kill_background(SbxSandbox *sb) {

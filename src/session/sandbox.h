@@ -45,6 +45,10 @@ typedef struct SandboxHost {
         bool redact_no_defaults;
         struct Redactor *redact;
         RoomTable rooms; /* room.h: the rooms above the core, told of every sandbox */
+        /* fds: the daemon's soft RLIMIT_NOFILE (0: unknown), its sandboxes, and the fds held
+         * for them beyond their idle cost (sandbox_fds_take()). */
+        uint64_t nofile, held_fds;
+        unsigned n_sandboxes;
         struct Egress *egress; /* net/egress.c: the allowlist proxies' resolver, made on first use */
         /* Every open upload of every sandbox (files/fileapi.c), so that a client's are found
          * without visiting every sandbox. */
@@ -116,3 +120,9 @@ bool sandbox_tree_busy(const SbxSandbox *sb);
 /* Being freed, or its pid 1 is gone. */
 bool sandbox_dying(const SbxSandbox *sb);
 unsigned *sandbox_freeze_holds(SbxSandbox *sb);
+/* Reserves n fds the daemon is about to hold for sb (a forwarded connection, a relay, an
+ * upload). Returns 0, -EMFILE past the sandbox's share (SBX_MAX_SANDBOX_HELD_FDS) or -ENFILE
+ * when the daemon would keep fewer free than every sandbox's idle cost and its reserve; the
+ * caller then refuses what it was asked. sandbox_fds_give() returns them. */
+int sandbox_fds_take(SbxSandbox *sb, unsigned n);
+void sandbox_fds_give(SbxSandbox *sb, unsigned n);

@@ -1,7 +1,8 @@
-"""A daemon out of file descriptors says so: a run it cannot start is answered with errorClass
-UNAVAILABLE and a line on stderr, never a bare exit 1, and everything works again once the
-fds come back. The daemon runs with a small RLIMIT_NOFILE (soft and hard, so it cannot raise
-it), and one client's held connections to an exposed port take the rest."""
+"""The daemon's fds, at a small RLIMIT_NOFILE (soft and hard, so it cannot raise it): one
+sandbox's held connections cannot take the fds other clients' runs need (each connection is
+counted against the sandbox's share and the daemon's reserve, and reset past it), and a run the
+daemon still cannot start for want of fds is answered errorClass UNAVAILABLE with a line on
+stderr, never a bare exit 1; everything works again once the fds come back."""
 import base64
 import os
 import resource
@@ -22,8 +23,8 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
 ]
 
-# Enough for the sessions' shells (the session socket sits at fd 1000 and up), small enough
-# for one client's held connections (6 fds each with their pipes) to use the rest.
+# Enough for the sessions' shells (the session socket sits at fd 1000 and up) and the daemon's
+# reserve (1,024), small enough to reach with a few hundred connections.
 NOFILE = 1400
 
 
@@ -33,18 +34,30 @@ def sh(peer, sid, cmd):
     return r["stdout"]
 
 
-def test_a_run_the_daemon_cannot_start_says_why():
-    d = tempfile.mkdtemp(prefix="sbx-fds-")
-    path = os.path.join(d, "sbx.sock")
-    proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.PIPE,
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE)))
-    SPAWNED.append(proc.pid)
+class Daemon:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="sbx-fds-")
+        self.path = os.path.join(self.dir, "sbx.sock")
+        self.proc = subprocess.Popen([SBX, "serve", "--socket", self.path, "--pool", "0"], stderr=subprocess.PIPE,
+                                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE)))
+        SPAWNED.append(self.proc.pid)
+        assert wait_until(lambda: os.path.exists(self.path), timeout=10)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_held_connections_cannot_take_the_fds_runs_need():
+    d = Daemon()
     held = []
     try:
-        assert wait_until(lambda: os.path.exists(path), timeout=10)
-        a, b = connect(path), connect(path)
+        a, b = connect(d.path), connect(d.path)
         victim = b.result("sandbox.create", {})["sandboxId"]
-        assert sh(b, victim, "echo ok") == "ok\n"
         sid = a.result("sandbox.create", {})["sandboxId"]
         a.result("files.write", {"sandboxId": sid, "path": "/tmp/echo.py",
                                  "data": base64.b64encode(ECHO_SERVER.encode()).decode()})
@@ -53,40 +66,87 @@ def test_a_run_the_daemon_cannot_start_says_why():
             sh(a, sid, f"python3 /tmp/echo.py {port} >/dev/null 2>&1 &")
             sh(a, sid, WAIT_LISTEN % port)
             hps.append(a.result("port.expose", {"sandboxId": sid, "port": port})["port"])
-        # Connections held open (at most 256 a port) until the daemon has no fd left to forward
-        # one (it then resets them or leaves them unanswered).
-        full = False
+        # Connections held open (at most 256 a port) until one is no longer forwarded.
+        reset = False
         for i in range(2 * 256):
-            s = socket.create_connection(("127.0.0.1", hps[i // 256]), timeout=5)
+            try:
+                s = socket.create_connection(("127.0.0.1", hps[i // 256]), timeout=5)
+            except OSError:
+                reset = True
+                break
             s.settimeout(2)
             held.append(s)
             try:
                 s.sendall(b"x")
-                if s.recv(1) != b"x":
-                    full = True
+                reset = s.recv(1) != b"x"
             except OSError:
-                full = True
-            if full:
+                reset = True
+            if reset:
                 break
-        r = b.result("run", {"sandboxId": victim, "command": "echo ok"}, timeout=60)
-        # Either it could still run, or it says it could not: never a failure with no word.
-        if r["exitCode"] != 0:
-            assert r.get("errorClass") == "UNAVAILABLE", r
-            assert "could not be started" in r["stderr"] and "file descriptors" in r["stderr"], r
-        unavailable = r.get("errorClass") == "UNAVAILABLE"
+        assert reset, "every connection was forwarded: the daemon had fds to spare, the test proved nothing"
+        # Before, the held connections had taken the fds and this run failed with exit 1.
+        assert sh(b, victim, "echo ok") == "ok\n"
         for s in held:
             s.close()
         held.clear()
-        # The fds come back as the forwards end: runs work again.
-        assert wait_until(lambda: b.result("run", {"sandboxId": victim, "command": "echo ok"})["exitCode"] == 0,
-                          timeout=30)
-        assert unavailable, "the daemon never ran out of fds: the test proved nothing"
+        # The share comes back as the forwards end.
+        def forwarded():
+            with socket.create_connection(("127.0.0.1", hps[0]), timeout=5) as s:
+                s.settimeout(2)
+                s.sendall(b"y")
+                try:
+                    return s.recv(1) == b"y"
+                except OSError:
+                    return False
+        assert wait_until(forwarded, timeout=30)
     finally:
         for s in held:
             s.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        d.stop()
+
+
+def test_a_run_the_daemon_cannot_start_says_why():
+    """Clients' own connections are not a sandbox's to count: enough of them leave the daemon
+    no fd for a run's pipes, which is then said, and runs work again once they close."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    d = Daemon()
+    clients = []
+    try:
+        b = connect(d.path)
+        victim = b.result("sandbox.create", {})["sandboxId"]
+        assert sh(b, victim, "echo ok") == "ok\n"
+        # Each client the daemon keeps takes two of its fds; once it has none, it takes and drops
+        # the next ones. Connects that find the backlog full wait for the daemon to take some.
+        full = False
+        for _ in range(NOFILE):
+            deadline = time.monotonic() + 2
+            while True:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(1)
+                try:
+                    s.connect(d.path)
+                    clients.append(s)
+                    break
+                except BlockingIOError:
+                    s.close()
+                    if time.monotonic() > deadline:
+                        full = True  # the daemon takes no more: it has no fd left
+                        break
+                    time.sleep(0.02)
+            if full:
+                break
+        time.sleep(1)
+        r = b.result("run", {"sandboxId": victim, "command": "echo ok"}, timeout=60)
+        assert r["exitCode"] == 1 and r.get("errorClass") == "UNAVAILABLE", r
+        assert "could not be started" in r["stderr"] and "file descriptors" in r["stderr"], r
+        for s in clients:
+            s.close()
+        clients.clear()
+        assert wait_until(lambda: b.result("run", {"sandboxId": victim, "command": "echo ok"})["exitCode"] == 0,
+                          timeout=30)
+    finally:
+        for s in clients:
+            s.close()
+        d.stop()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
