@@ -303,6 +303,8 @@ static int shell_start(Shell *sh, const ShellArgs *a, const char *sandbox, Clien
 }
 
 int cmd_shell(int argc, char **argv) {
+        /* A terminal of the sandbox's: its programs' escape sequences are for yours (sbx-shell(1)). */
+        procs_set_raw(true);
         ShellArgs a = { 0 };
         int code = parse_args(argc, argv, &a);
         if (code >= 0)
