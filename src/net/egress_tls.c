@@ -146,8 +146,11 @@ static const char *target_authority(const char *line, size_t len, size_t *alen) 
                 return NULL;
         t += skip;
         left -= skip;
-        *alen = strcspn(t, "/?# \r\n");
-        *alen = MIN(*alen, left);
+        /* The head is not NUL-terminated: the scan stops at its end too. */
+        size_t n = 0;
+        while (n < left && !memchr("/?# \r\n", t[n], 6))
+                n++;
+        *alen = n;
         return t;
 }
 
