@@ -13,7 +13,18 @@ import collections
 import inspect
 from typing import Any, Awaitable, Callable, Deque, Optional, Tuple, Union
 
-__all__ = ["OutputCallback", "AsyncOutputCallback", "Deliverer"]
+__all__ = ["OutputCallback", "AsyncOutputCallback", "Deliverer", "wait_within"]
+
+
+async def wait_within(wait: Callable[[], Awaitable[Any]], timeout: Optional[float], what: str) -> Any:
+    """Awaits ``wait()``; with a timeout, raises TimeoutError naming ``what`` when it passes
+    first (what was waited for keeps going: only the waiting stops)."""
+    if timeout is None:
+        return await wait()
+    try:
+        return await asyncio.wait_for(wait(), timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"{what} did not end within {timeout} s") from None
 
 #: Called with each piece of streamed output, decoded as UTF-8 (invalid bytes replaced).
 OutputCallback = Callable[[str], None]

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Union, overload
 
 from . import _ops as ops
 from ._async_client import AsyncClient, AsyncPendingCall
-from ._callbacks import AsyncOutputCallback, Deliverer
+from ._callbacks import AsyncOutputCallback, Deliverer, wait_within
 from ._protocol import INTERNAL_ERROR, SbxError, as_object
 from ._results import CommandResult, ProcessInfo, TextDecoders
 from ._results import OutputChunk, ProcessResult  # noqa: F401 - for importers that found them here
@@ -93,12 +93,7 @@ class AsyncCommandHandle:
         """
         if self._result is not None:
             return self._result
-        if timeout is None:
-            return await self._wait()
-        try:
-            return await asyncio.wait_for(self._wait(), timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"run (request {self.request_id}) did not end within {timeout} s") from None
+        return await wait_within(self._wait, timeout, f"run (request {self.request_id})")
 
     async def cancel(self) -> bool:
         """Asks the server to cancel the command (``cancel {requestId}``): its result is then

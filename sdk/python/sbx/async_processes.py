@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Mapping, Optio
 
 from . import _ops as ops
 from ._async_client import AsyncClient, AsyncPendingCall
-from ._callbacks import AsyncOutputCallback, Deliverer
+from ._callbacks import AsyncOutputCallback, Deliverer, wait_within
 from ._protocol import INTERNAL_ERROR, SbxError, as_object
 from ._results import LogCursor, OutputChunk, ProcessResult, remember_progress
 
@@ -178,12 +178,7 @@ class AsyncProcessHandle:
         """
         if self._result is not None:
             return self._result
-        if timeout is None:
-            return await self._wait()
-        try:
-            return await asyncio.wait_for(self._wait(), timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"process {self._process_id} did not end within {timeout} s") from None
+        return await wait_within(self._wait, timeout, f"process {self._process_id}")
 
     def _params(self, **extra: Any) -> Dict[str, Any]:
         return ops.with_sandbox(self._sandbox_id, processId=self._process_id, **extra)
