@@ -150,3 +150,58 @@ def test_a_run_the_daemon_cannot_start_says_why():
             s.close()
         d.stop()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_one_sandbox_holds_at_most_its_share_of_connections():
+    """A sandbox's connections count across all its ports (and its proxy): 200 on one port
+    and then as many as are forwarded on another stop at 256 in all, the share, with the
+    daemon's own fd limit far away; one more is reset, and once some close the port forwards
+    again."""
+    d = tempfile.mkdtemp(prefix="sbx-fds-")
+    path = os.path.join(d, "sbx.sock")
+    proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.PIPE)
+    SPAWNED.append(proc.pid)
+    held = []
+
+    def open_echo(hp):
+        try:
+            s = socket.create_connection(("127.0.0.1", hp), timeout=5)
+        except OSError:
+            return None
+        s.settimeout(5)
+        held.append(s)
+        try:
+            s.sendall(b"x")
+            return s if s.recv(1) == b"x" else None
+        except OSError:
+            return None
+
+    try:
+        assert wait_until(lambda: os.path.exists(path), timeout=10)
+        a = connect(path)
+        sid = a.result("sandbox.create", {"limits": {"pids": 64}})["sandboxId"]
+        a.result("files.write", {"sandboxId": sid, "path": "/tmp/echo.py",
+                                 "data": base64.b64encode(ECHO_SERVER.encode()).decode()})
+        hps = []
+        for port in (7000, 7001):
+            sh(a, sid, f"python3 /tmp/echo.py {port} >/dev/null 2>&1 &")
+            sh(a, sid, WAIT_LISTEN % port)
+            hps.append(a.result("port.expose", {"sandboxId": sid, "port": port})["port"])
+        assert all(open_echo(hps[0]) for _ in range(200))
+        more = 0
+        while more < 100 and open_echo(hps[1]):
+            more += 1
+        assert 200 + more == 256, more
+        for s in held[:10]:
+            s.close()
+        del held[:10]
+        assert wait_until(lambda: open_echo(hps[1]) is not None, timeout=30)
+    finally:
+        for s in held:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

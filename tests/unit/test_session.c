@@ -14,6 +14,8 @@
 #include "base/limits.h"
 #include "base/util.h"
 #include "sbx/sbx.h"
+#include "session/context.h"
+#include "session/sandbox.h"
 #include "tap.h"
 
 static SbxContext *ctx;
@@ -129,6 +131,22 @@ static void test_pool_refill_after_death(const char *cgdir) {
         end = now_ms() + 5000;
         while (count_subdirs(cgdir) > 0 && now_ms() < end)
                 sbx_context_run_once(ctx, 50);
+}
+
+/* A context's rooms: the library's own, then as many more as SBX_MAX_ROOMS allows, no more. */
+static void test_room_table(void) {
+        static const Room idle = { .name = "idle" };
+        SbxContext *c = NULL;
+        CHECK(sbx_context_new(&c) == 0, "rooms: a context");
+        if (!c)
+                return;
+        unsigned had = context_host(c)->rooms.n, added = 0;
+        while (added < 2 * SBX_MAX_ROOMS && context_add_room(c, &idle) == 0)
+                added++;
+        CHECK(had == 2 && had + added == SBX_MAX_ROOMS, "rooms: egress and process, then %u more up to the most",
+              added);
+        CHECK(context_add_room(c, &idle) == -ENOSPC, "rooms: one past the most is -ENOSPC");
+        sbx_context_free(c);
 }
 
 static void test_basics(SbxSession *s) {
@@ -694,6 +712,7 @@ int main(void) {
         CHECK(count_subdirs(cgdir) == 0, "no sandbox cgroup left after destroy");
         test_pool(cgdir);
         test_pool_refill_after_death(cgdir);
+        test_room_table();
         sbx_context_free(ctx);
         struct stat st;
         CHECK(stat(cgdir, &st) < 0, "cgroup base removed with the context");
