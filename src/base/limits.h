@@ -401,6 +401,12 @@
 #define SBX_AUDIT_MIN_MAX_BYTES 4096ULL
 #define SBX_AUDIT_DEFAULT_KEEP 5U
 #define SBX_AUDIT_MAX_KEEP 1000U
+/* What a rotation carries into the new file, so no rotation leaves an end without its begin:
+ * the newest `server.start` always, and the begins whose end is still to come (a sandbox's
+ * create or fork, a process's start), each as an `audit.carried` line, up to this many bytes
+ * of them and at most a quarter of --audit-max-bytes (so the carried lines never fill the new
+ * file). Begins past it are counted in the rotation's `audit.rotated` line. */
+#define SBX_AUDIT_CARRY_BYTES (1U * 1024 * 1024)
 /* `network.denied` events of one sandbox: up to the burst at once, then so many a second; past
  * that they are counted, and one `network.denied.suppressed` event says how many before the
  * sandbox's next one that is written, or its end. A sandbox's refused requests (it makes them

@@ -56,6 +56,18 @@ static bool parse_line(const char *line, size_t len, uint64_t *ret_seq, char ret
 
 /* ------------------------------------------------------------------ the writer */
 
+enum { PIN_START, PIN_SANDBOX, PIN_PROCESS };
+
+/* A line a rotation carries into the new file: the newest server.start, or a begin whose end
+ * is still to come. */
+typedef struct Pin {
+        int kind;
+        char *sandbox;  /* the sandbox it is of (its own id for PIN_SANDBOX); NULL for the start */
+        char *process;  /* processId of a PIN_PROCESS */
+        char *line;     /* as written (seq and prev in it), without its newline */
+        size_t len;
+} Pin;
+
 typedef struct Writer {
         const char *path;
         uint64_t max_bytes;
@@ -71,6 +83,11 @@ typedef struct Writer {
         AuditStatus st;
         char *out;                     /* the line being written */
         size_t out_cap;
+        Pin *pins;                     /* in the order they were written */
+        size_t n_pins, pins_cap;
+        uint64_t pinned_bytes;
+        uint64_t uncarried;            /* begins past the carry budget since the last start */
+        bool carrying;                 /* writing a rotation's carried lines */
 } Writer;
 
 static void set_detail(Writer *w, int error, const char *fmt, ...) _printf_(3, 4);
@@ -147,8 +164,6 @@ static int rotate(Writer *w) {
 
 /* Appends one line whole, or nothing: a short write (a full disk) is cut off again. */
 static int append(Writer *w, const char *line, size_t len) {
-        if (w->size > 0 && w->size + len > w->max_bytes)
-                (void)rotate(w); /* on failure the line goes on into the full file */
         size_t done = 0;
         while (done < len) {
                 ssize_t n = write(w->fd, line + done, len - done);
@@ -168,10 +183,19 @@ static int append(Writer *w, const char *line, size_t len) {
         return 0;
 }
 
+static void track(Writer *w, const char *body, size_t len, const char *line, size_t line_len);
+static void carry(Writer *w);
+
 /* Numbers, chains and writes one event ({...} without its newline). Returns 0 or -errno. */
 static int emit(Writer *w, const char *body, size_t len) {
         char head[32];
         int hn = snprintf(head, sizeof head, "{\"seq\":%llu", (unsigned long long)(w->st.seq + 1));
+        size_t line_len = (size_t)hn + (len > 2 ? len - 1 : 0) + sizeof ",\"prev\":\"\"}" + 64;
+        /* On a failed rotation the line goes on into the full file. */
+        if (!w->carrying && w->size > 0 && w->size + line_len > w->max_bytes && rotate(w) == 0) {
+                carry(w);
+                hn = snprintf(head, sizeof head, "{\"seq\":%llu", (unsigned long long)(w->st.seq + 1));
+        }
         size_t need = (size_t)hn + 1 + len + sizeof ",\"prev\":\"\"}\n" + 64;
         if (need > w->out_cap) {
                 char *o = realloc(w->out, need);
@@ -198,6 +222,7 @@ static int emit(Writer *w, const char *body, size_t len) {
                 w->st.seq++;
                 w->st.written++;
                 w->st.failing = false;
+                track(w, body, len, w->out, n);
         }
         return r;
 }
@@ -208,6 +233,120 @@ static int emit_own(Writer *w, const char *type, const char *rest) {
         audit_ts(wall_ms(), ts);
         int n = snprintf(body, sizeof body, "{\"ts\":\"%s\",\"type\":\"%s\"%s}", ts, type, rest);
         return emit(w, body, (size_t)MIN((size_t)n, sizeof body - 1));
+}
+
+/* ------------------------------------------------------------------ what a rotation carries */
+
+static void pin_free(Pin *p) {
+        free(p->sandbox);
+        free(p->process);
+        free(p->line);
+}
+
+static void unpin_at(Writer *w, size_t i) {
+        w->pinned_bytes -= w->pins[i].len;
+        pin_free(&w->pins[i]);
+        memmove(w->pins + i, w->pins + i + 1, (w->n_pins - i - 1) * sizeof *w->pins);
+        w->n_pins--;
+}
+
+static void unpin_all(Writer *w) {
+        while (w->n_pins)
+                unpin_at(w, w->n_pins - 1);
+        w->uncarried = 0;
+}
+
+/* Out of memory, or past the budget, the begin is counted instead: the rotated line says so. */
+static void pin(Writer *w, int kind, const char *sandbox, const char *process, const char *line, size_t len) {
+        uint64_t budget = MIN((uint64_t)SBX_AUDIT_CARRY_BYTES, w->max_bytes / 4);
+        if (kind != PIN_START && w->pinned_bytes + len > budget) {
+                w->uncarried++;
+                return;
+        }
+        if (w->n_pins == w->pins_cap) {
+                size_t cap = w->pins_cap ? 2 * w->pins_cap : 16;
+                Pin *p = reallocarray(w->pins, cap, sizeof *p);
+                if (!p) {
+                        w->uncarried++;
+                        return;
+                }
+                w->pins = p;
+                w->pins_cap = cap;
+        }
+        Pin p = { .kind = kind, .sandbox = sandbox ? strdup(sandbox) : NULL, .process = process ? strdup(process) : NULL,
+                  .line = strndup(line, len), .len = len };
+        if (!p.line || (sandbox && !p.sandbox) || (process && !p.process)) {
+                pin_free(&p);
+                w->uncarried++;
+                return;
+        }
+        w->pins[w->n_pins++] = p;
+        w->pinned_bytes += len;
+}
+
+/* The event's type, from the head the daemon gives every event ({"ts":"...","type":"..."). */
+static bool type_is(const char *body, size_t len, const char *type) {
+        static const char key[] = ",\"type\":\"";
+        size_t tl = strlen(type), window = MIN(len, (size_t)(AUDIT_TS_SIZE + sizeof key + 8));
+        const char *k = memmem(body, window, key, sizeof key - 1);
+        if (!k)
+                return false;
+        const char *t = k + sizeof key - 1;
+        return (size_t)(body + len - t) > tl && memcmp(t, type, tl) == 0 && t[tl] == '"';
+}
+
+/* Keeps the begins a later rotation must carry and lets go of the ones whose end came. */
+static void track(Writer *w, const char *body, size_t len, const char *line, size_t line_len) {
+        static const char *const types[] = { "server.start", "sandbox.create", "sandbox.fork", "sandbox.destroy",
+                                              "process.start", "process.exit" };
+        size_t t = 0;
+        while (t < ELEMENTSOF(types) && !type_is(body, len, types[t]))
+                t++;
+        if (t == ELEMENTSOF(types))
+                return;
+        if (t == 0) { /* a new daemon: nothing of the last one is still to end */
+                unpin_all(w);
+                pin(w, PIN_START, NULL, NULL, line, line_len);
+                return;
+        }
+        json_t *o = json_loadb(body, len, 0, NULL);
+        const char *sid = json_string_value(json_object_get(o, "sandboxId"));
+        const char *fork = json_string_value(json_object_get(o, "forkId"));
+        const char *pid = json_string_value(json_object_get(o, "processId"));
+        if (t == 1 && sid)
+                pin(w, PIN_SANDBOX, sid, NULL, line, line_len);
+        else if (t == 2 && fork)
+                pin(w, PIN_SANDBOX, fork, NULL, line, line_len);
+        else if (t == 4 && sid && pid)
+                pin(w, PIN_PROCESS, sid, pid, line, line_len);
+        else if ((t == 3 && sid) || (t == 5 && sid && pid))
+                for (size_t i = w->n_pins; i-- > 0;) {
+                        Pin *p = &w->pins[i];
+                        if (p->sandbox && strcmp(p->sandbox, sid) == 0 && (t == 3 || (p->process && strcmp(p->process, pid) == 0)))
+                                unpin_at(w, i);
+                }
+        json_decref(o);
+}
+
+static int emit_own(Writer *w, const char *type, const char *rest);
+
+/* Right after a rotation: what the kept begins were, so dropping the oldest file never drops
+ * the start of the server that writes, nor a begin whose end is still to come. */
+static void carry(Writer *w) {
+        char rest[96], ts[AUDIT_TS_SIZE];
+        w->carrying = true;
+        snprintf(rest, sizeof rest, ",\"carried\":%zu,\"notCarried\":%llu", w->n_pins,
+                 (unsigned long long)w->uncarried);
+        (void)emit_own(w, "audit.rotated", rest);
+        audit_ts(wall_ms(), ts);
+        for (size_t i = 0; i < w->n_pins; i++) {
+                _cleanup_free_ char *body = NULL;
+                int n = asprintf(&body, "{\"ts\":\"%s\",\"type\":\"audit.carried\",\"line\":%.*s}", ts,
+                                 (int)w->pins[i].len, w->pins[i].line);
+                if (n > 0)
+                        (void)emit(w, body, (size_t)n);
+        }
+        w->carrying = false;
 }
 
 /* Tells, in the log, how many events could not be written since the last line that could. */
@@ -391,6 +530,8 @@ int audit_writer_main(int in_fd, int status_fd, const char *path, uint64_t max_b
         report(&w);
         free(buf);
         free(w.out);
+        unpin_all(&w);
+        free(w.pins);
         safe_close(w.fd);
         safe_close(w.status_fd);
         return 0;

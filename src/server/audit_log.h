@@ -10,7 +10,11 @@
  * sha256 of the line before it (its bytes without the newline), 64 zeros for the first line
  * of a new log. A line is written whole or not at all (a failed write is cut off again), so
  * the files always hold an unbroken chain. The files are PATH, PATH.1, ... (PATH.1 the most
- * recently rotated); the chain runs from the oldest through PATH. */
+ * recently rotated); the chain runs from the oldest through PATH. A new file starts with an
+ * `audit.rotated` line and an `audit.carried` line ({"line": the original}) for the newest
+ * server.start and each begin whose end is still to come (sandbox.create or .fork before its
+ * destroy, process.start before its exit), so the kept files never hold an end without its
+ * begin (SBX_AUDIT_CARRY_BYTES bounds them). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

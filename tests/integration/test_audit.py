@@ -334,6 +334,58 @@ def test_rotation_keeps_n_files_and_the_chain_runs_across(tmpdir_):
     assert r.returncode == 0, r
 
 
+def kept_events(log, keep):
+    """The kept files' events, oldest first, each carried line read as the line it carries."""
+    paths = [log + (f".{i}" if i else "") for i in range(keep - 1, -1, -1)]
+    paths = [p for p in paths if os.path.exists(p)]
+    out = []
+    for p in paths:
+        for e in events(p):
+            out.append(e["line"] if e["type"] == "audit.carried" else e)
+    return paths, out
+
+
+def test_rotation_carries_the_start_and_every_begin_whose_end_is_to_come(tmpdir_):
+    """With two 16 KiB files kept, 300 other events rotate everything out; the server's
+    start, a live sandbox's create and a running process's start are carried into the newest
+    file at each rotation (before: gone), and a process that ended is carried no longer."""
+    d = Daemon(tmpdir_, "--audit-max-bytes", "16k", "--audit-keep", "2")
+    try:
+        a = d.connect()
+        victim = a.result("sandbox.create", {})["sandboxId"]
+        pid = a.result("process.start", {"sandboxId": victim, "command": "sleep 600"})["processId"]
+        done = a.result("process.start", {"sandboxId": victim, "command": "true"})["processId"]
+        assert a.result("process.wait", {"processId": done, "until": "exit", "timeoutMs": 10000})["status"] == "exited"
+        other = a.result("sandbox.create", {})["sandboxId"]
+        for i in range(300):
+            a.result("files.mkdir", {"sandboxId": other, "path": f"dir-{i:03d}"})
+        paths, evs = kept_events(d.log, 2)
+        first = events(paths[0])[0]["seq"]
+        assert not any(e["type"] == "files.mkdir" and e["path"].endswith("000") for e in evs), "nothing rotated"
+        starts = [e for e in evs if e["type"] == "server.start"]
+        assert starts and starts[-1]["seq"] < first, starts  # carried, not still there by chance
+        assert any(e["type"] == "sandbox.create" and e["sandboxId"] == victim for e in evs)
+        assert any(e["type"] == "process.start" and e.get("processId") == pid for e in evs)
+        rotated = [e for p in paths for e in events(p) if e["type"] == "audit.rotated"]
+        assert rotated and rotated[-1]["notCarried"] == 0, rotated
+        carried = [e["line"] for e in events(d.log) if e["type"] == "audit.carried"]
+        assert not any(c.get("processId") == done for c in carried), carried  # its end came
+        # Once it ends, a process is carried no longer; neither is a destroyed sandbox.
+        a.result("process.kill", {"sandboxId": victim, "processId": pid, "signal": "KILL"})
+        a.result("sandbox.destroy", {"sandboxId": victim})
+        for i in range(300):
+            a.result("files.mkdir", {"sandboxId": other, "path": f"again-{i:03d}"})
+        carried = [e["line"] for e in events(d.log) if e["type"] == "audit.carried"]
+        assert any(c["type"] == "server.start" for c in carried), carried
+        assert any(c["type"] == "sandbox.create" and c["sandboxId"] == other for c in carried), carried
+        assert not any(c.get("sandboxId") == victim for c in carried), carried
+    finally:
+        d.stop()
+    for p in paths:
+        assert os.path.getsize(p) <= 16384
+    assert verify(d.log + ".1", d.log).returncode == 0
+
+
 def test_a_partial_last_line_is_cut_off_at_start(tmpdir_):
     log = os.path.join(tmpdir_, "audit.log")
     Daemon(tmpdir_).stop()
