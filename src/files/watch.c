@@ -356,6 +356,27 @@ static int event_ctx(WatchSet *set, FsCtx *ret) {
         return r;
 }
 
+/* A file without a name (O_TMPFILE: an upload's until its commit, or a command's): the kernel
+ * tells its writes under "#<inode>" in its directory, a name that leads nowhere. Not news: it
+ * is news once linked. A real file of such a name still has its writes told, unless it is
+ * removed before its events are read (its create and its removal are told either way). */
+static bool nameless(WatchSet *set, const WDir *d, const struct inotify_event *ev) {
+        if (ev->name[0] != '#' || !ev->name[1] || strspn(ev->name + 1, "0123456789") != strlen(ev->name + 1) ||
+            (ev->mask & (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)) || !d->refs)
+                return false;
+        FsCtx c;
+        FsInfo info;
+        char path[EVENT_PATH_BYTES];
+        const char *dir = d->refs->path;
+        if (snprintf(path, sizeof path, "%s/%s", strcmp(dir, "/") == 0 ? "" : dir, ev->name) >= (int)sizeof path ||
+            event_ctx(set, &c) < 0)
+                return false;
+        int r = fs_stat(&c, path, &info);
+        if (r >= 0)
+                fs_info_clear(&info);
+        return r == -ENOENT;
+}
+
 /* A directory appeared in r's (made, or moved in): w covers it and what is below it. */
 static void cover_new(WatchSet *set, SbxFileWatch *w, const WRef *r, const char *name) {
         FsCtx c;
@@ -451,6 +472,8 @@ static void handle(WatchSet *set, const struct inotify_event *ev) {
                                 set->hidden_cookie = ev->cookie;
                         return;
                 }
+                if (nameless(set, d, ev))
+                        return;
                 /* A temp file renamed over its target: the files API wrote it. */
                 committed = (ev->mask & IN_MOVED_TO) && ev->cookie && ev->cookie == set->hidden_cookie;
         }

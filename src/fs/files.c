@@ -329,7 +329,7 @@ static bool still_there(int dir, const char *tmp, int fd) {
 int fs_upload_begin(const FsCtx *c, const char *path, int mode, FsUpload *ret) {
         if (mode > 07777)
                 return -EINVAL;
-        FsUpload u = { .dir = -1, .fd = -1, .uid = c->uid, .gid = c->gid, .mode = mode >= 0 ? (mode_t)mode : 0644 };
+        FsUpload u = { .dir = -1, .fd = -1, .mode = mode >= 0 ? (mode_t)mode : 0644 };
         char hex[17];
         mode_t m;
         if (random_hex(hex, 8) < 0)
@@ -338,7 +338,7 @@ int fs_upload_begin(const FsCtx *c, const char *path, int mode, FsUpload *ret) {
         as_user(c);
         int r = u.dir = open_for_write(c, path, u.base, &m);
         /* Made by the sandbox's user, 0600 until the commit gives it its mode. */
-        if (r >= 0 && (u.fd = openat(u.dir, u.tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+        if (r >= 0 && (u.fd = openat(u.dir, ".", O_WRONLY | O_TMPFILE | O_CLOEXEC, 0600)) < 0)
                 r = full(c, u.dir, negerrno(), path);
         as_daemon();
         if (r < 0) {
@@ -362,16 +362,24 @@ int fs_upload_commit(const FsCtx *c, FsUpload *u, const char *path) {
         if (u->fd < 0)
                 return -EBADF;
         as_user(c);
-        if (!still_there(u->dir, u->tmp, u->fd))
-                r = fail(c, -ENOENT, "cannot write %s: its temp file %s was removed or replaced meanwhile (by a command, "
-                         "a restore or an import)", path, u->tmp);
-        else if (fchmod(u->fd, u->mode) < 0)
+        if (fchmod(u->fd, u->mode) < 0)
                 r = negerrno();
         /* The target again: it may have become a directory since the upload began. rename
          * replaces whatever else `base` is (a symlink included) without following it. */
-        else if ((r = check_change(c, u->dir, u->base, path, CH_WRITE, &m)) == 0 &&
-                 renameat(u->dir, u->tmp, u->dir, u->base) < 0)
-                r = negerrno();
+        else if ((r = check_change(c, u->dir, u->base, path, CH_WRITE, &m)) == 0) {
+                char proc[64];
+                snprintf(proc, sizeof proc, "/proc/self/fd/%d", u->fd);
+                /* The file had no name until now (O_TMPFILE), so no fork, snapshot or export
+                 * copied it half written; it gets one for as long as the rename takes. */
+                if (linkat(AT_FDCWD, proc, u->dir, u->tmp, AT_SYMLINK_FOLLOW) < 0)
+                        r = errno == ENOENT ? fail(c, -ENOENT, "cannot write %s: its directory was removed meanwhile "
+                                                   "(by a command, a restore or an import)", path)
+                                            : full(c, u->dir, negerrno(), path);
+                else if (renameat(u->dir, u->tmp, u->dir, u->base) < 0) {
+                        r = negerrno();
+                        (void)unlinkat(u->dir, u->tmp, 0);
+                }
+        }
         as_daemon();
         if (r < 0) {
                 fs_upload_abort(u);
@@ -383,17 +391,7 @@ int fs_upload_commit(const FsCtx *c, FsUpload *u, const char *path) {
 }
 
 void fs_upload_abort(FsUpload *u) {
-        if (u->fd >= 0) {
-                (void)setfsgid(u->gid);
-                (void)setfsuid(u->uid);
-                /* Emptied first: the space comes back even if a command linked the file
-                 * elsewhere, and only our own file is unlinked, never what a command put
-                 * under its name. */
-                (void)!ftruncate(u->fd, 0);
-                if (still_there(u->dir, u->tmp, u->fd))
-                        (void)unlinkat(u->dir, u->tmp, 0);
-                as_daemon();
-        }
+        /* The file has no name (O_TMPFILE): closing it gives its space back. */
         u->fd = safe_close(u->fd);
         u->dir = safe_close(u->dir);
 }

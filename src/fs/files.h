@@ -59,18 +59,17 @@ int fs_read(const FsCtx *c, const char *path, uint64_t offset, uint64_t length, 
  * -errno. */
 int fs_write(const FsCtx *c, const char *path, const void *data, size_t len, int mode, bool append);
 
-/* A file written in parts, all or nothing: the parts go to a hidden temp file
- * (".sbx-<random>.tmp", made O_EXCL) in the target's directory, so that fs_upload_commit's
- * rename is atomic; failing or aborting removes it, leaving the filesystem as it was. The
- * fds keep the directory and the temp file themselves: what a command renames or swaps in
- * meanwhile is never written through. */
+/* A file written in parts, all or nothing: the parts go to a temp file without a name
+ * (O_TMPFILE) in the target's directory's filesystem, so no command, fork, snapshot or export
+ * sees it half written; the commit links it under a random dot name (".sbx-<random>.tmp") and
+ * renames that over the target at once. Failing or aborting closes it, which gives its space
+ * back. The fds keep the directory and the file themselves: what a command renames or swaps
+ * in meanwhile is never written through. */
 typedef struct FsUpload {
         int dir;                 /* O_PATH fd of the target's directory */
-        int fd;                  /* the temp file; -1 once the upload is over */
-        uid_t uid;               /* who removes the temp file */
-        gid_t gid;
+        int fd;                  /* the temp file, nameless (O_TMPFILE); -1 once the upload is over */
         mode_t mode;             /* given to the file at commit */
-        char tmp[32];            /* the temp file's name in dir */
+        char tmp[32];            /* the name it has for the instant of the commit's link + rename */
         char base[NAME_MAX + 1]; /* the target's name in dir */
 } FsUpload;
 #define FS_UPLOAD_NONE ((FsUpload){ .dir = -1, .fd = -1 })
@@ -81,10 +80,10 @@ int fs_upload_begin(const FsCtx *c, const char *path, int mode, FsUpload *ret);
 /* Appends a part; path is the target as the caller gave it, for messages. On failure the
  * upload is still open: the caller aborts it. Returns 0 or -errno. */
 int fs_upload_write(const FsCtx *c, FsUpload *u, const void *data, size_t len, const char *path);
-/* Renames the temp file over the target (whatever it is, a symlink included: never
- * followed). On failure the temp file is removed. Either way the upload is over. */
+/* Puts the temp file in place of the target (whatever it is, a symlink included: never
+ * followed). On failure nothing of it is left. Either way the upload is over. */
 int fs_upload_commit(const FsCtx *c, FsUpload *u, const char *path);
-/* Removes the temp file and closes the upload; nothing for one that is over. */
+/* Drops the temp file and closes the upload; nothing for one that is over. */
 void fs_upload_abort(FsUpload *u);
 int fs_stat(const FsCtx *c, const char *path, FsInfo *ret);
 /* Entries below path, depth levels deep (1: the directory's own entries; at most

@@ -344,9 +344,9 @@ const Method server_methods_files[] = {
           "Reads a regular file (in chunks of at most 4 MiB for larger ones)." },
         { "files.write", m_files_write, M_SANDBOX, p_files_write, "{ok: true, uploadId? (upload \"begin\")}",
           "Writes a file atomically (temp file + rename), creating missing parents; or appends. A file too large "
-          "for one request is an upload: its parts go to a hidden temp file next to it (\".sbx-<random>.tmp\") that "
-          "\"commit\" renames into place. \"abort\", the upload's first failed request (its temp file is removed "
-          "at once, so the sandbox's space is as before), its connection closing and its sandbox going all end it; "
+          "for one request is an upload: its parts go to a temp file without a name on the target's filesystem "
+          "(no command, fork, snapshot or export sees it) that \"commit\" puts in place at once. \"abort\", the "
+          "upload's first failed request (the temp file is dropped at once, so the sandbox's space is as before), its connection closing and its sandbox going all end it; "
           "but a part refused with EBUSY (the sandbox's files are being copied or replaced: a fork, snapshot, restore "
           "or import) wrote nothing and may be sent again. An uploadId is for the connection that began it; at most 16 uploads are open per sandbox. A full filesystem is ENOSPC (or EDQUOT) with the path and the limit." },
         { "files.list", m_files_list, M_SANDBOX, p_files_list, "{entries: [" FILE_INFO "]}", "Lists a directory." },

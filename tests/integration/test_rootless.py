@@ -141,6 +141,29 @@ def test_rootless_fork_and_snapshot(delegated):
         p.wait(10)
 
 
+def test_rootless_upload(delegated):
+    """An upload as an unprivileged daemon: its nameless temp file (O_TMPFILE) is made and
+    linked into place as the sandbox's user, in the sandbox's user namespace."""
+    import base64
+    p = rootless_serve(delegated)
+    call = stdio_caller(p)
+    try:
+        created = call("create")
+        if "error" in created and "namespace" in created["error"]["message"]:
+            pytest.skip("unprivileged user namespaces are not allowed here")
+        part = base64.b64encode(b"abc" * 1000).decode()
+        begun = call("files.write", {"path": "/tmp/up.bin", "data": part, "upload": "begin", "mode": 0o640})
+        assert "result" in begun, begun
+        uid = begun["result"]["uploadId"]
+        assert "result" in call("files.write", {"path": "/tmp/up.bin", "data": part, "upload": "commit",
+                                                "uploadId": uid})
+        out = call("run", {"command": "stat -c '%a %s %u' /tmp/up.bin; ls -A /tmp"})["result"]["stdout"]
+        assert out == "640 6000 1000\nup.bin\n", out
+    finally:
+        p.stdin.close()
+        p.wait(10)
+
+
 def test_rootless_processes(delegated):
     """Processes as an unprivileged daemon: pid 1 reports their status, their cgroups kill
     their trees, and a terminal comes from the sandbox's own devpts."""
