@@ -52,7 +52,11 @@ LAYERS = [
      "and their handlers (sandboxes, runs, processes, files, watches, images, ports, the server)"),
     ("mcp", ["rpc"], "`sbx mcp`: an MCP server over a daemon's socket, its tools and their "
      "files"),
-    ("cli", ["methods", "mcp"], "the `sbx` program: one file per subcommand, the client "
+    ("http", ["base"], "an HTTP/1.1 listener in the daemon's loop (libmicrohttpd, external "
+     "epoll): requests in, answers whole or streamed out, no routes"),
+    ("e2b", ["http", "rpc"], "the E2B door: E2B's control plane and envd (Connect, /files, "
+     "/health) on the HTTP listener, as a client of the daemon's own protocol"),
+    ("cli", ["methods", "mcp", "e2b"], "the `sbx` program: one file per subcommand, the client "
      "connection they share"),
 ]
 

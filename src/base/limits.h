@@ -427,6 +427,39 @@
  * for it to write them. */
 #define SBX_AUDIT_CLOSE_MS 2000U
 
+/* ---- the HTTP listener (sbx serve --http) */
+
+/* Connections open at once (past it new ones wait in the backlog), the backlog, and how long
+ * an idle keep-alive connection stays open (a streamed answer parked for data is not idle). */
+#define SBX_HTTP_MAX_CONNECTIONS 1024U
+#define SBX_HTTP_BACKLOG 128
+#define SBX_HTTP_IDLE_S 120U
+/* A request body held whole (a JSON request, a Connect message): past it, 413. File uploads
+ * are not held: they go to the sandbox as they come. */
+#define SBX_HTTP_BODY_BYTES (8U * 1024 * 1024)
+/* What MHD asks of a streamed answer at a time. */
+#define SBX_HTTP_STREAM_BLOCK (32U * 1024)
+/* The buffer of MHD's form parser (multipart uploads): a part's pieces come at most this big. */
+#define SBX_HTTP_FORM_BUFFER (64U * 1024)
+
+/* ---- the E2B door (sbx serve --http) */
+
+/* --api-key: keys accepted at once, and their length. */
+#define SBX_MAX_API_KEYS 64U
+#define SBX_MAX_API_KEY_BYTES 256U
+
+/* A line of the server's answers to the door: files.read answers 4 MiB as base64 in one line. */
+#define SBX_E2B_RPC_LINE_BYTES (16U * 1024 * 1024)
+/* A sandbox's timeout when create gives none (E2B's default), and the most it may be (sbx's
+ * lifetimeMs bound, 31 days). */
+#define SBX_E2B_DEFAULT_TIMEOUT_S 300U
+#define SBX_E2B_MAX_TIMEOUT_S (31U * 86400)
+/* GET /files reads the file this much at a time (files.read's most). */
+#define SBX_E2B_READ_BYTES (4U * 1024 * 1024)
+/* POST /files sends a file on into its sandbox in parts of this size (the door holds at most
+ * one, plus a piece of the form, per upload). */
+#define SBX_E2B_UPLOAD_PART_BYTES (4U * 1024 * 1024)
+
 /* ---- exposed ports (port.expose) */
 
 /* Ports one sandbox exposes at once. Each is a listening socket of the daemon on the host's

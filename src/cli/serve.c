@@ -15,6 +15,7 @@
 #include "sbx/sbx.h"
 #include "cli/cli.h"
 #include "cli/serve_config.h"
+#include "e2b/e2b.h"
 #include "methods/methods.h"
 #include "server/server.h"
 
@@ -88,6 +89,12 @@ static void usage(FILE *f) {
                 "                       shows it (limits.maxSandboxes)\n"
                 "      --expiry-export-dir DIR  where sandboxes made with onExpiry \"export\" leave\n"
                 "                       their archive (DIR/<id>-<ms>.tar.zst) when they expire\n"
+                "      --http ADDR      also serve E2B's API (its control plane and envd) over HTTP\n"
+                "                       on ADDR (PORT, HOST:PORT or [V6]:PORT; the host defaults\n"
+                "                       to 127.0.0.1), so E2B's own SDKs run against sbx: set\n"
+                "                       E2B_API_URL and E2B_SANDBOX_URL to http://ADDR\n"
+                "      --api-key KEY    an E2B API key (X-API-KEY) the HTTP API accepts; may be\n"
+                "                       repeated. None given: any key, from loopback only\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -200,7 +207,7 @@ static void redact_args_done(RedactArgs *a) {
                 free(a->env_kv[i]);
 }
 
-enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA };
+enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA, OPT_HTTP, OPT_API_KEY };
 
 static const struct option serve_opts[] = {
         { "stdio", no_argument, NULL, 's' },
@@ -227,6 +234,8 @@ static const struct option serve_opts[] = {
         { "egress-hosts", required_argument, NULL, 'H' },
         { "egress-allow-private", required_argument, NULL, 'A' },
         { "egress-ca", required_argument, NULL, OPT_EGRESS_CA },
+        { "http", required_argument, NULL, OPT_HTTP },
+        { "api-key", required_argument, NULL, OPT_API_KEY },
         { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -251,6 +260,9 @@ typedef struct ServeOptions {
         unsigned n_egress_private;
         unsigned long max_sandboxes; /* 0: derived by the server */
         const char *expiry_dir;
+        const char *http;
+        const char *api_keys[SBX_MAX_API_KEYS + 1];
+        unsigned n_api_keys;
         int afd; /* the socket passed by socket activation; -1: none */
 } ServeOptions;
 
@@ -368,6 +380,16 @@ static int max_sandboxes_arg(const char *arg, unsigned long *ret) {
         return 0;
 }
 
+static int api_key_add(ServeOptions *o, const char *key) {
+        if (o->n_api_keys >= SBX_MAX_API_KEYS || !*key || strlen(key) > SBX_MAX_API_KEY_BYTES) {
+                fprintf(stderr, "sbx serve: --api-key: at most %u keys of 1 to %u bytes\n", SBX_MAX_API_KEYS,
+                        SBX_MAX_API_KEY_BYTES);
+                return -EINVAL;
+        }
+        o->api_keys[o->n_api_keys++] = key;
+        return 0;
+}
+
 /* Reads option c (its value in optarg) into o. Returns 0; 1 when sbx serve is done (--help,
  * --protocol: exit 0); -EINVAL once stderr says why (exit 2). */
 static int serve_option(ServeOptions *o, int c) {
@@ -395,6 +417,8 @@ static int serve_option(ServeOptions *o, int c) {
         case 'N': o->ra.no_defaults = true; return 0;
         case 'H': o->egress_hosts = optarg; return 0;
         case OPT_EGRESS_CA: o->egress_ca = optarg; return 0;
+        case OPT_HTTP: o->http = optarg; return 0;
+        case OPT_API_KEY: return api_key_add(o, optarg);
         case 'A': return egress_private_add(o, optarg);
         case OPT_MAX_SANDBOXES: return max_sandboxes_arg(optarg, &o->max_sandboxes);
         case 'v': sbx_log_level = LOG_DEBUG; return 0;
@@ -436,6 +460,8 @@ static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit)
         else if (!o->audit && (o->audit_max || o->audit_keep || o->audit_fail_closed))
                 fprintf(stderr, "sbx serve: --audit-max-bytes, --audit-keep and --audit-fail-closed go with "
                         "--audit PATH\n");
+        else if (o->n_api_keys && !o->http)
+                fprintf(stderr, "sbx serve: --api-key goes with --http ADDR\n");
         else if (o->audit && (!*o->audit || strlen(o->audit) > PATH_MAX - 16))
                 fprintf(stderr, "sbx serve: --audit takes a file's path (at most %d bytes)\n", PATH_MAX - 16);
         else if (o->check_config && optind < argc)
@@ -532,6 +558,24 @@ static int serve_listen(Server *s, const ServeOptions *o) {
         return 0;
 }
 
+static int connect_e2b(void *data, int *ret_fd) { return server_connect(data, geteuid(), ret_fd); }
+
+/* --http: the E2B door on the server's loop. Returns 0, or the exit status after saying why. */
+static int serve_http(Server *s, const ServeOptions *o, E2b **ret) {
+        char err[256];
+        E2bOptions eo = { .addr = o->http, .api_keys = o->api_keys };
+        if (e2b_new(server_loop(s), &eo, connect_e2b, s, ret, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --http %s\n", err);
+                return 1;
+        }
+        if (!e2b_loopback(*ret))
+                log_warn("--http %s: the E2B API listens beyond loopback; %s", o->http,
+                         o->n_api_keys ? "only its --api-key keys are let in" : "with no --api-key, only loopback "
+                         "clients are let in");
+        log_info("E2B API on port %u (E2B_API_URL=E2B_SANDBOX_URL=http://%s)", e2b_port(*ret), o->http);
+        return 0;
+}
+
 /* Makes the server o describes and runs it until it stops. Returns the exit status. */
 static int serve_start(const ServeOptions *o) {
         Server *s = NULL;
@@ -556,7 +600,13 @@ static int serve_start(const ServeOptions *o) {
                 log_info("serving the socket passed as fd 3%s%s", o->path ? ": " : "", o->path ? o->path : "");
         else if (o->path)
                 log_info("listening on %s", o->path);
+        E2b *e2b = NULL;
+        if (o->http && (code = serve_http(s, o, &e2b)) != 0) {
+                server_free(s);
+                return code;
+        }
         r = server_run(s);
+        e2b_free(e2b);
         server_free(s);
         return r;
 }

@@ -341,6 +341,27 @@ int server_add_stdio(Server *s) {
         return 0;
 }
 
+int server_connect(Server *s, uid_t uid, int *ret_fd) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0)
+                return negerrno();
+        int wfd = fcntl(sv[0], F_DUPFD_CLOEXEC, 3);
+        Conn *c;
+        int r = wfd < 0 ? negerrno() : conn_new(&s->conns, sv[0], wfd, false, uid, &c);
+        if (r < 0) {
+                close(sv[0]);
+                safe_close(wfd);
+                close(sv[1]);
+                return r;
+        }
+        conn_set_pid(c, getpid());
+        conn_set_lane(c, s->stdio_lane);
+        *ret_fd = sv[1];
+        return 0;
+}
+
+Loop *server_loop(Server *s) { return s->loop; }
+
 /* Audit lines are redacted as the output of their sandbox is. */
 static char *audit_redact(void *data, const char *sandbox_id, const char *text, size_t len, size_t *ret_len) {
         Server *s = data;

@@ -41,6 +41,12 @@ int server_listen_fd(Server *s, int fd, const char *path);
 int server_listen_system(Server *s, const char *path);
 /* Serves one client on stdin/stdout; its end of input shuts the server down. */
 int server_add_stdio(Server *s);
+/* A client inside this process (a gateway such as the E2B door): a connection on one end of
+ * a socketpair, as if uid had connected to the socket; *ret_fd is the other end (non-blocking,
+ * the caller's to close, which ends the connection). Returns 0 or -errno. */
+int server_connect(Server *s, uid_t uid, int *ret_fd);
+/* The server's loop, for the rooms that live in it beside the server (borrowed). */
+struct Loop *server_loop(Server *s);
 /* Fixes the lane (0 interactive, 1 system; -1: each request says) of the connections of
  * --socket and stdio. Call before server_add_stdio. */
 void server_set_lane(Server *s, int lane);

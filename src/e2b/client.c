@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/* The E2B door's JSON-RPC client (client.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "base/limits.h"
+#include "base/log.h"
+#include "base/queue.h"
+#include "base/util.h"
+#include "e2b/client.h"
+#include "rpc/framer.h"
+
+typedef struct Call {
+        struct Call *next;
+        uint64_t id;
+        RpcAnswerFn fn;
+        void *ud;
+} Call;
+
+struct RpcClient {
+        Loop *loop;
+        int fd;
+        Watch w;
+        Framer fr;
+        ByteQueue in, out; /* in: read, not yet framed (a pause stops the framing) */
+        RpcNotifyFn notify;
+        void *ud;
+        uint64_t next_id;
+        Call *calls, **tail;
+        bool gone, paused, failing_due;
+};
+
+static void update_events(RpcClient *c) {
+        if (c->gone)
+                return;
+        uint32_t ev = (c->paused ? 0 : EPOLLIN) | (bq_pending(&c->out) ? EPOLLOUT : 0);
+        if (ev != c->w.events)
+                (void)loop_mod(c->loop, &c->w, ev);
+}
+
+static Call *take_call(RpcClient *c, uint64_t id) {
+        for (Call **p = &c->calls; *p; p = &(*p)->next)
+                if ((*p)->id == id) {
+                        Call *k = *p;
+                        *p = k->next;
+                        if (!*p)
+                                c->tail = p;
+                        return k;
+                }
+        return NULL;
+}
+
+static void answer(Call *k, json_t *result, json_t *error) {
+        if (k->fn)
+                k->fn(k->ud, result, error);
+        free(k);
+}
+
+/* Every waiting call gets an error: the server is gone. Deferred, so no call is answered
+ * from inside rpc_client_call. */
+static void fail_all(void *data) {
+        RpcClient *c = data;
+        c->failing_due = false;
+        json_t *err = json_pack("{s:i, s:s}", "code", -32003, "message", "the sbx server is shutting down");
+        while (c->calls) {
+                Call *k = c->calls;
+                c->calls = k->next;
+                if (!c->calls)
+                        c->tail = &c->calls;
+                answer(k, NULL, err);
+        }
+        json_decref(err);
+}
+
+static void set_gone(RpcClient *c) {
+        if (c->gone)
+                return;
+        c->gone = true;
+        if (c->w.active)
+                loop_del(c->loop, &c->w);
+        if (!c->failing_due && loop_defer(c->loop, fail_all, c) == 0)
+                c->failing_due = true;
+}
+
+static bool on_line(void *ud, const char *line, size_t len, bool too_large) {
+        RpcClient *c = ud;
+        if (too_large) {
+                log_warn("e2b: an answer of the server past %u bytes was dropped", SBX_E2B_RPC_LINE_BYTES);
+                return true;
+        }
+        json_t *m = json_loadb(line, len, 0, NULL);
+        json_t *id = json_object_get(m, "id");
+        const char *method = json_string_value(json_object_get(m, "method"));
+        if (json_is_integer(id)) {
+                Call *k = take_call(c, (uint64_t)json_integer_value(id));
+                if (k)
+                        answer(k, json_object_get(m, "result"), json_object_get(m, "error"));
+        } else if (method && c->notify) {
+                c->notify(c->ud, method, json_object_get(m, "params"));
+        }
+        json_decref(m);
+        return !c->paused && !c->gone;
+}
+
+/* Frames what was read, until it is all framed or a pause stops it. */
+static void frame(RpcClient *c) {
+        while (bq_pending(&c->in) && !c->paused && !c->gone) {
+                long used = framer_feed(&c->fr, bq_head(&c->in), bq_pending(&c->in), on_line, c);
+                if (used < 0) {
+                        set_gone(c);
+                        return;
+                }
+                bq_consume(&c->in, (size_t)used);
+                if (used == 0)
+                        break;
+        }
+}
+
+static void on_event(Watch *w, uint32_t events) {
+        RpcClient *c = w->data;
+        if (events & EPOLLOUT) {
+                while (bq_pending(&c->out)) {
+                        ssize_t n = write(c->fd, bq_head(&c->out), bq_pending(&c->out));
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n < 0 && errno == EAGAIN)
+                                break;
+                        if (n <= 0) {
+                                set_gone(c);
+                                return;
+                        }
+                        bq_consume(&c->out, (size_t)n);
+                }
+        }
+        if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->paused) {
+                uint8_t buf[65536];
+                ssize_t n = read(c->fd, buf, sizeof buf);
+                if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                        return update_events(c);
+                if (n <= 0 || bq_push(&c->in, buf, (size_t)n) < 0) {
+                        set_gone(c);
+                        return;
+                }
+                frame(c);
+        }
+        update_events(c);
+}
+
+int rpc_client_new(Loop *loop, int fd, RpcNotifyFn notify, void *ud, RpcClient **ret) {
+        RpcClient *c = calloc(1, sizeof *c);
+        if (!c) {
+                close(fd);
+                return -ENOMEM;
+        }
+        c->loop = loop;
+        c->fd = fd;
+        c->notify = notify;
+        c->ud = ud;
+        c->tail = &c->calls;
+        framer_init(&c->fr, SBX_E2B_RPC_LINE_BYTES);
+        int r = fd_set_nonblock(fd, true);
+        if (r < 0 || (r = loop_add(loop, &c->w, fd, EPOLLIN, on_event, c)) < 0) {
+                rpc_client_free(c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}
+
+RpcClient *rpc_client_free(RpcClient *c) {
+        if (!c)
+                return NULL;
+        if (c->w.active)
+                loop_del(c->loop, &c->w);
+        loop_cancel_defer(c->loop, c);
+        while (c->calls) {
+                Call *k = c->calls;
+                c->calls = k->next;
+                free(k);
+        }
+        framer_done(&c->fr);
+        bq_done(&c->in);
+        bq_done(&c->out);
+        safe_close(c->fd);
+        free(c);
+        return NULL;
+}
+
+int rpc_client_call(RpcClient *c, const char *method, json_t *params, RpcAnswerFn fn, void *ud) {
+        Call *k = calloc(1, sizeof *k);
+        if (!k) {
+                json_decref(params);
+                return -ENOMEM;
+        }
+        k->id = ++c->next_id;
+        k->fn = fn;
+        k->ud = ud;
+        *c->tail = k;
+        c->tail = &k->next;
+        if (c->gone) {
+                json_decref(params);
+                if (!c->failing_due && loop_defer(c->loop, fail_all, c) == 0)
+                        c->failing_due = true;
+                return 0;
+        }
+        json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)k->id, "method", method,
+                                "params", params ? params : json_object());
+        char *line = req ? json_dumps(req, JSON_COMPACT) : NULL;
+        json_decref(req);
+        int r = line ? bq_push(&c->out, line, strlen(line)) : -ENOMEM;
+        if (r == 0)
+                r = bq_push(&c->out, "\n", 1);
+        free(line);
+        if (r < 0) {
+                free(take_call(c, k->id));
+                return -ENOMEM;
+        }
+        update_events(c);
+        return 0;
+}
+
+void rpc_client_forget(RpcClient *c, void *ud) {
+        for (Call *k = c->calls; k; k = k->next)
+                if (k->ud == ud)
+                        k->fn = NULL;
+}
+
+static void resume_reading(void *data) {
+        RpcClient *c = data;
+        /* What was read before the pause comes first. */
+        frame(c);
+        update_events(c);
+}
+
+void rpc_client_pause(RpcClient *c, bool paused) {
+        if (c->paused == paused)
+                return;
+        c->paused = paused;
+        if (!paused)
+                (void)loop_defer(c->loop, resume_reading, c);
+        else
+                update_events(c);
+}

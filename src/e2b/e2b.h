@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/* The E2B door (`sbx serve --http`): E2B's control plane (REST), its envd (the Connect
+ * protocol's process and filesystem services, /files, /health) on one HTTP listener, so E2B's
+ * own SDKs run against sbx unchanged. It is a client of the daemon's server like any other:
+ * every E2B call becomes calls of sbx's protocol on connections the door opens (connect()). */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "base/loop.h"
+
+typedef struct E2b E2b;
+
+/* A new connection to the server: 0 and the door's end in *ret_fd, or -errno. */
+typedef int (*E2bConnectFn)(void *data, int *ret_fd);
+
+typedef struct E2bOptions {
+        const char *addr;             /* where to listen: "PORT", "HOST:PORT", "[V6]:PORT" */
+        const char *const *api_keys;  /* NULL-terminated; none: any key, from loopback only */
+} E2bOptions;
+
+/* Listens and serves. Returns 0, or -errno with err saying why. */
+int e2b_new(Loop *loop, const E2bOptions *o, E2bConnectFn connect, void *connect_data, E2b **ret, char *err,
+            size_t errlen);
+E2b *e2b_free(E2b *g);
+uint16_t e2b_port(const E2b *g);
+/* Whether it listens on a loopback address only. */
+bool e2b_loopback(const E2b *g);

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/* What e2b.c (the listener, routes, control plane) and envd.c (the sandbox's own API) share:
+ * the door, its sandboxes, one HTTP request's state, the answers both send. Private to
+ * src/e2b. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "base/loop.h"
+#include "e2b/client.h"
+#include "e2b/e2b.h"
+#include "http/http.h"
+
+/* The version of envd this door speaks as: the SDK gates features on it, so it names only
+ * what is served (closeStdin from 0.5.2; multipart uploads only, octet-stream ones came in
+ * 0.5.7; no file metadata, 0.6.2; no watch includeEntry, 0.6.3). */
+#define E2B_ENVD_VERSION "0.5.6"
+#define E2B_TEMPLATE "base"
+#define E2B_TOKEN_HEX 32
+
+/* A sandbox made through the door: what E2B says of it that sbx does not keep. */
+typedef struct E2bBox {
+        struct E2bBox *next;
+        char id[64];
+        char token[E2B_TOKEN_HEX + 1];
+        char template_id[64];
+        uint64_t started_ms, end_ms; /* wall clock; end_ms 0: no timeout */
+} E2bBox;
+
+struct E2b {
+        Loop *loop;
+        HttpServer *http;
+        RpcClient *rpc; /* the door's own connection: it owns the sandboxes it makes */
+        E2bConnectFn connect;
+        void *connect_data;
+        char **keys;
+        size_t n_keys;
+        E2bBox *boxes;
+};
+
+/* One HTTP request while the door works on it (http_user of its HttpReq). */
+typedef struct E2bReq {
+        E2b *g;
+        HttpReq *r;
+        E2bBox *box;
+        json_t *in;       /* the request's JSON (Connect message or REST body) */
+        json_t *scratch;  /* what a step keeps for the next */
+        RpcClient *own;   /* a stream's connection of its own */
+        bool streaming, gone, pty;
+        char process_id[32];
+        long pid;
+        RpcAnswerFn step;  /* what follows the lookup of a process by pid */
+        int keepalive_fd;
+        Watch kw;
+        /* POST /files: parts as they arrive */
+        void *post;       /* struct MHD_PostProcessor */
+        json_t *parts;    /* [{path, data (base64)}] */
+        char *part_path;
+        uint8_t *part;
+        size_t part_len, part_cap;
+        size_t busy_part;  /* 1 + the index of the part whose files.write is out; 0: none */
+        bool request_in;   /* the request is whole: answer once the last part is committed */
+        int body_error;
+} E2bReq;
+
+E2bBox *e2b_box_find(E2b *g, const char *id);
+void e2b_box_drop(E2b *g, const char *id);
+
+/* Answers: JSON bodies (taken), E2B's REST errors {code, message}, Connect errors. */
+void e2b_reply_json(E2bReq *q, unsigned status, json_t *body);
+void e2b_reply_rest_error(E2bReq *q, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void e2b_reply_empty(E2bReq *q, unsigned status);
+/* The Connect code (not_found, ...) that an sbx error means. */
+const char *e2b_connect_code(json_t *error);
+unsigned e2b_connect_status(const char *code);
+
+/* envd.c: the sandbox's own API. route says whether the path is one of it. */
+bool envd_route(E2bReq *q);
+int envd_head(E2bReq *q);
+int envd_body(E2bReq *q, const uint8_t *chunk, size_t len);
+void envd_request(E2bReq *q);
+void envd_drained(E2bReq *q);
+void envd_finished(E2bReq *q);
