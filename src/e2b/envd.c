@@ -270,7 +270,7 @@ static void stream_notify(void *ud, const char *method, json_t *params) {
                 return;
         if (!strcmp(method, "process.output")) {
                 const char *data = json_string_value(json_object_get(params, "data"));
-                const char *enc = json_string_value(json_object_get(params, "encoding"));
+                const char *enc = json_string_value(json_object_get(params, "dataEncoding"));
                 const char *st = json_string_value(json_object_get(params, "stream"));
                 if (!data || !*data)
                         return;
@@ -608,6 +608,8 @@ static void fs_call(E2bReq *q, const char *m) {
         RpcClient *c = q->g->rpc;
         if (is_stream_call(q))
                 return stream_fail(q, "unimplemented", "filesystem.Filesystem/%s is not served as a stream here", m);
+        if (strcmp(m, "Move") && strcmp(m, "Stat") && strcmp(m, "ListDir") && strcmp(m, "MakeDir") && strcmp(m, "Remove"))
+                return unary_error(q, "unimplemented", "filesystem.Filesystem/%s is not served", m);
         if (!strcmp(m, "Move")) {
                 const char *from = path_in(q, "source"), *to = path_in(q, "destination");
                 if (!from || !to)
@@ -779,7 +781,10 @@ static int form_piece(void *ud, const char *name, const char *filename, const ui
         if (!filename || q->body_error)
                 return 0;
         json_t *cur = json_array_get(q->parts, json_array_size(q->parts) - 1);
-        if (off == 0 || !cur) {
+        /* MHD may hand a part's start twice at offset 0 (empty, then its first bytes). */
+        bool fresh = !cur || (off == 0 && (json_integer_value(json_object_get(cur, "bytes")) > 0 ||
+                                           strcmp(json_string_value(json_object_get(cur, "name")) ?: "", filename)));
+        if (fresh) {
                 if (cur) {
                         /* The part before is whole: it goes out (and is committed) first. */
                         json_object_set_new(cur, "ended", json_true());
@@ -799,6 +804,8 @@ static int form_piece(void *ud, const char *name, const char *filename, const ui
                 q->body_error = 503;
                 return 0;
         }
+        cur = json_array_get(q->parts, json_array_size(q->parts) - 1);
+        json_object_set_new(cur, "bytes", json_integer(json_integer_value(json_object_get(cur, "bytes")) + (json_int_t)len));
         upload_step(q);
         return 0;
 }

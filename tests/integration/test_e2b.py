@@ -1,0 +1,331 @@
+"""E2B's own SDK against `sbx serve --http`: the npm package `e2b` (pinned in tests/e2b/
+package.json, installed there by this test) runs tests/e2b/cases.mjs unchanged against the
+daemon, and this file checks what it saw; the wire's edges (tokens, bad envelopes, unknown
+methods, limits) are checked here with plain HTTP."""
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import SPAWNED, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
+NODE_DIR = REPO / "tests" / "e2b"
+KEY = "e2b_0123456789abcdef"
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
+    pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
+]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    """`sbx serve --socket ... --http 127.0.0.1:PORT`, in a directory of its own."""
+
+    def __init__(self, *flags):
+        self.dir = tempfile.mkdtemp(prefix="sbx-e2b-")
+        self.sock = os.path.join(self.dir, "sbx.sock")
+        for _ in range(5):
+            self.port = free_port()
+            self.proc = subprocess.Popen([SBX, "serve", "--socket", self.sock, "--pool", "0", "--http",
+                                          f"127.0.0.1:{self.port}", *flags], stderr=subprocess.PIPE)
+            SPAWNED.append(self.proc.pid)
+            if wait_until(lambda: self.proc.poll() is not None or self.http_up(), 10) and self.proc.poll() is None:
+                break
+            err = self.proc.stderr.read().decode()
+            assert "Address already in use" in err, err  # another process took the port: again
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def http_up(self):
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        err = self.proc.stderr.read().decode()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.proc.returncode, err
+
+
+@pytest.fixture(scope="module")
+def node_sdk():
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("node and npm are needed for E2B's SDK (npm e2b)")
+    if not (NODE_DIR / "node_modules" / "e2b" / "package.json").exists():
+        cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+        assert cp.returncode == 0, f"npm ci in {NODE_DIR} failed: {cp.stderr.decode()[-2000:]}"
+    return NODE_DIR
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    d = Daemon()
+    yield d
+    code, err = d.stop()
+    assert code == 0, err
+
+
+def run_case(d, name, **env):
+    e = dict(os.environ, E2B_API_URL=d.url, E2B_SANDBOX_URL=d.url, E2B_API_KEY=KEY, **env)
+    cp = subprocess.run(["node", str(NODE_DIR / "cases.mjs"), name], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, timeout=240, env=e, cwd=NODE_DIR)
+    assert cp.returncode == 0, cp.stderr.decode()
+    out = json.loads(cp.stdout)
+    assert not out.get("fatal"), out["fatal"]
+    return out
+
+
+# ---------------------------------------------------------------- the SDK
+
+
+def test_commands(node_sdk, daemon):
+    out = run_case(daemon, "commands")
+    assert out["echo"] == {"exitCode": 0, "stdout": "hi\nuser\n/home/user\n", "stderr": "err\n"}
+    assert out["exit3"]["name"] == "CommandExitError" and out["exit3"]["exitCode"] == 3
+    assert out["env"] == "c1 bar\n"  # the sandbox's envVars and the command's envs
+    assert out["cwd"] == "/tmp\n"
+    assert out["streams"]["stdout"] == "line1\nline2\nline3\n"
+    assert "out:line1\n" in out["streams"]["seen"] and "err:e\n" in out["streams"]["seen"]
+    assert out["timeout"]["threw"] == "TimeoutError" and out["timeout"]["ms"] < 15000, out["timeout"]
+    assert out["after_timeout"] == "still\n"
+    assert out["binary"] == 6  # a, U+FFFD (3 bytes), b, newline: bytes, not their base64
+
+
+def test_background_stdin_connect_kill(node_sdk, daemon):
+    out = run_case(daemon, "background")
+    assert out["kill0"] == "alive\n"  # the pid the SDK got is the one kill -0 sees inside
+    assert out["pid"] in out["list"]
+    assert out["echoed"] == "hello stdin\n"
+    assert out["closeStdin"] is True
+    assert out["wait"] == {"exitCode": 0, "stdout": "hello stdin\ndone-0\n"}
+    assert isinstance(out["connect"], int)
+    assert out["kill"] is True and out["kill_again"] is False
+    assert out["wait_killed"]["name"] == "CommandExitError"
+    assert out["list_after"] == []
+
+
+def test_pty(node_sdk, daemon):
+    out = run_case(daemon, "pty")
+    assert out["wait"] == 0
+    assert "24 80\r\n" in out["text"] and "tty=/dev/pts" in out["text"]
+    assert "30 100\r\n" in out["text"]  # after the resize
+
+
+def test_files(node_sdk, daemon):
+    out = run_case(daemon, "files")
+    assert out["write"] == "/home/user/dir/a.txt"
+    assert out["read"] == "hello file"
+    assert out["relative"] == "relative"
+    assert out["list"] == [["a.txt", "file", "/home/user/dir/a.txt"]]
+    assert out["exists"] == [True, False]
+    assert out["makeDir"] == [True, False]
+    assert out["rename"] == "b.txt" and out["after_rename"] == "b.txt\n"
+    assert out["remove"] is False
+    assert out["read_missing"]["name"] == "FileNotFoundError"
+    assert out["info"] == {"name": "new", "type": "dir", "mode": 0o755, "permissions": "drwxr-xr-x"}
+    assert out["many"] == [["/tmp/m/one", "/tmp/m/two"], "122"]
+    assert out["big"] == {"same": True, "inside": True, "len": 9 * 1024 * 1024 + 17}
+
+
+def test_lifecycle(node_sdk, daemon):
+    out = run_case(daemon, "lifecycle")
+    a, b = out["a"], out["b"]
+    assert out["list_suite"] == sorted([a, b])
+    assert out["list_who"] == [b]
+    assert sorted(sum(out["list_paged"], [])) == sorted([a, b]) and all(len(p) == 1 for p in out["list_paged"])
+    assert out["info"] == {"id": b, "state": "running", "metadata": {"suite": "life", "who": "b"}, "span": 120000}
+    assert 590 <= out["setTimeout"] <= 600
+    assert out["pause"] == "paused" and out["list_paused"] == [b]
+    assert out["resume"] == ["running", "kept\n"]
+    assert out["kill_a"] is True and out["kill_a_again"] is False and out["a_running"] is False
+    assert out["a_run"]["name"] in ("SandboxNotFoundError", "TimeoutError"), out["a_run"]
+    assert out["connect_gone"]["name"] == "SandboxNotFoundError"
+    assert out["kill_b"] is True
+
+
+def test_unknown_template(node_sdk, daemon):
+    out = run_case(daemon, "errors")
+    assert "template 'no-such-template' not found" in out["template"]["threw"]
+
+
+def test_api_keys(node_sdk):
+    d = Daemon("--api-key", "e2b_right", "--api-key", "e2b_other")
+    try:
+        out = run_case(d, "bad_key")
+        assert out["create"]["name"] == "AuthenticationError", out
+        out = run_case(d, "good_key", E2B_GOOD_KEY="e2b_other")
+        assert out["create"] == "ok"
+    finally:
+        code, err = d.stop()
+    assert code == 0, err
+
+
+# ---------------------------------------------------------------- the wire's edges
+
+
+def http(d, method, path, body=None, headers=None):
+    req = urllib.request.Request(d.url + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def create(d):
+    st, _, body = http(d, "POST", "/v2/sandboxes", json.dumps({"templateID": "base", "timeout": 120}).encode(),
+                       {"Content-Type": "application/json", "X-API-KEY": KEY})
+    assert st == 201, body
+    return json.loads(body)
+
+
+def envelope(msg, flags=0):
+    raw = json.dumps(msg).encode() if not isinstance(msg, bytes) else msg
+    return struct.pack(">BI", flags, len(raw)) + raw
+
+
+def envelopes(data):
+    out = []
+    while data:
+        flags, n = struct.unpack(">BI", data[:5])
+        out.append((flags, json.loads(data[5:5 + n])))
+        data = data[5 + n:]
+    return out
+
+
+def rpc(d, sb, method, msg, token=None, stream=False, raw=None):
+    h = {"E2b-Sandbox-Id": sb["sandboxID"], "X-Access-Token": token or sb["envdAccessToken"],
+         "Connect-Protocol-Version": "1",
+         "Content-Type": "application/connect+json" if stream else "application/json"}
+    body = raw if raw is not None else envelope(msg) if stream else json.dumps(msg).encode()
+    return http(d, "POST", method, body, h)
+
+
+def test_tokens_open_only_their_own_sandbox(daemon):
+    a, b = create(daemon), create(daemon)
+    try:
+        st, _, body = rpc(daemon, a, "/filesystem.Filesystem/Stat", {"path": "/tmp"})
+        assert st == 200 and json.loads(body)["entry"]["name"] == "tmp"
+        st, _, body = rpc(daemon, a, "/filesystem.Filesystem/Stat", {"path": "/tmp"}, token=b["envdAccessToken"])
+        assert st == 401 and json.loads(body)["code"] == "unauthenticated", body
+        st, _, body = rpc(daemon, a, "/process.Process/Start",
+                          {"process": {"cmd": "/bin/true"}}, token="nope", stream=True)
+        assert st == 200 and envelopes(body) == [(2, {"error": {"code": "unauthenticated", "message":
+                                                                 "X-Access-Token is not this sandbox's envdAccessToken"}})]
+        st, _, _ = http(daemon, "GET", "/files?path=/etc/hostname",
+                        headers={"E2b-Sandbox-Id": a["sandboxID"], "X-Access-Token": b["envdAccessToken"]})
+        assert st == 401
+        st, _, body = http(daemon, "GET", "/files?path=/etc/hostname",
+                           headers={"E2b-Sandbox-Id": a["sandboxID"], "X-Access-Token": a["envdAccessToken"]})
+        assert st == 200 and body == b"sandbox\n"
+    finally:
+        for s in (a, b):
+            http(daemon, "DELETE", f"/sandboxes/{s['sandboxID']}", headers={"X-API-KEY": KEY})
+
+
+def test_bad_input_gets_connect_errors_and_harms_nothing(daemon):
+    sb = create(daemon)
+    try:
+        cases = [
+            # a stream whose body is not one envelope
+            dict(method="/process.Process/Start", msg=None, stream=True, raw=b"\x00\x00"),
+            # an envelope that says more bytes than it has
+            dict(method="/process.Process/Start", msg=None, stream=True, raw=struct.pack(">BI", 0, 99) + b"{}"),
+            # compressed
+            dict(method="/process.Process/Start", msg=None, stream=True, raw=envelope({}, flags=1)),
+            # not JSON
+            dict(method="/process.Process/Start", msg=None, stream=True, raw=envelope(b"{nope")),
+            # no command
+            dict(method="/process.Process/Start", msg={"process": {}}, stream=True),
+        ]
+        for c in cases:
+            st, _, body = rpc(daemon, sb, c["method"], c["msg"], stream=c["stream"], raw=c.get("raw"))
+            assert st == 200, body
+            (flags, end), = envelopes(body)
+            assert flags == 2 and end["error"]["code"] == "invalid_argument", (c, end)
+        st, _, body = rpc(daemon, sb, "/process.Process/Nope", {})
+        assert st == 501 and json.loads(body)["code"] == "unimplemented"
+        st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/Nope", {})
+        assert st == 501 and json.loads(body)["code"] == "unimplemented"
+        st, _, body = http(daemon, "POST", "/filesystem.Filesystem/Stat", b"\x0a\x02/a",
+                           {"E2b-Sandbox-Id": sb["sandboxID"], "X-Access-Token": sb["envdAccessToken"],
+                            "Content-Type": "application/proto"})
+        assert st == 501 and "JSON codec" in json.loads(body)["message"]
+        st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/Stat", {"path": "/no/such"})
+        assert st == 404 and json.loads(body)["code"] == "not_found"
+        st, _, body = rpc(daemon, sb, "/process.Process/SendInput", {"process": {"pid": 99999}, "input": {"stdin": ""}})
+        assert st == 404 and json.loads(body)["code"] == "not_found"
+        # A body past the limit: refused, the connection and the daemon fine.
+        st, _, _ = rpc(daemon, sb, "/filesystem.Filesystem/Stat", None, raw=b"{" + b" " * (9 << 20) + b"}")
+        assert st == 413
+        # An unknown sandbox: 502, which the SDK reads as "gone".
+        st, _, _ = http(daemon, "GET", "/health", headers={"E2b-Sandbox-Id": "0" * 32})
+        assert st == 502
+        st, _, _ = http(daemon, "GET", "/health", headers={"E2b-Sandbox-Id": sb["sandboxID"]})
+        assert st == 204
+        # Bad REST bodies.
+        st, _, body = http(daemon, "POST", "/v2/sandboxes", b"[1]", {"X-API-KEY": KEY})
+        assert st == 400 and json.loads(body)["code"] == 400
+        st, _, body = http(daemon, "GET", "/v3/what", headers={"X-API-KEY": KEY})
+        assert st == 404 and json.loads(body)["code"] == 404
+        # Still fine.
+        st, _, body = rpc(daemon, sb, "/process.Process/Start",
+                          {"process": {"cmd": "/bin/bash", "args": ["-c", "echo fine"]}}, stream=True)
+        evs = envelopes(body)
+        assert evs[0][1]["event"]["start"]["pid"] > 0
+        assert any(e[1].get("event", {}).get("data", {}).get("stdout") == "ZmluZQo=" for e in evs), evs
+        assert evs[-1] == (2, {})
+    finally:
+        http(daemon, "DELETE", f"/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": KEY})
+
+
+def test_a_sandbox_killed_mid_stream_ends_the_stream(daemon):
+    sb = create(daemon)
+    s = socket.create_connection(("127.0.0.1", daemon.port), timeout=30)
+    body = envelope({"process": {"cmd": "/bin/bash", "args": ["-c", "echo go; sleep 100"]}})
+    s.sendall(b"POST /process.Process/Start HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\n"
+              + f"E2b-Sandbox-Id: {sb['sandboxID']}\r\nX-Access-Token: {sb['envdAccessToken']}\r\n".encode()
+              + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    got = b""
+    while b"Z28K" not in got:  # "go\n"
+        chunk = s.recv(65536)
+        assert chunk, got
+        got += chunk
+    st, _, _ = http(daemon, "DELETE", f"/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": KEY})
+    assert st == 204
+    while not got.endswith(b"0\r\n\r\n"):  # the chunked answer ends
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    assert b"\x02\x00\x00\x00" in got  # an end-of-stream envelope came
+    st, _, _ = http(daemon, "GET", "/health", headers={"E2b-Sandbox-Id": sb["sandboxID"]})
+    assert st == 502
