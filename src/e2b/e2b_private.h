@@ -47,6 +47,8 @@ typedef struct E2bReq {
         json_t *scratch;  /* what a step keeps for the next */
         RpcClient *own;   /* a stream's connection of its own */
         bool streaming, gone, pty;
+        bool watch;        /* a WatchDir stream: its events and keepalives are top-level */
+        char *watch_root;  /* the watched directory, absolute: names are told relative to it */
         char process_id[32];
         long pid;
         RpcAnswerFn step;  /* what follows the lookup of a process by pid */

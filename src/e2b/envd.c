@@ -124,7 +124,8 @@ static void keepalive_event(Watch *w, uint32_t events) {
         uint64_t n;
         (void)!read(q->keepalive_fd, &n, sizeof n);
         if (q->streaming)
-                (void)envelope(q, 0, json_pack("{s:{s:{}}}", "event", "keepalive"));
+                (void)envelope(q, 0, q->watch ? json_pack("{s:{}}", "keepalive")
+                                              : json_pack("{s:{s:{}}}", "event", "keepalive"));
 }
 
 /* Keepalive-Ping-Interval (seconds): a keepalive event that often while the stream is open. */
@@ -264,8 +265,25 @@ static char *command_of(json_t *proc, const char **err) {
         return buf;
 }
 
+static void watch_event(E2bReq *q, json_t *params) {
+        const char *type = json_string_value(json_object_get(params, "type")) ?: "";
+        const char *path = json_string_value(json_object_get(params, "path"));
+        size_t n = strlen(q->watch_root);
+        if (!path || strncmp(path, q->watch_root, n) != 0 || !strcmp(type, "overflow"))
+                return; /* lost events: envd has no word for them */
+        const char *rel = path + n + (path[n] == '/');
+        char upper[32] = "EVENT_TYPE_";
+        for (size_t i = 0; type[i] && i < 16; i++)
+                upper[11 + i] = (char)toupper((unsigned char)type[i]);
+        (void)envelope(q, 0, json_pack("{s:{s:s, s:s}}", "filesystem", "name", rel, "type", upper));
+        if (http_stream_queued(q->r) >= HTTP_STREAM_HIGH)
+                rpc_client_pause(q->own, true);
+}
+
 static void stream_notify(void *ud, const char *method, json_t *params) {
         E2bReq *q = ud;
+        if (q->watch && q->streaming && !strcmp(method, "files.event"))
+                return watch_event(q, params);
         if (!q->streaming || strcmp(json_string_value(json_object_get(params, "processId")) ?: "", q->process_id))
                 return;
         if (!strcmp(method, "process.output")) {
@@ -602,10 +620,43 @@ static void moved(void *ud, json_t *result, json_t *error) {
         stat_of(q, path_in(q, "destination"));
 }
 
+static char *file_path(E2bReq *q, const char *p);
+
+static void watching(void *ud, json_t *result, json_t *error) {
+        E2bReq *q = ud;
+        if (!result)
+                return fail_sbx(q, error);
+        if (http_stream_start(q->r, 200, "application/connect+json", NULL) < 0)
+                return;
+        q->streaming = true;
+        (void)envelope(q, 0, json_pack("{s:{}}", "start"));
+        keepalive_start(q);
+}
+
+/* WatchDir: a files.watch on a connection of its own, which ends with the stream. */
+static void watch_dir(E2bReq *q) {
+        const char *path = json_string_value(json_object_get(q->in, "path"));
+        q->watch = true;
+        q->watch_root = file_path(q, path);
+        if (!q->watch_root)
+                return stream_fail(q, "invalid_argument", "path is required");
+        size_t n = strlen(q->watch_root);
+        while (n > 1 && q->watch_root[n - 1] == '/')
+                q->watch_root[--n] = 0;
+        if (own_connection(q) < 0)
+                return;
+        (void)rpc_client_call(q->own, "files.watch",
+                              json_pack("{s:s, s:s, s:b}", "sandboxId", q->box->id, "path", q->watch_root, "recursive",
+                                        json_is_true(json_object_get(q->in, "recursive"))),
+                              watching, q);
+}
+
 static void fs_call(E2bReq *q, const char *m) {
         const char *path = path_in(q, "path");
         const char *id = q->box->id;
         RpcClient *c = q->g->rpc;
+        if (!strcmp(m, "WatchDir"))
+                return is_stream_call(q) ? watch_dir(q) : unary_error(q, "invalid_argument", "WatchDir is a stream");
         if (is_stream_call(q))
                 return stream_fail(q, "unimplemented", "filesystem.Filesystem/%s is not served as a stream here", m);
         if (strcmp(m, "Move") && strcmp(m, "Stat") && strcmp(m, "ListDir") && strcmp(m, "MakeDir") && strcmp(m, "Remove"))
@@ -946,6 +997,7 @@ void envd_drained(E2bReq *q) {
 void envd_finished(E2bReq *q) {
         keepalive_stop(q);
         q->own = rpc_client_free(q->own);
+        free(q->watch_root);
         json_decref(q->parts);
         free(q->part);
 }

@@ -154,6 +154,21 @@ const cases = {
     return out;
   },
 
+  async watch() {
+    const sbx = await Sandbox.create();
+    await sbx.files.makeDir("/tmp/w/sub");
+    const events = [];
+    const h = await sbx.files.watchDir("/tmp/w", (e) => events.push([e.type, e.name]), { recursive: true });
+    await sbx.commands.run("echo 1 > /tmp/w/a; echo 2 > /tmp/w/sub/b; mv /tmp/w/a /tmp/w/c; chmod 600 /tmp/w/c; rm /tmp/w/sub/b");
+    await sbx.files.write("/tmp/w/api.txt", "through the files API");
+    for (let i = 0; i < 100 && !events.some((e) => e[1] === "api.txt"); i++) await sleep(50);
+    await h.stop();
+    out.events = events;
+    await step("missing", () => sbx.files.watchDir("/tmp/nope", () => {}));
+    await sbx.kill();
+    return out;
+  },
+
   async lifecycle() {
     const a = await Sandbox.create({ metadata: { suite: "life", who: "a" } });
     const b = await Sandbox.create({ metadata: { suite: "life", who: "b" }, timeoutMs: 120000 });

@@ -154,6 +154,17 @@ def test_files(node_sdk, daemon):
     assert out["big"] == {"same": True, "inside": True, "len": 9 * 1024 * 1024 + 17}
 
 
+def test_watch_dir(node_sdk, daemon):
+    out = run_case(daemon, "watch")
+    evs = [tuple(e) for e in out["events"]]
+    for e in [("create", "a"), ("write", "a"), ("create", "sub/b"), ("rename", "a"), ("create", "c"),
+              ("chmod", "c"), ("remove", "sub/b"), ("create", "api.txt"), ("write", "api.txt")]:
+        assert e in evs, (e, evs)
+    assert evs.index(("create", "a")) < evs.index(("rename", "a")) < evs.index(("remove", "sub/b"))
+    assert not [n for _, n in evs if n.startswith(".sbx-") or n.startswith("#")]  # the files API's own
+    assert out["missing"]["name"] == "FileNotFoundError"
+
+
 def test_lifecycle(node_sdk, daemon):
     out = run_case(daemon, "lifecycle")
     a, b = out["a"], out["b"]
