@@ -9,7 +9,8 @@ cd "$(dirname "$0")"
 # make their HTTPS servers' certificates and a network namespace with a fake DNS server.
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
           libseccomp-dev libarchive-dev nettle-dev libinih-dev zstd python3 python3-pytest python3-venv
-          procps curl tmux man-db libc-ares-dev libgnutls28-dev openssl iproute2 libmicrohttpd-dev)
+          procps curl tmux man-db libc-ares-dev libgnutls28-dev openssl iproute2 libmicrohttpd-dev
+          libcurl4-gnutls-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

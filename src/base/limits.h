@@ -439,6 +439,11 @@
 #define SBX_HTTP_BODY_BYTES (8U * 1024 * 1024)
 /* What MHD asks of a streamed answer at a time. */
 #define SBX_HTTP_STREAM_BLOCK (32U * 1024)
+/* The door's forwarding of a sandbox's port (an HTTP client): headers of an answer passed on,
+ * the longest header line sent, and how long a connect may take. */
+#define SBX_HTTP_FETCH_MAX_HEADERS 100U
+#define SBX_HTTP_FETCH_HEADER_BYTES 8192U
+#define SBX_HTTP_FETCH_CONNECT_MS 10000U
 /* The buffer of MHD's form parser (multipart uploads): a part's pieces come at most this big. */
 #define SBX_HTTP_FORM_BUFFER (64U * 1024)
 
@@ -447,6 +452,8 @@
 /* --api-key: keys accepted at once, and their length. */
 #define SBX_MAX_API_KEYS 64U
 #define SBX_MAX_API_KEY_BYTES 256U
+/* Ports of one sandbox the door forwards (PORT-ID.domain), each exposed once and kept. */
+#define SBX_E2B_MAX_PORTS 32U
 
 /* A line of the server's answers to the door: files.read answers 4 MiB as base64 in one line. */
 #define SBX_E2B_RPC_LINE_BYTES (16U * 1024 * 1024)

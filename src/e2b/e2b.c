@@ -348,7 +348,7 @@ static int on_head(void *data, HttpReq *r) {
         E2bReq *q = req_of(data, r);
         if (!q)
                 return 503;
-        return envd_route(q) ? envd_head(q) : 0;
+        return !ports_route(q) && envd_route(q) ? envd_head(q) : 0;
 }
 
 static int on_body(void *data, HttpReq *r, const uint8_t *chunk, size_t len) {
@@ -361,6 +361,8 @@ static void on_request(void *data, HttpReq *r) {
                 (void)http_reply(r, 503, NULL, NULL, 0, NULL);
                 return;
         }
+        if (ports_route(q))
+                return ports_request(q);
         if (envd_route(q))
                 return envd_request(q);
         if (!key_ok(q))
@@ -377,7 +379,13 @@ static void on_request(void *data, HttpReq *r) {
         control_plane(q);
 }
 
-static void on_drained(void *data, HttpReq *r) { envd_drained(http_user(r)); }
+static void on_drained(void *data, HttpReq *r) {
+        E2bReq *q = http_user(r);
+        if (q->fetch)
+                ports_drained(q);
+        else
+                envd_drained(q);
+}
 
 static void on_finished(void *data, HttpReq *r, bool ok) {
         E2b *g = data;
@@ -386,6 +394,7 @@ static void on_finished(void *data, HttpReq *r, bool ok) {
                 return;
         q->gone = true;
         rpc_client_forget(g->rpc, q);
+        ports_finished(q);
         envd_finished(q);
         json_decref(q->in);
         json_decref(q->scratch);
@@ -426,6 +435,8 @@ int e2b_new(Loop *loop, const E2bOptions *o, E2bConnectFn connect, void *connect
                 r = rpc_client_new(loop, fd, on_notify, g, &g->rpc);
         if (r < 0)
                 snprintf(err, errlen, "cannot connect to the server: %s", strerror(-r));
+        else if ((r = http_client_new(loop, &g->fetch)) < 0)
+                snprintf(err, errlen, "cannot start the HTTP client: %s", strerror(-r));
         else
                 r = http_new(loop, o->addr, SBX_HTTP_BODY_BYTES, &ops, g, &g->http, err, errlen);
         if (r < 0) {
@@ -440,6 +451,7 @@ E2b *e2b_free(E2b *g) {
         if (!g)
                 return NULL;
         g->http = http_free(g->http); /* every request finished first: they use the connection */
+        g->fetch = http_client_free(g->fetch);
         g->rpc = rpc_client_free(g->rpc);
         while (g->boxes)
                 e2b_box_drop(g, g->boxes->id);

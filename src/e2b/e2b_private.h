@@ -6,9 +6,11 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "base/limits.h"
 #include "base/loop.h"
 #include "e2b/client.h"
 #include "e2b/e2b.h"
+#include "http/fetch.h"
 #include "http/http.h"
 
 /* The version of envd this door speaks as: the SDK gates features on it, so it names only
@@ -16,6 +18,7 @@
  * 0.5.7; no file metadata, 0.6.2; no watch includeEntry, 0.6.3). */
 #define E2B_ENVD_VERSION "0.5.6"
 #define E2B_TEMPLATE "base"
+#define E2B_ENVD_PORT 49983
 #define E2B_TOKEN_HEX 32
 
 /* A sandbox made through the door: what E2B says of it that sbx does not keep. */
@@ -25,12 +28,16 @@ typedef struct E2bBox {
         char token[E2B_TOKEN_HEX + 1];
         char template_id[64];
         uint64_t started_ms, end_ms; /* wall clock; end_ms 0: no timeout */
+        /* Ports forwarded so far: the sandbox's port and the host's end of it. */
+        uint16_t port_in[SBX_E2B_MAX_PORTS], port_host[SBX_E2B_MAX_PORTS];
+        unsigned n_ports;
 } E2bBox;
 
 struct E2b {
         Loop *loop;
         HttpServer *http;
         RpcClient *rpc; /* the door's own connection: it owns the sandboxes it makes */
+        HttpClient *fetch; /* for forwarded ports */
         E2bConnectFn connect;
         void *connect_data;
         char **keys;
@@ -46,6 +53,8 @@ typedef struct E2bReq {
         json_t *in;       /* the request's JSON (Connect message or REST body) */
         json_t *scratch;  /* what a step keeps for the next */
         RpcClient *own;   /* a stream's connection of its own */
+        HttpFetch *fetch; /* a forwarded request on its way */
+        unsigned port;
         bool streaming, gone, pty;
         bool watch;        /* a WatchDir stream: its events and keepalives are top-level */
         char *watch_root;  /* the watched directory, absolute: names are told relative to it */
@@ -75,6 +84,12 @@ void e2b_reply_empty(E2bReq *q, unsigned status);
 /* The Connect code (not_found, ...) that an sbx error means. */
 const char *e2b_connect_code(json_t *error);
 unsigned e2b_connect_status(const char *code);
+
+/* ports.c: requests to PORT-ID.<domain>, forwarded to the sandbox's port. */
+bool ports_route(E2bReq *q);
+void ports_request(E2bReq *q);
+void ports_drained(E2bReq *q);
+void ports_finished(E2bReq *q);
 
 /* envd.c: the sandbox's own API. route says whether the path is one of it. */
 bool envd_route(E2bReq *q);

@@ -38,7 +38,8 @@ struct HttpReq {
         void *form_ud;
         unsigned form_status; /* what form_fn stopped with */
         unsigned early;     /* a status to answer with, the handler never called */
-        char *method, *path;
+        char *method, *path, *uri; /* uri: as the request line has it, query included */
+        bool started;       /* the access handler has seen it */
         ByteQueue body, out;
         struct MHD_Response *resp; /* made, not yet queued */
         unsigned status;
@@ -124,6 +125,7 @@ static void req_free(HttpReq *r) {
         bq_done(&r->out);
         free(r->method);
         free(r->path);
+        free(r->uri);
         free(r);
 }
 
@@ -148,19 +150,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
         HttpServer *h = cls;
         HttpReq *r = *con_cls;
-        if (!r) {
-                r = calloc(1, sizeof *r);
-                if (!r)
-                        return MHD_NO;
-                r->h = h;
+        if (!r)
+                return MHD_NO; /* on_uri made it; only out of memory leaves none */
+        if (!r->started) {
+                r->started = true;
                 r->c = c;
                 r->method = strdup(method);
                 r->path = strdup(url);
-                r->next = h->reqs;
-                if (h->reqs)
-                        h->reqs->prev = r;
-                h->reqs = r;
-                *con_cls = r;
                 if (!r->method || !r->path)
                         return MHD_NO; /* the completed callback frees it */
                 if (h->ops->head) {
@@ -227,6 +223,23 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                 r->suspended = true;
         }
         return MHD_YES;
+}
+
+/* MHD's first word of a request: its URI whole, before the query is taken apart. The request
+ * starts here, so it always has its URI. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+        HttpServer *h = cls;
+        HttpReq *r = calloc(1, sizeof *r);
+        if (!r)
+                return NULL;
+        r->h = h;
+        r->c = c;
+        r->uri = strdup(uri);
+        r->next = h->reqs;
+        if (h->reqs)
+                h->reqs->prev = r;
+        h->reqs = r;
+        return r;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -380,6 +393,24 @@ const char *http_path(const HttpReq *r) { return r->path; }
 const char *http_header(HttpReq *r, const char *name) {
         return MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, name);
 }
+const char *http_uri(const HttpReq *r) { return r->uri ? r->uri : r->path; }
+
+struct HeaderWalk {
+        HttpHeaderFn fn;
+        void *ud;
+};
+
+static enum MHD_Result header_one(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+        struct HeaderWalk *w = cls;
+        w->fn(w->ud, key, value ? value : "");
+        return MHD_YES;
+}
+
+void http_headers(HttpReq *r, HttpHeaderFn fn, void *ud) {
+        struct HeaderWalk w = { fn, ud };
+        (void)MHD_get_connection_values(r->c, MHD_HEADER_KIND, header_one, &w);
+}
+
 const char *http_query(HttpReq *r, const char *key) {
         return MHD_lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, key);
 }
@@ -488,7 +519,8 @@ int http_new(Loop *loop, const char *addr, size_t max_body, const HttpOps *ops, 
         if (h->timer_fd >= 0)
                 h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
                                         on_access, h, MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
-                                        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
+                                        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_URI_LOG_CALLBACK,
+                                        on_uri, h, MHD_OPTION_CONNECTION_LIMIT,
                                         (unsigned)SBX_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
                                         (unsigned)SBX_HTTP_IDLE_S, MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
                                         MHD_OPTION_END);

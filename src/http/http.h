@@ -56,6 +56,11 @@ const char *http_path(const HttpReq *r);
 /* A header's value (name in any case) or a query argument's; NULL when absent. */
 const char *http_header(HttpReq *r, const char *name);
 const char *http_query(HttpReq *r, const char *key);
+/* The request's URI as its request line says it, the query included ("/a?b=1"). */
+const char *http_uri(const HttpReq *r);
+/* Calls fn for each header of the request, in order. */
+typedef void (*HttpHeaderFn)(void *ud, const char *name, const char *value);
+void http_headers(HttpReq *r, HttpHeaderFn fn, void *ud);
 /* A form part's piece: name and filename of its part (filename NULL for a plain field), the
  * piece at offset off of that part. Return 0, or an HTTP status to stop (as ops->body). */
 typedef int (*HttpFormFn)(void *ud, const char *name, const char *filename, const uint8_t *data, size_t len,

@@ -6,6 +6,7 @@
 // {threw, name} when the SDK threw, so a failure is said by the test, not lost here.
 import { Sandbox } from "e2b";
 import { createHash } from "node:crypto";
+import http from "node:http";
 
 const out = {};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -166,6 +167,43 @@ const cases = {
     out.events = events;
     await step("missing", () => sbx.files.watchDir("/tmp/nope", () => {}));
     await sbx.kill();
+    return out;
+  },
+
+  async host() {
+    const sbx = await Sandbox.create();
+    await sbx.commands.run("mkdir -p /tmp/site && echo served-from-sandbox > /tmp/site/index.html");
+    const server = await sbx.commands.run("cd /tmp/site && exec python3 -m http.server 8000 --bind 127.0.0.1",
+                                          { background: true });
+    out.host = sbx.getHost(8000);
+    // *.localhost is loopback (RFC 6761; libnss-myhostname resolves it so): said here, so the
+    // test needs no change to the machine's resolver.
+    const lookup = (name, opts, cb) => (opts.all ? cb(null, [{ address: "127.0.0.1", family: 4 }])
+                                                 : cb(null, "127.0.0.1", 4));
+    const get = (path, method = "GET", body) => new Promise((resolve, reject) => {
+      const req = http.request(`http://${out.host}${path}`, { method, lookup }, (res) => {
+        const parts = [];
+        res.on("data", (d) => parts.push(d));
+        res.on("end", () => resolve({ status: res.statusCode, type: res.headers["content-type"] ?? null,
+                                      body: Buffer.concat(parts).toString() }));
+      });
+      req.on("error", reject);
+      if (body) req.write(body);
+      req.end();
+    });
+    for (let i = 0; i < 100; i++) {
+      const r = await get("/").catch((e) => ({ status: 0, body: String(e) }));
+      out.first = r;
+      if (r.status === 200) break;
+      await sleep(100);
+    }
+    await step("index", () => get("/index.html"));
+    await step("missing", () => get("/nope?x=1"));
+    await step("post", () => get("/index.html", "POST", "data"));
+    await server.kill();
+    await step("after_kill", () => get("/"));
+    await sbx.kill();
+    await step("after_sandbox", () => get("/"));
     return out;
   },
 

@@ -165,6 +165,17 @@ def test_watch_dir(node_sdk, daemon):
     assert out["missing"]["name"] == "FileNotFoundError"
 
 
+def test_get_host_forwards_to_the_sandbox_port(node_sdk, daemon):
+    out = run_case(daemon, "host", E2B_DOMAIN=f"localhost:{daemon.port}")
+    assert out["host"].startswith("8000-") and out["host"].endswith(f".localhost:{daemon.port}")
+    assert out["first"]["status"] == 200
+    assert out["index"] == {"status": 200, "type": "text/html", "body": "served-from-sandbox\n"}
+    assert out["missing"]["status"] == 404  # the sandbox's server's own answer, passed on
+    assert out["post"]["status"] == 501 and "Unsupported method ('POST')" in out["post"]["body"]
+    assert out["after_kill"]["status"] == 502 and "nothing listens on it" in out["after_kill"]["body"]
+    assert out["after_sandbox"]["status"] == 502 and "not found" in out["after_sandbox"]["body"]
+
+
 def test_lifecycle(node_sdk, daemon):
     out = run_case(daemon, "lifecycle")
     a, b = out["a"], out["b"]

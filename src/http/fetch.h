@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* An HTTP client in the daemon's loop: libcurl's multi interface, its sockets watches of the
+ * loop and its timeout a timerfd. For the door's forwarding of a sandbox's port (a request to
+ * PORT-ID.domain goes on to the port the sandbox exposes), so it speaks plain HTTP to
+ * 127.0.0.1 only and never follows a redirect.
+ *
+ * Ownership: an HttpFetch is the client's from http_fetch_start until its ops->done, which is
+ * called exactly once (never from inside http_fetch_start) unless http_fetch_cancel came
+ * first; after either the fetch must not be touched. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "base/loop.h"
+
+typedef struct HttpClient HttpClient;
+typedef struct HttpFetch HttpFetch;
+
+typedef struct HttpFetchOps {
+        /* The answer's status and headers (NULL-terminated name, value pairs, borrowed). */
+        void (*head)(void *ud, unsigned status, const char *const *headers);
+        /* A piece of its body. Return true to pause it until http_fetch_resume. */
+        bool (*data)(void *ud, const uint8_t *d, size_t n);
+        /* Over: error 0 when the whole answer came, else -errno and what failed. */
+        void (*done)(void *ud, int error, const char *message);
+} HttpFetchOps;
+
+int http_client_new(Loop *loop, HttpClient **ret);
+/* Cancels every fetch (no done callback). */
+HttpClient *http_client_free(HttpClient *c);
+
+/* method url with headers (NULL-terminated pairs; Host among them is sent as given) and body
+ * (copied). Returns 0 or -errno. */
+int http_fetch_start(HttpClient *c, const char *method, const char *url, const char *const *headers,
+                     const uint8_t *body, size_t len, const HttpFetchOps *ops, void *ud, HttpFetch **ret);
+void http_fetch_resume(HttpFetch *f);
+void http_fetch_cancel(HttpFetch *f);
