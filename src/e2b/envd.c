@@ -811,6 +811,8 @@ static void upload_step(E2bReq *q) {
 }
 
 static int part_push(E2bReq *q, const uint8_t *d, size_t n) {
+        if (n == 0)
+                return 0; /* MHD tells a part's start with no bytes (and no buffer) */
         if (q->part_len + n > q->part_cap) {
                 size_t cap = MAX(q->part_len + n, (size_t)SBX_E2B_UPLOAD_PART_BYTES + SBX_HTTP_FORM_BUFFER);
                 uint8_t *b = realloc(q->part, cap);
