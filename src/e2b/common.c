@@ -92,3 +92,30 @@ void e2b_box_drop(E2b *g, const char *id) {
                 }
 }
 
+
+bool e2b_host_target(const char *host, unsigned *ret_port, char id[64]) {
+        if (!host)
+                return false;
+        char *end;
+        unsigned long port = strtoul(host, &end, 10);
+        if (end == host || *end != '-' || port == 0 || port > 65535)
+                return false;
+        const char *s = end + 1;
+        size_t n = strspn(s, "0123456789abcdef");
+        if (n != 32 || s[n] != '.')
+                return false;
+        memcpy(id, s, n);
+        id[n] = 0;
+        *ret_port = (unsigned)port;
+        return true;
+}
+
+const char *e2b_sandbox_of(E2bReq *q, char buf[64]) {
+        const char *id = http_header(q->r, "E2b-Sandbox-Id");
+        unsigned port;
+        if (id)
+                return id;
+        if (e2b_host_target(http_header(q->r, "Host"), &port, buf) && port == E2B_ENVD_PORT)
+                return buf;
+        return NULL;
+}

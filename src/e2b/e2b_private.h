@@ -85,6 +85,12 @@ void e2b_reply_empty(E2bReq *q, unsigned status);
 const char *e2b_connect_code(json_t *error);
 unsigned e2b_connect_status(const char *code);
 
+/* "8000-<32 hex>.anything" (a Host header): the port and the sandbox's id. */
+bool e2b_host_target(const char *host, unsigned *ret_port, char id[64]);
+/* The sandbox an envd call is for: its E2b-Sandbox-Id header, or a Host of 49983-ID.domain
+ * (envd's own address in E2B, which a signed /files URL may carry); NULL when neither. */
+const char *e2b_sandbox_of(E2bReq *q, char buf[64]);
+
 /* ports.c: requests to PORT-ID.<domain>, forwarded to the sandbox's port. */
 bool ports_route(E2bReq *q);
 void ports_request(E2bReq *q);

@@ -145,7 +145,8 @@ static void keepalive_start(E2bReq *q) {
 
 /* The sandbox a call is for, and its token checked. False when answered already. */
 static bool authorize(E2bReq *q, bool token_needed) {
-        const char *id = http_header(q->r, "E2b-Sandbox-Id");
+        char buf[64];
+        const char *id = e2b_sandbox_of(q, buf);
         q->box = e2b_box_find(q->g, id);
         if (!q->box) {
                 /* E2B's SDK reads 502 as "the sandbox is gone (killed or timed out)". */
@@ -909,7 +910,8 @@ static bool signature_ok(E2bReq *q, const char *op) {
 
 /* The sandbox of a /files call and its right to it; 0, or the HTTP status to refuse with. */
 static unsigned files_access(E2bReq *q, const char *op) {
-        q->box = e2b_box_find(q->g, http_header(q->r, "E2b-Sandbox-Id"));
+        char buf[64];
+        q->box = e2b_box_find(q->g, e2b_sandbox_of(q, buf));
         if (!q->box)
                 return 502;
         const char *tok = http_header(q->r, "X-Access-Token");
@@ -973,7 +975,8 @@ static void health_answer(void *ud, json_t *result, json_t *error) {
 void envd_request(E2bReq *q) {
         const char *path = http_path(q->r);
         if (!strcmp(path, "/health")) {
-                q->box = e2b_box_find(q->g, http_header(q->r, "E2b-Sandbox-Id"));
+                char buf[64];
+                q->box = e2b_box_find(q->g, e2b_sandbox_of(q, buf));
                 if (!q->box)
                         return e2b_reply_empty(q, 502);
                 return (void)rpc_client_call(q->g->rpc, "files.exists",

@@ -16,29 +16,11 @@
 #include "e2b/e2b_private.h"
 #include "http/fetch.h"
 
-/* "8000-<32 hex>.anything": the port and the sandbox's id. */
-static bool parse_host(const char *host, unsigned *ret_port, char id[64]) {
-        if (!host)
-                return false;
-        char *end;
-        unsigned long port = strtoul(host, &end, 10);
-        if (end == host || *end != '-' || port == 0 || port > 65535)
-                return false;
-        const char *s = end + 1;
-        size_t n = strspn(s, "0123456789abcdef");
-        if (n != 32 || s[n] != '.')
-                return false;
-        memcpy(id, s, n);
-        id[n] = 0;
-        *ret_port = (unsigned)port;
-        return true;
-}
-
 /* envd's own port (49983) is envd, served by path. */
 bool ports_route(E2bReq *q) {
         char id[64];
         unsigned port;
-        return parse_host(http_header(q->r, "Host"), &port, id) && port != E2B_ENVD_PORT;
+        return e2b_host_target(http_header(q->r, "Host"), &port, id) && port != E2B_ENVD_PORT;
 }
 
 static bool hop_by_hop(const char *name) {
@@ -156,7 +138,7 @@ static void listed(void *ud, json_t *result, json_t *error) {
 
 void ports_request(E2bReq *q) {
         char id[64];
-        (void)parse_host(http_header(q->r, "Host"), &q->port, id);
+        (void)e2b_host_target(http_header(q->r, "Host"), &q->port, id);
         q->box = e2b_box_find(q->g, id);
         if (!q->box)
                 return e2b_reply_rest_error(q, 502, "sandbox %s not found (killed, or it timed out)", id);

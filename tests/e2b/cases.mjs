@@ -142,6 +142,18 @@ const cases = {
       ]);
       return [r.map((w) => w.path), (await sbx.commands.run("cat /tmp/m/one /tmp/m/two")).stdout];
     });
+    await step("signed", async () => {
+      // The SDK's signed URLs name no sandbox when E2B_SANDBOX_URL is set: the header does.
+      const h = { "E2b-Sandbox-Id": sbx.sandboxId };
+      const up = await sbx.uploadUrl("/tmp/signed.txt");
+      const form = new FormData();
+      form.append("file", new Blob(["via a signed url"]), "signed.txt");
+      const put = await fetch(up, { method: "POST", body: form, headers: h });
+      const down = await fetch(await sbx.downloadUrl("/tmp/signed.txt"), { headers: h });
+      const forged = await fetch((await sbx.downloadUrl("/tmp/signed.txt")).replace(/signature=v1_./, "signature=v1_A"),
+                                 { headers: h });
+      return { put: put.status, down: down.status, body: await down.text(), forged: forged.status };
+    });
     await step("big", async () => {
       const data = Buffer.alloc(9 * 1024 * 1024 + 17);
       for (let i = 0; i < data.length; i++) data[i] = (i * 7 + (i >> 13)) & 0xff;

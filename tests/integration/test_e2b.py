@@ -2,6 +2,8 @@
 package.json, installed there by this test) runs tests/e2b/cases.mjs unchanged against the
 daemon, and this file checks what it saw; the wire's edges (tokens, bad envelopes, unknown
 methods, limits) are checked here with plain HTTP."""
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -9,7 +11,9 @@ import socket
 import struct
 import subprocess
 import tempfile
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -152,6 +156,7 @@ def test_files(node_sdk, daemon):
     assert out["info"] == {"name": "new", "type": "dir", "mode": 0o755, "permissions": "drwxr-xr-x"}
     assert out["many"] == [["/tmp/m/one", "/tmp/m/two"], "122"]
     assert out["big"] == {"same": True, "inside": True, "len": 9 * 1024 * 1024 + 17}
+    assert out["signed"] == {"put": 200, "down": 200, "body": "via a signed url", "forged": 401}
 
 
 def test_watch_dir(node_sdk, daemon):
@@ -270,6 +275,36 @@ def test_tokens_open_only_their_own_sandbox(daemon):
     finally:
         for s in (a, b):
             http(daemon, "DELETE", f"/sandboxes/{s['sandboxID']}", headers={"X-API-KEY": KEY})
+
+
+def test_signed_file_urls_and_envd_by_host(daemon):
+    """/files without the token: a signature made with it (E2B's formula), and the sandbox named
+    by a Host of 49983-ID.<domain> as E2B's own envd address is."""
+    sb = create(daemon)
+    try:
+        def sig(path, op, exp=None):
+            raw = f"{path}:{op}::{sb['envdAccessToken']}" + (f":{exp}" if exp else "")
+            return "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
+        host = {"Host": f"49983-{sb['sandboxID']}.localhost:{daemon.port}"}
+        st, _, body = http(daemon, "GET", f"/files?path=/etc/hostname&signature={urllib.parse.quote(sig('/etc/hostname', 'read'))}",
+                           headers=host)
+        assert (st, body) == (200, b"sandbox\n")
+        exp = int(time.time()) + 60
+        st, _, _ = http(daemon, "GET", f"/files?path=/etc/hostname&signature_expiration={exp}&signature="
+                        + urllib.parse.quote(sig("/etc/hostname", "read", exp)), headers=host)
+        assert st == 200
+        past = int(time.time()) - 5
+        st, _, _ = http(daemon, "GET", f"/files?path=/etc/hostname&signature_expiration={past}&signature="
+                        + urllib.parse.quote(sig("/etc/hostname", "read", past)), headers=host)
+        assert st == 401  # expired
+        st, _, _ = http(daemon, "GET", f"/files?path=/etc/hostname&signature={urllib.parse.quote(sig('/etc/hostname', 'write'))}",
+                        headers=host)
+        assert st == 401  # a write's signature does not read
+        st, _, _ = http(daemon, "GET", f"/files?path=/etc/passwd&signature={urllib.parse.quote(sig('/etc/hostname', 'read'))}",
+                        headers=host)
+        assert st == 401  # another path's
+    finally:
+        http(daemon, "DELETE", f"/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": KEY})
 
 
 def test_bad_input_gets_connect_errors_and_harms_nothing(daemon):
