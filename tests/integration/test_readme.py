@@ -302,6 +302,60 @@ def test_typescript_example_from_the_checkout(tmp_path):
     assert cp.stdout == "42 in /tmp\n0 200\n", show(cp)
 
 
+E2B_HEADING = "### E2B's SDK, unchanged"
+
+
+def test_e2b_example_runs_with_e2bs_own_sdk(tmp_path):
+    """The section's daemon line started as written (its own mount namespace, the socket's
+    directory a private tmpfs; its port checked free first), its exports, then its example
+    with the npm `e2b` that tests/e2b pins."""
+    node = shutil.which("node", path=FRESH_PATH)
+    if not node or not shutil.which("npm", path=FRESH_PATH):
+        pytest.skip("node and npm are needed for E2B's SDK")
+    e2b_dir = REPO / "tests" / "e2b"
+    if not (e2b_dir / "node_modules" / "e2b" / "package.json").exists():
+        cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=e2b_dir,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+        assert cp.returncode == 0, cp.stderr.decode()[-2000:]
+    sh = [c for b in blocks(E2B_HEADING, "sh") for c in command_lines(b)]
+    [js] = blocks(E2B_HEADING, "js")
+    serve = one(sh, "sbx serve --socket")
+    sock = re.search(r"--socket (\S+)", serve).group(1)
+    port = int(re.search(r"--http 127\.0\.0\.1:(\d+)", serve).group(1))
+    exports = [c for c in sh if c.startswith("export ")]
+    assert len(exports) == 2 and len(sh) == 3, sh
+    import socket as socket_
+    probe = socket_.socket()
+    try:
+        probe.bind(("127.0.0.1", port))
+    except OSError:
+        pytest.skip(f"port {port} is taken on this host")
+    finally:
+        probe.close()
+    script = e2b_dir / f".readme_e2b_{os.getpid()}.mjs"  # beside node_modules: `import "e2b"` resolves
+    script.write_text(js)
+    body = f"""set -u
+mount -t tmpfs sbx-readme {os.path.dirname(sock)}
+{serve}
+pid=$!
+for i in $(seq 200); do [ -S {sock} ] && break; sleep 0.05; done
+{exports[0]}
+{exports[1]}
+cd {tmp_path}
+node {script}
+status=$?
+kill $pid; wait $pid
+exit $status
+"""
+    try:
+        cp = run(f"exec unshare --mount --propagation private /bin/bash -c {shlex_quote(body)}", tmp_path, tmp_path,
+                 timeout=120)
+    finally:
+        script.unlink()
+    assert cp.returncode == 0, show(cp)
+    assert cp.stdout == "hello from sandbox\n0 [ 'hello.py' ]\n", show(cp)
+
+
 def test_daemon_line_serves_the_sdk(tmp_path):
     line = one(SDK_SH, "sbx serve --socket")
     sock = re.search(r"--socket (\S+)", line).group(1)
