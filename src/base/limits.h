@@ -438,14 +438,14 @@
  * are not held: they go to the sandbox as they come. */
 #define SBX_HTTP_BODY_BYTES (8U * 1024 * 1024)
 /* What MHD asks of a streamed answer at a time. */
-#define SBX_HTTP_STREAM_BLOCK (32U * 1024)
+#define SBX_HTTP_STREAM_BLOCK (256U * 1024)
 /* The door's forwarding of a sandbox's port (an HTTP client): headers of an answer passed on,
  * the longest header line sent, and how long a connect may take. */
 #define SBX_HTTP_FETCH_MAX_HEADERS 100U
 #define SBX_HTTP_FETCH_HEADER_BYTES 8192U
 #define SBX_HTTP_FETCH_CONNECT_MS 10000U
 /* The buffer of MHD's form parser (multipart uploads): a part's pieces come at most this big. */
-#define SBX_HTTP_FORM_BUFFER (64U * 1024)
+#define SBX_HTTP_FORM_BUFFER (256U * 1024)
 
 /* ---- the E2B door (sbx serve --http) */
 

@@ -10,6 +10,7 @@
 #include "base/util.h"
 #include "e2b/client.h"
 #include "rpc/framer.h"
+#include "rpc/jsonrpc.h"
 
 typedef struct Call {
         struct Call *next;
@@ -89,7 +90,8 @@ static bool on_line(void *ud, const char *line, size_t len, bool too_large) {
                 log_warn("e2b: an answer of the server past %u bytes was dropped", SBX_E2B_RPC_LINE_BYTES);
                 return true;
         }
-        json_t *m = json_loadb(line, len, 0, NULL);
+        json_error_t je;
+        json_t *m = rpc_load_big(line, len, "result", &je); /* files.read's answers: megabytes */
         json_t *id = json_object_get(m, "id");
         const char *method = json_string_value(json_object_get(m, "method"));
         if (json_is_integer(id)) {
@@ -204,13 +206,9 @@ int rpc_client_call(RpcClient *c, const char *method, json_t *params, RpcAnswerF
                         c->failing_due = true;
                 return 0;
         }
-        json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)k->id, "method", method,
-                                "params", params ? params : json_object());
-        char *line = req ? json_dumps(req, JSON_COMPACT) : NULL;
-        json_decref(req);
-        int r = line ? bq_push(&c->out, line, strlen(line)) : -ENOMEM;
-        if (r == 0)
-                r = bq_push(&c->out, "\n", 1);
+        size_t len;
+        char *line = rpc_request_line(k->id, method, params ? params : json_object(), &len);
+        int r = line ? bq_push(&c->out, line, len) : -ENOMEM;
         free(line);
         if (r < 0) {
                 free(take_call(c, k->id));

@@ -71,6 +71,7 @@ typedef struct E2bReq {
         size_t part_len, part_cap;
         size_t busy_part;  /* 1 + the index of the part whose files.write is out; 0: none */
         bool request_in;   /* the request is whole: answer once the last part is committed */
+        bool reading;      /* GET /files: a files.read is out */
         int body_error;
 } E2bReq;
 

@@ -232,7 +232,14 @@ static int quote_into(char **buf, size_t *len, size_t *cap, const char *s) {
         return 0;
 }
 
-/* The process's command line as bash source: exec 'cmd' 'arg'... */
+static bool is_bash(const char *cmd) {
+        return !strcmp(cmd, "/bin/bash") || !strcmp(cmd, "/usr/bin/bash") || !strcmp(cmd, "bash");
+}
+
+/* The process's command line as bash source. What the SDK sends for commands.run, bash -l -c
+ * TEXT (or -c), is TEXT itself: sbx's process is a bash already, started from the session's
+ * environment, so no second bash starts, and no login profile is read for each command (the
+ * sandbox's environment is already the user's). Anything else is exec 'cmd' 'arg'... */
 static char *command_of(json_t *proc, const char **err) {
         const char *cmd = json_string_value(json_object_get(proc, "cmd"));
         json_t *args = json_object_get(proc, "args"), *a;
@@ -244,6 +251,15 @@ static char *command_of(json_t *proc, const char **err) {
                 *err = "process.args must be a list of strings";
                 return NULL;
         }
+        size_t na = json_array_size(args);
+        const char *a0 = json_string_value(json_array_get(args, 0)), *a1 = json_string_value(json_array_get(args, 1));
+        const char *text = NULL;
+        if (is_bash(cmd) && na == 2 && a0 && (!strcmp(a0, "-c") || !strcmp(a0, "-lc")))
+                text = a1;
+        else if (is_bash(cmd) && na == 3 && a0 && a1 && !strcmp(a0, "-l") && !strcmp(a1, "-c"))
+                text = json_string_value(json_array_get(args, 2));
+        if (text)
+                return strdup(text);
         size_t len = 4, cap = 256, i;
         char *buf = malloc(cap);
         if (!buf)
@@ -719,6 +735,7 @@ static void read_next(E2bReq *q);
 
 static void read_answer(void *ud, json_t *result, json_t *error) {
         E2bReq *q = ud;
+        q->reading = false;
         if (!result)
                 return file_error(q, error);
         const char *b64 = json_string_value(json_object_get(result, "data")) ?: "";
@@ -743,11 +760,15 @@ static void read_answer(void *ud, json_t *result, json_t *error) {
                 q->streaming = false;
                 return;
         }
-        if (http_stream_queued(q->r) < HTTP_STREAM_HIGH)
+        /* The next piece is read while the client takes this one: at most two held. */
+        if (http_stream_queued(q->r) <= SBX_E2B_READ_BYTES)
                 read_next(q);
 }
 
 static void read_next(E2bReq *q) {
+        if (q->reading)
+                return;
+        q->reading = true;
         (void)rpc_client_call(q->g->rpc, "files.read",
                               json_pack("{s:s, s:s, s:I, s:I}", "sandboxId", q->box->id, "path",
                                         json_string_value(json_object_get(q->in, "path")), "offset",
@@ -756,8 +777,8 @@ static void read_next(E2bReq *q) {
 }
 
 /* Uploads: each file part into an sbx upload (begin, append..., commit), one files.write out
- * at a time, the body paused while one is out; parts follow each other, each committed before
- * the next one's first bytes go. */
+ * at a time while the next piece fills (the body paused once that one is full too); parts
+ * follow each other, each committed before the next one's first bytes go. */
 static void upload_step(E2bReq *q);
 static void upload_done(E2bReq *q);
 
@@ -776,8 +797,12 @@ static void upload_answer(void *ud, json_t *result, json_t *error) {
 }
 
 static void upload_step(E2bReq *q) {
-        if (q->busy_part)
+        if (q->busy_part) {
+                /* One part is written while the next one fills: past a full one, wait. */
+                if (q->part_len >= SBX_E2B_UPLOAD_PART_BYTES)
+                        http_pause_body(q->r);
                 return;
+        }
         size_t i = json_array_size(q->parts);
         json_t *cur = json_array_get(q->parts, i - 1);
         bool done = !cur || json_object_get(cur, "error") || json_is_true(json_object_get(cur, "committed"));
@@ -792,8 +817,9 @@ static void upload_step(E2bReq *q) {
                 }
                 q->part_len = 0;
                 const char *uid = json_string_value(json_object_get(cur, "uploadId"));
-                json_t *p = json_pack("{s:s, s:s, s:s}", "sandboxId", q->box->id, "path",
-                                      json_string_value(json_object_get(cur, "path")), "data", b64);
+                json_t *p = json_pack("{s:s, s:s, s:o}", "sandboxId", q->box->id, "path",
+                                      json_string_value(json_object_get(cur, "path")), "data",
+                                      json_stringn_nocheck(b64, n)); /* base64: ASCII, no check */
                 const char *kind = !uid ? (ended ? NULL : "begin") : ended ? "commit" : "append";
                 if (kind)
                         json_object_set_new(p, "upload", json_string(kind));
@@ -802,7 +828,6 @@ static void upload_step(E2bReq *q) {
                 if (ended)
                         json_object_set_new(cur, "committed", json_true());
                 q->busy_part = i;
-                http_pause_body(q->r);
                 (void)rpc_client_call(q->g->rpc, "files.write", p, upload_answer, q);
                 return;
         }

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,7 @@ struct HttpServer {
         int listen_fd, timer_fd;
         Watch ew, tw;
         uint16_t port;
-        bool loopback, run_due, stopping;
+        bool loopback, run_due, yield_due, stopping;
         HttpReq *reqs;
 };
 
@@ -63,12 +64,26 @@ static void schedule_run(HttpServer *h);
 
 /* ---------------------------------------------------------------- the loop's side */
 
+static void run(HttpServer *h);
+
+static void run_yielded(void *data) {
+        HttpServer *h = data;
+        h->yield_due = false;
+        run(h);
+}
+
+/* MHD's next timeout on the timerfd; a timeout of 0 (work it can do now: a resumed connection,
+ * an answer made ready) is a run on the loop's next turn, not a timer's millisecond. */
 static void arm_timer(HttpServer *h) {
         MHD_UNSIGNED_LONG_LONG ms;
-        if (MHD_get_timeout(h->d, &ms) == MHD_YES)
-                (void)timerfd_arm_ms(h->timer_fd, MAX(ms, 1ULL));
-        else
+        if (MHD_get_timeout(h->d, &ms) != MHD_YES) {
                 (void)timerfd_arm_ms(h->timer_fd, 0);
+        } else if (ms > 0) {
+                (void)timerfd_arm_ms(h->timer_fd, ms);
+        } else if (!h->yield_due && !h->stopping && loop_yield(h->loop, run_yielded, h) == 0) {
+                h->yield_due = true;
+                (void)timerfd_arm_ms(h->timer_fd, 0);
+        }
 }
 
 static void run(HttpServer *h) {
@@ -251,6 +266,18 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         if (r->seen && h->ops->finished)
                 h->ops->finished(h->data, r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
         req_free(r);
+}
+
+/* Answers go out in small pieces (a stream's envelopes): Nagle's algorithm would hold each
+ * one back until the client's (delayed) ack of the one before. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+        if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+                return;
+        const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int one = 1;
+        if (i)
+                (void)setsockopt(i->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
 static void on_log(void *cls, const char *fmt, va_list ap) {
@@ -520,7 +547,8 @@ int http_new(Loop *loop, const char *addr, size_t max_body, const HttpOps *ops, 
                 h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
                                         on_access, h, MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
                                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_URI_LOG_CALLBACK,
-                                        on_uri, h, MHD_OPTION_CONNECTION_LIMIT,
+                                        on_uri, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                                        MHD_OPTION_CONNECTION_LIMIT,
                                         (unsigned)SBX_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
                                         (unsigned)SBX_HTTP_IDLE_S, MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
                                         MHD_OPTION_END);

@@ -160,6 +160,14 @@ char *rpc_error_line(json_t *id, const RpcError *e, size_t *ret_len) {
         return dump_line(m, ret_len);
 }
 
+char *rpc_request_line(uint64_t id, const char *method, json_t *params, size_t *ret_len) {
+        json_t *m = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", (json_int_t)id, "method", method,
+                              "params", params);
+        char *line = dump_spliced(m, params, ret_len);
+        json_decref(params);
+        return line;
+}
+
 char *rpc_notification_line(const char *method, json_t *params, size_t *ret_len) {
         json_t *m = json_pack("{s:s, s:s, s:O}", "jsonrpc", "2.0", "method", method, "params", params);
         char *line = dump_spliced(m, params, ret_len);
@@ -336,11 +344,11 @@ static bool scan_value(Scan *s, unsigned depth) {
         return true;
 }
 
-/* Finds params.data of a request object: the span of its characters (quotes excluded). */
-static bool find_big_data(const char *line, size_t len, const char **ret, size_t *ret_len) {
+/* Finds outer.data of a JSON object line: the span of its characters (quotes excluded). */
+static bool find_big_data(const char *line, size_t len, const char *outer, const char **ret, size_t *ret_len) {
         Scan s = { line, line + len };
         const char *k, *v;
-        size_t kn, vn;
+        size_t kn, vn, on = strlen(outer);
         bool plain;
         scan_ws(&s);
         if (s.p >= s.end || *s.p++ != '{')
@@ -353,7 +361,7 @@ static bool find_big_data(const char *line, size_t len, const char **ret, size_t
                 if (s.p >= s.end || *s.p++ != ':')
                         return false;
                 scan_ws(&s);
-                if (kn == 6 && memcmp(k, "params", 6) == 0 && s.p < s.end && *s.p == '{') {
+                if (kn == on && memcmp(k, outer, on) == 0 && s.p < s.end && *s.p == '{') {
                         s.p++;
                         for (;;) {
                                 scan_ws(&s);
@@ -390,31 +398,33 @@ static bool find_big_data(const char *line, size_t len, const char **ret, size_t
         }
 }
 
-int rpc_parse_request(const char *line, size_t len, RpcRequest *req, RpcError *e) {
-        json_error_t jerr;
-        *req = (RpcRequest){ 0 };
+json_t *rpc_load_big(const char *line, size_t len, const char *outer, json_error_t *jerr) {
         const char *big = NULL;
         size_t big_len = 0;
-        if (len >= BIG_STRING_MIN && find_big_data(line, len, &big, &big_len)) {
+        if (len >= BIG_STRING_MIN && find_big_data(line, len, outer, &big, &big_len)) {
                 /* The same line with "data":"" in place of the big string. */
                 size_t head = (size_t)(big - line), tail = len - head - big_len;
                 char *cut = malloc(head + tail + 1);
                 if (cut) {
                         memcpy(cut, line, head);
                         memcpy(cut + head, big + big_len, tail);
-                        req->msg = json_loadb(cut, head + tail, JSON_REJECT_DUPLICATES, &jerr);
+                        json_t *msg = json_loadb(cut, head + tail, JSON_REJECT_DUPLICATES, jerr);
                         free(cut);
-                        json_t *params = req->msg ? json_object_get(req->msg, "params") : NULL;
-                        json_t *data = params ? json_object_get(params, "data") : NULL;
-                        if (!data || !json_is_string(data) || json_string_length(data) != 0 ||
-                            json_object_set_new(params, "data", json_stringn_nocheck(big, big_len)) < 0) {
-                                json_decref(req->msg);
-                                req->msg = NULL;
-                        }
+                        json_t *o = msg ? json_object_get(msg, outer) : NULL;
+                        json_t *data = o ? json_object_get(o, "data") : NULL;
+                        if (data && json_is_string(data) && json_string_length(data) == 0 &&
+                            json_object_set_new(o, "data", json_stringn_nocheck(big, big_len)) == 0)
+                                return msg;
+                        json_decref(msg);
                 }
         }
-        if (!req->msg)
-                req->msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+        return json_loadb(line, len, JSON_REJECT_DUPLICATES, jerr);
+}
+
+int rpc_parse_request(const char *line, size_t len, RpcRequest *req, RpcError *e) {
+        json_error_t jerr;
+        *req = (RpcRequest){ 0 };
+        req->msg = rpc_load_big(line, len, "params", &jerr);
         if (!req->msg)
                 return rpc_fail(e, RPC_PARSE_ERROR, "Parse error: %s", jerr.text);
         if (!json_is_object(req->msg))

@@ -45,6 +45,9 @@ char *rpc_result_line(json_t *id, json_t *result, size_t *ret_len);
 char *rpc_error_line(json_t *id, const RpcError *e, size_t *ret_len);
 /* A notification {"jsonrpc":"2.0","method":m,"params":params} (steals params). */
 char *rpc_notification_line(const char *method, json_t *params, size_t *ret_len);
+/* A request line, for a client (params stolen; a long plain string in it spliced, not escaped
+ * character by character). */
+char *rpc_request_line(uint64_t id, const char *method, json_t *params, size_t *ret_len);
 
 /* One request line, parsed and checked for JSON-RPC 2.0 shape. */
 typedef struct RpcRequest {
@@ -59,6 +62,10 @@ typedef struct RpcRequest {
  * -32602 params not an object); req is filled as far as possible either way and must be
  * released with rpc_request_done(). */
 int rpc_parse_request(const char *line, size_t len, RpcRequest *req, RpcError *e);
+/* json_loadb of a JSON object line (duplicates rejected), but a long plain string at
+ * outer.data (params.data of a request, result.data of an answer: megabytes of base64) is
+ * taken without jansson's character-by-character parse and copies. */
+json_t *rpc_load_big(const char *line, size_t len, const char *outer, json_error_t *jerr);
 void rpc_request_done(RpcRequest *req);
 /* True when an error about this request must be answered (it has an id, or it was too broken
  * to tell: JSON-RPC answers those with id null). */

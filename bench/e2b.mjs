@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: MIT
+// E2B's own SDK (npm e2b, as tests/e2b pins it) against `sbx serve --http`, beside sbx's own
+// TypeScript SDK on the same daemon, in one run:
+//   run        commands.run("echo hi"): E2B's SDK and sbx's, interleaved (ABBA), a pause after each
+//   create     Sandbox.create() -> the first commands.run's result, with the daemon's pool
+//   streams    100 commands.run streaming at once from this process (10 sandboxes, 10 each: a
+//              session queues at most 16 starts and a sandbox runs at most 64 processes), while
+//              a raw client pings the daemon's socket every 5 ms: the ping's latency meanwhile
+//   files      a 100 MiB file through files.write and files.read
+// Prints one JSON object; times in ms, percentiles interpolated between ranks.
+// Usage: node bench/e2b.mjs [--n N] [--creates N] [--sbx PATH]   (run from anywhere; needs
+// tests/e2b/node_modules: cd tests/e2b && npm ci)
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const require = createRequire(join(here, "..", "tests", "e2b", "package.json"));
+const { Sandbox: E2B } = await import(require.resolve("e2b"));
+const { Sandbox: Sbx } = await import(join(here, "..", "sdk", "typescript", "src", "index.js"));
+
+const args = process.argv.slice(2);
+const opt = (name, def) => {
+  const i = args.indexOf(name);
+  return i >= 0 && i + 1 < args.length ? args[i + 1] : def;
+};
+const n = Number(opt("--n", "300"));
+const creates = Number(opt("--creates", "40"));
+const sbxBin = opt("--sbx", process.env.SBX_BIN || join(here, "..", "build", "src", "cli", "sbx"));
+
+function stats(v) {
+  const s = [...v].sort((a, b) => a - b);
+  const q = (p) => {
+    const x = p * (s.length - 1);
+    const lo = Math.floor(x);
+    const hi = Math.ceil(x);
+    return s[lo] + (s[hi] - s[lo]) * (x - lo);
+  };
+  const r3 = (x) => Math.round(x * 1000) / 1000;
+  return { n: s.length, p50: r3(q(0.5)), p90: r3(q(0.9)), p99: r3(q(0.99)), max: r3(s[s.length - 1]) };
+}
+
+const dir = mkdtempSync(join(tmpdir(), "sbx-bench-e2b-"));
+const sockPath = join(dir, "sbx.sock");
+const port = 20000 + Math.floor(Math.random() * 20000);
+const server = spawn(sbxBin, ["serve", "--socket", sockPath, "--http", `127.0.0.1:${port}`, "--pool", "8"],
+                     { stdio: ["ignore", "ignore", "inherit"] });
+for (let i = 0; i < 400 && !existsSync(sockPath); i++) await sleep(25);
+process.env.E2B_API_URL = process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}`;
+process.env.E2B_API_KEY = "e2b_bench";
+const out = { node: process.version, port };
+
+const phase = (name) => process.stderr.write(`e2b bench: ${name}\n`);
+// ---- run: E2B's SDK against sbx's own
+phase("run");
+{
+  const e = await E2B.create();
+  const s = await Sbx.connect(sockPath);
+  const runE2B = async () => {
+    const t0 = performance.now();
+    const r = await e.commands.run("echo hi");
+    if (r.stdout !== "hi\n") throw new Error("e2b run: " + JSON.stringify(r));
+    return performance.now() - t0;
+  };
+  const runSbx = async () => {
+    const t0 = performance.now();
+    const r = await s.commands.run("echo hi");
+    if (r.stdout !== "hi\n") throw new Error("sbx run: " + JSON.stringify(r));
+    return performance.now() - t0;
+  };
+  const te = [];
+  const ts = [];
+  for (let i = 0; i < 30 + n; i++) {
+    const order = i % 4 === 0 || i % 4 === 3 ? [runE2B, runSbx] : [runSbx, runE2B];
+    for (const f of order) {
+      const t = await f();
+      if (i >= 30) (f === runE2B ? te : ts).push(t);
+      await sleep(20);
+    }
+  }
+  out.run = { e2bSdk: stats(te), sbxSdk: stats(ts) };
+  out.run.p50Ratio = Math.round((out.run.e2bSdk.p50 / out.run.sbxSdk.p50) * 1000) / 1000;
+  await e.kill();
+  await s.kill();
+}
+
+// ---- create -> first result, with the pool (8 kept ready; refilled between)
+phase("create");
+{
+  const t = [];
+  for (let i = 0; i < creates; i++) {
+    await sleep(300); // the pool's refill: one sandbox made per step
+    const t0 = performance.now();
+    const e = await E2B.create();
+    const r = await e.commands.run("echo hi");
+    t.push(performance.now() - t0);
+    if (r.stdout !== "hi\n") throw new Error("create run: " + JSON.stringify(r));
+    await e.kill();
+  }
+  out.createToFirstResult = stats(t);
+}
+
+// ---- 100 streams at once, and the daemon's ping meanwhile
+phase("streams");
+{
+  const boxes = await Promise.all(Array.from({ length: 10 }, () => E2B.create({ timeoutMs: 600000 })));
+  const sock = net.createConnection(sockPath);
+  await new Promise((res, rej) => sock.once("connect", res).once("error", rej));
+  let buf = "";
+  const waiting = new Map();
+  sock.setEncoding("utf8");
+  sock.on("data", (d) => {
+    buf += d;
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const m = JSON.parse(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+      waiting.get(m.id)?.(m);
+      waiting.delete(m.id);
+    }
+  });
+  let id = 0;
+  const ping = () => new Promise((res) => {
+    const k = ++id;
+    waiting.set(k, res);
+    sock.write(JSON.stringify({ jsonrpc: "2.0", id: k, method: "ping", params: {} }) + "\n");
+  });
+  let done = false;
+  let started = 0;
+  const pings = [];
+  const steady = [];
+  const pinger = (async () => {
+    while (!done) {
+      const t0 = performance.now();
+      await ping();
+      pings.push(performance.now() - t0);
+      if (started === 100) steady.push(performance.now() - t0);
+      await sleep(5);
+    }
+  })();
+  const t0 = performance.now();
+  let bytes = 0;
+  const runs = Array.from({ length: 100 }, (_, i) =>
+    boxes[i % 10].commands.run("for i in $(seq 40); do echo line $i of a stream; sleep 0.025; done",
+                   { onStdout: (d) => { if (!d.startsWith("line 1 ")) return; started++; },
+                     onStderr: () => {}, timeoutMs: 120000 }).then((r) => { bytes += r.stdout.length; return r; }));
+  const results = await Promise.all(runs);
+  const wall = performance.now() - t0;
+  done = true;
+  await pinger;
+  if (results.some((r) => r.exitCode !== 0)) throw new Error("a stream failed");
+  out.streams = { streams: 100, wallMs: Math.round(wall), bytes, ping: stats(pings),
+                  pingOnceAllStreamed: steady.length ? stats(steady) : null };
+  sock.destroy();
+  await Promise.all(boxes.map((b) => b.kill()));
+}
+
+// ---- a 100 MiB file through files.write and files.read
+phase("files");
+{
+  const e = await E2B.create({ timeoutMs: 600000 });
+  const size = 100 * 1024 * 1024;
+  const data = Buffer.alloc(size);
+  for (let i = 0; i < size; i += 4096) data.writeUInt32LE((i * 2654435761) >>> 0, i);
+  const sum = (b) => createHash("sha256").update(b).digest("hex");
+  const w0 = performance.now();
+  await e.files.write("/tmp/big.bin", data);
+  const w = performance.now() - w0;
+  const r0 = performance.now();
+  const back = Buffer.from(await e.files.read("/tmp/big.bin", { format: "bytes" }));
+  const r = performance.now() - r0;
+  if (back.length !== size || sum(back) !== sum(data)) throw new Error("the file came back different");
+  const mbps = (ms) => Math.round((size / 1e6) / (ms / 1000));
+  out.files = { bytes: size, writeMs: Math.round(w), readMs: Math.round(r), writeMBps: mbps(w), readMBps: mbps(r) };
+  await e.kill();
+}
+
+console.log(JSON.stringify(out, null, 2));
+server.kill("SIGTERM");
+await new Promise((r) => server.once("exit", r));
+rmSync(dir, { recursive: true, force: true });
