@@ -452,6 +452,10 @@
 /* --api-key: keys accepted at once, and their length. */
 #define SBX_MAX_API_KEYS 64U
 #define SBX_MAX_API_KEY_BYTES 256U
+/* A process start refused because its session already queues SBX_MAX_QUEUED_RUNS is sent
+ * again this often, until its Connect deadline or, without one, this long. */
+#define SBX_E2B_START_RETRY_MS 5U
+#define SBX_E2B_START_WAIT_MS 30000U
 /* Ports of one sandbox the door forwards (PORT-ID.domain), each exposed once and kept. */
 #define SBX_E2B_MAX_PORTS 32U
 

@@ -61,8 +61,9 @@ typedef struct E2bReq {
         char process_id[32];
         long pid;
         RpcAnswerFn step;  /* what follows the lookup of a process by pid */
-        int keepalive_fd;
+        int keepalive_fd;  /* the keepalive's timer; before a start, its retry's */
         Watch kw;
+        uint64_t deadline_ms; /* a start is tried again until then */
         /* POST /files: parts as they arrive */
         void *post;       /* struct MHD_PostProcessor */
         json_t *parts;    /* [{path, data (base64)}] */

@@ -374,8 +374,34 @@ static void stream_from(E2bReq *q, uint64_t cursor) {
                               stream_answered, q);
 }
 
+static void started(void *ud, json_t *result, json_t *error);
+
+static void start_again(Watch *w, uint32_t events) {
+        E2bReq *q = w->data;
+        keepalive_stop(q);
+        (void)rpc_client_call(q->own, "process.start", json_incref(q->scratch), started, q);
+}
+
+/* A session queues at most SBX_MAX_QUEUED_RUNS starts: E2B has no such bound, so a start
+ * refused for it is sent again shortly, until the call's deadline. */
+static bool start_later(E2bReq *q, json_t *error) {
+        const char *m = json_string_value(json_object_get(error, "message")) ?: "";
+        if (json_integer_value(json_object_get(error, "code")) != -32001 || !strstr(m, "already holds") ||
+            now_ms() >= q->deadline_ms)
+                return false;
+        q->keepalive_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (q->keepalive_fd < 0 || timerfd_arm_ms(q->keepalive_fd, SBX_E2B_START_RETRY_MS) < 0 ||
+            loop_add(q->g->loop, &q->kw, q->keepalive_fd, EPOLLIN, start_again, q) < 0) {
+                keepalive_stop(q);
+                return false;
+        }
+        return true;
+}
+
 static void started(void *ud, json_t *result, json_t *error) {
         E2bReq *q = ud;
+        if (!result && start_later(q, error))
+                return;
         if (!result)
                 return fail_sbx(q, error);
         snprintf(q->process_id, sizeof q->process_id, "%s",
@@ -422,13 +448,16 @@ static void proc_start(E2bReq *q) {
                 json_object_set_new(p, "stdin", json_boolean(!json_is_false(stdin_)));
         }
         const char *deadline = http_header(q->r, "Connect-Timeout-Ms");
-        uint64_t ms;
+        uint64_t ms = 0;
         if (deadline && parse_u64(deadline, UINT32_MAX, &ms) == 0 && ms > 0)
                 json_object_set_new(p, "timeoutMs", json_integer((json_int_t)ms));
         if (own_connection(q) < 0) {
                 json_decref(p);
                 return;
         }
+        q->deadline_ms = now_ms() + (deadline && ms ? ms : SBX_E2B_START_WAIT_MS);
+        json_decref(q->scratch);
+        q->scratch = json_incref(p);
         (void)rpc_client_call(q->own, "process.start", p, started, q);
 }
 

@@ -49,6 +49,11 @@ const cases = {
       }
     });
     await step("after_timeout", async () => (await sbx.commands.run("echo still")).stdout);
+    await step("concurrent", async () => {
+      // More at once than a session queues (16): E2B has no such bound, the door waits its turn.
+      const rs = await Promise.all(Array.from({ length: 40 }, (_, i) => sbx.commands.run(`sleep 0.2; echo ${i}`)));
+      return rs.map((r) => r.stdout).join("");
+    });
     await step("binary", async () => {
       const r = await sbx.commands.run("printf 'a\\xffb\\n'");
       return Buffer.from(r.stdout).length;

@@ -119,6 +119,7 @@ def test_commands(node_sdk, daemon):
     assert "out:line1\n" in out["streams"]["seen"] and "err:e\n" in out["streams"]["seen"]
     assert out["timeout"]["threw"] == "TimeoutError" and out["timeout"]["ms"] < 15000, out["timeout"]
     assert out["after_timeout"] == "still\n"
+    assert out["concurrent"] == "".join(f"{i}\n" for i in range(40)), out["concurrent"]
     assert out["binary"] == 6  # a, U+FFFD (3 bytes), b, newline: bytes, not their base64
 
 
