@@ -20,6 +20,7 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
+import { stats } from "./stats.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(join(here, "..", "tests", "e2b", "package.json"));
@@ -35,17 +36,6 @@ const n = Number(opt("--n", "300"));
 const creates = Number(opt("--creates", "40"));
 const sbxBin = opt("--sbx", process.env.SBX_BIN || join(here, "..", "build", "src", "cli", "sbx"));
 
-function stats(v) {
-  const s = [...v].sort((a, b) => a - b);
-  const q = (p) => {
-    const x = p * (s.length - 1);
-    const lo = Math.floor(x);
-    const hi = Math.ceil(x);
-    return s[lo] + (s[hi] - s[lo]) * (x - lo);
-  };
-  const r3 = (x) => Math.round(x * 1000) / 1000;
-  return { n: s.length, p50: r3(q(0.5)), p90: r3(q(0.9)), p99: r3(q(0.99)), max: r3(s[s.length - 1]) };
-}
 
 const dir = mkdtempSync(join(tmpdir(), "sbx-bench-e2b-"));
 const sockPath = join(dir, "sbx.sock");

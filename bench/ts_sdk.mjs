@@ -14,6 +14,7 @@ import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
+import { stats } from "./stats.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const { Sandbox } = await import(join(here, "..", "sdk", "typescript", "src", "index.js"));
@@ -87,17 +88,6 @@ for (let i = 0; i < warmup + n; i++) {
   }
 }
 
-function stats(v) {
-  const s = [...v].sort((a, b) => a - b);
-  const q = (p) => {
-    const x = p * (s.length - 1);
-    const lo = Math.floor(x);
-    const hi = Math.ceil(x);
-    return s[lo] + (s[hi] - s[lo]) * (x - lo);
-  };
-  const r3 = (x) => Math.round(x * 1000) / 1000;
-  return { p50: r3(q(0.5)), p90: r3(q(0.9)), p99: r3(q(0.99)), mean: r3(s.reduce((a, b) => a + b, 0) / s.length) };
-}
 
 const rawStats = stats(rawTimes);
 const sdkStats = stats(sdkTimes);

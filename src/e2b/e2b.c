@@ -201,12 +201,17 @@ static void killed(void *ud, json_t *result, json_t *error) {
         e2b_reply_empty(q, 204);
 }
 
+/* The sandbox's end as the request's timeout sets it, from now. */
+static void set_end(E2bReq *q) {
+        uint64_t ms = timeout_ms_of(q->in);
+        q->box->end_ms = ms ? wall_ms() + ms : 0;
+}
+
 static void timed(void *ud, json_t *result, json_t *error) {
         E2bReq *q = ud;
         if (!result)
                 return reply_sbx_error(q, error);
-        uint64_t ms = timeout_ms_of(q->in);
-        q->box->end_ms = ms ? wall_ms() + ms : 0;
+        set_end(q);
         e2b_reply_empty(q, 204);
 }
 
@@ -222,8 +227,7 @@ static void connect_timed(void *ud, json_t *result, json_t *error) {
         E2bReq *q = ud;
         if (!result)
                 return reply_sbx_error(q, error);
-        uint64_t ms = timeout_ms_of(q->in);
-        q->box->end_ms = ms ? wall_ms() + ms : 0;
+        set_end(q);
         e2b_reply_json(q, json_is_true(q->scratch) ? 201 : 200, sandbox_json(q->box));
 }
 

@@ -544,10 +544,11 @@ static void update_found(void *ud, json_t *entry, json_t *error) {
         json_t *size = json_object_get(json_object_get(q->in, "pty"), "size");
         if (!json_is_object(size))
                 return e2b_reply_json(q, 200, json_object());
+        json_int_t cols = json_integer_value(json_object_get(size, "cols")),
+                   rows = json_integer_value(json_object_get(size, "rows"));
         (void)rpc_client_call(q->g->rpc, "process.resize",
-                              json_pack("{s:s, s:s, s:O, s:O}", "sandboxId", q->box->id, "processId", q->process_id,
-                                        "cols", json_object_get(size, "cols") ?: json_integer(80), "rows",
-                                        json_object_get(size, "rows") ?: json_integer(24)),
+                              json_pack("{s:s, s:s, s:I, s:I}", "sandboxId", q->box->id, "processId", q->process_id,
+                                        "cols", cols > 0 ? cols : 80, "rows", rows > 0 ? rows : 24),
                               ok_empty, q);
 }
 

@@ -298,6 +298,20 @@ static int add_headers(struct MHD_Response *resp, const char *ctype, const char 
         return 0;
 }
 
+/* resp (taken) becomes r's answer, queued once MHD calls back. */
+static int set_answer(HttpReq *r, struct MHD_Response *resp, unsigned status, const char *ctype,
+                      const char *const *headers) {
+        int rr = add_headers(resp, ctype, headers);
+        if (rr < 0) {
+                MHD_destroy_response(resp);
+                return rr;
+        }
+        r->resp = resp;
+        r->status = status;
+        resume(r);
+        return 0;
+}
+
 int http_reply(HttpReq *r, unsigned status, const char *ctype, char *body, size_t len, const char *const *headers) {
         if (r->state != HR_WAIT || r->resp) {
                 free(body);
@@ -309,15 +323,7 @@ int http_reply(HttpReq *r, unsigned status, const char *ctype, char *body, size_
                 free(body);
                 return -ENOMEM;
         }
-        int rr = add_headers(resp, ctype, headers);
-        if (rr < 0) {
-                MHD_destroy_response(resp);
-                return rr;
-        }
-        r->resp = resp;
-        r->status = status;
-        resume(r);
-        return 0;
+        return set_answer(r, resp, status, ctype, headers);
 }
 
 /* MHD asks for the next bytes of a stream; none yet parks the connection until there are. */
@@ -348,16 +354,10 @@ int http_stream_start(HttpReq *r, unsigned status, const char *ctype, const char
                                                                       stream_read, r, NULL);
         if (!resp)
                 return -ENOMEM;
-        int rr = add_headers(resp, ctype, headers);
-        if (rr < 0) {
-                MHD_destroy_response(resp);
-                return rr;
-        }
-        r->resp = resp;
-        r->status = status;
-        r->streaming = true;
-        resume(r);
-        return 0;
+        int rr = set_answer(r, resp, status, ctype, headers);
+        if (rr == 0)
+                r->streaming = true;
+        return rr;
 }
 
 int http_stream_write(HttpReq *r, const void *data, size_t len) {

@@ -58,6 +58,20 @@ def stdio_caller(p):
     return call
 
 
+def rootless_created(delegated):
+    """A rootless daemon on stdio and its caller, its root sandbox created (or the test
+    skipped where unprivileged user namespaces are not allowed)."""
+    p = rootless_serve(delegated)
+    call = stdio_caller(p)
+    created = call("create")
+    if "error" in created and "namespace" in created["error"]["message"]:
+        p.stdin.close()
+        p.wait(10)
+        pytest.skip("unprivileged user namespaces are not allowed here")
+    assert "result" in created, created
+    return p, call
+
+
 def test_rootless_identity_and_state(delegated):
     cp = run_rootless(delegated, "id -u; hostname; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status",
                       "x=5; cd /tmp; echo data > f", "echo $x $PWD $(cat f)")
@@ -121,14 +135,8 @@ def test_rootless_export_import(delegated):
 def test_rootless_fork_and_snapshot(delegated):
     """The daemon as an unprivileged user: fork and snapshot restore (the snapshot store is
     a tmpfs the sandbox's pid 1 mounts in its user namespace)."""
-    p = rootless_serve(delegated)
-    call = stdio_caller(p)
-
+    p, call = rootless_created(delegated)
     try:
-        created = call("create")
-        if "error" in created and "namespace" in created["error"]["message"]:
-            pytest.skip("unprivileged user namespaces are not allowed here")
-        assert "result" in created, created
         assert call("run", {"command": "cd /tmp; echo one > f; V=1"})["result"]["exitCode"] == 0
         fork = call("sandbox.fork")["result"]["sandboxId"]
         assert call("run", {"sandboxId": fork, "command": "echo $V $PWD; cat f; stat -c %u f"})["result"]["stdout"] == "1 /tmp\none\n1000\n"
@@ -145,12 +153,8 @@ def test_rootless_upload(delegated):
     """An upload as an unprivileged daemon: its nameless temp file (O_TMPFILE) is made and
     linked into place as the sandbox's user, in the sandbox's user namespace."""
     import base64
-    p = rootless_serve(delegated)
-    call = stdio_caller(p)
+    p, call = rootless_created(delegated)
     try:
-        created = call("create")
-        if "error" in created and "namespace" in created["error"]["message"]:
-            pytest.skip("unprivileged user namespaces are not allowed here")
         part = base64.b64encode(b"abc" * 1000).decode()
         begun = call("files.write", {"path": "/tmp/up.bin", "data": part, "upload": "begin", "mode": 0o640})
         assert "result" in begun, begun
@@ -168,13 +172,8 @@ def test_rootless_processes(delegated):
     """Processes as an unprivileged daemon: pid 1 reports their status, their cgroups kill
     their trees, and a terminal comes from the sandbox's own devpts."""
     import base64
-    p = rootless_serve(delegated)
-    call = stdio_caller(p)
-
+    p, call = rootless_created(delegated)
     try:
-        created = call("create")
-        if "error" in created and "namespace" in created["error"]["message"]:
-            pytest.skip("unprivileged user namespaces are not allowed here")
         a = call("process.start", {"command": "echo hi; exit 6"})["result"]["processId"]
         assert call("process.wait", {"processId": a, "until": "exit", "timeoutMs": 10000})["result"] == {
             "status": "exited", "exitCode": 6, "signal": None}
