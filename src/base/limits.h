@@ -456,6 +456,9 @@
  * again this often, until its Connect deadline or, without one, this long. */
 #define SBX_E2B_START_RETRY_MS 5U
 #define SBX_E2B_START_WAIT_MS 30000U
+/* A polled watcher (E2B's CreateWatcher) keeps at most this many events for its next
+ * GetWatcherEvents; the ones past it are dropped. */
+#define SBX_E2B_WATCHER_EVENTS 4096U
 /* Ports of one sandbox the door forwards (PORT-ID.domain), each exposed once and kept. */
 #define SBX_E2B_MAX_PORTS 32U
 

@@ -187,6 +187,7 @@ static void described(void *ud, json_t *result, json_t *error) {
         json_array_foreach(json_object_get(result, "sandboxes"), i, e)
                 if (strcmp(json_string_value(json_object_get(e, "sandboxId")) ?: "", q->box->id) == 0)
                         return e2b_reply_json(q, 200, detail_json(q->box, e));
+        envd_watchers_drop(q->g, q->box->id);
         e2b_box_drop(q->g, q->box->id);
         q->box = NULL;
         e2b_reply_rest_error(q, 404, "sandbox not found");
@@ -196,6 +197,7 @@ static void killed(void *ud, json_t *result, json_t *error) {
         E2bReq *q = ud;
         if (!result)
                 return reply_sbx_error(q, error);
+        envd_watchers_drop(q->g, q->box->id);
         e2b_box_drop(q->g, q->box->id);
         q->box = NULL;
         e2b_reply_empty(q, 204);
@@ -412,8 +414,13 @@ static const HttpOps ops = {
 /* The door's connection hears of sandboxes that expired. */
 static void on_notify(void *ud, const char *method, json_t *params) {
         E2b *g = ud;
-        if (!strcmp(method, "sandbox.expired"))
-                e2b_box_drop(g, json_string_value(json_object_get(params, "sandboxId")) ?: "");
+        const char *sid = json_string_value(json_object_get(params, "sandboxId")) ?: "";
+        if (!strcmp(method, "files.event")) {
+                envd_watcher_event(g, params);
+        } else if (!strcmp(method, "sandbox.expired")) {
+                envd_watchers_drop(g, sid);
+                e2b_box_drop(g, sid);
+        }
 }
 
 int e2b_new(Loop *loop, const E2bOptions *o, E2bConnectFn connect, void *connect_data, E2b **ret, char *err,
@@ -457,6 +464,7 @@ E2b *e2b_free(E2b *g) {
         g->http = http_free(g->http); /* every request finished first: they use the connection */
         g->fetch = http_client_free(g->fetch);
         g->rpc = rpc_client_free(g->rpc);
+        envd_watchers_drop(g, NULL);
         while (g->boxes)
                 e2b_box_drop(g, g->boxes->id);
         for (size_t i = 0; i < g->n_keys; i++)

@@ -43,6 +43,7 @@ struct E2b {
         char **keys;
         size_t n_keys;
         E2bBox *boxes;
+        struct E2bWatcher *watchers; /* envd.c's: CreateWatcher's, polled */
 };
 
 /* One HTTP request while the door works on it (http_user of its HttpReq). */
@@ -104,5 +105,9 @@ bool envd_route(E2bReq *q);
 int envd_head(E2bReq *q);
 int envd_body(E2bReq *q, const uint8_t *chunk, size_t len);
 void envd_request(E2bReq *q);
+/* The door's connection heard a files.event: a polled watcher's, kept for its next poll. */
+void envd_watcher_event(E2b *g, json_t *params);
+/* A sandbox's polled watchers go (NULL: every one). */
+void envd_watchers_drop(E2b *g, const char *sandbox);
 void envd_drained(E2bReq *q);
 void envd_finished(E2bReq *q);

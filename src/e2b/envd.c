@@ -282,17 +282,13 @@ static char *command_of(json_t *proc, const char **err) {
         return buf;
 }
 
+static json_t *event_json(const char *root, json_t *params);
+
 static void watch_event(E2bReq *q, json_t *params) {
-        const char *type = json_string_value(json_object_get(params, "type")) ?: "";
-        const char *path = json_string_value(json_object_get(params, "path"));
-        size_t n = strlen(q->watch_root);
-        if (!path || strncmp(path, q->watch_root, n) != 0 || !strcmp(type, "overflow"))
+        json_t *ev = event_json(q->watch_root, params);
+        if (!ev)
                 return; /* lost events: envd has no word for them */
-        const char *rel = path + n + (path[n] == '/');
-        char upper[32] = "EVENT_TYPE_";
-        for (size_t i = 0; type[i] && i < 16; i++)
-                upper[11 + i] = (char)toupper((unsigned char)type[i]);
-        (void)envelope(q, 0, json_pack("{s:{s:s, s:s}}", "filesystem", "name", rel, "type", upper));
+        (void)envelope(q, 0, json_pack("{s:o}", "filesystem", ev));
         if (http_stream_queued(q->r) >= HTTP_STREAM_HIGH)
                 rpc_client_pause(q->own, true);
 }
@@ -698,6 +694,128 @@ static void watch_dir(E2bReq *q) {
                               watching, q);
 }
 
+/* ---------------------------------------------------------------- polled watchers
+ *
+ * E2B's synchronous Python SDK watches by polling: CreateWatcher, then GetWatcherEvents
+ * (what came since the last poll), then RemoveWatcher. The watch is the door connection's
+ * (files.watch); its events wait here. */
+
+typedef struct E2bWatcher {
+        struct E2bWatcher *next;
+        char id[64];      /* the sbx watchId, which is the watcherId too */
+        char sandbox[64];
+        char *root;       /* names are told relative to it */
+        json_t *events;   /* [{name, type}] since the last poll */
+} E2bWatcher;
+
+static E2bWatcher **watcher_find(E2b *g, const char *id, const char *sandbox) {
+        for (E2bWatcher **w = &g->watchers; *w; w = &(*w)->next)
+                if (id && !strcmp((*w)->id, id) && (!sandbox || !strcmp((*w)->sandbox, sandbox)))
+                        return w;
+        return NULL;
+}
+
+static void watcher_free(E2bWatcher *w) {
+        json_decref(w->events);
+        free(w->root);
+        free(w);
+}
+
+void envd_watchers_drop(E2b *g, const char *sandbox) {
+        for (E2bWatcher **w = &g->watchers; *w;) {
+                if (!sandbox || !strcmp((*w)->sandbox, sandbox)) {
+                        E2bWatcher *x = *w;
+                        *w = x->next;
+                        watcher_free(x);
+                } else {
+                        w = &(*w)->next;
+                }
+        }
+}
+
+/* {name, type} of a files.event under root; NULL when it is not one (an overflow). */
+static json_t *event_json(const char *root, json_t *params) {
+        const char *type = json_string_value(json_object_get(params, "type")) ?: "";
+        const char *path = json_string_value(json_object_get(params, "path"));
+        size_t n = strlen(root);
+        if (!path || strncmp(path, root, n) != 0 || !strcmp(type, "overflow"))
+                return NULL;
+        char upper[32] = "EVENT_TYPE_";
+        for (size_t i = 0; type[i] && i < 16; i++)
+                upper[11 + i] = (char)toupper((unsigned char)type[i]);
+        return json_pack("{s:s, s:s}", "name", path + n + (path[n] == '/'), "type", upper);
+}
+
+void envd_watcher_event(E2b *g, json_t *params) {
+        E2bWatcher **w = watcher_find(g, json_string_value(json_object_get(params, "watchId")), NULL);
+        if (w && json_array_size((*w)->events) < SBX_E2B_WATCHER_EVENTS)
+                json_array_append_new((*w)->events, event_json((*w)->root, params));
+}
+
+static void watcher_made(void *ud, json_t *result, json_t *error) {
+        E2bReq *q = ud;
+        if (!result)
+                return unary_sbx_error(q, error);
+        E2bWatcher *w = calloc(1, sizeof *w);
+        const char *id = json_string_value(json_object_get(result, "watchId"));
+        if (!w || !id || !(w->events = json_array())) {
+                free(w);
+                return unary_error(q, "internal", "out of memory");
+        }
+        snprintf(w->id, sizeof w->id, "%s", id);
+        snprintf(w->sandbox, sizeof w->sandbox, "%s", q->box->id);
+        w->root = TAKE_PTR(q->watch_root);
+        w->next = q->g->watchers;
+        q->g->watchers = w;
+        e2b_reply_json(q, 200, json_pack("{s:s}", "watcherId", w->id));
+}
+
+static void watcher_removed(void *ud, json_t *result, json_t *error) {
+        E2bReq *q = ud;
+        E2bWatcher **w = watcher_find(q->g, json_string_value(json_object_get(q->in, "watcherId")), q->box->id);
+        if (w) {
+                E2bWatcher *x = *w;
+                *w = x->next;
+                watcher_free(x);
+        }
+        e2b_reply_json(q, 200, json_object());
+}
+
+/* CreateWatcher, GetWatcherEvents, RemoveWatcher; false when m is none of them. */
+static bool polled_watch(E2bReq *q, const char *m) {
+        const char *wid = json_string_value(json_object_get(q->in, "watcherId"));
+        if (!strcmp(m, "CreateWatcher")) {
+                q->watch_root = file_path(q, json_string_value(json_object_get(q->in, "path")));
+                if (!q->watch_root) {
+                        unary_error(q, "invalid_argument", "path is required");
+                        return true;
+                }
+                size_t n = strlen(q->watch_root);
+                while (n > 1 && q->watch_root[n - 1] == '/')
+                        q->watch_root[--n] = 0;
+                (void)rpc_client_call(q->g->rpc, "files.watch",
+                                      json_pack("{s:s, s:s, s:b}", "sandboxId", q->box->id, "path", q->watch_root,
+                                                "recursive", json_is_true(json_object_get(q->in, "recursive"))),
+                                      watcher_made, q);
+                return true;
+        }
+        if (strcmp(m, "GetWatcherEvents") && strcmp(m, "RemoveWatcher"))
+                return false;
+        E2bWatcher **w = watcher_find(q->g, wid, q->box->id);
+        if (!w) {
+                unary_error(q, "not_found", "watcher %s not found", wid ? wid : "(none given)");
+        } else if (!strcmp(m, "GetWatcherEvents")) {
+                json_t *events = (*w)->events;
+                (*w)->events = json_array();
+                e2b_reply_json(q, 200, json_pack("{s:o}", "events", events));
+        } else {
+                (void)rpc_client_call(q->g->rpc, "files.unwatch",
+                                      json_pack("{s:s, s:s}", "sandboxId", q->box->id, "watchId", wid),
+                                      watcher_removed, q);
+        }
+        return true;
+}
+
 static void fs_call(E2bReq *q, const char *m) {
         const char *path = path_in(q, "path");
         const char *id = q->box->id;
@@ -706,6 +824,8 @@ static void fs_call(E2bReq *q, const char *m) {
                 return is_stream_call(q) ? watch_dir(q) : unary_error(q, "invalid_argument", "WatchDir is a stream");
         if (is_stream_call(q))
                 return stream_fail(q, "unimplemented", "filesystem.Filesystem/%s is not served as a stream here", m);
+        if (polled_watch(q, m))
+                return;
         if (strcmp(m, "Move") && strcmp(m, "Stat") && strcmp(m, "ListDir") && strcmp(m, "MakeDir") && strcmp(m, "Remove"))
                 return unary_error(q, "unimplemented", "filesystem.Filesystem/%s is not served", m);
         if (!strcmp(m, "Move")) {

@@ -278,6 +278,41 @@ def test_tokens_open_only_their_own_sandbox(daemon):
             http(daemon, "DELETE", f"/sandboxes/{s['sandboxID']}", headers={"X-API-KEY": KEY})
 
 
+def test_polled_watcher(daemon):
+    """E2B's synchronous Python SDK watches by polling: CreateWatcher, GetWatcherEvents (what
+    came since the last poll), RemoveWatcher; a watcher is its sandbox's alone."""
+    sb, other = create(daemon), create(daemon)
+    try:
+        st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/CreateWatcher", {"path": "/tmp", "recursive": True})
+        assert st == 200, body
+        wid = json.loads(body)["watcherId"]
+        st, _, body = rpc(daemon, sb, "/process.Process/Start",
+                          {"process": {"cmd": "/bin/bash", "args": ["-c", "mkdir /tmp/d; echo x > /tmp/d/f; rm /tmp/d/f"]}},
+                          stream=True)
+        assert envelopes(body)[-1] == (2, {}), body
+        evs = []
+        for _ in range(50):
+            st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+            assert st == 200, body
+            evs += [(e["type"], e["name"]) for e in json.loads(body)["events"]]
+            if ("EVENT_TYPE_REMOVE", "d/f") in evs:
+                break
+            time.sleep(0.05)
+        assert evs[:3] == [("EVENT_TYPE_CREATE", "d"), ("EVENT_TYPE_CREATE", "d/f"), ("EVENT_TYPE_WRITE", "d/f")], evs
+        assert evs[-1] == ("EVENT_TYPE_REMOVE", "d/f"), evs
+        st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        assert json.loads(body) == {"events": []}  # taken by the last poll
+        st, _, body = rpc(daemon, other, "/filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        assert st == 404 and json.loads(body)["code"] == "not_found"  # another sandbox's
+        st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+        assert (st, json.loads(body)) == (200, {})
+        st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        assert st == 404
+    finally:
+        for s in (sb, other):
+            http(daemon, "DELETE", f"/sandboxes/{s['sandboxID']}", headers={"X-API-KEY": KEY})
+
+
 def test_signed_file_urls_and_envd_by_host(daemon):
     """/files without the token: a signature made with it (E2B's formula), and the sandbox named
     by a Host of 49983-ID.<domain> as E2B's own envd address is."""
