@@ -14,9 +14,9 @@
 #include "http/http.h"
 
 /* The version of envd this door speaks as: the SDK gates features on it, so it names only
- * what is served (closeStdin from 0.5.2; multipart uploads only, octet-stream ones came in
- * 0.5.7; no file metadata, 0.6.2; no watch includeEntry, 0.6.3). */
-#define E2B_ENVD_VERSION "0.5.6"
+ * what is served (closeStdin from 0.5.2, octet-stream uploads from 0.5.7; no file metadata,
+ * 0.6.2; no watch includeEntry, 0.6.3). */
+#define E2B_ENVD_VERSION "0.5.7"
 #define E2B_TEMPLATE "base"
 #define E2B_ENVD_PORT 49983
 #define E2B_TOKEN_HEX 32

@@ -1095,26 +1095,42 @@ static unsigned files_access(E2bReq *q, const char *op) {
         return 401;
 }
 
+/* POST /files: a multipart form (each file part a file), or since envd 0.5.7 the file itself
+ * as application/octet-stream, written to the query's path. Both go through the same parts. */
 int envd_head(E2bReq *q) {
         if (strcmp(http_path(q->r), "/files") != 0 || strcmp(http_method(q->r), "POST") != 0)
                 return 0;
         unsigned refused = files_access(q, "write");
         if (refused)
                 return (int)refused;
-        const char *ct = http_header(q->r, "Content-Type");
-        if (!ct || strncmp(ct, "multipart/form-data", 19) != 0)
+        const char *ct = http_header(q->r, "Content-Type"), *ce = http_header(q->r, "Content-Encoding");
+        bool raw = ct && !strncmp(ct, "application/octet-stream", 24);
+        if (!ct || (!raw && strncmp(ct, "multipart/form-data", 19) != 0))
                 return 415;
+        if (ce && strcmp(ce, "identity") != 0)
+                return 415; /* gzip uploads: not served (the SDK sends them only when asked) */
         q->parts = json_array();
         q->scratch = json_object();
         /* The query's path, if any: every part goes there. */
         const char *path = http_query(q->r, "path");
         q->in = path ? json_pack("{s:s}", "path", path) : json_object();
-        if (!q->parts || !q->scratch || !q->in || http_form(q->r, form_piece, q) < 0)
-                return 400;
-        return 0;
+        if (!q->parts || !q->scratch || !q->in)
+                return 503;
+        if (!raw)
+                return http_form(q->r, form_piece, q) < 0 ? 400 : 0;
+        _cleanup_free_ char *target = file_path(q, path);
+        if (!target)
+                return 400; /* the file's own body names no path: the query must */
+        json_array_append_new(q->parts, json_pack("{s:s, s:s}", "path", target, "name", target));
+        return 1;
 }
 
-int envd_body(E2bReq *q, const uint8_t *chunk, size_t len) { return 415; }
+int envd_body(E2bReq *q, const uint8_t *chunk, size_t len) {
+        if (!q->body_error && part_push(q, chunk, len) < 0)
+                q->body_error = 503;
+        upload_step(q);
+        return 0;
+}
 
 static void files_call(E2bReq *q) {
         const char *m = http_method(q->r);

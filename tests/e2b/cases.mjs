@@ -147,6 +147,20 @@ const cases = {
       ]);
       return [r.map((w) => w.path), (await sbx.commands.run("cat /tmp/m/one /tmp/m/two")).stdout];
     });
+    await step("octet", async () => {
+      // envd 0.5.7's upload: the file itself as the body (a stream, or when asked).
+      const stream = new ReadableStream({
+        start(c) {
+          c.enqueue(new TextEncoder().encode("streamed "));
+          c.enqueue(new TextEncoder().encode("body"));
+          c.close();
+        },
+      });
+      const a = await sbx.files.write("/tmp/o/streamed.txt", stream);
+      const b = await sbx.files.write("/tmp/o/asked.txt", "octet", { useOctetStream: true });
+      const gz = await sbx.files.write("/tmp/o/gz.txt", "zipped", { gzip: true }).then(() => "written", (e) => e.name);
+      return [a.path, b.path, (await sbx.commands.run("cat /tmp/o/streamed.txt; echo; cat /tmp/o/asked.txt")).stdout, gz];
+    });
     await step("signed", async () => {
       // The SDK's signed URLs name no sandbox when E2B_SANDBOX_URL is set: the header does.
       const h = { "E2b-Sandbox-Id": sbx.sandboxId };

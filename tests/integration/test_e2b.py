@@ -157,6 +157,8 @@ def test_files(node_sdk, daemon):
     assert out["info"] == {"name": "new", "type": "dir", "mode": 0o755, "permissions": "drwxr-xr-x"}
     assert out["many"] == [["/tmp/m/one", "/tmp/m/two"], "122"]
     assert out["big"] == {"same": True, "inside": True, "len": 9 * 1024 * 1024 + 17}
+    assert out["octet"][:3] == ["/tmp/o/streamed.txt", "/tmp/o/asked.txt", "streamed body\noctet"], out["octet"]
+    assert out["octet"][3] != "written"  # gzip uploads are refused, not written garbled
     assert out["signed"] == {"put": 200, "down": 200, "body": "via a signed url", "forged": 401}
 
 
