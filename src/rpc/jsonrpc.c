@@ -278,19 +278,25 @@ static void scan_ws(Scan *s) {
                 s->p++;
 }
 
-/* Skips a string; *plain says it has no escapes. */
+/* Skips a string; *plain says it has no escapes. Megabytes of base64 are skipped a memchr
+ * at a time: only a quote can end the string, and a backslash before it decides. */
 static bool scan_string(Scan *s, const char **start, size_t *len, bool *plain) {
         if (s->p >= s->end || *s->p != '"')
                 return false;
         const char *b = ++s->p;
         bool esc = false;
-        while (s->p < s->end && *s->p != '"') {
-                if (*s->p == '\\') {
-                        esc = true;
-                        s->p++;
+        while (s->p < s->end) {
+                const char *q = memchr(s->p, '"', (size_t)(s->end - s->p));
+                const char *bs = memchr(s->p, '\\', (size_t)((q ? q : s->end) - s->p));
+                if (!bs) {
+                        s->p = q ? q : s->end;
+                        break;
                 }
-                s->p++;
+                esc = true;
+                s->p = bs + 2; /* the escaped character, a quote included, is skipped */
         }
+        if (s->p > s->end)
+                s->p = s->end;
         if (s->p >= s->end)
                 return false;
         *start = b;
@@ -374,11 +380,9 @@ static bool find_big_data(const char *line, size_t len, const char *outer, const
                                         return false;
                                 scan_ws(&s);
                                 if (kn == 4 && memcmp(k, "data", 4) == 0 && s.p < s.end && *s.p == '"') {
-                                        if (!scan_string(&s, &v, &vn, &plain) || !plain || vn < BIG_STRING_MIN)
+                                        if (!scan_string(&s, &v, &vn, &plain) || !plain || vn < BIG_STRING_MIN ||
+                                            !plain_ascii(v, vn))
                                                 return false;
-                                        for (size_t i = 0; i < vn; i++)
-                                                if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] >= 0x7f)
-                                                        return false;
                                         *ret = v;
                                         *ret_len = vn;
                                         return true;
