@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -244,7 +245,11 @@ static bool starts_with(const char *s, const char *prefix) { return strncmp(s, p
 
 int client_fail(const char *cmd, const char *socket_path, const ClientError *err) {
         if (err->code == 0) {
-                if (err->errnum == ENOENT || err->errnum == ECONNREFUSED)
+                struct stat st;
+                if (err->errnum == ECONNREFUSED && lstat(socket_path, &st) == 0 && !S_ISSOCK(st.st_mode))
+                        fprintf(stderr, "sbx %s: %s is not a socket: no daemon can be there (give the path of "
+                                "a daemon's --socket)\n", cmd, socket_path);
+                else if (err->errnum == ENOENT || err->errnum == ECONNREFUSED)
                         fprintf(stderr, "sbx %s: no daemon is listening at %s (%s); start one with `sbx serve --socket %s`\n",
                                 cmd, socket_path, strerror(err->errnum), socket_path);
                 else

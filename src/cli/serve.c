@@ -547,6 +547,12 @@ static int serve_listen(Server *s, const ServeOptions *o) {
         int r;
         if (o->afd < 0) {
                 r = o->stdio ? server_add_stdio(s) : server_listen(s, o->path);
+                if (r == -EEXIST) {
+                        fprintf(stderr, "sbx serve: --socket %s: something that is not a socket is there; sbx "
+                                "replaces only a socket a server left, never anything else (give another path)\n",
+                                o->path);
+                        return 1;
+                }
                 return r < 0 ? serve_failed(o, r) : 0;
         }
         if ((r = server_listen_fd(s, o->afd, o->path)) < 0) {

@@ -224,8 +224,13 @@ static int listen_at(Listener *l, const char *path) {
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return negerrno();
-        /* A socket file left by a dead server is replaced; a live one is not. */
+        /* A socket file left by a dead server is replaced; a live one is not, and nothing
+         * that is not a socket ever is (a file given by mistake stays as it was). */
         struct stat st;
+        if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+                close(fd);
+                return -EEXIST;
+        }
         if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
                 int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
                 bool live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
@@ -243,13 +248,16 @@ static int listen_at(Listener *l, const char *path) {
         struct sockaddr_un ta = sa;
         if (renamed) {
                 strcpy(ta.sun_path, tmp);
-                (void)unlink(tmp);
+                if (lstat(tmp, &st) == 0 && S_ISSOCK(st.st_mode))
+                        (void)unlink(tmp); /* our own name, left by a server of this pid that died */
         }
         mode_t old = umask(0177);
         int r = bind(fd, (struct sockaddr *)&ta, sizeof ta);
         umask(old);
         const char *bound = renamed ? tmp : path;
-        if (r < 0 || chmod(bound, 0600) < 0 || listen(fd, 128) < 0 || (renamed && rename(tmp, path) < 0)) {
+        /* RENAME_NOREPLACE: whatever appeared at path since the check above stays. */
+        if (r < 0 || chmod(bound, 0600) < 0 || listen(fd, 128) < 0 ||
+            (renamed && renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0)) {
                 r = negerrno();
                 if (renamed)
                         (void)unlink(tmp);

@@ -1,0 +1,74 @@
+"""What a new user met on a first try (issue 28), each as it was met: a path that is not ours is
+never replaced, ..."""
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import SPAWNED
+
+REPO = Path(__file__).resolve().parents[2]
+SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
+]
+
+
+def serve(*args, timeout=10):
+    p = subprocess.Popen([SBX, "serve", "--pool", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    SPAWNED.append(p.pid)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        return None, err.decode()
+    return p.returncode, err.decode()
+
+
+def test_a_file_at_the_socket_path_is_never_replaced(tmp_path):
+    """`sbx serve --socket ./f.txt` used to delete f.txt and put its socket there."""
+    f = tmp_path / "f.txt"
+    f.write_text("mine\n")
+    code, err = serve("--socket", str(f))
+    assert code == 1, err
+    assert "is not a socket" in err and "never anything else" in err, err
+    assert f.read_text() == "mine\n"
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "inside").write_text("x")
+    code, err = serve("--socket", str(d))
+    assert code == 1 and "is not a socket" in err, err
+    assert (d / "inside").read_text() == "x"
+    # The CLI says what the path is instead of suggesting a daemon be started there.
+    cp = subprocess.run([SBX, "ls", "--socket", str(f)], capture_output=True, text=True, timeout=10)
+    assert cp.returncode == 3, cp
+    assert "is not a socket" in cp.stderr and "sbx serve --socket" not in cp.stderr, cp.stderr
+
+
+def test_a_stale_socket_is_still_replaced(tmp_path):
+    path = tmp_path / "sbx.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()  # bound, never listening: what a killed daemon leaves
+    assert path.is_socket()
+    p = subprocess.Popen([SBX, "serve", "--pool", "0", "--socket", str(path)], stderr=subprocess.PIPE)
+    SPAWNED.append(p.pid)
+    try:
+        for _ in range(200):
+            try:
+                c = socket.socket(socket.AF_UNIX)
+                c.connect(str(path))
+                c.close()
+                break
+            except OSError:
+                import time
+                time.sleep(0.05)
+        else:
+            pytest.fail("the daemon never listened: " + p.stderr.read1().decode())
+    finally:
+        p.terminate()
+        assert p.wait(15) == 0
