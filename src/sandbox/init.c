@@ -124,7 +124,13 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go) {
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
-        signal(SIGPIPE, SIG_DFL);
+        /* Every process of the sandbox descends from this shell: it starts with the default
+         * dispositions, whatever the daemon inherited. A daemon started with & from a script
+         * ignores SIGINT and SIGQUIT, an ignored signal survives execve, and bash never resets
+         * one ignored at its start: Ctrl-C in `sbx shell` would do nothing. */
+        for (int sig = 1; sig < NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        (void)signal(sig, SIG_DFL);
         setsid();
         int s = fcntl(sock, F_DUPFD, 10);
         int b = fcntl(c->builtin_fd, F_DUPFD, 10);

@@ -1,5 +1,5 @@
 """What a new user met on a first try (issue 28), each as it was met: a path that is not ours is
-never replaced, ..."""
+never replaced, and a sandbox's processes start with default signal dispositions."""
 import os
 import socket
 import subprocess
@@ -71,4 +71,48 @@ def test_a_stale_socket_is_still_replaced(tmp_path):
             pytest.fail("the daemon never listened: " + p.stderr.read1().decode())
     finally:
         p.terminate()
+        assert p.wait(15) == 0
+
+
+def test_sandbox_processes_start_with_default_signal_dispositions():
+    """A daemon started with & from a script ignores SIGINT and SIGQUIT; the sandbox's
+    processes used to inherit that (SigIgn 0000000000000006), so Ctrl-C in `sbx shell` did
+    nothing. Every one of them now starts with the defaults and an empty mask."""
+    import json
+    import signal
+    import shutil
+
+    def ignore():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
+    if os.geteuid() != 0 and not shutil.which("unshare"):
+        pytest.skip("sandboxes need root or user namespaces")
+    p = subprocess.Popen([SBX, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, preexec_fn=ignore)
+    SPAWNED.append(p.pid)
+    n = [0]
+
+    def call(method, params):
+        n[0] += 1
+        p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": n[0], "method": method, "params": params}) + "\n").encode())
+        p.stdin.flush()
+        while True:
+            m = json.loads(p.stdout.readline())
+            if m.get("id") == n[0]:
+                return m
+
+    try:
+        assert "result" in call("create", {})
+        out = call("run", {"command": "grep -E '^Sig(Ign|Blk)' /proc/self/status; "
+                                      "bash -c 'kill -INT $$; echo survived'; echo status=$?"})["result"]
+        assert out["stdout"].splitlines() == ["SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000",
+                                              "status=130"], out
+        proc = call("process.start", {"command": "grep -E '^SigIgn' /proc/self/status"})["result"]["processId"]
+        call("process.wait", {"processId": proc, "until": "exit", "timeoutMs": 10000})
+        logs = call("process.logs", {"processId": proc})["result"]
+        assert logs["stdout"] == "SigIgn:\t0000000000000000\n", logs
+    finally:
+        p.stdin.close()
         assert p.wait(15) == 0
