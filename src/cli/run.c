@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* `sbx run`: an ephemeral sandbox, one session, each CMD in turn, output streamed. */
 #include <getopt.h>
+#include <libgen.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -297,6 +298,28 @@ static int parse_one(int c, const char *opt, RunArgs *a) {
         return r;
 }
 
+/* --export's file must be one sbx can write once the commands have run: said before any of
+ * them runs, not after. */
+static bool export_path_ok(const char *path) {
+        _cleanup_free_ char *copy = strdup(path);
+        const char *dir = copy ? dirname(copy) : ".";
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+                fprintf(stderr, "sbx run: --export %s: is a directory (give a file's path)\n", path);
+                return false;
+        }
+        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                fprintf(stderr, "sbx run: --export %s: no directory %s to write it in\n", path, dir);
+                return false;
+        }
+        if (access(dir, W_OK) < 0) {
+                fprintf(stderr, "sbx run: --export %s: the directory %s is not writable: %s\n", path, dir,
+                        strerror(errno));
+                return false;
+        }
+        return true;
+}
+
 /* Parses the options into a, leaving optind at the first command. False when cmd_run is to
  * return *ret_exit at once: 0 after --help, 2 after a usage error (said on stderr). */
 static bool parse_args(int argc, char **argv, RunArgs *a, int *ret_exit) {
@@ -325,6 +348,10 @@ static bool parse_args(int argc, char **argv, RunArgs *a, int *ret_exit) {
                 return false;
         }
         a->so.env = a->n_env ? a->env : NULL;
+        if (a->export_path && !export_path_ok(a->export_path)) {
+                *ret_exit = 2;
+                return false;
+        }
         return true;
 }
 

@@ -116,3 +116,12 @@ def test_sandbox_processes_start_with_default_signal_dispositions():
     finally:
         p.stdin.close()
         assert p.wait(15) == 0
+
+
+def test_run_refuses_an_export_it_cannot_write_before_running(tmp_path):
+    """`sbx run --export /nonexistent/dir/x.tar -- 'echo ran'` ran the commands, then failed."""
+    for target, words in [(tmp_path / "no" / "such" / "x.tar", "no directory"), (tmp_path, "is a directory")]:
+        cp = subprocess.run([SBX, "run", "--export", str(target), "--", "echo ran"], capture_output=True, text=True,
+                            timeout=60)
+        assert cp.returncode == 2 and cp.stdout == "", cp
+        assert words in cp.stderr, cp.stderr
