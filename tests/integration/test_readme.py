@@ -284,6 +284,16 @@ def test_async_python_example_from_the_checkout(tmp_path):
     assert cp.elapsed < 4.5, show(cp)
 
 
+def test_every_npm_install_of_a_path_says_it_is_a_path():
+    """`npm install sdk/typescript` is read by npm as the GitHub repository sdk/typescript: every
+    local path the README gives npm starts with ./ or / (issue 28)."""
+    for m in re.finditer(r"npm install(?: --?[\w-]+(?: ~?/?[\w./-]+)?)* ([\w.~/@-]+/[\w./-]+)", README):
+        target = m.group(1)
+        if target.startswith("@"):
+            continue  # a scoped package name
+        assert target.startswith(("./", "/", "~/", "../")), f"npm would fetch {target!r} from GitHub: {m.group(0)!r}"
+
+
 def test_typescript_example_from_the_checkout(tmp_path):
     node = shutil.which("node", path=FRESH_PATH)
     if not node:
