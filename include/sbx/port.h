@@ -45,7 +45,8 @@ SBX_API int sbx_port_set_owner(SbxSandbox *sb, uint16_t port, uid_t owner);
 SBX_API size_t sbx_port_list(SbxSandbox *sb, SbxPort *out, size_t max);
 /* Whether a TCP socket of the sandbox's network namespace listens on port (any address, IPv4
  * or IPv6), read from the kernel's tables (/proc/<pid 1>/net/tcp and tcp6) without waiting.
- * Returns 1, 0, -ESRCH when the sandbox's pid 1 is gone, or -errno. */
+ * Returns 1, 0, -EAGAIN before the sandbox is ready (sbx_sandbox_on_ready(): until then pid 1
+ * may still see the host's tables), -ESRCH when the sandbox's pid 1 is gone, or -errno. */
 SBX_API int sbx_port_listening(SbxSandbox *sb, uint16_t port);
 
 #ifdef __cplusplus

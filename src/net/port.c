@@ -825,8 +825,13 @@ int port_scan_tcp(int fd, uint16_t port) {
 }
 
 int sbx_port_listening(SbxSandbox *sb, uint16_t port) {
+        /* Before its root is built, pid 1 may still be in the host's network namespace: its
+         * tables would tell of the host's sockets. */
+        int state = sandbox_setup_state(sb);
+        if (state == 0)
+                return -EAGAIN;
         const Box *b = sandbox_box(sb);
-        if (b->init_pid <= 0 || b->init_pidfd < 0 || pidfd_is_dead(b->init_pidfd))
+        if (state < 0 || b->init_pid <= 0 || b->init_pidfd < 0 || pidfd_is_dead(b->init_pidfd))
                 return -ESRCH;
         static const char *const tables[] = { "tcp", "tcp6" };
         int found = 0;

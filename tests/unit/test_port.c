@@ -168,6 +168,11 @@ static int count_makers(void) {
 
 static void test_sandbox(SbxSandbox *sb) {
         Listening l = { sb, 8000 };
+        /* Right after the create, pid 1 may not have its own network namespace yet: its
+         * tables would be the host's (a host listener on the port taken for the sandbox's). */
+        int early = sbx_port_listening(sb, 8000);
+        CHECK(early == -EAGAIN, "listening before the sandbox is ready: -EAGAIN, never the host's table (%d)", early);
+        CHECK(run(sb, "true") == 0, "the sandbox is ready");
         CHECK(sbx_port_listening(sb, 8000) == 0, "listening: nothing yet");
         /* An echo server that answers one line per connection and closes; and an IPv6 one. */
         CHECK(run(sb, "python3 -c '\n"
