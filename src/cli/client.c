@@ -266,3 +266,15 @@ int client_fail(const char *cmd, const char *socket_path, const ClientError *err
                 return CLIENT_EXIT_NO_PROCESS;
         return CLIENT_EXIT_FAILURE;
 }
+
+int client_call_cli(const char *cmd, const char *socket_path, const char *method, json_t *params, json_t **ret_result) {
+        Client *cl = NULL;
+        ClientError err = { 0 };
+        int r = client_connect(socket_path, &cl, &err);
+        if (r == 0)
+                r = client_request(cl, method, params, NULL, NULL, ret_result, &err);
+        else
+                json_decref(params);
+        client_free(cl);
+        return r < 0 ? client_fail(cmd, socket_path, &err) : 0;
+}

@@ -39,6 +39,11 @@ const char *client_socket_path(const char *cmd, const char *opt);
  * (CLIENT_EXIT_*): an unreachable daemon names the socket. */
 int client_fail(const char *cmd, const char *socket_path, const ClientError *err);
 
+/* One request on a connection of its own, as a subcommand makes it: 0 with *ret_result
+ * (the caller's), or the exit status (CLIENT_EXIT_*) once client_fail has said why. params
+ * is taken over. */
+int client_call_cli(const char *cmd, const char *socket_path, const char *method, json_t *params, json_t **ret_result);
+
 /* A connection. Messages are read into a buffer (client_read) and taken from it one line
  * at a time (client_next), so a caller can poll client_fd() together with its own fds. */
 typedef struct Client Client;

@@ -13,17 +13,18 @@
 
 static void usage(FILE *f) {
         fprintf(f,
-                "Usage: sbx export --socket PATH --sandbox ID [-o FILE]\n"
+                "Usage: sbx export [--socket PATH] ID [-o FILE]\n"
                 "\n"
                 "Saves a sandbox of a running `sbx serve --socket PATH` (one made with\n"
                 "sandbox.create and persist: true) to FILE, or to stdout: its files under\n"
                 "/tmp, /home/user and /dev/shm and the state of every session, as a\n"
                 "zstd-compressed tar (`tar --zstd -tf FILE` lists it). `sbx import` and\n"
                 "`sbx run --import` load it. `sbx run --export` saves a one-off sandbox.\n"
+                "Exit status: 0, 1 the daemon failed, 2 usage, 3 no daemon, 4 no such sandbox.\n"
                 "\n"
                 "Options:\n"
-                "  -s, --socket PATH   the daemon's socket\n"
-                "  -S, --sandbox ID    the sandbox\n"
+                "  -s, --socket PATH   the daemon's socket (default: $SBX_SOCKET)\n"
+                "  -S, --sandbox ID    the sandbox, as the ID argument names it\n"
                 "  -o, --output FILE   where to write (default: stdout, if it is not a terminal)\n"
                 "  -h, --help          show this help\n");
 }
@@ -45,20 +46,23 @@ int cmd_export(int argc, char **argv) {
                 default: usage(stderr); return 2;
                 }
         }
-        if (!sock || !id || optind < argc) {
+        /* The id as the other commands take it, positional; --sandbox ID as before. */
+        if (!id && optind < argc)
+                id = argv[optind++];
+        if (!id || optind < argc) {
                 usage(stderr);
                 return 2;
         }
+        if (!(sock = client_socket_path("export", sock)))
+                return 2;
         if (!out && isatty(STDOUT_FILENO)) {
                 fprintf(stderr, "sbx export: not writing an archive to a terminal; give -o FILE\n");
                 return 2;
         }
-        char err[1024];
         json_t *res;
-        if (client_call(sock, "persistence.export", json_pack("{s:s}", "sandboxId", id), &res, err, sizeof err) < 0) {
-                fprintf(stderr, "sbx export: %s\n", err);
-                return 1;
-        }
+        int code = client_call_cli("export", sock, "persistence.export", json_pack("{s:s}", "sandboxId", id), &res);
+        if (code)
+                return code;
         const char *b64 = json_string_value(json_object_get(res, "data"));
         size_t n = 0;
         _cleanup_free_ uint8_t *data = b64 ? b64_decode(b64, json_string_length(json_object_get(res, "data")), &n) : NULL;

@@ -14,7 +14,7 @@
 
 static void usage(FILE *f) {
         fprintf(f,
-                "Usage: sbx import --socket PATH --sandbox ID FILE\n"
+                "Usage: sbx import [--socket PATH] ID FILE\n"
                 "\n"
                 "Replaces the files (/tmp, /home/user, /dev/shm) and session states of a sandbox\n"
                 "of a running `sbx serve --socket PATH` with those of FILE, an archive made by\n"
@@ -23,10 +23,11 @@ static void usage(FILE *f) {
                 "nodes, setuid bits, over the sandbox's limits) changes nothing. The archive\n"
                 "travels in one request line, so it must fit the server's line limit (8 MiB by\n"
                 "default: an archive of about 6 MiB).\n"
+                "Exit status: 0, 1 the daemon refused it, 2 usage, 3 no daemon, 4 no such sandbox.\n"
                 "\n"
                 "Options:\n"
-                "  -s, --socket PATH   the daemon's socket\n"
-                "  -S, --sandbox ID    the sandbox\n"
+                "  -s, --socket PATH   the daemon's socket (default: $SBX_SOCKET)\n"
+                "  -S, --sandbox ID    the sandbox, as the ID argument names it\n"
                 "  -h, --help          show this help\n");
 }
 
@@ -46,10 +47,15 @@ int cmd_import(int argc, char **argv) {
                 default: usage(stderr); return 2;
                 }
         }
-        if (!sock || !id || optind != argc - 1) {
+        /* ID FILE as the other commands take an id; --sandbox ID FILE as before. */
+        if (!id && argc - optind == 2)
+                id = argv[optind++];
+        if (!id || optind != argc - 1) {
                 usage(stderr);
                 return 2;
         }
+        if (!(sock = client_socket_path("import", sock)))
+                return 2;
         const char *path = argv[optind];
         _cleanup_free_ uint8_t *data = NULL;
         size_t n = 0;
@@ -67,12 +73,12 @@ int cmd_import(int argc, char **argv) {
         char *b64 = b64_encode(data, n, &blen);
         json_t *params = b64 ? json_pack("{s:s, s:o}", "sandboxId", id, "data", json_stringn_nocheck(b64, blen)) : NULL;
         free(b64);
-        char err[1024];
-        json_t *res;
-        if (!params || client_call(sock, "persistence.import", params, &res, err, sizeof err) < 0) {
-                fprintf(stderr, "sbx import: %s\n", params ? err : "out of memory");
+        if (!params) {
+                fprintf(stderr, "sbx import: out of memory\n");
                 return 1;
         }
+        json_t *res = NULL;
+        int code = client_call_cli("import", sock, "persistence.import", params, &res);
         json_decref(res);
-        return 0;
+        return code;
 }

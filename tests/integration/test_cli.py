@@ -380,7 +380,14 @@ def test_export_import_commands_against_a_socket_server(tmp_path):
         r = call("run", sandboxId=b, command="pwd; cat h; echo $V; ls /tmp")["result"]
         assert r["stdout"] == "/home/user\nhello\n7\n", r
         cp = sbx_raw("export", "--socket", path, "--sandbox", "0" * 32, "-o", arc)
-        assert cp.returncode == 1 and "Unknown sandboxId" in err(cp), describe(cp)
+        assert cp.returncode == 4 and "Unknown sandboxId" in err(cp), describe(cp)  # as the other commands
+        # The id positional and the socket from SBX_SOCKET, as the other commands take them.
+        env = dict(os.environ, SBX_SOCKET=path)
+        arc2 = str(tmp_path / "a2.tar.zst")
+        cp = sbx_raw("export", a, "-o", arc2, env=env)
+        assert cp.returncode == 0 and os.path.getsize(arc2) > 0, describe(cp)
+        cp = sbx_raw("import", b, arc2, env=env)
+        assert cp.returncode == 0, describe(cp)
         bad = tmp_path / "bad"
         bad.write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(100))
         cp = sbx_raw("import", "--socket", path, "--sandbox", b, str(bad))
