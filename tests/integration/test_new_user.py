@@ -1,5 +1,8 @@
-"""What a new user met on a first try (issue 28), each as it was met: a path that is not ours is
-never replaced, and a sandbox's processes start with default signal dispositions."""
+"""What a new user met on a first try (issue 28), each as it was met and failing on the binary
+before: a path that is not ours is never replaced (item 1), a sandbox's processes start with
+default signal dispositions (item 2), and `sbx run --export` refuses a target it cannot write
+before running anything (item 8). Items 9 (test_readme), 12 (test_cli's export and import) and
+14 (tests/unit/test_port.c) are tested beside what they are about."""
 import os
 import socket
 import subprocess
