@@ -281,10 +281,21 @@ static int parse_args(int argc, char **argv, ShellArgs *a) {
         return -1;
 }
 
+/* The interactive bash, started by the session's own bash (process.start, which carries the
+ * session's cwd, variables, functions, aliases, options and umask): an exec'd bash would keep
+ * only the cwd, umask and exported variables, so its rc file is first the system's and the
+ * user's, then the session's state as bash prints it (variables but bash's own and the
+ * read-only ones, functions, aliases, and the options that are on). */
+#define SHELL_COMMAND                                                                                              \
+        "exec bash --rcfile <(echo '[ -r /etc/bash.bashrc ] && . /etc/bash.bashrc; [ -r ~/.bashrc ] && . ~/.bashrc'; " \
+        "declare -p | grep -Ev '^declare -[a-zA-Z]*r|^declare -[^ ]* (BASH[A-Z_0-9]*|FUNCNAME|GROUPS|PIPESTATUS|"  \
+        "DIRSTACK|SHLVL|COLUMNS|LINES|HISTCMD|RANDOM|SRANDOM|SECONDS|LINENO|EPOCH[A-Z]*|OPTIND|_)(=|$)'; "           \
+        "declare -f; alias -p; shopt -p | grep '^shopt -s'; set +o | grep '^set -o') -i"
+
 /* Starts the shell process in the sandbox. Returns 0, or -1 with err set. */
 static int shell_start(Shell *sh, const ShellArgs *a, const char *sandbox, ClientError *err) {
         winsize(&sh->cols, &sh->rows);
-        json_t *params = json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:s}", "command", "exec bash -i", "sandboxId", sandbox,
+        json_t *params = json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:s}", "command", SHELL_COMMAND, "sandboxId", sandbox,
                                    "stdin", 1, "pty", "cols", (json_int_t)sh->cols, "rows", (json_int_t)sh->rows, "label",
                                    "sbx shell");
         /* The sandbox says TERM=dumb to commands without a terminal; this one has the user's. */

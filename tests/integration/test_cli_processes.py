@@ -501,7 +501,7 @@ def test_shell_tty_resize_interrupt_exit(daemon, sid, tmp_path, tmux_session):
     t.wait_for(r"^40 120\s*$")
     # The shell is a process of the sandbox, on a pty, as sbx ps shows.
     ps = {r[0]: r for r in table(cli(daemon, "ps", sid))[1:]}
-    assert any(r[2] == "running" and r[6:] == ["exec", "bash", "-i"] for r in ps.values()), ps
+    assert any(r[2] == "running" and r[6:8] == ["exec", "bash"] and r[-1] == "-i" for r in ps.values()), ps
     # Ctrl-C interrupts the foreground job, not the shell.
     t.type("sleep 100")
     time.sleep(0.5)
@@ -515,6 +515,24 @@ def test_shell_tty_resize_interrupt_exit(daemon, sid, tmp_path, tmux_session):
     assert_terminal_restored(tmp_path)
     ps = table(cli(daemon, "ps", sid))[1:]
     assert ps and all(r[2] != "running" for r in ps), ps
+
+
+def test_shell_starts_from_the_whole_session_state(daemon, sid, tmp_path, tmux_session):
+    """`sbx shell` starts from the session's variables, functions, aliases and options, as its
+    help says (before: only the cwd and exported variables came through)."""
+    r = daemon.peer.result("run", {"sandboxId": sid, "session": "dev", "command":
+                                   "cd /tmp; V=plain; export E=exported; f() { echo fn-$1; }; "
+                                   "alias ll='echo aliased'; set -o noclobber"})
+    assert r["exitCode"] == 0, r
+    t = tmux_session(shell_command(daemon, tmp_path, "--session", "dev", sid))
+    t.type("echo V=$V E=$E; f x; ll; shopt -po noclobber; pwd; echo $((1+1))done")
+    t.wait_for(r"^2done\s*$")
+    screen = t.screen()
+    for line in ["V=plain E=exported", "fn-x", "aliased", "set -o noclobber", "/tmp"]:
+        assert re.search(rf"^{re.escape(line)}\s*$", screen, re.M), (line, screen)
+    assert "readonly" not in screen and "command not found" not in screen, screen
+    t.type("exit")
+    assert exit_file(tmp_path) == "EXIT=0"
 
 
 def test_shell_without_id_makes_and_destroys_a_sandbox(daemon, tmp_path, tmux_session):
