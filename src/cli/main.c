@@ -13,7 +13,7 @@ static const struct {
         { "run", cmd_run },   { "serve", cmd_serve }, { "export", cmd_export }, { "import", cmd_import },
         { "ls", cmd_ls },     { "exec", cmd_exec },   { "ps", cmd_ps },         { "logs", cmd_logs },
         { "kill", cmd_kill }, { "shell", cmd_shell }, { "mcp", cmd_mcp },
-        { "audit", cmd_audit },
+        { "audit", cmd_audit }, { "create", cmd_create }, { "rm", cmd_rm },
 };
 
 static void usage(FILE *f) {
@@ -25,15 +25,13 @@ static void usage(FILE *f) {
                 "Commands:\n"
                 "  run [OPTIONS] -- CMD [CMD ...]   run commands in one session of a fresh sandbox\n"
                 "  serve (--stdio | --socket PATH)  the JSON-RPC daemon\n"
-                "  export --socket PATH --sandbox ID [-o FILE]\n"
-                "                                   save a daemon's sandbox to an archive\n"
-                "  import --socket PATH --sandbox ID FILE\n"
-                "                                   load an archive into a daemon's sandbox\n"
                 "  mcp [--socket PATH [--sandbox ID]]\n"
                 "                                   an MCP server on stdio: a sandbox's tools for AI agents\n"
                 "  audit verify FILE...             check an audit log's hash chain (serve --audit)\n"
                 "\n"
                 "Commands on a daemon's sandboxes (--socket PATH, or $SBX_SOCKET):\n"
+                "  create [OPTIONS]                 a persistent sandbox; prints its id\n"
+                "  rm ID...                         destroy sandboxes\n"
                 "  ls                               its sandboxes\n"
                 "  exec ID -- CMD [CMD ...]         run commands in sandbox ID, output streamed\n"
                 "  ps ID                            the processes of sandbox ID\n"
@@ -41,6 +39,8 @@ static void usage(FILE *f) {
                 "  kill ID PROC [-s SIGNAL]         signal a process and wait until it is dead\n"
                 "  shell [ID]                       an interactive bash in sandbox ID (or in a\n"
                 "                                   new sandbox, destroyed when it ends)\n"
+                "  export ID [-o FILE]              save sandbox ID to an archive\n"
+                "  import ID FILE                   load an archive into sandbox ID\n"
                 "\n"
                 "Options:\n"
                 "  -h, --help       show this help\n"

@@ -128,3 +128,44 @@ def test_run_refuses_an_export_it_cannot_write_before_running(tmp_path):
                             timeout=60)
         assert cp.returncode == 2 and cp.stdout == "", cp
         assert words in cp.stderr, cp.stderr
+
+
+def test_the_cli_makes_and_removes_persistent_sandboxes(tmp_path):
+    """`sbx create` and `sbx rm` (issue 28 item 3): before them `sbx ls` was always empty and
+    exec, ps, logs, kill, shell and export needed an id only an SDK could make."""
+    import time
+    sock = str(tmp_path / "sbx.sock")
+    p = subprocess.Popen([SBX, "serve", "--pool", "0", "--socket", sock], stderr=subprocess.DEVNULL)
+    SPAWNED.append(p.pid)
+    env = dict(os.environ, SBX_SOCKET=sock)
+
+    def sbx(*args):
+        return subprocess.run([SBX, *args], capture_output=True, text=True, env=env, timeout=60)
+
+    try:
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        cp = sbx("create", "--label", "mine", "-e", "FOO=bar", "--memory", "256M", "--pids", "100",
+                 "--lifetime", "600")
+        assert cp.returncode == 0, cp
+        sid = cp.stdout.strip()
+        assert len(sid) == 32 and int(sid, 16) >= 0, cp.stdout
+        ls = sbx("ls").stdout
+        assert sid in ls and "mine" in ls, ls
+        cp = sbx("exec", sid, "--", "echo $FOO; cd /tmp; x=5", "echo $x in $PWD")
+        assert cp.returncode == 0 and cp.stdout == "bar\n5 in /tmp\n", cp
+        # Bad arguments are the CLI's (2), a limit the daemon refuses is the daemon's (1).
+        assert sbx("create", "--memory", "lots").returncode == 2
+        assert sbx("create", "stray").returncode == 2
+        cp = sbx("create", "--pids", "1")
+        assert cp.returncode == 1 and "pids" in cp.stderr, cp
+        other = sbx("create").stdout.strip()
+        cp = sbx("rm", sid, "0" * 32, other)
+        assert cp.returncode == 4 and "Unknown sandboxId" in cp.stderr, cp  # the others still went
+        assert sbx("ls", "-q").stdout == ""
+        assert sbx("rm").returncode == 2
+    finally:
+        p.terminate()
+        assert p.wait(15) == 0
