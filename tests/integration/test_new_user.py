@@ -169,3 +169,27 @@ def test_the_cli_makes_and_removes_persistent_sandboxes(tmp_path):
     finally:
         p.terminate()
         assert p.wait(15) == 0
+
+
+def test_python_sdk_says_which_socket_has_no_daemon(tmp_path):
+    """`Sandbox.connect(missing)` raised a bare FileNotFoundError naming no socket (issue 28
+    item 12); it is still a FileNotFoundError, now saying which socket and what to do."""
+    import asyncio
+    import sys
+    sys.path.insert(0, str(REPO / "sdk" / "python"))
+    from sbx import AsyncSandbox, Sandbox
+    missing = str(tmp_path / "nope.sock")
+    with pytest.raises(FileNotFoundError) as ei:
+        Sandbox.connect(missing)
+    assert missing in str(ei.value) and f"sbx serve --socket {missing}" in str(ei.value), ei.value
+
+    async def go():
+        with pytest.raises(FileNotFoundError) as ai:
+            await AsyncSandbox.connect(missing)
+        return str(ai.value)
+    assert f"no sbx daemon is listening at {missing}" in asyncio.run(go())
+    f = tmp_path / "plain"
+    f.write_text("")
+    with pytest.raises(ConnectionRefusedError) as ei:
+        Sandbox.connect(str(f))
+    assert str(f) in str(ei.value)

@@ -17,7 +17,7 @@ import os
 import subprocess
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
-from ._protocol import INTERNAL_ERROR, CallBase, NotificationHandler, RpcCore, SbxError, find_binary
+from ._protocol import INTERNAL_ERROR, CallBase, NotificationHandler, RpcCore, SbxError, connect_error, find_binary
 
 __all__ = ["AsyncClient", "AsyncPendingCall"]
 
@@ -102,7 +102,10 @@ class AsyncClient(RpcCore):
     @classmethod
     async def connect(cls, socket_path: str) -> "AsyncClient":
         """Connects to ``sbx serve --socket socket_path``."""
-        reader, writer = await asyncio.open_unix_connection(os.fspath(socket_path))
+        try:
+            reader, writer = await asyncio.open_unix_connection(os.fspath(socket_path))
+        except OSError as e:
+            raise connect_error(e, socket_path) from e
         return cls(reader, writer, description=f"sbx socket {socket_path}")
 
     # ------------------------------------------------------------ properties

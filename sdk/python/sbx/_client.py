@@ -24,7 +24,7 @@ import subprocess
 import threading
 from typing import IO, Any, Callable, Dict, Generator, List, Optional, Tuple, TypeVar
 
-from ._protocol import (DEFAULT_RPC_BYTES, INTERNAL_ERROR, PARSE_ERROR, PROCESS_ENDED, WAIT_TIMEOUT, CallBase,
+from ._protocol import (DEFAULT_RPC_BYTES, connect_error, INTERNAL_ERROR, PARSE_ERROR, PROCESS_ENDED, WAIT_TIMEOUT, CallBase,
                         NotificationHandler, ProcessEndedError, RpcCore, SbxError, WaitTimeoutError, as_object,
                         find_binary)
 
@@ -117,6 +117,9 @@ class Client(RpcCore):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(os.fspath(socket_path))
+        except OSError as e:
+            sock.close()
+            raise connect_error(e, socket_path) from e
         except BaseException:
             sock.close()
             raise

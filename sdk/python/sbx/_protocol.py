@@ -65,6 +65,21 @@ ExpiredCallback = Callable[[str], Any]
 _LISTEN_KEYS = ("processId", "watchId")
 
 
+def connect_error(e: OSError, socket_path: Any) -> OSError:
+    """The error of a failed connect to a daemon's socket, of the same class (FileNotFoundError,
+    ConnectionRefusedError ...) so that callers catching it still do, but saying which socket and
+    what to do: a bare "[Errno 2] No such file or directory" names neither."""
+    path = os.fspath(socket_path)
+    why = e.strerror or str(e)
+    if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+        hint = f"no sbx daemon is listening at {path} ({why}); start one with `sbx serve --socket {path}`"
+    else:
+        hint = f"cannot connect to the sbx daemon at {path}: {why}"
+    err = type(e)(e.errno, hint, path) if e.errno is not None else type(e)(hint)
+    err.__cause__ = e
+    return err
+
+
 class SbxError(Exception):
     """A JSON-RPC error answered by the server, or a lost connection.
 
