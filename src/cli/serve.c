@@ -302,7 +302,8 @@ static bool config_read(ServeOptions *o, int *argc, char ***argv, int *ret_exit)
         if ((r = serve_config_load(&o->cfg, o->config_path, serve_opts, cerr, sizeof cerr)) < 0 ||
             (!o->check_config && (r = serve_config_check_sandbox(&o->cfg, cerr, sizeof cerr)) < 0)) {
                 fprintf(stderr, "sbx serve: --config %s\n", cerr);
-                *ret_exit = r == -EINVAL ? 2 : 1;
+                /* A file that is missing or unreadable is a bad argument as much as a bad line. */
+                *ret_exit = r == -ENOMEM ? 1 : 2;
                 return false;
         }
         if (serve_config_argv(&o->cfg, *argc, *argv) < 0) {
@@ -468,12 +469,16 @@ static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit)
                 fprintf(stderr, "sbx serve: unexpected argument '%s'\n", argv[optind]);
         else if (o->check_config && serve_config_check_sandbox(&o->cfg, cerr, sizeof cerr) < 0)
                 fprintf(stderr, "sbx serve: --config %s\n", cerr);
+        else if (o->check_config && o->stdio == (o->path != NULL) && o->afd < 0)
+                fprintf(stderr, "sbx serve: --config %s: give exactly one of socket = PATH or stdio = true under "
+                        "[serve] (or --socket PATH or --stdio)\n", o->config_path);
         else if (o->check_config) {
                 printf("%s: ok\n", o->config_path);
                 *ret_exit = 0;
         } else if (optind < argc || (o->stdio == (o->path != NULL) && o->afd < 0)) {
-                fprintf(stderr, "sbx serve: give exactly one of --stdio or --socket PATH\n\n");
-                usage(stderr);
+                fprintf(stderr, "sbx serve: give exactly one of --stdio or --socket PATH%s\n",
+                        o->config_path ? " (or socket = PATH or stdio = true under [serve])" : "");
+                fprintf(stderr, "Try 'sbx serve --help'.\n");
         } else
                 return true;
         return false;

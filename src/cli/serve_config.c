@@ -62,12 +62,34 @@ static int add_arg(ServeConfig *c, char *arg, unsigned line) {
         return 0;
 }
 
+/* The options that may be given more than once; the others once per file. */
+static bool key_repeatable(const char *name) {
+        return strcmp(name, "redact") == 0 || strcmp(name, "api-key") == 0 || strcmp(name, "egress-allow-private") == 0 ||
+               strcmp(name, "env-passthrough") == 0;
+}
+
 static int serve_key(Parse *p, const char *name, const char *value, unsigned line) {
         const struct option *o = p->opts;
         while (o->name && strcmp(o->name, name) != 0)
                 o++;
         if (!o->name || key_refused(name))
                 return fail(p, "[serve] has no key '%s' (its keys are the long options of `sbx serve`)", name);
+        if (!key_repeatable(name)) {
+                char flag[128];
+                snprintf(flag, sizeof flag, "--%s", name);
+                size_t n = strlen(flag);
+                for (size_t i = 0; i < p->cfg->n_args; i++)
+                        if (!strncmp(p->cfg->args[i], flag, n) && (p->cfg->args[i][n] == '=' || !p->cfg->args[i][n]))
+                                return fail(p, "[serve] %s is given twice (line %u first)", name, p->cfg->lines[i]);
+        }
+        /* "quoted" values, an INI habit: the quotes are not part of the path or number. */
+        char unquoted[SBX_MAX_CONFIG_LINE_BYTES];
+        size_t vl = strlen(value);
+        if (vl >= 2 && value[0] == '"' && value[vl - 1] == '"' && vl - 2 < sizeof unquoted) {
+                memcpy(unquoted, value + 1, vl - 2);
+                unquoted[vl - 2] = 0;
+                value = unquoted;
+        }
         char *arg = NULL;
         if (o->has_arg == no_argument) {
                 bool on;
@@ -125,7 +147,25 @@ static int entry(void *user, const char *section, const char *name, const char *
         } else {
                 if (strcmp(name, "sandboxId") == 0 || strcmp(name, "persist") == 0 || strcmp(name, "lane") == 0)
                         return fail(p, "[%s] %s is not a sandbox option", section, name);
-                v = param_value(value);
+                /* What looks like JSON must be JSON: a broken object is said here, not taken
+                 * for a string and refused later as "must be an object". */
+                json_error_t je;
+                v = NULL;
+                if ((value[0] == '{' || value[0] == '[') &&
+                    !(v = json_loads(value, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je)))
+                        return fail(p, "[%s] %s is not valid JSON: %s (at character %d)", section, name, je.text,
+                                    je.position);
+                if (!v)
+                        v = param_value(value);
+                /* Each key against sandbox.create's params on its own, so its line is named. */
+                json_t *one = json_pack("{s:O}", name, v);
+                RpcError e;
+                bool bad = one && method_check("sandbox.create", one, &e) < 0;
+                json_decref(one);
+                if (bad) {
+                        json_decref(v);
+                        return fail(p, "[%s] %s", section, e.message);
+                }
         }
         if (!v || json_object_set_new(obj, name, v) < 0)
                 return fail(p, "out of memory");

@@ -44,9 +44,12 @@ API_TOKEN = abcdefgh12345678
 
 def test_check_config_good(tmp_path):
     path = write(tmp_path, GOOD)
-    cp = check(path)
+    cp = check(path, "--stdio")
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.strip() == f"{path}: ok"
+    # Without a way in (GOOD has no socket), the daemon would not start: the check says so.
+    cp = check(path)
+    assert cp.returncode == 2 and "give exactly one of socket = PATH or stdio = true" in cp.stderr, cp
 
 
 @pytest.mark.parametrize("text,line,words", [
@@ -97,7 +100,8 @@ def test_bad_sandbox_params(tmp_path, text, words):
 
 def test_missing_file_and_check_without_config(tmp_path):
     cp = check(str(tmp_path / "nope.conf"))
-    assert cp.returncode == 1 and "No such file or directory" in cp.stderr
+    # 2, as the help says of a file that is not good (it was 1: issue 28 item 7)
+    assert cp.returncode == 2 and "No such file or directory" in cp.stderr
     cp = subprocess.run([SBX, "serve", "--check-config"], capture_output=True, text=True, timeout=20)
     assert cp.returncode == 2 and "--check-config checks the file given with --config" in cp.stderr
 
@@ -199,13 +203,13 @@ def test_unknown_limit_keys_are_refused(tmp_path):
 
 def test_config_bounds_are_named(tmp_path):
     # More entries than the file may hold: the first one past the bound is named.
-    many = "[sandbox]\n" + "".join(f"k{i} = 1\n" for i in range(1025))
+    many = "[secrets]\n" + "".join(f"K{i} = 1\n" for i in range(1025))
     cp = check(write(tmp_path, many, "many.conf"))
     assert cp.returncode == 2 and "line 1026: too many entries (at most 1024)" in cp.stderr, cp.stderr
     # Lines of a few KiB are read whole and counted as one line each.
     wide = '[sandbox]\nlabel = "' + "x" * 3000 + '"\nfrobnicate = 1\n'
     cp = check(write(tmp_path, wide, "wide.conf"))
-    assert cp.returncode == 2 and 'wide.conf: [sandbox]: unknown parameter "frobnicate"' in cp.stderr, cp.stderr
+    assert cp.returncode == 2 and 'wide.conf, line 3: [sandbox] unknown parameter "frobnicate"' in cp.stderr, cp.stderr
     cp = check(write(tmp_path, '[sandbox]\nlabel = "' + "x" * 3000 + '"\n[serve]\nnope = 1\n', "wide2.conf"))
     assert cp.returncode == 2 and "wide2.conf, line 4: [serve] has no key 'nope'" in cp.stderr, cp.stderr
     # A line past 64 KiB is refused with its number, not cut and half read.

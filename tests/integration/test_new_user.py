@@ -193,3 +193,54 @@ def test_python_sdk_says_which_socket_has_no_daemon(tmp_path):
     with pytest.raises(ConnectionRefusedError) as ei:
         Sandbox.connect(str(f))
     assert str(f) in str(ei.value)
+
+
+@pytest.mark.parametrize("text, line, words", [
+    # a broken JSON value, named at its line (it was "must be an object", in the wrong section)
+    ('[serve]\nsocket = /tmp/x\n[sandbox]\nlimits = {"memoryBytes": 1\n', 4,
+     "[sandbox] limits is not valid JSON"),
+    # a bad [sandbox.enforced] value names its line (it named none)
+    ("[serve]\nsocket = /tmp/x\n\n[sandbox.enforced]\ntimeoutMs = fast\n", 5,
+     "[sandbox.enforced] timeoutMs must be a non-negative integer"),
+    # a key given twice (it passed)
+    ("[serve]\nsocket = /tmp/a\nsocket = /tmp/b\n", 3, "[serve] socket is given twice (line 2 first)"),
+    # no socket and no stdio (it passed the check, then printed the whole help)
+    ("[serve]\npool = 1\n", None, "give exactly one of socket = PATH or stdio = true under [serve]"),
+])
+def test_check_config_names_what_is_wrong(tmp_path, text, line, words):
+    """`sbx serve --check-config` (issue 28 item 7): each mistake said once, at its line."""
+    f = tmp_path / "sbx.conf"
+    f.write_text(text)
+    cp = subprocess.run([SBX, "serve", "--config", str(f), "--check-config"], capture_output=True, text=True,
+                        timeout=20)
+    assert cp.returncode == 2, cp
+    assert words in cp.stderr and (line is None or f"line {line}:" in cp.stderr), cp.stderr
+    assert len(cp.stderr.splitlines()) <= 2, cp.stderr
+
+
+def test_config_quoted_values_and_the_man_pages_example(tmp_path):
+    """A quoted socket path passed the check and failed at start; the man page's own example
+    (`limits = {"memory": ...}`) was refused."""
+    import re
+    import time
+    page = (REPO / "man" / "sbx-serve.1").read_text()
+    example = re.search(r'limits = \{\\\(dq(\w+)\\\(dq: (\d+)\}', page)
+    assert example, "the man page's limits example is gone"
+    sock = tmp_path / "q.sock"
+    f = tmp_path / "sbx.conf"
+    f.write_text(f'[serve]\nsocket = "{sock}"\npool = 0\n[sandbox]\nlimits = {{"{example.group(1)}": '
+                 f'{example.group(2)}}}\n')
+    cp = subprocess.run([SBX, "serve", "--config", str(f), "--check-config"], capture_output=True, text=True,
+                        timeout=20)
+    assert cp.returncode == 0, cp
+    p = subprocess.Popen([SBX, "serve", "--config", str(f)], stderr=subprocess.PIPE)
+    SPAWNED.append(p.pid)
+    try:
+        for _ in range(200):
+            if sock.exists() or p.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert sock.is_socket(), p.stderr.read1().decode() if p.poll() is not None else "no socket"
+    finally:
+        p.terminate()
+        assert p.wait(15) == 0
