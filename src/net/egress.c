@@ -350,11 +350,15 @@ static void pc_resolved(PConn *c) {
                         return;
                 }
                 egress_addr_format(&first_refused, addr, sizeof addr);
+                /* Who can change that, and how: a test server on the host's loopback is a common
+                 * reason to want it. */
+                static const char how[] = " (the daemon's operator may allow a range: sbx serve --egress-allow-private)";
                 if (strcmp(addr, c->req.host) == 0)
-                        snprintf(why, sizeof why, "%s is a %s address, which this sandbox may not reach", addr, cls);
+                        snprintf(why, sizeof why, "%s is a %s address, which this sandbox may not reach%s", addr, cls,
+                                 how);
                 else
-                        snprintf(why, sizeof why, "%s resolves to %s, a %s address, which this sandbox may not reach",
-                                 c->req.host, addr, cls);
+                        snprintf(why, sizeof why, "%s resolves to %s, a %s address, which this sandbox may not reach%s",
+                                 c->req.host, addr, cls, how);
                 refuse(c, SBX_EGRESS_DENIED, 403, why);
                 return;
         }

@@ -345,6 +345,7 @@ def test_private_address_needs_the_operator(hosts_file, origin):
         out = raw(d, sid, f"GET http://allowed.test:{origin}/ HTTP/1.1\r\n\r\n")
         assert out.startswith("HTTP/1.1 403"), out
         assert "sbx: allowed.test resolves to 127.0.0.1, a loopback address, which this sandbox may not reach" in out
+        assert "sbx serve --egress-allow-private" in out, out  # who may change it, and how
         out = raw(d, sid, "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n")
         assert "169.254.169.254 is a cloud metadata address" in out, out
         out = raw(d, sid, "CONNECT 10.1.2.3:443 HTTP/1.1\r\n\r\n")
@@ -501,7 +502,8 @@ def test_python_sdk_network_list_is_an_allowlist():
                             "curl -sS -m 10 http://169.254.169.254/latest/")
         assert r.stdout.split("\n")[:3] == [
             "http://127.0.0.1:3128", "sbx: other.test is not in this sandbox's allowlist",
-            "sbx: 169.254.169.254 is a cloud metadata address, which this sandbox may not reach"], r.stdout
+            "sbx: 169.254.169.254 is a cloud metadata address, which this sandbox may not reach (the daemon's "
+            "operator may allow a range: sbx serve --egress-allow-private)"], r.stdout
 
 
 # A DNS server for the test's own network namespace: A queries for *.test names it knows get
