@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include "base/log.h"
 #include "cli/cli.h"
+#include "cli/client.h"
 #include "mcp/mcp.h"
 
 static void usage(FILE *f) {
@@ -58,6 +59,16 @@ int cmd_mcp(int argc, char **argv) {
                         o.sandbox && !o.socket_path ? "--sandbox needs --socket" : "unexpected argument");
                 usage(stderr);
                 return 2;
+        }
+        /* A sandbox that is not there (or not ours) is said now, not as the failure of every
+         * tool call once a client has started us. */
+        if (o.sandbox) {
+                json_t *res = NULL;
+                int code = client_call_cli("mcp", o.socket_path, "process.list", json_pack("{s:s}", "sandboxId", o.sandbox),
+                                           &res);
+                json_decref(res);
+                if (code)
+                        return code;
         }
         return mcp_serve(&o) < 0 ? 1 : 0;
 }

@@ -161,10 +161,45 @@ void mcp_answer_memstream(McpCall *c, FILE *f, char **text, bool is_error) {
         mcp_answer_text(c, TAKE_PTR(*text), is_error);
 }
 
+/* The daemon's words name its protocol (processId, process.list); the model knows the tools
+ * and their arguments (process_id, process_list): the same words, in the tools' names. */
+static char *in_tool_words(const char *error) {
+        static const char *const words[][2] = {
+                { "processId", "process_id" },    { "sandboxId", "sandbox" },     { "process.list", "process_list" },
+                { "process.start", "process_start" }, { "process.logs", "process_logs" },
+                { "process.kill", "process_kill" }, { "files.read", "read_file" }, { "files.write", "write_file" },
+                { "files.list", "list_directory" },
+        };
+        size_t cap = 2 * strlen(error) + 1, n = 0;
+        char *out = malloc(cap);
+        if (!out)
+                return NULL;
+        for (const char *p = error; *p;) {
+                size_t i = 0;
+                while (i < ELEMENTSOF(words) && strncmp(p, words[i][0], strlen(words[i][0])) != 0)
+                        i++;
+                const char *from = i < ELEMENTSOF(words) ? words[i][1] : p;
+                size_t len = i < ELEMENTSOF(words) ? strlen(words[i][1]) : 1;
+                if (n + len + 1 > cap) {
+                        char *o = realloc(out, cap = 2 * cap + len);
+                        if (!o) {
+                                free(out);
+                                return NULL;
+                        }
+                        out = o;
+                }
+                memcpy(out + n, from, len);
+                n += len;
+                p += i < ELEMENTSOF(words) ? strlen(words[i][0]) : 1;
+        }
+        out[n] = 0;
+        return out;
+}
+
 bool mcp_refused(McpCall *c, json_t *result, const char *error) {
         if (result)
                 return false;
-        mcp_answer_fmt(c, true, "%s", error);
+        mcp_answer_text(c, in_tool_words(error ? error : "the daemon failed"), true);
         return true;
 }
 

@@ -308,11 +308,17 @@ static int m_process_logs(Req *r, json_t **ret, RpcError *e) {
         if (find_process(r, &p, e) < 0 || param_u64(r->params, "cursor", false, UINT64_MAX >> 1, &cursor, e) < 0 ||
             param_u64(r->params, "maxBytes", false, SBX_PROCESS_LOG_BYTES, &max, e) < 0)
                 return -1;
+        SbxProcessInfo i;
+        sbx_process_info(p, &i);
+        /* A cursor past what was ever written would skip the output still to come. */
+        if (cursor > i.log_end)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "cursor %llu is past the end of the output (%llu so far): give "
+                                "a cursor an earlier answer returned, or 0", (unsigned long long)cursor,
+                                (unsigned long long)i.log_end);
         LogParts l;
         buf_init(&l.out, SBX_PROCESS_LOG_BYTES);
         buf_init(&l.err, SBX_PROCESS_LOG_BYTES);
         uint64_t next = sbx_process_read_log(p, cursor, max, collect, &l, &dropped);
-        SbxProcessInfo i;
         sbx_process_info(p, &i);
         json_t *o = json_pack("{s:I, s:I, s:b}", "cursor", (json_int_t)next, "dropped", (json_int_t)dropped, "eof",
                               i.status != SBX_PROCESS_RUNNING && !i.alive && next >= i.log_end);
@@ -788,7 +794,7 @@ static const Param p_start[] = {
 static const Param p_id[] = { PARAM_PROCESS_ID, PARAM_SANDBOX_FILTER, { 0 } };
 static const Param p_logs[] = {
         PARAM_PROCESS_ID, PARAM_SANDBOX_FILTER,
-        { "cursor", P_INT, false, "offset into the process's output stream to read from (default 0)" },
+        { "cursor", P_INT, false, "offset into the process's output stream to read from (default 0); past what was written so far: -32602" },
         { "maxBytes", P_INT, false, "at most this many bytes (default and most: 1 MiB)" },
         { 0 } };
 static const Param p_stream[] = {

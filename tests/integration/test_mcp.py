@@ -3,6 +3,7 @@
 into tests/mcp/node_modules on first use) and by raw JSON lines, so the protocol is tested
 without node too."""
 import json
+import re
 import os
 import shutil
 import signal
@@ -251,7 +252,16 @@ def test_output_cut_and_large_files(mcp):
     text, is_error = tool(mcp, "read_file", {"path": "/tmp"})
     assert is_error
     text, is_error = tool(mcp, "run", {"command": "echo x", "sandbox": "nope"})
-    assert is_error and "Unknown sandboxId" in text
+    # In the tools' words (the argument is `sandbox`), not the protocol's (issue 28 item 11).
+    assert is_error and "Unknown sandbox: nope" in text and "sandboxId" not in text, text
+    text, is_error = tool(mcp, "process_logs", {"process_id": "p999"})
+    assert is_error and text == "Unknown process_id: p999 (process_list names them)", text
+    # A cursor past the output's end is refused: it would skip what is still to come.
+    text, _ = tool(mcp, "process_start", {"command": "echo one; sleep 30"})
+    pid = re.search(r"\b(p\d+)\b", text).group(1)
+    text, is_error = tool(mcp, "process_logs", {"process_id": pid, "cursor": 1000})
+    assert is_error and "past the end of the output" in text, text
+    tool(mcp, "process_kill", {"process_id": pid})
     text, is_error = tool(mcp, "edit_file", {"path": "big.txt", "old_string": "x", "new_string": "x"})
     assert is_error and "the same" in text
 

@@ -263,3 +263,23 @@ def test_python_sdk_readme_network_policy_and_secrets_example(tmp_path):
         pytest.skip("this kernel has no Landlock for the policy")
     assert cp.returncode == 0, cp.stderr
     assert re.fullmatch(r"SBX_SECRET_API_TOKEN_[0-9a-f]{24}\n\n", cp.stdout), cp.stdout
+
+
+def test_mcp_with_an_unknown_sandbox_says_so_at_start(tmp_path):
+    """`sbx mcp --socket PATH --sandbox nope` started, then failed every tool call (issue 28
+    item 11); it now exits at once, 4 as the other commands do for an unknown sandbox."""
+    import time
+    sock = str(tmp_path / "sbx.sock")
+    p = subprocess.Popen([SBX, "serve", "--pool", "0", "--socket", sock], stderr=subprocess.DEVNULL)
+    SPAWNED.append(p.pid)
+    try:
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        cp = subprocess.run([SBX, "mcp", "--socket", sock, "--sandbox", "nope"], capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=30)
+        assert cp.returncode == 4 and "Unknown sandboxId: nope" in cp.stderr, cp
+    finally:
+        p.terminate()
+        assert p.wait(15) == 0
