@@ -119,12 +119,16 @@ void mcp_call_free(McpCall *c) {
         json_decref(c->id);
         json_decref(c->args);
         json_decref(c->progress_token);
+        json_decref(c->structured);
         free(c);
 }
 
 void mcp_answer(McpCall *c, const char *text, size_t len, bool is_error) {
         json_t *res = json_pack("{s:[{s:s, s:s%}], s:b}", "content", "type", "text", "text", text, len, "isError",
                                 is_error);
+        /* structuredContent came with the 2025-06-18 revision. */
+        if (res && c->structured && !is_error && c->mcp->version && strcmp(c->mcp->version, "2025-06-18") >= 0)
+                json_object_set(res, "structuredContent", c->structured);
         mcp_reply(c->mcp, c->id, res);
         mcp_call_free(c);
 }

@@ -70,6 +70,9 @@ struct McpCall {
         uint64_t out_bytes;
         bool out_seen;
         char last_line[SBX_MCP_PROGRESS_LINE_BYTES];
+        /* What the answer names (a process, a sandbox, a snapshot) for the client's program,
+         * as structuredContent beside the text; set by a tool's put function, owned. */
+        json_t *structured;
         /* The tool's own state between requests, freed with the call. */
         void *state;
         void (*state_free)(void *state);

@@ -168,6 +168,7 @@ int put_process_started(McpCall *c, json_t *res, FILE *f) {
                 "started process %s (pid %lld in the sandbox). Read its output with process_logs "
                 "(process_id \"%s\"), stop it with process_kill.",
                 id ? id : "?", (long long)json_integer_value(json_object_get(res, "pid")), id ? id : "?");
+        c->structured = json_pack("{s:s, s:O}", "process_id", id ? id : "", "pid", json_object_get(res, "pid"));
         return 0;
 }
 
@@ -238,6 +239,7 @@ int put_forked(McpCall *c, json_t *res, FILE *f) {
                 "processes are not copied). Pass sandbox=\"%s\" to any tool to work in the copy; calls "
                 "without it still use the original.",
                 id ? id : "?", id ? id : "?");
+        c->structured = json_pack("{s:s}", "sandbox", id ? id : "");
         return 0;
 }
 
@@ -245,6 +247,7 @@ int put_snapshot(McpCall *c, json_t *res, FILE *f) {
         const char *id = json_string_value(json_object_get(res, "id"));
         fprintf(f, "snapshot %s saved (files and every session's state); restore it with "
                 "restore(snapshot_id=\"%s\").", id ? id : "?", id ? id : "?");
+        c->structured = json_pack("{s:s}", "snapshot_id", id ? id : "");
         return 0;
 }
 

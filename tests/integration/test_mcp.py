@@ -145,6 +145,35 @@ def test_raw_lifecycle_and_errors(mcp):
     assert not [n for n in mcp.notes if "id" in n], mcp.notes
 
 
+def test_results_naming_an_object_carry_it_structured(mcp):
+    """A result that names a process, a sandbox or a snapshot has it in structuredContent, so a
+    client's program need not parse it out of prose (issue 28 item 11); before 2025-06-18,
+    which has no structuredContent, it is left out."""
+    initialize(mcp, "2025-11-25")
+
+    def call(name, args):
+        return mcp.result("tools/call", {"name": name, "arguments": args}, timeout=60)
+
+    r = call("process_start", {"command": "sleep 30"})
+    pid = r["structuredContent"]["process_id"]
+    assert re.fullmatch(r"p\d+", pid) and isinstance(r["structuredContent"]["pid"], int), r
+    assert pid in r["content"][0]["text"]
+    r = call("fork", {})
+    assert re.fullmatch(r"[0-9a-f]{32}", r["structuredContent"]["sandbox"]), r
+    r = call("snapshot", {})
+    sid = r["structuredContent"]["snapshot_id"]
+    assert sid and sid in r["content"][0]["text"], r
+    r = call("run", {"command": "echo hi"})
+    assert "structuredContent" not in r  # a run names nothing
+    call("process_kill", {"process_id": pid})
+
+
+def test_no_structured_content_for_older_clients(mcp):
+    initialize(mcp, "2025-03-26")
+    r = mcp.result("tools/call", {"name": "process_start", "arguments": {"command": "true"}}, timeout=60)
+    assert "structuredContent" not in r and r["isError"] is False, r
+
+
 def test_raw_version_negotiation():
     for v in VERSIONS + ["1999-01-01", None]:
         peer = start_mcp()
