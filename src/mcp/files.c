@@ -300,8 +300,12 @@ static void write_stat_answered(McpCall *c, json_t *res, const char *error) {
 void tool_write_file(McpCall *c) {
         size_t n = json_string_length(json_object_get(c->args, "content"));
         if (n > SBX_MCP_FILE_BYTES) {
-                mcp_answer_fmt(c, true, "content is %zu bytes: write_file writes at most %u; write a large file in "
-                               "parts with run (e.g. `cat >> file`)", n, SBX_MCP_FILE_BYTES);
+                /* Parts through write_file, joined by one short command: run's command itself is
+                 * capped (64 KiB), so the file cannot go through run's text. */
+                mcp_answer_fmt(c, true, "content is %zu bytes: write_file writes at most %u at a time; write a large "
+                               "file as parts (write_file FILE.part1, FILE.part2, ... each at most that), then join "
+                               "them with run: `cat FILE.part1 FILE.part2 > FILE && rm FILE.part*`", n,
+                               SBX_MCP_FILE_BYTES);
                 return;
         }
         if (!write_state(c)) {

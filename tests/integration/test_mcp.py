@@ -168,6 +168,22 @@ def test_results_naming_an_object_carry_it_structured(mcp):
     call("process_kill", {"process_id": pid})
 
 
+def test_a_file_too_large_for_write_file_gets_advice_that_works(mcp):
+    """The advice for a file over write_file's 4 MiB was `cat >> file` through run, whose command
+    is capped at 64 KiB (issue 28 item 11): it is now parts through write_file, joined by run,
+    and following it works."""
+    initialize(mcp)
+    big = "x" * (4 * 1024 * 1024 + 10)
+    text, is_error = tool(mcp, "write_file", {"path": "big.txt", "content": big})
+    assert is_error and "write_file FILE.part1" in text and "cat FILE.part1 FILE.part2 > FILE" in text, text[:300]
+    half = len(big) // 2
+    assert tool(mcp, "write_file", {"path": "big.txt.part1", "content": big[:half]})[1] is False
+    assert tool(mcp, "write_file", {"path": "big.txt.part2", "content": big[half:]})[1] is False
+    text, is_error = tool(mcp, "run", {"command": "cat big.txt.part1 big.txt.part2 > big.txt && rm big.txt.part* "
+                                                  "&& wc -c < big.txt"})
+    assert not is_error and text.startswith(f"{len(big)}\n"), text
+
+
 def test_no_structured_content_for_older_clients(mcp):
     initialize(mcp, "2025-03-26")
     r = mcp.result("tools/call", {"name": "process_start", "arguments": {"command": "true"}}, timeout=60)
