@@ -288,6 +288,9 @@
 /* A connection's line buffer larger than this is freed once its line is handled: one huge
  * request must not pin its memory for the connection's lifetime. */
 #define SBX_FRAMER_KEEP_BYTES (64U * 1024)
+/* Of a line over the limit, the bytes kept of each end: where a request's id is found, so the
+ * refusal is answered to it. */
+#define SBX_FRAMER_PEEK_BYTES 256U
 
 /* Longest answer line the CLI's client reads: an export archive of SBX_MAX_ARCHIVE_BYTES in
  * base64, with room for the rest of the answer. */

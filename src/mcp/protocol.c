@@ -349,8 +349,13 @@ static void on_cancelled(Mcp *m, json_t *params) {
 static bool on_client_line(void *ud, const char *line, size_t len, bool too_large) {
         Mcp *m = ud;
         if (too_large) {
-                mcp_reply_error(m, NULL, RPC_PARSE_ERROR, "Request too large: a message is at most %u bytes",
-                             SBX_MCP_LINE_BYTES);
+                /* Answered to its own id (found at either end of the line), so the client's call
+                 * does not wait forever; the advice is what write_file's own limit says. */
+                json_t *id = rpc_cut_line_id(line, len);
+                mcp_reply_error(m, id, RPC_PARSE_ERROR, "Request too large: a message is at most %u bytes (write_file "
+                                "takes at most %u bytes of content at a time: write a large file in parts)",
+                                SBX_MCP_LINE_BYTES, SBX_MCP_FILE_BYTES);
+                json_decref(id);
                 return true;
         }
         size_t i = 0;

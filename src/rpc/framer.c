@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base/limits.h"
+#include "base/macro.h"
 #include "rpc/framer.h"
 
 void framer_init(Framer *f, size_t max) {
@@ -41,6 +42,31 @@ static void release_if_big(Framer *f) {
         }
 }
 
+/* Keeps the last bytes of a skipped line. */
+static void peek_tail(Framer *f, const uint8_t *p, size_t n) {
+        if (n >= SBX_FRAMER_PEEK_BYTES) {
+                memcpy(f->tail, p + n - SBX_FRAMER_PEEK_BYTES, SBX_FRAMER_PEEK_BYTES);
+                f->tail_len = SBX_FRAMER_PEEK_BYTES;
+                return;
+        }
+        size_t keep = MIN(f->tail_len, SBX_FRAMER_PEEK_BYTES - n);
+        memmove(f->tail, f->tail + f->tail_len - keep, keep);
+        memcpy(f->tail + keep, p, n);
+        f->tail_len = keep + n;
+}
+
+/* The line held so far (f->buf) and seg of p just went over the limit: its head is kept. */
+static void peek_start(Framer *f, const uint8_t *p, size_t seg) {
+        size_t from_buf = MIN(f->len, (size_t)SBX_FRAMER_PEEK_BYTES);
+        memcpy(f->head, f->buf, from_buf);
+        size_t from_p = MIN(seg, SBX_FRAMER_PEEK_BYTES - from_buf);
+        memcpy(f->head + from_buf, p, from_p);
+        f->head_len = from_buf + from_p;
+        f->tail_len = 0;
+        peek_tail(f, f->buf, f->len);
+        peek_tail(f, p, seg);
+}
+
 long framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *ud) {
         size_t used = 0;
         while (used < len) {
@@ -50,12 +76,12 @@ long framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *u
                 size_t seg = nl ? (size_t)(nl - p) : left;
                 bool go = true;
                 if (f->skipping) {
-                        /* discard */
+                        peek_tail(f, p, seg);
                 } else if (f->len + seg > f->max) {
                         f->skipping = true;
+                        peek_start(f, p, seg);
                         f->len = 0;
                         release_if_big(f);
-                        go = fn(ud, NULL, 0, true);
                 } else if (nl && f->len == 0) {
                         go = fn(ud, (const char *)p, seg, false);
                 } else {
@@ -68,8 +94,13 @@ long framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *u
                                 release_if_big(f);
                         }
                 }
-                if (nl)
+                if (nl && f->skipping) {
                         f->skipping = false;
+                        memcpy(f->peek, f->head, f->head_len);
+                        f->peek[f->head_len] = 0;
+                        memcpy(f->peek + f->head_len + 1, f->tail, f->tail_len);
+                        go = fn(ud, (const char *)f->peek, f->head_len + 1 + f->tail_len, true);
+                }
                 used += seg + (nl ? 1 : 0);
                 if (!go)
                         break;

@@ -402,6 +402,95 @@ static bool find_big_data(const char *line, size_t len, const char *outer, const
         }
 }
 
+/* A JSON scalar that can be an id (a string without escapes, a number, null) at s; NULL when
+ * there is none whole before end. */
+static json_t *id_token(Scan *s) {
+        scan_ws(s);
+        const char *b = s->p;
+        if (s->p < s->end && *s->p == '"') {
+                const char *q = memchr(s->p + 1, '"', (size_t)(s->end - s->p - 1));
+                if (!q || memchr(s->p + 1, '\\', (size_t)(q - s->p - 1)))
+                        return NULL;
+                s->p = q + 1;
+        } else {
+                while (s->p < s->end && strchr("-+0123456789.eEnul", *s->p))
+                        s->p++;
+                if (s->p == s->end || s->p == b)
+                        return NULL; /* a number cut by the end of what was kept may be longer */
+        }
+        json_t *v = json_loadb(b, (size_t)(s->p - b), JSON_DECODE_ANY, NULL);
+        if (v && !json_is_string(v) && !json_is_integer(v) && !json_is_null(v)) {
+                json_decref(v);
+                v = NULL;
+        }
+        return v;
+}
+
+/* The id among the first members of the object that head starts. */
+static json_t *id_in_head(const char *head, size_t n) {
+        Scan s = { head, head + n };
+        const char *k;
+        size_t kn;
+        bool plain;
+        scan_ws(&s);
+        if (s.p >= s.end || *s.p++ != '{')
+                return NULL;
+        for (;;) {
+                scan_ws(&s);
+                if (!scan_string(&s, &k, &kn, &plain))
+                        return NULL;
+                scan_ws(&s);
+                if (s.p >= s.end || *s.p++ != ':')
+                        return NULL;
+                if (kn == 2 && memcmp(k, "id", 2) == 0)
+                        return id_token(&s);
+                /* Another member: skipped whole, or the head ends inside it. */
+                if (!scan_value(&s, 1))
+                        return NULL;
+                scan_ws(&s);
+                if (s.p >= s.end || *s.p++ != ',')
+                        return NULL;
+        }
+}
+
+/* The id that ends the object whose end tail is: `"id": 5}`, a member (after `,` or `{`). */
+static json_t *id_at_end(const char *tail, size_t n) {
+        const char *last = NULL;
+        for (const char *p = tail; (p = memmem(p, (size_t)(tail + n - p), "\"id\"", 4)); p += 4)
+                last = p;
+        if (!last)
+                return NULL;
+        const char *before = last;
+        while (before > tail && strchr(" \t\r", before[-1]))
+                before--;
+        if (before == tail || (before[-1] != ',' && before[-1] != '{'))
+                return NULL;
+        Scan s = { last + 4, tail + n };
+        scan_ws(&s);
+        if (s.p >= s.end || *s.p++ != ':')
+                return NULL;
+        json_t *v = id_token(&s);
+        scan_ws(&s);
+        if (v && s.p < s.end && *s.p == '}') {
+                s.p++;
+                scan_ws(&s);
+                if (s.p == s.end)
+                        return v;
+        }
+        json_decref(v);
+        return NULL;
+}
+
+json_t *rpc_cut_line_id(const char *peek, size_t len) {
+        const char *nul = memchr(peek, 0, len);
+        if (!nul)
+                return NULL;
+        json_t *id = id_in_head(peek, (size_t)(nul - peek));
+        if (!id)
+                id = id_at_end(nul + 1, len - (size_t)(nul - peek) - 1);
+        return id;
+}
+
 json_t *rpc_load_big(const char *line, size_t len, const char *outer, json_error_t *jerr) {
         const char *big = NULL;
         size_t big_len = 0;

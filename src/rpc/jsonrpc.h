@@ -66,6 +66,10 @@ int rpc_parse_request(const char *line, size_t len, RpcRequest *req, RpcError *e
  * outer.data (params.data of a request, result.data of an answer: megabytes of base64) is
  * taken without jansson's character-by-character parse and copies. */
 json_t *rpc_load_big(const char *line, size_t len, const char *outer, json_error_t *jerr);
+/* The id of a request line too long to keep, from what the framer kept of it (its head, a
+ * NUL, its tail): the id member among the object's first ones, or the one that ends it
+ * (clients put it first or last). NULL when neither says (the answer then has id null). */
+json_t *rpc_cut_line_id(const char *peek, size_t len);
 void rpc_request_done(RpcRequest *req);
 /* True when an error about this request must be answered (it has an id, or it was too broken
  * to tell: JSON-RPC answers those with id null). */

@@ -264,9 +264,12 @@ void dispatch_line(Core *core, Conn *c, const char *line, size_t len, bool too_l
         json_t *result = NULL;
         int rr = -1;
 
-        if (too_large)
+        if (too_large) {
                 rpc_fail(&e, RPC_PARSE_ERROR, "Request too large (limit %zu bytes)", conn_line_max(c));
-        else {
+                /* Answered to its id when its ends say it, so the client's call hears back. */
+                q.msg = q.id = line ? rpc_cut_line_id(line, len) : NULL; /* msg owns it */
+                q.has_id = q.id != NULL;
+        } else {
                 while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
                         len--;
                 if (len == 0)

@@ -184,6 +184,21 @@ def test_a_file_too_large_for_write_file_gets_advice_that_works(mcp):
     assert not is_error and text.startswith(f"{len(big)}\n"), text
 
 
+def test_a_message_over_the_line_limit_is_answered_to_its_id(mcp):
+    """A write_file of 16 MiB or more was never answered (the parse error went out with id
+    null; issue 28 item 4): it is answered to its own id, found at either end of the line."""
+    initialize(mcp)
+    content = "x" * (17 * 1024 * 1024)
+    # JavaScript clients put the id last.
+    line = json.dumps({"method": "tools/call", "params": {"name": "write_file", "arguments":
+                       {"path": "huge.txt", "content": content}}, "jsonrpc": "2.0", "id": 4242})
+    mcp.send_raw(line.encode() + b"\n")
+    e = mcp.wait(4242, timeout=60)["error"]
+    assert e["code"] == -32700 and "Request too large" in e["message"] and "in parts" in e["message"], e
+    text, is_error = tool(mcp, "run", {"command": "echo still here"})
+    assert (text, is_error) == ("still here\nexit code: 0\n", False)
+
+
 def test_no_structured_content_for_older_clients(mcp):
     initialize(mcp, "2025-03-26")
     r = mcp.result("tools/call", {"name": "process_start", "arguments": {"command": "true"}}, timeout=60)

@@ -124,8 +124,9 @@ def test_huge_line_skipped(stdio):
     big = b'{"jsonrpc":"2.0","id":5,"method":"run","params":{"command":"' + b"x" * (64 * 1024 * 1024) + b'"}}\n'
     stdio.send_raw(big)
     assert stdio.result("ping") == {"pong": True}
-    with stdio.cond:
-        assert "5" not in stdio.answers
+    # Refused, and answered to its own id (found in what was kept of the line's start).
+    e = stdio.wait(5)["error"]
+    assert e["code"] == -32700 and "Request too large" in e["message"], e
     # It holds at most the 8 MiB limit of the line, never the whole 64 MiB.
     rss = int([l for l in open(f"/proc/{stdio.proc.pid}/status") if l.startswith("VmHWM")][0].split()[1])
     assert rss < 24 * 1024, f"the server buffered the huge line (peak RSS {rss} kB)"
@@ -135,8 +136,15 @@ def test_rpc_bytes_limit(stdio):
     stdio.result("create", {"limits": {"rpcBytes": 2048}})
     stdio.send_raw(b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"' + b"y" * 4096 + b'"}}\n')
     assert stdio.result("ping") == {"pong": True}
+    assert stdio.wait(9)["error"]["code"] == -32700
+    # The id last, as JavaScript clients put it: found at the line's end.
+    stdio.send_raw(b'{"method":"ping","params":{"pad":"' + b"y" * 4096 + b'"},"jsonrpc":"2.0","id":"last"}\n')
+    assert "Request too large" in stdio.wait("last")["error"]["message"]
+    # An "id" inside the params is not the request's: answered with id null.
+    stdio.send_raw(b'{"method":"ping","params":{"id":77,"pad":"' + b"y" * 4096 + b'"}}\n')
+    assert stdio.result("ping") == {"pong": True}
     with stdio.cond:
-        assert "9" not in stdio.answers
+        assert "77" not in stdio.answers
 
 
 def test_run_results(stdio):

@@ -255,9 +255,10 @@ def test_request_over_the_rpc_limit_raises(sb):
         roomy.kill()
 
 
-def test_id_less_too_large_answer_still_reaches_the_caller():
-    """Should the SDK's idea of limits.rpcBytes be wrong, the server's id-null answer to the
-    oversized line goes to that request instead of leaving it waiting forever."""
+def test_too_large_answer_reaches_the_caller_and_teaches_the_limit():
+    """Should the SDK's idea of limits.rpcBytes be wrong, the server's answer to the oversized
+    line (to its id, found in what the server kept of the line) fails that request instead of
+    leaving it waiting forever, and the SDK learns the limit from it."""
     c = Client.spawn(SBX_BIN)
     SPAWNED.append(c.pid)
     try:

@@ -273,6 +273,39 @@ static void test_lines(Loop *loop) {
         core.mode = MODE_NAMESPACES;
 }
 
+/* What the framer keeps of a line too long: head, NUL, tail. */
+static json_t *cut_id(const char *head, const char *tail) {
+        char buf[1024];
+        size_t h = strlen(head), t = strlen(tail);
+        memcpy(buf, head, h);
+        buf[h] = 0;
+        memcpy(buf + h + 1, tail, t);
+        return rpc_cut_line_id(buf, h + 1 + t);
+}
+
+static void test_cut_line_ids(void) {
+        json_t *id = cut_id("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"run\",\"params\":{\"command\":\"xxxx", "xxxx\"}}");
+        CHECK(json_integer_value(id) == 5, "the id among the first members");
+        json_decref(id);
+        id = cut_id("{\"method\":\"tools/call\",\"params\":{\"arguments\":{\"content\":\"xx", "xx\"}},\"jsonrpc\":\"2.0\",\"id\": \"k-1\" }");
+        CHECK(json_is_string(id) && strcmp(json_string_value(id), "k-1") == 0, "the id that ends the object");
+        json_decref(id);
+        id = cut_id("{\"method\":\"m\",\"params\":{\"id\":77,\"pad\":\"yy", "yy\"}}");
+        CHECK(!id, "an id inside params is not the request's");
+        json_decref(id);
+        id = cut_id("{\"method\":\"m\",\"params\":{\"pad\":\"yy", "yy \\\"id\\\":3}\"}}");
+        CHECK(!id, "an id inside a string's text is not the request's");
+        json_decref(id);
+        id = cut_id("{\"method\":\"m\",\"params\":{\"pad\":\"yy", "yyyy\"},\"id\":12");
+        CHECK(!id, "an id whose object is not seen to end is not taken (it may go on)");
+        json_decref(id);
+        id = cut_id("not json at all", "nor this");
+        CHECK(!id, "nothing that looks like a request: no id");
+        json_decref(id);
+        id = rpc_cut_line_id("no nul here", 11);
+        CHECK(!id, "a peek without its NUL: no id");
+}
+
 int main(void) {
         Loop *loop;
         ConnList list;
@@ -290,6 +323,7 @@ int main(void) {
                 return tap_done();
         }
         test_lines(loop);
+        test_cut_line_ids();
         conn_close_all(&list);
         close(peer.fd);
         loop_drain(loop, 10);

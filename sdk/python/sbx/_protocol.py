@@ -460,6 +460,8 @@ class RpcCore:
         error = error_of(msg)
         with self._lock:
             call = self._calls.pop(rid, None) if isinstance(rid, int) and not isinstance(rid, bool) else None
+            if call is not None and error is not None:
+                self._learn_limit(error)  # the server answers an oversized line to its id when it can
             if call is None and error is not None:
                 call = self._unmatched_call(error)
         if call is None:
@@ -502,6 +504,15 @@ class RpcCore:
             except BaseException as e:  # noqa: BLE001 - handed to the waiter
                 call.callback_error = e
 
+    def _learn_limit(self, error: SbxError) -> Optional[int]:
+        """The server's line limit, when error says it (``Request too large (limit N bytes)``),
+        adopted for the next requests' own check (lock held)."""
+        m = _TOO_LARGE.match(error.message) if error.code == PARSE_ERROR else None
+        if not m:
+            return None
+        self._rpc_limit = int(m.group(1))
+        return self._rpc_limit
+
     def _unmatched_call(self, error: SbxError) -> Optional[CallBase]:
         """The pending call an error that names no pending request goes to (lock held), or
         None when nothing is pending.
@@ -518,11 +529,8 @@ class RpcCore:
         """
         if not self._calls:
             return None
-        m = _TOO_LARGE.match(error.message) if error.code == PARSE_ERROR else None
-        if m:
-            limit = int(m.group(1))
-            self._rpc_limit = limit
-
+        limit = self._learn_limit(error)
+        if limit is not None:
             def culprit(c: CallBase) -> bool:
                 return c.size > limit
         else:

@@ -361,8 +361,10 @@ export class Client {
         : new SbxError(INTERNAL_ERROR, `malformed error from the server: ${JSON.stringify(e)}`);
     }
     let call = Number.isInteger(msg.id) ? this._calls.get(msg.id) : undefined;
-    if (call) this._calls.delete(msg.id);
-    else if (error) call = this._unmatchedCall(error);
+    if (call) {
+      this._calls.delete(msg.id);
+      if (error) this._learnLimit(error); // the server answers an oversized line to its id when it can
+    } else if (error) call = this._unmatchedCall(error);
     if (!call) {
       this._stderrLines(["sbx sdk: dropped an answer to no pending request: " + line.toString("utf8", 0, 200)]);
       return;
@@ -399,13 +401,20 @@ export class Client {
    * the caller would wait forever. It goes to the oldest call the server could not have read,
    * else to the oldest that is not a long-running one, else to the oldest.
    */
+  /** The server's line limit, when error says it ("Request too large (limit N bytes)"),
+   * adopted for the next requests' own check; undefined otherwise. */
+  _learnLimit(error) {
+    const m = error.code === PARSE_ERROR ? TOO_LARGE.exec(error.rpcMessage) : null;
+    if (!m) return undefined;
+    this.rpcLimit = Number(m[1]);
+    return this.rpcLimit;
+  }
+
   _unmatchedCall(error) {
     if (this._calls.size === 0) return undefined;
-    const m = error.code === PARSE_ERROR ? TOO_LARGE.exec(error.rpcMessage) : null;
+    const limit = this._learnLimit(error);
     let culprit;
-    if (m) {
-      const limit = Number(m[1]);
-      this.rpcLimit = limit;
+    if (limit !== undefined) {
       culprit = (c) => c.size > limit;
     } else {
       culprit = (c) => c.unreadable;
