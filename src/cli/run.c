@@ -33,6 +33,9 @@ static void usage(FILE *f) {
                 "  -t, --timeout SECONDS    per-command timeout (default 30; fractions allowed)\n"
                 "      --fail-fast          stop at the first command that fails and exit with\n"
                 "                           its status\n"
+                "      --kill-leftovers     kill what each command leaves running when it ends\n"
+                "                           (default: it keeps running, e.g. a server for the\n"
+                "                           next command; a backgrounded fork bomb too)\n"
                 "  -C, --cwd DIR            working directory of each command (default /home/user)\n"
                 "  -e, --env NAME=VALUE     set an environment variable (repeatable)\n"
                 "  -n, --network            share the host's network (default: loopback only)\n"
@@ -172,7 +175,7 @@ static int parse_thousandths(const char *s, uint64_t *ret) {
 }
 
 enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT,
-       OPT_FAIL_FAST };
+       OPT_FAIL_FAST, OPT_KILL_LEFTOVERS };
 
 typedef struct OpWait {
         bool done;
@@ -223,6 +226,7 @@ static const struct option run_opts[] = {
         { "import", required_argument, NULL, OPT_IMPORT },
         { "export", required_argument, NULL, OPT_EXPORT },
         { "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
+        { "kill-leftovers", no_argument, NULL, OPT_KILL_LEFTOVERS },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         {},
@@ -291,6 +295,7 @@ static int parse_one(int c, const char *opt, RunArgs *a) {
         case OPT_IMPORT: a->import_path = optarg; break;
         case OPT_EXPORT: a->export_path = optarg; break;
         case OPT_FAIL_FAST: a->fail_fast = true; break;
+        case OPT_KILL_LEFTOVERS: a->so.kill_leftovers = true; break;
         case 'v': sbx_log_level = LOG_DEBUG; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -EINVAL;

@@ -407,13 +407,19 @@ static void run_arm(SbxRun *r) {
 /* A fork was refused at the commands' pids limit: bash would retry it until the timeout, and
  * what holds the limit is usually what earlier commands left running. Stopped now, saying so. */
 static void run_pids_limit(SbxRun *r) {
-        char msg[256];
+        char msg[320];
         unsigned left = bglog_count_processes(&r->s->core->bg) + rooms_count_alive(r->s->core);
-        snprintf(msg, sizeof msg,
-                 "sbx: the sandbox's process limit (%u) was reached and the command was stopped; %u processes "
-                 "left running by earlier commands hold part of it (process.killAll frees them; "
-                 "leftovers: kill keeps them from staying)\n",
-                 r->s->core->limits.pids, left);
+        if (left)
+                snprintf(msg, sizeof msg,
+                         "sbx: the sandbox's process limit (%u) was reached and the command was stopped; %u processes "
+                         "left running by earlier commands hold part of it (killing them frees it: process.killAll, "
+                         "or the sandbox option leftovers: kill, `sbx run --kill-leftovers`)\n",
+                         r->s->core->limits.pids, left);
+        else
+                snprintf(msg, sizeof msg,
+                         "sbx: the sandbox's process limit (%u) was reached and the command was stopped (it made "
+                         "processes faster than they ended: a fork bomb?)\n",
+                         r->s->core->limits.pids);
         size_t before = r->err.len;
         (void)buf_append(&r->err, msg, strlen(msg));
         if (r->on_output && r->err.len > before)

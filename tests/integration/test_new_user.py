@@ -283,3 +283,21 @@ def test_mcp_with_an_unknown_sandbox_says_so_at_start(tmp_path):
     finally:
         p.terminate()
         assert p.wait(15) == 0
+
+
+def test_a_backgrounded_fork_bomb_and_kill_leftovers():
+    """`sbx run -t 10 -- ':(){ :|:& };:' 'echo second' 'sleep 1; echo fourth'` stopped every later
+    command at the process limit and suggested protocol methods (issue 28 item 6): the message
+    names the CLI's way, --kill-leftovers, with which every command runs; a foreground bomb is
+    not said to be held by "0 processes left running"."""
+    bomb = ':(){ :|:& };:'
+    cp = subprocess.run([SBX, "run", "--kill-leftovers", "-t", "10", "--", bomb, "echo second", "sleep 1; echo fourth"],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0 and cp.stdout == "second\nfourth\n", cp
+    cp = subprocess.run([SBX, "run", "-t", "10", "--", bomb, "sleep 1; echo later"], capture_output=True, text=True,
+                        timeout=120)
+    assert "left running by earlier commands" in cp.stderr and "--kill-leftovers" in cp.stderr, cp.stderr[-2000:]
+    cp = subprocess.run([SBX, "run", "-t", "10", "--", "f(){ f|f; }; f", "echo next"], capture_output=True, text=True,
+                        timeout=120)
+    assert cp.stdout == "next\n", cp
+    assert "process limit" in cp.stderr and "0 processes" not in cp.stderr, cp.stderr[-2000:]
