@@ -96,7 +96,7 @@ static int parse_args(int argc, char **argv, ExecArgs *a) {
                         break;
                 case OPT_RAW: procs_set_raw(true); break;
                 case 'h': usage(stdout); return 0;
-                default: usage(stderr); return CLIENT_EXIT_USAGE;
+                default: fprintf(stderr, "Try 'sbx exec --help'.\n"); return CLIENT_EXIT_USAGE;
                 }
         }
         if (argc - optind < 2) {
@@ -108,6 +108,24 @@ static int parse_args(int argc, char **argv, ExecArgs *a) {
                 return CLIENT_EXIT_USAGE;
         a->sandbox = argv[optind++];
         return -1;
+}
+
+/* An error class in words, with the bound it hit when the result says. */
+static const char *class_words(const char *ec, json_t *result) {
+        static char buf[160];
+        if (!strcmp(ec, "LIMIT_EXCEEDED"))
+                return "was not run: it is longer than the sandbox's command limit (limits.commandBytes, 64K by default)";
+        if (!strcmp(ec, "PIDS_LIMIT"))
+                return "was stopped: the sandbox's process limit was reached";
+        if (!strcmp(ec, "OOM"))
+                return "was killed: the sandbox ran out of memory (its memory limit)";
+        if (!strcmp(ec, "FS_FULL"))
+                return "ran out of space: the sandbox's filesystem is full (its fsLimitBytes or file count)";
+        if (!strcmp(ec, "UNAVAILABLE"))
+                return "could not start: the daemon is out of a resource (fds, memory); try again";
+        snprintf(buf, sizeof buf, "ended with %s", ec);
+        (void)result;
+        return buf;
 }
 
 /* Ctrl-C, SIGTERM and SIGHUP cancel the running command rather than leaving it to run on
@@ -234,8 +252,12 @@ int cmd_exec(int argc, char **argv) {
                         fprintf(stderr, "sbx exec: command %d timed out (the sandbox's timeout); killed %lld "
                                         "process(es)\n", i - optind + 1,
                                 (long long)json_integer_value(json_object_get(w.result, "killedProcesses")));
-                else if (ec && strcmp(ec, "CANCELLED") != 0)
-                        fprintf(stderr, "sbx exec: command %d: %s\n", i - optind + 1, ec);
+                else if (ec && strcmp(ec, "CANCELLED") == 0)
+                        fprintf(stderr, "sbx exec: command %d was interrupted; killed %lld process(es)%s\n",
+                                i - optind + 1, (long long)json_integer_value(json_object_get(w.result, "killedProcesses")),
+                                i + 1 < argc ? "; the commands after it did not run" : "");
+                else if (ec)
+                        fprintf(stderr, "sbx exec: command %d: %s\n", i - optind + 1, class_words(ec, w.result));
                 json_decref(w.result);
                 if (w.cancelled || w.werr < 0) {
                         if (w.werr < 0)

@@ -221,11 +221,28 @@ def test_exec_timeout_and_interrupt(daemon, sid):
         assert p.wait(10) == 125
         assert time.monotonic() - t0 < 5
         assert p.stdout.read() == b"", "a command after the interrupted one ran"
+        # Said in a line, as sbx run says it (it was 125 with nothing said: issue 28 item 12).
+        err = p.stderr.read().decode()
+        assert "command 1 was interrupted" in err and "the commands after it did not run" in err, err
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
     assert daemon.sh(sid, "echo alive") == "alive\n"
+
+
+def test_exec_says_an_oversized_command_in_words(daemon, sid):
+    """`command 1: LIMIT_EXCEEDED` became words that say which limit (issue 28 item 12)."""
+    cp = cli(daemon, "exec", sid, "--", "echo " + "x" * (70 * 1024))
+    assert cp.returncode != 0 and "longer than the sandbox's command limit" in text(cp.stderr), show(cp)
+    assert "LIMIT_EXCEEDED" not in text(cp.stderr), show(cp)
+
+
+def test_an_unknown_option_is_one_line_not_the_whole_help(daemon, sid):
+    cp = cli(daemon, "exec", "--frobnicate", sid, "--", "true")
+    assert cp.returncode == USAGE, show(cp)
+    lines = text(cp.stderr).splitlines()
+    assert len(lines) <= 3 and "Try 'sbx exec --help'." in lines, show(cp)
 
 
 def test_exec_unknown_sandbox(daemon):
