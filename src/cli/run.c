@@ -250,6 +250,10 @@ static int limit_arg(SbxLimitId id, ArgKind kind, const char *opt, const char *a
         char msg[256];
         int r = kind == A_SIZE ? parse_size(arg, ret) : kind == A_COUNT ? parse_u64(arg, UINT64_MAX, ret)
                                                                           : parse_thousandths(arg, ret);
+        if (r < 0 && arg[0] == '-') {
+                fprintf(stderr, "sbx run: %s must be above 0; got '%s'\n", opt, arg);
+                return -EINVAL;
+        }
         if (r < 0) {
                 fprintf(stderr, "sbx run: %s takes %s; got '%s'\n", opt, what[kind], arg);
                 return -EINVAL;
@@ -298,7 +302,7 @@ static int parse_one(int c, const char *opt, RunArgs *a) {
         case OPT_KILL_LEFTOVERS: a->so.kill_leftovers = true; break;
         case 'v': sbx_log_level = LOG_DEBUG; break;
         case 'h': usage(stdout); return 1;
-        default: usage(stderr); return -EINVAL;
+        default: return -EINVAL; /* getopt said which option; parse_args says where help is */
         }
         return r;
 }
@@ -341,7 +345,7 @@ static bool parse_args(int argc, char **argv, RunArgs *a, int *ret_exit) {
                 li = -1;
                 if (r == 0)
                         continue;
-                if (r < 0 && c != '?' && c != ':')
+                if (r < 0)
                         fprintf(stderr, "Try 'sbx run --help'.\n");
                 *ret_exit = r > 0 ? 0 : 2;
                 return false;

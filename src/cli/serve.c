@@ -531,8 +531,14 @@ static int serve_attach(Server *s, const ServeOptions *o) {
         }
         if ((o->egress_hosts || o->n_egress_private || o->egress_ca) &&
             (r = server_set_egress(s, o->egress_hosts, o->egress_private, o->egress_ca, eerr, sizeof eerr)) < 0) {
-                fprintf(stderr, "sbx serve: --egress-hosts / --egress-allow-private / --egress-ca: %s\n",
-                        eerr[0] ? eerr : strerror(-r));
+                /* The flag whose value it is: its file is named first in the words. */
+                const char *flag = o->egress_hosts && !strncmp(eerr, o->egress_hosts, strlen(o->egress_hosts))
+                                           ? "--egress-hosts"
+                                   : o->egress_ca && !strncmp(eerr, o->egress_ca, strlen(o->egress_ca)) ? "--egress-ca"
+                                   : o->n_egress_private && !o->egress_hosts && !o->egress_ca
+                                           ? "--egress-allow-private"
+                                           : "--egress-hosts, --egress-allow-private or --egress-ca";
+                fprintf(stderr, "sbx serve: %s: %s\n", flag, eerr[0] ? eerr : strerror(-r));
                 return 2;
         }
         if (o->expiry_dir && server_set_expiry_dir(s, o->expiry_dir, err, sizeof err) < 0) {

@@ -301,3 +301,16 @@ def test_a_backgrounded_fork_bomb_and_kill_leftovers():
                         timeout=120)
     assert cp.stdout == "next\n", cp
     assert "process limit" in cp.stderr and "0 processes" not in cp.stderr, cp.stderr[-2000:]
+
+
+@pytest.mark.parametrize("flag, value", [("--egress-hosts", "/nonexistent/hosts"), ("--egress-ca", "/nonexistent.pem"),
+                                         ("--egress-allow-private", "bogus")])
+def test_an_egress_flags_error_names_that_flag(flag, value):
+    """The three egress flags' errors all began `--egress-hosts / --egress-allow-private /
+    --egress-ca:` (issue 28 item 12): each names its own."""
+    cp = subprocess.run([SBX, "serve", "--stdio", flag, value], capture_output=True, text=True, timeout=20,
+                        stdin=subprocess.DEVNULL)
+    assert cp.returncode == 2, cp
+    assert cp.stderr.startswith(f"sbx serve: {flag}: "), cp.stderr
+    others = {"--egress-hosts", "--egress-ca", "--egress-allow-private"} - {flag}
+    assert not [o for o in others if o in cp.stderr], cp.stderr
