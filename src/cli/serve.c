@@ -589,7 +589,6 @@ static int serve_http(Server *s, const ServeOptions *o, E2b **ret) {
                 log_warn("--http %s: the E2B API listens beyond loopback; %s", o->http,
                          o->n_api_keys ? "only its --api-key keys are let in" : "with no --api-key, only loopback "
                          "clients are let in");
-        log_info("E2B API on port %u (E2B_API_URL=E2B_SANDBOX_URL=http://%s)", e2b_port(*ret), o->http);
         return 0;
 }
 
@@ -612,15 +611,20 @@ static int serve_start(const ServeOptions *o) {
                 return code;
         }
         server_set_pool(s, o->pool >= 0 ? (unsigned)o->pool : o->stdio ? 0 : 2);
-        log_info("at most %u sandboxes", server_set_max_sandboxes(s, (unsigned)o->max_sandboxes));
-        if (o->afd >= 0)
-                log_info("serving the socket passed as fd 3%s%s", o->path ? ": " : "", o->path ? o->path : "");
-        else if (o->path)
-                log_info("listening on %s", o->path);
+        unsigned max = server_set_max_sandboxes(s, (unsigned)o->max_sandboxes);
         E2b *e2b = NULL;
         if (o->http && (code = serve_http(s, o, &e2b)) != 0) {
                 server_free(s);
                 return code;
+        }
+        /* A daemon says once that it is ready, and where (a client of stdio needs no word). */
+        if (!o->stdio) {
+                char http[64] = "";
+                if (e2b)
+                        snprintf(http, sizeof http, "; E2B's API on port %u", e2b_port(e2b));
+                fprintf(stderr, "sbx serve: ready: %s %s (at most %u sandboxes%s)\n",
+                        o->afd >= 0 ? "serving the socket passed as fd 3," : "listening on", o->path ? o->path : "",
+                        max, http);
         }
         r = server_run(s);
         e2b_free(e2b);

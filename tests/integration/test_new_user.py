@@ -61,6 +61,9 @@ def test_a_stale_socket_is_still_replaced(tmp_path):
     p = subprocess.Popen([SBX, "serve", "--pool", "0", "--socket", str(path)], stderr=subprocess.PIPE)
     SPAWNED.append(p.pid)
     try:
+        # It says when it is ready, and where (it said nothing: issue 28 item 12).
+        line = p.stderr.readline().decode()
+        assert line.startswith(f"sbx serve: ready: listening on {path} (at most "), line
         for _ in range(200):
             try:
                 c = socket.socket(socket.AF_UNIX)
