@@ -178,15 +178,23 @@ static void list(E2bReq *q) {
         (void)rpc_client_call(q->g->rpc, "sandbox.list", p, listed, q);
 }
 
+/* sandbox.list's entry of sandbox id; NULL when it is not there (borrowed from result). */
+static json_t *listed_entry(json_t *result, const char *id) {
+        json_t *e;
+        size_t i;
+        json_array_foreach(json_object_get(result, "sandboxes"), i, e)
+                if (strcmp(json_string_value(json_object_get(e, "sandboxId")) ?: "", id) == 0)
+                        return e;
+        return NULL;
+}
+
 static void described(void *ud, json_t *result, json_t *error) {
         E2bReq *q = ud;
         if (!result)
                 return reply_sbx_error(q, error);
-        json_t *e;
-        size_t i;
-        json_array_foreach(json_object_get(result, "sandboxes"), i, e)
-                if (strcmp(json_string_value(json_object_get(e, "sandboxId")) ?: "", q->box->id) == 0)
-                        return e2b_reply_json(q, 200, detail_json(q->box, e));
+        json_t *e = listed_entry(result, q->box->id);
+        if (e)
+                return e2b_reply_json(q, 200, detail_json(q->box, e));
         envd_watchers_drop(q->g, q->box->id);
         e2b_box_drop(q->g, q->box->id);
         q->box = NULL;
@@ -247,20 +255,16 @@ static void connect_listed(void *ud, json_t *result, json_t *error) {
         E2bReq *q = ud;
         if (!result)
                 return reply_sbx_error(q, error);
-        json_t *e;
-        size_t i;
-        json_array_foreach(json_object_get(result, "sandboxes"), i, e)
-                if (strcmp(json_string_value(json_object_get(e, "sandboxId")) ?: "", q->box->id) == 0) {
-                        bool was_paused = json_is_true(json_object_get(e, "paused"));
-                        q->scratch = json_boolean(was_paused);
-                        if (was_paused)
-                                (void)rpc_client_call(q->g->rpc, "sandbox.resume",
-                                                      json_pack("{s:s}", "sandboxId", q->box->id), connect_resumed, q);
-                        else
-                                connect_resumed(q, result, NULL);
-                        return;
-                }
-        e2b_reply_rest_error(q, 404, "sandbox not found");
+        json_t *e = listed_entry(result, q->box->id);
+        if (!e)
+                return e2b_reply_rest_error(q, 404, "sandbox not found");
+        bool was_paused = json_is_true(json_object_get(e, "paused"));
+        q->scratch = json_boolean(was_paused);
+        if (was_paused)
+                (void)rpc_client_call(q->g->rpc, "sandbox.resume", json_pack("{s:s}", "sandboxId", q->box->id),
+                                      connect_resumed, q);
+        else
+                connect_resumed(q, result, NULL);
 }
 
 static void forked(void *ud, json_t *result, json_t *error) {

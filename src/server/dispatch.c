@@ -346,7 +346,7 @@ void dispatch_print_protocol(FILE *f) {
                 "sandbox is destroyed and the server exits 0. A second signal does not wait.\n\n"
                 "## Errors\n\n"
                 "| code | when |\n|---|---|\n"
-                "| -32700 | parse error; `Request too large` for a line over `limits.rpcBytes` (default 8 MiB), which is skipped without being buffered |\n"
+                "| -32700 | parse error; `Request too large` for a line over `limits.rpcBytes` (default 8 MiB), which is skipped without being buffered and answered to its id when the line's first members or its end name it (else id null) |\n"
                 "| -32600 | invalid request; `Sandbox already created`; `Sandbox not created. Call \"create\" first.` |\n"
                 "| -32601 | `Method not found: X` |\n"
                 "| -32602 | invalid params, naming the param (`unknown parameter \"X\"` for a param the method does not list, `Missing required param: X`, `X must be a string`, `Unknown sandboxId: X`) |\n"
