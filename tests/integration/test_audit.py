@@ -345,6 +345,16 @@ def kept_events(log, keep):
     return paths, out
 
 
+def written_up_to(log, path_end, timeout=30):
+    """Waits until the writer has written the files.mkdir of a path ending so."""
+    def there():
+        try:
+            return any(e["type"] == "files.mkdir" and e.get("path", "").endswith(path_end) for e in events(log))
+        except (OSError, ValueError):
+            return False
+    assert wait_until(there, timeout), f"the writer never wrote the mkdir of {path_end}"
+
+
 def test_rotation_carries_the_start_and_every_begin_whose_end_is_to_come(tmpdir_):
     """With two 16 KiB files kept, 300 other events rotate everything out; the server's
     start, a live sandbox's create and a running process's start are carried into the newest
@@ -359,6 +369,7 @@ def test_rotation_carries_the_start_and_every_begin_whose_end_is_to_come(tmpdir_
         other = a.result("sandbox.create", {})["sandboxId"]
         for i in range(300):
             a.result("files.mkdir", {"sandboxId": other, "path": f"dir-{i:03d}"})
+        written_up_to(d.log, "dir-299")  # the writer is its own process: it may be behind
         paths, evs = kept_events(d.log, 2)
         first = events(paths[0])[0]["seq"]
         assert not any(e["type"] == "files.mkdir" and e["path"].endswith("000") for e in evs), "nothing rotated"
@@ -375,6 +386,7 @@ def test_rotation_carries_the_start_and_every_begin_whose_end_is_to_come(tmpdir_
         a.result("sandbox.destroy", {"sandboxId": victim})
         for i in range(300):
             a.result("files.mkdir", {"sandboxId": other, "path": f"again-{i:03d}"})
+        written_up_to(d.log, "again-299")
         carried = [e["line"] for e in events(d.log) if e["type"] == "audit.carried"]
         assert any(c["type"] == "server.start" for c in carried), carried
         assert any(c["type"] == "sandbox.create" and c["sandboxId"] == other for c in carried), carried
