@@ -44,6 +44,8 @@ static void release_if_big(Framer *f) {
 
 /* Keeps the last bytes of a skipped line. */
 static void peek_tail(Framer *f, const uint8_t *p, size_t n) {
+        if (n == 0)
+                return; /* p may be NULL: a line held nothing yet */
         if (n >= SBX_FRAMER_PEEK_BYTES) {
                 memcpy(f->tail, p + n - SBX_FRAMER_PEEK_BYTES, SBX_FRAMER_PEEK_BYTES);
                 f->tail_len = SBX_FRAMER_PEEK_BYTES;
@@ -58,9 +60,11 @@ static void peek_tail(Framer *f, const uint8_t *p, size_t n) {
 /* The line held so far (f->buf) and seg of p just went over the limit: its head is kept. */
 static void peek_start(Framer *f, const uint8_t *p, size_t seg) {
         size_t from_buf = MIN(f->len, (size_t)SBX_FRAMER_PEEK_BYTES);
-        memcpy(f->head, f->buf, from_buf);
+        if (from_buf)
+                memcpy(f->head, f->buf, from_buf);
         size_t from_p = MIN(seg, SBX_FRAMER_PEEK_BYTES - from_buf);
-        memcpy(f->head + from_buf, p, from_p);
+        if (from_p)
+                memcpy(f->head + from_buf, p, from_p);
         f->head_len = from_buf + from_p;
         f->tail_len = 0;
         peek_tail(f, f->buf, f->len);
@@ -98,7 +102,8 @@ long framer_feed(Framer *f, const uint8_t *data, size_t len, FrameFn fn, void *u
                         f->skipping = false;
                         memcpy(f->peek, f->head, f->head_len);
                         f->peek[f->head_len] = 0;
-                        memcpy(f->peek + f->head_len + 1, f->tail, f->tail_len);
+                        if (f->tail_len)
+                                memcpy(f->peek + f->head_len + 1, f->tail, f->tail_len);
                         go = fn(ud, (const char *)f->peek, f->head_len + 1 + f->tail_len, true);
                 }
                 used += seg + (nl ? 1 : 0);

