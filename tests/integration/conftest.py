@@ -188,6 +188,19 @@ def finish(p, timeout=10):
     return p.returncode, o, e
 
 
+def stop_daemon(p, timeout=15):
+    """SIGTERM to a Popen'ed `sbx serve` (its clean shutdown), SIGKILL if it overstays; returns
+    its exit status."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return p.returncode
+
+
 @pytest.fixture(name="sbx")
 def sbx_fixture():
     return sbx

@@ -9,12 +9,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED, Peer, wait_until
+from conftest import SPAWNED, Peer, stop_daemon, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -49,13 +48,7 @@ class Daemon:
 
     def stop(self):
         """SIGTERM: a clean shutdown, after which every event is in the file."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_daemon(self.proc)
         err = self.proc.stderr.read().decode()
         assert self.proc.returncode == 0, err
         for p in self.peers:

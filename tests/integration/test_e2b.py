@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED, wait_until
+from conftest import SPAWNED, stop_daemon, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -65,13 +65,7 @@ class Daemon:
             return False
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_daemon(self.proc, 20)
         err = self.proc.stderr.read().decode()
         shutil.rmtree(self.dir, ignore_errors=True)
         return self.proc.returncode, err

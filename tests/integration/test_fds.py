@@ -6,7 +6,6 @@ stderr, never a bare exit 1; everything works again once the fds come back."""
 import base64
 import os
 import resource
-import signal
 import socket
 import subprocess
 import tempfile
@@ -14,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import SPAWNED, wait_until
+from conftest import SPAWNED, wait_until, stop_daemon
 from test_ports import ECHO_SERVER, WAIT_LISTEN
 from test_rpc import SBX, connect
 
@@ -44,12 +43,19 @@ class Daemon:
         assert wait_until(lambda: os.path.exists(self.path), timeout=10)
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_daemon(self.proc)
+
+
+def echo_ports(peer, sid):
+    """Two echo servers in the sandbox (ports 7000, 7001), exposed: their host ports."""
+    peer.result("files.write", {"sandboxId": sid, "path": "/tmp/echo.py",
+                                "data": base64.b64encode(ECHO_SERVER.encode()).decode()})
+    hps = []
+    for port in (7000, 7001):
+        sh(peer, sid, f"python3 /tmp/echo.py {port} >/dev/null 2>&1 &")
+        sh(peer, sid, WAIT_LISTEN % port)
+        hps.append(peer.result("port.expose", {"sandboxId": sid, "port": port})["port"])
+    return hps
 
 
 def test_held_connections_cannot_take_the_fds_runs_need():
@@ -59,13 +65,7 @@ def test_held_connections_cannot_take_the_fds_runs_need():
         a, b = connect(d.path), connect(d.path)
         victim = b.result("sandbox.create", {})["sandboxId"]
         sid = a.result("sandbox.create", {})["sandboxId"]
-        a.result("files.write", {"sandboxId": sid, "path": "/tmp/echo.py",
-                                 "data": base64.b64encode(ECHO_SERVER.encode()).decode()})
-        hps = []
-        for port in (7000, 7001):
-            sh(a, sid, f"python3 /tmp/echo.py {port} >/dev/null 2>&1 &")
-            sh(a, sid, WAIT_LISTEN % port)
-            hps.append(a.result("port.expose", {"sandboxId": sid, "port": port})["port"])
+        hps = echo_ports(a, sid)
         # Connections held open (at most 256 a port) until one is no longer forwarded.
         reset = False
         for i in range(2 * 256):
@@ -180,13 +180,7 @@ def test_one_sandbox_holds_at_most_its_share_of_connections():
         assert wait_until(lambda: os.path.exists(path), timeout=10)
         a = connect(path)
         sid = a.result("sandbox.create", {"limits": {"pids": 64}})["sandboxId"]
-        a.result("files.write", {"sandboxId": sid, "path": "/tmp/echo.py",
-                                 "data": base64.b64encode(ECHO_SERVER.encode()).decode()})
-        hps = []
-        for port in (7000, 7001):
-            sh(a, sid, f"python3 /tmp/echo.py {port} >/dev/null 2>&1 &")
-            sh(a, sid, WAIT_LISTEN % port)
-            hps.append(a.result("port.expose", {"sandboxId": sid, "port": port})["port"])
+        hps = echo_ports(a, sid)
         assert all(open_echo(hps[0]) for _ in range(200))
         more = 0
         while more < 100 and open_echo(hps[1]):
@@ -199,9 +193,4 @@ def test_one_sandbox_holds_at_most_its_share_of_connections():
     finally:
         for s in held:
             s.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_daemon(proc)

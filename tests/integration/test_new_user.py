@@ -3,6 +3,7 @@ before: a path that is not ours is never replaced (item 1), a sandbox's processe
 default signal dispositions (item 2), and `sbx run --export` refuses a target it cannot write
 before running anything (item 8). Items 9 (test_readme), 12 (test_cli's export and import) and
 14 (tests/unit/test_port.c) are tested beside what they are about."""
+import contextlib
 import os
 import socket
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED
+from conftest import SPAWNED, stop_daemon
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -30,6 +31,20 @@ def serve(*args, timeout=10):
         out, err = p.communicate()
         return None, err.decode()
     return p.returncode, err.decode()
+
+
+@contextlib.contextmanager
+def serving(*args):
+    """`sbx serve --pool 0 ARGS` until the block ends (then a clean shutdown, asserted); the
+    block starts once the daemon said it is ready, with that line."""
+    p = subprocess.Popen([SBX, "serve", "--pool", "0", *args], stderr=subprocess.PIPE)
+    SPAWNED.append(p.pid)
+    try:
+        line = p.stderr.readline().decode()
+        assert line.startswith("sbx serve: ready: "), line + p.stderr.read().decode()
+        yield line
+    finally:
+        assert stop_daemon(p) == 0
 
 
 def test_a_file_at_the_socket_path_is_never_replaced(tmp_path):
@@ -58,26 +73,12 @@ def test_a_stale_socket_is_still_replaced(tmp_path):
     s.bind(str(path))
     s.close()  # bound, never listening: what a killed daemon leaves
     assert path.is_socket()
-    p = subprocess.Popen([SBX, "serve", "--pool", "0", "--socket", str(path)], stderr=subprocess.PIPE)
-    SPAWNED.append(p.pid)
-    try:
+    with serving("--socket", str(path)) as line:
         # It says when it is ready, and where (it said nothing: issue 28 item 12).
-        line = p.stderr.readline().decode()
         assert line.startswith(f"sbx serve: ready: listening on {path} (at most "), line
-        for _ in range(200):
-            try:
-                c = socket.socket(socket.AF_UNIX)
-                c.connect(str(path))
-                c.close()
-                break
-            except OSError:
-                import time
-                time.sleep(0.05)
-        else:
-            pytest.fail("the daemon never listened: " + p.stderr.read1().decode())
-    finally:
-        p.terminate()
-        assert p.wait(15) == 0
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(str(path))
+        c.close()
 
 
 def test_sandbox_processes_start_with_default_signal_dispositions():
@@ -136,20 +137,13 @@ def test_run_refuses_an_export_it_cannot_write_before_running(tmp_path):
 def test_the_cli_makes_and_removes_persistent_sandboxes(tmp_path):
     """`sbx create` and `sbx rm` (issue 28 item 3): before them `sbx ls` was always empty and
     exec, ps, logs, kill, shell and export needed an id only an SDK could make."""
-    import time
     sock = str(tmp_path / "sbx.sock")
-    p = subprocess.Popen([SBX, "serve", "--pool", "0", "--socket", sock], stderr=subprocess.DEVNULL)
-    SPAWNED.append(p.pid)
     env = dict(os.environ, SBX_SOCKET=sock)
 
     def sbx(*args):
         return subprocess.run([SBX, *args], capture_output=True, text=True, env=env, timeout=60)
 
-    try:
-        for _ in range(200):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.05)
+    with serving("--socket", sock):
         cp = sbx("create", "--label", "mine", "-e", "FOO=bar", "--memory", "256M", "--pids", "100",
                  "--lifetime", "600")
         assert cp.returncode == 0, cp
@@ -169,9 +163,6 @@ def test_the_cli_makes_and_removes_persistent_sandboxes(tmp_path):
         assert cp.returncode == 4 and "Unknown sandboxId" in cp.stderr, cp  # the others still went
         assert sbx("ls", "-q").stdout == ""
         assert sbx("rm").returncode == 2
-    finally:
-        p.terminate()
-        assert p.wait(15) == 0
 
 
 def test_python_sdk_says_which_socket_has_no_daemon(tmp_path):
@@ -225,7 +216,6 @@ def test_config_quoted_values_and_the_man_pages_example(tmp_path):
     """A quoted socket path passed the check and failed at start; the man page's own example
     (`limits = {"memory": ...}`) was refused."""
     import re
-    import time
     page = (REPO / "man" / "sbx-serve.1").read_text()
     example = re.search(r'limits = \{\\\(dq(\w+)\\\(dq: (\d+)\}', page)
     assert example, "the man page's limits example is gone"
@@ -236,17 +226,8 @@ def test_config_quoted_values_and_the_man_pages_example(tmp_path):
     cp = subprocess.run([SBX, "serve", "--config", str(f), "--check-config"], capture_output=True, text=True,
                         timeout=20)
     assert cp.returncode == 0, cp
-    p = subprocess.Popen([SBX, "serve", "--config", str(f)], stderr=subprocess.PIPE)
-    SPAWNED.append(p.pid)
-    try:
-        for _ in range(200):
-            if sock.exists() or p.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert sock.is_socket(), p.stderr.read1().decode() if p.poll() is not None else "no socket"
-    finally:
-        p.terminate()
-        assert p.wait(15) == 0
+    with serving("--config", str(f)):
+        assert sock.is_socket()  # the path without its quotes
 
 
 def test_python_sdk_readme_network_policy_and_secrets_example(tmp_path):
@@ -271,21 +252,11 @@ def test_python_sdk_readme_network_policy_and_secrets_example(tmp_path):
 def test_mcp_with_an_unknown_sandbox_says_so_at_start(tmp_path):
     """`sbx mcp --socket PATH --sandbox nope` started, then failed every tool call (issue 28
     item 11); it now exits at once, 4 as the other commands do for an unknown sandbox."""
-    import time
     sock = str(tmp_path / "sbx.sock")
-    p = subprocess.Popen([SBX, "serve", "--pool", "0", "--socket", sock], stderr=subprocess.DEVNULL)
-    SPAWNED.append(p.pid)
-    try:
-        for _ in range(200):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.05)
+    with serving("--socket", sock):
         cp = subprocess.run([SBX, "mcp", "--socket", sock, "--sandbox", "nope"], capture_output=True, text=True,
                             stdin=subprocess.DEVNULL, timeout=30)
         assert cp.returncode == 4 and "Unknown sandboxId: nope" in cp.stderr, cp
-    finally:
-        p.terminate()
-        assert p.wait(15) == 0
 
 
 def test_a_backgrounded_fork_bomb_and_kill_leftovers():
