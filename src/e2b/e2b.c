@@ -402,7 +402,6 @@ static void on_finished(void *data, HttpReq *r, bool ok) {
         E2bReq *q = http_user(r);
         if (!q)
                 return;
-        q->gone = true;
         rpc_client_forget(g->rpc, q);
         ports_finished(q);
         envd_finished(q);

@@ -52,11 +52,11 @@ typedef struct E2bReq {
         HttpReq *r;
         E2bBox *box;
         json_t *in;       /* the request's JSON (Connect message or REST body) */
-        json_t *scratch;  /* what a step keeps for the next */
+        json_t *scratch;  /* what a step keeps for the next: a start's params, connect's "was paused" */
         RpcClient *own;   /* a stream's connection of its own */
         HttpFetch *fetch; /* a forwarded request on its way */
         unsigned port;
-        bool streaming, gone, pty;
+        bool streaming, pty;
         bool watch;        /* a WatchDir stream: its events and keepalives are top-level */
         char *watch_root;  /* the watched directory, absolute: names are told relative to it */
         char process_id[32];
@@ -65,15 +65,14 @@ typedef struct E2bReq {
         int keepalive_fd;  /* the keepalive's timer; before a start, its retry's */
         Watch kw;
         uint64_t deadline_ms; /* a start is tried again until then */
-        /* POST /files: parts as they arrive */
-        void *post;       /* struct MHD_PostProcessor */
-        json_t *parts;    /* [{path, data (base64)}] */
-        char *part_path;
-        uint8_t *part;
+        /* POST /files: the files as they arrive, each written on in parts */
+        json_t *parts;    /* [{path, name, bytes, uploadId?, ended?, committed?, error?}] */
+        uint8_t *part;    /* what came of the current file since its last part went */
         size_t part_len, part_cap;
         size_t busy_part;  /* 1 + the index of the part whose files.write is out; 0: none */
         bool request_in;   /* the request is whole: answer once the last part is committed */
         bool reading;      /* GET /files: a files.read is out */
+        uint64_t read_off; /* GET /files: where the next files.read starts */
         int body_error;
 } E2bReq;
 

@@ -903,8 +903,7 @@ static void read_answer(void *ud, json_t *result, json_t *error) {
         if (n && http_stream_write(q->r, data, n) < 0)
                 return file_error(q, NULL);
         uint64_t next = (uint64_t)off + n;
-        json_decref(q->scratch);
-        q->scratch = json_integer((json_int_t)next);
+        q->read_off = next;
         if (n == 0 || next >= (uint64_t)size) {
                 http_stream_end(q->r);
                 q->streaming = false;
@@ -922,7 +921,7 @@ static void read_next(E2bReq *q) {
         (void)rpc_client_call(q->g->rpc, "files.read",
                               json_pack("{s:s, s:s, s:I, s:I}", "sandboxId", q->box->id, "path",
                                         json_string_value(json_object_get(q->in, "path")), "offset",
-                                        json_integer_value(q->scratch), "length", (json_int_t)SBX_E2B_READ_BYTES),
+                                        (json_int_t)q->read_off, "length", (json_int_t)SBX_E2B_READ_BYTES),
                               read_answer, q);
 }
 
@@ -1110,11 +1109,10 @@ int envd_head(E2bReq *q) {
         if (ce && strcmp(ce, "identity") != 0)
                 return 415; /* gzip uploads: not served (the SDK sends them only when asked) */
         q->parts = json_array();
-        q->scratch = json_object();
         /* The query's path, if any: every part goes there. */
         const char *path = http_query(q->r, "path");
         q->in = path ? json_pack("{s:s}", "path", path) : json_object();
-        if (!q->parts || !q->scratch || !q->in)
+        if (!q->parts || !q->in)
                 return 503;
         if (!raw)
                 return http_form(q->r, form_piece, q) < 0 ? 400 : 0;
@@ -1144,7 +1142,6 @@ static void files_call(E2bReq *q) {
                 if (!path)
                         return e2b_reply_rest_error(q, 400, "path is required");
                 q->in = json_pack("{s:s}", "path", path);
-                q->scratch = json_integer(0);
                 return read_next(q);
         }
         if (!strcmp(m, "POST")) {
