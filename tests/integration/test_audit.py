@@ -617,3 +617,24 @@ def test_a_secret_across_the_command_cut_is_not_shown(tmpdir_):
     [run] = [e for e in events(d.log) if e["type"] == "run.end" and e["sandboxId"] == sid]
     import hashlib
     assert run["commandSha256"] != hashlib.sha256(cmd.encode()).hexdigest()
+
+
+def test_rotation_counts_the_begins_past_its_carry_budget(tmpdir_):
+    """At most a quarter of --audit-max-bytes is carried: with 4 KiB files, the creates of ten
+    live sandboxes do not all fit, and the rotation says how many it left (notCarried)."""
+    d = Daemon(tmpdir_, "--audit-max-bytes", "4k", "--audit-keep", "2")
+    try:
+        a = d.connect()
+        sids = [a.result("sandbox.create", {})["sandboxId"] for _ in range(10)]
+        for i in range(60):
+            a.result("files.mkdir", {"sandboxId": sids[0], "path": f"dir-{i:03d}"})
+        written_up_to(d.log, "dir-059")
+    finally:
+        d.stop()
+    rotated = [e for e in events(d.log) if e["type"] == "audit.rotated"]
+    assert rotated, "nothing rotated"
+    last = rotated[-1]
+    assert last["notCarried"] > 0 and last["carried"] < 11, last
+    carried = [e for e in events(d.log) if e["type"] == "audit.carried"]
+    assert len(carried) == last["carried"] and sum(len(json.dumps(c["line"])) for c in carried) <= 4096, carried
+    assert os.path.getsize(d.log) <= 4096

@@ -418,3 +418,55 @@ def test_a_sandbox_killed_mid_stream_ends_the_stream(daemon):
     assert b"\x02\x00\x00\x00" in got  # an end-of-stream envelope came
     st, _, _ = http(daemon, "GET", "/health", headers={"E2b-Sandbox-Id": sb["sandboxID"]})
     assert st == 502
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--http", "127.0.0.1:nope"], "not PORT, HOST:PORT or [IPV6]:PORT"),
+    (["--http", "example.com:3000"], "not PORT, HOST:PORT or [IPV6]:PORT"),
+    (["--api-key", "k"], "--api-key goes with --http ADDR"),
+    (["--http", "127.0.0.1:0", "--api-key", ""], "--api-key: at most 64 keys of 1 to 256 bytes"),
+    (["--http", "127.0.0.1:0", "--api-key", "k" * 257], "--api-key: at most 64 keys of 1 to 256 bytes"),
+])
+def test_bad_http_flags_are_refused(tmp_path, args, words):
+    cp = subprocess.run([SBX, "serve", "--socket", str(tmp_path / "s.sock"), "--pool", "0", *args],
+                        capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    assert cp.returncode in (1, 2) and words in cp.stderr, cp
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_a_port_in_use_is_said(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        port = taken.getsockname()[1]
+        cp = subprocess.run([SBX, "serve", "--socket", str(tmp_path / "s.sock"), "--pool", "0", "--http",
+                             f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=20,
+                            stdin=subprocess.DEVNULL)
+        assert cp.returncode == 1 and f"--http 127.0.0.1:{port}: Address already in use" in cp.stderr, cp
+    finally:
+        taken.close()
+
+
+def test_a_polled_watcher_keeps_at_most_its_bound(daemon):
+    """A watcher nobody polls keeps SBX_E2B_WATCHER_EVENTS (4096) events, not all of them."""
+    sb = create(daemon)
+    try:
+        st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/CreateWatcher", {"path": "/tmp"})
+        wid = json.loads(body)["watcherId"]
+        st, _, body = rpc(daemon, sb, "/process.Process/Start",
+                          {"process": {"cmd": "/bin/bash", "args": ["-c", "mkdir /tmp/d && cd /tmp && "
+                                                                    "for i in $(seq 2500); do mkdir d$i; rmdir d$i; done"]}},
+                          stream=True)
+        assert envelopes(body)[-1] == (2, {}), body
+        total = []
+
+        def settled():
+            st, _, body = rpc(daemon, sb, "/filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+            got = json.loads(body)["events"]
+            total.extend(got)
+            return not got and total
+        assert wait_until(settled, 10)
+        assert len(total) == 4096, len(total)  # 5001 happened
+    finally:
+        http(daemon, "DELETE", f"/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": KEY})
