@@ -109,7 +109,12 @@ typedef enum SbxErrorClass {
                                      later */
 } SbxErrorClass;
 
-typedef enum SbxStream { SBX_STDOUT = 1, SBX_STDERR = 2 } SbxStream;
+/* SBX_EVENTS: a code cell's events (sbx_session_run_code()), one whole line per call. */
+typedef enum SbxStream { SBX_STDOUT = 1, SBX_STDERR = 2, SBX_EVENTS = 3 } SbxStream;
+
+/* What a session's shell is: bash (every session made by sbx_session_get()), or a code
+ * interpreter holding a context (sbx_session_new_shell()). */
+typedef enum SbxShell { SBX_SHELL_BASH = 0, SBX_SHELL_PYTHON = 1 } SbxShell;
 
 /* What becomes of the processes a command leaves running when it ends. */
 typedef enum SbxLeftovers {
@@ -278,6 +283,32 @@ SBX_API const char *sbx_session_name(const SbxSession *s);
 SBX_API SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev);
 /* Runs the session holds now, running or queued: a run submitted now starts after them. */
 SBX_API unsigned sbx_session_runs(const SbxSession *s);
+
+/* A session whose shell is a code interpreter: SBX_SHELL_PYTHON is the host's python3 with
+ * IPython when installed (plain Python otherwise), its state (variables, imports, cwd, env)
+ * kept like a bash session's: each cell runs in a fork of the state and becomes the state only
+ * when it ends, so a cell killed by a timeout or a cancel leaves the context as it was before
+ * it. Its runs are cells (sbx_session_run_code()). Such sessions have their own names:
+ * sbx_session_find(), sbx_session_get() and sbx_session_next() never see them, and fork,
+ * snapshots and export do not carry them. Freed with sbx_session_free(). Returns 0, -EEXIST
+ * when the sandbox has one by that name, -EINVAL for a bad name or shell, -EMFILE at
+ * SBX_MAX_SESSIONS, or -errno. */
+SBX_API int sbx_session_new_shell(SbxSandbox *sb, const char *name, SbxShell shell, SbxSession **ret);
+/* The session of that shell and name made by sbx_session_new_shell(), or NULL. */
+SBX_API SbxSession *sbx_session_find_shell(SbxSandbox *sb, const char *name, SbxShell shell);
+SBX_API SbxShell sbx_session_shell(const SbxSession *s);
+/* How many shells the session has started: it grows when the state is lost (the holder died,
+ * or the sandbox's OOM killer took it) and a fresh shell took over. */
+SBX_API uint64_t sbx_session_starts(const SbxSession *s);
+/* Queues a cell on a code interpreter's session: as sbx_session_run(), with `command` the
+ * code (o->stdin_data must be NULL, get_env false), and with persist_env the cwd and env are
+ * set in the context for good (empty code: nothing else runs). on_output gets what the cell's
+ * processes write to fds 1 and 2, and its events as SBX_EVENTS: one JSON object per call
+ * (untrusted text from inside the sandbox: check it), or data NULL with len the bytes of
+ * events left out (over SBX_CODE_EVENT_LINE_BYTES a line, SBX_CODE_EVENTS_BYTES a cell).
+ * -EPROTOTYPE on a bash session. */
+SBX_API int sbx_session_run_code(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output, SbxDoneFn on_done,
+                                 void *ud, SbxRun **ret);
 
 /* Queues a command on the session (runs execute one at a time, in order). done fires exactly
  * once, from the loop, never before this returns (a command refused at once, such as one

@@ -548,6 +548,12 @@
  * waiting behind it (counting the running one keeps the cap independent of timing). */
 #define SBX_MAX_SESSIONS 64U
 #define SBX_MAX_QUEUED_RUNS 16U
+/* A code cell's events (sbx_session_run_code()): one line at most, and all of a cell's, which
+ * its answer keeps (below the RPC line limit, with room for the rest of the answer). */
+#define SBX_CODE_EVENT_LINE_BYTES (4U * 1024 * 1024)
+#define SBX_CODE_EVENTS_BYTES (6U * 1024 * 1024)
+/* Code contexts a sandbox holds at once (each a session: SBX_MAX_SESSIONS bounds them all). */
+#define SBX_MAX_CODE_CONTEXTS 16U
 
 /* As root, each sandbox's ids 0..SBX_HOST_ID_BLOCK-1 (root, its user 1000, nobody 65534) are
  * a block of host ids of its own, from this range, so sandboxes share no per-user kernel limit

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Messages on a session's SOCK_SEQPACKET socket, between the daemon and the bash processes of
- * that session (the holder and its worker). Shared by libsbx and the bash builtin; plain
- * C types only, since the builtin is compiled against bash's headers.
+/* Messages on a session's SOCK_SEQPACKET socket, between the daemon and the shell processes of
+ * that session (the holder and its worker): bash with the builtin, or the Python kernel
+ * (sandbox/pykernel.py, which packs WireHdr itself: keep the two in step). Shared by libsbx and
+ * the bash builtin; plain C types only, since the builtin is compiled against bash's headers.
  *
  * Every message starts with WireHdr. The daemon's end has SO_PASSCRED, so the kernel attaches
  * the sender's pid (translated into the daemon's pid namespace) to each message: that is how
@@ -65,6 +66,11 @@ typedef struct WireHdr {
 /* With WIRE_F_DETACH: the three fds are one terminal's; the process makes it its controlling
  * terminal in a session of its own. */
 #define WIRE_F_PTY 32u
+/* RUN flag, for a session whose shell is a code interpreter (sbx.h, SbxShell): the first fd is
+ * not stdin but the write end of the cell's events pipe, one JSON object per line (see
+ * sandbox/pykernel.py); the cell's stdin is /dev/null. With WIRE_F_PERSIST_ENV, the cwd is
+ * kept too: that is how a context gets its starting cwd and env. */
+#define WIRE_F_EVENTS 64u
 
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */

@@ -19,6 +19,7 @@ extern const Method server_methods_watch[];   /* m_watch.c: files.watch, files.u
 extern const Method server_methods_image[];   /* m_image.c: fork, snapshots, export/import */
 extern const Method server_methods_server[];  /* m_server.c: health, ping, kill */
 extern const Method server_methods_port[];    /* m_port.c: exposed ports */
+extern const Method server_methods_code[];    /* m_code.c: code contexts and cells */
 
 /* m_sandbox.c: checks a create's sandbox params as a create would read them (limits' keys
  * and ranges, policy, network, metadata, secrets), without creating anything. Returns 0 or -1

@@ -25,16 +25,17 @@
 
 extern const unsigned char sbx_bashext[];
 extern const size_t sbx_bashext_len;
+extern const unsigned char sbx_pykernel[];
+extern const size_t sbx_pykernel_len;
 
-
-static int builtin_memfd(void) {
-        _cleanup_close_ int fd = memfd_create("sbx-session.so", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+/* A sealed memfd holding data: what every sandbox's shells load, which nobody may change. */
+static int sealed_memfd(const char *name, const unsigned char *data, size_t len) {
+        _cleanup_close_ int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0)
                 return negerrno();
-        int r = write_all(fd, sbx_bashext, sbx_bashext_len);
+        int r = write_all(fd, data, len);
         if (r < 0)
                 return r;
-        /* Every sandbox's bash loads this one file: nobody may change it. */
         if (fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
                 return negerrno();
         return TAKE_FD(fd);
@@ -42,7 +43,7 @@ static int builtin_memfd(void) {
 
 int box_shared_init(BoxShared *s, bool process) {
         int r;
-        *s = (BoxShared){ .builtin_fd = -1, .process = process, .process_lock = -1 };
+        *s = (BoxShared){ .builtin_fd = -1, .pykernel_fd = -1, .process = process, .process_lock = -1 };
         s->rootless = geteuid() != 0;
         s->user_uid = geteuid();
         s->user_gid = getegid();
@@ -72,8 +73,9 @@ int box_shared_init(BoxShared *s, bool process) {
         if ((r = cgroup_root_open(&s->cg)) < 0)
                 goto fail;
         s->cg_open = true;
-        s->builtin_fd = builtin_memfd();
-        if ((r = s->builtin_fd) < 0 || (r = seccomp_build(&s->seccomp)) < 0)
+        s->builtin_fd = sealed_memfd("sbx-session.so", sbx_bashext, sbx_bashext_len);
+        s->pykernel_fd = sealed_memfd("sbx-pykernel.py", sbx_pykernel, sbx_pykernel_len);
+        if ((r = s->builtin_fd) < 0 || (r = s->pykernel_fd) < 0 || (r = seccomp_build(&s->seccomp)) < 0)
                 goto fail;
         return 0;
 fail:
@@ -89,6 +91,7 @@ void box_shared_done(BoxShared *s) {
                 cgroup_root_close(&s->cg);
         s->cg_open = false;
         s->builtin_fd = safe_close(s->builtin_fd);
+        s->pykernel_fd = safe_close(s->pykernel_fd);
         free(s->seccomp.filter);
         s->seccomp.filter = NULL;
         /* Process mode: this daemon's directory, if empty by now (directories still being
@@ -386,20 +389,22 @@ int box_count_processes(const Box *b) {
         return n;
 }
 
-int box_spawn_session(Box *b, int sock) {
+int box_spawn_session(Box *b, int sock, int script) {
         InitMsg m = { .type = INIT_SPAWN };
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
+                char buf[CMSG_SPACE(sizeof(int) * 2)];
         } cm;
+        int fds[2] = { sock, script };
+        size_t n = script >= 0 ? 2 : 1;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-                             .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+                             .msg_control = cm.buf, .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &sock, sizeof sock);
+        c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
         if (sendmsg(b->ctl_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
                 return negerrno();
         return 0;

@@ -23,6 +23,7 @@ typedef struct BoxShared {
         char process_base[256];    /* process mode: where sandboxes' directories are made */
         int process_lock;          /* ... this daemon's own, locked while it lives (plain.h) */
         int builtin_fd;            /* sealed memfd with the bash builtin */
+        int pykernel_fd;           /* sealed memfd with the Python kernel (pykernel.py) */
         struct sock_fprog seccomp; /* filter bytes, owned */
         char staging[256];         /* host directory each sandbox builds its root on */
         uid_t user_uid;            /* rootless: the sandbox's user as the host sees it */
@@ -98,9 +99,10 @@ int box_count_processes(const Box *b);
 /* Takes pid 1's word when it has come (wait on ctl_fd): 1 ready, 0 not yet, -errno if setup
  * failed (err says why; pid 1 then exits). */
 int box_ready(Box *b, char *err, size_t errlen);
-/* Asks init for a session shell on `sock` (the bash end of a session socketpair; the caller
- * keeps its own copy). Returns 0 or -errno. */
-int box_spawn_session(Box *b, int sock);
+/* Asks init for a session shell on `sock` (the shell's end of a session socketpair; the
+ * caller keeps its own copy): bash, or python3 running `script` (a memfd, e.g.
+ * BoxShared.pykernel_fd; -1 for bash). Returns 0 or -errno. */
+int box_spawn_session(Box *b, int sock, int script);
 /* Asks init to report the end of process pid (a pid of the sandbox). Returns 0 or -errno. */
 int box_watch_pid(Box *b, pid_t pid);
 /* After READY: takes init's next report without waiting. 1 with the ended process's pid and

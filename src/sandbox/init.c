@@ -116,11 +116,13 @@ int identity_drop(unsigned uid, unsigned gid) {
  * directory (set once by setup_plain_or_exit()). */
 static const char *session_home = "/home/user";
 
-/* In a forked child: becomes a session shell, bash running the sbx_session builtin on sock.
- * go >= 0: a shell started during setup (prestart_session()), whose cwd is still the host's
- * root; it takes its own seccomp filter (pid 1 has none yet) and the builtin waits on go
- * before it moves to session_home and speaks. Never returns. */
-_noreturn_ static void exec_shell(const InitConfig *c, int sock, int go) {
+/* In a forked child: becomes a session shell, bash running the sbx_session builtin on sock,
+ * or, when script >= 0 (a sealed memfd of sandbox/pykernel.py), the host's python3 running
+ * that script, which speaks the same protocol on sock. go >= 0: a shell started during setup
+ * (prestart_session(), bash only), whose cwd is still the host's root; it takes its own
+ * seccomp filter (pid 1 has none yet) and the builtin waits on go before it moves to
+ * session_home and speaks. Never returns. */
+_noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int script) {
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
@@ -133,7 +135,7 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go) {
                         (void)signal(sig, SIG_DFL);
         setsid();
         int s = fcntl(sock, F_DUPFD, 10);
-        int b = fcntl(c->builtin_fd, F_DUPFD, 10);
+        int b = fcntl(script >= 0 ? script : c->builtin_fd, F_DUPFD, 10);
         int g = go >= 0 ? fcntl(go, F_DUPFD, 10) : -1;
         int nul = open("/dev/null", O_RDWR);
         if (s < 0 || b < 0 || nul < 0 || (go >= 0 && g < 0) || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 ||
@@ -160,6 +162,12 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go) {
                 _exit(126);
         if (g >= 0 && c->seccomp && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, c->seccomp, 0, 0) < 0)
                 _exit(126);
+        if (script >= 0) {
+                /* -I: no PYTHON* variable, user site or script directory decides what it imports. */
+                char *argv[] = { (char *)"python3", (char *)"-I", (char *)"/proc/self/fd/4", (char *)"3", NULL };
+                execve("/usr/bin/python3", argv, c->env);
+                _exit(127);
+        }
         static char boot[] =
                 "shopt -s expand_aliases; "
                 "enable -f /proc/self/fd/4 sbx_session && exec 4<&- && sbx_session 3";
@@ -171,12 +179,14 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go) {
         _exit(127);
 }
 
-/* Starts a session shell on sock (closed here). */
-static void spawn_session(const InitConfig *c, int sock) {
+/* Starts a session shell on sock (closed here, and script: see exec_shell()). */
+static void spawn_session(const InitConfig *c, int sock, int script) {
         pid_t p = fork();
         if (p == 0)
-                exec_shell(c, sock, -1);
+                exec_shell(c, sock, -1, script);
         close(sock);
+        if (script >= 0)
+                close(script);
 }
 
 /* Starts the default session's shell now, while pid 1 builds the root: bash's exec, dynamic
@@ -194,7 +204,7 @@ static int prestart_session(const InitConfig *c) {
         pid_t p = fork();
         if (p == 0) {
                 close(go[1]);
-                exec_shell(c, c->session_fd, go[0]);
+                exec_shell(c, c->session_fd, go[0], -1);
         }
         close(go[0]);
         close(c->session_fd); /* the shell's, not pid 1's */
@@ -473,11 +483,12 @@ _noreturn_ static void init_exit(const InitConfig *c) {
 }
 
 /* Reads one message from the daemon: a spawn request starts a session shell on the socket
- * it carries, any other fd is closed. Exits once the daemon is gone. */
+ * it carries (and the script of a code interpreter's, when a second fd comes), any other fd
+ * is closed. Exits once the daemon is gone. */
 static void handle_ctl(const InitConfig *c, int ctl) {
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
+                char buf[CMSG_SPACE(sizeof(int) * 2)];
         } cm;
         InitMsg m;
         struct iovec iov = { &m, sizeof m };
@@ -488,13 +499,20 @@ static void handle_ctl(const InitConfig *c, int ctl) {
                 init_exit(c); /* daemon gone or sandbox destroyed: take everything down */
         if (n < 0)
                 return;
-        int fd = -1;
+        int fd = -1, script = -1;
         struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
-        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS)
+        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS) {
                 memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
-        if (fd >= 0 && (size_t)n >= sizeof m.type && m.type == INIT_SPAWN)
-                spawn_session(c, fd);
-        else if (fd >= 0)
+                if (cmh->cmsg_len >= CMSG_LEN(sizeof(int) * 2))
+                        memcpy(&script, CMSG_DATA(cmh) + sizeof fd, sizeof script);
+        }
+        if (fd >= 0 && (size_t)n >= sizeof m.type && m.type == INIT_SPAWN) {
+                spawn_session(c, fd, script);
+                return;
+        }
+        if (script >= 0)
+                close(script);
+        if (fd >= 0)
                 close(fd);
         else if ((size_t)n == sizeof m && m.type == INIT_WATCH)
                 watch(ctl, m.pid);

@@ -29,7 +29,7 @@ static const char *const etc_binds[] = {
         "debian_version", "gai.conf", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
         "localtime", "magic", "magic.mime", "mime.types", "os-release", "profile",
         "protocols", "python3", "python3.11", "services", "ssl", "terminfo", "timezone",
-        "perl", "gitconfig", "vim", "xdg", "mailcap",
+        "perl", "gitconfig", "vim", "xdg", "mailcap", "matplotlibrc",
 };
 
 /* Device nodes bound from the host's /dev. */

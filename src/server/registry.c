@@ -413,6 +413,7 @@ void registry_destroy(SrvSandbox *sb) {
         reg->n_sandboxes--;
         free(sb->label);
         json_decref(sb->metadata);
+        json_decref(sb->contexts);
         free(sb);
 }
 

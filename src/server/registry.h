@@ -44,6 +44,7 @@ typedef struct SrvSandbox {
         bool is_fork;        /* counts against SBX_MAX_FORKS */
         char *label;
         json_t *metadata;    /* {key: string}, NULL when none was given */
+        json_t *contexts;    /* code contexts (m_code.c): {id: {language, cwd, env}}, NULL when none */
         uint64_t created_ms; /* wall clock */
         History *history;
         /* Expiry (lifetimeMs, idleTimeoutMs, sandbox.setTimeout), monotonic ms, 0 for none; one

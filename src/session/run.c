@@ -47,10 +47,13 @@ static void run_free(SbxRun *r) {
         loop_cancel_defer(l, r);
         loop_del(l, &r->out_w);
         loop_del(l, &r->err_w);
+        loop_del(l, &r->ev_w);
         safe_close(r->out_fd);
         safe_close(r->err_fd);
+        safe_close(r->ev_fd);
         run_close_io(r);
         safe_close(r->cg);
+        buf_done(&r->ev);
         buf_done(&r->out);
         buf_done(&r->err);
         buf_done(&r->past);
@@ -189,6 +192,67 @@ static void run_drain(SbxRun *r, bool is_out, size_t budget) {
         }
 }
 
+/* Splits a cell's events into lines, each handed over whole; what is over a line's or the
+ * cell's bound is counted and told as data NULL (once per line left out). */
+static void events_feed(SbxRun *r, const uint8_t *d, size_t n) {
+        while (n > 0) {
+                const uint8_t *nl = memchr(d, '\n', n);
+                size_t k = nl ? (size_t)(nl - d) : n;
+                if (!r->ev_skip && (r->ev.len + k > SBX_CODE_EVENT_LINE_BYTES ||
+                                    r->ev_total + r->ev.len + k > SBX_CODE_EVENTS_BYTES || buf_append(&r->ev, d, k) < 0)) {
+                        r->ev_dropped += r->ev.len;
+                        r->ev.len = 0;
+                        r->ev_skip = true;
+                }
+                if (r->ev_skip)
+                        r->ev_dropped += k;
+                if (nl) {
+                        if (r->ev_skip) {
+                                if (r->on_output)
+                                        r->on_output(r->ud, SBX_EVENTS, NULL, (size_t)r->ev_dropped);
+                                r->ev_dropped = 0;
+                        } else if (r->ev.len > 0) {
+                                r->ev_total += r->ev.len;
+                                if (r->on_output)
+                                        r->on_output(r->ud, SBX_EVENTS, r->ev.data, r->ev.len);
+                        }
+                        r->ev.len = 0;
+                        r->ev_skip = false;
+                        k++;
+                }
+                d += k;
+                n -= k;
+        }
+}
+
+/* Reads up to budget bytes of a cell's events; closes the pipe at its end (a line cut short
+ * there is counted as left out). */
+static void run_drain_events(SbxRun *r, size_t budget) {
+        static uint8_t chunk[64 * 1024];
+        while (r->ev_fd >= 0 && budget > 0) {
+                ssize_t n = read_ready(r->ev_fd, chunk, MIN(budget, sizeof chunk));
+                if (n == -EAGAIN)
+                        return;
+                if (n <= 0) {
+                        loop_del(r->s->core->loop, &r->ev_w);
+                        r->ev_fd = safe_close(r->ev_fd);
+                        r->ev_dropped += r->ev.len;
+                        r->ev.len = 0;
+                        if (r->ev_dropped && r->on_output)
+                                r->on_output(r->ud, SBX_EVENTS, NULL, (size_t)r->ev_dropped);
+                        r->ev_dropped = 0;
+                        return;
+                }
+                events_feed(r, chunk, (size_t)n);
+                budget -= (size_t)n;
+        }
+}
+
+static void run_events_event(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        run_drain_events(r, 4 * SBX_PIPE_BYTES);
+}
+
 static void run_output_event(Watch *w, uint32_t events) {
         SbxRun *r = w->data;
         /* A bounded amount per wakeup keeps one noisy command from starving the loop. */
@@ -293,6 +357,13 @@ static void run_finish(SbxRun *r) {
          * background writers could keep a pipe full forever; their bytes go to the log). */
         run_drain(r, true, 2 * SBX_PIPE_BYTES);
         run_drain(r, false, 2 * SBX_PIPE_BYTES);
+        /* The kernel writes every event before its DONE and closes its end: all of them are
+         * in the pipe, whose end comes after them. */
+        run_drain_events(r, 2 * SBX_PIPE_BYTES);
+        if (r->ev_fd >= 0) {
+                loop_del(core->loop, &r->ev_w);
+                r->ev_fd = safe_close(r->ev_fd);
+        }
         run_close_io(r);
         leftover_adopt(r);
         if (r->out_fd >= 0) {
@@ -496,6 +567,11 @@ static int run_watch_io(SbxRun *r) {
         if ((rr = loop_add(l, &r->out_w, r->out_fd, ev, run_output_event, r)) < 0 ||
             (rr = loop_add(l, &r->err_w, r->err_fd, ev, run_output_event, r)) < 0)
                 return rr;
+        if (r->ev_fd >= 0) {
+                (void)fcntl(r->ev_fd, F_SETFL, O_NONBLOCK);
+                if ((rr = loop_add(l, &r->ev_w, r->ev_fd, ev, run_events_event, r)) < 0)
+                        return rr;
+        }
         if (r->in_fd >= 0) {
                 (void)fd_set_nonblock(r->in_fd, true);
                 if ((rr = loop_add(l, &r->in_w, r->in_fd, EPOLLOUT, run_stdin_event, r)) < 0)
@@ -539,7 +615,12 @@ static int run_send(SbxSession *s, SbxRun *r) {
                 return run_send_detached(s, r);
         if ((rr = run_make_pipe(&r->out_fd, &fds[1])) < 0 || (rr = run_make_pipe(&r->err_fd, &fds[2])) < 0)
                 goto out;
-        if (r->stdin_len > 0) {
+        if (r->events) {
+                /* The worker's first fd is the write end of the events pipe. */
+                if ((rr = run_make_pipe(&r->ev_fd, &r_in)) < 0)
+                        goto out;
+                fds[0] = r_in;
+        } else if (r->stdin_len > 0) {
                 if ((rr = run_make_pipe(&r_in, &r->in_fd)) < 0)
                         goto out;
                 fds[0] = r_in;
@@ -552,7 +633,7 @@ static int run_send(SbxSession *s, SbxRun *r) {
                       .cwd_len = r->cwd ? (uint32_t)strlen(r->cwd) : 0,
                       .env_len = (uint32_t)r->env_len, .cmd_len = (uint32_t)r->command_len,
                       .flags = (r->persist_env ? WIRE_F_PERSIST_ENV : 0) | (r->get_env ? WIRE_F_GETENV : 0) |
-                               (r->wire_flags & (WIRE_F_DUMP | WIRE_F_RESTORE)) };
+                               (r->events ? WIRE_F_EVENTS : 0) | (r->wire_flags & (WIRE_F_DUMP | WIRE_F_RESTORE)) };
         struct iovec parts[3] = { { r->cwd, h.cwd_len }, { r->env, r->env_len }, { r->command, r->command_len } };
         if ((rr = session_send_run(s, &h, parts, fds, &r->cg, r->cg_name)) < 0)
                 goto out;
@@ -704,7 +785,9 @@ static void hook_lost(SbxSession *s, bool never_started) {
                 /* It cannot start at all (no bash in the root, exec refused). Answer what waits
                  * instead of retrying in a loop; the next run tries again. */
                 s->broken = true;
-                fail_all(s, 127, "sbx: the session shell could not start (is /bin/bash usable in this root?)\n");
+                fail_all(s, 127, s->shell == SBX_SHELL_PYTHON
+                                         ? "sbx: the Python interpreter could not start (is /usr/bin/python3 installed on the host?)\n"
+                                         : "sbx: the session shell could not start (is /bin/bash usable in this root?)\n");
                 return;
         }
         if (r && r->sent && !r->killed) {
@@ -736,11 +819,12 @@ static SbxRun *run_new(SbxSession *s, size_t out_cap, size_t err_cap, SbxDoneFn 
         if (!r)
                 return NULL;
         r->s = s;
-        r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = -1;
+        r->out_fd = r->err_fd = r->in_fd = r->timer_fd = r->cg = r->cg_events = r->ev_fd = -1;
         r->detach_fds[0] = r->detach_fds[1] = r->detach_fds[2] = -1;
         buf_init(&r->out, out_cap);
         buf_init(&r->err, err_cap);
         buf_init(&r->past, SIZE_MAX);
+        buf_init(&r->ev, SBX_CODE_EVENT_LINE_BYTES);
         r->on_done = done;
         r->ud = ud;
         r->seq = ++s->seq;
@@ -811,8 +895,27 @@ static int run_copy_options(SbxRun *r, const SbxRunOptions *o, size_t env_len) {
         return 0;
 }
 
+static int session_run(SbxSession *s, const SbxRunOptions *o, bool events, SbxOutputFn on_output, SbxDoneFn on_done,
+                       void *ud, SbxRun **ret);
+
 int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output, SbxDoneFn on_done, void *ud,
                     SbxRun **ret) {
+        if (s->shell != SBX_SHELL_BASH)
+                return -EPROTOTYPE;
+        return session_run(s, o, false, on_output, on_done, ud, ret);
+}
+
+int sbx_session_run_code(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output, SbxDoneFn on_done, void *ud,
+                         SbxRun **ret) {
+        if (s->shell == SBX_SHELL_BASH)
+                return -EPROTOTYPE;
+        if (!o || o->stdin_data || o->stdin_len || o->get_env)
+                return -EINVAL;
+        return session_run(s, o, true, on_output, on_done, ud, ret);
+}
+
+static int session_run(SbxSession *s, const SbxRunOptions *o, bool events, SbxOutputFn on_output, SbxDoneFn on_done,
+                       void *ud, SbxRun **ret) {
         SandboxCore *core = s->core;
         long env_len = run_check_options(o);
         if (env_len < 0)
@@ -823,6 +926,7 @@ int sbx_session_run(SbxSession *s, const SbxRunOptions *o, SbxOutputFn on_output
         if (!r)
                 return -ENOMEM;
         r->on_output = on_output;
+        r->events = events;
         if (core->redact) {
                 r->redacting = true;
                 for (int k = 0; k < 2; k++) {
@@ -998,6 +1102,8 @@ void sbx_run_pause_output(SbxRun *r, bool paused) {
                 (void)loop_mod(l, &r->out_w, paused ? 0 : EPOLLIN);
         if (r->err_w.active)
                 (void)loop_mod(l, &r->err_w, paused ? 0 : EPOLLIN);
+        if (r->ev_w.active)
+                (void)loop_mod(l, &r->ev_w, paused ? 0 : EPOLLIN);
 }
 
 typedef struct SyncRun {

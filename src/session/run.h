@@ -53,6 +53,14 @@ struct SbxRun {
          * `past` (emptied after each piece is handed to on_output). */
         bool past_cap[2];
         Buf past;
+        /* A code cell (sbx_session_run_code()): its events pipe, the line being read (bounded
+         * by SBX_CODE_EVENT_LINE_BYTES), the bytes of lines handed over and left out, and
+         * whether the rest of an over-long line is being skipped. */
+        bool events, ev_skip;
+        int ev_fd;
+        Watch ev_w;
+        Buf ev;
+        uint64_t ev_total, ev_dropped;
         /* A detached run (run_detach()): its process's fds until sent, and who takes it. */
         bool detach, pty;
         int detach_fds[3];

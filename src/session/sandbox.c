@@ -234,6 +234,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->default_sock = -1;
         sb->core.loop = host->loop;
         sb->core.devnull = host->devnull;
+        sb->core.pykernel_fd = host->shared.pykernel_fd;
         sb->core.mover = host->mover;
         sb->core.rooms = &host->rooms;
         host->n_sandboxes++;
@@ -688,13 +689,40 @@ int sbx_sandbox_on_ready(SbxSandbox *sb, SbxReadyFn fn, void *ud) {
 
 /* ---------------------------------------------------------------- sessions */
 
-SbxSession *sbx_session_find(SbxSandbox *sb, const char *name) {
+SbxSession *sbx_session_find_shell(SbxSandbox *sb, const char *name, SbxShell shell) {
         if (!name)
                 name = "default";
         for (SbxSession *s = sb->sessions; s; s = s->next)
-                if (strcmp(s->name, name) == 0)
+                if (s->shell == shell && strcmp(s->name, name) == 0)
                         return s;
         return NULL;
+}
+
+SbxSession *sbx_session_find(SbxSandbox *sb, const char *name) { return sbx_session_find_shell(sb, name, SBX_SHELL_BASH); }
+
+/* A new session of that shell and name, its shell started. */
+static int session_new(SbxSandbox *sb, const char *name, SbxShell shell, SbxSession **ret) {
+        if (sb->n_sessions >= SBX_MAX_SESSIONS)
+                return -EMFILE;
+        SbxSession *s = calloc(1, sizeof *s);
+        if (!s || !(s->name = strdup(name))) {
+                free(s);
+                return -ENOMEM;
+        }
+        session_init(s, sb, &sb->core, &run_session_hooks);
+        s->shell = shell;
+        int r = shell == SBX_SHELL_BASH && strcmp(name, "default") == 0 && sb->default_sock >= 0
+                        ? session_adopt_shell(s, TAKE_FD(sb->default_sock))
+                        : session_start_shell(s);
+        if (r < 0) {
+                free(s->name);
+                free(s);
+                return r;
+        }
+        LIST_LINK(sb->sessions, s);
+        sb->n_sessions++;
+        *ret = s;
+        return 0;
 }
 
 int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
@@ -707,32 +735,30 @@ int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
                 *ret = s;
                 return 0;
         }
-        if (sb->n_sessions >= SBX_MAX_SESSIONS)
-                return -EMFILE;
-        s = calloc(1, sizeof *s);
-        if (!s || !(s->name = strdup(name))) {
-                free(s);
-                return -ENOMEM;
-        }
-        session_init(s, sb, &sb->core, &run_session_hooks);
-        int r = strcmp(name, "default") == 0 && sb->default_sock >= 0 ? session_adopt_shell(s, TAKE_FD(sb->default_sock))
-                                                                      : session_start_shell(s);
-        if (r < 0) {
-                free(s->name);
-                free(s);
-                return r;
-        }
-        LIST_LINK(sb->sessions, s);
-        sb->n_sessions++;
-        *ret = s;
-        return 0;
+        return session_new(sb, name, SBX_SHELL_BASH, ret);
 }
+
+int sbx_session_new_shell(SbxSandbox *sb, const char *name, SbxShell shell, SbxSession **ret) {
+        if (!name || !name_valid(name, SBX_MAX_SESSION_NAME_BYTES) || shell != SBX_SHELL_PYTHON)
+                return -EINVAL;
+        if (sbx_session_find_shell(sb, name, shell))
+                return -EEXIST;
+        return session_new(sb, name, shell, ret);
+}
+
+SbxShell sbx_session_shell(const SbxSession *s) { return s->shell; }
+uint64_t sbx_session_starts(const SbxSession *s) { return s->starts; }
 
 const char *sbx_session_name(const SbxSession *s) { return s->name; }
 
 unsigned sbx_session_runs(const SbxSession *s) { return s->n_queued + (s->current != NULL); }
 
-SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev) { return prev ? prev->next : sb->sessions; }
+SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev) {
+        SbxSession *s = prev ? prev->next : sb->sessions;
+        while (s && s->shell != SBX_SHELL_BASH)
+                s = s->next;
+        return s;
+}
 
 SbxSession *sbx_session_free(SbxSession *s) {
         if (!s)

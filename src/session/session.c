@@ -343,6 +343,7 @@ int session_socketpair(int sv[2]) {
 
 int session_adopt_shell(SbxSession *s, int sock) {
         s->state = SS_STARTING;
+        s->starts++;
         int r = loop_add(s->core->loop, &s->sock_w, sock, EPOLLIN, session_event, s);
         if (r < 0) {
                 close(sock);
@@ -358,7 +359,8 @@ int session_start_shell(SbxSession *s) {
         int r = session_socketpair(sv);
         if (r < 0)
                 return r;
-        r = box_spawn_session(&s->core->box, sv[1]);
+        s->starts++;
+        r = box_spawn_session(&s->core->box, sv[1], s->shell == SBX_SHELL_PYTHON ? s->core->pykernel_fd : -1);
         close(sv[1]);
         if ((r == -EPIPE || r == -ECONNRESET) && !s->core->dying) {
                 /* pid 1 is gone, its setup failed: what it said and its end come from the

@@ -43,6 +43,8 @@ struct SbxSession {
         SandboxCore *core;
         const SessionHooks *hooks;
         char *name;
+        SbxShell shell;          /* bash, or a code interpreter's (never changes) */
+        uint64_t starts;         /* shells started: a new one means the state was lost */
         /* session.c: the shells */
         SessionState state;
         int sock;

@@ -1,0 +1,471 @@
+# SPDX-License-Identifier: MIT
+"""The Python kernel of a code context: sbx's session protocol (base/wire.h), spoken by python3.
+
+Started by the sandbox's pid 1 as `python3 -I /proc/self/fd/4 3`, this script is a session
+shell like bash with the sbx_session builtin, and for the same reason: a context's state
+(variables, imports, open data frames, cwd, env) lives in one process's memory, and a fork
+copies all of it for nothing. The holder never runs a cell. It forks a worker ahead of time and
+hands the daemon a pidfd of it (SPAWNED; the daemon moves it into the next cell's cgroup while
+it is idle). The worker takes one cell, runs it, and when the cell ends *becomes the holder*:
+its memory is the new state. When the cell is killed (timeout, cancel) or its process dies
+(os._exit, the OOM killer), the old holder, untouched, forks a fresh worker: the context is
+exactly as it was before the cell.
+
+What that cannot keep, said plainly: threads. A fork has only the thread that called it, so
+threads an earlier cell started do not run in the next cell's process, and are gone once it
+ends; every cell run in such a context is told so (a `warning` event). Files and sockets
+opened earlier stay open (a fork shares them).
+
+The cell sees /dev/null on stdin; what it prints through sys.stdout and sys.stderr, its
+results, `display()` calls and its error come to the daemon as events, one JSON object per
+line, on the pipe the RUN message carries in place of stdin (WIRE_F_EVENTS), in the order
+they happened; what its child processes write to fds 1 and 2 goes to the run's stdout and
+stderr pipes. Events:
+  {"type": "stdout"|"stderr", "text": str}
+  {"type": "result", "data": {mime: value}, "metadata": {...}}     the cell's value (Out[n])
+  {"type": "display", "data": {mime: value}, "metadata": {...}}    display(), a figure
+  {"type": "error", "name": str, "value": str, "traceback": str}
+  {"type": "warning", "text": str}
+  {"type": "end", "executionCount": int}                           last, once the cell ended
+Binary values (image/png, image/jpeg, application/pdf) are base64 text, as in Jupyter.
+
+A cell runs in this interpreter, so it can reach this script's memory, the run's nonce
+included: it could announce its own end early and become the holder while it still runs.
+That only takes the cell out of its own cgroup's reach, into the sandbox's, whose limits and
+end still hold; it is the cell's own context it disturbs.
+
+With IPython (Debian's python3-ipython) a cell has IPython's semantics: the last expression's
+value, display(), %magics, !shell, tracebacks as IPython formats them, rich results through
+its formatters (matplotlib figures as PNG through matplotlib-inline, DataFrames as HTML).
+Without it, plain Python: the last expression's repr, tracebacks as Python prints them.
+"""
+import array
+import ast
+import base64
+import builtins
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import traceback
+
+# base/wire.h, WireHdr: type, seq, status, cwd_len, env_len, cmd_len, flags, nonce (native
+# alignment: 4 bytes of padding before the nonce, 40 in all).
+HDR = struct.Struct("@IIiIIIIQ")
+WIRE_HELLO, WIRE_RUN, WIRE_DONE, WIRE_DIED, WIRE_SPAWNED, WIRE_MOVED = 1, 3, 4, 5, 6, 8
+F_PERSIST_ENV, F_GETENV, F_DUMP, F_RESTORE, F_DETACH, F_EVENTS = 1, 2, 4, 8, 16, 64
+# Out of the way of fds a cell opens; close-on-exec, so no program a cell runs inherits them.
+SOCK_FD, NULL_FD, EVENTS_FD = 1001, 1002, 1003
+MAX_MSG = 1 << 24
+MSG_CMSG_CLOEXEC = 0x40000000
+PR_SET_DUMPABLE = 4
+
+libc = ctypes.CDLL(None, use_errno=True)
+sock = None
+events_fd = -1
+shell = None  # the IPython shell, or None for plain Python
+plain_ns = {"__name__": "__main__", "__builtins__": builtins}
+plain_count = 1
+
+
+def send_hdr(kind, seq=0, status=0, nonce=0):
+    sock.send(HDR.pack(kind, seq, status, 0, 0, 0, 0, nonce))
+
+
+def set_oom_score_adj(value):
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(value)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- events
+
+def write_event(event):
+    """Writes one event line; a cell that closed or broke the pipe loses its events, not its run."""
+    global events_fd
+    if events_fd < 0:
+        return
+    data = (json.dumps(event, ensure_ascii=False, default=str) + "\n").encode("utf-8", "backslashreplace")
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.write(events_fd, view)
+            view = view[n:]
+    except OSError:
+        events_fd = -1
+
+
+def emit(event):
+    """An event, after the text printed before it: events keep their order."""
+    for s in streams:
+        if s.name != event.get("type") and s.parts:
+            text = "".join(s.parts)
+            s.parts, s.size = [], 0
+            write_event({"type": s.name, "text": text})
+    write_event(event)
+
+
+class EventStream:
+    """sys.stdout / sys.stderr of a cell: text goes out as events, a line (or 8 KiB) at a time."""
+
+    def __init__(self, name):
+        self.name = name
+        self.parts = []
+        self.size = 0
+        self.encoding = "utf-8"
+        self.errors = "backslashreplace"
+        self.is_closed = False
+
+    def write(self, text):
+        if self.is_closed:
+            raise ValueError("I/O operation on closed file.")
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        if text:
+            self.parts.append(text)
+            self.size += len(text)
+            if "\n" in text or self.size >= 8192:
+                self.flush()
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        if self.parts:
+            text = "".join(self.parts)
+            self.parts, self.size = [], 0
+            emit({"type": self.name, "text": text})
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return 1 if self.name == "stdout" else 2
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+    def close(self):
+        self.flush()
+        self.is_closed = True
+
+    @property
+    def closed(self):
+        return self.is_closed
+
+
+streams = []
+
+
+def mime_bundle(data):
+    """A format dict as JSON can carry it: bytes as base64 text."""
+    out = {}
+    for key, value in (data or {}).items():
+        if isinstance(value, (bytes, bytearray)):
+            value = base64.b64encode(bytes(value)).decode("ascii")
+        out[str(key)] = value
+    return out
+
+
+# ---------------------------------------------------------------- the interpreter
+
+def make_shell():
+    """An IPython shell whose results, displays and errors become events; None without IPython."""
+    # Figures shown inline, as PNG: matplotlib reads this when a cell first imports it (found,
+    # not imported: importing it would import matplotlib into every context).
+    try:
+        import importlib.util
+        if importlib.util.find_spec("matplotlib_inline") is not None:
+            os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    except Exception:
+        pass
+    try:
+        from IPython.core.displayhook import DisplayHook
+        from IPython.core.displaypub import DisplayPublisher
+        from IPython.core.interactiveshell import InteractiveShell
+        from traitlets import Type
+        from traitlets.config import Config
+    except Exception:
+        return None
+
+    class Hook(DisplayHook):
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            emit({"type": "result", "data": mime_bundle(format_dict), "metadata": md_dict or {}})
+
+    class Publisher(DisplayPublisher):
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            emit({"type": "display", "data": mime_bundle(data), "metadata": metadata or {}})
+
+        def clear_output(self, wait=False):
+            pass
+
+    class Shell(InteractiveShell):
+        displayhook_class = Type(Hook)
+        display_pub_class = Type(Publisher)
+
+        def _showtraceback(self, etype, evalue, stb):
+            emit({"type": "error", "name": getattr(etype, "__name__", str(etype)), "value": str(evalue),
+                  "traceback": "\n".join(stb)})
+
+        def enable_gui(self, gui=None):
+            pass
+
+    cfg = Config()
+    cfg.HistoryManager.enabled = False  # its thread would not survive a fork
+    cfg.InteractiveShell.colors = "NoColor"
+    cfg.InteractiveShell.autoindent = False
+    cfg.InteractiveShell.xmode = "Context"
+    os.environ.setdefault("IPYTHONDIR", os.path.join(os.environ.get("HOME") or "/tmp", ".ipython"))
+    try:
+        return Shell.instance(config=cfg)
+    except Exception:
+        return None
+
+
+def run_cell(code):
+    """Runs one cell; returns (ok, execution count)."""
+    global plain_count
+    if shell is not None:
+        count = shell.execution_count
+        result = shell.run_cell(code, store_history=True)
+        return result.success, count
+    count = plain_count
+    plain_count += 1
+    try:
+        tree = ast.parse(code, "<cell>", "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<cell>", "exec"), plain_ns)
+        if last is not None:
+            value = eval(compile(last, "<cell>", "eval"), plain_ns)
+            if value is not None:
+                plain_ns["_"] = value
+                emit({"type": "result", "data": {"text/plain": repr(value)}, "metadata": {}})
+        return True, count
+    except BaseException as e:  # a cell's SystemExit and KeyboardInterrupt end the cell only
+        tb = traceback.format_exception(type(e), e, e.__traceback__)
+        emit({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": "".join(tb)})
+        return False, count
+
+
+# ---------------------------------------------------------------- the worker
+
+def recv_run():
+    """One RUN message and its three fds; exits when the daemon is gone."""
+    while True:
+        try:
+            msg, anc, flags, _ = sock.recvmsg(MAX_MSG, socket.CMSG_SPACE(3 * 4), MSG_CMSG_CLOEXEC)
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        fds = []
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(data[: len(data) - len(data) % a.itemsize])
+                fds.extend(a)
+        if len(msg) >= HDR.size and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            h = HDR.unpack_from(msg)
+            if h[0] == WIRE_RUN and HDR.size + h[3] + h[4] + h[5] == len(msg):
+                return h, msg, fds
+        for fd in fds:
+            os.close(fd)
+
+
+def apply_env(entries):
+    """Sets NAME=VALUE entries; returns what to put back."""
+    saved = []
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if sep and name:
+            saved.append((name, value, os.environ.get(name)))
+            os.environ[name] = value
+    return saved
+
+
+def restore_env(saved):
+    """Puts variables back unless the cell itself changed them since."""
+    for name, value, old in reversed(saved):
+        if os.environ.get(name) == value:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+def worker(held_threads):
+    """Takes one cell, runs it, reports. Returns when this process is to become the holder."""
+    global events_fd
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # When the sandbox runs out of memory the OOM killer must take a cell, not the holder.
+    set_oom_score_adj("500")
+    h, msg, fds = recv_run()
+    _, seq, _, cwd_len, env_len, cmd_len, flags, nonce = h
+    off = HDR.size
+    cwd = msg[off:off + cwd_len].decode("utf-8", "surrogateescape")
+    off += cwd_len
+    env = [e.decode("utf-8", "surrogateescape") for e in msg[off:off + env_len].split(b"\0") if e]
+    off += env_len
+    code = msg[off:off + cmd_len].decode("utf-8", "replace")
+    del msg
+    if flags & F_EVENTS:
+        events_fd = os.dup2(fds[0], EVENTS_FD, inheritable=False)
+        os.close(fds[0])
+        os.dup2(NULL_FD, 0)
+    else:
+        os.dup2(fds[0], 0)
+        os.close(fds[0])
+    for i in (1, 2):
+        os.dup2(fds[i], i)
+        os.close(fds[i])
+    status = 0
+    if flags & (F_DUMP | F_RESTORE | F_GETENV | F_DETACH) or not flags & F_EVENTS:
+        os.write(2, b"sbx: a Python context runs code cells only\n")
+        status = 1
+    else:
+        out, err = EventStream("stdout"), EventStream("stderr")
+        streams[:] = [out, err]
+        sys.stdout, sys.stderr = out, err
+        if held_threads:
+            emit({"type": "warning",
+                  "text": "this context held %d thread(s) started by earlier cells (%s); a cell runs in a fork "
+                          "of the context, where they do not run, and they are gone from now on"
+                          % (len(held_threads), ", ".join(held_threads))})
+        old_cwd = os.getcwd() if cwd else None
+        ok = True
+        if cwd:
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                emit({"type": "error", "name": type(e).__name__, "value": "cwd %s: %s" % (cwd, e.strerror),
+                      "traceback": ""})
+                ok = False
+        saved = apply_env(env) if ok else []
+        count = None
+        if ok and code.strip():
+            ok, count = run_cell(code)
+        if flags & F_PERSIST_ENV:
+            saved = []
+        restore_env(saved)
+        if old_cwd and not flags & F_PERSIST_ENV:
+            try:
+                if os.getcwd() == os.path.realpath(cwd):
+                    os.chdir(old_cwd)
+            except OSError:
+                pass
+        out.flush()
+        err.flush()
+        emit({"type": "end", "executionCount": count})
+        status = 0 if ok else 1
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        streams[:] = []
+    if events_fd >= 0:
+        os.close(events_fd)
+    events_fd = -1
+    for i in (0, 1, 2):
+        os.dup2(NULL_FD, i)
+    try:
+        send_hdr(WIRE_DONE, seq, status, nonce)
+    except OSError:
+        os._exit(status)
+    set_oom_score_adj("0")
+
+
+def await_moved():
+    """The new holder forks its worker only once out of the cell's cgroup (WIRE_MOVED)."""
+    while True:
+        try:
+            data = sock.recv(HDR.size)
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        if len(data) == HDR.size and HDR.unpack(data)[0] == WIRE_MOVED:
+            return
+
+
+def announce_worker(pid):
+    try:
+        pfd = os.pidfd_open(pid)
+    except OSError:
+        return  # the daemon then never takes a worker: the cell times out cleanly
+    try:
+        sock.sendmsg([HDR.pack(WIRE_SPAWNED, 0, 0, 0, 0, 0, 0, 0)],
+                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pfd]))])
+    finally:
+        os.close(pfd)
+
+
+def other_threads():
+    me = threading.current_thread()
+    return [t.name for t in threading.enumerate() if t is not me and t.is_alive()]
+
+
+def main():
+    global sock, shell
+    assert HDR.size == 40
+    fd = int(sys.argv[1])
+    os.dup2(fd, SOCK_FD, inheritable=False)
+    os.close(fd)
+    try:
+        os.close(4)  # the script's memfd
+    except OSError:
+        pass
+    nul = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    os.dup2(nul, NULL_FD, inheritable=False)
+    os.close(nul)
+    sock = socket.socket(fileno=SOCK_FD)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    shell = make_shell()
+    send_hdr(WIRE_HELLO)
+    while True:
+        # The holder reaps its worker itself: nothing a cell did to SIGCHLD may stop that.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        held = other_threads()
+        try:
+            w = os.fork()
+        except OSError:
+            import time
+            time.sleep(0.02)  # most likely the pids limit, with a fork bomb still dying
+            continue
+        if w == 0:
+            worker(held)
+            await_moved()
+            continue  # this process is now the holder
+        announce_worker(w)
+        # What the last cell left running are this process's children: reaped as they end.
+        while True:
+            try:
+                p, ws = os.waitpid(-1, 0)
+            except ChildProcessError:
+                os._exit(1)
+            if p == w:
+                break
+        try:
+            send_hdr(WIRE_DIED, 0, ws)
+        except OSError:
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
