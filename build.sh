@@ -27,6 +27,24 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# Code contexts (context.create, code.run) run the host's python3 with IPython; matplotlib and
+# pandas are what their tests (and most agents' cells) use. Without recommends: no GUI toolkits.
+CODE_PACKAGES=(python3-ipython python3-matplotlib python3-pandas)
+missing=()
+for p in "${CODE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "build.sh: code contexts need: ${missing[*]} (sudo apt-get install --no-install-recommends ${missing[*]})" >&2
+    else
+        echo "build.sh: installing ${missing[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+                { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+    fi
+fi
+
 if [ ! -f build/build.ninja ]; then
     meson setup build >/dev/null
 fi

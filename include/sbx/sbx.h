@@ -297,9 +297,10 @@ SBX_API int sbx_session_new_shell(SbxSandbox *sb, const char *name, SbxShell she
 /* The session of that shell and name made by sbx_session_new_shell(), or NULL. */
 SBX_API SbxSession *sbx_session_find_shell(SbxSandbox *sb, const char *name, SbxShell shell);
 SBX_API SbxShell sbx_session_shell(const SbxSession *s);
-/* How many shells the session has started: it grows when the state is lost (the holder died,
- * or the sandbox's OOM killer took it) and a fresh shell took over. */
-SBX_API uint64_t sbx_session_starts(const SbxSession *s);
+/* How many times the session's state was lost: its holder died (killed from inside, or by
+ * the sandbox's OOM killer), its running command was answered, and a fresh shell took over.
+ * Counted before that answer, so its done callback can tell. */
+SBX_API uint64_t sbx_session_losses(const SbxSession *s);
 /* Queues a cell on a code interpreter's session: as sbx_session_run(), with `command` the
  * code (o->stdin_data must be NULL, get_env false), and with persist_env the cwd and env are
  * set in the context for good (empty code: nothing else runs). on_output gets what the cell's

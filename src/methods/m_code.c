@@ -33,7 +33,7 @@ typedef struct Cell {
         char id[SBX_MAX_SESSION_NAME_BYTES + 1]; /* its context */
         SbxSandbox *sb;     /* outlives its runs */
         SbxSession *s;
-        uint64_t starts;    /* the session's shell starts when the cell was queued */
+        uint64_t losses;    /* the session's losses when the cell was queued */
         bool setup;         /* context.create/restart: the context's first run, answered as such */
         json_t *results, *out, *err, *warnings, *error, *count;
         bool ended;         /* the kernel's `end` came: the cell ran to its end */
@@ -87,7 +87,7 @@ static size_t utf8_tail(const uint8_t *d, size_t n) {
                 uint8_t b = d[n - back];
                 if ((b & 0xC0) == 0x80)
                         continue;
-                size_t need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+                size_t need = b >= 0xF8 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
                 return need > back ? back : 0;
         }
         return 0;
@@ -229,6 +229,10 @@ static json_t *cell_failure(Cell *c, const SbxResult *res, bool reset) {
         }
         if (res->error_class == SBX_ERROR_CANCELLED)
                 return error_json("CancelledError", "the cell was cancelled; the context is as it was before the cell");
+        if (res->error_class == SBX_ERROR_PIDS_LIMIT) {
+                snprintf(msg, sizeof msg, "the cell made processes past the sandbox's limit and was stopped; the context is as it was before the cell");
+                return error_json("PidsLimit", msg);
+        }
         if (res->error_class == SBX_ERROR_LIMIT_EXCEEDED || res->error_class == SBX_ERROR_UNAVAILABLE) {
                 snprintf(msg, sizeof msg, "%.*s", (int)MIN(res->stderr_len, 400u), (const char *)res->stderr_data);
                 utf8_sanitize(msg);
@@ -248,7 +252,14 @@ static json_t *cell_failure(Cell *c, const SbxResult *res, bool reset) {
 }
 
 static json_t *cell_answer(Cell *c, const SbxResult *res) {
-        bool reset = sbx_session_starts(c->s) != c->starts;
+        /* A sequence cut short at the very end is not UTF-8: its bytes show as '?'. */
+        for (int k = 0; k < 2; k++)
+                if (c->carry_len[k]) {
+                        char q[4] = "???";
+                        cell_log(c, k == 0, q, c->carry_len[k]);
+                        c->carry_len[k] = 0;
+                }
+        bool reset = sbx_session_losses(c->s) != c->losses;
         json_t *err = c->error ? json_incref(c->error) : NULL;
         if (c->lang == LANG_PYTHON && !c->ended && !err)
                 err = cell_failure(c, res, reset);
@@ -334,7 +345,7 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
         snprintf(c->id, sizeof c->id, "%s", id);
         c->sb = r->sb->sb;
         c->s = s;
-        c->starts = sbx_session_starts(s);
+        c->losses = sbx_session_losses(s);
         c->setup = setup;
         c->results = json_array();
         c->out = json_array();

@@ -747,7 +747,7 @@ int sbx_session_new_shell(SbxSandbox *sb, const char *name, SbxShell shell, SbxS
 }
 
 SbxShell sbx_session_shell(const SbxSession *s) { return s->shell; }
-uint64_t sbx_session_starts(const SbxSession *s) { return s->starts; }
+uint64_t sbx_session_losses(const SbxSession *s) { return s->losses; }
 
 const char *sbx_session_name(const SbxSession *s) { return s->name; }
 

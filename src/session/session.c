@@ -205,6 +205,7 @@ static void on_died(SbxSession *s, int wstatus) {
 
 void session_lose(SbxSession *s) {
         bool never_started = s->state == SS_STARTING;
+        s->losses++;
         session_close_shell(s);
         s->hooks->lost(s, never_started);
 }
@@ -343,7 +344,6 @@ int session_socketpair(int sv[2]) {
 
 int session_adopt_shell(SbxSession *s, int sock) {
         s->state = SS_STARTING;
-        s->starts++;
         int r = loop_add(s->core->loop, &s->sock_w, sock, EPOLLIN, session_event, s);
         if (r < 0) {
                 close(sock);
@@ -359,7 +359,6 @@ int session_start_shell(SbxSession *s) {
         int r = session_socketpair(sv);
         if (r < 0)
                 return r;
-        s->starts++;
         r = box_spawn_session(&s->core->box, sv[1], s->shell == SBX_SHELL_PYTHON ? s->core->pykernel_fd : -1);
         close(sv[1]);
         if ((r == -EPIPE || r == -ECONNRESET) && !s->core->dying) {

@@ -44,7 +44,7 @@ struct SbxSession {
         const SessionHooks *hooks;
         char *name;
         SbxShell shell;          /* bash, or a code interpreter's (never changes) */
-        uint64_t starts;         /* shells started: a new one means the state was lost */
+        uint64_t losses;         /* times its holder died: the state was lost */
         /* session.c: the shells */
         SessionState state;
         int sock;

@@ -21,6 +21,7 @@ from .commands import CommandHandle, CommandResult, Commands, OutputCallback, Se
 from .processes import OutputChunk, ProcessHandle, ProcessInfo, ProcessResult, Pty, TerminalHandle
 from .files import EntryInfo, Files, FilesystemEvent, FilesystemEventType, WatchHandle
 from .sandbox import Env, Sandbox, Sandboxes, Sessions
+from .code import CodeContext, CodeHandle, Execution, ExecutionError, Logs, Result
 from .async_commands import AsyncCommandHandle, AsyncCommands, AsyncSession
 from .async_processes import AsyncProcessHandle, AsyncPty, AsyncTerminalHandle
 from .async_files import AsyncFiles, AsyncWatchHandle
@@ -30,6 +31,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox",
+    "Execution",
+    "ExecutionError",
+    "Result",
+    "Logs",
+    "CodeContext",
+    "CodeHandle",
     "AsyncSandbox",
     "SbxError",
     "ProcessEndedError",

@@ -6,6 +6,8 @@ from types import TracebackType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Type, Union
 
 from . import _ops as ops
+from . import code as _code
+from .code import CodeContext, CodeHandle, Execution, ExecutionError, Result
 from ._client import Client, SbxError
 from ._protocol import ExpiredCallback
 from ._ops import sandbox_options as _sandbox_options
@@ -156,6 +158,57 @@ class Sandbox:
         """More sandboxes on this connection: ``create``, ``list``, ``get``."""
         self.pty: Pty = Pty(client, sandbox_id)
         """Interactive terminals: ``create``."""
+
+    # ------------------------------------------------------------ code
+
+    def run_code(self, code: str, *, language: Optional[str] = None, context: Union[CodeContext, str, None] = None,
+                 timeout: Optional[float] = None, envs: Optional[Mapping[str, str]] = None,
+                 on_stdout: Optional[Callable[[str], None]] = None, on_stderr: Optional[Callable[[str], None]] = None,
+                 on_result: Optional[Callable[[Result], None]] = None,
+                 on_error: Optional[Callable[[ExecutionError], None]] = None) -> Execution:
+        """Runs a cell in a code context and returns its :class:`~sbx.code.Execution`.
+
+        Without ``context``, the language's default context (``language``: ``"python"``, the
+        default, or ``"bash"``), made on first use. Python cells have IPython's semantics: the
+        last expression is the main result, ``display()`` adds results, a matplotlib figure
+        comes as PNG (``result.png``, base64), a DataFrame as HTML (``result.html``).
+
+        A cell killed by ``timeout`` (seconds; default: the sandbox's) or a cancel, or whose
+        process dies, leaves the context exactly as it was before it: ``execution.error`` says
+        why (``TimeoutError``, ``CancelledError``, ``CellDied``). The callbacks get what the cell
+        prints and shows as it happens (on the connection's reader thread).
+        """
+        return self.start_code(code, language=language, context=context, timeout=timeout, envs=envs,
+                               on_stdout=on_stdout, on_stderr=on_stderr, on_result=on_result,
+                               on_error=on_error).wait()
+
+    def start_code(self, code: str, *, language: Optional[str] = None, context: Union[CodeContext, str, None] = None,
+                   timeout: Optional[float] = None, envs: Optional[Mapping[str, str]] = None,
+                   on_stdout: Optional[Callable[[str], None]] = None, on_stderr: Optional[Callable[[str], None]] = None,
+                   on_result: Optional[Callable[[Result], None]] = None,
+                   on_error: Optional[Callable[[ExecutionError], None]] = None) -> CodeHandle:
+        """As :meth:`run_code`, without waiting: ``.wait()`` or ``.cancel()`` the handle."""
+        return _code.start(self._client, self._sandbox_id, code, context=context, language=language,
+                           timeout=timeout, envs=envs, on_stdout=on_stdout, on_stderr=on_stderr,
+                           on_result=on_result, on_error=on_error)
+
+    def create_code_context(self, *, language: str = "python", cwd: Optional[str] = None,
+                            envs: Optional[Mapping[str, str]] = None) -> CodeContext:
+        """A new code context (``"python"`` or ``"bash"``), its interpreter started."""
+        return CodeContext.from_wire(self._client.request(
+            "context.create", _code.context_params(self._sandbox_id, language=language, cwd=cwd, envs=envs)))
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        res = self._client.request("context.list", {"sandboxId": self._sandbox_id})
+        return [CodeContext.from_wire(c) for c in res.get("contexts", [])]
+
+    def restart_code_context(self, context: Union[CodeContext, str]) -> CodeContext:
+        """A fresh interpreter for the context: every variable of it is gone."""
+        return CodeContext.from_wire(self._client.request(
+            "context.restart", {"sandboxId": self._sandbox_id, "contextId": _code.context_id(context)}))
+
+    def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        self._client.request("context.destroy", {"sandboxId": self._sandbox_id, "contextId": _code.context_id(context)})
 
     # ------------------------------------------------------------ identity
 

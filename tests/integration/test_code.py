@@ -1,0 +1,294 @@
+"""Code contexts (context.*, code.run) through the Python SDK against the real daemon.
+
+A Python context is a session whose shell is sbx's Python kernel: each cell runs in a fork of
+the context and becomes the context only when it ends, so a cell that is killed (timeout,
+cancel, its process dying) leaves every variable as it was before the cell.
+"""
+import base64
+import os
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "sdk" / "python"))
+
+from sbx import Sandbox, SbxError  # noqa: E402
+
+SBX_BIN = os.environ.get("SBX_BIN") or str(REPO / "build" / "src" / "cli" / "sbx")
+
+
+def _have(module):
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
+    pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="no /usr/bin/python3"),
+]
+needs_ipython = pytest.mark.skipif(not os.path.exists("/usr/lib/python3/dist-packages/IPython"),
+                                   reason="python3-ipython is not installed (build.sh installs it)")
+needs_libs = pytest.mark.skipif(not all(os.path.exists("/usr/lib/python3/dist-packages/" + m)
+                                        for m in ("numpy", "pandas", "matplotlib")),
+                                reason="python3-numpy, -pandas, -matplotlib are not installed (build.sh installs them)")
+
+
+@pytest.fixture(name="sb")
+def sb_fixture():
+    with Sandbox(binary=SBX_BIN, limits={"memoryBytes": 3 << 30}) as sb:
+        yield sb
+
+
+def _png_size(b64):
+    data = base64.b64decode(b64)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@needs_ipython
+@needs_libs
+def test_state_survives_ten_cells(sb):
+    sb.run_code("import pandas as pd\nimport math\nrows = []")
+    for i in range(8):
+        ex = sb.run_code(f"rows.append({i} * 2)\nlen(rows)")
+        assert ex.error is None, ex.error
+        assert ex.text == str(i + 1)
+    ex = sb.run_code("df = pd.DataFrame({'v': rows}); df")
+    assert ex.error is None
+    html = ex.results[0].html
+    assert html and "<table" in html and "<td>14</td>" in html
+    ex = sb.run_code("math.floor(df.v.sum() / 2), type(df).__name__")
+    assert ex.text == "(28, 'DataFrame')"
+    assert ex.execution_count == 11
+
+
+@needs_libs
+def test_endless_cell_killed_context_kept_with_a_gib(sb):
+    ex = sb.run_code("import numpy as np\nbig = np.ones(1 << 27)\nbig.nbytes", timeout=60)
+    assert ex.error is None, ex.error
+    assert ex.text == str(1 << 30)
+    t = time.monotonic()
+    ex = sb.run_code("big[:] = 0\nwhile True: pass", timeout=0.5)
+    assert time.monotonic() - t < 20
+    assert ex.error is not None and ex.error.name == "TimeoutError", ex.error
+    assert ex.error_class == "TIMEOUT" and ex.exit_code == 124
+    assert "as it was before" in ex.error.value
+    ex = sb.run_code("int(big.sum()), big.nbytes")
+    assert ex.error is None, ex.error
+    assert ex.text == f"({1 << 27}, {1 << 30})"
+
+
+def test_killed_cell_leaves_mutations_undone(sb):
+    sb.run_code("items = [1, 2, 3]\nd = {'k': 'v'}")
+    ex = sb.run_code("items.append(4)\nd['k'] = 'changed'\nimport time\ntime.sleep(30)", timeout=0.5)
+    assert ex.error.name == "TimeoutError"
+    assert sb.run_code("items, d").text == "([1, 2, 3], {'k': 'v'})"
+    # A cell that ends keeps what it did.
+    sb.run_code("items.append(4)")
+    assert sb.run_code("items").text == "[1, 2, 3, 4]"
+
+
+@needs_libs
+def test_matplotlib_chart_is_a_png(sb):
+    ex = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.title('squares')\nplt.show()")
+    assert ex.error is None, ex.error
+    pngs = [r.png for r in ex.results if r.png]
+    assert len(pngs) == 1
+    w, h = _png_size(pngs[0])
+    assert w > 100 and h > 100
+    # A figure made and not shown comes out at the cell's end too, once.
+    ex = sb.run_code("plt.figure(); plt.bar([1, 2], [3, 4]);")
+    assert len([r for r in ex.results if r.png]) == 1
+    assert sb.run_code("len(plt.get_fignums())").text == "0"
+
+
+@needs_ipython
+def test_display_gives_a_result_each(sb):
+    ex = sb.run_code("display('first')\ndisplay({'a': 1})\n'last'")
+    assert [r.text for r in ex.results] == ["'first'", "{'a': 1}", "'last'"]
+    assert [r.is_main_result for r in ex.results] == [False, False, True]
+    ex = sb.run_code("from IPython.display import HTML, Markdown\ndisplay(HTML('<b>x</b>'), Markdown('# t'))")
+    assert ex.results[0].html == "<b>x</b>"
+    assert ex.results[1].markdown == "# t"
+    # A trailing semicolon hides the value, as in IPython.
+    assert sb.run_code("1 + 1;").results == []
+
+
+def test_exception_has_name_value_traceback(sb):
+    sb.run_code("def inner(x):\n    return {}[x]\n")
+    ex = sb.run_code("y = 5\ninner('missing')")
+    assert ex.error.name == "KeyError"
+    assert ex.error.value == "'missing'"
+    assert "inner" in ex.error.traceback and "KeyError" in ex.error.traceback
+    assert ex.exit_code == 1
+    # What ran before the exception is kept, as in Jupyter.
+    assert sb.run_code("y").text == "5"
+    ex = sb.run_code("def broken(:\n    pass")
+    assert ex.error.name == "SyntaxError"
+
+
+def test_output_order_and_logs(sb):
+    ex = sb.run_code("import os, sys\nprint('a')\nsys.stdout.flush()\nos.system('echo b')\n"
+                     "print('c', file=sys.stderr)\n'v'")
+    assert "".join(ex.logs.stdout) == "a\nb\n"
+    assert "".join(ex.logs.stderr) == "c\n"
+    assert ex.text == "'v'"
+
+
+def test_streaming_callbacks(sb):
+    seen = []
+    lock = threading.Lock()
+
+    def add(kind):
+        def f(x):
+            with lock:
+                seen.append((kind, x if isinstance(x, str) else getattr(x, "text", None) or x.name))
+        return f
+
+    ex = sb.run_code("print('one')\ndisplay(2)\nprint('three')\n4", on_stdout=add("out"), on_result=add("res"),
+                     on_error=add("err"))
+    assert ex.error is None
+    with lock:
+        assert seen == [("out", "one\n"), ("res", "2"), ("out", "three\n"), ("res", "4")]
+    seen.clear()
+    sb.run_code("1/0", on_error=add("err"))
+    assert seen == [("err", "ZeroDivisionError")]
+
+
+def test_cancel_leaves_context_as_it_was(sb):
+    sb.run_code("n = 10")
+    h = sb.start_code("n += 1\nimport time\ntime.sleep(60)")
+    time.sleep(0.5)
+    h.cancel()
+    ex = h.wait(30)
+    assert ex.error.name == "CancelledError" and ex.error_class == "CANCELLED"
+    assert sb.run_code("n").text == "10"
+
+
+def test_abuse_leaves_context_usable(sb):
+    sb.run_code("keep = 'kept'")
+    ex = sb.run_code("import os\nos._exit(3)")
+    assert ex.error.name == "CellDied" and ex.exit_code == 3
+    ex = sb.run_code("import sys, os\nsys.stdout.close()\nos.close(1)\nos.close(2)\n'still'")
+    assert ex.text == "'still'"
+    ex = sb.run_code("import os\nos.write(1, bytes(range(256)) * 4)\nprint('\\udcff\\x00junk')")
+    assert ex.error is None
+    assert len("".join(ex.logs.stdout)) >= 1024
+    ex = sb.run_code("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", timeout=2)
+    assert ex.error.name in ("PidsLimit", "TimeoutError"), ex.error
+    ex = sb.run_code("import sys\nsys.exit(4)")
+    assert ex.error is not None and ex.error.name == "SystemExit"
+    assert sb.run_code("keep").text == "'kept'"
+    assert sb.commands.run("echo sandbox fine").stdout == "sandbox fine\n"
+
+
+def test_memory_past_the_limit_keeps_the_context():
+    with Sandbox(binary=SBX_BIN, limits={"memoryBytes": 256 << 20}) as sb:
+        sb.run_code("keep = list(range(10))")
+        ex = sb.run_code("hog = bytearray(1 << 30)\nhog[::4096] = b'x' * len(hog[::4096])", timeout=60)
+        assert ex.error is not None
+        assert ex.error.name in ("CellDied", "MemoryError"), ex.error
+        assert sb.run_code("sum(keep)").text == "45"
+
+
+def test_holder_killed_is_a_reset(sb):
+    sb.run_code("gone = 1")
+    ex = sb.run_code("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)")
+    assert ex.context_reset
+    assert ex.error.name == "ContextReset"
+    ex = sb.run_code("'gone' in dir()")
+    assert ex.text == "False"
+    assert ex.error is None
+
+
+def test_threads_are_said(sb):
+    sb.run_code("import threading, time\nt = threading.Thread(target=time.sleep, args=(60,), name='sleeper', daemon=True)\n"
+                "t.start()")
+    ex = sb.run_code("t.is_alive()")
+    assert ex.text == "False"
+    assert ex.warnings and "sleeper" in ex.warnings[0]
+    assert not sb.run_code("1").warnings
+
+
+def test_contexts_create_list_restart_destroy(sb):
+    ctx = sb.create_code_context(cwd="/tmp", envs={"GREETING": "hello"})
+    assert ctx.language == "python" and ctx.cwd == "/tmp"
+    ex = sb.run_code("import os\nv = 7\n(os.getcwd(), os.environ['GREETING'])", context=ctx)
+    assert ex.text == "('/tmp', 'hello')"
+    assert ex.context_id == ctx.id
+    # Contexts are apart from each other and from the default one.
+    assert sb.run_code("'v' in dir()").text == "False"
+    assert sb.run_code("v", context=ctx).text == "7"
+    ids = [c.id for c in sb.list_code_contexts()]
+    assert ctx.id in ids and "default-python" in ids
+    # A cell's env is for that cell only.
+    assert sb.run_code("os.environ.get('X')", context=ctx, envs={"X": "1"}).text == "'1'"
+    assert sb.run_code("repr(os.environ.get('X'))", context=ctx).text == "'None'"
+    again = sb.restart_code_context(ctx)
+    assert again.id == ctx.id
+    ex = sb.run_code("import os\n('v' in dir(), os.getcwd(), os.environ['GREETING'])", context=ctx)
+    assert ex.text == "(False, '/tmp', 'hello')"
+    sb.remove_code_context(ctx)
+    assert ctx.id not in [c.id for c in sb.list_code_contexts()]
+    with pytest.raises(SbxError, match="no context"):
+        sb.run_code("1", context=ctx)
+    # Python contexts are not sessions: the sessions list does not show them.
+    assert all(not s.startswith("default-python") for s in sb.sessions.list())
+
+
+def test_bash_context(sb):
+    ctx = sb.create_code_context(language="bash", cwd="/tmp", envs={"A": "b"})
+    ex = sb.run_code("cd /home/user && X=5", context=ctx)
+    assert ex.error is None
+    ex = sb.run_code("echo $PWD $A $X", context=ctx)
+    assert ex.logs.stdout == ["/home/user b 5\n"]
+    ex = sb.run_code("exit 3", context=ctx)
+    assert ex.error.name == "ExitError" and ex.exit_code == 3
+    assert sb.run_code("echo $((2 + 2))", language="bash").logs.stdout == ["4\n"]
+
+
+def test_bad_input_is_refused_clearly(sb):
+    c = sb.client
+    for params, word in [({"code": "1", "language": "cobol"}, "language"),
+                         ({"code": "1", "contextId": "nope"}, "no context"),
+                         ({"code": "1", "contextId": "default-python", "language": "python"}, "not both"),
+                         ({"code": "1", "timeoutMs": 0}, "timeoutMs"),
+                         ({"code": 5}, "code")]:
+        with pytest.raises(SbxError, match=word):
+            c.request("code.run", dict(params, sandboxId=sb.sandbox_id))
+    with pytest.raises(SbxError, match="absolute"):
+        sb.create_code_context(cwd="relative")
+    with pytest.raises(SbxError, match="could not start"):
+        sb.create_code_context(cwd="/does/not/exist")
+    # A cell over the command limit is refused; the context is fine after.
+    ex = sb.run_code("x = 1\n" + "#" * (70 * 1024))
+    assert ex.error_class == "LIMIT_EXCEEDED"
+    assert sb.run_code("2 + 2").text == "4"
+
+
+def test_fork_and_snapshot_with_a_context(sb):
+    sb.run_code("z = 3")
+    sb.commands.run("echo data > /tmp/f")
+    child = sb.fork()
+    try:
+        assert child.commands.run("cat /tmp/f").stdout == "data\n"
+        # Contexts are not carried: the child's default context is a fresh one.
+        assert child.run_code("'z' in dir()").text == "False"
+    finally:
+        child.kill()
+    snap = sb.snapshot()
+    sb.restore(snap)
+    assert sb.run_code("z").text == "3"
+
+
+def test_many_cells_queue_in_order(sb):
+    handles = [sb.start_code(f"acc = globals().get('acc', []) + [{i}]") for i in range(10)]
+    for h in handles:
+        assert h.wait(60).error is None
+    assert sb.run_code("acc").text == str(list(range(10)))
