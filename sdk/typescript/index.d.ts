@@ -347,6 +347,137 @@ export class TerminalHandle extends ProcessHandle {
   resize(size: { cols: number; rows: number }): Promise<void>;
 }
 
+// ------------------------------------------------------------------ code contexts
+
+export type CodeLanguage = "python" | "bash";
+
+/** A code context: a Python (IPython) interpreter or a bash session whose state its cells keep. */
+export class CodeContext {
+  private constructor();
+  /** Its id; the default contexts are "default-python" and "default-bash". */
+  readonly id: string;
+  readonly language: CodeLanguage;
+  readonly cwd: string;
+}
+
+/**
+ * One result of a cell: its value (isMainResult) or something it displayed, a mime bundle.
+ * png, jpeg and pdf are base64 text. A getter is undefined when the bundle lacks its type.
+ */
+export class Result {
+  private constructor();
+  /** The mime bundle: {"text/plain": ..., "text/html": ..., ...}. */
+  readonly data: Record<string, unknown>;
+  readonly isMainResult: boolean;
+  readonly metadata: Record<string, unknown>;
+  /** text/plain */
+  readonly text: string | undefined;
+  /** text/html (a pandas DataFrame, IPython.display.HTML) */
+  readonly html: string | undefined;
+  readonly markdown: string | undefined;
+  /** image/svg+xml */
+  readonly svg: string | undefined;
+  /** image/png, base64 (a matplotlib figure) */
+  readonly png: string | undefined;
+  readonly jpeg: string | undefined;
+  /** application/pdf, base64 */
+  readonly pdf: string | undefined;
+  readonly latex: string | undefined;
+  /** application/json: any JSON value */
+  readonly json: unknown;
+  readonly javascript: string | undefined;
+  /** The bundle's mime types that have no getter of their own. */
+  readonly extra: Record<string, unknown>;
+  /** The names of the getters that have a value: "text", "html", "png", ... */
+  formats(): string[];
+}
+
+/**
+ * The cell's exception (traceback as IPython formats it), or why it did not end:
+ * "TimeoutError", "CancelledError", "CellDied" (the context is as it was before the cell),
+ * "ContextReset" (a fresh interpreter took over), "ExitError" (a bash cell's non-zero status).
+ */
+export class ExecutionError {
+  private constructor();
+  readonly name: string;
+  readonly value: string;
+  readonly traceback: string;
+}
+
+/** The outcome of a cell. An exception in the cell is `error`, not a rejection. */
+export class Execution {
+  private constructor();
+  /** The cell's value (isMainResult) and what it displayed, in order. */
+  readonly results: Result[];
+  /** What the cell printed and its processes wrote, in pieces as they came. */
+  readonly logs: { stdout: string[]; stderr: string[] };
+  readonly error: ExecutionError | null;
+  /** IPython's counter; null in a bash context. */
+  readonly executionCount: number | null;
+  readonly contextId: string;
+  readonly language: CodeLanguage;
+  /** 0; 1 after an exception; 124 timeout; 125 cancelled; a bash cell's status. */
+  readonly exitCode: number;
+  readonly executionTimeMs: number;
+  readonly errorClass: "TIMEOUT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PIDS_LIMIT" | "OOM" | "FS_FULL" | "UNAVAILABLE" | null;
+  /** What the context could not keep (threads of earlier cells). */
+  readonly warnings: string[];
+  /** The interpreter died and a fresh one (no variables) took over. */
+  readonly contextReset: boolean;
+  /** Bytes of output and results left out of the answer (over the server's cap). */
+  readonly droppedBytes: number;
+  /** Processes of the cell a timeout, cancel or process limit killed. */
+  readonly killedProcesses: number;
+  /** The text/plain of the main result (the cell's value), or undefined. */
+  readonly text: string | undefined;
+}
+
+export interface RunCodeOpts {
+  /** Without context: the default context of this language (default "python"). Not both. */
+  language?: CodeLanguage;
+  /** The context to run in (a CodeContext or its id). */
+  context?: CodeContext | { id: string } | string;
+  /** Kill the cell after this long (errorClass "TIMEOUT"; default the sandbox's timeout);
+   * the context stays as it was before the cell. */
+  timeoutMs?: number;
+  /** Environment variables for this cell only. */
+  envs?: Record<string, string>;
+  /** Called with what the cell prints, as it prints it. */
+  onStdout?: OutputCallback;
+  onStderr?: OutputCallback;
+  /** Called with each result as the cell shows it (display(), then its value). */
+  onResult?: (result: Result) => void;
+  /** Called with the cell's exception. */
+  onError?: (error: ExecutionError) => void;
+  /** Aborting it cancels the cell (CancelledError, errorClass "CANCELLED"). */
+  signal?: AbortSignal;
+  whilePaused?: "wait" | "refuse";
+  lane?: Lane;
+}
+
+export interface CreateCodeContextOpts {
+  /** Default "python". */
+  language?: CodeLanguage;
+  /** An absolute path; default /home/user. */
+  cwd?: string;
+  /** Environment variables for all of its cells. */
+  envs?: Record<string, string>;
+  whilePaused?: "wait" | "refuse";
+  lane?: Lane;
+}
+
+/** A cell sent and perhaps still running, from sandbox.startCode(). */
+export class CodeHandle {
+  private constructor();
+  /** The JSON-RPC id of the `code.run` request. */
+  readonly requestId: number;
+  done(): boolean;
+  /** The Execution; rejects with an SbxError the server answered or what a callback threw. */
+  wait(): Promise<Execution>;
+  /** Cancels the cell (CancelledError; the context as before it); false when it had finished. */
+  cancel(): Promise<boolean>;
+}
+
 // ------------------------------------------------------------------ namespaces
 
 export class Commands {
@@ -448,6 +579,15 @@ export class Sandbox {
   readonly env: Env;
   readonly sandboxes: Sandboxes;
   readonly pty: Pty;
+  /** Runs a cell in a code context (default: the language's default context). */
+  runCode(code: string, opts?: RunCodeOpts): Promise<Execution>;
+  /** As runCode, returning at once a handle to wait() for or cancel(). */
+  startCode(code: string, opts?: RunCodeOpts): CodeHandle;
+  createCodeContext(opts?: CreateCodeContextOpts): Promise<CodeContext>;
+  listCodeContexts(): Promise<CodeContext[]>;
+  /** A fresh interpreter (cwd and envs as created): every variable is gone. */
+  restartCodeContext(context: CodeContext | { id: string } | string, opts?: { whilePaused?: "wait" | "refuse"; lane?: Lane }): Promise<CodeContext>;
+  removeCodeContext(context: CodeContext | { id: string } | string): Promise<void>;
   history(session?: string): Promise<HistoryEntry[]>;
   clearHistory(session?: string): Promise<void>;
   health(): Promise<Record<string, unknown>>;

@@ -120,6 +120,7 @@ void mcp_call_free(McpCall *c) {
         json_decref(c->args);
         json_decref(c->progress_token);
         json_decref(c->structured);
+        json_decref(c->extra_content);
         free(c);
 }
 
@@ -129,6 +130,8 @@ void mcp_answer(McpCall *c, const char *text, size_t len, bool is_error) {
         /* structuredContent came with the 2025-06-18 revision. */
         if (res && c->structured && !is_error && c->mcp->version && strcmp(c->mcp->version, "2025-06-18") >= 0)
                 json_object_set(res, "structuredContent", c->structured);
+        if (res && c->extra_content)
+                json_array_extend(json_object_get(res, "content"), c->extra_content);
         mcp_reply(c->mcp, c->id, res);
         mcp_call_free(c);
 }
@@ -231,7 +234,7 @@ int mcp_send(McpCall *c, const char *method, json_t *params, McpAnswerFn fn) {
         }
         c->daemon_id = id;
         c->on_answer = fn;
-        c->waits_run = strcmp(method, "run") == 0;
+        c->waits_run = strcmp(method, "run") == 0 || strcmp(method, "code.run") == 0;
         return 0;
 }
 

@@ -73,6 +73,8 @@ struct McpCall {
         /* What the answer names (a process, a sandbox, a snapshot) for the client's program,
          * as structuredContent beside the text; set by a tool's put function, owned. */
         json_t *structured;
+        /* More content items after the text (images a cell showed), owned; NULL for none. */
+        json_t *extra_content;
         /* The tool's own state between requests, freed with the call. */
         void *state;
         void (*state_free)(void *state);

@@ -160,6 +160,58 @@ int put_run(McpCall *c, json_t *res, FILE *f) {
         return code != 0;
 }
 
+/* ---- code cells */
+
+/* A cell's text: what it printed, each result's text (its images as image content beside
+ * it), its error with the traceback. An error makes the answer one. */
+int put_code(McpCall *c, json_t *res, FILE *f) {
+        json_t *logs = json_object_get(res, "logs"), *v;
+        size_t i;
+        json_array_foreach(json_object_get(logs, "stdout"), i, v) fputs(json_string_value(v) ?: "", f);
+        bool err_head = false;
+        json_array_foreach(json_object_get(logs, "stderr"), i, v) {
+                if (!err_head)
+                        fputs("stderr:\n", f);
+                err_head = true;
+                fputs(json_string_value(v) ?: "", f);
+        }
+        json_t *r;
+        json_array_foreach(json_object_get(res, "results"), i, r) {
+                json_t *data = json_object_get(r, "data");
+                const char *text = json_string_value(json_object_get(data, "text/plain"));
+                const char *md = json_string_value(json_object_get(data, "text/markdown"));
+                bool main = json_is_true(json_object_get(r, "isMainResult"));
+                fprintf(f, "%s%s\n", main ? "Out: " : "", md ? md : text ? text : "(no text form)");
+                static const char *const images[] = { "image/png", "image/jpeg" };
+                for (size_t k = 0; k < ELEMENTSOF(images); k++) {
+                        const char *b64 = json_string_value(json_object_get(data, images[k]));
+                        if (!b64)
+                                continue;
+                        if (!c->extra_content && !(c->extra_content = json_array()))
+                                return -ENOMEM;
+                        json_array_append_new(c->extra_content, json_pack("{s:s, s:s, s:s}", "type", "image", "data", b64,
+                                                                          "mimeType", images[k]));
+                        fprintf(f, "(%s shown as an image)\n", images[k]);
+                }
+                if (json_object_get(data, "text/html") && !md)
+                        fputs("(an HTML form of it exists: text/html)\n", f);
+        }
+        json_t *err = json_object_get(res, "error");
+        if (json_is_object(err)) {
+                const char *tb = json_string_value(json_object_get(err, "traceback"));
+                if (tb && *tb)
+                        fprintf(f, "%s\n", tb);
+                fprintf(f, "%s: %s\n", json_string_value(json_object_get(err, "name")) ?: "Error",
+                        json_string_value(json_object_get(err, "value")) ?: "");
+        }
+        json_t *w;
+        json_array_foreach(json_object_get(res, "warnings"), i, w) fprintf(f, "warning: %s\n", json_string_value(w) ?: "");
+        json_t *count = json_object_get(res, "executionCount");
+        c->structured = json_pack("{s:O, s:O, s:O}", "context_id", json_object_get(res, "contextId"), "execution_count",
+                                  count ? count : json_null(), "error", err ? err : json_null());
+        return json_is_object(err) ? 1 : 0;
+}
+
 /* ---- processes */
 
 int put_process_started(McpCall *c, json_t *res, FILE *f) {

@@ -81,6 +81,7 @@ json_t *mcp_tool_schema(const McpTool *t);
 /* ---- commands.c: the answers of the command, process and sandbox tools */
 
 int put_run(McpCall *c, json_t *res, FILE *f);
+int put_code(McpCall *c, json_t *res, FILE *f);
 int put_process_started(McpCall *c, json_t *res, FILE *f);
 int put_process_list(McpCall *c, json_t *res, FILE *f);
 int put_process_logs(McpCall *c, json_t *res, FILE *f);

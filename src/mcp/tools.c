@@ -29,6 +29,16 @@ static const ToolArg run_args[] = {
         ARG_SANDBOX,
         ARG_END,
 };
+static const ToolArg run_code_args[] = {
+        { "code", ARG_STRING, true, 0, 0, "the cell: Python source (or bash with language \"bash\")" },
+        { "language", ARG_STRING, false, 0, 0, "\"python\" (default) or \"bash\"" },
+        { "context", ARG_STRING, false, 0, 0,
+          "a context id from an earlier answer's structuredContent (default: the language's default context)" },
+        { "timeout", ARG_NUMBER, false, 0.001, MAX_TIMEOUT_S,
+          "seconds before the cell is killed (default 120); the context is then as it was before the cell" },
+        ARG_SANDBOX,
+        ARG_END,
+};
 static const ToolArg process_start_args[] = {
         { "command", ARG_STRING, true, 0, 0, "bash source to run in the background" },
         { "session", ARG_STRING, false, 0, 0,
@@ -99,6 +109,13 @@ static const ToolParam run_params[] = {
         { NULL, "stream", PARAM_STREAM },
         PARAM_END,
 };
+static const ToolParam run_code_params[] = {
+        { "code", "code", PARAM_STRING },
+        { "language", "language", PARAM_STRING },
+        { "context", "contextId", PARAM_STRING },
+        { "timeout", "timeoutMs", PARAM_MS, SBX_MCP_DEFAULT_TIMEOUT_MS / 1000.0 },
+        PARAM_END,
+};
 static const ToolParam process_start_params[] = {
         { "command", "command", PARAM_STRING },
         { "session", "session", PARAM_STRING },
@@ -141,6 +158,15 @@ static const McpTool tools[] = {
           "was. For servers and other long jobs use process_start. Long output shows its first and last 15,000 "
           "bytes per stream. Files live in /home/user (the starting directory) and /tmp.",
           run_args, false, true, false, REQUEST("run", run_params, put_run) },
+        { "run_code", "Run Python code",
+          "Run a cell of Python in the sandbox's Python context (IPython: the last expression's value is shown, "
+          "`display()` works, `!cmd` runs a shell command) and wait for it to end. Variables, imports and loaded "
+          "data persist between calls. numpy, pandas and matplotlib are there when the host has them: a "
+          "matplotlib figure comes back as an image, a DataFrame as its text. A cell that runs past `timeout` "
+          "seconds (default 120) is killed and the context stays exactly as it was before that cell, loaded data "
+          "included. An exception is reported as an error with its traceback. language \"bash\" runs the cell in "
+          "a bash context instead.",
+          run_code_args, false, true, false, REQUEST("code.run", run_code_params, put_code) },
         { "process_start", "Start a background process",
           "Start a command in the background (a server, a watcher, a long build) and return at once with its "
           "process id. It starts from a session's cwd, variables and functions without changing them, and runs "

@@ -2,6 +2,7 @@
 (tests/mcp/client.mjs, @modelcontextprotocol/sdk pinned in tests/mcp/package.json and installed
 into tests/mcp/node_modules on first use) and by raw JSON lines, so the protocol is tested
 without node too."""
+import base64
 import json
 import re
 import os
@@ -19,7 +20,7 @@ from conftest import SBX_BIN, SPAWNED, Peer, remove_cgroup_tree, sbx_cgroup_dirs
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_DIR = REPO / "tests" / "mcp"
-TOOLS = {"run", "process_start", "process_list", "process_logs", "process_kill", "read_file", "write_file",
+TOOLS = {"run", "run_code", "process_start", "process_list", "process_logs", "process_kill", "read_file", "write_file",
          "edit_file", "list_directory", "fork", "snapshot", "restore"}
 VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", "2024-10-07"]
 
@@ -263,6 +264,38 @@ def test_raw_progress_and_cancel(mcp):
     time.sleep(0.2)
     with mcp.cond:
         assert "77" not in mcp.answers
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/lib/python3/dist-packages/matplotlib"),
+                    reason="python3-matplotlib is not installed (build.sh installs it)")
+def test_run_code_keeps_state_and_returns_images(mcp):
+    """run_code: a Python context that keeps its variables, survives a timed-out cell, shows
+    errors with their traceback and returns a chart as MCP image content."""
+    initialize(mcp)
+
+    def call(args, timeout=60):
+        return mcp.result("tools/call", {"name": "run_code", "arguments": args}, timeout=timeout)
+
+    r = call({"code": "data = [3, 1, 2]\nprint('loaded')\nsorted(data)"})
+    assert not r["isError"], r
+    assert r["content"][0]["text"] == "loaded\nOut: [1, 2, 3]\n"
+    assert r["structuredContent"]["context_id"] == "default-python"
+    assert r["structuredContent"]["execution_count"] == 1
+    r = call({"code": "data.append(4)\nwhile True: pass", "timeout": 0.5})
+    assert r["isError"] and "TimeoutError" in r["content"][0]["text"], r
+    r = call({"code": "data"})
+    assert "Out: [3, 1, 2]" in r["content"][0]["text"], r
+    r = call({"code": "{}['nope']"})
+    assert r["isError"] and "KeyError: 'nope'" in r["content"][0]["text"] and "Traceback" in r["content"][0]["text"]
+    r = call({"code": "import matplotlib.pyplot as plt\nplt.plot(data)\nplt.show()"})
+    assert not r["isError"], r
+    images = [c for c in r["content"] if c["type"] == "image"]
+    assert len(images) == 1 and images[0]["mimeType"] == "image/png"
+    assert base64.b64decode(images[0]["data"])[:8] == b"\x89PNG\r\n\x1a\n"
+    r = call({"code": "echo $((6 * 7))", "language": "bash"})
+    assert r["content"][0]["text"] == "42\n", r
+    r = call({"code": "1", "context": "nope"})
+    assert r["isError"] and "no context nope" in r["content"][0]["text"], r
 
 
 def test_raw_eof_answers_what_was_asked():

@@ -284,6 +284,25 @@ def test_async_python_example_from_the_checkout(tmp_path):
     assert cp.elapsed < 4.5, show(cp)
 
 
+CODE_HEADING = "### A code interpreter whose state survives a killed cell"
+
+
+def test_code_interpreter_example_from_the_checkout(tmp_path):
+    """The code interpreter's block: the killed cell left the DataFrame as it was (285, not
+    more), and the chart it wrote is a PNG."""
+    [block] = blocks(CODE_HEADING, "python")
+    script = tmp_path / "readme_code.py"
+    script.write_text(block.replace('open("chart.png"', f'open("{tmp_path}/chart.png"'))
+    env = {"PATH": FRESH_PATH, "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    cp = subprocess.run(["python3", str(script)], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    cp.elapsed = 0
+    cp.stdout, cp.stderr = cp.stdout.decode("utf-8", "replace"), cp.stderr.decode("utf-8", "replace")
+    assert cp.returncode == 0, show(cp)
+    assert cp.stdout == "TimeoutError 285\n", show(cp)
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_every_npm_install_of_a_path_says_it_is_a_path():
     """`npm install sdk/typescript` is read by npm as the GitHub repository sdk/typescript: every
     local path the README gives npm starts with ./ or / (issue 28)."""

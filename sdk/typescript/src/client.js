@@ -2,8 +2,8 @@
 // `sbx serve --stdio` or a Unix socket to `sbx serve --socket PATH`.
 //
 // Requests are newline-delimited JSON-RPC 2.0 lines with integer ids from a counter. Answers
-// may come out of order; each goes to the promise of its id. `output` notifications name the
-// run they belong to (requestId); `process.output` and `process.exit` name only the process,
+// may come out of order; each goes to the promise of its id. `output` and `code.output`
+// notifications name the run or cell they belong to (requestId); `process.output` and `process.exit` name only the process,
 // so they go to every stream subscribed to that processId (handles drop what they already have
 // by its cursor).
 //
@@ -32,7 +32,8 @@ const TOO_LARGE = /^Request too large \(limit (\d+) bytes\)/;
 const UNREADABLE = /(?:^|[^\\])(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})|\d{19,}|\de\+/i;
 // Requests whose answer may take long: an error answer without an id is not theirs.
 const LONG = new Set(["run", "process.stream", "process.wait", "process.kill", "snapshot.create",
-  "snapshot.restore", "sandbox.fork", "persistence.export", "persistence.import"]);
+  "snapshot.restore", "sandbox.fork", "persistence.export", "persistence.import", "code.run", "context.create",
+  "context.restart"]);
 
 function isExecutableFile(path) {
   try {
@@ -198,7 +199,7 @@ export class Client {
 
   /**
    * Sends a request; returns {id, promise}. opts.onNotification gets the params of every
-   * `output` notification naming this request; opts.weak: the wait does not keep the event
+   * `output` or `code.output` notification naming this request; opts.weak: the wait does not keep the event
    * loop alive (a process's stream, which lives as long as the process).
    */
   call(method, params, opts = {}) {
@@ -375,7 +376,7 @@ export class Client {
 
   _notification(method, params) {
     if (!params || typeof params !== "object") return;
-    if (method === "output") {
+    if (method === "output" || method === "code.output") {
       const call = this._calls.get(params.requestId);
       if (call?.onNotification && !call.callbackError) {
         try {

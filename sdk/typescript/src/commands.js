@@ -81,6 +81,34 @@ function runParams(sandboxId, cmd, opts, stream) {
   return params;
 }
 
+/**
+ * Sends `cancel` for a handle's pending request (handle: {_client, requestId, done()}).
+ * Resolves true when the cancel was accepted, false when the request had been answered.
+ */
+export async function cancelRequest(handle) {
+  if (handle.done()) return false;
+  try {
+    await handle._client.request("cancel", { requestId: handle.requestId });
+  } catch (e) {
+    // The request's answer precedes the refusal on the wire, so a finished one is done by now.
+    if (handle.done() && e instanceof SbxError && e.code === INVALID_PARAMS) return false;
+    if (handle.done() && e instanceof SbxError && e.code === INTERNAL_ERROR) return false;
+    throw e;
+  }
+  return true;
+}
+
+/** Cancels handle (cancel(), wait()) when signal, an AbortSignal, aborts before it is answered. */
+export function cancelOnAbort(signal, handle) {
+  if (!signal) return;
+  const abort = () => handle.cancel().catch(() => {});
+  if (signal.aborted) abort();
+  else {
+    signal.addEventListener("abort", abort, { once: true });
+    handle.wait().finally(() => signal.removeEventListener("abort", abort)).catch(() => {});
+  }
+}
+
 /** A foreground command sent to the server and perhaps still running: wait() or cancel(). */
 export class CommandHandle {
   constructor(client, sandboxId, cmd, opts) {
@@ -106,14 +134,7 @@ export class CommandHandle {
       });
     // Whoever awaits wait() gets the error; an abandoned handle must not crash the process.
     this._result.catch(() => {});
-    if (opts.signal) {
-      const abort = () => this.cancel().catch(() => {});
-      if (opts.signal.aborted) abort();
-      else {
-        opts.signal.addEventListener("abort", abort, { once: true });
-        this._result.finally(() => opts.signal.removeEventListener("abort", abort)).catch(() => {});
-      }
-    }
+    cancelOnAbort(opts.signal, this);
   }
 
   /** True once the server answered. */
@@ -133,17 +154,8 @@ export class CommandHandle {
    * Asks the server to cancel the command: its result then has exit code 125 and errorClass
    * "CANCELLED". Resolves true when the cancel was accepted, false when it had finished.
    */
-  async cancel() {
-    if (this._done) return false;
-    try {
-      await this._client.request("cancel", { requestId: this.requestId });
-    } catch (e) {
-      // The run's answer precedes the refusal on the wire, so a finished run is done by now.
-      if (this._done && e instanceof SbxError && e.code === INVALID_PARAMS) return false;
-      if (this._done && e instanceof SbxError && e.code === INTERNAL_ERROR) return false;
-      throw e;
-    }
-    return true;
+  cancel() {
+    return cancelRequest(this);
   }
 }
 

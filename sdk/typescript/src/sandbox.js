@@ -4,6 +4,7 @@
 
 import { toBuffer } from "./bytes.js";
 import { Client } from "./client.js";
+import { CodeHandle, createContext, listContexts, removeContext, restartContext } from "./code.js";
 import { Commands, Session, msOption } from "./commands.js";
 import { INVALID_PARAMS, SbxError } from "./errors.js";
 import { Files } from "./files.js";
@@ -113,6 +114,60 @@ export class Sandbox {
 
   _request(method, extra) {
     return this._client.request(method, this._params(extra));
+  }
+
+  // ------------------------------------------------------------ code contexts
+
+  /**
+   * Runs a cell in a code context and resolves with its Execution (E2B code-interpreter's
+   * runCode). Without opts.context, the default context of opts.language ("python", the
+   * default, or "bash"), made on first use. Python cells have IPython's semantics: the last
+   * expression is the main result (execution.text), display() adds results, a matplotlib
+   * figure comes as result.png (base64), a DataFrame as result.html. An exception in the cell
+   * is execution.error, not a rejection. A cell killed by opts.timeoutMs (default the
+   * sandbox's) or cancelled (opts.signal), or whose process dies, leaves the context as it was
+   * before the cell. onStdout / onStderr (text), onResult (a Result) and onError (an
+   * ExecutionError) are called as the cell goes. Rejects with SbxError for bad input (an
+   * unknown context: -32602).
+   */
+  runCode(code, opts = {}) {
+    try {
+      return new CodeHandle(this._client, this.sandboxId, code, opts).wait();
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** As runCode, without waiting: the handle's wait() gives the Execution, cancel() stops it. */
+  startCode(code, opts = {}) {
+    return new CodeHandle(this._client, this.sandboxId, code, opts);
+  }
+
+  /**
+   * A new code context, its interpreter started: opts.language "python" (default) or "bash",
+   * opts.cwd (default /home/user), opts.envs kept for all its cells. Not carried by fork,
+   * snapshots or export.
+   */
+  createCodeContext(opts = {}) {
+    return createContext(this._client, this.sandboxId, opts);
+  }
+
+  /** The sandbox's code contexts, the default ones (default-python, default-bash) once used. */
+  listCodeContexts() {
+    return listContexts(this._client, this.sandboxId);
+  }
+
+  /**
+   * A fresh interpreter for a context (a CodeContext or its id), with its cwd and envs as
+   * created: every variable is gone; its running and queued cells end as cancelled.
+   */
+  restartCodeContext(context, opts = {}) {
+    return restartContext(this._client, this.sandboxId, context, opts);
+  }
+
+  /** Ends a context (a CodeContext or its id): its cells end as cancelled. */
+  removeCodeContext(context) {
+    return removeContext(this._client, this.sandboxId, context);
   }
 
   // ------------------------------------------------------------ history, server
