@@ -552,6 +552,9 @@
  * its answer keeps (below the RPC line limit, with room for the rest of the answer). */
 #define SBX_CODE_EVENT_LINE_BYTES (4U * 1024 * 1024)
 #define SBX_CODE_EVENTS_BYTES (6U * 1024 * 1024)
+/* A cell run through E2B's code interpreter (POST /execute): its SDK's own default; the SDK's
+ * timeoutMs ends it sooner by ending the request. */
+#define SBX_E2B_CELL_TIMEOUT_MS (300U * 1000)
 /* Code contexts a sandbox holds at once (each a session: SBX_MAX_SESSIONS bounds them all). */
 #define SBX_MAX_CODE_CONTEXTS 16U
 

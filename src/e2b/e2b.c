@@ -93,9 +93,11 @@ static void created(void *ud, json_t *result, json_t *error) {
 
 static void create(E2bReq *q) {
         const char *tpl = json_string_value(json_object_get(q->in, "templateID"));
-        if (tpl && strcmp(tpl, E2B_TEMPLATE) != 0)
+        /* The code interpreter's template is the same sandbox: its contexts are sbx's. */
+        if (tpl && strcmp(tpl, E2B_TEMPLATE) != 0 && strcmp(tpl, E2B_TEMPLATE_CODE) != 0)
                 return e2b_reply_rest_error(q, 404, "template '%s' not found: this sbx serves '%s' (the host's "
-                                            "system, read-only, with /home/user and /tmp of its own)", tpl, E2B_TEMPLATE);
+                                            "system, read-only, with /home/user and /tmp of its own) and '%s' (the "
+                                            "same, for @e2b/code-interpreter)", tpl, E2B_TEMPLATE, E2B_TEMPLATE_CODE);
         json_t *p = json_pack("{s:b, s:s, s:I}", "persist", 1, "label", "e2b", "lifetimeMs",
                               (json_int_t)timeout_ms_of(q->in));
         json_t *md = json_object_get(q->in, "metadata"), *env = json_object_get(q->in, "envVars");
@@ -358,7 +360,7 @@ static int on_head(void *data, HttpReq *r) {
         E2bReq *q = req_of(data, r);
         if (!q)
                 return 503;
-        return !ports_route(q) && envd_route(q) ? envd_head(q) : 0;
+        return !interp_route(q) && !ports_route(q) && envd_route(q) ? envd_head(q) : 0;
 }
 
 static int on_body(void *data, HttpReq *r, const uint8_t *chunk, size_t len) {
@@ -371,6 +373,8 @@ static void on_request(void *data, HttpReq *r) {
                 (void)http_reply(r, 503, NULL, NULL, 0, NULL);
                 return;
         }
+        if (interp_route(q))
+                return interp_request(q);
         if (ports_route(q))
                 return ports_request(q);
         if (envd_route(q))

@@ -18,6 +18,7 @@
  * 0.6.2; no watch includeEntry, 0.6.3). */
 #define E2B_ENVD_VERSION "0.5.7"
 #define E2B_TEMPLATE "base"
+#define E2B_TEMPLATE_CODE "code-interpreter-v1"
 #define E2B_ENVD_PORT 49983
 #define E2B_TOKEN_HEX 32
 
@@ -57,6 +58,7 @@ typedef struct E2bReq {
         HttpFetch *fetch; /* a forwarded request on its way */
         unsigned port;
         bool streaming, pty;
+        bool told_error;   /* /execute: the cell's error line was written */
         bool watch;        /* a WatchDir stream: its events and keepalives are top-level */
         char *watch_root;  /* the watched directory, absolute: names are told relative to it */
         char process_id[32];
@@ -98,6 +100,10 @@ bool ports_route(E2bReq *q);
 void ports_request(E2bReq *q);
 void ports_drained(E2bReq *q);
 void ports_finished(E2bReq *q);
+
+/* interp.c: E2B's code interpreter (port 49999) over sbx's code contexts. */
+bool interp_route(E2bReq *q);
+void interp_request(E2bReq *q);
 
 /* envd.c: the sandbox's own API. route says whether the path is one of it. */
 bool envd_route(E2bReq *q);

@@ -45,6 +45,12 @@ struct HttpReq {
         struct MHD_Response *resp; /* made, not yet queued */
         unsigned status;
         void *user;
+        /* A stream's connection, watched for the client's hang-up (a dup of MHD's fd, -1 for
+         * none): while a stream has nothing to send, MHD looks at its socket no more, and a
+         * client that went away would hold what feeds the stream (a command, a cell) until
+         * the next byte. */
+        int peer_fd;
+        Watch peer_w;
 };
 
 struct HttpServer {
@@ -126,6 +132,8 @@ static void timer_event(Watch *w, uint32_t events) {
 
 static void req_free(HttpReq *r) {
         HttpServer *h = r->h;
+        loop_del(h->loop, &r->peer_w);
+        safe_close(r->peer_fd);
         if (r->prev)
                 r->prev->next = r->next;
         else
@@ -249,6 +257,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
                 return NULL;
         r->h = h;
         r->c = c;
+        r->peer_fd = -1;
         r->uri = strdup(uri);
         r->next = h->reqs;
         if (h->reqs)
@@ -347,9 +356,30 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         return 0;
 }
 
+/* The client hung up on a stream: it ends now, so that MHD, writing its end, finds the
+ * connection gone and the owner hears of it (finished). */
+static void peer_event(Watch *w, uint32_t events) {
+        HttpReq *r = w->data;
+        loop_del(r->h->loop, &r->peer_w);
+        r->peer_fd = safe_close(r->peer_fd);
+        bq_done(&r->out);
+        r->ended = true;
+        resume(r);
+}
+
+static void watch_peer(HttpReq *r) {
+        const union MHD_ConnectionInfo *i = MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int fd = i ? fcntl(i->connect_fd, F_DUPFD_CLOEXEC, 3) : -1;
+        if (fd >= 0 && loop_add(r->h->loop, &r->peer_w, fd, EPOLLRDHUP, peer_event, r) == 0)
+                r->peer_fd = fd;
+        else
+                safe_close(fd);
+}
+
 int http_stream_start(HttpReq *r, unsigned status, const char *ctype, const char *const *headers) {
         if (r->state != HR_WAIT || r->resp)
                 return -EALREADY;
+        watch_peer(r);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SBX_HTTP_STREAM_BLOCK,
                                                                       stream_read, r, NULL);
         if (!resp)

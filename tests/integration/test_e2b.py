@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from http.client import HTTPConnection
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,76 @@ def test_lifecycle(node_sdk, daemon):
     assert out["a_run"]["name"] in ("SandboxNotFoundError", "TimeoutError"), out["a_run"]
     assert out["connect_gone"]["name"] == "SandboxNotFoundError"
     assert out["kill_b"] is True
+
+
+def run_interp(d):
+    e = dict(os.environ, E2B_API_URL=d.url, E2B_SANDBOX_URL=d.url, E2B_API_KEY=KEY)
+    cp = subprocess.run(["node", str(NODE_DIR / "interp.mjs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        timeout=240, env=e, cwd=NODE_DIR)
+    assert cp.returncode == 0, cp.stderr.decode()
+    out = json.loads(cp.stdout)
+    assert not out.get("fatal"), out["fatal"]
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/lib/python3/dist-packages/matplotlib"),
+                    reason="python3-matplotlib is not installed (build.sh installs it)")
+def test_code_interpreter_sdk(node_sdk, daemon):
+    """@e2b/code-interpreter's runCode and contexts, unchanged, over sbx's code contexts: state
+    kept, callbacks in order, errors, a cell the SDK's timeoutMs abandons is cancelled with the
+    request (x stays 41), charts as PNG, DataFrames as HTML, contexts apart, bash."""
+    out = run_interp(daemon)
+    assert out["first"] == {"text": "42", "results": [{"main": True, "formats": [], "text": "42"}],
+                            "stdout": "hello\n", "stderr": "", "error": None, "count": 1}
+    assert out["kept"]["text"] == "41" and out["kept"]["count"] == 2
+    assert out["streamed"] == {"seen": ["out:a\n", "res:2", "out:b\n", "res:3"], "count": 3}
+    err = out["error"]["error"]
+    assert err["name"] == "ValueError" and err["value"] == "bad" and "raise ValueError" in err["traceback"]
+    assert out["killed"]["name"] == "TimeoutError", out["killed"]
+    assert out["after_kill"]["text"] == "41", out["after_kill"]
+    assert out["chart"] == {"formats": [["png"]], "pngMagic": "89504e47"}
+    assert out["frame"] == {"html": True, "text": "   a\n0  1\n1  2"}
+    assert out["context"] == {"language": "python", "cwd": "/tmp", "a": "'/tmp'", "b": "False", "listed": True,
+                              "c": "False", "gone": True}
+    assert out["bash"]["stdout"] == "42\n" and out["bash"]["error"] is None
+    assert out["unknown_context"]["name"] == "NotFoundError"
+    assert "no context nope" in out["unknown_context"]["threw"]
+    assert out["both"]["name"] == "InvalidArgumentError"
+
+
+def test_a_client_gone_mid_stream_cancels_what_fed_it(daemon):
+    """A client that hangs up on a stream that has nothing to send yet (a cell in an endless
+    loop) ends it at once: the cell is cancelled, the next one runs and sees the state of
+    before."""
+    box = create(daemon)
+    hdrs = {"E2b-Sandbox-Id": box["sandboxID"], "E2b-Sandbox-Port": "49999",
+            "X-Access-Token": box["envdAccessToken"], "Content-Type": "application/json"}
+
+    def execute(code, timeout=30):
+        c = HTTPConnection("127.0.0.1", daemon.port, timeout=timeout)
+        c.request("POST", "/execute", json.dumps({"code": code}), hdrs)
+        return c, c.getresponse()
+
+    c, r = execute("x = 41")
+    assert r.status == 200 and b"end_of_execution" in r.read()
+    c.close()
+    c, r = execute("while True: x += 1")
+    assert r.status == 200
+    time.sleep(0.5)
+    c.close()  # the client goes; the cell would run for minutes
+    t0 = time.monotonic()
+    c, r = execute("x", timeout=20)
+    lines = [json.loads(x) for x in r.read().splitlines()]
+    c.close()
+    assert time.monotonic() - t0 < 10
+    assert {"type": "result", "is_main_result": True, "text": "41"} in lines, lines
+    # The interpreter's own errors: no sandbox, a bad token, an unknown route.
+    for extra, status in [({"E2b-Sandbox-Id": "nope"}, 502), ({"X-Access-Token": "bad"}, 401)]:
+        c = HTTPConnection("127.0.0.1", daemon.port, timeout=10)
+        c.request("POST", "/execute", json.dumps({"code": "1"}), dict(hdrs, **extra))
+        assert c.getresponse().status == status
+        c.close()
+    assert http(daemon, "DELETE", f"/sandboxes/{box['sandboxID']}", None, {"X-API-KEY": KEY})[0] == 204
 
 
 def test_unknown_template(node_sdk, daemon):

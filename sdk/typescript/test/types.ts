@@ -1,6 +1,6 @@
 // Compiled by `npm run typecheck` (never run): index.d.ts must accept this use under --strict
 // and reject misuse, e.g. a background handle where a result is expected.
-import { Sandbox, SbxError, ProcessEndedError, WORKER_UNAVAILABLE, type CommandResult, type ProcessHandle, type OutputChunk, type SandboxInfo, type ExpiryReason } from "sbx";
+import { Sandbox, SbxError, ProcessEndedError, WORKER_UNAVAILABLE, type CommandResult, type ProcessHandle, type OutputChunk, type SandboxInfo, type ExpiryReason, type Execution, type Result, type CodeContext, type CodeHandle, type ExecutionError } from "sbx";
 
 async function main(): Promise<void> {
   const sb = await Sandbox.create({ timeoutMs: 5000, limits: { cpus: 0.5 }, envs: { A: "b" } });
@@ -37,6 +37,26 @@ async function main(): Promise<void> {
   await sb.fork({ lane: "system" });
   try { await sb.commands.run("x"); } catch (e) { if (e instanceof SbxError && e.code === WORKER_UNAVAILABLE) console.log(e.retryAfterMs ?? 0); }
   console.log(infos, paused, gone);
+  const ctx: CodeContext = await sb.createCodeContext({ language: "bash", cwd: "/tmp", envs: { A: "b" } });
+  const ex: Execution = await sb.runCode("x = 1\nx", {
+    context: ctx, timeoutMs: 500, envs: { B: "c" }, signal: new AbortController().signal,
+    onStdout: (s) => console.log(s), onStderr: (s) => console.log(s),
+    onResult: (r: Result) => console.log(r.html ?? r.png), onError: (e: ExecutionError) => console.log(e.traceback),
+  });
+  const main: string | undefined = ex.text;
+  const out: string[] = ex.logs.stdout;
+  const err: ExecutionError | null = ex.error;
+  const count: number | null = ex.executionCount;
+  const formats: string[] = ex.results[0].formats();
+  const json: unknown = ex.results[0].json;
+  await sb.runCode("echo hi", { language: "bash", context: "default-bash" });
+  const ch: CodeHandle = sb.startCode("import time; time.sleep(9)");
+  const cancelled: boolean = await ch.cancel();
+  const done: Execution = await ch.wait();
+  const ctxs: CodeContext[] = await sb.listCodeContexts();
+  const again: CodeContext = await sb.restartCodeContext(ctx.id);
+  await sb.removeCodeContext(again);
+  console.log(main, out, err, count, formats, json, cancelled, done.errorClass, ctxs);
   await f.kill(); await s2.kill(); await sb.kill();
   console.log(code, bytes, line, st, t, b);
 }
@@ -51,6 +71,12 @@ async function misuse(sb: Sandbox): Promise<void> {
   await sb.commands.run("x", { lane: "fast" });
   // @ts-expect-error metadata values are strings
   await sb.sandboxes.create({ metadata: { n: 1 } });
-  console.log(h, s);
+  // @ts-expect-error code contexts are "python" or "bash"
+  await sb.runCode("x", { language: "cobol" });
+  // @ts-expect-error runCode resolves with an Execution, not a CommandResult
+  const cr: CommandResult = await sb.runCode("x");
+  // @ts-expect-error png is base64 text, not bytes
+  const png: Uint8Array | undefined = (await sb.runCode("x")).results[0].png;
+  console.log(h, s, cr, png);
 }
 void misuse;
