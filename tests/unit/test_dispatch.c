@@ -78,7 +78,8 @@ static void test_checker(void) {
 
 /* The documented lane methods (ARCHITECTURE, Lanes). */
 static const char *const lane_methods[] = { "run", "process.start", "sandbox.fork", "snapshot.create",
-                                            "snapshot.restore", "persistence.export", "persistence.import" };
+                                            "snapshot.restore", "persistence.export", "persistence.import",
+                                            "code.run", "context.create", "context.restart" };
 
 static void test_tables(void) {
         unsigned rows = 0, lanes = 0, bad = 0;
