@@ -2,16 +2,18 @@
 # Builds sbx, installs what the benchmarks compare against (bubblewrap, the npm package
 # just-bash), runs sbx-bench, then sbx-bench-rpc (the daemon over its Unix socket), then
 # sbx-bench-image (fork, snapshot, restore), then sbx-bench-ports (exposed ports), then
-# sbx-bench-density (memory per sandbox, ping during a burst of creates), and prints a
+# sbx-bench-density (memory per sandbox, ping during a burst of creates), then
+# bench/code_cells.py (code cells against a Jupyter kernel), and prints a
 # Markdown report on stdout (also saved to bench/.results/). Progress goes to stderr.
 #
 # Usage: bench/run.sh [sbx-bench options]      e.g. bench/run.sh --quick
 # --quick is passed on to sbx-bench-rpc, sbx-bench-image and sbx-bench-ports too (the image one
 # then takes -n 3);
-# their other options go in SBX_BENCH_RPC_ARGS, SBX_BENCH_IMAGE_ARGS, SBX_BENCH_PORTS_ARGS and
-# SBX_BENCH_DENSITY_ARGS, and SBX_BENCH_RPC=0, SBX_BENCH_IMAGE=0, SBX_BENCH_PORTS=0,
-# SBX_BENCH_REDACT=0 or SBX_BENCH_DENSITY=0 skips one (sbx-bench-redact takes SBX_BENCH_REDACT_ARGS).
-# Needs root (sandboxes, cgroups) and takes about 6-7 minutes with the defaults.
+# their other options go in SBX_BENCH_RPC_ARGS, SBX_BENCH_IMAGE_ARGS, SBX_BENCH_PORTS_ARGS,
+# SBX_BENCH_DENSITY_ARGS and SBX_BENCH_CODE_ARGS, and SBX_BENCH_RPC=0, SBX_BENCH_IMAGE=0,
+# SBX_BENCH_PORTS=0, SBX_BENCH_REDACT=0, SBX_BENCH_DENSITY=0 or SBX_BENCH_CODE=0 skips one
+# (sbx-bench-redact takes SBX_BENCH_REDACT_ARGS).
+# Needs root (sandboxes, cgroups) and takes about 7 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -186,6 +188,29 @@ if [ "${SBX_BENCH_DENSITY:-1}" = 1 ]; then
                 echo
         } | tee -a "$OUT"
         run_accounted ./build/bench/sbx-bench-density "${DENSITY_ARGS[@]}" "${DENSITY_EXTRA[@]}"
+fi
+# Code cells: sbx's Python contexts against a Jupyter kernel (Debian's python3-ipykernel through
+# python3-jupyter-client): `x = 1`, a cell with 1 GiB held, a killed cell to the next output
+# (bench/code_cells.py); about 40 s. --quick: small N.
+if [ "${SBX_BENCH_CODE:-1}" = 1 ]; then
+        CODE_ARGS=(--sbx ./build/src/cli/sbx)
+        for a in "$@"; do
+                if [ "$a" = --quick ]; then CODE_ARGS+=(--quick); fi
+        done
+        read -r -a CODE_EXTRA <<< "${SBX_BENCH_CODE_ARGS:-}"
+        if ! /usr/bin/python3 -c 'import IPython, ipykernel, jupyter_client, numpy' 2>/dev/null; then
+                log "installing python3-ipykernel, python3-jupyter-client, python3-numpy"
+                { apt-get install -y python3-ipykernel python3-jupyter-client python3-numpy ||
+                        { apt-get update && apt-get install -y python3-ipykernel python3-jupyter-client python3-numpy; }; } >&2 ||
+                        log "they could not be installed: bench/code_cells.py will fail"
+        fi
+        log "code cells: bench/code_cells.py ${CODE_ARGS[*]} ${CODE_EXTRA[*]}"
+        {
+                echo
+                echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+                echo
+        } | tee -a "$OUT"
+        run_accounted /usr/bin/python3 bench/code_cells.py "${CODE_ARGS[@]}" "${CODE_EXTRA[@]}"
 fi
 echo | tee -a "$OUT"
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"

@@ -114,7 +114,7 @@ typedef enum SbxStream { SBX_STDOUT = 1, SBX_STDERR = 2, SBX_EVENTS = 3 } SbxStr
 
 /* What a session's shell is: bash (every session made by sbx_session_get()), or a code
  * interpreter holding a context (sbx_session_new_shell()). */
-typedef enum SbxShell { SBX_SHELL_BASH = 0, SBX_SHELL_PYTHON = 1 } SbxShell;
+typedef enum SbxShell { SBX_SHELL_BASH = 0, SBX_SHELL_PYTHON = 1, SBX_SHELL_JAVASCRIPT = 2 } SbxShell;
 
 /* What becomes of the processes a command leaves running when it ends. */
 typedef enum SbxLeftovers {
@@ -288,7 +288,9 @@ SBX_API unsigned sbx_session_runs(const SbxSession *s);
  * IPython when installed (plain Python otherwise), its state (variables, imports, cwd, env)
  * kept like a bash session's: each cell runs in a fork of the state and becomes the state only
  * when it ends, so a cell killed by a timeout or a cancel leaves the context as it was before
- * it. Its runs are cells (sbx_session_run_code()). Such sessions have their own names:
+ * it. SBX_SHELL_JAVASCRIPT is the host's node, its context held by one node process that the
+ * same Python kernel drives: Node cannot fork, so a cell that does not end (killed, or its
+ * worker dead) takes the context with it, and a fresh node takes over. Its runs are cells (sbx_session_run_code()). Such sessions have their own names:
  * sbx_session_find(), sbx_session_get() and sbx_session_next() never see them, and fork,
  * snapshots and export do not carry them. Freed with sbx_session_free(). Returns 0, -EEXIST
  * when the sandbox has one by that name, -EINVAL for a bad name or shell, -EMFILE at

@@ -31,7 +31,7 @@ static const ToolArg run_args[] = {
 };
 static const ToolArg run_code_args[] = {
         { "code", ARG_STRING, true, 0, 0, "the cell: Python source (or bash with language \"bash\")" },
-        { "language", ARG_STRING, false, 0, 0, "\"python\" (default) or \"bash\"" },
+        { "language", ARG_STRING, false, 0, 0, "\"python\" (default), \"javascript\" or \"bash\"" },
         { "context", ARG_STRING, false, 0, 0,
           "a context id from an earlier answer's structuredContent (default: the language's default context)" },
         { "timeout", ARG_NUMBER, false, 0.001, MAX_TIMEOUT_S,

@@ -15,16 +15,20 @@
 #include "server/handler.h"
 #include "methods/methods.h"
 
-typedef enum Lang { LANG_PYTHON, LANG_BASH, LANG_INVALID } Lang;
+typedef enum Lang { LANG_PYTHON, LANG_BASH, LANG_JAVASCRIPT, LANG_INVALID } Lang;
 
-static const char *const lang_names[] = { "python", "bash" };
+static const char *const lang_names[] = { "python", "bash", "javascript" };
 
 static Lang lang_parse(const char *s) {
-        for (size_t i = 0; i < ELEMENTSOF(lang_names); i++)
+        if (s && (strcmp(s, "js") == 0 || strcmp(s, "node") == 0))
+                return LANG_JAVASCRIPT;
+        for (size_t i = 0; s && i < ELEMENTSOF(lang_names); i++)
                 if (strcmp(s, lang_names[i]) == 0)
                         return (Lang)i;
         return LANG_INVALID;
 }
+
+static SbxShell lang_shell(Lang l) { return l == LANG_JAVASCRIPT ? SBX_SHELL_JAVASCRIPT : SBX_SHELL_PYTHON; }
 
 /* A cell on its way: what its answer will hold. */
 typedef struct Cell {
@@ -213,6 +217,18 @@ static json_t *error_json(const char *name, const char *value) {
 /* The error of a cell that did not run to its end, said in words. */
 static json_t *cell_failure(Cell *c, const SbxResult *res, bool reset) {
         char msg[512];
+        if (c->lang == LANG_JAVASCRIPT && res->error_class != SBX_ERROR_LIMIT_EXCEEDED &&
+            res->error_class != SBX_ERROR_UNAVAILABLE && res->exit_code != 127) {
+                /* Node cannot fork: the process that held the context ran the cell. */
+                snprintf(msg, sizeof msg,
+                         "the cell %s; Node cannot keep a context across a cell that does not end, so the "
+                         "JavaScript context was reset: a fresh node took over and every variable is gone",
+                         res->error_class == SBX_ERROR_TIMEOUT     ? "ran past its timeout and was killed"
+                         : res->error_class == SBX_ERROR_CANCELLED ? "was cancelled"
+                         : res->error_class == SBX_ERROR_PIDS_LIMIT ? "made processes past the sandbox's limit"
+                                                                     : "did not end (its process died)");
+                return error_json("ContextReset", msg);
+        }
         if (reset) {
                 snprintf(msg, sizeof msg,
                          "the context's interpreter died during the cell%s; a fresh one took over: every variable "
@@ -261,8 +277,10 @@ static json_t *cell_answer(Cell *c, const SbxResult *res) {
                 }
         bool reset = sbx_session_losses(c->s) != c->losses;
         json_t *err = c->error ? json_incref(c->error) : NULL;
-        if (c->lang == LANG_PYTHON && !c->ended && !err)
+        if (c->lang != LANG_BASH && !c->ended && !err)
                 err = cell_failure(c, res, reset);
+        if (c->lang == LANG_JAVASCRIPT && err && !strcmp(json_string_value(json_object_get(err, "name")) ?: "", "ContextReset"))
+                reset = true;
         if (c->lang == LANG_BASH && !err && res->error_class != SBX_ERROR_NONE)
                 err = cell_failure(c, res, false);
         if (c->lang == LANG_BASH && !err && res->exit_code != 0) {
@@ -363,8 +381,8 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
         if (!setup)
                 p->audit = audit_run_begin(r->core->audit, r->sb, r->conn, sbx_session_name(s), o->command, o->command_len);
         pending_run_session(&r->core->pending, p, s);
-        int rr = lang == LANG_PYTHON ? sbx_session_run_code(s, o, cell_output, cell_done, c, &p->run)
-                                     : sbx_session_run(s, o, cell_output, cell_done, c, &p->run);
+        int rr = lang != LANG_BASH ? sbx_session_run_code(s, o, cell_output, cell_done, c, &p->run)
+                                   : sbx_session_run(s, o, cell_output, cell_done, c, &p->run);
         if (rr < 0) {
                 json_decref(p->audit);
                 p->audit = NULL;
@@ -389,8 +407,8 @@ static int context_session(Req *r, Lang lang, const char *id, SbxSession **ret, 
                 int rr = sbx_session_get(sb, id, ret);
                 return rr < 0 ? rpc_fail_errno(e, rr, "context") : 0;
         }
-        SbxSession *s = sbx_session_find_shell(sb, id, SBX_SHELL_PYTHON);
-        int rr = s ? 0 : sbx_session_new_shell(sb, id, SBX_SHELL_PYTHON, &s);
+        SbxSession *s = sbx_session_find_shell(sb, id, lang_shell(lang));
+        int rr = s ? 0 : sbx_session_new_shell(sb, id, lang_shell(lang), &s);
         if (rr == -EMFILE)
                 return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "the sandbox already holds %u sessions and contexts",
                                 SBX_MAX_SESSIONS);
@@ -445,7 +463,7 @@ static int context_setup(Req *r, const char *id, Lang lang, SbxSession *s, json_
                 return -1;
         _cleanup_free_ char *cd = NULL;
         SbxRunOptions o = { .env = envl, .persist_env = true, .command = "", .command_len = 0 };
-        if (lang == LANG_PYTHON) {
+        if (lang != LANG_BASH) {
                 o.cwd = cwd;
         } else {
                 _cleanup_free_ char *q = shell_quote(cwd);
@@ -478,7 +496,8 @@ static int param_lang(Req *r, Lang *ret, RpcError *e) {
                 l = "python";
         *ret = lang_parse(l);
         if (*ret == LANG_INVALID)
-                return rpc_fail(e, RPC_INVALID_PARAMS, "language must be \"python\" or \"bash\" (got \"%.64s\")", l);
+                return rpc_fail(e, RPC_INVALID_PARAMS,
+                                "language must be \"python\", \"javascript\" (or \"js\") or \"bash\" (got \"%.64s\")", l);
         return 0;
 }
 
@@ -516,7 +535,7 @@ static int m_context_create(Req *r, json_t **ret, RpcError *e) {
         }
         int rr = context_setup(r, id, lang, s, json_object_get(r->sb->contexts, id), e);
         if (rr < 0) {
-                if (lang == LANG_PYTHON)
+                if (lang != LANG_BASH)
                         sbx_session_free(s);
                 json_object_del(r->sb->contexts, id);
         }
@@ -532,7 +551,7 @@ static json_t *find_context(Req *r, const char *id, RpcError *e) {
 
 /* The context's session, NULL when it has none now. */
 static SbxSession *context_find_session(SrvSandbox *ssb, const char *id, Lang lang) {
-        return lang == LANG_PYTHON ? sbx_session_find_shell(ssb->sb, id, SBX_SHELL_PYTHON) : sbx_session_find(ssb->sb, id);
+        return lang != LANG_BASH ? sbx_session_find_shell(ssb->sb, id, lang_shell(lang)) : sbx_session_find(ssb->sb, id);
 }
 
 static int m_context_list(Req *r, json_t **ret, RpcError *e) {
@@ -626,7 +645,7 @@ static int m_code_run(Req *r, json_t **ret, RpcError *e) {
 
 static const Param p_context_create[] = {
         PARAM_SANDBOX_ID,
-        { "language", P_STRING, false, "\"python\" (default) or \"bash\"" },
+        { "language", P_STRING, false, "\"python\" (default), \"javascript\" or \"bash\"" },
         { "cwd", P_STRING, false, "its working directory (default /home/user)" },
         { "env", P_OBJECT, false, "{NAME: value} set in the context for good" },
         PARAM_WHILE_PAUSED,
@@ -638,7 +657,7 @@ static const Param p_code_run[] = {
         PARAM_SANDBOX_ID,
         { "code", P_STRING, true, "the cell's source (at most limits.commandBytes)" },
         { "contextId", P_STRING, false, "the context to run in; missing: the language's default context" },
-        { "language", P_STRING, false, "without contextId: \"python\" (default) or \"bash\"" },
+        { "language", P_STRING, false, "without contextId: \"python\" (default), \"javascript\" or \"bash\"" },
         { "timeoutMs", P_INT, false, "this cell's timeout (default: the sandbox's)" },
         { "env", P_OBJECT, false, "{NAME: value} for this cell only" },
         { "stream", P_BOOL, false, "send `code.output` notifications as the cell prints and shows results" },
@@ -647,10 +666,12 @@ static const Param p_code_run[] = {
 
 const Method server_methods_code[] = {
         { "context.create", m_context_create, M_SANDBOX | M_LANE, p_context_create, "{id, language, cwd}",
-          "Makes a code context: a Python interpreter (IPython when the host has python3-ipython) or a bash session "
-          "whose state every cell run in it keeps. Answered once its interpreter has started. A cell that is killed "
-          "(timeout, cancel) or whose process dies leaves the context as it was before the cell. Not carried by "
-          "fork, snapshots or export." },
+          "Makes a code context: a Python interpreter (IPython when the host has python3-ipython), a JavaScript one "
+          "(the host's node: top-level await, `import` as dynamic imports, values as util.inspect shows them) or a "
+          "bash session, whose state every cell run in it keeps. Answered once its interpreter has started. A "
+          "Python or bash cell that is killed (timeout, cancel) or whose process dies leaves the context as it was "
+          "before the cell; Node cannot fork, so such a JavaScript cell resets its context (ContextReset). Not "
+          "carried by fork, snapshots or export." },
         { "context.list", m_context_list, M_SANDBOX, handler_params_sandbox, "{contexts: [{id, language, cwd}]}",
           "The sandbox's code contexts, the default ones (default-python, default-bash) once used." },
         { "context.restart", m_context_restart, M_SANDBOX | M_LANE, p_context_restart, "{id, language, cwd}",

@@ -389,8 +389,8 @@ int box_count_processes(const Box *b) {
         return n;
 }
 
-int box_spawn_session(Box *b, int sock, int script) {
-        InitMsg m = { .type = INIT_SPAWN };
+int box_spawn_session(Box *b, int sock, int script, bool javascript) {
+        InitMsg m = { .type = INIT_SPAWN, .status = javascript };
         union {
                 struct cmsghdr align;
                 char buf[CMSG_SPACE(sizeof(int) * 2)];

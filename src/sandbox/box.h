@@ -101,8 +101,9 @@ int box_count_processes(const Box *b);
 int box_ready(Box *b, char *err, size_t errlen);
 /* Asks init for a session shell on `sock` (the shell's end of a session socketpair; the
  * caller keeps its own copy): bash, or python3 running `script` (a memfd, e.g.
- * BoxShared.pykernel_fd; -1 for bash). Returns 0 or -errno. */
-int box_spawn_session(Box *b, int sock, int script);
+ * BoxShared.pykernel_fd; -1 for bash), told to drive node when javascript. Returns 0 or
+ * -errno. */
+int box_spawn_session(Box *b, int sock, int script, bool javascript);
 /* Asks init to report the end of process pid (a pid of the sandbox). Returns 0 or -errno. */
 int box_watch_pid(Box *b, pid_t pid);
 /* After READY: takes init's next report without waiting. 1 with the ended process's pid and

@@ -122,7 +122,7 @@ static const char *session_home = "/home/user";
  * (prestart_session(), bash only), whose cwd is still the host's root; it takes its own
  * seccomp filter (pid 1 has none yet) and the builtin waits on go before it moves to
  * session_home and speaks. Never returns. */
-_noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int script) {
+_noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int script, bool javascript) {
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
@@ -164,7 +164,8 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int scr
                 _exit(126);
         if (script >= 0) {
                 /* -I: no PYTHON* variable, user site or script directory decides what it imports. */
-                char *argv[] = { (char *)"python3", (char *)"-I", (char *)"/proc/self/fd/4", (char *)"3", NULL };
+                char *argv[] = { (char *)"python3", (char *)"-I", (char *)"/proc/self/fd/4", (char *)"3",
+                                 javascript ? (char *)"javascript" : (char *)"python", NULL };
                 execve("/usr/bin/python3", argv, c->env);
                 _exit(127);
         }
@@ -180,10 +181,10 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int scr
 }
 
 /* Starts a session shell on sock (closed here, and script: see exec_shell()). */
-static void spawn_session(const InitConfig *c, int sock, int script) {
+static void spawn_session(const InitConfig *c, int sock, int script, bool javascript) {
         pid_t p = fork();
         if (p == 0)
-                exec_shell(c, sock, -1, script);
+                exec_shell(c, sock, -1, script, javascript);
         close(sock);
         if (script >= 0)
                 close(script);
@@ -204,7 +205,7 @@ static int prestart_session(const InitConfig *c) {
         pid_t p = fork();
         if (p == 0) {
                 close(go[1]);
-                exec_shell(c, c->session_fd, go[0], -1);
+                exec_shell(c, c->session_fd, go[0], -1, false);
         }
         close(go[0]);
         close(c->session_fd); /* the shell's, not pid 1's */
@@ -507,7 +508,7 @@ static void handle_ctl(const InitConfig *c, int ctl) {
                         memcpy(&script, CMSG_DATA(cmh) + sizeof fd, sizeof script);
         }
         if (fd >= 0 && (size_t)n >= sizeof m.type && m.type == INIT_SPAWN) {
-                spawn_session(c, fd, script);
+                spawn_session(c, fd, script, m.status == 1);
                 return;
         }
         if (script >= 0)

@@ -34,6 +34,12 @@ included: it could announce its own end early and become the holder while it sti
 That only takes the cell out of its own cgroup's reach, into the sandbox's, whose limits and
 end still hold; it is the cell's own context it disturbs.
 
+Started with "javascript", it drives one node process instead (NODE_KERNEL below, run with
+`node -e`), which holds the context: cells go to it on a pipe, its events and output come
+back on three, and the worker relays them. Node cannot fork, so what makes a Python context
+kill-safe does not hold: when a cell does not end (killed, or its worker dead) the holder
+kills node and starts a fresh one, and the daemon says the context was reset.
+
 With IPython (Debian's python3-ipython) a cell has IPython's semantics: the last expression's
 value, display(), %magics, !shell, tracebacks as IPython formats them, rich results through
 its formatters (matplotlib figures as PNG through matplotlib-inline, DataFrames as HTML).
@@ -64,10 +70,107 @@ MAX_MSG = 1 << 24
 MSG_CMSG_CLOEXEC = 0x40000000
 PR_SET_DUMPABLE = 4
 
+NODE_KERNEL = r'''
+"use strict";
+const fs = require("fs"), util = require("util"), vm = require("vm");
+const EVENTS = 3, CELLS = 4;
+let count = 0, pending = "";
+// import() in a cell: what this process's own import() finds (from its cwd).
+const opts = { filename: "cell", importModuleDynamically: (spec) => import(spec) };
+const emit = (e) => fs.writeSync(EVENTS, JSON.stringify(e) + "\n");
+// Top-level await, import and declarations that outlive the cell: an async body runs as a
+// function, so its declarations become assignments to globals (sloppy mode) and imports
+// become dynamic ones.
+function asyncBody(code) {
+  const lines = code.split("\n").map((l) => {
+    let m = l.match(/^import\s+\*\s+as\s+([\w$]+)\s+from\s+(['"][^'"]+['"]);?\s*$/);
+    if (m) return `${m[1]} = await import(${m[2]});`;
+    m = l.match(/^import\s+(\{[^}]*\})\s+from\s+(['"][^'"]+['"]);?\s*$/);
+    if (m) return `(${m[1].replace(/\s+as\s+/g, ": ")} = await import(${m[2]}));`;
+    m = l.match(/^import\s+([\w$]+)\s+from\s+(['"][^'"]+['"]);?\s*$/);
+    if (m) return `${m[1]} = ((m) => m.default ?? m)(await import(${m[2]}));`;
+    m = l.match(/^(?:const|let|var)\s+([{[].*?[}\]])\s*=\s*(.*?);?\s*$/);
+    if (m) return `(${m[1]} = ${m[2]});`;
+    return l.replace(/^(?:const|let|var)\s+([\w$]+)\s*=/, "$1 =");
+  });
+  let i = lines.length - 1;
+  while (i >= 0 && !lines[i].trim()) i--;
+  if (i >= 0) {
+    // The last statement of the last line is the cell's value, as in the REPL.
+    const last = lines[i].replace(/;\s*$/, ""), cut = last.lastIndexOf(";");
+    const head = cut >= 0 ? last.slice(0, cut + 1) + " " : "", expr = last.slice(cut + 1);
+    if (expr.trim() && !/^\s*(const|let|var|if|for|while|do|switch|try|function|class|return|throw|import|export|\}|\/\/)/.test(expr) &&
+        !/[{,]\s*$/.test(expr))
+      lines[i] = head + "return (" + expr + ");";
+  }
+  return "(async () => {\n" + lines.join("\n") + "\n})()";
+}
+async function run(cell) {
+  if (!cell.code.trim() && cell.persist) {
+    if (cell.cwd) process.chdir(cell.cwd);
+    Object.assign(process.env, cell.env || {});
+    emit({ type: "end", executionCount: null });
+    return;
+  }
+  count++;
+  const oldEnv = {}, oldCwd = process.cwd();
+  for (const [k, v] of Object.entries(cell.env || {})) {
+    oldEnv[k] = process.env[k];
+    process.env[k] = v;
+  }
+  let value, ok = true;
+  try {
+    if (cell.cwd) process.chdir(cell.cwd);
+    let script;
+    const needsAsync = /^\s*import\s/m.test(cell.code) || /\bawait\b/.test(cell.code);
+    if (needsAsync) {
+      try { script = new vm.Script(cell.code, opts); } catch (e) { script = null; }
+      if (!script) script = new vm.Script(asyncBody(cell.code), opts);
+    } else {
+      script = new vm.Script(cell.code, opts);
+    }
+    value = script.runInThisContext();
+    if (value && typeof value.then === "function" && needsAsync) value = await value;
+  } catch (e) {
+    ok = false;
+    const err = e instanceof Error ? e : new Error(String(e));
+    emit({ type: "error", name: err.name || "Error", value: err.message || String(e), traceback: err.stack || String(e) });
+  }
+  if (ok && value !== undefined)
+    emit({ type: "result", data: { "text/plain": util.inspect(value, { colors: false, depth: 4 }) } });
+  if (!cell.persist) {
+    for (const [k, v] of Object.entries(oldEnv)) {
+      if (process.env[k] !== cell.env[k]) continue;
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    if (cell.cwd && process.cwd() === cell.cwd) process.chdir(oldCwd);
+  }
+  emit({ type: "end", executionCount: count });
+}
+let queue = Promise.resolve();
+// The cells' pipe ends when no holder or worker of the context is left: so does this process.
+new (require("net").Socket)({ fd: CELLS, readable: true, writable: false }).on("end", () => process.exit(0)).on("data", (chunk) => {
+  pending += chunk.toString("utf8");
+  let nl;
+  while ((nl = pending.indexOf("\n")) >= 0) {
+    const line = pending.slice(0, nl);
+    pending = pending.slice(nl + 1);
+    let cell;
+    try { cell = JSON.parse(line); } catch { continue; }
+    queue = queue.then(() => run(cell));
+  }
+});
+process.on("uncaughtException", (e) => process.stderr.write(String(e && e.stack || e) + "\n"));
+process.on("unhandledRejection", (e) => process.stderr.write("unhandled rejection: " + String(e && e.stack || e) + "\n"));
+'''
+
 libc = ctypes.CDLL(None, use_errno=True)
 sock = None
 events_fd = -1
 shell = None  # the IPython shell, or None for plain Python
+js_mode = False
+node = None   # JavaScript: {"pidfd", "cells", "events", "out", "err"} of the node holding the context
 plain_ns = {"__name__": "__main__", "__builtins__": builtins}
 plain_count = 1
 
@@ -263,6 +366,134 @@ def run_cell(code):
         return False, count
 
 
+# ---------------------------------------------------------------- JavaScript: node holds the context
+
+def start_node():
+    """A fresh node running NODE_KERNEL: cells on its fd 4, events from its fd 3, its stdout and
+    stderr from fds 1 and 2. It starts with this process's cwd and env (the context's)."""
+    global node
+    cells_r, cells_w = os.pipe()
+    events_r, events_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # Out of the way first: a pipe's own number may be one of the targets.
+            import fcntl
+            moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (NULL_FD, out_w, err_w, events_w, cells_r)]
+            for target, fd in enumerate(moved):
+                os.dup2(fd, target, inheritable=True)
+            os.closerange(5, 4096)
+            # import() from a cell is vm's, experimental in Node 20: without its warning.
+            os.execv("/usr/bin/node", ["node", "--experimental-vm-modules", "--no-warnings", "-e", NODE_KERNEL])
+        finally:
+            os._exit(127)
+    for fd in (cells_r, events_w, out_w, err_w):
+        os.close(fd)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        pidfd = -1
+    node = {"pidfd": pidfd, "cells": cells_w, "events": events_r, "out": out_r, "err": err_r}
+
+
+def stop_node():
+    global node
+    if node is None:
+        return
+    if node["pidfd"] >= 0:
+        try:
+            signal.pidfd_send_signal(node["pidfd"], signal.SIGKILL)
+        except OSError:
+            pass
+    for fd in node.values():
+        if fd >= 0:
+            os.close(fd)
+    node = None
+
+
+def run_js(code, env, cwd, persist):
+    """Sends a cell to node and relays what comes back until its end. Returns (ok, count)."""
+    import codecs
+    import select
+    cell = {"code": code, "env": dict(e.partition("=")[::2] for e in env if "=" in e), "persist": bool(persist)}
+    if cwd:
+        cell["cwd"] = os.path.realpath(cwd)
+    data = (json.dumps(cell) + "\n").encode("utf-8", "surrogateescape")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(node["cells"], view):]
+    except OSError:
+        return js_reset("node was gone before the cell")
+    decoders = {"out": codecs.getincrementaldecoder("utf-8")("replace"),
+                "err": codecs.getincrementaldecoder("utf-8")("replace")}
+    names = {node["events"]: "events", node["out"]: "out", node["err"]: "err"}
+    buf, ok, count = b"", True, None
+
+    def relay(fd, block):
+        name = names[fd]
+        try:
+            chunk = os.read(fd, 65536) if block else os.read(fd, 65536)
+        except BlockingIOError:
+            return None
+        if chunk and name != "events":
+            text = decoders[name].decode(chunk)
+            if text:
+                emit({"type": "stdout" if name == "out" else "stderr", "text": text})
+        return chunk
+
+    while True:
+        ready, _, _ = select.select(list(names), [], [])
+        for fd in ready:
+            chunk = relay(fd, True)
+            if names[fd] != "events":
+                continue
+            if not chunk:
+                return js_reset("node exited during the cell")
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(ev, dict):
+                    continue
+                if ev.get("type") == "end":
+                    # What node printed before its end is in the pipes: relayed first.
+                    for other in (node["out"], node["err"]):
+                        os.set_blocking(other, False)
+                        while relay(other, False):
+                            pass
+                        os.set_blocking(other, True)
+                    c = ev.get("executionCount")
+                    return ok, c if isinstance(c, int) else None
+                if ev.get("type") == "error":
+                    ok = False
+                emit(ev)
+
+
+def js_reset(why):
+    """node is gone: a fresh one takes over, and the cell says so, with what node said last."""
+    said = b""
+    if node is not None:
+        try:
+            os.set_blocking(node["err"], False)
+            said = os.read(node["err"], 4096)
+        except OSError:
+            pass
+    if said.strip():
+        why += " (node said: %s)" % said.decode("utf-8", "replace").strip()[-1000:]
+    stop_node()
+    start_node()
+    emit({"type": "error", "name": "ContextReset",
+          "value": why + "; a fresh node took over: every variable of the JavaScript context is gone",
+          "traceback": ""})
+    return False, None
+
+
 # ---------------------------------------------------------------- the worker
 
 def warm_up():
@@ -373,7 +604,9 @@ def worker(held_threads):
                 ok = False
         saved = apply_env(env) if ok else []
         count = None
-        if ok and code.strip():
+        if js_mode and ok:
+            ok, count = run_js(code, env, cwd, flags & F_PERSIST_ENV)
+        elif ok and code.strip():
             ok, count = run_cell(code)
         if flags & F_PERSIST_ENV:
             saved = []
@@ -435,7 +668,7 @@ def other_threads():
 
 
 def main():
-    global sock, shell
+    global sock, shell, js_mode
     assert HDR.size == 40
     fd = int(sys.argv[1])
     os.dup2(fd, SOCK_FD, inheritable=False)
@@ -449,7 +682,11 @@ def main():
     os.close(nul)
     sock = socket.socket(fileno=SOCK_FD)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    shell = make_shell()
+    js_mode = sys.argv[2:3] == ["javascript"]
+    if js_mode:
+        start_node()
+    else:
+        shell = make_shell()
     send_hdr(WIRE_HELLO)
     while True:
         # The holder reaps its worker itself: nothing a cell did to SIGCHLD may stop that.
@@ -474,6 +711,11 @@ def main():
                 os._exit(1)
             if p == w:
                 break
+        if js_mode:
+            # The cell did not end: node may be running it still, or be gone. It cannot be
+            # trusted to hold the context as it was, so a fresh one does (the daemon says so).
+            stop_node()
+            start_node()
         try:
             send_hdr(WIRE_DIED, 0, ws)
         except OSError:

@@ -785,8 +785,8 @@ static void hook_lost(SbxSession *s, bool never_started) {
                 /* It cannot start at all (no bash in the root, exec refused). Answer what waits
                  * instead of retrying in a loop; the next run tries again. */
                 s->broken = true;
-                fail_all(s, 127, s->shell == SBX_SHELL_PYTHON
-                                         ? "sbx: the Python interpreter could not start (is /usr/bin/python3 installed on the host?)\n"
+                fail_all(s, 127, s->shell != SBX_SHELL_BASH
+                                         ? "sbx: the code interpreter could not start (is /usr/bin/python3 installed on the host?)\n"
                                          : "sbx: the session shell could not start (is /bin/bash usable in this root?)\n");
                 return;
         }

@@ -739,7 +739,7 @@ int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret) {
 }
 
 int sbx_session_new_shell(SbxSandbox *sb, const char *name, SbxShell shell, SbxSession **ret) {
-        if (!name || !name_valid(name, SBX_MAX_SESSION_NAME_BYTES) || shell != SBX_SHELL_PYTHON)
+        if (!name || !name_valid(name, SBX_MAX_SESSION_NAME_BYTES) || (shell != SBX_SHELL_PYTHON && shell != SBX_SHELL_JAVASCRIPT))
                 return -EINVAL;
         if (sbx_session_find_shell(sb, name, shell))
                 return -EEXIST;

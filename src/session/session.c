@@ -359,7 +359,8 @@ int session_start_shell(SbxSession *s) {
         int r = session_socketpair(sv);
         if (r < 0)
                 return r;
-        r = box_spawn_session(&s->core->box, sv[1], s->shell == SBX_SHELL_PYTHON ? s->core->pykernel_fd : -1);
+        r = box_spawn_session(&s->core->box, sv[1], s->shell != SBX_SHELL_BASH ? s->core->pykernel_fd : -1,
+                              s->shell == SBX_SHELL_JAVASCRIPT);
         close(sv[1]);
         if ((r == -EPIPE || r == -ECONNRESET) && !s->core->dying) {
                 /* pid 1 is gone, its setup failed: what it said and its end come from the

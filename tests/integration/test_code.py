@@ -292,3 +292,48 @@ def test_many_cells_queue_in_order(sb):
     for h in handles:
         assert h.wait(60).error is None
     assert sb.run_code("acc").text == str(list(range(10)))
+
+
+needs_node = pytest.mark.skipif(not os.path.exists("/usr/bin/node"), reason="no /usr/bin/node on the host")
+
+
+@needs_node
+def test_javascript_context(sb):
+    js = dict(language="javascript")
+    ex = sb.run_code("let x = 41; const o = {a: [1, {b: 2}]}\nx + 1", **js)
+    assert ex.error is None, ex.error
+    assert ex.text == "42" and ex.execution_count == 1
+    assert sb.run_code("o", **js).text == "{ a: [ 1, { b: 2 } ] }"
+    ex = sb.run_code("const y = await Promise.resolve(5)\nconsole.log('y is', y)\ny + x", **js)
+    assert ex.text == "46" and ex.logs.stdout == ["y is 5\n"]
+    assert sb.run_code("y", **js).text == "5"
+    ex = sb.run_code("import { join } from 'path'\nimport os from 'os'\n[join('a', 'b'), os.platform()]", **js)
+    assert ex.text == "[ 'a/b', 'linux' ]", ex.error
+    ex = sb.run_code("require('child_process').execSync('echo from child', {stdio: 'inherit'}); undefined", **js)
+    assert ex.logs.stdout == ["from child\n"] and ex.results == []
+    ex = sb.run_code("function f() { throw new RangeError('too far') }\nf()", **js)
+    assert ex.error.name == "RangeError" and ex.error.value == "too far" and "at f" in ex.error.traceback
+    assert sb.run_code("typeof f", **js).text == "'function'"
+    assert sb.run_code("process.env.ONLY", envs={"ONLY": "this cell"}, **js).text == "'this cell'"
+    assert sb.run_code("process.env.ONLY", **js).results == []
+
+
+@needs_node
+def test_javascript_killed_cell_resets_honestly(sb):
+    js = dict(language="javascript")
+    sb.run_code("var kept = 1", **js)
+    ex = sb.run_code("while (true) {}", timeout=0.5, **js)
+    assert ex.error.name == "ContextReset" and ex.context_reset and ex.error_class == "TIMEOUT"
+    assert "Node cannot keep a context" in ex.error.value
+    assert sb.run_code("typeof kept", **js).text == "'undefined'"
+    sb.run_code("var again = 2", **js)
+    ex = sb.run_code("process.exit(3)", **js)
+    assert ex.error.name == "ContextReset" and ex.context_reset
+    assert sb.run_code("typeof again", **js).text == "'undefined'"
+    ctx = sb.create_code_context(language="js", cwd="/tmp", envs={"WHO": "js"})
+    assert ctx.language == "javascript"
+    assert sb.run_code("[process.cwd(), process.env.WHO]", context=ctx).text == "[ '/tmp', 'js' ]"
+    # Its reset keeps what the context was made with.
+    sb.run_code("while (true) {}", context=ctx, timeout=0.5)
+    assert sb.run_code("[process.cwd(), process.env.WHO]", context=ctx).text == "[ '/tmp', 'js' ]"
+    sb.remove_code_context(ctx)
