@@ -337,3 +337,37 @@ def test_javascript_killed_cell_resets_honestly(sb):
     sb.run_code("while (true) {}", context=ctx, timeout=0.5)
     assert sb.run_code("[process.cwd(), process.env.WHO]", context=ctx).text == "[ '/tmp', 'js' ]"
     sb.remove_code_context(ctx)
+
+
+def test_asyncio_run_code_and_task_cancel():
+    """AsyncSandbox: the same cells awaited; cancelling the task that awaits a cell cancels it
+    in the daemon, and the context is as it was before it."""
+    import asyncio
+    from sbx import AsyncSandbox
+
+    async def main():
+        async with await AsyncSandbox.create(binary=SBX_BIN) as sb:
+            seen = []
+
+            async def out(text):
+                await asyncio.sleep(0)
+                seen.append(text)
+
+            ex = await sb.run_code("total = 10\nprint('set')\ntotal", on_stdout=out)
+            assert ex.text == "10" and seen == ["set\n"]
+            task = asyncio.ensure_future(sb.run_code("total += 1\nimport time\ntime.sleep(60)"))
+            await asyncio.sleep(0.5)
+            task.cancel()
+            t0 = time.monotonic()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - t0 < 10
+            assert (await sb.run_code("total")).text == "10"
+            ctx = await sb.create_code_context(cwd="/tmp")
+            assert (await sb.run_code("import os; os.getcwd()", context=ctx)).text == "'/tmp'"
+            assert ctx.id in [c.id for c in await sb.list_code_contexts()]
+            await sb.restart_code_context(ctx)
+            await sb.remove_code_context(ctx)
+            assert ctx.id not in [c.id for c in await sb.list_code_contexts()]
+
+    asyncio.run(main())

@@ -22,6 +22,7 @@ from .processes import OutputChunk, ProcessHandle, ProcessInfo, ProcessResult, P
 from .files import EntryInfo, Files, FilesystemEvent, FilesystemEventType, WatchHandle
 from .sandbox import Env, Sandbox, Sandboxes, Sessions
 from .code import CodeContext, CodeHandle, Execution, ExecutionError, Logs, Result
+from .async_code import AsyncCodeHandle
 from .async_commands import AsyncCommandHandle, AsyncCommands, AsyncSession
 from .async_processes import AsyncProcessHandle, AsyncPty, AsyncTerminalHandle
 from .async_files import AsyncFiles, AsyncWatchHandle
@@ -37,6 +38,7 @@ __all__ = [
     "Logs",
     "CodeContext",
     "CodeHandle",
+    "AsyncCodeHandle",
     "AsyncSandbox",
     "SbxError",
     "ProcessEndedError",

@@ -21,7 +21,11 @@ from types import TracebackType
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Type, Union
 
 from . import _ops as ops
+from . import async_code as _acode
+from . import code as _code
 from ._async_client import AsyncClient
+from .async_code import AsyncCodeHandle
+from .code import CodeContext, Execution, ExecutionError, Result
 from ._callbacks import Deliverer  # noqa: F401 - for importers that found it here
 from ._protocol import SbxError
 from ._results import EntryInfo, FilesystemEvent  # noqa: F401 - for importers that found them here
@@ -125,6 +129,51 @@ class AsyncSandbox:
         """More sandboxes on this connection: ``create``, ``list``, ``get``."""
         self.pty: AsyncPty = AsyncPty(client, sandbox_id)
         """Interactive terminals: ``create``."""
+
+    # ------------------------------------------------------------ code
+
+    async def run_code(self, code: str, *, language: Optional[str] = None,
+                       context: Union[CodeContext, str, None] = None, timeout: Optional[float] = None,
+                       envs: Optional[Mapping[str, str]] = None,
+                       on_stdout: Optional[Callable[[str], Any]] = None, on_stderr: Optional[Callable[[str], Any]] = None,
+                       on_result: Optional[Callable[[Result], Any]] = None,
+                       on_error: Optional[Callable[[ExecutionError], Any]] = None) -> Execution:
+        """As :meth:`sbx.Sandbox.run_code`, awaited; cancelling the awaiting task cancels the cell."""
+        handle = await self.start_code(code, language=language, context=context, timeout=timeout, envs=envs,
+                                       on_stdout=on_stdout, on_stderr=on_stderr, on_result=on_result,
+                                       on_error=on_error)
+        return await _acode.run(handle)
+
+    async def start_code(self, code: str, *, language: Optional[str] = None,
+                         context: Union[CodeContext, str, None] = None, timeout: Optional[float] = None,
+                         envs: Optional[Mapping[str, str]] = None,
+                         on_stdout: Optional[Callable[[str], Any]] = None,
+                         on_stderr: Optional[Callable[[str], Any]] = None,
+                         on_result: Optional[Callable[[Result], Any]] = None,
+                         on_error: Optional[Callable[[ExecutionError], Any]] = None) -> AsyncCodeHandle:
+        """Sends a cell; returns its :class:`~sbx.async_code.AsyncCodeHandle` at once."""
+        params = _code.run_params(self._sandbox_id, code, context=context, language=language, timeout=timeout,
+                                  envs=envs)
+        handle = AsyncCodeHandle(self._client, params, on_stdout, on_stderr, on_result, on_error)
+        await self._client.drain()
+        return handle
+
+    async def create_code_context(self, *, language: str = "python", cwd: Optional[str] = None,
+                                  envs: Optional[Mapping[str, str]] = None) -> CodeContext:
+        return CodeContext.from_wire(await self._client.request(
+            "context.create", _code.context_params(self._sandbox_id, language=language, cwd=cwd, envs=envs)))
+
+    async def list_code_contexts(self) -> List[CodeContext]:
+        res = await self._client.request("context.list", {"sandboxId": self._sandbox_id})
+        return [CodeContext.from_wire(c) for c in res.get("contexts", [])]
+
+    async def restart_code_context(self, context: Union[CodeContext, str]) -> CodeContext:
+        return CodeContext.from_wire(await self._client.request(
+            "context.restart", {"sandboxId": self._sandbox_id, "contextId": _code.context_id(context)}))
+
+    async def remove_code_context(self, context: Union[CodeContext, str]) -> None:
+        await self._client.request("context.destroy",
+                                   {"sandboxId": self._sandbox_id, "contextId": _code.context_id(context)})
 
     @property
     def sandbox_id(self) -> str:
