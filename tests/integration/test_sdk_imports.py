@@ -26,10 +26,11 @@ TWINS = {
     "commands": "async_commands",
     "files": "async_files",
     "sandbox": "async_sandbox",
+    "code": "async_code",
 }
 
 #: Private helpers both sides build on; they import no module of TWINS.
-SHARED = {"_protocol", "_results", "_ops", "_callbacks"}
+SHARED = {"_protocol", "_results", "_ops", "_callbacks", "_code"}
 
 
 class Edge(NamedTuple):

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional
 from ._async_client import AsyncClient, AsyncPendingCall
 from ._callbacks import Deliverer, wait_within
 from ._protocol import INTERNAL_ERROR, SbxError, as_object
-from .code import Execution, ExecutionError, Result
+from ._code import Execution, ExecutionError, Result
 
 __all__ = ["AsyncCodeHandle"]
 

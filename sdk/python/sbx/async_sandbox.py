@@ -21,11 +21,11 @@ from types import TracebackType
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Type, Union
 
 from . import _ops as ops
+from . import _code
 from . import async_code as _acode
-from . import code as _code
 from ._async_client import AsyncClient
+from ._code import CodeContext, Execution, ExecutionError, Result
 from .async_code import AsyncCodeHandle
-from .code import CodeContext, Execution, ExecutionError, Result
 from ._callbacks import Deliverer  # noqa: F401 - for importers that found it here
 from ._protocol import SbxError
 from ._results import EntryInfo, FilesystemEvent  # noqa: F401 - for importers that found them here
