@@ -57,6 +57,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 
 # base/wire.h, WireHdr: type, seq, status, cwd_len, env_len, cmd_len, flags, nonce (native
@@ -69,6 +70,7 @@ SOCK_FD, NULL_FD, EVENTS_FD = 1001, 1002, 1003
 MAX_MSG = 1 << 24
 MSG_CMSG_CLOEXEC = 0x40000000
 PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG = 1
 
 NODE_KERNEL = r'''
 "use strict";
@@ -381,6 +383,7 @@ def start_node():
         try:
             # Out of the way first: a pipe's own number may be one of the targets.
             import fcntl
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
             moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (NULL_FD, out_w, err_w, events_w, cells_r)]
             for target, fd in enumerate(moved):
                 os.dup2(fd, target, inheritable=True)
@@ -556,12 +559,21 @@ def restore_env(saved):
 
 def worker(held_threads):
     """Takes one cell, runs it, reports. Returns when this process is to become the holder."""
-    global events_fd
+    global events_fd, started_w
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     # When the sandbox runs out of memory the OOM killer must take a cell, not the holder.
     set_oom_score_adj("500")
     warm_up()
     h, msg, fds = recv_run()
+    # With a cell, this process must outlive its holder (it becomes the holder when the
+    # cell ends); the holder learns the cell began (its spare's clock starts).
+    libc.prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
+    try:
+        os.write(started_w, b"1")
+        os.close(started_w)
+    except OSError:
+        pass
+    started_w = -1
     _, seq, _, cwd_len, env_len, cmd_len, flags, nonce = h
     off = HDR.size
     cwd = msg[off:off + cwd_len].decode("utf-8", "surrogateescape")
@@ -668,7 +680,7 @@ def other_threads():
 
 
 def main():
-    global sock, shell, js_mode
+    global sock, shell, js_mode, wake_r, wake_w
     assert HDR.size == 40
     fd = int(sys.argv[1])
     os.dup2(fd, SOCK_FD, inheritable=False)
@@ -687,39 +699,137 @@ def main():
         start_node()
     else:
         shell = make_shell()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
     send_hdr(WIRE_HELLO)
     while True:
-        # The holder reaps its worker itself: nothing a cell did to SIGCHLD may stop that.
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        held = other_threads()
         try:
-            w = os.fork()
+            hold()
+        except BecameHolder:
+            pass  # a worker (or a spare) whose cell ended: this process is the holder now
+
+
+class BecameHolder(Exception):
+    """Unwinds a worker whose cell ended to the holder's loop: it is the holder now."""
+
+
+# A cell that has run this long gets a spare worker (see hold()).
+SPARE_AFTER = 0.01
+# The holder's wake-up: SIGCHLD writes to it (signal.set_wakeup_fd), so that one select()
+# waits for the worker's word, its end and the spare's time at once.
+wake_r = wake_w = -1
+# The write end of the current holder's "a cell started" pipe: a worker writes one byte
+# there once it has its cell.
+started_w = -1
+
+
+def spawn(held, retry=True):
+    """Forks a worker (a spare when retry is False: None if it cannot be made now). In the
+    child: the worker's life, then BecameHolder once its cell ended."""
+    while True:
+        try:
+            pid = os.fork()
         except OSError:
-            import time
+            if not retry:
+                return None
             time.sleep(0.02)  # most likely the pids limit, with a fork bomb still dying
             continue
-        if w == 0:
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            # Idle, a worker goes with its holder: it holds nothing the holder does not.
+            # Once it has a cell it must outlive it (it becomes the holder): see worker().
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() == 1:
+                os._exit(0)
             worker(held)
             await_moved()
-            continue  # this process is now the holder
-        announce_worker(w)
-        # What the last cell left running are this process's children: reaped as they end.
-        while True:
-            try:
-                p, ws = os.waitpid(-1, 0)
-            except ChildProcessError:
-                os._exit(1)
-            if p == w:
-                break
-        if js_mode:
-            # The cell did not end: node may be running it still, or be gone. It cannot be
-            # trusted to hold the context as it was, so a fresh one does (the daemon says so).
-            stop_node()
-            start_node()
+            raise BecameHolder()
+        return pid
+
+
+def reap():
+    """The children that ended: {pid: wait status}. What the last cell left running are
+    this process's children too: reaped here as they end."""
+    ended = {}
+    while True:
         try:
-            send_hdr(WIRE_DIED, 0, ws)
-        except OSError:
-            os._exit(0)
+            pid, ws = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended
+        if pid == 0:
+            return ended
+        ended[pid] = ws
+
+
+def hold():
+    """The holder's turn: a worker forked and announced, waited for. A cell that runs past
+    SPARE_AFTER gets a spare, forked from this same state and announced too (the daemon
+    contains it while the cell runs): if the cell is killed or its process dies, the spare
+    takes the next cell at once; if it ends, the daemon kills the spare with this holder.
+    node (JavaScript) holds its own state, which a spare could not restore: none there.
+    Returns when the worker died with no spare to follow it."""
+    import select
+    global started_w
+    # The holder reaps its children itself: nothing a cell did to SIGCHLD may stop that.
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w)
+    held = other_threads()
+    started_r, started_w = os.pipe()
+    try:
+        w = spawn(held)
+        announce_worker(w)
+        spare, spared, began = None, js_mode, None
+        while True:
+            ended = reap()
+            if spare in ended:
+                spare = None
+            if w in ended:
+                if js_mode:
+                    # The cell did not end: node may be running it still, or be gone. It
+                    # cannot be trusted to hold the context as it was, so a fresh one does.
+                    stop_node()
+                    start_node()
+                try:
+                    send_hdr(WIRE_DIED, 0, ended[w])
+                except OSError:
+                    os._exit(0)
+                if spare is None:
+                    return
+                # Told again: the daemon took the spare already, or (had it refused it)
+                # takes it now.
+                w, spare, spared, began = spare, None, False, None
+                announce_worker(w)
+                continue
+            timeout = None
+            if not spared and began is not None:
+                timeout = began + SPARE_AFTER - time.monotonic()
+                if timeout <= 0:
+                    spared = True
+                    spare = spawn(held, retry=False)
+                    if spare is not None:
+                        announce_worker(spare)
+                    continue
+            ready, _, _ = select.select([started_r, wake_r], [], [], timeout)
+            if started_r in ready:
+                os.read(started_r, 64)
+                began = time.monotonic()
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+    finally:
+        # Also in a worker unwinding to become the holder (BecameHolder): the old holder's
+        # pipe is not its own any more.
+        for fd in (started_r, started_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        started_w = -1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@
  *   RUNNING --DIED--> WAIT_READY        (worker died on its own; holder forks a new one)
  *   RUNNING --timeout/cancel--> KILLING --DIED--> WAIT_READY
  *   RUNNING --DETACHED--> KILLING --DIED--> WAIT_READY   (a process of its own runs the command)
+ *   RUNNING, KILLING --DIED--> IDLE or CONTAINING        (a spare the holder forked while the
+ *                                                       command ran takes the worker's place)
  *
  * On SPAWNED (the holder's word, with a pidfd, on the worker it just forked) the next
  * command's cgroup is created and the worker moved into it before it has any command, so
@@ -60,6 +62,79 @@ static void forget_worker(SbxSession *s) {
 }
 
 static void contained(void *ud, int r);
+static void spare_contained(void *ud, int r);
+
+/* The spare goes: killed, its move cancelled, its cgroup retired (it ran nothing). */
+static void spare_drop(SbxSession *s) {
+        if (s->spare_move_id && !s->spare_promoted)
+                mover_cancel(s->core->mover, s->spare_move_id);
+        s->spare_move_id = 0;
+        pidfd_sigkill(s->spare_pidfd);
+        s->spare_pidfd = safe_close(s->spare_pidfd);
+        if (s->spare_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->spare_cg), s->spare_cg_name);
+        s->spare_pid = 0;
+        s->spare_ready = false;
+}
+
+/* The holder forked a spare while the command runs: contained now, off the way of anything. */
+static void on_spare(SbxSession *s, int fd, pid_t pid) {
+        SandboxCore *core = s->core;
+        s->spare_pidfd = fd;
+        s->spare_pid = pid;
+        snprintf(s->spare_cg_name, sizeof s->spare_cg_name, "c%llu", (unsigned long long)++core->next_cmd);
+        int dir = cgroup_child_create(&core->box.cg, s->spare_cg_name);
+        int dirs[2] = { dir, core->box.cg.v1_pids_cmds };
+        int64_t id = dir >= 0 ? mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, spare_contained, s) : dir;
+        if (id < 0) {
+                safe_close(dir);
+                (void)cgroup_child_remove(&core->box.cg, s->spare_cg_name);
+                spare_drop(s);
+                return;
+        }
+        s->spare_cg = dir;
+        s->spare_move_id = id;
+}
+
+static void spare_contained(void *ud, int r) {
+        SbxSession *s = ud;
+        if (s->spare_promoted) {
+                /* It took the place of a worker that died while it was being moved. */
+                s->spare_promoted = false;
+                contained(ud, r);
+                return;
+        }
+        s->spare_move_id = 0;
+        if (r < 0) {
+                spare_drop(s);
+                return;
+        }
+        s->spare_ready = true;
+}
+
+/* The worker of the command died: a live spare becomes the worker. Returns true if it did. */
+static bool spare_promote(SbxSession *s) {
+        if (s->spare_pidfd < 0 || pidfd_is_dead(s->spare_pidfd)) {
+                spare_drop(s);
+                return false;
+        }
+        s->worker_pidfd = TAKE_FD(s->spare_pidfd);
+        s->spawned_pid = s->spare_pid;
+        s->cg = TAKE_FD(s->spare_cg);
+        memcpy(s->cg_name, s->spare_cg_name, sizeof s->cg_name);
+        if (s->spare_ready) {
+                s->worker_pid = s->spawned_pid;
+                s->state = SS_IDLE;
+        } else {
+                s->move_id = s->spare_move_id;
+                s->spare_promoted = true;
+                s->state = SS_CONTAINING;
+        }
+        s->spare_pid = 0;
+        s->spare_move_id = 0;
+        s->spare_ready = false;
+        return true;
+}
 
 /* The worker the holder announced is contained, then idle. No message of the worker itself
  * is waited for: anything inside the sandbox can write to the session socket, and a flood
@@ -69,7 +144,21 @@ static void contained(void *ud, int r);
 static void on_spawned(SbxSession *s, int fd) {
         SandboxCore *core = s->core;
         pid_t pid = pidfd_pid(fd);
+        if (pid && pid == s->spawned_pid && s->state != SS_WAIT_READY) {
+                /* The worker told again (a spare that took its place, announced once more by
+                 * the holder): it is the worker already. */
+                close(fd);
+                return;
+        }
+        if (s->state == SS_RUNNING && pid && s->spare_pidfd < 0 && !s->spare_promoted) {
+                on_spare(s, fd, pid);
+                return;
+        }
         if (s->state != SS_WAIT_READY || !pid) {
+                /* A worker nobody will send a command to must not wait on the socket for one
+                 * (a spare announced too late); the worker itself, told again, stays. */
+                if (pid && pid != s->spawned_pid)
+                        pidfd_sigkill(fd);
                 close(fd);
                 return;
         }
@@ -126,6 +215,7 @@ static void left(void *ud, int r);
  * the move. Otherwise it is told after, when what remains in the cgroup is the leftovers. */
 static void on_done(SbxSession *s, pid_t pid, int status) {
         SandboxCore *core = s->core;
+        spare_drop(s); /* its state is from before the command: gone with the old holder */
         bool clean = s->run_cg >= 0 && cgroup_only_pid(s->run_cg, pid) == 1;
         s->run_cg = -1;
         int old = TAKE_FD(s->holder_pidfd);
@@ -193,14 +283,18 @@ static void on_died(SbxSession *s, int wstatus) {
         if (was == SS_CONTAINING) {
                 mover_cancel(s->core->mover, s->move_id);
                 s->move_id = 0;
+                s->spare_promoted = false;
         }
         if ((was == SS_IDLE || was == SS_CONTAINING) && s->cg >= 0) {
                 /* The idle worker died (killed from inside the sandbox): drop its cgroup. */
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
                 return;
         }
+        bool promoted = (was == SS_RUNNING || was == SS_KILLING) && spare_promote(s);
         if (was == SS_RUNNING)
                 s->hooks->died(s, wstatus);
+        if (promoted && s->state == SS_IDLE)
+                s->hooks->idle(s);
 }
 
 void session_lose(SbxSession *s) {
@@ -322,6 +416,8 @@ void session_close_shell(SbxSession *s) {
         forget_worker(s);
         mover_cancel(s->core->mover, s->move_id);
         s->move_id = 0;
+        s->spare_promoted = false;
+        spare_drop(s);
         if (s->cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
         if (s->leaving_cg >= 0)
@@ -380,6 +476,7 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->core = core;
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
+        s->spare_pidfd = s->spare_cg = -1;
 }
 
 bool session_idle(const SbxSession *s) { return s->state == SS_IDLE; }

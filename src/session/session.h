@@ -30,7 +30,8 @@ typedef struct SessionHooks {
          * or -errno if the worker could not fork. The worker is dying; the holder forks the
          * next one. */
         void (*detached)(SbxSession *s, pid_t pid);
-        /* The worker of the sent command died on its own (wait status). */
+        /* The worker of the sent command died on its own (wait status). A spare may have
+         * taken its place already: the session is then idle (or containing) again. */
         void (*died)(SbxSession *s, int wstatus);
         /* The holder is gone: the state is lost and no shell is left. never_started: it died
          * before saying hello (it cannot start at all). */
@@ -62,6 +63,19 @@ struct SbxSession {
         char leaving_name[24];
         int ended_status;   /* LEAVING: the exit code, for an end told once moved */
         bool ended_told;    /* LEAVING: the owner has heard of the end */
+        /* A spare worker: a holder may fork one more while a command runs (the Python
+         * kernel does, once a cell has run 10 ms). It has the state from before the command,
+         * is contained in a cgroup of its own while the command runs, and takes the next
+         * command at once if this one is killed or dies, so that the slow first cgroup move
+         * after a kill is never on the way of the next command; it is killed when the
+         * command ends normally. */
+        int spare_pidfd;
+        pid_t spare_pid;
+        int spare_cg;
+        char spare_cg_name[24];
+        int64_t spare_move_id;
+        bool spare_ready;    /* moved into spare_cg */
+        bool spare_promoted; /* now the worker, its move still on (CONTAINING) */
         uint32_t sent_seq;  /* the RUN being run: its DONE must echo both */
         uint64_t sent_nonce;
         /* run.c: the queue (the running run first, in `current`) */

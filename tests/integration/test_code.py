@@ -371,3 +371,23 @@ def test_asyncio_run_code_and_task_cancel():
             assert ctx.id not in [c.id for c in await sb.list_code_contexts()]
 
     asyncio.run(main())
+
+
+def test_spares_come_and_go_without_a_trace(sb):
+    """A cell that runs past 10 ms gets a spare worker (the holder's fork, contained while the
+    cell runs): it takes the next cell when the cell is killed, and is killed itself when the
+    cell ends. Ten of each: every ended cell counted once, every killed one not at all, and
+    once idle the context is its holder and one worker, nothing left over."""
+    sb.run_code("n = 0")
+    for i in range(10):
+        ex = sb.run_code("import time; time.sleep(0.03); n += 1")
+        assert ex.error is None, (i, ex)
+        ex = sb.run_code("n += 100\nwhile True: pass", timeout=0.3)
+        assert ex.error.name == "TimeoutError" and not ex.context_reset, (i, ex)
+    assert sb.run_code("n").text == "10"
+    for _ in range(50):
+        out = sb.commands.run("ps -eo args | grep -c '^python3 -I /proc/self/fd/4 3 python'").stdout
+        if out == "2\n":
+            break
+        time.sleep(0.1)
+    assert out == "2\n", sb.commands.run("ps -eo pid,ppid,stat,args").stdout
