@@ -425,8 +425,8 @@ static int context_add(Req *r, const char *id, Lang lang, const char *cwd, json_
         if (json_object_size(r->sb->contexts) >= SBX_MAX_CODE_CONTEXTS)
                 return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "the sandbox already holds %u code contexts; destroy one first",
                                 SBX_MAX_CODE_CONTEXTS);
-        json_t *ctx = json_pack("{s:s, s:s, s:O}", "language", lang_names[lang], "cwd", cwd ? cwd : "/home/user", "env",
-                                env ? env : json_object());
+        json_t *ctx = json_pack("{s:s, s:s, s:o}", "language", lang_names[lang], "cwd", cwd ? cwd : "/home/user", "env",
+                                env ? json_incref(env) : json_object());
         if (!ctx || json_object_set_new(r->sb->contexts, id, ctx) < 0)
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
         return 0;

@@ -557,13 +557,24 @@ def restore_env(saved):
                 os.environ[name] = old
 
 
-def worker(held_threads):
-    """Takes one cell, runs it, reports. Returns when this process is to become the holder."""
+def worker(held_threads, go=-1):
+    """Takes one cell, runs it, reports. Returns when this process is to become the holder.
+    A spare (go >= 0) first waits for its holder's go-ahead; its end means: not needed."""
     global events_fd, started_w
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     # When the sandbox runs out of memory the OOM killer must take a cell, not the holder.
     set_oom_score_adj("500")
     warm_up()
+    if go >= 0:
+        while True:
+            try:
+                ahead = os.read(go, 1)
+                break
+            except InterruptedError:
+                continue
+        if not ahead:
+            os._exit(0)
+        os.close(go)
     h, msg, fds = recv_run()
     # With a cell, this process must outlive its holder (it becomes the holder when the
     # cell ends); the holder learns the cell began (its spare's clock starts).
@@ -725,17 +736,27 @@ started_w = -1
 
 
 def spawn(held, retry=True):
-    """Forks a worker (a spare when retry is False: None if it cannot be made now). In the
-    child: the worker's life, then BecameHolder once its cell ended."""
+    """Forks a worker, or a spare when retry is False: (pid, go), go the write end of the
+    spare's go-ahead pipe (-1 for a worker); (None, -1) when a spare cannot be made now. In
+    the child: the worker's life, then BecameHolder once its cell ended.
+
+    A spare reads nothing of the session socket until its holder writes on go (the worker
+    it stands in for died): a second reader would take messages meant for the worker, the
+    MOVED that a worker whose cell ended waits for."""
+    go_r, go_w = os.pipe() if not retry else (-1, -1)
     while True:
         try:
             pid = os.fork()
         except OSError:
             if not retry:
-                return None
+                os.close(go_r)
+                os.close(go_w)
+                return None, -1
             time.sleep(0.02)  # most likely the pids limit, with a fork bomb still dying
             continue
         if pid == 0:
+            if go_w >= 0:
+                os.close(go_w)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             # Idle, a worker goes with its holder: it holds nothing the holder does not.
@@ -743,10 +764,21 @@ def spawn(held, retry=True):
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() == 1:
                 os._exit(0)
-            worker(held)
+            worker(held, go_r)
             await_moved()
             raise BecameHolder()
-        return pid
+        if go_r >= 0:
+            os.close(go_r)
+        return pid, go_w
+
+
+def close_fd(fd):
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return -1
 
 
 def reap():
@@ -777,14 +809,16 @@ def hold():
     signal.set_wakeup_fd(wake_w)
     held = other_threads()
     started_r, started_w = os.pipe()
+    spare_go = -1
     try:
-        w = spawn(held)
+        w, _ = spawn(held)
         announce_worker(w)
         spare, spared, began = None, js_mode, None
         while True:
             ended = reap()
             if spare in ended:
                 spare = None
+                spare_go = close_fd(spare_go)
             if w in ended:
                 if js_mode:
                     # The cell did not end: node may be running it still, or be gone. It
@@ -797,8 +831,13 @@ def hold():
                     os._exit(0)
                 if spare is None:
                     return
-                # Told again: the daemon took the spare already, or (had it refused it)
-                # takes it now.
+                # The spare goes ahead, and is told again: the daemon took it already, or (had
+                # it refused it) takes it now.
+                try:
+                    os.write(spare_go, b"1")
+                except OSError:
+                    pass
+                spare_go = close_fd(spare_go)
                 w, spare, spared, began = spare, None, False, None
                 announce_worker(w)
                 continue
@@ -807,7 +846,7 @@ def hold():
                 timeout = began + SPARE_AFTER - time.monotonic()
                 if timeout <= 0:
                     spared = True
-                    spare = spawn(held, retry=False)
+                    spare, spare_go = spawn(held, retry=False)
                     if spare is not None:
                         announce_worker(spare)
                     continue
@@ -822,8 +861,8 @@ def hold():
                     pass
     finally:
         # Also in a worker unwinding to become the holder (BecameHolder): the old holder's
-        # pipe is not its own any more.
-        for fd in (started_r, started_w):
+        # pipes are not its own any more.
+        for fd in (started_r, started_w, spare_go):
             if fd >= 0:
                 try:
                     os.close(fd)

@@ -80,6 +80,7 @@ static void spare_drop(SbxSession *s) {
 /* The holder forked a spare while the command runs: contained now, off the way of anything. */
 static void on_spare(SbxSession *s, int fd, pid_t pid) {
         SandboxCore *core = s->core;
+        log_debug("session %s: spare %d", s->name, (int)pid);
         s->spare_pidfd = fd;
         s->spare_pid = pid;
         snprintf(s->spare_cg_name, sizeof s->spare_cg_name, "c%llu", (unsigned long long)++core->next_cmd);
@@ -114,6 +115,8 @@ static void spare_contained(void *ud, int r) {
 
 /* The worker of the command died: a live spare becomes the worker. Returns true if it did. */
 static bool spare_promote(SbxSession *s) {
+        log_debug("session %s: worker died, spare %d %s", s->name, (int)s->spare_pid,
+                  s->spare_pidfd < 0 ? "none" : pidfd_is_dead(s->spare_pidfd) ? "dead" : s->spare_ready ? "ready" : "moving");
         if (s->spare_pidfd < 0 || pidfd_is_dead(s->spare_pidfd)) {
                 spare_drop(s);
                 return false;
@@ -157,6 +160,7 @@ static void on_spawned(SbxSession *s, int fd) {
         if (s->state != SS_WAIT_READY || !pid) {
                 /* A worker nobody will send a command to must not wait on the socket for one
                  * (a spare announced too late); the worker itself, told again, stays. */
+                log_debug("session %s: SPAWNED %d refused in state %d", s->name, (int)pid, (int)s->state);
                 if (pid && pid != s->spawned_pid)
                         pidfd_sigkill(fd);
                 close(fd);
@@ -353,6 +357,9 @@ static void on_message(SbxSession *s, const WireHdr *h, pid_t pid) {
                  * it comes from the worker and echoes the run's nonce. */
                 if (s->state == SS_RUNNING && pid == s->worker_pid && h->seq == s->sent_seq && h->nonce == s->sent_nonce)
                         on_done(s, pid, h->status);
+                else
+                        log_debug("session %s: DONE from %d refused: state %d worker %d seq %u/%u", s->name, (int)pid,
+                                  (int)s->state, (int)s->worker_pid, h->seq, s->sent_seq);
                 break;
         case WIRE_DIED:
                 if (pid == s->holder_pid)
