@@ -552,6 +552,10 @@
  * its answer keeps (below the RPC line limit, with room for the rest of the answer). */
 #define SBX_CODE_EVENT_LINE_BYTES (4U * 1024 * 1024)
 #define SBX_CODE_EVENTS_BYTES (6U * 1024 * 1024)
+/* Values (objects, arrays, members, elements) one event line may make when parsed: a
+ * DataFrame's HTML is one string, a plot's PNG another; a line of a million tiny values would
+ * take a hundred times its bytes in the daemon and its loop's time. */
+#define SBX_CODE_EVENT_VALUES 65536U
 /* A cell run through E2B's code interpreter (POST /execute): its SDK's own default; the SDK's
  * timeoutMs ends it sooner by ending the request. */
 #define SBX_E2B_CELL_TIMEOUT_MS (300U * 1000)

@@ -20,7 +20,9 @@
 enum {
         WIRE_HELLO = 1, /* holder -> daemon: a session shell started (sender = holder) */
         WIRE_READY = 2, /* unused: a worker is known by its holder's SPAWNED alone */
-        WIRE_RUN = 3,   /* daemon -> worker: payload cwd, env, command; fds stdin, stdout, stderr */
+        WIRE_RUN = 3,   /* daemon -> worker: payload cwd, env, command; fds stdin, stdout, stderr;
+                           `status` the pid (in the sandbox) of the worker it is for, 0 if
+                           unknown: a RUN read by another process is not its to run */
         WIRE_DONE = 4,  /* worker -> daemon: command ended, `status` is its exit code; the
                            worker is now the session's holder */
         WIRE_DIED = 5,  /* holder -> daemon: the worker died, `status` is its wait status */

@@ -257,6 +257,12 @@ void interp_request(E2bReq *q) {
                 return reply_text(q, 200, "OK");
         if (!strcmp(path, "/execute") && !strcmp(method, "POST"))
                 return execute(q);
+        /* E2B's SDK sends no token with these (its sandbox's address is the secret there): a
+         * client from elsewhere than loopback must show the sandbox's envdAccessToken, or
+         * anyone who learnt an id could list, restart or destroy another's contexts. */
+        const char *tok = http_header(q->r, "X-Access-Token");
+        if (!http_from_loopback(q->r) && (!tok || strcmp(tok, q->box->token) != 0))
+                return reply_text(q, 401, "X-Access-Token is not this sandbox's envdAccessToken (needed from beyond loopback)");
         if (!strncmp(path, "/contexts", 9))
                 return contexts(q, method, path + 9);
         reply_text(q, 404, "no such route of the code interpreter (/execute, /contexts, /health)");

@@ -135,9 +135,34 @@ static json_t *bundle_check(json_t *data) {
         return data;
 }
 
+/* Values a line would make: a bound on what parsing it costs (a tree of many small values takes
+ * a hundred times its bytes, and the loop's time). */
+static size_t line_values(const uint8_t *line, size_t len) {
+        size_t n = 0;
+        bool in_string = false;
+        for (size_t i = 0; i < len; i++) {
+                uint8_t ch = line[i];
+                if (in_string) {
+                        if (ch == '\\')
+                                i++;
+                        else if (ch == '"')
+                                in_string = false;
+                } else if (ch == '"') {
+                        in_string = true;
+                } else if (ch == '{' || ch == '[' || ch == ',' || ch == ':') {
+                        n++;
+                }
+        }
+        return n;
+}
+
 /* One line of the kernel's events. */
 static void cell_event(Cell *c, const uint8_t *line, size_t len) {
         json_error_t jerr;
+        if (line_values(line, len) > SBX_CODE_EVENT_VALUES) {
+                c->dropped += len;
+                return;
+        }
         json_t *ev = json_loadb((const char *)line, len, JSON_REJECT_DUPLICATES, &jerr);
         if (!json_is_object(ev)) {
                 json_decref(ev);
@@ -162,9 +187,11 @@ static void cell_event(Cell *c, const uint8_t *line, size_t len) {
                         if (json_is_object(md) && json_object_size(md) > 0)
                                 json_object_set(res, "metadata", md);
                         json_array_append(c->results, res);
-                        json_t *n = json_deep_copy(res);
-                        json_object_set_new(n, "type", json_string("result"));
-                        cell_notify(c, n);
+                        if (c->p->stream) {
+                                json_t *n = json_copy(res);
+                                json_object_set_new(n, "type", json_string("result"));
+                                cell_notify(c, n);
+                        }
                         json_decref(res);
                 }
         } else if (strcmp(type, "error") == 0) {
@@ -172,9 +199,11 @@ static void cell_event(Cell *c, const uint8_t *line, size_t len) {
                        *tb = json_object_get(ev, "traceback");
                 if (!c->error && json_is_string(name) && json_is_string(value) && json_is_string(tb)) {
                         c->error = json_pack("{s:O, s:O, s:O}", "name", name, "value", value, "traceback", tb);
-                        json_t *n = json_deep_copy(c->error);
-                        json_object_set_new(n, "type", json_string("error"));
-                        cell_notify(c, n);
+                        if (c->p->stream) {
+                                json_t *n = json_copy(c->error);
+                                json_object_set_new(n, "type", json_string("error"));
+                                cell_notify(c, n);
+                        }
                 }
         } else if (strcmp(type, "warning") == 0) {
                 json_t *t = json_object_get(ev, "text");
@@ -277,8 +306,14 @@ static json_t *cell_answer(Cell *c, const SbxResult *res) {
                 }
         bool reset = sbx_session_losses(c->s) != c->losses;
         json_t *err = c->error ? json_incref(c->error) : NULL;
-        if (c->lang != LANG_BASH && !c->ended && !err)
+        /* A kill is the daemon's word, whatever the kernel wrote before it (an `end` included:
+         * its lines come from inside the sandbox). */
+        bool killed = res->error_class == SBX_ERROR_TIMEOUT || res->error_class == SBX_ERROR_CANCELLED ||
+                      res->error_class == SBX_ERROR_PIDS_LIMIT;
+        if (c->lang != LANG_BASH && (killed || (!c->ended && !err))) {
+                json_decref(err);
                 err = cell_failure(c, res, reset);
+        }
         if (c->lang == LANG_JAVASCRIPT && err && !strcmp(json_string_value(json_object_get(err, "name")) ?: "", "ContextReset"))
                 reset = true;
         if (c->lang == LANG_BASH && !err && res->error_class != SBX_ERROR_NONE)
@@ -325,6 +360,9 @@ static void cell_done(void *ud, const SbxResult *res) {
                         if (res->exit_code == 0 && ctx) {
                                 conn_reply(p->conn, p->id, context_json(c->id, ctx));
                         } else {
+                                /* Not made after all: it is not listed, nor counted. */
+                                if (ssb && ssb->contexts)
+                                        json_object_del(ssb->contexts, c->id);
                                 RpcError e;
                                 char msg[512];
                                 snprintf(msg, sizeof msg, "%.*s", (int)MIN(res->stderr_len, 400u),
@@ -525,6 +563,16 @@ static int m_context_create(Req *r, json_t **ret, RpcError *e) {
         SbxSession *s;
         if (param_lang(r, &lang, e) < 0 || param_cwd_env(r, &cwd, &env, e) < 0 || handler_while_paused(r, e) < 0)
                 return -1;
+        if (cwd) {
+                /* Said now, rather than by an interpreter that started for nothing. */
+                SbxFileInfo fi;
+                int fr = sbx_file_stat(r->sb->sb, cwd, &fi);
+                bool dir = fr == 0 && (fi.type == SBX_FILE_DIR || fi.type == SBX_FILE_SYMLINK);
+                if (fr == 0)
+                        sbx_file_info_clear(&fi);
+                if (fr == -ENOENT || fr == -ENOTDIR || (fr == 0 && !dir))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "cwd %.200s is not a directory in the sandbox", cwd);
+        }
         if (new_context_id(id) < 0)
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "no random bytes for an id");
         if (context_add(r, id, lang, cwd, env, e) < 0)

@@ -530,7 +530,8 @@ def recv_run():
                 fds.extend(a)
         if len(msg) >= HDR.size and len(fds) == 3 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
             h = HDR.unpack_from(msg)
-            if h[0] == WIRE_RUN and HDR.size + h[3] + h[4] + h[5] == len(msg):
+            # Addressed to another worker (one that died before reading it): not this one's.
+            if h[0] == WIRE_RUN and HDR.size + h[3] + h[4] + h[5] == len(msg) and h[2] in (0, os.getpid()):
                 return h, msg, fds
         for fd in fds:
             os.close(fd)

@@ -446,6 +446,15 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         Loop *l = s->core->loop;
         if (r->finished || r->killed)
                 return;
+        if (r->sent && s->current == r && session_leaving(s)) {
+                /* The command ended already (its DONE came); only the new holder's move out of
+                 * its cgroup is left, after which its result is told. A kill now would take the
+                 * holder, or leave it waiting for MOVED for ever: what the command left running
+                 * is killed instead, once the holder is out. Its result stands. */
+                r->kill_leftovers = true;
+                loop_del(l, &r->timer_w);
+                return;
+        }
         r->killed = true;
         r->error_class = why;
         r->exit_code = why == SBX_ERROR_TIMEOUT ? SBX_EXIT_TIMEOUT : why == SBX_ERROR_CANCELLED ? SBX_EXIT_CANCELLED : 1;

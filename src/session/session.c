@@ -22,6 +22,7 @@
  * owner of the session's runs through SessionHooks. */
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
 #include <sys/socket.h>
@@ -56,6 +57,31 @@ static pid_t pidfd_pid(int fd) {
         return p && sscanf(p + 5, "%d", &pid) == 1 && pid > 0 ? (pid_t)pid : 0;
 }
 
+/* A field of /proc/<pid>/status ("PPid:", "NSpid:"): its last number, 0 if unknown. NSpid's
+ * last is the pid in the sandbox's own pid namespace. */
+static pid_t status_field(pid_t pid, const char *key) {
+        char path[64], text[2048];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
+        if (n <= 0)
+                return 0;
+        const char *p = strstr(text, key);
+        if (!p)
+                return 0;
+        p += strlen(key);
+        const char *end = strchr(p, '\n');
+        long v = 0;
+        for (const char *q = p; *q && q != end;) {
+                char *next;
+                long x = strtol(q, &next, 10);
+                if (next == q)
+                        break;
+                v = x;
+                q = next;
+        }
+        return v > 0 ? (pid_t)v : 0;
+}
+
 static void forget_worker(SbxSession *s) {
         s->worker_pidfd = safe_close(s->worker_pidfd);
         s->spawned_pid = 0;
@@ -80,6 +106,7 @@ static void spare_drop(SbxSession *s) {
 /* The holder forked a spare while the command runs: contained now, off the way of anything. */
 static void on_spare(SbxSession *s, int fd, pid_t pid) {
         SandboxCore *core = s->core;
+        s->spare_nspid = status_field(pid, "NSpid:");
         log_debug("session %s: spare %d", s->name, (int)pid);
         s->spare_pidfd = fd;
         s->spare_pid = pid;
@@ -123,6 +150,7 @@ static bool spare_promote(SbxSession *s) {
         }
         s->worker_pidfd = TAKE_FD(s->spare_pidfd);
         s->spawned_pid = s->spare_pid;
+        s->spawned_nspid = s->spare_nspid;
         s->cg = TAKE_FD(s->spare_cg);
         memcpy(s->cg_name, s->spare_cg_name, sizeof s->cg_name);
         if (s->spare_ready) {
@@ -147,7 +175,14 @@ static bool spare_promote(SbxSession *s) {
 static void on_spawned(SbxSession *s, int fd) {
         SandboxCore *core = s->core;
         pid_t pid = pidfd_pid(fd);
-        if (pid && pid == s->spawned_pid && s->state != SS_WAIT_READY) {
+        /* Only a live child of the holder: the holder's word names the process the daemon then
+         * moves, sends commands to, or kills, and code can run in the holder (a Python thread a
+         * cell started lives on in it). */
+        if (!pid || pidfd_is_dead(fd) || status_field(pid, "PPid:") != s->holder_pid || pid == core->box.init_pid) {
+                close(fd);
+                return;
+        }
+        if (pid == s->spawned_pid && s->state != SS_WAIT_READY) {
                 /* The worker told again (a spare that took its place, announced once more by
                  * the holder): it is the worker already. */
                 close(fd);
@@ -161,14 +196,14 @@ static void on_spawned(SbxSession *s, int fd) {
                 /* A worker nobody will send a command to must not wait on the socket for one
                  * (a spare announced too late); the worker itself, told again, stays. */
                 log_debug("session %s: SPAWNED %d refused in state %d", s->name, (int)pid, (int)s->state);
-                if (pid && pid != s->spawned_pid)
-                        pidfd_sigkill(fd);
+                pidfd_sigkill(fd);
                 close(fd);
                 return;
         }
         forget_worker(s);
         s->worker_pidfd = fd;
         s->spawned_pid = pid;
+        s->spawned_nspid = status_field(pid, "NSpid:");
         snprintf(s->cg_name, sizeof s->cg_name, "c%llu", (unsigned long long)++core->next_cmd);
         int dir = cgroup_child_create(&core->box.cg, s->cg_name);
         int dirs[2] = { dir, core->box.cg.v1_pids_cmds };
@@ -494,11 +529,17 @@ bool session_awaiting_worker(const SbxSession *s) {
 
 void session_mark_killing(SbxSession *s) { s->state = SS_KILLING; }
 
+bool session_leaving(const SbxSession *s) { return s->state == SS_LEAVING; }
+
 int session_send_run(SbxSession *s, const WireHdr *h, const struct iovec parts[3], const int fds[3],
                      int *ret_cg, char *ret_cg_name) {
         if (s->state != SS_IDLE)
                 return -EAGAIN;
-        struct iovec iov[4] = { { (void *)h, sizeof *h }, parts[0], parts[1], parts[2] };
+        /* Addressed to the worker (its pid in the sandbox): a RUN that no worker took (its
+         * worker died before reading it) must not run later in another. */
+        WireHdr addressed = *h;
+        addressed.status = (int32_t)s->spawned_nspid;
+        struct iovec iov[4] = { { &addressed, sizeof addressed }, parts[0], parts[1], parts[2] };
         union {
                 struct cmsghdr align;
                 char buf[CMSG_SPACE(sizeof(int) * WIRE_RUN_FDS)];

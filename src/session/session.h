@@ -54,6 +54,7 @@ struct SbxSession {
         int holder_pidfd;
         int worker_pidfd;   /* from the holder's SPAWNED: the only worker we trust */
         pid_t spawned_pid;  /* host pid of that worker */
+        pid_t spawned_nspid; /* its pid in the sandbox (0: unknown), a RUN's address */
         Watch holder_w;
         int cg;             /* cgroup of the next command, the idle worker inside */
         char cg_name[24];
@@ -70,7 +71,7 @@ struct SbxSession {
          * after a kill is never on the way of the next command; it is killed when the
          * command ends normally. */
         int spare_pidfd;
-        pid_t spare_pid;
+        pid_t spare_pid, spare_nspid;
         int spare_cg;
         char spare_cg_name[24];
         int64_t spare_move_id;
@@ -115,6 +116,9 @@ int session_send_run(SbxSession *s, const WireHdr *h, const struct iovec parts[3
                      int *ret_cg, char *ret_cg_name);
 /* The sent command is being killed: its worker's DONE no longer counts. */
 void session_mark_killing(SbxSession *s);
+/* The sent command ended (DONE) and its worker, the new holder, is being moved out of its
+ * cgroup: the result follows. */
+bool session_leaving(const SbxSession *s);
 /* From the ended hook of a clean end: the command's cgroup (dir fd, owned from now on, and
  * name), retired once the worker is out of it. */
 void session_keep_cgroup(SbxSession *s, int cg, const char *name);

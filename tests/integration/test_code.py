@@ -264,8 +264,12 @@ def test_bad_input_is_refused_clearly(sb):
             c.request("code.run", dict(params, sandboxId=sb.sandbox_id))
     with pytest.raises(SbxError, match="absolute"):
         sb.create_code_context(cwd="relative")
-    with pytest.raises(SbxError, match="could not start"):
+    with pytest.raises(SbxError, match="not a directory in the sandbox"):
         sb.create_code_context(cwd="/does/not/exist")
+    with pytest.raises(SbxError, match="not a directory in the sandbox"):
+        sb.create_code_context(cwd="/etc/passwd")
+    # Refused creates leave nothing: no context listed, none counted.
+    assert all(c.cwd != "/does/not/exist" for c in sb.list_code_contexts())
     # A cell over the command limit is refused; the context is fine after.
     ex = sb.run_code("x = 1\n" + "#" * (70 * 1024))
     assert ex.error_class == "LIMIT_EXCEEDED"
@@ -391,3 +395,49 @@ def test_spares_come_and_go_without_a_trace(sb):
             break
         time.sleep(0.1)
     assert out == "2\n", sb.commands.run("ps -eo pid,ppid,stat,args").stdout
+
+
+def test_what_a_cell_writes_on_the_events_pipe_is_bounded(sb):
+    """The kernel's event lines come from inside the sandbox: a line of a million tiny values
+    (a hundred times its bytes once parsed) is left out and counted, a forged `end` does not
+    hide a kill, and the daemon answers as before."""
+    ex = sb.run_code("import os\nos.write(1003, b'{\"type\":\"result\",\"data\":{\"application/json\":['"
+                     " + b'{},' * 400000 + b'{}]}}\\n')\n'after'")
+    assert ex.text == "'after'" and len(ex.results) == 1, ex.results[:1]
+    assert ex.dropped_bytes > 1200000, ex.dropped_bytes
+    ex = sb.run_code("import os, time\nos.write(1003, b'{\"type\":\"end\",\"executionCount\":7}\\n')\ntime.sleep(30)",
+                     timeout=0.5)
+    assert ex.error is not None and ex.error.name == "TimeoutError", ex.error
+    assert sb.run_code("1 + 1").text == "2"
+
+
+def test_a_timeout_at_the_end_of_a_cell_leaves_the_context_working(sb):
+    """A timeout that fires after the cell ended (its DONE came) but before its worker was
+    moved out of its cgroup must not wedge the session: the cell's result stands, what it left
+    running is killed, the next cell runs. Timeouts around the cell's own length, many times,
+    to land in that moment at least sometimes; the same for a bash session."""
+    sb.run_code("import subprocess, time\nk = 0")
+    for i in range(12):
+        sb.run_code("subprocess.Popen(['sleep', '30']); time.sleep(0.2); k += 1", timeout=0.2 + i * 0.002)
+        ex = sb.run_code("k", timeout=10)
+        assert ex.error is None and ex.text is not None, (i, ex)
+    for i in range(12):
+        sb.commands.run("sleep 30 & sleep 0.2", timeout=0.2 + i * 0.002)
+        assert sb.commands.run("echo alive", timeout=10).stdout == "alive\n", i
+
+
+def test_a_forged_spawned_cannot_make_the_daemon_kill_pid_1(sb):
+    """A thread a cell started lives on in the holder once that cell's worker becomes it, and
+    can write on the session socket as the holder: a SPAWNED naming pid 1 (or any process
+    that is not the holder's child) must be ignored, not killed or moved."""
+    sb.run_code("import array, os, socket, struct, threading, time\n"
+                "def forge():\n"
+                "    time.sleep(0.5)\n"
+                "    s = socket.socket(fileno=os.dup(1001))\n"
+                "    fd = os.pidfd_open(1)\n"
+                "    s.sendmsg([struct.pack('@IIiIIIIQ', 6, 0, 0, 0, 0, 0, 0, 0)],\n"
+                "              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [fd]))])\n"
+                "threading.Thread(target=forge, daemon=True).start()")
+    time.sleep(1.5)
+    assert sb.commands.run("echo sandbox alive").stdout == "sandbox alive\n"
+    assert sb.run_code("2 + 2").text == "4"

@@ -116,6 +116,7 @@ class Execution:
     warnings: List[str] = field(default_factory=list)
     context_reset: bool = False
     execution_time_ms: int = 0
+    dropped_bytes: int = 0
 
     @property
     def text(self) -> Optional[str]:
@@ -134,7 +135,8 @@ class Execution:
                    context_id=str(obj.get("contextId", "")), language=str(obj.get("language", "")),
                    exit_code=int(obj.get("exitCode", 0)), error_class=obj.get("errorClass"),
                    warnings=list(obj.get("warnings") or []), context_reset=bool(obj.get("contextReset")),
-                   execution_time_ms=int(obj.get("executionTimeMs", 0)))
+                   execution_time_ms=int(obj.get("executionTimeMs", 0)),
+                   dropped_bytes=int(obj.get("droppedBytes", 0)))
 
 
 @dataclass
