@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include "base/limits.h"
+#include "base/log.h"
 #include "base/macro.h"
 #include "base/text.h"
 #include "base/util.h"
@@ -36,6 +37,7 @@ typedef struct Cell {
         Lang lang;
         char id[SBX_MAX_SESSION_NAME_BYTES + 1]; /* its context */
         SbxSandbox *sb;     /* outlives its runs */
+        SrvSandbox *ssb;    /* so does the server's record of it (sbx_sandbox_free answers them first) */
         SbxSession *s;
         uint64_t losses;    /* the session's losses when the cell was queued */
         bool setup;         /* context.create/restart: the context's first run, answered as such */
@@ -347,6 +349,30 @@ static json_t *context_json(const char *id, json_t *ctx) {
                          json_object_get(ctx, "cwd"));
 }
 
+static int context_runs(Lang lang, json_t *ctx, SbxRunOptions *o, char **ret_cd, const char ***ret_env, RpcError *e);
+
+static void reapplied(void *ud, const SbxResult *res) {
+        if (res->exit_code != 0)
+                log_warn("a code context lost its interpreter and could not get its cwd and env back (exit %d)",
+                         res->exit_code);
+}
+
+/* A context whose interpreter died (the state was lost) gets its cwd and env again, as made,
+ * before the cells queued after this one. */
+static void context_reapply(Cell *c) {
+        json_t *ctx = c->ssb->contexts ? json_object_get(c->ssb->contexts, c->id) : NULL;
+        SbxRunOptions o = { 0 };
+        char *cd = NULL;
+        const char **envl = NULL;
+        RpcError e;
+        if (!ctx || context_runs(c->lang, ctx, &o, &cd, &envl, &e) < 0)
+                return;
+        (void)(c->lang != LANG_BASH ? sbx_session_run_code(c->s, &o, NULL, reapplied, NULL, NULL)
+                                    : sbx_session_run(c->s, &o, NULL, reapplied, NULL, NULL));
+        free(cd);
+        handler_env_free(envl);
+}
+
 static void cell_done(void *ud, const SbxResult *res) {
         Cell *c = ud;
         Pending *p = c->p;
@@ -384,6 +410,8 @@ static void cell_done(void *ud, const SbxResult *res) {
                         }
                 }
         }
+        if (!c->setup && sbx_session_losses(c->s) != c->losses)
+                context_reapply(c);
         p->proc = NULL;
         pending_free(p);
         cell_free(c);
@@ -400,6 +428,7 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
         c->lang = lang;
         snprintf(c->id, sizeof c->id, "%s", id);
         c->sb = r->sb->sb;
+        c->ssb = r->sb;
         c->s = s;
         c->losses = sbx_session_losses(s);
         c->setup = setup;
@@ -492,28 +521,40 @@ static char *shell_quote(const char *s) {
         return q;
 }
 
+/* The run that sets a context's cwd and env for good (its first, and again after its
+ * interpreter died): *ret_cd and *ret_env are the caller's to free. Returns 0 or -1 with e set. */
+static int context_runs(Lang lang, json_t *ctx, SbxRunOptions *o, char **ret_cd, const char ***ret_env, RpcError *e) {
+        const char *cwd = json_string_value(json_object_get(ctx, "cwd"));
+        *ret_cd = NULL;
+        if (handler_env_list(json_object_get(ctx, "env"), ret_env, e) < 0)
+                return -1;
+        *o = (SbxRunOptions){ .env = *ret_env, .persist_env = true, .command = "", .command_len = 0 };
+        if (lang != LANG_BASH) {
+                o->cwd = cwd;
+                return 0;
+        }
+        _cleanup_free_ char *q = shell_quote(cwd);
+        if (!q || asprintf(ret_cd, "cd -- %s", q) < 0) {
+                *ret_cd = NULL;
+                handler_env_free(*ret_env);
+                *ret_env = NULL;
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        }
+        o->command = *ret_cd;
+        o->command_len = strlen(*ret_cd);
+        return 0;
+}
+
 /* A context's first run: its interpreter starts with the context's cwd and env set for good;
  * answered with the context once it has. */
 static int context_setup(Req *r, const char *id, Lang lang, SbxSession *s, json_t *ctx, RpcError *e) {
-        const char *cwd = json_string_value(json_object_get(ctx, "cwd"));
+        SbxRunOptions o;
+        char *cd;
         const char **envl;
-        if (handler_env_list(json_object_get(ctx, "env"), &envl, e) < 0)
+        if (context_runs(lang, ctx, &o, &cd, &envl, e) < 0)
                 return -1;
-        _cleanup_free_ char *cd = NULL;
-        SbxRunOptions o = { .env = envl, .persist_env = true, .command = "", .command_len = 0 };
-        if (lang != LANG_BASH) {
-                o.cwd = cwd;
-        } else {
-                _cleanup_free_ char *q = shell_quote(cwd);
-                if (!q || asprintf(&cd, "cd -- %s", q) < 0) {
-                        cd = NULL;
-                        handler_env_free(envl);
-                        return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
-                }
-                o.command = cd;
-                o.command_len = strlen(cd);
-        }
         int rr = start_cell(r, lang, id, s, &o, false, true, e);
+        free(cd);
         handler_env_free(envl);
         return rr;
 }

@@ -441,3 +441,12 @@ def test_a_forged_spawned_cannot_make_the_daemon_kill_pid_1(sb):
     time.sleep(1.5)
     assert sb.commands.run("echo sandbox alive").stdout == "sandbox alive\n"
     assert sb.run_code("2 + 2").text == "4"
+
+
+def test_a_reset_context_keeps_the_cwd_and_env_it_was_made_with(sb):
+    ctx = sb.create_code_context(cwd="/tmp", envs={"MADE": "with"})
+    sb.run_code("v = 1", context=ctx)
+    ex = sb.run_code("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)", context=ctx)
+    assert ex.context_reset, ex
+    ex = sb.run_code("import os\n('v' in dir(), os.getcwd(), os.environ.get('MADE'))", context=ctx)
+    assert ex.text == "(False, '/tmp', 'with')", ex
