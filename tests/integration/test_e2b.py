@@ -76,7 +76,7 @@ class Daemon:
 def node_sdk():
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("node and npm are needed for E2B's SDK (npm e2b)")
-    if not (NODE_DIR / "node_modules" / "e2b" / "package.json").exists():
+    if not all((NODE_DIR / "node_modules" / pkg / "package.json").exists() for pkg in ("e2b", "@e2b/code-interpreter")):
         cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
         assert cp.returncode == 0, f"npm ci in {NODE_DIR} failed: {cp.stderr.decode()[-2000:]}"
