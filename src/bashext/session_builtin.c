@@ -31,9 +31,7 @@
 #include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
-#include <poll.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -58,14 +56,6 @@
 
 static sigset_t command_mask;
 static uint8_t *msg;
-/* The write end of the holder's "a command started" pipe: a worker writes one byte once it has
- * its command (the holder's clock for a spare starts then), and -1 after. */
-static int started_w = -1;
-/* A spare's go-ahead pipe (read end): it reads nothing of the session socket before a byte
- * comes (the worker it stands in for died); its end means it is not needed. -1 otherwise. */
-static int go_r = -1;
-/* A command that has run this long gets a spare worker (see holder_wait()). */
-#define SPARE_AFTER_MS 10
 
 static int send_hdr(uint32_t type, uint32_t seq, int32_t status, uint64_t nonce) {
         WireHdr h = { .type = type, .seq = seq, .status = status, .nonce = nonce };
@@ -699,24 +689,9 @@ static void worker(void) {
          * the soft limit: this process becomes the next holder, which takes the whole again
          * (a command could too, with `ulimit -Su`; the reserve is for what it forgets). */
         nproc_limit(true);
-        if (go_r >= 0) {
-                char b;
-                ssize_t k;
-                while ((k = read(go_r, &b, 1)) < 0 && errno == EINTR)
-                        ;
-                if (k != 1)
-                        _exit(0);
-                close(go_r);
-                go_r = -1;
-        }
         ssize_t n = recv_run(fds);
         if (n < 0)
                 _exit(0);
-        if (started_w >= 0) {
-                (void)!write(started_w, "1", 1);
-                close(started_w);
-                started_w = -1;
-        }
         WireHdr *h = (WireHdr *)msg;
         /* Kept off the message buffer, which the command could overwrite no more easily but
          * which a later RUN would reuse. */
@@ -791,109 +766,6 @@ static void announce_worker(pid_t w) {
         close(pfd);
 }
 
-/* The holder waits for its worker w (announced). A command that runs past SPARE_AFTER_MS gets a
- * spare: forked from this same state and announced too (the daemon contains it while the
- * command runs); if the command is killed or its worker dies, the spare is told to go ahead
- * and takes the next command at once, so the first cgroup move after a kill (an RCU grace
- * period in the kernel) is not on its way; if the command ends, the daemon kills the spare with
- * this holder. st_r/st_w: the "a command started" pipe. Returns 0 once the worker died with no
- * spare to follow it (DIED sent), 1 in a spare whose command ended (it is the holder now). */
-static int holder_wait(pid_t w, int st_r, int st_w) {
-        sigset_t chld;
-        sigemptyset(&chld);
-        sigaddset(&chld, SIGCHLD);
-        /* SIGCHLD stays blocked in the holder: read through a signalfd instead. */
-        int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-        pid_t spare = 0;
-        int spare_go = -1;
-        bool spared = false;
-        uint64_t began = 0;
-        for (;;) {
-                int ws, w_ws = 0;
-                bool w_ended = false;
-                for (pid_t p; (p = waitpid(-1, &ws, WNOHANG)) > 0;) {
-                        if (p == w) {
-                                w_ended = true;
-                                w_ws = ws;
-                        } else if (p == spare) {
-                                spare = 0;
-                                close(spare_go);
-                                spare_go = -1;
-                        }
-                }
-                if (w_ended) {
-                        if (send_hdr(WIRE_DIED, 0, w_ws, 0) < 0)
-                                _exit(0);
-                        if (!spare)
-                                break;
-                        /* The spare goes ahead, and is told again: the daemon took it already,
-                         * or (had it refused it) takes it now. */
-                        (void)!write(spare_go, "1", 1);
-                        close(spare_go);
-                        spare_go = -1;
-                        w = spare;
-                        spare = 0;
-                        spared = false;
-                        began = 0;
-                        announce_worker(w);
-                        continue;
-                }
-                int timeout = -1;
-                if (!spared && began) {
-                        uint64_t now = now_ms();
-                        timeout = began + SPARE_AFTER_MS > now ? (int)(began + SPARE_AFTER_MS - now) : 0;
-                        if (timeout == 0) {
-                                spared = true;
-                                int go[2];
-                                if (pipe2(go, O_CLOEXEC) < 0)
-                                        continue;
-                                pid_t sp = fork();
-                                if (sp == 0) {
-                                        close(go[1]);
-                                        close(st_r);
-                                        if (sfd >= 0)
-                                                close(sfd);
-                                        go_r = go[0];
-                                        started_w = st_w;
-                                        worker();
-                                        sigprocmask(SIG_BLOCK, &chld, NULL);
-                                        nproc_limit(false);
-                                        await_moved();
-                                        return 1;
-                                }
-                                close(go[0]);
-                                if (sp < 0) {
-                                        close(go[1]);
-                                        continue;
-                                }
-                                spare = sp;
-                                spare_go = go[1];
-                                announce_worker(spare);
-                                continue;
-                        }
-                }
-                struct pollfd pf[2] = { { .fd = st_r, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
-                int k = poll(pf, sfd >= 0 ? 2 : 1, sfd >= 0 ? timeout : (timeout < 0 || timeout > 50 ? 50 : timeout));
-                if (k < 0 && errno != EINTR)
-                        _exit(1);
-                if (k > 0 && (pf[0].revents & POLLIN)) {
-                        char b[16];
-                        (void)!read(st_r, b, sizeof b);
-                        began = now_ms();
-                }
-                if (k > 0 && sfd >= 0 && (pf[1].revents & POLLIN)) {
-                        struct signalfd_siginfo si;
-                        while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
-                                ;
-                }
-        }
-        if (spare_go >= 0)
-                close(spare_go);
-        if (sfd >= 0)
-                close(sfd);
-        return 0;
-}
-
 /* A shell started while pid 1 was still building the root (`sbx_session FD GO DIR`): it
  * says nothing and reads no command until pid 1 writes one byte on GO, the sign that its root
  * is the sandbox's; then it moves to DIR, where other shells start. The end of GO without a
@@ -957,22 +829,13 @@ static int sbx_session_builtin(WORD_LIST *list) {
         if (send_hdr(WIRE_HELLO, 0, 0, 0) < 0)
                 _exit(0);
         for (;;) {
-                int st[2];
-                if (pipe2(st, O_CLOEXEC) < 0) {
-                        usleep(20000);
-                        continue;
-                }
                 pid_t w = fork();
                 if (w < 0) {
                         /* Most likely the pids limit, with a fork bomb still dying. */
-                        close(st[0]);
-                        close(st[1]);
                         usleep(20000);
                         continue;
                 }
                 if (w == 0) {
-                        close(st[0]);
-                        started_w = st[1];
                         worker();
                         sigprocmask(SIG_BLOCK, &chld, NULL);
                         nproc_limit(false);
@@ -981,12 +844,14 @@ static int sbx_session_builtin(WORD_LIST *list) {
                 }
                 announce_worker(w);
                 /* This process ran the last command: what it left running in the background are
-                 * its children, reaped there as they end, or their zombies would keep pids of the
+                 * its children. Reaped here as they end, or their zombies would keep pids of the
                  * sandbox's limit (and show in ps) until the session ends. */
-                if (holder_wait(w, st[0], st[1]))
-                        continue; /* a spare whose command ended: the holder now (it closed both) */
-                close(st[0]);
-                close(st[1]);
+                int ws;
+                for (pid_t p; (p = waitpid(-1, &ws, 0)) != w;)
+                        if (p < 0 && errno != EINTR)
+                                _exit(1);
+                if (send_hdr(WIRE_DIED, 0, ws, 0) < 0)
+                        _exit(0);
         }
 }
 
