@@ -341,6 +341,9 @@ static void leftover_adopt(SbxRun *r) {
         }
 }
 
+static int pids_refusing(SbxRun *r);
+static void pids_limit_say(SbxRun *r);
+
 /* Ends a run: result to the caller, pipes and cgroup handed over or released. */
 static void run_finish(SbxRun *r) {
         SbxSession *s = r->s;
@@ -380,6 +383,14 @@ static void run_finish(SbxRun *r) {
                 bglog_retire_cgroup(&core->bg, TAKE_FD(r->cg), r->cg_name);
 
         run_redact_flush(r);
+        /* A command that failed after forks were refused at the limit, before the check's next
+         * look (bash gives up its fork retries when a child's SIGCHLD interrupts them): said
+         * as if the check had stopped it. */
+        if (r->exit_code != 0 && r->error_class == SBX_ERROR_NONE && !r->internal && r->pids_watched && r->sent &&
+            pids_refusing(r) > 0) {
+                pids_limit_say(r);
+                r->error_class = SBX_ERROR_PIDS_LIMIT;
+        }
         if (r->exit_code != 0 && r->error_class == SBX_ERROR_NONE && !r->internal)
                 r->error_class = failure_class(core);
         SbxResult res = {
@@ -486,7 +497,8 @@ static void run_arm(SbxRun *r) {
 
 /* A fork was refused at the commands' pids limit: bash would retry it until the timeout, and
  * what holds the limit is usually what earlier commands left running. Stopped now, saying so. */
-static void run_pids_limit(SbxRun *r) {
+/* Says in the run's stderr that the sandbox's process limit stopped it, and what holds it. */
+static void pids_limit_say(SbxRun *r) {
         char msg[320];
         unsigned left = bglog_count_processes(&r->s->core->bg) + rooms_count_alive(r->s->core);
         if (left)
@@ -504,6 +516,10 @@ static void run_pids_limit(SbxRun *r) {
         (void)buf_append(&r->err, msg, strlen(msg));
         if (r->on_output && r->err.len > before)
                 r->on_output(r->ud, SBX_STDERR, r->err.data + before, r->err.len - before);
+}
+
+static void run_pids_limit(SbxRun *r) {
+        pids_limit_say(r);
         run_kill(r, SBX_ERROR_PIDS_LIMIT);
 }
 
@@ -648,8 +664,10 @@ static int run_send(SbxSession *s, SbxRun *r) {
                 goto out;
         r->sent = true;
         r->pids_watched = !r->internal && (s->core->box.cg.cmds_pids || s->core->box.nproc_limit);
-        if (r->pids_watched)
+        if (r->pids_watched) {
+                (void)pids_refusing(r); /* the count as the command starts: its first look compares */
                 run_arm(r);
+        }
         rr = run_watch_io(r);
 out:
         safe_close(fds[1]);

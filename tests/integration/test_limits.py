@@ -110,6 +110,27 @@ def test_pids_limit(sbx):
     assert cp.elapsed < 10
 
 
+QUICK_QUITTER = """python3 -c "
+import os, signal, sys
+for i in range(100):
+    try:
+        if os.fork() == 0:
+            signal.pause()
+    except OSError:
+        sys.exit(3)
+"
+"""
+
+
+def test_a_command_that_fails_at_the_pids_limit_before_the_check_looks_is_told_so(sbx):
+    """A command whose fork was refused at the limit and that failed at once (before the
+    periodic check's next look: bash giving up its retries does that too) is said to have hit
+    the limit, with what holds it, not left as a bare exit 3."""
+    cp = sbx(QUICK_QUITTER, "echo next", opts=["--pids", "32", "--kill-leftovers", "-t", "20"], timeout=60)
+    assert "process limit (32) was reached" in err(cp), describe(cp)
+    assert out(cp).splitlines()[-1] == "next", describe(cp)
+
+
 def _find_one(base, pattern):
     hits = [os.path.join(base, d) for d in os.listdir(base) if re.fullmatch(pattern, d)] \
         if os.path.isdir(base) else []
