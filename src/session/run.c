@@ -385,9 +385,10 @@ static void run_finish(SbxRun *r) {
         run_redact_flush(r);
         /* A command that failed after forks were refused at the limit, before the check's next
          * look (bash gives up its fork retries when a child's SIGCHLD interrupts them): said
-         * as if the check had stopped it. */
-        if (r->exit_code != 0 && r->error_class == SBX_ERROR_NONE && !r->internal && r->pids_watched && r->sent &&
-            pids_refusing(r) > 0) {
+         * as if the check had stopped it. Not a code cell: it ended, its context kept what it
+         * did, and its own error (an OSError) says the rest. */
+        if (r->exit_code != 0 && r->error_class == SBX_ERROR_NONE && !r->internal && !r->events && r->pids_watched &&
+            r->sent && pids_refusing(r) > 0) {
                 pids_limit_say(r);
                 r->error_class = SBX_ERROR_PIDS_LIMIT;
         }
