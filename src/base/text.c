@@ -97,3 +97,22 @@ bool utf8_valid(const uint8_t *s, size_t len) {
         }
         return true;
 }
+
+size_t json_marks(const char *s, size_t n, const char *marks) {
+        size_t count = 0;
+        bool in_string = false;
+        for (size_t i = 0; i < n; i++) {
+                char ch = s[i];
+                if (in_string) {
+                        if (ch == '\\')
+                                i++;
+                        else if (ch == '"')
+                                in_string = false;
+                } else if (ch == '"') {
+                        in_string = true;
+                } else if (ch && strchr(marks, ch)) {
+                        count++;
+                }
+        }
+        return count;
+}

@@ -18,3 +18,6 @@ bool utf8_valid(const uint8_t *s, size_t len);
 /* Replaces every byte that is not part of well-formed UTF-8 (and NULs) with '?', in place:
  * for text that must become a JSON string whatever it contains. Returns true if it changed. */
 bool utf8_sanitize(char *s);
+/* How many bytes of `marks` a JSON text holds outside its strings: a bound, before parsing, on
+ * what parsing it makes ("{[": its objects and arrays; "{[,:": about every value). */
+size_t json_marks(const char *s, size_t n, const char *marks);

@@ -347,26 +347,6 @@ static bool get_u64(json_t *obj, const char *key, uint64_t max, uint64_t *ret) {
         return true;
 }
 
-/* Objects and arrays in a JSON text, strings skipped. */
-static size_t json_containers(const char *s, size_t n) {
-        size_t count = 0;
-        bool in_string = false;
-        for (size_t i = 0; i < n; i++) {
-                char ch = s[i];
-                if (in_string) {
-                        if (ch == '\\')
-                                i++;
-                        else if (ch == '"')
-                                in_string = false;
-                } else if (ch == '"') {
-                        in_string = true;
-                } else if (ch == '{' || ch == '[') {
-                        count++;
-                }
-        }
-        return count;
-}
-
 /* A session state as the bash builtin writes it: its magic, then sections "T:LEN\n" + LEN
  * bytes + "\n". Checked here so that an import never clears a sandbox for states it could
  * not apply. */
@@ -427,7 +407,7 @@ static int parse_sessions(Check *c, json_t *arr, ArchiveMeta *m) {
 
 static int check_manifest(Check *c, ArchiveMeta *m) {
         json_error_t je;
-        if (json_containers(c->manifest, c->manifest_len) > SBX_MAX_MANIFEST_NODES)
+        if (json_marks(c->manifest, c->manifest_len, "{[") > SBX_MAX_MANIFEST_NODES)
                 return archive_err(c->err, c->errlen, "archive manifest: more than %u objects and arrays",
                                    SBX_MAX_MANIFEST_NODES);
         json_t *root = json_loadb(c->manifest, c->manifest_len, JSON_REJECT_DUPLICATES, &je);

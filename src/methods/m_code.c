@@ -137,31 +137,10 @@ static json_t *bundle_check(json_t *data) {
         return data;
 }
 
-/* Values a line would make: a bound on what parsing it costs (a tree of many small values takes
- * a hundred times its bytes, and the loop's time). */
-static size_t line_values(const uint8_t *line, size_t len) {
-        size_t n = 0;
-        bool in_string = false;
-        for (size_t i = 0; i < len; i++) {
-                uint8_t ch = line[i];
-                if (in_string) {
-                        if (ch == '\\')
-                                i++;
-                        else if (ch == '"')
-                                in_string = false;
-                } else if (ch == '"') {
-                        in_string = true;
-                } else if (ch == '{' || ch == '[' || ch == ',' || ch == ':') {
-                        n++;
-                }
-        }
-        return n;
-}
-
 /* One line of the kernel's events. */
 static void cell_event(Cell *c, const uint8_t *line, size_t len) {
         json_error_t jerr;
-        if (line_values(line, len) > SBX_CODE_EVENT_VALUES) {
+        if (json_marks((const char *)line, len, "{[,:") > SBX_CODE_EVENT_VALUES) {
                 c->dropped += len;
                 return;
         }
@@ -653,15 +632,23 @@ static int m_context_list(Req *r, json_t **ret, RpcError *e) {
         return 0;
 }
 
+/* The context the request's contextId names, its id and language; NULL with e set. */
+static json_t *param_context(Req *r, const char **ret_id, Lang *ret_lang, RpcError *e) {
+        if (param_string(r->params, "contextId", true, ret_id, NULL, e) < 0)
+                return NULL;
+        json_t *ctx = find_context(r, *ret_id, e);
+        if (ctx)
+                *ret_lang = lang_parse(json_string_value(json_object_get(ctx, "language")));
+        return ctx;
+}
+
 static int m_context_restart(Req *r, json_t **ret, RpcError *e) {
         const char *id;
+        Lang lang;
         SbxSession *s;
-        if (param_string(r->params, "contextId", true, &id, NULL, e) < 0 || handler_while_paused(r, e) < 0)
-                return -1;
-        json_t *ctx = find_context(r, id, e);
+        json_t *ctx = handler_while_paused(r, e) < 0 ? NULL : param_context(r, &id, &lang, e);
         if (!ctx)
                 return -1;
-        Lang lang = lang_parse(json_string_value(json_object_get(ctx, "language")));
         /* Its cells, running or queued, are answered as cancelled first. */
         sbx_session_free(context_find_session(r->sb, id, lang));
         if (context_session(r, lang, id, &s, e) < 0)
@@ -671,12 +658,9 @@ static int m_context_restart(Req *r, json_t **ret, RpcError *e) {
 
 static int m_context_destroy(Req *r, json_t **ret, RpcError *e) {
         const char *id;
-        if (param_string(r->params, "contextId", true, &id, NULL, e) < 0)
+        Lang lang;
+        if (!param_context(r, &id, &lang, e))
                 return -1;
-        json_t *ctx = find_context(r, id, e);
-        if (!ctx)
-                return -1;
-        Lang lang = lang_parse(json_string_value(json_object_get(ctx, "language")));
         sbx_session_free(context_find_session(r->sb, id, lang));
         json_object_del(r->sb->contexts, id);
         *ret = handler_ok_json();

@@ -310,7 +310,15 @@ static void test_base64_vectors(void) {
         free(d);
 }
 
+static void test_json_marks(void) {
+        const char *t = "{\"a\":[1,2,{\"b\":\"{[,:\\\"]\"}]}";
+        CHECK(json_marks(t, strlen(t), "{[") == 3, "json_marks counts objects and arrays, not inside strings");
+        CHECK(json_marks(t, strlen(t), "{[,:") == 7, "json_marks counts every value's mark, an escaped quote kept in its string");
+        CHECK(json_marks("\"{{{", 4, "{[") == 0, "json_marks: an unterminated string hides the rest");
+}
+
 int main(void) {
+        test_json_marks();
         test_buf();
         test_buf_reserve();
         test_queue();
