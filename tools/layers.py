@@ -32,7 +32,9 @@ LAYERS = [
      "state dump and restore"),
     ("fs", ["base"], "the jailed files API, tree walks, copies and layers, the change watch, "
      "the export archive"),
-    ("session", ["sandbox"], "libsbx's core: the context and its pool, a sandbox's "
+    ("oci", ["base", "fs"], "OCI images: the store of layers and records, imports from layouts and "
+     "archives (the job), unpacking an untrusted layer"),
+    ("session", ["sandbox", "oci"], "libsbx's core: the context and its pool, a sandbox's "
      "lifecycle and options, sessions, runs, the background log, freezing, the corpse yard"),
     ("net", ["session"], "the network rooms: exposed ports, the egress proxy with its rules, "
      "resolver and TLS interception, and the byte pump both use"),

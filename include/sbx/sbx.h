@@ -67,6 +67,8 @@ typedef struct SbxSandboxOptions {
          * either with ":port" or ":*"; see sbx/egress.h), may be empty; NULL otherwise. */
         const char *const *network_allow;
         const char *rootfs;   /* a root filesystem tree to use instead of the host's dirs */
+        const char *image;    /* an image of the context's store as the root (sbx/image.h: a name,
+                                 an id or its first 12+ hex digits); not with rootfs */
         const char *const *env; /* extra NAME=VALUE entries, NULL-terminated, may be NULL */
         bool kill_leftovers;  /* what a command leaves running is killed when it ends (default:
                                  it keeps running as a background process of the sandbox) */

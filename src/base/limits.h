@@ -278,6 +278,31 @@
 /* Read and write buffer of export and import. */
 #define SBX_ARCHIVE_IO_BUF (64U * 1024)
 
+/* ---- OCI images (oci/) */
+/* Layers of one image: overlay takes 500 lower layers; the sandbox's skeleton is one more. */
+#define SBX_IMAGE_MAX_LAYERS 128U
+/* Images a store lists (names and untagged ones); an import past it is refused. */
+#define SBX_IMAGE_MAX_IMAGES 1024U
+/* Names one image may carry. */
+#define SBX_IMAGE_MAX_NAMES 32U
+/* An image name: [registry/]repository[:tag]. */
+#define SBX_IMAGE_NAME_BYTES 256U
+/* index.json, manifest.json, a manifest or a config: bigger is no image, it is an attack. */
+#define SBX_IMAGE_JSON_BYTES (4U * 1024 * 1024)
+/* Indexes that may lead to indexes before a manifest is reached (and no digest twice). */
+#define SBX_IMAGE_INDEX_DEPTH 4U
+/* Entries of one layer (files, directories, links, whiteouts). */
+#define SBX_IMAGE_LAYER_ENTRIES (1024U * 1024)
+/* Default size of the store: the bytes of every unpacked layer and of an archive being read
+ * (an import that would pass it is refused as it unpacks). `sbx serve --image-store-max`. */
+#define SBX_IMAGE_STORE_DEFAULT_BYTES (32ULL * 1024 * 1024 * 1024)
+/* Bytes counted for each entry besides its data: what a directory, an inode and a name cost. */
+#define SBX_IMAGE_ENTRY_BYTES 512U
+/* Read buffer of an import. */
+#define SBX_IMAGE_IO_BUF (256U * 1024)
+/* Store operations (imports, removals) waiting behind the one running. */
+#define SBX_IMAGE_MAX_QUEUED 16U
+
 /* ---- the JSON-RPC protocol */
 
 /* Nesting the fast scan of a request line follows (it finds params.data without jansson);

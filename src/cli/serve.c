@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "base/util.h"
+#include "sbx/image.h"
 #include "sbx/sbx.h"
 #include "cli/cli.h"
 #include "cli/serve_config.h"
@@ -89,6 +90,10 @@ static void usage(FILE *f) {
                 "                       shows it (limits.maxSandboxes)\n"
                 "      --expiry-export-dir DIR  where sandboxes made with onExpiry \"export\" leave\n"
                 "                       their archive (DIR/<id>-<ms>.tar.zst) when they expire\n"
+                "      --image-store DIR  where imported images live (sbx image import; create's\n"
+                "                       image); default /var/lib/sbx/images as root, else\n"
+                "                       $XDG_DATA_HOME/sbx/images or ~/.local/share/sbx/images\n"
+                "      --image-store-max SIZE  bytes its unpacked layers may take (default 32G)\n"
                 "      --http ADDR      also serve E2B's API (its control plane and envd) over HTTP\n"
                 "                       on ADDR (PORT, HOST:PORT or [V6]:PORT; the host defaults\n"
                 "                       to 127.0.0.1), so E2B's own SDKs run against sbx: set\n"
@@ -207,7 +212,8 @@ static void redact_args_done(RedactArgs *a) {
                 free(a->env_kv[i]);
 }
 
-enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA, OPT_HTTP, OPT_API_KEY };
+enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA, OPT_HTTP, OPT_API_KEY,
+       OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX };
 
 static const struct option serve_opts[] = {
         { "stdio", no_argument, NULL, 's' },
@@ -237,6 +243,8 @@ static const struct option serve_opts[] = {
         { "http", required_argument, NULL, OPT_HTTP },
         { "api-key", required_argument, NULL, OPT_API_KEY },
         { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
+        { "image-store", required_argument, NULL, OPT_IMAGE_STORE },
+        { "image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         {},
@@ -260,6 +268,8 @@ typedef struct ServeOptions {
         unsigned n_egress_private;
         unsigned long max_sandboxes; /* 0: derived by the server */
         const char *expiry_dir;
+        const char *image_store; /* NULL: the default one, if it can be had */
+        uint64_t image_store_max;
         const char *http;
         const char *api_keys[SBX_MAX_API_KEYS + 1];
         unsigned n_api_keys;
@@ -398,6 +408,13 @@ static int serve_option(ServeOptions *o, int c) {
         case OPT_CONFIG:
         case OPT_CHECK_CONFIG: return 0; /* read before (config_read) */
         case OPT_EXPIRY_DIR: o->expiry_dir = optarg; return 0;
+        case OPT_IMAGE_STORE: o->image_store = optarg; return 0;
+        case OPT_IMAGE_STORE_MAX:
+                if (parse_size(optarg, &o->image_store_max) < 0 || o->image_store_max < 1024 * 1024) {
+                        fprintf(stderr, "sbx serve: --image-store-max must be a size of at least 1M; got '%s'\n", optarg);
+                        return -EINVAL;
+                }
+                return 0;
         case 's': o->stdio = true; return 0;
         case 'S': o->path = optarg; return 0;
         case 'P': dispatch_print_protocol(stdout); return 1;
@@ -517,6 +534,32 @@ static int serve_configure(Server *s, const ServeOptions *o) {
         return r;
 }
 
+/* The image store: --image-store DIR, else the default one (root: /var/lib/sbx/images; a user:
+ * $XDG_DATA_HOME/sbx/images or ~/.local/share/sbx/images), which the daemon goes without, said
+ * once, when it cannot be had. Returns 0, or the exit status. */
+static int serve_images(Server *s, const ServeOptions *o) {
+        char dir[SBX_MAX_PATH_BYTES], err[512];
+        const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+        if (o->image_store)
+                snprintf(dir, sizeof dir, "%s", o->image_store);
+        else if (geteuid() == 0)
+                snprintf(dir, sizeof dir, "/var/lib/sbx/images");
+        else if (xdg && xdg[0] == '/')
+                snprintf(dir, sizeof dir, "%s/sbx/images", xdg);
+        else if (home && home[0] == '/')
+                snprintf(dir, sizeof dir, "%s/.local/share/sbx/images", home);
+        else
+                return 0;
+        if (sbx_context_set_image_store(server_context(s), dir, o->image_store_max, err, sizeof err) < 0) {
+                if (o->image_store) {
+                        fprintf(stderr, "sbx serve: --image-store %s\n", err);
+                        return 1;
+                }
+                log_warn("no image store (give one with --image-store DIR): %s", err);
+        }
+        return 0;
+}
+
 /* The audit log, egress, expiry exports, the system socket and redaction, each said on stderr
  * when refused. Returns 0, or the exit status. */
 static int serve_attach(Server *s, const ServeOptions *o) {
@@ -545,6 +588,8 @@ static int serve_attach(Server *s, const ServeOptions *o) {
                 fprintf(stderr, "sbx serve: --expiry-export-dir %s\n", err);
                 return 1;
         }
+        if ((r = serve_images(s, o)) != 0)
+                return r;
         if (o->system_path && (r = server_listen_system(s, o->system_path)) < 0) {
                 fprintf(stderr, "sbx serve: --system-socket %s: %s\n", o->system_path, strerror(-r));
                 return 1;

@@ -67,7 +67,7 @@ static int parse_sandbox_options(json_t *p, SbxSandboxOptions *o, const char ***
         if (param_u64(p, "timeoutMs", false, UINT64_MAX, &o->timeout_ms, e) < 0 ||
             param_u64(p, "fsLimitBytes", false, UINT64_MAX, &o->limits.fs_bytes, e) < 0 ||
             param_object(p, "limits", &limits, e) < 0 ||
-            param_object(p, "env", &env, e) < 0)
+            param_object(p, "env", &env, e) < 0 || param_string(p, "image", false, &o->image, NULL, e) < 0)
                 return -1;
         if (limits) {
                 /* A misspelt limit would be ignored without a word, and an operator's enforced
@@ -693,6 +693,7 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
 #define SANDBOX_OPTIONS \
         { "timeoutMs", P_INT, false, "default per-run timeout (30000)" }, \
         { "fsLimitBytes", P_INT, false, "size of /tmp + /home/user (256 MiB)" }, \
+        { "image", P_STRING, false, "an image of the daemon's store (image.import) as the root: a name (\"x\" is \"x:latest\"), its id, or 12+ hex digits of it. Its tree is read-only, as the host's system directories are otherwise; /tmp, /home/user and /dev/shm are the sandbox's own as always; the environment starts from its Env; the user is uid 1000 whatever its User. It must have /bin/bash. Kept by sandbox.fork; the image cannot be removed while the sandbox lives" }, \
         { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids, cpus (CPUs, fractions allowed; default half the host's)}" }, \
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
         { "network", P_ANY, false, "false or \"none\" (default): its own network namespace, loopback only; true or \"host\": the host's network, shared; \"allowlist\": loopback only, plus an HTTP proxy on its 127.0.0.1:3128 (HTTP_PROXY, HTTPS_PROXY, http_proxy, https_proxy set, NO_PROXY=localhost,127.0.0.1,::1) through which only the names of networkAllow are reached: CONNECT tunnels (https) and plain http:// requests (one per connection, sent on with Connection: close). A name not listed, or one resolving only to loopback, private (RFC 1918), carrier-grade NAT, link-local, cloud metadata, unique-local, multicast or reserved addresses (unless the operator allows them: sbx serve --egress-allow-private), is answered 403 with one line saying why; one that does not resolve or connect, 502. Kept by sandbox.fork (with its own proxy); a pooled sandbox is never handed to a create with a network" }, \

@@ -20,6 +20,7 @@ extern const Method server_methods_image[];   /* m_image.c: fork, snapshots, exp
 extern const Method server_methods_server[];  /* m_server.c: health, ping, kill */
 extern const Method server_methods_port[];    /* m_port.c: exposed ports */
 extern const Method server_methods_code[];    /* m_code.c: code contexts and cells */
+extern const Method server_methods_oci[];     /* m_oci.c: OCI images (image.*) */
 
 /* m_sandbox.c: checks a create's sandbox params as a create would read them (limits' keys
  * and ranges, policy, network, metadata, secrets), without creating anything. Returns 0 or -1

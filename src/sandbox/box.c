@@ -171,7 +171,7 @@ static int take_host_ids(BoxShared *s, Box *b, char *err, size_t errlen) {
 static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, int sync_fd, const PlainConfig *plain,
                               int kill_fd) {
         return (InitConfig){
-                .mount = { .staging = s->staging, .rootfs = c->rootfs, .network = c->network,
+                .mount = { .staging = s->staging, .rootfs = c->rootfs, .layers = c->layers, .network = c->network,
                            .fs_bytes = c->fs_bytes, .file_count = c->file_count,
                            .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
@@ -189,7 +189,7 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                 .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 || (plain && s->rootless) ? 0 : c->pids,
                 .policy = c->policy,
                 .plain = plain, .kill_fd = kill_fd, .v1_procs = { -1, -1, -1 },
-                .session_fd = plain || c->rootfs || c->policy ? -1 : c->session_fd,
+                .session_fd = plain || c->rootfs || c->layers || c->policy ? -1 : c->session_fd,
         };
 }
 

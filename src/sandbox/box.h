@@ -41,6 +41,9 @@ typedef struct BoxConfig {
          * and hands the socket over with its root (Box.proxy_fd), for the egress proxy. */
         uint16_t proxy_port;
         const char *rootfs;
+        /* An image's layers (directories, the top one first, NULL-terminated) as the root, read
+         * only, instead of the host's directories or rootfs; or NULL. */
+        const char *const *layers;
         char **env; /* complete environment of session shells */
         const LandlockPolicy *policy; /* exec policy, or NULL; read by pid 1 (its copy) */
         const char *trust_pem; /* a CA certificate the sandbox trusts (mount.h), or NULL */

@@ -46,12 +46,16 @@ static _printf_(3, 4) int fail(char *err, size_t errlen, const char *fmt, ...) {
         return r;
 }
 
-static int write_text(const char *path, const char *text, mode_t mode) {
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+static int write_text_at(int dir, const char *path, const char *text, mode_t mode) {
+        _cleanup_close_ int fd = openat(dir, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
         if (fd < 0)
                 return negerrno();
         size_t len = strlen(text);
         return write(fd, text, len) == (ssize_t)len ? 0 : -EIO;
+}
+
+static int write_text(const char *path, const char *text, mode_t mode) {
+        return write_text_at(AT_FDCWD, path, text, mode);
 }
 
 /* Bind-mounts src onto dst (created as a file or directory to match) read-only. Missing
@@ -94,10 +98,9 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
  * sandbox's CA after it, written into the skeleton (read-only once it is finished) and bound
  * over the bundle's usual path, so clients that read no variable trust it too. The CA's key
  * is not here: only its certificate. */
-static int make_trust_store(const MountConfig *c, char *err, size_t errlen) {
-        char src[SBX_MAX_PATH_BYTES], buf[16384];
-        snprintf(src, sizeof src, "%s/etc/ssl/certs/ca-certificates.crt", c->rootfs ? c->rootfs : "");
-        if (mkdir("etc/sbx", 0755) < 0 || write_text(&SBX_TRUST_CA[1], c->trust_pem, 0644) < 0)
+static int make_trust_store(const MountConfig *c, const char *src, char *err, size_t errlen) {
+        char buf[16384];
+        if ((mkdir("etc/sbx", 0755) < 0 && errno != EEXIST) || write_text(&SBX_TRUST_CA[1], c->trust_pem, 0644) < 0)
                 return fail(err, errlen, "write %s", SBX_TRUST_CA);
         _cleanup_close_ int out = open(&SBX_TRUST_BUNDLE[1], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
@@ -149,12 +152,22 @@ static int make_etc(const MountConfig *c, char *err, size_t errlen) {
         } else if (write_text("etc/resolv.conf", "", 0644) < 0) {
                 return fail(err, errlen, "write resolv.conf");
         }
-        return c->trust_pem ? make_trust_store(c, err, errlen) : 0;
+        snprintf(src, sizeof src, "%s/etc/ssl/certs/ca-certificates.crt", base);
+        return c->trust_pem ? make_trust_store(c, src, err, errlen) : 0;
 }
 
-static int make_dev(char *err, size_t errlen) {
+/* Bind-mounts the host's file src over the file dst, read-only. */
+static int bind_file(const char *src, const char *dst) {
+        if (mount(src, dst, NULL, MS_BIND, NULL) < 0 ||
+            mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+                return negerrno();
+        return 0;
+}
+
+/* mkdir_dev: make /dev itself (else it is there, a tmpfs of its own). */
+static int make_dev(bool mkdir_dev, char *err, size_t errlen) {
         char src[64], dst[64];
-        if (mkdir("dev", 0755) < 0 || mkdir("dev/pts", 0755) < 0 || mkdir("dev/shm", 01777) < 0)
+        if ((mkdir_dev && mkdir("dev", 0755) < 0) || mkdir("dev/pts", 0755) < 0 || mkdir("dev/shm", 01777) < 0)
                 return fail(err, errlen, "mkdir /dev");
         for (size_t i = 0; i < ELEMENTSOF(dev_nodes); i++) {
                 snprintf(src, sizeof src, "/dev/%s", dev_nodes[i]);
@@ -182,8 +195,149 @@ static int make_dev(char *err, size_t errlen) {
         return 0;
 }
 
+static int sys_fsopen(const char *fs, unsigned flags) { return (int)syscall(SYS_fsopen, fs, flags); }
+static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux) {
+        return (int)syscall(SYS_fsconfig, fd, cmd, key, value, aux);
+}
+static int sys_fsmount(int fd, unsigned flags, unsigned attrs) { return (int)syscall(SYS_fsmount, fd, flags, attrs); }
+static int sys_open_tree(int dfd, const char *path, unsigned flags) { return (int)syscall(SYS_open_tree, dfd, path, flags); }
+static int sys_move_mount(int from, const char *fp, int to, const char *tp, unsigned flags) {
+        return (int)syscall(SYS_move_mount, from, fp, to, tp, flags);
+}
+
+/* A tmpfs mounted nowhere: the fd of its root, or -errno. */
+static int tmpfs_detached(const char *mode, uint64_t bytes, uint64_t inodes, unsigned attrs) {
+        char v[32];
+        _cleanup_close_ int fs = sys_fsopen("tmpfs", FSOPEN_CLOEXEC);
+        if (fs < 0)
+                return negerrno();
+        snprintf(v, sizeof v, "%llu", (unsigned long long)bytes);
+        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "size", v, 0) < 0)
+                return negerrno();
+        snprintf(v, sizeof v, "%llu", (unsigned long long)inodes);
+        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", v, 0) < 0 ||
+            sys_fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0 ||
+            sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return negerrno();
+        int m = sys_fsmount(fs, FSMOUNT_CLOEXEC, attrs);
+        return m < 0 ? negerrno() : m;
+}
+
+/* Puts a clone of from's subtree sub onto to (relative to the current directory). */
+static int graft(int from, const char *sub, const char *to) {
+        _cleanup_close_ int t = sys_open_tree(from, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (t < 0 || sys_move_mount(t, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return negerrno();
+        return 0;
+}
+
+/* An image's root: an overlay of its layers, read-only, under a skeleton of the sandbox's own
+ * (the top lower layer: the generated files of /etc and the directories the mounts below go
+ * on), mounted on the staging directory and pivoted into. The skeleton, the writable tmpfs and
+ * the snapshot store are tmpfs mounted nowhere until their parts are put in place, so nothing
+ * of the build is left in the root. Layers are read with pid 1's credentials (no host user):
+ * the store's directories are 0755; whiteouts and opaque directories are overlay's, opaque as
+ * user.overlay.opaque (userxattr: trusted.* is out of this user namespace's reach). */
+static int build_image_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
+        char v[SBX_MAX_PATH_BYTES];
+        _cleanup_close_ int skel = tmpfs_detached("0755", SBX_SKELETON_BYTES, SBX_SKELETON_INODES,
+                                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        if (skel < 0) {
+                errno = -skel;
+                return fail(err, errlen, "skeleton tmpfs");
+        }
+        char passwd[512], group[512];
+        snprintf(passwd, sizeof passwd,
+                 "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                 "user:x:%u:%u:user:/home/user:/bin/bash\n"
+                 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", c->uid, c->gid);
+        snprintf(group, sizeof group, "root:x:0:\nuser:x:%u:\nnogroup:x:65534:\n", c->gid);
+        static const char *const dirs[] = { "etc", "etc/sbx", "dev", "proc", "tmp", "home", "home/user", "root", "run" };
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+                if (mkdirat(skel, dirs[i], strcmp(dirs[i], "root") == 0 ? 0700 : 0755) < 0)
+                        return fail(err, errlen, "mkdir %s in the skeleton", dirs[i]);
+        const char *files[][2] = {
+                { "etc/passwd", passwd }, { "etc/group", group }, { "etc/hostname", "sandbox\n" },
+                { "etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n" },
+                { "etc/nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"
+                                       "protocols: files\nservices: files\n" },
+                { "etc/resolv.conf", "" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(files); i++)
+                if (write_text_at(skel, files[i][0], files[i][1], 0644) < 0)
+                        return fail(err, errlen, "write %s", files[i][0]);
+
+        _cleanup_close_ int fs = sys_fsopen("overlay", FSOPEN_CLOEXEC);
+        if (fs < 0)
+                return fail(err, errlen, "overlay");
+        snprintf(v, sizeof v, "/proc/self/fd/%d", skel);
+        int r = sys_fsconfig(fs, FSCONFIG_SET_STRING, "lowerdir+", v, 0);
+        for (size_t i = 0; r >= 0 && c->layers[i]; i++) {
+                r = sys_fsconfig(fs, FSCONFIG_SET_STRING, "lowerdir+", c->layers[i], 0);
+                if (r < 0) {
+                        return fail(err, errlen, "image layer %s (the store's directories must be o+x)", c->layers[i]);
+                }
+        }
+        if (r < 0 || sys_fsconfig(fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0 ||
+            sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return fail(err, errlen, "mount the image's overlay");
+        _cleanup_close_ int ovl = sys_fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        if (ovl < 0 || sys_move_mount(ovl, "", AT_FDCWD, c->staging, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return fail(err, errlen, "mount the image's overlay on %s", c->staging);
+        if (chdir(c->staging) < 0)
+                return fail(err, errlen, "chdir %s", c->staging);
+
+        if (mount("sbx-dev", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64") < 0)
+                return fail(err, errlen, "mount /dev");
+        if (make_dev(false, err, errlen) < 0)
+                return negerrno();
+        _cleanup_close_ int w = tmpfs_detached("0755", c->fs_bytes, c->file_count + 4,
+                                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                                       (c->noexec_writable ? MOUNT_ATTR_NOEXEC : 0));
+        if (w < 0) {
+                errno = -w;
+                return fail(err, errlen, "writable tmpfs");
+        }
+        if (mkdirat(w, "tmp", 01777) < 0 || fchmodat(w, "tmp", 01777, 0) < 0 || mkdirat(w, "home", 0755) < 0 ||
+            fchownat(w, "home", c->uid, c->gid, 0) < 0 || mkdirat(w, "shm", 01777) < 0 || fchmodat(w, "shm", 01777, 0) < 0)
+                return fail(err, errlen, "prepare writable tmpfs");
+        if (graft(w, "tmp", "tmp") < 0 || graft(w, "home", "home/user") < 0 || graft(w, "shm", "dev/shm") < 0)
+                return fail(err, errlen, "bind writable dirs");
+        int s = tmpfs_detached("0700", c->snap_bytes, c->snap_inodes, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        if (s < 0) {
+                errno = -s;
+                return fail(err, errlen, "snapshot store");
+        }
+        *snap_fd = s;
+        if (c->network && (bind_file("/etc/resolv.conf", "etc/resolv.conf") < 0))
+                return fail(err, errlen, "bind resolv.conf");
+        if (c->trust_pem) {
+                if (mount("sbx-etc", "etc/sbx", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=16") < 0)
+                        return fail(err, errlen, "mount /etc/sbx");
+                char bundle[SBX_MAX_PATH_BYTES];
+                snprintf(bundle, sizeof bundle, "%s/etc/ssl/certs/ca-certificates.crt", c->staging);
+                if ((r = make_trust_store(c, bundle, err, errlen)) < 0)
+                        return r;
+                (void)mount(NULL, "etc/sbx", NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL);
+        }
+        if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                return fail(err, errlen, "mount /proc");
+        if (syscall(SYS_pivot_root, ".", ".") < 0)
+                return fail(err, errlen, "pivot_root");
+        if (umount2(".", MNT_DETACH) < 0)
+                return fail(err, errlen, "detach old root");
+        if (chdir("/") < 0)
+                return fail(err, errlen, "chdir /");
+        return 0;
+}
+
 int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
         char src[SBX_MAX_PATH_BYTES], opts[128];
+        if (c->layers) {
+                if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                        return fail(err, errlen, "make / private");
+                return build_image_root(c, snap_fd, err, errlen);
+        }
 
         /* Nothing mounted here may propagate back to the host. */
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -210,7 +364,7 @@ int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errle
         int r = make_etc(c, err, errlen);
         if (r < 0)
                 return r;
-        if (make_dev(err, errlen) < 0)
+        if (make_dev(true, err, errlen) < 0)
                 return negerrno();
         if (mkdir("proc", 0555) < 0 || mkdir("tmp", 01777) < 0 || mkdir("home", 0755) < 0 ||
             mkdir("home/user", 0755) < 0 || mkdir("root", 0700) < 0 || mkdir("run", 0755) < 0 ||

@@ -9,6 +9,7 @@
 typedef struct MountConfig {
         const char *staging;  /* an existing host directory to build the root on */
         const char *rootfs;   /* NULL: the host's system directories; else this tree */
+        const char *const *layers; /* not NULL: an image's layers, top first (see mount_build_root()) */
         bool network;         /* share the host's resolv.conf */
         uint64_t fs_bytes;    /* writable tmpfs: bytes */
         uint64_t file_count;  /* writable tmpfs: inodes */

@@ -17,6 +17,7 @@
 #include "base/util.h"
 #include "sandbox/mover.h"
 #include "session/context.h"
+#include "oci/oci.h"
 #include "session/internal.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -60,7 +61,7 @@ const char *sbx_error_class_name(SbxErrorClass c) {
 static bool options_default(const SbxSandboxOptions *o) {
         static const SbxLimits zero;
         return memcmp(&o->limits, &zero, sizeof zero) == 0 && o->timeout_ms == 0 && o->network == SBX_NETWORK_NONE &&
-               !o->network_allow && !o->rootfs &&
+               !o->network_allow && !o->rootfs && !o->image &&
                (!o->env || !o->env[0]) && !o->kill_leftovers && (!o->policy_allow || !o->policy_allow[0]) &&
                (!o->policy_deny || !o->policy_deny[0]) && (!o->secrets || !o->secrets[0]);
 }
@@ -295,6 +296,7 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
                 safe_close(ctx->host.changes_pool[--ctx->host.n_changes_pool]);
         if (ctx->host.shared_ready)
                 box_shared_done(&ctx->host.shared);
+        oci_store_free(ctx->host.images);
         safe_close(ctx->host.devnull);
         loop_free(ctx->host.loop);
         redactor_unref(ctx->host.redact);

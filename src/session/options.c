@@ -304,6 +304,7 @@ static int validate_proxy_secrets(const SbxSandboxOptions *o, char *err, size_t 
  * 0, or -EINVAL with err saying what and why. */
 static int validate_process_mode(const SbxSandboxOptions *o, char *err, size_t errlen) {
         const char *what = o->rootfs ? "rootfs (there is no mount namespace to put it in)"
+                         : o->image ? "image (there is no mount namespace to put it in)"
                          : o->limits.fs_bytes ? "limits.fs_bytes (the sandbox's files are a directory of the host: no "
                                                 "tmpfs bounds them)"
                          : o->limits.file_count ? "limits.file_count (the sandbox's files are a directory of the host: "
@@ -367,6 +368,10 @@ static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen
                 r = validate_proxy_secrets(o, err, errlen);
         if (r < 0)
                 return r;
+        if (o->rootfs && o->image) {
+                snprintf(err, errlen, "rootfs and image are two roots: give one");
+                return -EINVAL;
+        }
         if (o->rootfs) {
                 struct stat st;
                 char bash[SBX_MAX_PATH_BYTES];

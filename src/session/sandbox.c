@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "base/util.h"
+#include "oci/oci.h"
 #include "sandbox/mount.h"
 #include "sandbox/mover.h"
 #include "session/freeze.h"
@@ -41,6 +42,7 @@ struct SbxSandbox {
         SbxNetwork network;
         char **network_allow; /* SBX_NETWORK_ALLOWLIST's patterns, NULL when empty */
         char *rootfs;
+        struct OciImage *image; /* oci/oci.h: the image it was made from (held), or NULL */
         char **policy_allow, **policy_deny; /* NULL when empty; `policy` points to them */
         LandlockPolicy policy;
         char **secrets; /* NAME=VALUE, NULL-terminated, or NULL; wiped when freed */
@@ -293,6 +295,8 @@ static void sandbox_dealloc(SbxSandbox *sb) {
         options_free_list(sb->psec_env);
         redactor_unref(sb->core.redact);
         free(sb->rootfs);
+        if (sb->image)
+                oci_image_unuse(sb->image);
         free(sb);
 }
 
@@ -361,9 +365,82 @@ static int rooms_attach(SbxSandbox *sb, Prepared *p) {
         return r;
 }
 
+static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImage *img, const char *const *layers,
+                          SandboxList *list, SbxSandbox **ret, char *err, size_t errlen);
+
+/* The image o names, with what the sandbox needs of it: its layers' directories top first
+ * (layers, SBX_IMAGE_MAX_LAYERS + 1 entries, malloc'd strings) and its Env before o's. */
+static int image_options(SandboxHost *host, const SbxSandboxOptions *o, OciImage **ret, char **layers,
+                         char ***ret_env, char *err, size_t errlen) {
+        if (!host->images) {
+                snprintf(err, errlen, "no image store: the daemon has none open (sbx serve --image-store DIR)");
+                return -EINVAL;
+        }
+        OciImage *img = oci_store_find(host->images, o->image);
+        if (!img) {
+                snprintf(err, errlen, errno == EINVAL ? "image '%.200s' begins more than one image's id"
+                                                      : "no image '%.200s' in the store (sbx image ls lists them)", o->image);
+                return -EINVAL;
+        }
+        if (!img->bash) {
+                snprintf(err, errlen, "image %.200s has no /bin/bash: sbx's sessions and commands run in bash (add "
+                         "bash to the image)", o->image);
+                return -EINVAL;
+        }
+        size_t n_env = 0, n_img = 0;
+        while (o->env && o->env[n_env])
+                n_env++;
+        while (img->env[n_img])
+                n_img++;
+        char **env = calloc(n_env + n_img + 1, sizeof *env);
+        if (!env)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_img; i++)
+                env[i] = img->env[i];
+        for (size_t i = 0; i < n_env; i++)
+                env[n_img + i] = (char *)o->env[i];
+        for (size_t i = 0; i < img->n_layers; i++) {
+                char path[SBX_MAX_PATH_BYTES];
+                if (oci_store_layer_path(host->images, img, img->n_layers - 1 - i, path, sizeof path) < 0 ||
+                    !(layers[i] = strdup(path))) {
+                        for (size_t k = 0; k < i; k++)
+                                free(layers[k]);
+                        free(env);
+                        return -ENOMEM;
+                }
+        }
+        layers[img->n_layers] = NULL;
+        *ret = img;
+        *ret_env = env;
+        return 0;
+}
+
+static void free_layers(char **layers) {
+        for (size_t i = 0; layers[i]; i++)
+                free(layers[i]);
+}
+
 int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
                 size_t errlen) {
+        char *layers[SBX_IMAGE_MAX_LAYERS + 1] = { NULL };
+        _cleanup_free_ char **img_env = NULL;
+        OciImage *img = NULL;
+        SbxSandboxOptions with_image;
         int r = options_check(o, host->process, err, errlen);
+        if (r == 0 && o->image) {
+                r = image_options(host, o, &img, layers, &img_env, err, errlen);
+                with_image = *o;
+                with_image.env = (const char *const *)img_env;
+                o = &with_image;
+        }
+        r = r < 0 ? r : sandbox_create(host, o, img, (const char *const *)layers, list, ret, err, errlen);
+        free_layers(layers);
+        return r;
+}
+
+static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImage *img, const char *const *layers,
+                          SandboxList *list, SbxSandbox **ret, char *err, size_t errlen) {
+        int r = 0;
         for (unsigned i = 0; r == 0 && i < host->rooms.n; i++)
                 if (host->rooms.v[i]->check)
                         r = host->rooms.v[i]->check(o, err, errlen);
@@ -390,6 +467,10 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
         SbxSandbox *sb = sandbox_alloc(host, o);
         if (!sb)
                 return -ENOMEM;
+        if (img) {
+                sb->image = img;
+                oci_image_use(img);
+        }
         /* pid 1 takes its copy of the list at clone3: it is not needed after box_create(). */
         _cleanup_free_ char **env = shell_env(sb);
         if (!env) {
@@ -400,7 +481,7 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
                 .fs_bytes = sb->core.limits.fs_bytes, .file_count = sb->core.limits.file_count,
                 .memory_bytes = sb->core.limits.memory_bytes, .pids = sb->core.limits.pids,
                 .cpu_millis = sb->core.limits.cpu_millis,
-                .network = o->network == SBX_NETWORK_HOST, .rootfs = o->rootfs, .env = env,
+                .network = o->network == SBX_NETWORK_HOST, .rootfs = o->rootfs, .layers = img ? layers : NULL, .env = env,
                 .proxy_port = o->network == SBX_NETWORK_ALLOWLIST ? SBX_EGRESS_PROXY_PORT : 0,
                 .policy = landlock_policy_active(&sb->policy) ? &sb->policy : NULL,
                 .session_fd = -1,
@@ -418,7 +499,7 @@ int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list
         /* Not when the host preloads a library into every program: the shell starts on the
          * host's tree, where that library would run and stay loaded in the session's shells. */
         /* Nor rootless: not verified there yet. */
-        if (!host->process && !host->shared.rootless && !o->rootfs && !bc.policy && !bc.trust_pem && options_env_fixed(env) &&
+        if (!host->process && !host->shared.rootless && !o->rootfs && !img && !bc.policy && !bc.trust_pem && options_env_fixed(env) &&
             access("/etc/ld.so.preload", F_OK) != 0 && session_socketpair(sv) == 0)
                 bc.session_fd = sv[1];
         r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
@@ -531,7 +612,7 @@ bool sandbox_is_default(const SbxSandbox *sb) {
         same_env = same_env && !sb->env[n] && !want[n];
         options_free_list(want);
         return same_env && !sb->secrets && memcmp(&l, &sb->core.limits, sizeof l) == 0 &&
-               sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && sb->network == SBX_NETWORK_NONE && !sb->rootfs &&
+               sb->core.timeout_ms == SBX_DEFAULT_TIMEOUT_MS && sb->network == SBX_NETWORK_NONE && !sb->rootfs && !sb->image &&
                !sb->core.kill_leftovers && !sb->policy_allow && !sb->policy_deny;
 }
 
@@ -546,6 +627,7 @@ void sandbox_options(const SbxSandbox *sb, SbxSandboxOptions *ret) {
         ret->network_allow = sb->network_allow ? (const char *const *)sb->network_allow
                              : sb->network == SBX_NETWORK_ALLOWLIST ? none : NULL;
         ret->rootfs = sb->rootfs;
+        ret->image = sb->image ? sb->image->id : NULL;
         ret->kill_leftovers = sb->core.kill_leftovers;
         ret->policy_allow = (const char *const *)sb->policy_allow;
         ret->policy_deny = (const char *const *)sb->policy_deny;

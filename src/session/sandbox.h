@@ -58,6 +58,7 @@ typedef struct SandboxHost {
          * found without visiting every sandbox. */
         SbxProcess **procs_by_id;
         size_t proc_buckets, n_procs;
+        struct OciStore *images; /* oci/oci.h: sbx_context_set_image_store(), or NULL */
 } SandboxHost;
 
 typedef struct SandboxObserver SandboxObserver;
