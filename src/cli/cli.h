@@ -15,4 +15,5 @@ int cmd_shell(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
 int cmd_create(int argc, char **argv);
+int cmd_image(int argc, char **argv);
 int cmd_rm(int argc, char **argv);

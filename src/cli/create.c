@@ -30,13 +30,14 @@ static void usage(FILE *f) {
                 "      --lifetime SECS  destroy it this long after its creation\n"
                 "      --idle SECS      destroy it after this long without a request naming it\n"
                 "      --label TEXT     free text, shown by `sbx ls`\n"
+                "      --image IMAGE    an image of the daemon's store as its root (sbx image)\n"
                 "  -h, --help           show this help\n"
                 "\n"
                 "Exit status: 0; 1 the daemon refused (it says why); 2 bad arguments; 3 no daemon\n"
                 "at the socket.\n");
 }
 
-enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_LIFETIME, OPT_IDLE, OPT_LABEL };
+enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_LIFETIME, OPT_IDLE, OPT_LABEL, OPT_IMAGE };
 
 /* SECS (fractions allowed) as whole ms. Returns 0, or -EINVAL once stderr says why. */
 static int seconds_arg(const char *opt, const char *arg, json_int_t *ret) {
@@ -129,6 +130,7 @@ static int create_option(int c, json_t *params, json_t *limits, json_t *env, con
                         json_object_set_new(params, "idleTimeoutMs", json_integer(v));
                 return r;
         case OPT_LABEL: json_object_set_new(params, "label", json_string(optarg)); return 0;
+        case OPT_IMAGE: json_object_set_new(params, "image", json_string(optarg)); return 0;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -EINVAL;
         }
@@ -142,6 +144,7 @@ int cmd_create(int argc, char **argv) {
                 { "cpus", required_argument, NULL, OPT_CPUS }, { "fs-size", required_argument, NULL, OPT_FS },
                 { "files", required_argument, NULL, OPT_FILES }, { "lifetime", required_argument, NULL, OPT_LIFETIME },
                 { "idle", required_argument, NULL, OPT_IDLE }, { "label", required_argument, NULL, OPT_LABEL },
+                { "image", required_argument, NULL, OPT_IMAGE },
                 { "help", no_argument, NULL, 'h' },            {},
         };
         json_t *params = json_pack("{s:b}", "persist", 1), *limits = json_object(), *env = json_object();

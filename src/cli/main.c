@@ -13,7 +13,7 @@ static const struct {
         { "run", cmd_run },   { "serve", cmd_serve }, { "export", cmd_export }, { "import", cmd_import },
         { "ls", cmd_ls },     { "exec", cmd_exec },   { "ps", cmd_ps },         { "logs", cmd_logs },
         { "kill", cmd_kill }, { "shell", cmd_shell }, { "mcp", cmd_mcp },
-        { "audit", cmd_audit }, { "create", cmd_create }, { "rm", cmd_rm },
+        { "audit", cmd_audit }, { "create", cmd_create }, { "rm", cmd_rm }, { "image", cmd_image },
 };
 
 static void usage(FILE *f) {
@@ -41,6 +41,7 @@ static void usage(FILE *f) {
                 "                                   new sandbox, destroyed when it ends)\n"
                 "  export ID [-o FILE]              save sandbox ID to an archive\n"
                 "  import ID FILE                   load an archive into sandbox ID\n"
+                "  image import|ls|inspect|rm|build OCI images for create --image\n"
                 "\n"
                 "Options:\n"
                 "  -h, --help       show this help\n"

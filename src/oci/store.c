@@ -160,6 +160,28 @@ static void set_orphans_aside(OciStore *s, int dirfd) {
         closedir(dir);
 }
 
+/* A root daemon's sandboxes mount the layers as no host user (pid 1 is an id of their own):
+ * every directory down to the store must let others through. */
+static int reachable(const char *dir, char *err, size_t errlen) {
+        char buf[SBX_MAX_PATH_BYTES];
+        if (geteuid() != 0)
+                return 0;
+        snprintf(buf, sizeof buf, "%s", dir);
+        for (char *end = buf + strlen(buf); end > buf; end = strrchr(buf, '/')) {
+                *end = 0;
+                const char *p = buf[0] ? buf : "/";
+                struct stat st;
+                if (stat(p, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+                        snprintf(err, errlen, "image store %.200s is out of the sandboxes' reach: %.200s lets no other "
+                                 "user through (chmod o+x it, or choose another place)", dir, p);
+                        return -EACCES;
+                }
+                if (end == buf)
+                        break;
+        }
+        return 0;
+}
+
 static void kick(OciStore *s);
 
 static void enqueue(OciStore *s, Op *op) {
@@ -198,6 +220,10 @@ int oci_store_open(const char *dir, uint64_t max_bytes, Loop *loop, OciStore **r
                 r = negerrno();
         if (r < 0) {
                 snprintf(err, errlen, "image store %.200s: %s", dir, strerror(-r));
+                oci_store_free(s);
+                return r;
+        }
+        if ((r = reachable(dir, err, errlen)) < 0) {
                 oci_store_free(s);
                 return r;
         }
