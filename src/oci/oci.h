@@ -33,6 +33,7 @@ typedef struct OciImage {
         char **layers;    /* diff ids' hex, bottom first */
         size_t n_layers;
         char **env;       /* the config's Env, NULL-terminated */
+        const char *workdir; /* the config's WorkingDir ("" none), in record */
         uint64_t bytes;   /* its layers' unpacked bytes */
         bool bash;        /* it has /bin/bash (sessions need it) */
         unsigned users;   /* sandboxes made from it that live (oci_image_use()) */

@@ -14,6 +14,9 @@ bool oci_digest_valid(const char *s, const char **hex);
 /* Fills img from a record (taking a reference to it). Returns 0 or -EINVAL with err. */
 int oci_record_load(OciImage *img, json_t *record, char *err, size_t errlen);
 void oci_image_clear(OciImage *img);
+/* Puts record (a reference taken) in place of img's, its names already in step with
+ * img->names. Returns 0 or -ENOMEM (img unchanged). */
+int oci_image_set_record(OciImage *img, json_t *record);
 /* Writes the record into images/ of the store at dirfd (a new file, renamed into place).
  * Returns 0 or -errno. */
 int oci_record_write(int dirfd, json_t *record);

@@ -120,6 +120,11 @@ static char **strv_from(json_t *a, size_t max, const char *what, char *err, size
         return v;
 }
 
+static const char *workdir_of(json_t *record) {
+        const char *w = json_string_value(json_object_get(json_object_get(record, "config"), "workingDir"));
+        return w ? w : "";
+}
+
 int oci_record_load(OciImage *img, json_t *record, char *err, size_t errlen) {
         const char *hex;
         json_t *id = json_object_get(record, "id"), *layers = json_object_get(record, "layers");
@@ -161,6 +166,7 @@ int oci_record_load(OciImage *img, json_t *record, char *err, size_t errlen) {
                         snprintf(err, errlen, "record: config.env[%zu] is not NAME=VALUE", k);
                         goto fail;
                 }
+        img->workdir = workdir_of(record);
         if (!(img->text = json_dumps(record, JSON_COMPACT)))
                 goto fail;
         return 0;
@@ -169,6 +175,18 @@ fail:
                 snprintf(err, errlen, "out of memory");
         oci_image_clear(img);
         return -EINVAL;
+}
+
+int oci_image_set_record(OciImage *img, json_t *record) {
+        char *text = json_dumps(record, JSON_COMPACT);
+        if (!text)
+                return -ENOMEM;
+        json_decref(img->record);
+        img->record = json_incref(record);
+        free(img->text);
+        img->text = text;
+        img->workdir = workdir_of(record);
+        return 0;
 }
 
 json_t *oci_record_with_names(json_t *record, char *const *names) {

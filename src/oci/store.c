@@ -429,12 +429,9 @@ static OciImage *imported(OciStore *s, json_t *rec, char *err, size_t errlen) {
                 if (o->names[w]) {
                         o->names[w] = NULL;
                         json_t *r2 = oci_record_with_names(o->record, o->names);
-                        if (r2) {
-                                json_decref(o->record);
-                                o->record = r2;
-                                free(o->text);
-                                o->text = json_dumps(r2, JSON_COMPACT);
-                        }
+                        if (r2)
+                                (void)oci_image_set_record(o, r2);
+                        json_decref(r2);
                 }
         }
         bool known = false;
@@ -571,16 +568,13 @@ int oci_store_remove(OciStore *s, const char *ref, OciDoneFn fn, void *ud, char 
                 free(img->names[at]);
                 memmove(&img->names[at], &img->names[at + 1], (n_names - at) * sizeof *img->names);
                 json_t *rec = oci_record_with_names(img->record, img->names);
-                if (!rec) {
+                if (!rec || oci_image_set_record(img, rec) < 0) {
+                        json_decref(rec);
                         op_free(op);
                         snprintf(err, errlen, "out of memory");
                         return -ENOMEM;
                 }
-                json_decref(img->record);
-                img->record = rec;
-                free(img->text);
-                img->text = json_dumps(rec, JSON_COMPACT);
-                op->rewrite = json_incref(rec);
+                op->rewrite = rec;
                 enqueue(s, op);
                 return 0;
         }

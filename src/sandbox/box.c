@@ -179,7 +179,7 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                            .noexec_writable = c->policy && c->policy->allow && c->policy->allow[0],
                            .trust_pem = c->trust_pem },
                 .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd, .ns_root = !s->rootless,
-                .env = c->env, .network = c->network, .proxy_port = c->proxy_port,
+                .env = c->env, .workdir = c->workdir, .network = c->network, .proxy_port = c->proxy_port,
                 /* With no user namespace the host's ids are the ones commands run as. */
                 .uid = plain ? plain->uid : SBX_SANDBOX_UID, .gid = plain ? plain->gid : SBX_SANDBOX_GID,
                 .seccomp = &s->seccomp,

@@ -44,6 +44,7 @@ typedef struct BoxConfig {
         /* An image's layers (directories, the top one first, NULL-terminated) as the root, read
          * only, instead of the host's directories or rootfs; or NULL. */
         const char *const *layers;
+        const char *workdir; /* where session shells start (an image's WorkingDir), or NULL */
         char **env; /* complete environment of session shells */
         const LandlockPolicy *policy; /* exec policy, or NULL; read by pid 1 (its copy) */
         const char *trust_pem; /* a CA certificate the sandbox trusts (mount.h), or NULL */

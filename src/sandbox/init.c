@@ -426,6 +426,9 @@ static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[stati
                 snprintf(err, 400, "start the default session's shell: %s", strerror(-r));
         if (r >= 0)
                 r = mount_build_root(&c->mount, &snap, err, 400);
+        struct stat wst;
+        if (r >= 0 && c->workdir && c->workdir[0] == '/' && stat(c->workdir, &wst) == 0 && S_ISDIR(wst.st_mode))
+                session_home = c->workdir;
         /* Only now: the config's strings (the rootfs path) may point into that memory. */
         hide_cmdline();
         if (r >= 0 && c->proxy_port && (r = proxy = proxy_listen(c->proxy_port)) < 0)

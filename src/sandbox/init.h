@@ -54,6 +54,8 @@ typedef struct InitConfig {
         int v1_procs[3];
         bool ns_root;         /* uid 0 is mapped (root daemon): pid 1 takes it before setup */
         char **env;           /* environment of session shells */
+        const char *workdir;  /* where session shells start, when it is a directory of the root
+                                 (an image's WorkingDir); else /home/user */
         unsigned uid, gid;    /* identity commands run as */
         bool network;
         uint16_t proxy_port;  /* not 0: listen on 127.0.0.1:proxy_port, handed over with READY */

@@ -185,3 +185,32 @@ def write_docker_archive(out, layers, tags=("test/image:latest",), config=None):
         add(cfg_d + ".json", cfg_bytes)
         add("manifest.json", json.dumps([{"Config": cfg_d + ".json", "RepoTags": list(tags), "Layers": paths}]).encode())
     return "sha256:" + cfg_d
+
+
+def python_root(dest, extra_module="imagemarker"):
+    """host_root() plus an interpreter of the image's own at /usr/local/bin/python3: a copy of
+    the host's CPython with the standard modules it needs under /usr/local/lib (its prefix,
+    found from where the binary is), and a module the host does not have."""
+    host_root(dest)
+    ver = "python%d.%d" % tuple(int(x) for x in subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(*sys.version_info[:2])"],
+        capture_output=True, text=True).stdout.split())
+    binary = os.path.realpath("/usr/bin/python3")
+    os.makedirs(os.path.join(dest, "usr/local/bin"), exist_ok=True)
+    shutil.copy2(binary, os.path.join(dest, "usr/local/bin/python3"))
+    for lib in _libs(binary):
+        rel = os.path.relpath(lib, "/")
+        if rel.startswith("lib/") or rel.startswith("lib64/"):
+            rel = "usr/" + rel
+        out = os.path.join(dest, rel)
+        if not os.path.exists(out):
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            shutil.copy2(os.path.realpath(lib), out)
+    stdlib = "/usr/lib/" + ver
+    libdir = os.path.join(dest, "usr/local/lib", ver)
+    skip = shutil.ignore_patterns("test", "tests", "site-packages", "dist-packages", "idlelib", "tkinter",
+                                  "lib2to3", "ensurepip", "pydoc_data", "__pycache__", "config-*", "turtledemo")
+    shutil.copytree(stdlib, libdir, ignore=skip, symlinks=True, dirs_exist_ok=True)
+    with open(os.path.join(libdir, extra_module + ".py"), "w") as f:
+        f.write("WHERE = 'the image'\n")
+    return dest

@@ -194,6 +194,29 @@ def test_fork_snapshot_export_of_an_image_sandbox(server, base_layer, tmp_path):
     assert server.result("image.inspect", {"image": "t:2"})["sandboxes"] == 3
 
 
+def test_workdir_and_the_images_own_python(server, tmp_path):
+    """A Python script runs with the image's interpreter and standard library (a module the
+    host's Python has not), its sessions start in the image's WorkingDir."""
+    root = ocitool.python_root(str(tmp_path / "py"))
+    layer = ocitool.tar_of_dir(root)
+    cfg = ocitool.config_for([layer], env=["PATH=/usr/local/bin:/usr/bin:/bin"], workdir="/opt/app")
+    ocitool.write_oci_layout(str(tmp_path / "l"), [layer], name="py:1", config=cfg)
+    server.result("image.import", {"path": str(tmp_path / "l")})
+    sid = server.result("sandbox.create", {"image": "py:1"})["sandboxId"]
+    script = "import imagemarker, sys\nprint(imagemarker.WHERE, sys.prefix, sys.executable)\n"
+    server.result("files.write", {"sandboxId": sid, "path": "/tmp/s.py", "data": base64.b64encode(script.encode()).decode()})
+    r = server.run(sid, "pwd; python3 /tmp/s.py")
+    assert r["stdout"] == "/opt/app\nthe image /usr/local /usr/local/bin/python3\n", r
+    host = subprocess.run(["/usr/bin/python3", "-c", "import imagemarker"], capture_output=True)
+    assert host.returncode != 0
+    # A WorkingDir the image does not have: sessions start at home.
+    cfg = ocitool.config_for([layer], workdir="/nowhere")
+    ocitool.write_oci_layout(str(tmp_path / "m"), [layer], name="py:2", config=cfg)
+    server.result("image.import", {"path": str(tmp_path / "m")})
+    sid = server.result("sandbox.create", {"image": "py:2"})["sandboxId"]
+    assert server.run(sid, "pwd")["stdout"] == "/home/user\n"
+
+
 def test_image_without_bash_is_refused_by_name(server, tmp_path):
     layer = ocitool.tar_of_entries([ocitool.entry("bin/sh", data=b"#!nothing\n", mode=0o755)])
     ocitool.write_oci_layout(str(tmp_path / "l"), [layer], name="nobash:1")
