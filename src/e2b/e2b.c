@@ -81,6 +81,13 @@ static uint64_t timeout_ms_of(json_t *body) {
 
 static void created(void *ud, json_t *result, json_t *error) {
         E2bReq *q = ud;
+        const char *m = json_string_value(json_object_get(error, "message"));
+        if (!result && m && strstr(m, "no image '"))
+                return e2b_reply_rest_error(q, 404, "template '%s' not found: this sbx serves '%s' (the host's system, "
+                                            "read-only, with /home/user and /tmp of its own), '%s' (the same, for "
+                                            "@e2b/code-interpreter) and the images of its store (sbx image ls)",
+                                            json_string_value(json_object_get(q->in, "templateID")), E2B_TEMPLATE,
+                                            E2B_TEMPLATE_CODE);
         if (!result)
                 return reply_sbx_error(q, error);
         const char *id = json_string_value(json_object_get(result, "sandboxId"));
@@ -93,13 +100,12 @@ static void created(void *ud, json_t *result, json_t *error) {
 
 static void create(E2bReq *q) {
         const char *tpl = json_string_value(json_object_get(q->in, "templateID"));
-        /* The code interpreter's template is the same sandbox: its contexts are sbx's. */
-        if (tpl && strcmp(tpl, E2B_TEMPLATE) != 0 && strcmp(tpl, E2B_TEMPLATE_CODE) != 0)
-                return e2b_reply_rest_error(q, 404, "template '%s' not found: this sbx serves '%s' (the host's "
-                                            "system, read-only, with /home/user and /tmp of its own) and '%s' (the "
-                                            "same, for @e2b/code-interpreter)", tpl, E2B_TEMPLATE, E2B_TEMPLATE_CODE);
         json_t *p = json_pack("{s:b, s:s, s:I}", "persist", 1, "label", "e2b", "lifetimeMs",
                               (json_int_t)timeout_ms_of(q->in));
+        /* The code interpreter's template is the same sandbox (its contexts are sbx's); any
+         * other is an image of the daemon's store by that name. */
+        if (tpl && strcmp(tpl, E2B_TEMPLATE) != 0 && strcmp(tpl, E2B_TEMPLATE_CODE) != 0)
+                json_object_set_new(p, "image", json_string(tpl));
         json_t *md = json_object_get(q->in, "metadata"), *env = json_object_get(q->in, "envVars");
         if (json_is_object(md) && json_object_size(md))
                 json_object_set(p, "metadata", md);

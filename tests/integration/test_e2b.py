@@ -270,6 +270,38 @@ def test_unknown_template(node_sdk, daemon):
     assert "template 'no-such-template' not found" in out["template"]["threw"]
 
 
+def test_template_is_an_image_of_the_store():
+    """E2B's templateID names an image of the daemon's store; one it has not is E2B's 404."""
+    import ocitool
+    from conftest import Peer
+    store = tempfile.mkdtemp(prefix="sbx-e2b-store-", dir="/var/tmp")
+    os.chmod(store, 0o755)
+    d = Daemon("--image-store", os.path.join(store, "s"))
+    try:
+        root = ocitool.host_root(os.path.join(d.dir, "root"))
+        ocitool.write_oci_layout(os.path.join(d.dir, "layout"), [ocitool.tar_of_dir(root)], name="e2bimg:1")
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(d.sock)
+        peer = Peer(s.makefile("rb"), s.makefile("wb"))
+        peer.result("image.import", {"path": os.path.join(d.dir, "layout")}, timeout=60)
+        st, _, body = http(d, "POST", "/v2/sandboxes", json.dumps({"templateID": "e2bimg:1", "timeout": 60}).encode(),
+                           {"Content-Type": "application/json", "X-API-KEY": KEY})
+        assert st == 201, body
+        box = json.loads(body)
+        assert box["templateID"] == "e2bimg:1"
+        r = peer.result("run", {"sandboxId": box["sandboxID"], "command": "cat /opt/app/hello.txt"})
+        assert r["stdout"] == "hello from the image\n", r
+        st, _, body = http(d, "POST", "/v2/sandboxes", json.dumps({"templateID": "e2bimg:2"}).encode(),
+                           {"Content-Type": "application/json", "X-API-KEY": KEY})
+        assert st == 404 and b"template 'e2bimg:2' not found" in body, body
+        assert http(d, "DELETE", f"/sandboxes/{box['sandboxID']}", None, {"X-API-KEY": KEY})[0] == 204
+        s.close()
+    finally:
+        code, err = d.stop()
+        shutil.rmtree(store, ignore_errors=True)
+    assert code == 0, err
+
+
 def test_api_keys(node_sdk):
     d = Daemon("--api-key", "e2b_right", "--api-key", "e2b_other")
     try:
