@@ -44,6 +44,14 @@ SBX_API int sbx_image_get(SbxContext *ctx, size_t i, SbxImageInfo *ret);
  * one image's id alone. Returns 0, -ENOENT, or -EINVAL when the digits begin several ids. */
 SBX_API int sbx_image_find(SbxContext *ctx, const char *ref, SbxImageInfo *ret);
 
+/* Keeps n sandboxes (at most 8) of image ready ahead of time, as sbx_context_set_pool() does
+ * for the host's root: sbx_sandbox_new() with default options but this image takes one. The
+ * image is found by its name at each use: a pool of one not imported yet waits for it, and
+ * after a name moves to another image the pool's sandboxes are made again. They hold their
+ * image (it cannot be removed while they live): n = 0 ends the pool. At most 8 images have
+ * pools. Returns 0, -EINVAL for a bad name, -ENOSPC past 8. */
+SBX_API int sbx_context_set_image_pool(SbxContext *ctx, const char *image, unsigned n);
+
 /* The end of an import or removal: error 0 or -errno, message in words, image the image
  * imported (NULL otherwise), valid during the call. */
 typedef void (*SbxImageFn)(void *userdata, int error, const char *message, const SbxImageInfo *image);

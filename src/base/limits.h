@@ -602,6 +602,8 @@
 /* Sandboxes a context keeps ready ahead of time, at most (each holds a pid 1, a bash and
  * its worker, and its tmpfs). */
 #define SBX_MAX_POOL 8U
+/* Images with a pool of their own (sbx serve --pool IMAGE=N), each of at most SBX_MAX_POOL. */
+#define SBX_MAX_IMAGE_POOLS 8U
 
 /* Time a sandbox's pid 1 gets to build the root: then its setup fails (the ready hook hears
  * -ETIMEDOUT) and it is killed. Nothing waits for it meanwhile. */

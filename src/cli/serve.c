@@ -32,6 +32,9 @@ static void usage(FILE *f) {
                 "                       or, under socket activation, the socket systemd passed\n"
                 "      --pool N         sandboxes kept ready for `create` with default options\n"
                 "                       (default 2 with --socket, 0 with --stdio; at most 8)\n"
+                "      --pool IMAGE=N   N sandboxes of IMAGE (of the image store) kept ready for a\n"
+                "                       create with that image and default options; repeatable,\n"
+                "                       at most 8 images (one not imported yet is waited for)\n"
                 "      --slots N        interactive lane: requests that set a worker going held at\n"
                 "                       once (runs, process starts, forks, snapshots, exports,\n"
                 "                       imports; default: one per 128 MiB of memory, at least 8\n"
@@ -269,6 +272,9 @@ typedef struct ServeOptions {
         unsigned long max_sandboxes; /* 0: derived by the server */
         const char *expiry_dir;
         const char *image_store; /* NULL: the default one, if it can be had */
+        const char *image_pools[SBX_MAX_IMAGE_POOLS]; /* --pool IMAGE=N: "IMAGE" */
+        long image_pool_n[SBX_MAX_IMAGE_POOLS];
+        unsigned n_image_pools;
         uint64_t image_store_max;
         const char *http;
         const char *api_keys[SBX_MAX_API_KEYS + 1];
@@ -418,7 +424,19 @@ static int serve_option(ServeOptions *o, int c) {
         case 's': o->stdio = true; return 0;
         case 'S': o->path = optarg; return 0;
         case 'P': dispatch_print_protocol(stdout); return 1;
-        case 'p': return pool_arg(optarg, &o->pool);
+        case 'p': {
+                char *eq = strrchr(optarg, '=');
+                if (!eq)
+                        return pool_arg(optarg, &o->pool);
+                if (eq == optarg || o->n_image_pools >= SBX_MAX_IMAGE_POOLS) {
+                        fprintf(stderr, "sbx serve: --pool IMAGE=N takes an image name and 0 to 8, for at most %u "
+                                "images\n", SBX_MAX_IMAGE_POOLS);
+                        return -EINVAL;
+                }
+                *eq = 0;
+                o->image_pools[o->n_image_pools] = optarg;
+                return pool_arg(eq + 1, &o->image_pool_n[o->n_image_pools++]);
+        }
         case 'L': return serve_number("--slots", optarg, 1, SBX_MAX_LANE_SLOTS, &o->slots);
         case 'Y': return serve_number("--system-slots", optarg, 1, SBX_MAX_LANE_SLOTS, &o->system_slots);
         case 'Q': return serve_number("--queue", optarg, 0, SBX_MAX_LANE_QUEUE, &o->queue);
@@ -656,6 +674,13 @@ static int serve_start(const ServeOptions *o) {
                 return code;
         }
         server_set_pool(s, o->pool >= 0 ? (unsigned)o->pool : o->stdio ? 0 : 2);
+        for (unsigned i = 0; i < o->n_image_pools; i++)
+                if (sbx_context_set_image_pool(server_context(s), o->image_pools[i], (unsigned)o->image_pool_n[i]) < 0) {
+                        fprintf(stderr, "sbx serve: --pool %s=%ld: not an image name\n", o->image_pools[i],
+                                o->image_pool_n[i]);
+                        server_free(s);
+                        return 2;
+                }
         unsigned max = server_set_max_sandboxes(s, (unsigned)o->max_sandboxes);
         E2b *e2b = NULL;
         if (o->http && (code = serve_http(s, o, &e2b)) != 0) {

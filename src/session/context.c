@@ -18,6 +18,7 @@
 #include "sandbox/mover.h"
 #include "session/context.h"
 #include "oci/oci.h"
+#include "sbx/image.h"
 #include "session/internal.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -30,6 +31,14 @@
 /* After a failure to make one. */
 #define POOL_RETRY_MS 1000
 
+/* Sandboxes of one image made ahead of time (sbx_context_set_image_pool()). */
+typedef struct ImagePool {
+        SandboxList list; /* first: the list's reaped() finds its pool */
+        struct SbxContext *ctx;
+        char ref[SBX_IMAGE_NAME_BYTES]; /* as the caller named it: resolved at each use */
+        unsigned target;
+} ImagePool;
+
 struct SbxContext {
         SandboxHost host;
         char last_error[512];
@@ -40,6 +49,8 @@ struct SbxContext {
         unsigned pool_target;
         int pool_timer;
         Watch pool_w;
+        ImagePool image_pools[SBX_MAX_IMAGE_POOLS];
+        unsigned n_image_pools;
 };
 
 const char *sbx_version(void) { return SBX_VERSION; }
@@ -58,16 +69,39 @@ const char *sbx_error_class_name(SbxErrorClass c) {
         }
 }
 
-static bool options_default(const SbxSandboxOptions *o) {
+/* Default options but for the image, which may be any. */
+static bool options_default_but_image(const SbxSandboxOptions *o) {
         static const SbxLimits zero;
         return memcmp(&o->limits, &zero, sizeof zero) == 0 && o->timeout_ms == 0 && o->network == SBX_NETWORK_NONE &&
-               !o->network_allow && !o->rootfs && !o->image &&
+               !o->network_allow && !o->rootfs &&
                (!o->env || !o->env[0]) && !o->kill_leftovers && (!o->policy_allow || !o->policy_allow[0]) &&
                (!o->policy_deny || !o->policy_deny[0]) && (!o->secrets || !o->secrets[0]);
 }
 
+static bool options_default(const SbxSandboxOptions *o) { return !o->image && options_default_but_image(o); }
+
+static bool pools_short(const SbxContext *ctx) {
+        if (ctx->pool.n < ctx->pool_target)
+                return true;
+        for (unsigned i = 0; i < ctx->n_image_pools; i++)
+                if (ctx->image_pools[i].list.n < ctx->image_pools[i].target)
+                        return true;
+        return false;
+}
+
+/* The pool of the image o names, when o is otherwise the default: NULL if none. */
+static ImagePool *image_pool_for(SbxContext *ctx, const SbxSandboxOptions *o) {
+        if (!o->image || !ctx->host.images || !options_default_but_image(o))
+                return NULL;
+        OciImage *want = oci_store_find(ctx->host.images, o->image);
+        for (unsigned i = 0; want && i < ctx->n_image_pools; i++)
+                if (oci_store_find(ctx->host.images, ctx->image_pools[i].ref) == want)
+                        return &ctx->image_pools[i];
+        return NULL;
+}
+
 static void pool_arm(SbxContext *ctx, uint64_t ms) {
-        if (ctx->pool_timer >= 0 && ctx->pool.n < ctx->pool_target)
+        if (ctx->pool_timer >= 0 && pools_short(ctx))
                 (void)timerfd_arm_ms(ctx->pool_timer, ms);
 }
 
@@ -76,15 +110,26 @@ static void pool_event(Watch *w, uint32_t events) {
         SbxContext *ctx = w->data;
         uint64_t x;
         (void)!read(ctx->pool_timer, &x, sizeof x);
-        if (ctx->pool.n >= ctx->pool_target)
-                return;
         SbxSandboxOptions o;
+        SandboxList *list = &ctx->pool;
+        sbx_sandbox_options_init(&o);
+        /* The host's pool first, then each image's in turn. */
+        if (ctx->pool.n >= ctx->pool_target) {
+                list = NULL;
+                for (unsigned i = 0; !list && i < ctx->n_image_pools; i++)
+                        if (ctx->image_pools[i].list.n < ctx->image_pools[i].target) {
+                                list = &ctx->image_pools[i].list;
+                                o.image = ctx->image_pools[i].ref;
+                        }
+                if (!list)
+                        return;
+        }
         SbxSandbox *sb;
         SbxSession *s;
         char err[512];
-        sbx_sandbox_options_init(&o);
-        if (sandbox_new(&ctx->host, &o, &ctx->pool, &sb, err, sizeof err) < 0) {
-                log_debug("pool: %s", err);
+        if (sandbox_new(&ctx->host, &o, list, &sb, err, sizeof err) < 0) {
+                /* An image not imported yet is waited for. */
+                log_debug("pool%s%s: %s", o.image ? " of " : "", o.image ? o.image : "", err);
                 (void)timerfd_arm_ms(ctx->pool_timer, POOL_RETRY_MS);
                 return;
         }
@@ -99,6 +144,10 @@ static void pool_reaped(SandboxList *l) {
         pool_arm(ctx, POOL_RETRY_MS);
 }
 
+static void image_pool_reaped(SandboxList *l) {
+        pool_arm(container_of(l, ImagePool, list)->ctx, POOL_RETRY_MS);
+}
+
 int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **ret) {
         ctx->last_error[0] = 0;
         /* One whose setup failed waits for its pid 1's end to be reaped: never hand it out. */
@@ -109,8 +158,18 @@ int sbx_sandbox_new(SbxContext *ctx, const SbxSandboxOptions *o, SbxSandbox **re
         }
         if (dropped)
                 pool_arm(ctx, POOL_RETRY_MS);
+        ImagePool *ip = image_pool_for(ctx, o);
+        /* Failed ones, and those of an image the name no longer has, go. */
+        OciImage *want = ip ? oci_store_find(ctx->host.images, o->image) : NULL;
+        for (SbxSandbox *p = ip ? ip->list.head : NULL, *next; p; p = next) {
+                next = sandbox_list_next(p);
+                if (sandbox_setup_state(p) < 0 || sandbox_image(p) != want) {
+                        sbx_sandbox_free(p);
+                        pool_arm(ctx, POOL_RETRY_MS);
+                }
+        }
         /* Not the newest: the loop may have made it a moment ago, still building. */
-        SbxSandbox *sb = options_default(o) ? sandbox_list_warmest(&ctx->pool) : NULL;
+        SbxSandbox *sb = ip ? sandbox_list_warmest(&ip->list) : options_default(o) ? sandbox_list_warmest(&ctx->pool) : NULL;
         if (sb) {
                 sandbox_list_move(sb, &ctx->sandboxes);
                 pool_arm(ctx, POOL_REFILL_MS);
@@ -221,6 +280,9 @@ static int dup_list(const char *const *v, char ***ret) {
 static void pool_renew(SbxContext *ctx) {
         while (ctx->pool.head)
                 sbx_sandbox_free(ctx->pool.head);
+        for (unsigned i = 0; i < ctx->n_image_pools; i++)
+                while (ctx->image_pools[i].list.head)
+                        sbx_sandbox_free(ctx->image_pools[i].list.head);
         pool_arm(ctx, 1);
 }
 
@@ -258,6 +320,27 @@ int sbx_context_set_env(SbxContext *ctx, const char *const *env) {
         return 0;
 }
 
+int sbx_context_set_image_pool(SbxContext *ctx, const char *image, unsigned n) {
+        if (!image || strlen(image) >= SBX_IMAGE_NAME_BYTES)
+                return -EINVAL;
+        ImagePool *p = NULL;
+        for (unsigned i = 0; !p && i < ctx->n_image_pools; i++)
+                if (strcmp(ctx->image_pools[i].ref, image) == 0)
+                        p = &ctx->image_pools[i];
+        if (!p) {
+                if (ctx->n_image_pools >= SBX_MAX_IMAGE_POOLS)
+                        return -ENOSPC;
+                p = &ctx->image_pools[ctx->n_image_pools++];
+                *p = (ImagePool){ .ctx = ctx, .list = { .reap_dead = true, .reaped = image_pool_reaped } };
+                snprintf(p->ref, sizeof p->ref, "%s", image);
+        }
+        p->target = MIN(n, SBX_MAX_POOL);
+        while (p->list.n > p->target)
+                sbx_sandbox_free(p->list.head);
+        pool_arm(ctx, 1);
+        return 0;
+}
+
 void sbx_context_set_pool(SbxContext *ctx, unsigned n) {
         ctx->pool_target = MIN(n, SBX_MAX_POOL);
         while (ctx->pool.n > ctx->pool_target)
@@ -284,6 +367,9 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
                 sbx_sandbox_free(ctx->sandboxes.head);
         while (ctx->pool.head)
                 sbx_sandbox_free(ctx->pool.head);
+        for (unsigned i = 0; i < ctx->n_image_pools; i++)
+                while (ctx->image_pools[i].list.head)
+                        sbx_sandbox_free(ctx->image_pools[i].list.head);
         /* What is still dying is waited for here: nothing may outlive the context. */
         corpse_bury_all(&ctx->host.yard);
         for (unsigned i = ctx->host.rooms.n; i-- > 0;)

@@ -649,6 +649,9 @@ char *sbx_sandbox_redact(const SbxSandbox *sb, const void *data, size_t len, siz
 
 const char *sbx_sandbox_setup_error(const SbxSandbox *sb) { return sb->core.setup_error; }
 
+struct OciImage *sandbox_image(const SbxSandbox *sb) { return sb->image; }
+SbxSandbox *sandbox_list_next(const SbxSandbox *sb) { return sb->next; }
+
 SandboxHost *sandbox_host(const SbxSandbox *sb) { return sb->host; }
 SandboxCore *sandbox_core(SbxSandbox *sb) { return &sb->core; }
 int sandbox_setup_state(const SbxSandbox *sb) { return sb->setup; }

@@ -79,6 +79,10 @@ struct SandboxObserver {
  * observers hear when). err says what failed. Returns 0 or -errno (-EINVAL bad options). */
 int sandbox_new(SandboxHost *host, const SbxSandboxOptions *o, SandboxList *list, SbxSandbox **ret, char *err,
                 size_t errlen);
+/* The sandbox after sb on its list, or NULL. */
+SbxSandbox *sandbox_list_next(const SbxSandbox *sb);
+/* The image sb was made from (oci/oci.h), or NULL. */
+struct OciImage *sandbox_image(const SbxSandbox *sb);
 /* The host sb was made with. */
 SandboxHost *sandbox_host(const SbxSandbox *sb);
 /* Moves sb to another list of the same context. */

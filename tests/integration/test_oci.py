@@ -438,3 +438,27 @@ def test_cli_import_ls_create_rm(tmp_path, base_layer, store):
             assert cp.returncode == 1 and "apt-get install buildah" in cp.stderr.decode(), cp
     finally:
         stop_daemon(d)
+
+
+def test_a_pool_of_an_image(store, base_layer, tmp_path):
+    """--pool IMAGE=N: ready sandboxes of the image, waited for until it is imported, handed to a
+    create of it, made again when the name moves to another image."""
+    s = Server(store, "--pool", "pooled:1=2")
+    try:
+        ocitool.write_oci_layout(str(tmp_path / "a"), [base_layer], name="pooled:1")
+        a = s.result("image.import", {"path": str(tmp_path / "a")})["image"]
+        assert wait_until(lambda: s.result("image.inspect", {"image": "pooled:1"})["sandboxes"] == 2, timeout=15)
+        sid = s.result("sandbox.create", {"image": "pooled:1"})["sandboxId"]
+        assert s.run(sid, "cat /opt/app/hello.txt")["stdout"] == "hello from the image\n"
+        assert wait_until(lambda: s.result("image.inspect", {"image": a["id"]})["sandboxes"] == 3, timeout=15)
+        # Removal is refused while the pool holds it.
+        assert "in use" in s.error("image.remove", {"image": a["id"]})["message"]
+        cfg = ocitool.config_for([base_layer], env=["PATH=/usr/bin", "V=2"])
+        ocitool.write_oci_layout(str(tmp_path / "b"), [base_layer], name="pooled:1", config=cfg)
+        s.result("image.import", {"path": str(tmp_path / "b")})
+        sid2 = s.result("sandbox.create", {"image": "pooled:1"})["sandboxId"]
+        assert s.run(sid2, "echo $V")["stdout"] == "2\n"
+        assert wait_until(lambda: s.result("image.inspect", {"image": "pooled:1"})["sandboxes"] == 3, timeout=15)
+        assert s.result("image.inspect", {"image": a["id"]})["sandboxes"] == 1
+    finally:
+        s.stop()

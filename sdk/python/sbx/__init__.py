@@ -20,13 +20,13 @@ from ._async_client import AsyncClient
 from .commands import CommandHandle, CommandResult, Commands, OutputCallback, Session
 from .processes import OutputChunk, ProcessHandle, ProcessInfo, ProcessResult, Pty, TerminalHandle
 from .files import EntryInfo, Files, FilesystemEvent, FilesystemEventType, WatchHandle
-from .sandbox import Env, Sandbox, Sandboxes, Sessions
+from .sandbox import Env, Images, Sandbox, Sandboxes, Sessions
 from .code import CodeContext, CodeHandle, Execution, ExecutionError, Logs, Result
 from .async_code import AsyncCodeHandle
 from .async_commands import AsyncCommandHandle, AsyncCommands, AsyncSession
 from .async_processes import AsyncProcessHandle, AsyncPty, AsyncTerminalHandle
 from .async_files import AsyncFiles, AsyncWatchHandle
-from .async_sandbox import AsyncEnv, AsyncSandbox, AsyncSandboxes, AsyncSessions
+from .async_sandbox import AsyncEnv, AsyncImages, AsyncSandbox, AsyncSandboxes, AsyncSessions
 
 __version__ = "0.1.0"
 
@@ -56,6 +56,7 @@ __all__ = [
     "Sessions",
     "Env",
     "Sandboxes",
+    "Images",
     "Files",
     "EntryInfo",
     "Client",
@@ -73,6 +74,7 @@ __all__ = [
     "AsyncEnv",
     "AsyncFiles",
     "AsyncSandboxes",
+    "AsyncImages",
     "AsyncWatchHandle",
     "OutputCallback",
     "find_binary",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import os
 from typing import Any, Deque, Dict, Generator, Mapping, Optional, Sequence, Tuple, Union
 
 from ._protocol import INVALID_PARAMS, SbxError, as_object
@@ -49,7 +50,7 @@ def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
                     limits: Optional[Mapping[str, float]], envs: Optional[Mapping[str, str]],
                     network: Network, leftovers: Optional[str] = None,
                     policy: Optional[Mapping[str, Any]] = None,
-                secrets: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                    secrets: Optional[Mapping[str, Any]] = None, image: Optional[str] = None) -> Dict[str, Any]:
     """The ``create`` / ``sandbox.create`` params for these options."""
     params: Dict[str, Any] = {}
     if timeout is not None:
@@ -75,6 +76,8 @@ def sandbox_options(timeout: Optional[float], fs_limit_bytes: Optional[int],
         params["policy"] = {k: list(v) for k, v in policy.items()}
     if secrets:
         params["secrets"] = dict(secrets)
+    if image is not None:
+        params["image"] = str(image)
     return params
 
 
@@ -292,6 +295,31 @@ def sandbox_info(sandbox_id: str, expired: Optional[str]) -> Op:
 def set_timeout(sandbox_id: str, timeout: float) -> Op:
     """``sandbox.setTimeout``: the sandbox expires ``timeout`` seconds from now (0: never)."""
     yield "sandbox.setTimeout", {"sandboxId": sandbox_id, "lifetimeMs": seconds_to_ms(timeout)}
+
+
+# ------------------------------------------------------------------ images
+
+
+def image_import(path: Union[str, "os.PathLike[str]"], name: Optional[str]) -> Op:
+    """``image.import``: the image record, once the daemon imported it. A relative ``path`` is
+    made absolute here (the daemon reads it on this host)."""
+    params: Dict[str, Any] = {"path": os.path.abspath(os.fspath(path))}
+    if name is not None:
+        params["name"] = name
+    return dict((yield "image.import", params)["image"])
+
+
+def image_list() -> Op:
+    """``image.list``: the records of the store's images."""
+    return [dict(i) for i in (yield "image.list", None)["images"]]
+
+
+def image_inspect(ref: str) -> Op:
+    return dict((yield "image.inspect", {"image": ref}))
+
+
+def image_remove(ref: str) -> Op:
+    yield "image.remove", {"image": ref}
 
 
 def session_create(sandbox_id: Optional[str], name: str) -> Op:

@@ -34,7 +34,8 @@ from .async_files import AsyncFiles
 from .async_files import AsyncEventCallback, AsyncWatchHandle  # noqa: F401 - for importers that found them here
 from .async_processes import AsyncPty
 
-__all__ = ["AsyncSandbox", "AsyncSessions", "AsyncEnv", "AsyncSandboxes", "AsyncFiles", "AsyncWatchHandle"]
+__all__ = ["AsyncSandbox", "AsyncSessions", "AsyncEnv", "AsyncSandboxes", "AsyncImages", "AsyncFiles",
+           "AsyncWatchHandle"]
 
 #: Called with the reason a sandbox expired (``"lifetime"`` or ``"idle"``); may be a coroutine
 #: function.
@@ -51,7 +52,7 @@ class AsyncSandbox:
             print((await sb.commands.run("echo hi")).stdout)
 
     The methods are :class:`sbx.Sandbox`'s, awaited; so are those of ``commands``,
-    ``files``, ``sessions``, ``env``, ``sandboxes`` and ``pty``. Use it from the event loop
+    ``files``, ``sessions``, ``env``, ``sandboxes``, ``images`` and ``pty``. Use it from the event loop
     it was made in.
     """
 
@@ -72,7 +73,8 @@ class AsyncSandbox:
                      binary: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
                      lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
-                     on_expired: Optional[AsyncExpiredCallback] = None) -> "AsyncSandbox":
+                     on_expired: Optional[AsyncExpiredCallback] = None,
+                     image: Optional[str] = None) -> "AsyncSandbox":
         """Starts ``sbx serve --stdio`` and creates the sandbox (as :class:`sbx.Sandbox`;
         ``on_expired`` may be a coroutine function).
 
@@ -80,7 +82,8 @@ class AsyncSandbox:
             SbxError: the server refused the options or could not create the sandbox.
             FileNotFoundError: no sbx binary was found.
         """
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets,
+                                     image)
         ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         client = await AsyncClient.spawn(binary)
         try:
@@ -97,10 +100,12 @@ class AsyncSandbox:
                       leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
                       secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
                       lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
-                      on_expired: Optional[AsyncExpiredCallback] = None) -> "AsyncSandbox":
+                      on_expired: Optional[AsyncExpiredCallback] = None,
+                      image: Optional[str] = None) -> "AsyncSandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there; :meth:`kill` closes the connection (as :meth:`sbx.Sandbox.connect`)."""
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets,
+                                     image)
         ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         client = await AsyncClient.connect(os.fspath(socket_path))
         try:
@@ -129,6 +134,8 @@ class AsyncSandbox:
         """More sandboxes on this connection: ``create``, ``list``, ``get``."""
         self.pty: AsyncPty = AsyncPty(client, sandbox_id)
         """Interactive terminals: ``create``."""
+        self.images: AsyncImages = AsyncImages(client)
+        """The server's image store: ``import_image``, ``list``, ``inspect``, ``remove``."""
 
     # ------------------------------------------------------------ code
 
@@ -419,9 +426,11 @@ class AsyncSandboxes:
                      leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
                      secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
                      lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
-                     on_expired: Optional[AsyncExpiredCallback] = None) -> AsyncSandbox:
+                     on_expired: Optional[AsyncExpiredCallback] = None,
+                     image: Optional[str] = None) -> AsyncSandbox:
         """Creates another sandbox (as :meth:`sbx.Sandboxes.create`)."""
-        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        params = ops.sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets,
+                                     image)
         ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         if label is not None:
             params["label"] = label
@@ -439,3 +448,31 @@ class AsyncSandboxes:
         one of its pairs (as :meth:`sbx.Sandboxes.list`)."""
         sandboxes: List[Dict[str, Any]] = await self._client.run_op(ops.list_sandboxes(metadata))
         return sandboxes
+
+
+class AsyncImages:
+    """``sandbox.images`` of an :class:`AsyncSandbox`: the server's image store (as
+    :class:`sbx.Images`)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def import_image(self, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None) -> Dict[str, Any]:
+        """Imports an OCI layout, OCI archive or docker save tar at ``path``; the image's record
+        once it is in the store (as :meth:`sbx.Images.import_image`)."""
+        image: Dict[str, Any] = await self._client.run_op(ops.image_import(path, name))
+        return image
+
+    async def list(self) -> List[Dict[str, Any]]:
+        """The records of the store's images."""
+        images: List[Dict[str, Any]] = await self._client.run_op(ops.image_list())
+        return images
+
+    async def inspect(self, ref: str) -> Dict[str, Any]:
+        """One image's record, by name, id or 12+ hex digits of its id."""
+        image: Dict[str, Any] = await self._client.run_op(ops.image_inspect(ref))
+        return image
+
+    async def remove(self, ref: str) -> None:
+        """Takes a name off its image, or removes the image (refused while a sandbox uses it)."""
+        await self._client.run_op(ops.image_remove(ref))

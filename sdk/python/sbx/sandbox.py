@@ -15,7 +15,7 @@ from .commands import Commands, Session
 from .files import Files
 from .processes import Pty
 
-__all__ = ["Sandbox", "Sessions", "Env", "Sandboxes"]
+__all__ = ["Sandbox", "Sessions", "Env", "Sandboxes", "Images"]
 
 
 class Sandbox:
@@ -70,6 +70,10 @@ class Sandbox:
             destroys it (a command that is still running is no activity: only requests are).
         on_expired: called with ``"lifetime"`` or ``"idle"`` once the server destroyed the
             sandbox because it expired (see :meth:`on_expired`).
+        image: an image of the server's store (:attr:`images`) as the sandbox's root, read-only:
+            a name (``"app:1"``; ``"app"`` is ``"app:latest"``), its id ``"sha256:..."`` or 12+
+            hex digits of it. Commands start with the image's Env; /tmp, /home/user and /dev/shm
+            are the sandbox's own. The image cannot be removed while the sandbox lives.
 
     Raises:
         SbxError: the server refused the options or could not create the sandbox.
@@ -88,8 +92,8 @@ class Sandbox:
                  policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
                  lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
-                 on_expired: Optional[ExpiredCallback] = None) -> None:
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+                 on_expired: Optional[ExpiredCallback] = None, image: Optional[str] = None) -> None:
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets, image)
         ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         client = Client.spawn(binary)
         try:
@@ -108,12 +112,12 @@ class Sandbox:
                policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
                lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
-               on_expired: Optional[ExpiredCallback] = None) -> "Sandbox":
+               on_expired: Optional[ExpiredCallback] = None, image: Optional[str] = None) -> "Sandbox":
         """E2B's name for the constructor: ``Sandbox.create(...)`` is ``Sandbox(...)`` (a
         private ``sbx serve --stdio`` and its sandbox)."""
         return cls(timeout=timeout, fs_limit_bytes=fs_limit_bytes, limits=limits, envs=envs, network=network,
                    leftovers=leftovers, binary=binary, policy=policy, secrets=secrets, metadata=metadata,
-                   lifetime=lifetime, idle_timeout=idle_timeout, on_expired=on_expired)
+                   lifetime=lifetime, idle_timeout=idle_timeout, on_expired=on_expired, image=image)
 
     @classmethod
     def connect(cls, socket_path: Union[str, "os.PathLike[str]"], *, timeout: Optional[float] = None,
@@ -122,14 +126,14 @@ class Sandbox:
                 leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
                 lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
-                on_expired: Optional[ExpiredCallback] = None) -> "Sandbox":
+                on_expired: Optional[ExpiredCallback] = None, image: Optional[str] = None) -> "Sandbox":
         """Connects to ``sbx serve --socket socket_path`` and creates this connection's root
         sandbox there (options as for the constructor).
 
         :meth:`kill` on it closes the connection, which destroys the sandboxes it made
         (except persistent ones); the server keeps running.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets, image)
         ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         client = Client.connect(os.fspath(socket_path))
         try:
@@ -158,6 +162,8 @@ class Sandbox:
         """More sandboxes on this connection: ``create``, ``list``, ``get``."""
         self.pty: Pty = Pty(client, sandbox_id)
         """Interactive terminals: ``create``."""
+        self.images: Images = Images(client)
+        """The server's image store: ``import_image``, ``list``, ``inspect``, ``remove``."""
 
     # ------------------------------------------------------------ code
 
@@ -506,7 +512,7 @@ class Sandboxes:
                leftovers: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None,
                 secrets: Optional[Mapping[str, Any]] = None, metadata: Optional[Mapping[str, str]] = None,
                lifetime: Optional[float] = None, idle_timeout: Optional[float] = None,
-               on_expired: Optional[ExpiredCallback] = None) -> Sandbox:
+               on_expired: Optional[ExpiredCallback] = None, image: Optional[str] = None) -> Sandbox:
         """Creates another sandbox (``sandbox.create``) and returns its handle.
 
         It lives until :meth:`Sandbox.destroy`, or until this connection closes, unless
@@ -516,9 +522,9 @@ class Sandboxes:
             label: free text shown by :meth:`list`.
             persist: outlive this connection (socket server only).
             timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets,
-                metadata, lifetime, idle_timeout, on_expired: as for :class:`Sandbox`.
+                metadata, lifetime, idle_timeout, on_expired, image: as for :class:`Sandbox`.
         """
-        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets)
+        params = _sandbox_options(timeout, fs_limit_bytes, limits, envs, network, leftovers, policy, secrets, image)
         ops.lifecycle_options(params, metadata, lifetime, idle_timeout)
         if label is not None:
             params["label"] = label
@@ -538,3 +544,48 @@ class Sandboxes:
         one of its ``{key: value}`` pairs."""
         sandboxes: List[Dict[str, Any]] = self._client.run_op(ops.list_sandboxes(metadata))
         return sandboxes
+
+
+class Images:
+    """``sandbox.images``: the server's image store (``sbx serve --image-store DIR``), shared
+    by every connection. An image record is a dict: ``{id, names, layers, bytes, bash, config:
+    {env, workingDir, user, entrypoint, cmd, architecture, os, created}, source, manifest,
+    importedAt, newLayers, sandboxes}``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def import_image(self, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None) -> Dict[str, Any]:
+        """Imports an OCI layout directory, an OCI archive or a ``docker save`` / ``podman
+        save`` tar (compressed or not) at ``path`` on this host (``image.import``); returns the
+        image's record once it is in the store (this may take seconds). ``name`` (``"x:tag"``;
+        ``"x"`` is ``"x:latest"``) names it, else the names the input carries.
+
+        Raises:
+            SbxError: the server has no image store, or refused the input (one line says why).
+        """
+        image: Dict[str, Any] = self._client.run_op(ops.image_import(path, name))
+        return image
+
+    def list(self) -> List[Dict[str, Any]]:
+        """The records of the store's images (``image.list``)."""
+        images: List[Dict[str, Any]] = self._client.run_op(ops.image_list())
+        return images
+
+    def inspect(self, ref: str) -> Dict[str, Any]:
+        """One image's record, by name, id or 12+ hex digits of its id (``image.inspect``).
+
+        Raises:
+            SbxError: no such image (-32602).
+        """
+        image: Dict[str, Any] = self._client.run_op(ops.image_inspect(ref))
+        return image
+
+    def remove(self, ref: str) -> None:
+        """Takes a name off its image; given the id or the image's last name, removes the image
+        and the layers no other image has (``image.remove``).
+
+        Raises:
+            SbxError: no such image, or a sandbox made from it still lives.
+        """
+        self._client.run_op(ops.image_remove(ref))
