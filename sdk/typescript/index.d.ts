@@ -104,6 +104,11 @@ export interface SandboxOpts {
   idleTimeoutMs?: number;
   /** Called once the server destroyed the sandbox because it expired (see Sandbox.onExpired). */
   onExpired?: ExpiredCallback;
+  /** An image of the daemon's store (sandbox.images) as the root, read-only: a name ("app:1";
+   * "app" is "app:latest"), its id "sha256:HEX" or 12+ hex digits of it. Commands start with
+   * its Env; /tmp, /home/user and /dev/shm are the sandbox's own. The image cannot be removed
+   * while the sandbox lives. */
+  image?: string;
 }
 
 /** Why a sandbox expired: its lifetime (lifetimeMs, setTimeout) or its idle timeout. */
@@ -284,6 +289,39 @@ export interface SandboxInfo {
   createdAt: string;
   persist: boolean;
   root: boolean;
+}
+
+/** An image of the daemon's store, as image.import, image.list and image.inspect give it. */
+export interface ImageInfo {
+  /** "sha256:HEX": the digest of its config. */
+  id: string;
+  /** "name:tag"s; may be empty. */
+  names: string[];
+  layers: { diffId: string; bytes: number; entries: number; dropped: number; stripped: number }[];
+  /** The unpacked size of its layers. */
+  bytes: number;
+  /** It has /bin/bash (a sandbox needs it). */
+  bash: boolean;
+  config: {
+    env: string[];
+    workingDir: string;
+    user: string;
+    entrypoint: string[] | null;
+    cmd: string[] | null;
+    architecture: string;
+    os: string;
+    created: string;
+  };
+  /** "oci-layout", "oci-archive" or "docker-archive". */
+  source: string;
+  /** The manifest's digest. */
+  manifest: string;
+  /** Unix seconds. */
+  importedAt: number;
+  /** Layers this import unpacked (the store had the others). */
+  newLayers: number;
+  /** Sandboxes made from it that live now. */
+  sandboxes: number;
 }
 
 // ------------------------------------------------------------------ handles
@@ -564,6 +602,22 @@ export class Sandboxes {
   list(opts?: { metadata?: Record<string, string> }): Promise<SandboxInfo[]>;
 }
 
+/** `sandbox.images`: the daemon's image store (sbx serve --image-store), shared by every
+ * connection. */
+export class Images {
+  private constructor();
+  /** Imports an OCI layout directory, an OCI archive or a docker / podman save tar at path on
+   * this host (a relative path is resolved here); resolves once it is in the store. opts.name,
+   * or a string in its place, names it ("x" is "x:latest"). */
+  importImage(path: string, opts?: { name?: string } | string): Promise<ImageInfo>;
+  list(): Promise<ImageInfo[]>;
+  /** By name, id or 12+ hex digits of the id; rejects (-32602) when there is none. */
+  inspect(ref: string): Promise<ImageInfo>;
+  /** Takes a name off its image, or (the id, its last name) removes it; refused while a
+   * sandbox of it lives. */
+  remove(ref: string): Promise<void>;
+}
+
 export class Sandbox {
   private constructor();
   /** Spawns `sbx serve --stdio` and creates the sandbox. */
@@ -579,6 +633,7 @@ export class Sandbox {
   readonly env: Env;
   readonly sandboxes: Sandboxes;
   readonly pty: Pty;
+  readonly images: Images;
   /** Runs a cell in a code context (default: the language's default context). */
   runCode(code: string, opts?: RunCodeOpts): Promise<Execution>;
   /** As runCode, returning at once a handle to wait() for or cancel(). */

@@ -298,6 +298,10 @@
 #define SBX_IMAGE_STORE_DEFAULT_BYTES (32ULL * 1024 * 1024 * 1024)
 /* Bytes counted for each entry besides its data: what a directory, an inode and a name cost. */
 #define SBX_IMAGE_ENTRY_BYTES 512U
+/* What a tar may decompress to beyond the bytes it is counted for: its end blocks and padding. */
+#define SBX_IMAGE_TAR_SLACK (1024U * 1024)
+/* An import or removal that runs this long is killed (a store job holds the store's lock). */
+#define SBX_IMAGE_JOB_TIMEOUT_MS (60U * 60 * 1000)
 /* Read buffer of an import. */
 #define SBX_IMAGE_IO_BUF (256U * 1024)
 /* Store operations (imports, removals) waiting behind the one running. */

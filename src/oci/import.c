@@ -81,8 +81,10 @@ static int client_init(uid_t uid, char *err, size_t errlen) {
 static void as_client(bool on) {
         static gid_t own_groups[64];
         static int n_own = -1;
-        if (!client.on)
+        static bool is_on;
+        if (!client.on || on == is_on)
                 return;
+        is_on = on;
         if (on) {
                 if (n_own < 0)
                         n_own = getgroups(ELEMENTSOF(own_groups), own_groups);
@@ -96,16 +98,27 @@ static void as_client(bool on) {
         }
 }
 
-/* Opens rel beneath src with the client's rights: its symlinks resolve inside src, never to
- * the host. */
+/* The source is a directory of the client's (a layout), not an archive unpacked by the job. */
+static bool src_is_clients;
+
+/* Opens the regular file rel beneath src (with the client's rights when it is the client's):
+ * its symlinks resolve inside src, never to the host; O_NONBLOCK, so a FIFO cannot hold the
+ * job (which holds the store's lock). -EINVAL for anything but a regular file. */
 static int open_beneath(int src, const char *rel) {
-        struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
+        struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
                                 .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV };
-        as_client(true);
+        as_client(src_is_clients);
         long fd = syscall(SYS_openat2, src, rel, &how, sizeof how);
         int e = errno;
         as_client(false);
-        return fd < 0 ? -e : (int)fd;
+        if (fd < 0)
+                return -e;
+        struct stat st;
+        if (fstat((int)fd, &st) < 0 || !S_ISREG(st.st_mode) || fcntl((int)fd, F_SETFL, O_RDONLY) < 0) {
+                close((int)fd);
+                return -EINVAL;
+        }
+        return (int)fd;
 }
 
 /* Reads a JSON file beneath src (at most SBX_IMAGE_JSON_BYTES); hex gets its sha256 when
@@ -114,7 +127,7 @@ static json_t *read_json(int src, const char *rel, char *hex, char *err, size_t 
         _cleanup_close_ int fd = open_beneath(src, rel);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0) {
-                fail(err, errlen, "image: cannot open %.200s: %s", rel, strerror(fd < 0 ? -fd : errno));
+                fail(err, errlen, "image: cannot open %.200s: %s", rel, fd == -EINVAL ? "not a file" : strerror(-fd));
                 return NULL;
         }
         if (!S_ISREG(st.st_mode) || st.st_size > SBX_IMAGE_JSON_BYTES) {
@@ -382,7 +395,7 @@ static json_t *record_config(const Plan *p, char *err, size_t errlen) {
         static const char *const lists[][2] = { { "Entrypoint", "entrypoint" }, { "Cmd", "cmd" } };
         for (size_t k = 0; k < ELEMENTSOF(lists); k++) {
                 json_t *v = json_object_get(cc, lists[k][0]);
-                bool ok = json_is_array(v);
+                bool ok = json_is_array(v) && json_array_size(v) <= 4096;
                 json_array_foreach(v, i, x) ok = ok && json_is_string(x);
                 json_object_set_new(out, lists[k][1], ok ? json_deep_copy(v) : json_null());
         }
@@ -409,30 +422,70 @@ static json_t *known_layer(const ImportJob *j, const char *hex) {
 
 /* Whether the image has /bin/bash: the topmost layer that has bin (a symlink to usr/bin, as
  * merged-/usr systems have it, or a directory) and then bash in it. */
+/* lstat of rel inside layer hex, no symlink followed on the way (a layer's usr may be a link to
+ * anywhere). Returns 0 or -errno. */
+static int layer_lstat(int store, const char *hex, const char *rel, struct stat *st) {
+        char path[200];
+        snprintf(path, sizeof path, "layers/%.64s/%s", hex, rel);
+        struct open_how how = { .flags = O_PATH | O_NOFOLLOW | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH };
+        long fd = syscall(SYS_openat2, store, path, &how, sizeof how);
+        if (fd < 0)
+                return negerrno();
+        int r = fstat((int)fd, st) < 0 ? negerrno() : 0;
+        close((int)fd);
+        return r;
+}
+
+static int layer_readlink(int store, const char *hex, const char *rel, char *buf, size_t size) {
+        char path[200];
+        snprintf(path, sizeof path, "layers/%.64s/%s", hex, rel);
+        struct open_how how = { .flags = O_PATH | O_NOFOLLOW | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH };
+        long fd = syscall(SYS_openat2, store, path, &how, sizeof how);
+        if (fd < 0)
+                return negerrno();
+        ssize_t n = readlinkat((int)fd, "", buf, size - 1);
+        close((int)fd);
+        buf[n > 0 ? n : 0] = 0;
+        return n < 0 ? -EINVAL : 0;
+}
+
+/* Whether the image has /bin/bash: the topmost layer that has bin (a symlink to usr/bin, as
+ * merged-/usr systems have it, or a directory) and then bash in it, nothing followed out of a
+ * layer. */
 static bool has_bash(int store, const Plan *p, char diff_hex[][65]) {
         const char *where = NULL;
         for (size_t i = p->n_layers; i-- > 0 && !where;) {
-                char path[160], target[64];
+                char target[64];
                 struct stat st;
-                snprintf(path, sizeof path, "layers/%.64s/bin", diff_hex[i]);
-                if (fstatat(store, path, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                if (layer_lstat(store, diff_hex[i], "bin", &st) < 0)
                         continue;
                 if (S_ISLNK(st.st_mode)) {
-                        ssize_t n = readlinkat(store, path, target, sizeof target - 1);
-                        target[n > 0 ? n : 0] = 0;
+                        if (layer_readlink(store, diff_hex[i], "bin", target, sizeof target) < 0)
+                                target[0] = 0;
                         where = strcmp(target, "usr/bin") == 0 || strcmp(target, "/usr/bin") == 0 ? "usr/bin/bash" : "";
                 } else {
                         where = S_ISDIR(st.st_mode) ? "bin/bash" : "";
                 }
         }
         for (size_t i = p->n_layers; where && where[0] && i-- > 0;) {
-                char path[160];
                 struct stat st;
-                snprintf(path, sizeof path, "layers/%.64s/%s", diff_hex[i], where);
-                if (fstatat(store, path, &st, AT_SYMLINK_NOFOLLOW) == 0)
+                if (layer_lstat(store, diff_hex[i], where, &st) == 0)
                         return S_ISREG(st.st_mode) || S_ISLNK(st.st_mode);
         }
         return false;
+}
+
+/* The layers this job moved into layers/: set aside again if it fails after. */
+static const char *moved[SBX_IMAGE_MAX_LAYERS];
+static size_t n_moved;
+
+/* Moves layers/HEX into tmp/ of the store (which is cleared after). */
+static int set_aside(int store, const char *hex) {
+        char from[160], to[200], rnd[9];
+        (void)random_hex(rnd, 4);
+        snprintf(from, sizeof from, "layers/%.64s", hex);
+        snprintf(to, sizeof to, "tmp/gone-%s-%.64s", rnd, hex);
+        return renameat(store, from, store, to) < 0 && errno != ENOENT ? negerrno() : 0;
 }
 
 /* Unpacks layer i into work/L and moves it into layers/ when its digests hold. */
@@ -446,11 +499,9 @@ static int take_layer(int store, int src, const char *work, const Plan *p, size_
         if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode))
                 return fail(err, errlen, "image: layer %zu (%.200s) cannot be read: %s", i, p->blobs[i],
                             in < 0 ? strerror(-in) : "not a file");
-        if (mkdirat(store, tmp, 0755) < 0)
-                return -errno;
-        _cleanup_close_ int dst = openat(store, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int dst = mkdirat(store, tmp, 0755) < 0 ? -1 : openat(store, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dst < 0)
-                return -errno;
+                return fail(err, errlen, "image: make %s in the store: %s", tmp, strerror(errno)), -EIO;
         UnpackStats us;
         int r = oci_unpack_layer(in, dst, *room, &us, blob, diff, err, errlen);
         if (r < 0)
@@ -463,6 +514,7 @@ static int take_layer(int store, int src, const char *work, const Plan *p, size_
                             "its tar is sha256:%.12s...", i, want_diff, diff);
         if (renameat(store, tmp, store, final) < 0)
                 return fail(err, errlen, "image: move layer %zu into the store: %s", i, strerror(errno));
+        moved[n_moved++] = want_diff;
         *room -= MIN(*room, us.bytes);
         json_object_set_new(out, "bytes", json_integer((json_int_t)us.bytes));
         json_object_set_new(out, "entries", json_integer((json_int_t)us.entries));
@@ -508,16 +560,48 @@ static int move_names(int store, const ImportJob *j, const char *id, json_t *nam
         return 0;
 }
 
+static bool want_small(const char *path, uint64_t size, void *ud) { return size <= SBX_IMAGE_JSON_BYTES; }
+
+static bool want_missing(const char *path, uint64_t size, void *ud) {
+        return faccessat(*(int *)ud, path, F_OK, AT_SYMLINK_NOFOLLOW) < 0;
+}
+
+/* The rest of an archive's files, when a layer to unpack is among them. */
+static int archive_rest(ImportJob *j, int store, int afd, int src, const Plan *p, char diff_hex[][65], char *err,
+                        size_t errlen) {
+        bool needed = false;
+        struct stat st;
+        for (size_t i = 0; i < p->n_layers && !needed; i++) {
+                char path[160];
+                snprintf(path, sizeof path, "layers/%.64s", diff_hex[i]);
+                needed = fstatat(store, path, &st, AT_SYMLINK_NOFOLLOW) < 0;
+        }
+        if (!needed || afd < 0)
+                return 0;
+        UnpackStats us;
+        UnpackFilter rest = { want_missing, &src };
+        if (lseek(afd, 0, SEEK_SET) < 0)
+                return fail(err, errlen, "image: read %.200s again: %s", j->path, strerror(errno)), -EIO;
+        return oci_unpack_archive(afd, src, j->room, &rest, &us, err, errlen);
+}
+
 static int import(ImportJob *j, int store, const char *work, Plan *p, char *err, size_t errlen) {
         _cleanup_close_ int src = -1;
+        int archive_fd = -1;
         struct stat st;
         const char *source;
         char want[SBX_IMAGE_NAME_BYTES] = "";
         if (j->name && !oci_name_normalize(j->name, want, sizeof want, err, errlen))
                 return -EINVAL;
         as_client(true);
-        int in = open(j->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        int in = open(j->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         as_client(false);
+        if (in >= 0 && (fstat(in, &st) < 0 || (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)))) {
+                close(in);
+                return fail(err, errlen, "image: %.200s is neither a directory nor a file", j->path);
+        }
+        if (in >= 0)
+                (void)fcntl(in, F_SETFL, O_RDONLY);
         if (in < 0 || fstat(in, &st) < 0) {
                 int r = negerrno();
                 safe_close(in);
@@ -525,31 +609,36 @@ static int import(ImportJob *j, int store, const char *work, Plan *p, char *err,
         }
         if (S_ISDIR(st.st_mode)) {
                 src = in;
+                src_is_clients = true;
                 source = "oci-layout";
         } else if (S_ISREG(st.st_mode)) {
                 /* An archive is unpacked beneath the store's tmp/ as a layer would be (no name out
-                 * of it, no device), into the store's room, and read as a directory. */
-                char dir[160], b[65], d[65];
+                 * of it, no device), into the store's room, and read as a directory: first its
+                 * small files (the JSON), then, only if a layer the store has not is in it, the
+                 * rest. */
+                char dir[160];
                 UnpackStats us;
                 snprintf(dir, sizeof dir, "%s/src", work);
                 int r = mkdirat(store, dir, 0700) < 0 ? negerrno() : 0;
                 if (r >= 0 && (src = openat(store, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
                         r = negerrno();
+                UnpackFilter small = { want_small, NULL };
                 if (r >= 0)
-                        r = oci_unpack_layer(in, src, j->room, &us, b, d, err, errlen);
-                close(in);
+                        r = oci_unpack_archive(in, src, j->room, &small, &us, err, errlen);
+                archive_fd = in;
                 if (r < 0) {
+                        close(in);
                         if (r == -EINVAL && strstr(err, "not a tar"))
                                 fail(err, errlen, "image: %.200s is no tar (an OCI archive or a docker/podman save): %s",
                                      j->path, err);
                         return r;
                 }
-                j->room -= MIN(j->room, us.bytes);
                 source = "archive";
         } else {
                 close(in);
                 return fail(err, errlen, "image: %.200s is neither a directory nor a file", j->path);
         }
+        _cleanup_close_ int afd = archive_fd;
         int r;
         bool oci = faccessat(src, "index.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
         if (oci)
@@ -580,6 +669,8 @@ static int import(ImportJob *j, int store, const char *work, Plan *p, char *err,
                         return fail(err, errlen, "image: diff id %zu is no sha256 digest", i);
                 memcpy(diff_hex[i], h, 65);
         }
+        if ((r = archive_rest(j, store, afd, src, p, diff_hex, err, errlen)) < 0)
+                return r;
         json_t *layers = json_array();
         _cleanup_(json_decrefp) json_t *record = json_object();
         json_object_set_new(record, "layers", layers);
@@ -590,26 +681,33 @@ static int import(ImportJob *j, int store, const char *work, Plan *p, char *err,
                 json_array_append_new(layers, l);
                 json_object_set_new(l, "diffId", json_sprintf("sha256:%s", diff_hex[i]));
                 snprintf(final, sizeof final, "layers/%.64s", diff_hex[i]);
-                if (fstatat(store, final, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
-                    (known = known_layer(j, diff_hex[i]))) {
-                        json_object_update_existing(l, known);
+                /* Twice in one image: as the first time (the sandbox's overlay has it once). */
+                size_t k = 0;
+                while (k < i && strcmp(diff_hex[k], diff_hex[i]) != 0)
+                        k++;
+                if (k < i) {
+                        json_t *first = json_array_get(layers, k);
+                        json_object_set(l, "bytes", json_object_get(first, "bytes"));
+                        json_object_set(l, "entries", json_object_get(first, "entries"));
+                        continue;
+                }
+                bool on_disk = fstatat(store, final, &st, AT_SYMLINK_NOFOLLOW) == 0;
+                if (on_disk && S_ISDIR(st.st_mode) && (known = known_layer(j, diff_hex[i]))) {
                         json_object_set(l, "bytes", json_object_get(known, "bytes"));
                         json_object_set(l, "entries", json_object_get(known, "entries"));
                 } else {
-                        /* Twice in one image: the first time unpacked it. */
-                        bool again = false;
-                        for (size_t k = 0; k < i; k++)
-                                again = again || strcmp(diff_hex[k], diff_hex[i]) == 0;
-                        if (again) {
-                                json_object_update(l, json_array_get(layers, i - 1));
-                                continue;
-                        }
+                        /* There but no record's: what an earlier job left; made again. */
+                        if (on_disk && (r = set_aside(store, diff_hex[i])) < 0)
+                                return fail(err, errlen, "image: set layer %zu aside: %s", i, strerror(-r)), r;
                         if ((r = take_layer(store, src, work, p, i, diff_hex[i], &j->room, l, err, errlen)) < 0)
                                 return r;
                         fresh++;
                 }
                 bytes += (uint64_t)json_integer_value(json_object_get(l, "bytes"));
         }
+        /* The layers' files on disk before the record that names them. */
+        if (fresh && syncfs(store) < 0)
+                return fail(err, errlen, "image: sync the store: %s", strerror(errno)), -EIO;
         char id[72];
         snprintf(id, sizeof id, "sha256:%s", p->id_hex);
         /* Imported before under other names: it keeps them. */
@@ -626,9 +724,11 @@ static int import(ImportJob *j, int store, const char *work, Plan *p, char *err,
         json_object_set_new(record, "manifest", p->manifest[0] ? json_string(p->manifest) : json_null());
         json_object_set_new(record, "importedAt", json_integer((json_int_t)(wall_ms() / 1000)));
         json_object_set_new(record, "newLayers", json_integer((json_int_t)fresh));
+        _cleanup_free_ char *text = json_dumps(record, JSON_COMPACT);
+        if (text && strlen(text) > SBX_IMAGE_JSON_BYTES)
+                return fail(err, errlen, "image: its config makes a record of more than %u bytes", SBX_IMAGE_JSON_BYTES);
         if ((r = move_names(store, j, id, p->names)) < 0 || (r = oci_record_write(store, record)) < 0)
                 return fail(err, errlen, "image: write its record: %s", strerror(-r)), r;
-        _cleanup_free_ char *text = json_dumps(record, JSON_COMPACT);
         if (!text || write_all(j->out, text, strlen(text)) < 0)
                 return fail(err, errlen, "image: hand its record over: %s", strerror(errno)), -EIO;
         return 0;
@@ -648,6 +748,8 @@ int oci_import_run(void *arg, char *err, size_t errlen) {
                 return fail(err, errlen, "image store: mkdir %s: %s", work, strerror(errno)), -EIO;
         Plan p = { .names = json_array() };
         r = p.names ? import(j, store, work, &p, err, errlen) : -ENOMEM;
+        for (size_t i = 0; r < 0 && i < n_moved; i++)
+                (void)set_aside(store, moved[i]);
         plan_done(&p);
         remove_work(store, work);
         return r;

@@ -38,6 +38,18 @@ typedef struct UnpackStats {
 int oci_unpack_layer(int fd, int dst, uint64_t room, UnpackStats *st, char *blob_hex, char *diff_hex, char *err,
                      size_t errlen);
 
+/* Which entries of an archive to unpack: want(path, size, ud) for each regular file (its path
+ * cleaned, relative); directories and links always. */
+typedef struct UnpackFilter {
+        bool (*want)(const char *path, uint64_t size, void *ud);
+        void *ud;
+} UnpackFilter;
+
+/* The same for an image archive (an OCI archive, a docker save) read from fd, with no digest:
+ * the files f wants (all when NULL), the others skipped (seeked past when fd can seek). */
+int oci_unpack_archive(int fd, int dst, uint64_t room, const UnpackFilter *f, UnpackStats *st, char *err,
+                       size_t errlen);
+
 typedef struct ImportJob {
         const char *dir;    /* the store */
         const char *path;   /* what to import */

@@ -4,12 +4,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 #include "base/job.h"
 #include "base/limits.h"
@@ -28,7 +30,8 @@ typedef struct Op {
         uid_t as_uid;
         json_t *rewrite;         /* remove: a record to write again (a name taken off) */
         char drop_id[72];        /* remove: the record to delete ("" none) */
-        char **drop_layers;      /* remove: layers no image has any more (hex), NULL-terminated */
+        char **drop_layers;      /* remove: the image's layers (hex), NULL-terminated: those no image
+                                    has when the job runs go (an import before it may have one) */
         OciDoneFn fn;
         void *ud;
 } Op;
@@ -45,6 +48,8 @@ struct OciStore {
         Op *running;
         Job job;
         Watch job_w;
+        int timer;               /* kills a job past SBX_IMAGE_JOB_TIMEOUT_MS */
+        Watch timer_w;
         int out;                 /* the running import's record comes back here (memfd) */
         ImportJob ij;
 };
@@ -205,7 +210,7 @@ int oci_store_open(const char *dir, uint64_t max_bytes, Loop *loop, OciStore **r
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
-        s->lock = s->out = -1;
+        s->lock = s->out = s->timer = -1;
         s->job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
         s->loop = loop;
         s->max_bytes = max_bytes ? max_bytes : SBX_IMAGE_STORE_DEFAULT_BYTES;
@@ -214,8 +219,10 @@ int oci_store_open(const char *dir, uint64_t max_bytes, Loop *loop, OciStore **r
         _cleanup_close_ int d = r >= 0 ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
         if (r >= 0 && d < 0)
                 r = negerrno();
-        if (r >= 0 && ((mkdirat(d, "layers", 0755) < 0 && errno != EEXIST) ||
-                       (mkdirat(d, "images", 0755) < 0 && errno != EEXIST) ||
+        /* layers/ lets sandboxes through to what they mount (no listing); the records are the
+         * daemon's. */
+        if (r >= 0 && ((mkdirat(d, "layers", 0711) < 0 && errno != EEXIST) ||
+                       (mkdirat(d, "images", 0700) < 0 && errno != EEXIST) ||
                        (mkdirat(d, "tmp", 0700) < 0 && errno != EEXIST)))
                 r = negerrno();
         if (r < 0) {
@@ -260,6 +267,8 @@ static void finish(OciStore *s, Op *op, int r, const char *msg, const OciImage *
 OciStore *oci_store_free(OciStore *s) {
         if (!s)
                 return NULL;
+        loop_del(s->loop, &s->timer_w);
+        safe_close(s->timer);
         if (s->running) {
                 loop_del(s->loop, &s->job_w);
                 job_kill(&s->job);
@@ -375,6 +384,9 @@ static int change_run(void *arg, char *err, size_t errlen) {
         }
         for (size_t i = 0; op->drop_layers && op->drop_layers[i]; i++) {
                 char from[160], to[200], rnd[9];
+                /* The store as this job began, every import before it included. */
+                if (layer_used(s, op->drop_layers[i]))
+                        continue;
                 (void)random_hex(rnd, 4);
                 snprintf(from, sizeof from, "layers/%s", op->drop_layers[i]);
                 snprintf(to, sizeof to, "tmp/gone-%s-%s", rnd, op->drop_layers[i]);
@@ -451,8 +463,14 @@ static void job_ended(Watch *w, uint32_t events) {
         char err[JOB_ERR_MAX] = "";
         loop_del(s->loop, &s->job_w);
         int r = job_finish(&s->job, err, sizeof err);
-        /* Back to shared: the job's exclusive lock was on this same open file. */
-        (void)flock(s->lock, LOCK_SH);
+        /* Back to shared: the job's exclusive lock was on this same open file. A failed upgrade
+         * drops the lock (Linux converts by unlocking first): another process may hold it now,
+         * and the loop does not wait for it. */
+        if (flock(s->lock, LOCK_SH | LOCK_NB) < 0)
+                log_warn("image store %s: another process is changing it: it is not locked for this one until "
+                         "its next change", s->dir);
+        loop_del(s->loop, &s->timer_w);
+        s->timer = safe_close(s->timer);
         Op *op = TAKE_PTR(s->running);
         OciImage *img = NULL;
         if (r >= 0 && op->kind == OP_IMPORT) {
@@ -468,6 +486,15 @@ static void job_ended(Watch *w, uint32_t events) {
                 log_warn("image store %s: sweep: %s", s->dir, err);
         finish(s, op, r, r < 0 ? err : NULL, img);
         kick(s);
+}
+
+static void job_overdue(Watch *w, uint32_t events) {
+        OciStore *s = w->data;
+        log_warn("image store %s: a job ran past %u s: killed", s->dir, SBX_IMAGE_JOB_TIMEOUT_MS / 1000);
+        loop_del(s->loop, &s->timer_w);
+        s->timer = safe_close(s->timer);
+        if (s->job.pid > 0)
+                (void)kill(s->job.pid, SIGKILL);
 }
 
 static void kick(OciStore *s) {
@@ -496,6 +523,11 @@ static void kick(OciStore *s) {
                 }
                 if (r >= 0 && (r = loop_add(s->loop, &s->job_w, s->job.pidfd, EPOLLIN, job_ended, s)) < 0)
                         job_kill(&s->job);
+                /* Its end comes on the pidfd either way: a kill by the timer is just sooner. */
+                if (r >= 0 && (s->timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)) >= 0 &&
+                    (timerfd_arm_ms(s->timer, SBX_IMAGE_JOB_TIMEOUT_MS) < 0 ||
+                     loop_add(s->loop, &s->timer_w, s->timer, EPOLLIN, job_overdue, s) < 0))
+                        s->timer = safe_close(s->timer);
                 if (r < 0) {
                         s->out = safe_close(s->out);
                         char msg[128];
@@ -590,15 +622,9 @@ int oci_store_remove(OciStore *s, const char *ref, OciDoneFn fn, void *ud, char 
                 i++;
         memmove(&s->images[i], &s->images[i + 1], (s->n - i - 1) * sizeof *s->images);
         s->n--;
-        op->drop_layers = calloc(img->n_layers + 1, sizeof *op->drop_layers);
-        size_t nd = 0;
-        for (size_t k = 0; op->drop_layers && k < img->n_layers; k++) {
-                bool twice = false;
-                for (size_t m = 0; m < nd; m++)
-                        twice = twice || strcmp(op->drop_layers[m], img->layers[k]) == 0;
-                if (!twice && !layer_used(s, img->layers[k]))
-                        op->drop_layers[nd++] = strdup(img->layers[k]);
-        }
+        /* Its layers are given to the job, not the image's strings: it goes now. */
+        op->drop_layers = TAKE_PTR(img->layers);
+        img->n_layers = 0;
         image_free(img);
         enqueue(s, op);
         return 0;

@@ -3,7 +3,10 @@
  * top, one path component at a time with O_NOFOLLOW, so no name and no symlink the layer holds
  * can reach out of it (a symlink itself may point anywhere: it is read inside the sandbox's
  * root). What an image may not bring is left out or taken off, counted: device nodes,
- * setuid and setgid bits, extended attributes (file capabilities among them). OCI whiteouts
+ * setuid and setgid bits, extended attributes (file capabilities among them), and the write
+ * bits of group and others: every file is the store owner's (the tar's owners would be host
+ * users, who could then change what every sandbox of the image runs; inside a sandbox owners
+ * are nobody either way, the root is read-only). OCI whiteouts
  * become overlay's: `.wh.NAME` a 0:0 character device NAME, `.wh..wh..opq` the
  * user.overlay.opaque attribute of its directory (the sandbox's overlay is mounted with
  * userxattr: pid 1 has no capability over the host to read trusted.* attributes).
@@ -33,6 +36,7 @@
 
 typedef struct Src {
         int fd;
+        uint64_t out_bytes, out_max; /* decompressed so far, and the most allowed (a bomb's end) */
         struct sha256_ctx blob, diff;
         struct archive *raw;
         uint8_t in[SBX_IMAGE_IO_BUF], out[SBX_IMAGE_IO_BUF];
@@ -48,7 +52,7 @@ typedef struct DirFix {
 
 typedef struct Unpack {
         int top;
-        bool root;          /* chown as the tar says */
+        const UnpackFilter *filter;
         uint64_t room;
         UnpackStats *st;
         char *err;
@@ -79,6 +83,10 @@ static la_ssize_t read_tar(struct archive *a, void *ud, const void **buf) {
         la_ssize_t n = archive_read_data(s->raw, s->out, sizeof s->out);
         if (n < 0) {
                 archive_set_error(a, EIO, "%s", archive_error_string(s->raw));
+                return -1;
+        }
+        if ((s->out_bytes += (uint64_t)n) > s->out_max) {
+                archive_set_error(a, EFBIG, "it decompresses to more than the room left in the image store");
                 return -1;
         }
         sha256_feed(&s->diff, s->out, (size_t)n);
@@ -172,18 +180,10 @@ static int remove_entry(Unpack *u, int parent, const char *name) {
         return unlinkat(parent, name, AT_REMOVEDIR) < 0 ? negerrno() : 0;
 }
 
-static void owner(const Unpack *u, struct archive_entry *e, uid_t *uid, gid_t *gid) {
-        la_int64_t a = archive_entry_uid(e), b = archive_entry_gid(e);
-        *uid = a >= 0 && a <= 65535 ? (uid_t)a : 65534;
-        *gid = b >= 0 && b <= 65535 ? (gid_t)b : 65534;
-        if (!u->root)
-                *uid = (uid_t)-1, *gid = (gid_t)-1;
-}
-
 static mode_t safe_mode(Unpack *u, mode_t mode) {
         if (mode & (S_ISUID | S_ISGID))
                 u->st->stripped++;
-        return mode & 01777;
+        return mode & 01755;
 }
 
 static int write_data(Unpack *u, struct archive *a, int fd, const char *path) {
@@ -254,6 +254,9 @@ static int entry(Unpack *u, struct archive *a, struct archive_entry *e) {
         if (++u->st->entries > SBX_IMAGE_LAYER_ENTRIES)
                 return fail(u, -EFBIG, "layer: more than %u entries", SBX_IMAGE_LAYER_ENTRIES);
         la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+        if (u->filter && archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e) &&
+            !u->filter->want(path, (uint64_t)MAX(size, 0), u->filter->ud))
+                return 0; /* its data is skipped by the next header */
         u->st->bytes += SBX_IMAGE_ENTRY_BYTES + (uint64_t)MAX(size, 0);
         if (u->st->bytes > u->room)
                 return fail(u, -EFBIG, "the image is larger than the room left in the image store");
@@ -266,9 +269,8 @@ static int entry(Unpack *u, struct archive *a, struct archive_entry *e) {
                             parent == -ENOTDIR || parent == -ELOOP ? " (a path through a symlink of the layer)" : "");
         struct timespec mt = { .tv_sec = archive_entry_mtime(e), .tv_nsec = archive_entry_mtime_nsec(e) };
         struct timespec ts[2] = { mt, mt };
-        uid_t uid;
-        gid_t gid;
-        owner(u, e, &uid, &gid);
+        uid_t uid = (uid_t)-1;
+        gid_t gid = (gid_t)-1;
 
         if (strncmp(name, ".wh.", 4) == 0) {
                 if (strcmp(name, ".wh..wh..opq") == 0)
@@ -343,72 +345,157 @@ static int entry(Unpack *u, struct archive *a, struct archive_entry *e) {
         }
 }
 
-int oci_unpack_layer(int fd, int dst, uint64_t room, UnpackStats *st, char *blob_hex, char *diff_hex, char *err,
-                     size_t errlen) {
-        _cleanup_free_ Src *s = calloc(1, sizeof *s);
-        Unpack u = { .top = dst, .root = geteuid() == 0, .room = room, .st = st, .err = err, .errlen = errlen,
-                     .cached_fd = -1 };
-        *st = (UnpackStats){ 0 };
-        if (!s)
-                return fail(&u, -ENOMEM, "out of memory");
-        s->fd = fd;
-        sha256_init(&s->blob);
-        sha256_init(&s->diff);
-        struct archive *tar = NULL;
+static void unpack_done(Unpack *u) {
+        safe_close(u->cached_fd);
+        for (size_t i = 0; i < u->n_dirs; i++)
+                free(u->dirs[i].path);
+        free(u->dirs);
+}
+
+/* Every entry of tar into u. */
+static int unpack_entries(Unpack *u, struct archive *tar) {
         struct archive_entry *e;
-        int r = 0;
-        s->raw = archive_read_new();
-        tar = archive_read_new();
-        if (!s->raw || !tar) {
-                r = fail(&u, -ENOMEM, "out of memory");
-                goto out;
-        }
-        archive_read_support_filter_all(s->raw);
-        archive_read_support_format_raw(s->raw);
-        archive_read_support_format_tar(tar);
-        if (archive_read_open(s->raw, s, NULL, read_blob, NULL) != ARCHIVE_OK ||
-            archive_read_next_header(s->raw, &e) != ARCHIVE_OK) {
-                r = fail(&u, -EINVAL, "layer: %s", archive_error_string(s->raw));
-                goto out;
-        }
-        if (archive_read_open(tar, s, NULL, read_tar, NULL) != ARCHIVE_OK) {
-                r = fail(&u, -EINVAL, "layer: not a tar: %s", archive_error_string(tar));
-                goto out;
-        }
         for (;;) {
                 int h = archive_read_next_header(tar, &e);
                 if (h == ARCHIVE_EOF)
                         break;
-                if (h < ARCHIVE_WARN) {
-                        r = fail(&u, -EINVAL, "layer: not a tar: %s", archive_error_string(tar));
-                        goto out;
-                }
-                if ((r = entry(&u, tar, e)) < 0)
-                        goto out;
+                if (h < ARCHIVE_WARN && archive_errno(tar) == EFBIG)
+                        return fail(u, -EFBIG, "the image is larger than the room left in the image store (%s)",
+                                    archive_error_string(tar));
+                if (h < ARCHIVE_WARN)
+                        return fail(u, -EINVAL, "layer: not a tar: %s", archive_error_string(tar));
+                int r = entry(u, tar, e);
+                if (r < 0)
+                        return r;
         }
-        /* What follows the tar's end (its padding) is part of the diff id. */
-        for (la_ssize_t n; (n = archive_read_data(s->raw, s->out, sizeof s->out)) != 0;) {
-                if (n < 0) {
-                        r = fail(&u, -EINVAL, "layer: %s", archive_error_string(s->raw));
-                        goto out;
-                }
-                sha256_feed(&s->diff, s->out, (size_t)n);
-        }
-        /* And what the decompressor did not need, to the blob's end. */
-        for (const void *b; read_blob(s->raw, s, &b) > 0;)
-                ;
-        if ((r = fix_dirs(&u)) < 0)
-                goto out;
-        sha256_digest_hex(&s->blob, blob_hex);
-        sha256_digest_hex(&s->diff, diff_hex);
-out:
-        safe_close(u.cached_fd);
-        for (size_t i = 0; i < u.n_dirs; i++)
-                free(u.dirs[i].path);
-        free(u.dirs);
+        return 0;
+}
+
+/* gzip, zstd and xz, done by libarchive itself: never an external program, never a filter a
+ * layer's media type cannot name (bzip2, lzip, uudecode ...). */
+static int support_filters(Unpack *u, struct archive *a, bool xz) {
+        if (archive_read_support_filter_gzip(a) != ARCHIVE_OK || archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
+            (xz && archive_read_support_filter_xz(a) != ARCHIVE_OK))
+                return fail(u, -ENOTSUP, "this libarchive cannot decompress gzip, zstd and xz itself");
+        return 0;
+}
+
+/* After the first header: one filter at most (a layer compressed twice is a bomb's shape). */
+static int filters_ok(Unpack *u, struct archive *a) {
+        return archive_filter_count(a) > 2 ? fail(u, -EINVAL, "layer: compressed more than once") : 0;
+}
+
+/* The two readers in a row of the file comment, s->out_max bounding what the first may
+ * decompress to; the tar reader in *ret_tar. */
+static int open_two(Unpack *u, Src *s, bool xz, struct archive **ret_tar) {
+        struct archive_entry *e;
+        s->raw = archive_read_new();
+        struct archive *tar = archive_read_new();
+        *ret_tar = tar;
+        if (!s->raw || !tar)
+                return fail(u, -ENOMEM, "out of memory");
+        int r = support_filters(u, s->raw, xz);
+        if (r < 0)
+                return r;
+        archive_read_support_format_raw(s->raw);
+        archive_read_support_format_tar(tar);
+        if (archive_read_open(s->raw, s, NULL, read_blob, NULL) != ARCHIVE_OK ||
+            archive_read_next_header(s->raw, &e) != ARCHIVE_OK)
+                return fail(u, -EINVAL, "layer: not a tar: %s", archive_error_string(s->raw));
+        if ((r = filters_ok(u, s->raw)) < 0)
+                return r;
+        if (archive_read_open(tar, s, NULL, read_tar, NULL) != ARCHIVE_OK)
+                return fail(u, -EINVAL, "layer: not a tar: %s", archive_error_string(tar));
+        return 0;
+}
+
+static void src_free(Src *s, struct archive *tar) {
         if (tar)
                 archive_read_free(tar);
-        if (s->raw)
+        if (s && s->raw)
                 archive_read_free(s->raw);
+        free(s);
+}
+
+/* Whether fd starts with a compressor's magic (gzip, zstd, xz); the offset is put back. */
+static bool compressed(int fd) {
+        uint8_t m[6] = { 0 };
+        ssize_t n = pread(fd, m, sizeof m, 0);
+        return n >= 2 && ((m[0] == 0x1f && m[1] == 0x8b) || (n >= 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f &&
+                                                                m[3] == 0xfd) ||
+                          (n >= 6 && memcmp(m, "\xfd" "7zXZ\0", 6) == 0));
+}
+
+int oci_unpack_archive(int fd, int dst, uint64_t room, const UnpackFilter *f, UnpackStats *st, char *err,
+                       size_t errlen) {
+        Unpack u = { .top = dst, .filter = f, .room = room, .st = st, .err = err, .errlen = errlen, .cached_fd = -1 };
+        *st = (UnpackStats){ 0 };
+        struct archive *tar = NULL;
+        Src *s = NULL;
+        struct stat fst;
+        int r;
+        if (fstat(fd, &fst) < 0)
+                return fail(&u, negerrno(), "stat: %s", strerror(errno));
+        if (!compressed(fd)) {
+                /* A plain tar: what the filter leaves is seeked past, not read. */
+                if (!(tar = archive_read_new()))
+                        return fail(&u, -ENOMEM, "out of memory");
+                archive_read_support_format_tar(tar);
+                r = archive_read_open_fd(tar, fd, SBX_IMAGE_IO_BUF) != ARCHIVE_OK
+                            ? fail(&u, -EINVAL, "not a tar: %s", archive_error_string(tar)) : 0;
+        } else if (!(s = calloc(1, sizeof *s))) {
+                r = fail(&u, -ENOMEM, "out of memory");
+        } else {
+                /* Compressed, what it skips is decompressed too: bounded like a layer. */
+                s->fd = fd;
+                s->out_max = room + (uint64_t)fst.st_size + SBX_IMAGE_TAR_SLACK;
+                sha256_init(&s->blob);
+                sha256_init(&s->diff);
+                r = open_two(&u, s, true, &tar);
+        }
+        if (r >= 0 && (r = unpack_entries(&u, tar)) >= 0)
+                r = fix_dirs(&u);
+        src_free(s, s ? tar : NULL);
+        if (!s && tar)
+                archive_read_free(tar);
+        unpack_done(&u);
+        return r;
+}
+
+int oci_unpack_layer(int fd, int dst, uint64_t room, UnpackStats *st, char *blob_hex, char *diff_hex, char *err,
+                     size_t errlen) {
+        Src *s = calloc(1, sizeof *s);
+        Unpack u = { .top = dst, .room = room, .st = st, .err = err, .errlen = errlen, .cached_fd = -1 };
+        struct archive *tar = NULL;
+        *st = (UnpackStats){ 0 };
+        if (!s)
+                return fail(&u, -ENOMEM, "out of memory");
+        s->fd = fd;
+        s->out_max = room + SBX_IMAGE_TAR_SLACK;
+        sha256_init(&s->blob);
+        sha256_init(&s->diff);
+        int r = open_two(&u, s, false, &tar);
+        if (r >= 0)
+                r = unpack_entries(&u, tar);
+        /* What follows the tar's end (its padding) is part of the diff id: bounded too. */
+        for (la_ssize_t n; r >= 0 && (n = archive_read_data(s->raw, s->out, sizeof s->out)) != 0;) {
+                if (n < 0 || (s->out_bytes += (uint64_t)n) > s->out_max)
+                        r = n < 0 ? fail(&u, -EINVAL, "layer: %s", archive_error_string(s->raw))
+                                  : fail(&u, -EFBIG, "the image is larger than the room left in the image store "
+                                         "(what follows a layer's tar decompresses past it)");
+                else
+                        sha256_feed(&s->diff, s->out, (size_t)n);
+        }
+        /* And what the decompressor did not need, to the blob's end. */
+        for (const void *b; r >= 0 && read_blob(s->raw, s, &b) > 0;)
+                ;
+        if (r >= 0)
+                r = fix_dirs(&u);
+        if (r >= 0) {
+                sha256_digest_hex(&s->blob, blob_hex);
+                sha256_digest_hex(&s->diff, diff_hex);
+        }
+        src_free(s, tar);
+        unpack_done(&u);
         return r;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <linux/mount.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -98,29 +99,51 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
  * sandbox's CA after it, written into the skeleton (read-only once it is finished) and bound
  * over the bundle's usual path, so clients that read no variable trust it too. The CA's key
  * is not here: only its certificate. */
-static int make_trust_store(const MountConfig *c, const char *src, char *err, size_t errlen) {
+/* in: the root's bundle (read, -1 when none); target: where it is, to bind the new one over
+ * (NULL: nowhere, the variables suffice). */
+static int make_trust_store(const MountConfig *c, int in, const char *target, char *err, size_t errlen) {
         char buf[16384];
         if ((mkdir("etc/sbx", 0755) < 0 && errno != EEXIST) || write_text(&SBX_TRUST_CA[1], c->trust_pem, 0644) < 0)
                 return fail(err, errlen, "write %s", SBX_TRUST_CA);
         _cleanup_close_ int out = open(&SBX_TRUST_BUNDLE[1], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
         if (out < 0)
                 return fail(err, errlen, "write %s", SBX_TRUST_BUNDLE);
         for (ssize_t n; in >= 0 && (n = read(in, buf, sizeof buf)) != 0;)
                 if (n < 0 || write(out, buf, (size_t)n) != n)
-                        return fail(err, errlen, "copy %s", src);
+                        return fail(err, errlen, "copy the root's CA bundle");
         size_t len = strlen(c->trust_pem);
         if (write(out, "\n", 1) != 1 || write(out, c->trust_pem, len) != (ssize_t)len)
                 return fail(err, errlen, "write %s", SBX_TRUST_BUNDLE);
-        /* lstat: an absolute symlink would be followed in the host's root, not the sandbox's
-         * (the root is not pivoted yet); such a bundle is left alone, the variables suffice. */
-        struct stat st;
-        if (in >= 0 && lstat("etc/ssl/certs/ca-certificates.crt", &st) == 0 && S_ISREG(st.st_mode) &&
-            (mount(&SBX_TRUST_BUNDLE[1], "etc/ssl/certs/ca-certificates.crt", NULL, MS_BIND, NULL) < 0 ||
-             mount(NULL, "etc/ssl/certs/ca-certificates.crt", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-                   NULL) < 0))
+        if (in >= 0 && target &&
+            (mount(&SBX_TRUST_BUNDLE[1], target, NULL, MS_BIND, NULL) < 0 ||
+             mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0))
                 return fail(err, errlen, "bind the trust store");
         return 0;
+}
+
+/* The host's (or rootfs's) bundle: lstat, as an absolute symlink would be followed in the
+ * host's root, not the sandbox's (the root is not pivoted yet); such a bundle is left alone. */
+static int host_trust_store(const MountConfig *c, const char *src, char *err, size_t errlen) {
+        struct stat st;
+        _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
+        bool bind = in >= 0 && lstat("etc/ssl/certs/ca-certificates.crt", &st) == 0 && S_ISREG(st.st_mode);
+        return make_trust_store(c, in, bind ? "etc/ssl/certs/ca-certificates.crt" : NULL, err, errlen);
+}
+
+/* An image's bundle: untrusted, so opened beneath the root being built (its symlinks resolve in
+ * it), a regular file only (a FIFO would hold pid 1), bound over through that very file. */
+static int image_trust_store(const MountConfig *c, char *err, size_t errlen) {
+        struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
+                                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV };
+        _cleanup_close_ int root = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        long fd = root < 0 ? -1 : syscall(SYS_openat2, root, "etc/ssl/certs/ca-certificates.crt", &how, sizeof how);
+        _cleanup_close_ int in = (int)fd;
+        struct stat st;
+        char target[64];
+        if (in >= 0 && (fstat(in, &st) < 0 || !S_ISREG(st.st_mode)))
+                in = safe_close(in);
+        snprintf(target, sizeof target, "/proc/self/fd/%d", in);
+        return make_trust_store(c, in, in >= 0 ? target : NULL, err, errlen);
 }
 
 static int make_etc(const MountConfig *c, char *err, size_t errlen) {
@@ -153,7 +176,7 @@ static int make_etc(const MountConfig *c, char *err, size_t errlen) {
                 return fail(err, errlen, "write resolv.conf");
         }
         snprintf(src, sizeof src, "%s/etc/ssl/certs/ca-certificates.crt", base);
-        return c->trust_pem ? make_trust_store(c, src, err, errlen) : 0;
+        return c->trust_pem ? host_trust_store(c, src, err, errlen) : 0;
 }
 
 /* Bind-mounts the host's file src over the file dst, read-only. */
@@ -314,9 +337,7 @@ static int build_image_root(const MountConfig *c, int *snap_fd, char *err, size_
         if (c->trust_pem) {
                 if (mount("sbx-etc", "etc/sbx", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=16") < 0)
                         return fail(err, errlen, "mount /etc/sbx");
-                char bundle[SBX_MAX_PATH_BYTES];
-                snprintf(bundle, sizeof bundle, "%s/etc/ssl/certs/ca-certificates.crt", c->staging);
-                if ((r = make_trust_store(c, bundle, err, errlen)) < 0)
+                if ((r = image_trust_store(c, err, errlen)) < 0)
                         return r;
                 (void)mount(NULL, "etc/sbx", NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL);
         }

@@ -399,17 +399,26 @@ static int image_options(SandboxHost *host, const SbxSandboxOptions *o, OciImage
                 env[i] = img->env[i];
         for (size_t i = 0; i < n_env; i++)
                 env[n_img + i] = (char *)o->env[i];
-        for (size_t i = 0; i < img->n_layers; i++) {
+        /* A layer twice (overlay takes a directory once): the topmost has all of it. */
+        size_t n = 0;
+        bool failed = false;
+        for (size_t i = 0; i < img->n_layers && !failed; i++) {
                 char path[SBX_MAX_PATH_BYTES];
-                if (oci_store_layer_path(host->images, img, img->n_layers - 1 - i, path, sizeof path) < 0 ||
-                    !(layers[i] = strdup(path))) {
-                        for (size_t k = 0; k < i; k++)
-                                free(layers[k]);
-                        free(env);
-                        return -ENOMEM;
-                }
+                bool twice = false;
+                failed = oci_store_layer_path(host->images, img, img->n_layers - 1 - i, path, sizeof path) < 0;
+                for (size_t k = 0; !failed && k < n && !twice; k++)
+                        twice = strcmp(layers[k], path) == 0;
+                if (!failed && !twice)
+                        failed = !(layers[n++] = strdup(path));
         }
-        layers[img->n_layers] = NULL;
+        layers[n] = NULL;
+        if (failed) {
+                for (size_t k = 0; k < n; k++)
+                        free(layers[k]);
+                layers[0] = NULL;
+                free(env);
+                return -ENOMEM;
+        }
         *ret = img;
         *ret_env = env;
         return 0;

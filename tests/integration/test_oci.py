@@ -462,3 +462,115 @@ def test_a_pool_of_an_image(store, base_layer, tmp_path):
         assert s.result("image.inspect", {"image": a["id"]})["sandboxes"] == 1
     finally:
         s.stop()
+
+
+# ---------------------------------------------------------------- what an adversarial review found
+
+def test_remove_beside_an_import_that_shares_its_layer(server, store, base_layer, tmp_path):
+    """A removal asked while an import that reuses its layer runs: the layer stays."""
+    ocitool.write_oci_layout(str(tmp_path / "a"), [base_layer], name="a:1")
+    server.result("image.import", {"path": str(tmp_path / "a")})
+    big = ocitool.tar_of_entries([ocitool.entry(f"blob{i}", data=os.urandom(4 << 20)) for i in range(8)])
+    ocitool.write_oci_layout(str(tmp_path / "b"), [base_layer, big], name="b:1", gzip_layers=False)
+    imp = server.peer.send("image.import", {"path": str(tmp_path / "b")})
+    rm = server.peer.send("image.remove", {"image": "a:1"})
+    assert "result" in server.peer.wait(imp, 60) and server.peer.wait(rm, 60)["result"] == {"ok": True}
+    sid = server.result("sandbox.create", {"image": "b:1"})["sandboxId"]
+    assert server.run(sid, "cat /opt/app/hello.txt")["stdout"] == "hello from the image\n"
+    assert len(layer_dirs(store)) == 2
+
+
+def test_layers_are_no_host_users(server, store, tmp_path):
+    """Owners of a layer's files are the store's, never the tar's (host users could change what
+    every sandbox of the image runs); group and other write bits are off."""
+    img = hostile(server, store, tmp_path, [
+        ocitool.entry("var/tmp", "dir", mode=0o1777), ocitool.entry("opt/run.sh", data=b"echo ok\n", mode=0o777, uid=65534, gid=65534),
+        ocitool.entry("home/node", "dir", mode=0o775, uid=1000, gid=1000)], None, name="owners:1")
+    layer = store / "layers" / img["layers"][0]["diffId"][7:]
+    for rel, mode in [("var/tmp", 0o1755), ("opt/run.sh", 0o755), ("home/node", 0o755)]:
+        st = os.lstat(layer / rel)
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, mode), (rel, st)
+    assert os.stat(store / "layers").st_mode & 0o777 == 0o711
+    assert os.stat(store / "images").st_mode & 0o777 == 0o700
+
+
+def test_image_bundle_linked_to_a_host_file_is_not_read(server, base_layer, tmp_path):
+    secret = tmp_path / "host-only"
+    secret.write_text("HOST-ONLY-CONTENT\n")
+    os.chmod(tmp_path, 0o755)
+    layer = ocitool.tar_of_entries([ocitool.entry("etc/ssl/certs/ca-certificates.crt", "symlink", link=str(secret))])
+    ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer, layer], name="bundle:1")
+    server.result("image.import", {"path": str(tmp_path / "l")})
+    sid = server.result("sandbox.create", {"image": "bundle:1", "network": "allowlist", "networkAllow": [],
+                                           "secrets": {"T": {"value": "abcdefghij", "hosts": ["x.example"]}}})["sandboxId"]
+    r = server.run(sid, "cat /etc/sbx/ca-certificates.crt")
+    assert "HOST-ONLY" not in r["stdout"] and "BEGIN CERTIFICATE" in r["stdout"], r
+
+
+def test_fifos_do_not_hold_the_store(server, base_layer, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    e = server.error("image.import", {"path": str(fifo)}, timeout=20)
+    assert "neither a directory nor a file" in e["message"], e
+    # An archive whose index.json is a FIFO.
+    archive = tmp_path / "fifo.tar"
+    with tarfile.open(archive, "w") as t:
+        info = tarfile.TarInfo("index.json")
+        info.type = tarfile.FIFOTYPE
+        t.addfile(info)
+    e = server.error("image.import", {"path": str(archive)}, timeout=20)
+    assert "index.json" in e["message"] and "not a file" in e["message"], e
+    ocitool.write_oci_layout(str(tmp_path / "ok"), [base_layer], name="after:1")
+    assert server.result("image.import", {"path": str(tmp_path / "ok")}, timeout=20)["image"]["names"] == ["after:1"]
+
+
+def test_compression_bombs(store, tmp_path):
+    import gzip
+    s = Server(store, "--image-store-max", "2M")
+    try:
+        zeros = gzip.compress(b"\0" * (64 << 20))
+        twice = gzip.compress(zeros)
+        for data, words in [(zeros, "larger than the room left"), (twice, "compressed more than once")]:
+            path = tmp_path / ("l-" + os.urandom(3).hex())
+            blobs = path / "blobs" / "sha256"
+            blobs.mkdir(parents=True)
+            d = ocitool.sha(data)
+            (blobs / d).write_bytes(data)
+            cfg = json.dumps(ocitool.config_for([], diff_ids=["sha256:" + "2" * 64])).encode()
+            (blobs / ocitool.sha(cfg)).write_bytes(cfg)
+            man = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:" + ocitool.sha(cfg), "size": len(cfg)},
+                              "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                                          "digest": "sha256:" + d, "size": len(data)}]}).encode()
+            (blobs / ocitool.sha(man)).write_bytes(man)
+            (path / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
+                {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + ocitool.sha(man),
+                 "size": len(man)}]}))
+            e = s.error("image.import", {"path": str(path)}, timeout=60)
+            assert words in e["message"], e
+        assert layer_dirs(store) == []
+    finally:
+        s.stop()
+
+
+def test_failed_import_leaves_no_layer(server, store, base_layer, tmp_path):
+    bad = ocitool.tar_of_entries([ocitool.entry("f", data=b"x")])
+    cfg = ocitool.config_for([base_layer, bad], diff_ids=["sha256:" + ocitool.sha(base_layer), "sha256:" + "3" * 64])
+    ocitool.write_oci_layout(str(tmp_path / "bad"), [base_layer, bad], name="half:1", config=cfg)
+    assert "does not match its diff id" in server.error("image.import", {"path": str(tmp_path / "bad")})["message"]
+    assert wait_until(lambda: layer_dirs(store) == [])
+    ocitool.write_oci_layout(str(tmp_path / "good"), [base_layer], name="whole:1")
+    assert server.result("image.import", {"path": str(tmp_path / "good")})["image"]["newLayers"] == 1
+
+
+def test_long_lists_and_repeated_layers(server, base_layer, tmp_path):
+    extra = second_layer()
+    cfg = ocitool.config_for([base_layer, extra, base_layer])
+    cfg["config"]["Cmd"] = ["x"] * 5000
+    ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer, extra, base_layer], name="rep:1", config=cfg)
+    img = server.result("image.import", {"path": str(tmp_path / "l")})["image"]
+    assert img["config"]["cmd"] is None and img["newLayers"] == 2
+    assert [l["diffId"] for l in img["layers"]] == ["sha256:" + ocitool.sha(x) for x in (base_layer, extra, base_layer)]
+    assert img["bytes"] == img["layers"][0]["bytes"] + img["layers"][1]["bytes"]
+    sid = server.result("sandbox.create", {"image": "rep:1"})["sandboxId"]
+    # The top copy of the base brings back what the middle layer took away.
+    assert server.run(sid, "cat /etc/image-marker /opt/app/extra.txt")["stdout"] == "sbx-test-image\nsecond layer\n"

@@ -5,6 +5,7 @@ export { Sandbox, Sessions, Env, Sandboxes } from "./sandbox.js";
 export { Commands, CommandHandle, CommandResult, Session } from "./commands.js";
 export { ProcessHandle, TerminalHandle, Pty } from "./processes.js";
 export { Files } from "./files.js";
+export { Images } from "./images.js";
 export { CodeContext, CodeHandle, Execution, ExecutionError, Result } from "./code.js";
 export { Client, findBinary } from "./client.js";
 export {

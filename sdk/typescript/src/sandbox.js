@@ -1,6 +1,6 @@
 // The Sandbox handle and its per-sandbox namespaces (commands, files, sessions, env, sandboxes,
-// pty). A Sandbox is (connection, sandbox id); fork() and sandboxes.create() give more handles
-// on the same connection.
+// pty, images). A Sandbox is (connection, sandbox id); fork() and sandboxes.create() give more
+// handles on the same connection.
 
 import { toBuffer } from "./bytes.js";
 import { Client } from "./client.js";
@@ -8,6 +8,7 @@ import { CodeHandle, createContext, listContexts, removeContext, restartContext 
 import { Commands, Session, msOption } from "./commands.js";
 import { INVALID_PARAMS, SbxError } from "./errors.js";
 import { Files } from "./files.js";
+import { Images } from "./images.js";
 import { Pty } from "./processes.js";
 
 /** The create / sandbox.create params for these options. */
@@ -21,6 +22,7 @@ function sandboxParams(opts) {
   if (opts.network) params.network = true;
   if (opts.leftovers != null) params.leftovers = opts.leftovers;
   if (opts.policy != null) params.policy = { ...opts.policy };
+  if (opts.image != null) params.image = String(opts.image);
   lifecycleParams(opts, params);
   return params;
 }
@@ -55,6 +57,8 @@ export class Sandbox {
     this.env = new Env(client, sandboxId);
     this.sandboxes = new Sandboxes(client);
     this.pty = new Pty(client, sandboxId);
+    /** The daemon's image store: importImage, list, inspect, remove. */
+    this.images = new Images(client);
   }
 
   /**

@@ -30,11 +30,11 @@ export function tempDir(prefix = "sbx-ts-") {
   return mkdtempSync(join(tmpdir(), prefix));
 }
 
-/** Starts `sbx serve --socket PATH` in a temp dir; resolves with {path, child, stop()}. */
-export async function socketDaemon() {
+/** Starts `sbx serve --socket PATH ...args` in a temp dir; resolves with {path, child, stop()}. */
+export async function socketDaemon(args = []) {
   const dir = tempDir("sbx-ts-sock-");
   const path = join(dir, "sbx.sock");
-  const child = spawn(SBX_BIN, ["serve", "--socket", path], { stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn(SBX_BIN, ["serve", "--socket", path, ...args], { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (d) => (stderr += d));
   const exited = new Promise((r) => child.once("exit", r));

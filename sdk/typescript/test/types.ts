@@ -1,6 +1,6 @@
 // Compiled by `npm run typecheck` (never run): index.d.ts must accept this use under --strict
 // and reject misuse, e.g. a background handle where a result is expected.
-import { Sandbox, SbxError, ProcessEndedError, WORKER_UNAVAILABLE, type CommandResult, type ProcessHandle, type OutputChunk, type SandboxInfo, type ExpiryReason, type Execution, type Result, type CodeContext, type CodeHandle, type ExecutionError } from "sbx";
+import { Sandbox, SbxError, ProcessEndedError, WORKER_UNAVAILABLE, type CommandResult, type ProcessHandle, type OutputChunk, type SandboxInfo, type ExpiryReason, type Execution, type Result, type CodeContext, type CodeHandle, type ExecutionError, type ImageInfo } from "sbx";
 
 async function main(): Promise<void> {
   const sb = await Sandbox.create({ timeoutMs: 5000, limits: { cpus: 0.5 }, envs: { A: "b" } });
@@ -57,6 +57,14 @@ async function main(): Promise<void> {
   const again: CodeContext = await sb.restartCodeContext(ctx.id);
   await sb.removeCodeContext(again);
   console.log(main, out, err, count, formats, json, cancelled, done.errorClass, ctxs);
+  const img: ImageInfo = await sb.images.importImage("/tmp/app.tar", { name: "app:1" });
+  await sb.images.importImage("/tmp/app.tar", "app:2");
+  const imgs: ImageInfo[] = await sb.images.list();
+  const users: number = (await sb.images.inspect(img.id)).sandboxes;
+  const fromImage = await Sandbox.connect("/tmp/s.sock", { image: "app:1" });
+  await sb.sandboxes.create({ image: img.id.slice(7, 19) });
+  await fromImage.kill(); await sb.images.remove("app:1");
+  console.log(imgs, users, img.config.env);
   await f.kill(); await s2.kill(); await sb.kill();
   console.log(code, bytes, line, st, t, b);
 }
@@ -75,6 +83,8 @@ async function misuse(sb: Sandbox): Promise<void> {
   await sb.runCode("x", { language: "cobol" });
   // @ts-expect-error runCode resolves with an Execution, not a CommandResult
   const cr: CommandResult = await sb.runCode("x");
+  // @ts-expect-error an image is named by a string
+  await sb.sandboxes.create({ image: 1 });
   // @ts-expect-error png is base64 text, not bytes
   const png: Uint8Array | undefined = (await sb.runCode("x")).results[0].png;
   console.log(h, s, cr, png);
