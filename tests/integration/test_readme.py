@@ -432,3 +432,43 @@ def test_operator_config_example_checks(tmp_path):
     cp = subprocess.run([binary, "serve", "--config", str(conf), "--check-config"], capture_output=True, text=True,
                         timeout=30, stdin=subprocess.DEVNULL)
     assert cp.returncode == 0 and cp.stdout.strip() == f"{conf}: ok", (cp.stdout, cp.stderr)
+
+
+def test_images_example(tmp_path):
+    """The Images block as written, in a mount namespace with a tmpfs on /tmp (its socket path
+    is fixed); `docker save` is the one line not run: the app.tar it writes is made offline (a
+    root of the host's tools with its own python3 and /opt/app), the daemon of the comment is
+    started with a store of its own."""
+    import sys
+    import tempfile
+    sys.path.insert(0, str(Path(__file__).parent))
+    import ocitool
+    lines = [c for b in blocks("### Images", "sh") for c in command_lines(b)]
+    assert any(l.startswith("docker save -o app.tar myorg/app:1") for l in lines), lines
+    sock_line = one(lines, "export SBX_SOCKET=")
+    sock = re.search(r"SBX_SOCKET=(\S+)", sock_line).group(1)
+    store = Path(tempfile.mkdtemp(prefix="sbx-readme-store-", dir="/var/tmp"))
+    os.chmod(store, 0o755)
+    try:
+        root = ocitool.python_root(str(tmp_path / "root"))
+        layer = ocitool.tar_of_dir(root)
+        ocitool.write_docker_archive(str(tmp_path / "app.tar"), [layer], tags=("myorg/app:1",),
+                                     config=ocitool.config_for([layer], env=["PATH=/usr/local/bin:/usr/bin:/bin"]))
+        rest = "\n".join(l for l in lines if not l.startswith("docker save"))
+        script = f"""set -eu
+mount -t tmpfs sbx-readme {os.path.dirname(sock)}
+sbx serve --socket {sock} --image-store {store}/s --pool 0 2>/dev/null &
+pid=$!
+for i in $(seq 200); do [ -S {sock} ] && break; sleep 0.05; done
+{rest}
+kill $pid; wait $pid || true
+"""
+        cp = run(f"exec unshare --mount --propagation private /bin/bash -c {shlex_quote(script)}", tmp_path, tmp_path,
+                 timeout=120)
+        assert cp.returncode == 0, show(cp)
+        out = cp.stdout.splitlines()
+        assert re.fullmatch(r"sha256:[0-9a-f]{64} myorg/app:1", out[0]), show(cp)
+        assert out[1].split()[:2] == ["NAME", "ID"] and out[2].startswith("myorg/app:1 "), show(cp)
+        assert out[3:] == ["Python 3.11.2", "hello.txt"] or (out[3].startswith("Python 3.") and out[4] == "hello.txt"), show(cp)
+    finally:
+        shutil.rmtree(store, ignore_errors=True)

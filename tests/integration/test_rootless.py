@@ -34,10 +34,10 @@ def run_rootless(delegated, *cmds, opts=(), timeout=60):
                           env=delegated.env(), cwd="/", capture_output=True, timeout=timeout)
 
 
-def rootless_serve(delegated):
+def rootless_serve(delegated, *args):
     """`sbx serve --stdio` as uid 65534 in the delegated cgroup; the caller ends it by closing
     its stdin."""
-    return subprocess.Popen([*Delegation.argv, SBX, "serve", "--stdio"], preexec_fn=delegated.enter,
+    return subprocess.Popen([*Delegation.argv, SBX, "serve", "--stdio", *args], preexec_fn=delegated.enter,
                             env=delegated.env(), cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
 
@@ -189,3 +189,42 @@ def test_rootless_processes(delegated):
     finally:
         p.stdin.close()
         p.wait(10)
+
+
+def test_rootless_image(delegated, tmp_path):
+    """A rootless daemon imports an image into a store of its user's and makes a sandbox of it:
+    whiteouts (0:0 character devices, which an unprivileged user may make) and opaque
+    directories (user.overlay.opaque) work in its user namespace too."""
+    import sys
+    import tempfile
+    sys.path.insert(0, str(Path(__file__).parent))
+    import ocitool
+    base = Path(tempfile.mkdtemp(prefix="sbx-rootless-img-", dir="/var/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        root = ocitool.host_root(str(base / "root"))
+        top = ocitool.tar_of_entries([ocitool.entry("etc/.wh.image-marker"), ocitool.entry("opt/app/.wh..wh..opq"),
+                                      ocitool.entry("opt/app/only.txt", data=b"only this\n")])
+        ocitool.write_oci_layout(str(base / "layout"), [ocitool.tar_of_dir(str(root)), top], name="rl:1")
+        for dirpath, dirnames, filenames in os.walk(base / "layout"):
+            os.chmod(dirpath, 0o755)
+            for f in filenames:
+                os.chmod(os.path.join(dirpath, f), 0o644)
+        (base / "store").mkdir()
+        os.chown(base / "store", 65534, 65534)
+        p = rootless_serve(delegated, "--image-store", str(base / "store" / "s"))
+        call = stdio_caller(p)
+        try:
+            imp = call("image.import", {"path": str(base / "layout")})
+            assert "result" in imp, imp
+            created = call("create", {"image": "rl:1"})
+            if "error" in created and "namespace" in created["error"]["message"]:
+                pytest.skip("unprivileged user namespaces are not allowed here")
+            assert "result" in created, created
+            r = call("run", {"command": "ls /opt/app; test -e /etc/image-marker || echo gone; cat /opt/app/only.txt; id -u"})
+            assert r["result"]["stdout"] == "only.txt\ngone\nonly this\n1000\n", r
+        finally:
+            p.stdin.close()
+            p.wait(15)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
