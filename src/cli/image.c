@@ -36,6 +36,15 @@ static void usage(FILE *f) {
                 "rm takes a name off its image, or removes the image (its id or last name); an\n"
                 "image a sandbox uses is not removed.\n"
                 "\n"
+                "Options:\n"
+                "  -s, --socket PATH    the daemon's socket (default: $SBX_SOCKET)\n"
+                "  -n, --name NAME:TAG  import: the name the image gets (else the names it carries)\n"
+                "      --from TOOL      import: IMAGE of the local docker or podman\n"
+                "  -t, --tag NAME:TAG   build: the name of the image built\n"
+                "  -f, --file FILE      build: the Dockerfile (default DIR/Dockerfile)\n"
+                "      --json           ls: the daemon's answer as JSON\n"
+                "  -h, --help           show this help\n"
+                "\n"
                 "Exit status: 0; 1 the daemon refused (it says why); 2 bad arguments; 3 no daemon\n"
                 "at the socket.\n");
 }

@@ -447,23 +447,24 @@ def test_images_example(tmp_path):
     assert any(l.startswith("docker save -o app.tar myorg/app:1") for l in lines), lines
     sock_line = one(lines, "export SBX_SOCKET=")
     sock = re.search(r"SBX_SOCKET=(\S+)", sock_line).group(1)
+    # Beside the store, not under /tmp, which the tmpfs hides from the daemon.
     store = Path(tempfile.mkdtemp(prefix="sbx-readme-store-", dir="/var/tmp"))
     os.chmod(store, 0o755)
     try:
         root = ocitool.python_root(str(tmp_path / "root"))
         layer = ocitool.tar_of_dir(root)
-        ocitool.write_docker_archive(str(tmp_path / "app.tar"), [layer], tags=("myorg/app:1",),
+        ocitool.write_docker_archive(str(store / "app.tar"), [layer], tags=("myorg/app:1",),
                                      config=ocitool.config_for([layer], env=["PATH=/usr/local/bin:/usr/bin:/bin"]))
         rest = "\n".join(l for l in lines if not l.startswith("docker save"))
         script = f"""set -eu
 mount -t tmpfs sbx-readme {os.path.dirname(sock)}
-sbx serve --socket {sock} --image-store {store}/s --pool 0 2>/dev/null &
+sbx serve --socket {sock} --image-store {store}/s --pool 0 2>/dev/null >/dev/null &
 pid=$!
+trap 'kill $pid; wait $pid || true' EXIT
 for i in $(seq 200); do [ -S {sock} ] && break; sleep 0.05; done
 {rest}
-kill $pid; wait $pid || true
 """
-        cp = run(f"exec unshare --mount --propagation private /bin/bash -c {shlex_quote(script)}", tmp_path, tmp_path,
+        cp = run(f"exec unshare --mount --propagation private /bin/bash -c {shlex_quote(script)}", store, tmp_path,
                  timeout=120)
         assert cp.returncode == 0, show(cp)
         out = cp.stdout.splitlines()
