@@ -60,8 +60,17 @@ typedef void (*SbxImageFn)(void *userdata, int error, const char *message, const
  * a daemon passes its client's, who may import only what it could read). Untrusted input: paths out of a layer, links out of it
  * and digests that do not hold are refused; device nodes, setuid/setgid bits and extended
  * attributes are left out. Returns 0, or -errno with err (-EBUSY: too many waiting). */
-SBX_API int sbx_image_import(SbxContext *ctx, const char *path, const char *name, int as_uid, SbxImageFn fn,
-                             void *userdata, char *err, size_t errlen);
+/* Where an import is: layer (1-based) of layers and bytes of it unpacked so far (data plus 512 an
+ * entry, as the store counts them); done once the layer is in the store (have: it was already,
+ * nothing was read). Told as each layer starts and ends, and every 16 MiB of one. */
+typedef struct SbxImageProgress {
+        unsigned layer, layers;
+        uint64_t bytes;
+        bool done, have;
+} SbxImageProgress;
+typedef void (*SbxImageProgressFn)(void *userdata, const SbxImageProgress *progress);
+SBX_API int sbx_image_import(SbxContext *ctx, const char *path, const char *name, int as_uid,
+                             SbxImageProgressFn progress, SbxImageFn fn, void *userdata, char *err, size_t errlen);
 /* Takes a name off its image, or removes the image (its id, or its last name) and the layers no
  * other image has. Refused with -EBUSY while a sandbox uses it. */
 SBX_API int sbx_image_remove(SbxContext *ctx, const char *ref, SbxImageFn fn, void *userdata, char *err,

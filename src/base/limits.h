@@ -302,6 +302,8 @@
 #define SBX_IMAGE_TAR_SLACK (1024U * 1024)
 /* An import or removal that runs this long is killed (a store job holds the store's lock). */
 #define SBX_IMAGE_JOB_TIMEOUT_MS (60U * 60 * 1000)
+/* An import says where it is at most once per this many bytes of a layer (image.progress). */
+#define SBX_IMAGE_PROGRESS_BYTES (16U * 1024 * 1024)
 /* Read buffer of an import. */
 #define SBX_IMAGE_IO_BUF (256U * 1024)
 /* Store operations (imports, removals) waiting behind the one running. */

@@ -41,6 +41,16 @@ static void image_done(void *ud, int error, const char *message, const SbxImageI
         pending_free(p);
 }
 
+/* image.progress {requestId, layer, layers, bytes, done, have}: where an import is. */
+static void image_progress(void *ud, const SbxImageProgress *pr) {
+        Pending *p = ud;
+        if (p->conn)
+                conn_notify(p->conn, "image.progress",
+                            json_pack("{s:O, s:i, s:i, s:I, s:b, s:b}", "requestId", p->id, "layer", (int)pr->layer,
+                                      "layers", (int)pr->layers, "bytes", (json_int_t)pr->bytes, "done", pr->done,
+                                      "have", pr->have));
+}
+
 static int m_image_import(Req *r, json_t **ret, RpcError *e) {
         const char *path, *name = NULL;
         char err[512];
@@ -52,7 +62,7 @@ static int m_image_import(Req *r, json_t **ret, RpcError *e) {
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
         /* A socket's client imports only what it could read itself; stdio's is the daemon's user. */
         int as = conn_is_stdio(r->conn) ? -1 : (int)conn_uid(r->conn);
-        int rr = sbx_image_import(r->core->ctx, path, name, as, image_done, p, err, sizeof err);
+        int rr = sbx_image_import(r->core->ctx, path, name, as, image_progress, image_done, p, err, sizeof err);
         if (rr < 0) {
                 pending_free(p);
                 return fail_store(e, rr, err);
@@ -115,7 +125,7 @@ static const Param p_image_ref[] = {
 const Method server_methods_oci[] = {
         { "image.import", m_image_import, 0, p_image_import,
           "{image: {id, names, layers: [{diffId, bytes, entries, dropped, stripped}], bytes, bash, config: {env, workingDir, user, entrypoint, cmd, architecture, os, created}, source, manifest, importedAt, newLayers, sandboxes}}",
-          "Imports an image into the daemon's store (sbx serve --image-store), answered when done. Each layer is unpacked once, by its diff id, and shared by every image and sandbox that has it: a layer the store has is not read again (newLayers says how many were). Checked as untrusted input: the config's digest against the manifest's, each layer's diff id (and an OCI blob's digest) against its bytes; a path out of a layer, a hard link to what is not in it, indexes that loop or nest past 4, a layer or archive past the store's room, an image for another architecture: refused with one line saying which. Device nodes are left out (dropped) and setuid/setgid bits taken off (stripped), extended attributes never kept. A half-imported image is never listed. A name another image had moves to this one." },
+          "Imports an image into the daemon's store (sbx serve --image-store), answered when done; meanwhile the notification `image.progress` {requestId, layer, layers, bytes, done, have} says where it is, as each layer starts and ends and every 16 MiB of one (bytes of that layer, as the store counts them; have: the store had it, nothing read). Each layer is unpacked once, by its diff id, and shared by every image and sandbox that has it: a layer the store has is not read again (newLayers says how many were). Checked as untrusted input: the config's digest against the manifest's, each layer's diff id (and an OCI blob's digest) against its bytes; a path out of a layer, a hard link to what is not in it, indexes that loop or nest past 4, a layer or archive past the store's room, an image for another architecture: refused with one line saying which. Device nodes are left out (dropped) and setuid/setgid bits taken off (stripped), extended attributes never kept. A half-imported image is never listed. A name another image had moves to this one." },
         { "image.list", m_image_list, 0, handler_params_none,
           "{images: [image], store, storeBytes, storeMaxBytes}", "The images of the store, as image.import answers them." },
         { "image.inspect", m_image_inspect, 0, p_image_ref, "image", "One image of the store." },

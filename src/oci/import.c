@@ -475,6 +475,20 @@ static bool has_bash(int store, const Plan *p, char diff_hex[][65]) {
         return false;
 }
 
+/* Where the import is, told to the loop (ImportJob.progress); a failed write is no failure. */
+static int progress_fd = -1;
+static OciProgress progress_now;
+
+static void progress_send(void) {
+        if (progress_fd >= 0)
+                (void)!write(progress_fd, &progress_now, sizeof progress_now);
+}
+
+static void progress_bytes(uint64_t bytes) {
+        progress_now.bytes = bytes;
+        progress_send();
+}
+
 /* The layers this job moved into layers/: set aside again if it fails after. */
 static const char *moved[SBX_IMAGE_MAX_LAYERS];
 static size_t n_moved;
@@ -503,7 +517,9 @@ static int take_layer(int store, int src, const char *work, const Plan *p, size_
         if (dst < 0)
                 return fail(err, errlen, "image: make %s in the store: %s", tmp, strerror(errno)), -EIO;
         UnpackStats us;
+        oci_unpack_progress = progress_bytes;
         int r = oci_unpack_layer(in, dst, *room, &us, blob, diff, err, errlen);
+        oci_unpack_progress = NULL;
         if (r < 0)
                 return r;
         if (p->blob_hex[i][0] && strcmp(blob, p->blob_hex[i]) != 0)
@@ -691,6 +707,9 @@ static int import(ImportJob *j, int store, const char *work, Plan *p, char *err,
                         json_object_set(l, "entries", json_object_get(first, "entries"));
                         continue;
                 }
+                uint64_t fresh_before = fresh;
+                progress_now = (OciProgress){ .layer = (uint32_t)i + 1, .layers = (uint32_t)p->n_layers };
+                progress_send();
                 bool on_disk = fstatat(store, final, &st, AT_SYMLINK_NOFOLLOW) == 0;
                 if (on_disk && S_ISDIR(st.st_mode) && (known = known_layer(j, diff_hex[i]))) {
                         json_object_set(l, "bytes", json_object_get(known, "bytes"));
@@ -704,6 +723,10 @@ static int import(ImportJob *j, int store, const char *work, Plan *p, char *err,
                         fresh++;
                 }
                 bytes += (uint64_t)json_integer_value(json_object_get(l, "bytes"));
+                progress_now.bytes = (uint64_t)json_integer_value(json_object_get(l, "bytes"));
+                progress_now.done = 1;
+                progress_now.have = fresh == fresh_before;
+                progress_send();
         }
         /* The layers' files on disk before the record that names them. */
         if (fresh && syncfs(store) < 0)
@@ -739,6 +762,7 @@ int oci_import_run(void *arg, char *err, size_t errlen) {
         int r = oci_lock_for_change(j->lock, err, errlen);
         if (r < 0 || (r = client_init(j->as_uid, err, errlen)) < 0)
                 return r;
+        progress_fd = j->progress;
         _cleanup_close_ int store = open(j->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         char work[64], rnd[17];
         if (store < 0 || random_hex(rnd, 8) < 0)

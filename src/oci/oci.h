@@ -41,6 +41,15 @@ typedef struct OciImage {
 
 typedef struct OciStore OciStore;
 
+/* Where an import is: layer (1-based) of layers, bytes of it unpacked so far (counted as the
+ * store counts them), done once that layer is there (have: the store had it already). */
+typedef struct OciProgress {
+        uint32_t layer, layers;
+        uint64_t bytes;
+        uint8_t done, have;
+} OciProgress;
+typedef void (*OciProgressFn)(void *ud, const OciProgress *p);
+
 /* An import's or removal's end: error 0 or -errno with message in words; img the image
  * imported (NULL after a removal or failure), valid during the call. */
 typedef void (*OciDoneFn)(void *ud, int error, const char *message, const OciImage *img);
@@ -66,11 +75,12 @@ void oci_image_unuse(OciImage *img);
 
 /* Imports the image at path (an OCI layout directory, an OCI archive, or a docker/podman save
  * tar; compressed or not), named name when not NULL (else by the names it carries), in a job,
- * reading path with the rights of user as_uid ((uid_t)-1: the daemon's own):
+ * reading path with the rights of user as_uid ((uid_t)-1: the daemon's own); progress (may be
+ * NULL) hears of each layer as it starts and ends, and every 16 MiB of one:
  * fn follows from the loop. At most SBX_IMAGE_MAX_QUEUED wait behind the running one.
  * Returns 0, or -errno with err (-EBUSY: too many waiting). */
-int oci_store_import(OciStore *s, const char *path, const char *name, uid_t as_uid, OciDoneFn fn, void *ud, char *err,
-                     size_t errlen);
+int oci_store_import(OciStore *s, const char *path, const char *name, uid_t as_uid, OciProgressFn progress,
+                     OciDoneFn fn, void *ud, char *err, size_t errlen);
 /* Removes a name, or the image when ref is its id or its last name (with the layers no other
  * image has), refused with -EBUSY while a sandbox uses it. The store in memory changes at
  * once; fn follows from the loop once the disk has. Returns 0 or -errno with err. */

@@ -37,6 +37,8 @@ typedef struct UnpackStats {
  * bytes each). Stops with -EFBIG past room bytes. Returns 0 or -errno with err. */
 int oci_unpack_layer(int fd, int dst, uint64_t room, UnpackStats *st, char *blob_hex, char *diff_hex, char *err,
                      size_t errlen);
+/* Called while a layer unpacks, every SBX_IMAGE_PROGRESS_BYTES of what it counts. */
+extern void (*oci_unpack_progress)(uint64_t bytes);
 
 /* Which entries of an archive to unpack: want(path, size, ud) for each regular file (its path
  * cleaned, relative); directories and links always. */
@@ -58,6 +60,7 @@ typedef struct ImportJob {
         uint64_t room;      /* bytes the store may still take */
         int lock;           /* the store's lock (upgraded to exclusive for the job) */
         int out;            /* memfd: the new record's JSON is written here */
+        int progress;       /* pipe: OciProgress records as layers go */
         OciImage *const *images; /* the store's images as the job was started (names move) */
         size_t n_images;
 } ImportJob;

@@ -28,6 +28,7 @@ typedef struct Op {
         OpKind kind;
         char *path, *name;       /* import */
         uid_t as_uid;
+        OciProgressFn progress;
         json_t *rewrite;         /* remove: a record to write again (a name taken off) */
         char drop_id[72];        /* remove: the record to delete ("" none) */
         char **drop_layers;      /* remove: the image's layers (hex), NULL-terminated: those no image
@@ -51,6 +52,8 @@ struct OciStore {
         int timer;               /* kills a job past SBX_IMAGE_JOB_TIMEOUT_MS */
         Watch timer_w;
         int out;                 /* the running import's record comes back here (memfd) */
+        int progress;            /* ... and where it is, on this pipe (read end) */
+        Watch progress_w;
         ImportJob ij;
 };
 
@@ -188,6 +191,7 @@ static int reachable(const char *dir, char *err, size_t errlen) {
 }
 
 static void kick(OciStore *s);
+static void progress_close(OciStore *s);
 
 static void enqueue(OciStore *s, Op *op) {
         if (s->tail)
@@ -210,7 +214,7 @@ int oci_store_open(const char *dir, uint64_t max_bytes, Loop *loop, OciStore **r
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
-        s->lock = s->out = s->timer = -1;
+        s->lock = s->out = s->timer = s->progress = -1;
         s->job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
         s->loop = loop;
         s->max_bytes = max_bytes ? max_bytes : SBX_IMAGE_STORE_DEFAULT_BYTES;
@@ -269,6 +273,7 @@ OciStore *oci_store_free(OciStore *s) {
                 return NULL;
         loop_del(s->loop, &s->timer_w);
         safe_close(s->timer);
+        progress_close(s);
         if (s->running) {
                 loop_del(s->loop, &s->job_w);
                 job_kill(&s->job);
@@ -457,9 +462,35 @@ static OciImage *imported(OciStore *s, json_t *rec, char *err, size_t errlen) {
         return img;
 }
 
+/* Reads what is there of the import's progress (never waits: the pipe is non-blocking). */
+static void progress_read(OciStore *s) {
+        OciProgress p;
+        while (s->progress >= 0 && read(s->progress, &p, sizeof p) == (ssize_t)sizeof p)
+                if (s->running && s->running->progress)
+                        s->running->progress(s->running->ud, &p);
+}
+
+static void progress_event(Watch *w, uint32_t events) {
+        OciStore *s = w->data;
+        progress_read(s);
+        if (events & EPOLLHUP) {
+                loop_del(s->loop, &s->progress_w);
+                s->progress = safe_close(s->progress);
+        }
+}
+
+static void progress_close(OciStore *s) {
+        if (s->progress >= 0) {
+                loop_del(s->loop, &s->progress_w);
+                s->progress = safe_close(s->progress);
+        }
+}
+
 static void job_ended(Watch *w, uint32_t events) {
         (void)events;
         OciStore *s = w->data;
+        progress_read(s);
+        progress_close(s);
         char err[JOB_ERR_MAX] = "";
         loop_del(s->loop, &s->job_w);
         int r = job_finish(&s->job, err, sizeof err);
@@ -509,12 +540,22 @@ static void kick(OciStore *s) {
                 int r;
                 if (op->kind == OP_IMPORT) {
                         uint64_t used = oci_store_bytes(s);
+                        int pp[2] = { -1, -1 };
                         s->out = memfd_create("sbx-image-record", MFD_CLOEXEC);
+                        r = s->out < 0 || pipe2(pp, O_CLOEXEC | O_NONBLOCK) < 0 ? negerrno() : 0;
+                        /* The job's end blocks: it waits for the loop rather than lose a word. */
+                        if (r >= 0)
+                                (void)fd_set_nonblock(pp[1], false);
                         s->ij = (ImportJob){ .dir = s->dir, .path = op->path, .name = op->name, .as_uid = op->as_uid,
                                              .room = s->max_bytes > used ? s->max_bytes - used : 0, .lock = s->lock,
-                                             .out = s->out, .images = s->images, .n_images = s->n };
-                        int keep[] = { s->lock, s->out };
-                        r = s->out < 0 ? negerrno() : job_start(&s->job, oci_import_run, &s->ij, keep, ELEMENTSOF(keep));
+                                             .out = s->out, .progress = pp[1], .images = s->images, .n_images = s->n };
+                        int keep[] = { s->lock, s->out, pp[1] };
+                        if (r >= 0)
+                                r = job_start(&s->job, oci_import_run, &s->ij, keep, ELEMENTSOF(keep));
+                        safe_close(pp[1]);
+                        s->progress = pp[0];
+                        if (r >= 0 && loop_add(s->loop, &s->progress_w, s->progress, EPOLLIN, progress_event, s) < 0)
+                                progress_close(s);
                 } else {
                         args[0] = op;
                         args[1] = s;
@@ -530,6 +571,7 @@ static void kick(OciStore *s) {
                         s->timer = safe_close(s->timer);
                 if (r < 0) {
                         s->out = safe_close(s->out);
+                        progress_close(s);
                         char msg[128];
                         snprintf(msg, sizeof msg, "cannot start the job: %s", strerror(-r));
                         finish(s, op, r, msg, NULL);
@@ -539,8 +581,8 @@ static void kick(OciStore *s) {
         }
 }
 
-int oci_store_import(OciStore *s, const char *path, const char *name, uid_t as_uid, OciDoneFn fn, void *ud, char *err,
-                     size_t errlen) {
+int oci_store_import(OciStore *s, const char *path, const char *name, uid_t as_uid, OciProgressFn progress,
+                     OciDoneFn fn, void *ud, char *err, size_t errlen) {
         char n[SBX_IMAGE_NAME_BYTES];
         if (!path || path[0] != '/') {
                 snprintf(err, errlen, "the path to import must be absolute; got '%.200s'", path ? path : "");
@@ -564,6 +606,7 @@ int oci_store_import(OciStore *s, const char *path, const char *name, uid_t as_u
         }
         op->kind = OP_IMPORT;
         op->as_uid = as_uid;
+        op->progress = progress;
         op->fn = fn;
         op->ud = ud;
         enqueue(s, op);

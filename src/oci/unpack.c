@@ -241,6 +241,8 @@ static int fix_dirs(Unpack *u) {
         return 0;
 }
 
+void (*oci_unpack_progress)(uint64_t bytes);
+
 static int entry(Unpack *u, struct archive *a, struct archive_entry *e) {
         char path[SBX_MAX_PATH_BYTES], target[SBX_MAX_PATH_BYTES];
         const char *raw = archive_entry_pathname(e);
@@ -257,7 +259,10 @@ static int entry(Unpack *u, struct archive *a, struct archive_entry *e) {
         if (u->filter && archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e) &&
             !u->filter->want(path, (uint64_t)MAX(size, 0), u->filter->ud))
                 return 0; /* its data is skipped by the next header */
+        uint64_t before = u->st->bytes;
         u->st->bytes += SBX_IMAGE_ENTRY_BYTES + (uint64_t)MAX(size, 0);
+        if (oci_unpack_progress && !u->filter && before / SBX_IMAGE_PROGRESS_BYTES != u->st->bytes / SBX_IMAGE_PROGRESS_BYTES)
+                oci_unpack_progress(u->st->bytes);
         if (u->st->bytes > u->room)
                 return fail(u, -EFBIG, "the image is larger than the room left in the image store");
         if (!path[0])

@@ -67,8 +67,17 @@ int sbx_image_find(SbxContext *ctx, const char *ref, SbxImageInfo *ret) {
 
 typedef struct ImageCall {
         SbxImageFn fn;
+        SbxImageProgressFn progress;
         void *ud;
 } ImageCall;
+
+static void call_progress(void *ud, const OciProgress *p) {
+        ImageCall *c = ud;
+        SbxImageProgress sp = { .layer = p->layer, .layers = p->layers, .bytes = p->bytes, .done = p->done,
+                                .have = p->have };
+        if (c->progress)
+                c->progress(c->ud, &sp);
+}
 
 static void call_done(void *ud, int error, const char *message, const OciImage *img) {
         ImageCall *c = ud;
@@ -85,16 +94,16 @@ static int no_store(char *err, size_t errlen) {
         return -ENOENT;
 }
 
-int sbx_image_import(SbxContext *ctx, const char *path, const char *name, int as_uid, SbxImageFn fn, void *userdata,
-                     char *err, size_t errlen) {
+int sbx_image_import(SbxContext *ctx, const char *path, const char *name, int as_uid, SbxImageProgressFn progress,
+                     SbxImageFn fn, void *userdata, char *err, size_t errlen) {
         SandboxHost *host = context_host(ctx);
         if (!host->images)
                 return no_store(err, errlen);
         ImageCall *c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        *c = (ImageCall){ fn, userdata };
-        int r = oci_store_import(host->images, path, name, (uid_t)as_uid, call_done, c, err, errlen);
+        *c = (ImageCall){ .fn = fn, .progress = progress, .ud = userdata };
+        int r = oci_store_import(host->images, path, name, (uid_t)as_uid, call_progress, call_done, c, err, errlen);
         if (r < 0)
                 free(c);
         return r;
@@ -107,7 +116,7 @@ int sbx_image_remove(SbxContext *ctx, const char *ref, SbxImageFn fn, void *user
         ImageCall *c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        *c = (ImageCall){ fn, userdata };
+        *c = (ImageCall){ .fn = fn, .ud = userdata };
         int r = oci_store_remove(host->images, ref, call_done, c, err, errlen);
         if (r < 0)
                 free(c);

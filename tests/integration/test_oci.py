@@ -574,3 +574,73 @@ def test_long_lists_and_repeated_layers(server, base_layer, tmp_path):
     sid = server.result("sandbox.create", {"image": "rep:1"})["sandboxId"]
     # The top copy of the base brings back what the middle layer took away.
     assert server.run(sid, "cat /etc/image-marker /opt/app/extra.txt")["stdout"] == "sbx-test-image\nsecond layer\n"
+
+
+def sandbox_memory(sid):
+    """Bytes charged to a sandbox's memory cgroup (v2 memory.current, else v1
+    memory.usage_in_bytes), found by its id in the hierarchies; None when there is none."""
+    roots = []
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if parts[2] == "cgroup2" or (parts[2] == "cgroup" and "memory" in parts[3].split(",")):
+                roots.append(parts[1])
+    for root in roots:
+        for dirpath, dirnames, _ in os.walk(root):
+            if os.path.basename(dirpath) == sid:
+                for name in ("memory.current", "memory.usage_in_bytes"):
+                    if os.path.exists(os.path.join(dirpath, name)):
+                        return int(open(os.path.join(dirpath, name)).read())
+                dirnames[:] = []
+    return None
+
+
+def test_two_sandboxes_share_the_layers_pages(server, store, base_layer, tmp_path):
+    """A file of the image read in one sandbox is charged to it once; the same file read in a
+    second sandbox adds nothing there: both read the store's pages."""
+    big = ocitool.tar_of_entries([ocitool.entry("opt/big.bin", data=os.urandom(64 << 20))])
+    ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer, big], name="big:1", gzip_layers=False)
+    img = server.result("image.import", {"path": str(tmp_path / "l")})["image"]
+    # What the import wrote is in the page cache, charged to the daemon: out of it first.
+    layer_file = store / "layers" / img["layers"][1]["diffId"][7:] / "opt" / "big.bin"
+    fd = os.open(layer_file, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    a = server.result("sandbox.create", {"image": "big:1"})["sandboxId"]
+    b = server.result("sandbox.create", {"image": "big:1"})["sandboxId"]
+    server.run(a, "true")
+    server.run(b, "true")
+    if sandbox_memory(a) is None:
+        pytest.skip("no memory cgroup of the sandbox found")
+    a0, b0 = sandbox_memory(a), sandbox_memory(b)
+    assert server.run(a, "cat /opt/big.bin > /dev/null")["exitCode"] == 0
+    a1 = sandbox_memory(a)
+    assert server.run(b, "cat /opt/big.bin > /dev/null")["exitCode"] == 0
+    b1 = sandbox_memory(b)
+    assert a1 - a0 >= 48 << 20, (a0, a1)
+    assert b1 - b0 < 16 << 20, (b0, b1)
+
+
+def test_import_says_where_it_is(server, base_layer, tmp_path):
+    big = ocitool.tar_of_entries([ocitool.entry(f"opt/b{i}", data=os.urandom(8 << 20)) for i in range(5)])
+    ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer, big], name="prog:1", gzip_layers=False)
+
+    def progress_of(req):
+        with server.peer.cond:
+            return [(n["params"]["layer"], n["params"]["layers"], n["params"]["bytes"], n["params"]["done"],
+                     n["params"]["have"]) for n in server.peer.notes
+                    if n.get("method") == "image.progress" and n["params"]["requestId"] == req]
+
+    req = server.peer.send("image.import", {"path": str(tmp_path / "l")})
+    img = server.peer.wait(req, 60)["result"]["image"]
+    notes = progress_of(req)
+    assert notes[0] == (1, 2, 0, False, False) and notes[-1] == (2, 2, img["layers"][1]["bytes"], True, False), notes
+    assert (1, 2, img["layers"][0]["bytes"], True, False) in notes
+    # 40 MiB in the second layer: it said so on the way, bytes growing.
+    middle = [n[2] for n in notes if n[0] == 2 and not n[3]]
+    assert len(middle) >= 3 and middle == sorted(middle) and middle[-1] >= 32 << 20, notes
+    req = server.peer.send("image.import", {"path": str(tmp_path / "l"), "name": "prog:2"})
+    server.peer.wait(req, 60)
+    assert [n for n in progress_of(req) if n[3]] == [(1, 2, img["layers"][0]["bytes"], True, True),
+                                                    (2, 2, img["layers"][1]["bytes"], True, True)]
