@@ -179,11 +179,15 @@ static int do_build(const char *sock, const char *tag, const char *file, const c
         close(fd);
         snprintf(archive, sizeof archive, "oci-archive:%s", tmp);
         bool buildah = strcmp(tool, "buildah") == 0;
-        char *build[] = { (char *)tool, buildah ? "bud" : "build", "-t", (char *)tag, "-f",
-                          (char *)(file ? file : "Dockerfile"), (char *)dir, NULL };
-        if (!file)
-                build[4] = NULL;
-        char *push[] = { (char *)tool, buildah ? "push" : "save", NULL, NULL, NULL, NULL, NULL };
+        char *build[8] = { (char *)tool, buildah ? "bud" : "build", "-t", (char *)tag };
+        size_t n = 4;
+        if (file) {
+                build[n++] = "-f";
+                build[n++] = (char *)file;
+        }
+        build[n++] = (char *)dir;
+        build[n] = NULL;
+        char *push[8] = { (char *)tool, buildah ? "push" : "save" };
         if (buildah) {
                 push[2] = (char *)tag;
                 push[3] = archive;
@@ -192,7 +196,7 @@ static int do_build(const char *sock, const char *tag, const char *file, const c
                 push[3] = "oci-archive";
                 push[4] = "-o";
                 push[5] = tmp;
-                push[6] = NULL;
+                push[6] = (char *)tag;
         }
         int code;
         if (run_tool(build) != 0 || run_tool(push) != 0) {

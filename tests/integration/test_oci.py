@@ -644,3 +644,42 @@ def test_import_says_where_it_is(server, base_layer, tmp_path):
     server.peer.wait(req, 60)
     assert [n for n in progress_of(req) if n[3]] == [(1, 2, img["layers"][0]["bytes"], True, True),
                                                     (2, 2, img["layers"][1]["bytes"], True, True)]
+
+
+def podman_works():
+    if not shutil.which("podman"):
+        return False
+    return subprocess.run(["podman", "info"], capture_output=True, timeout=60).returncode == 0
+
+
+@pytest.mark.skipif(not podman_works(), reason="podman is not installed or does not work here")
+def test_import_from_podman_and_build_through_it(tmp_path, store, base_layer):
+    """--from podman takes an image of podman's store through `podman save`; `sbx image build`
+    hands a Dockerfile to podman (or buildah) and imports what it made."""
+    sock = str(tmp_path / "s.sock")
+    d = subprocess.Popen([SBX, "serve", "--socket", sock, "--image-store", str(store), "--pool", "0"],
+                         stderr=subprocess.DEVNULL)
+    SPAWNED.append(d.pid)
+    tag = "localhost/sbx-test/pod:" + os.urandom(3).hex()
+    try:
+        assert wait_until(lambda: os.path.exists(sock), timeout=10)
+        env = dict(os.environ, SBX_SOCKET=sock)
+        ocitool.write_docker_archive(str(tmp_path / "p.tar"), [base_layer], tags=(tag,))
+        assert subprocess.run(["podman", "load", "-i", str(tmp_path / "p.tar")], capture_output=True).returncode == 0
+        cp = subprocess.run([SBX, "image", "import", "--from", "podman", tag], capture_output=True, env=env, timeout=120)
+        assert cp.returncode == 0 and cp.stdout.decode().split()[1] == tag[len("localhost/"):], cp
+        ctx = tmp_path / "ctx"
+        ctx.mkdir()
+        (ctx / "Dockerfile").write_text("FROM " + tag + "\nCOPY note.txt /opt/app/note.txt\n")
+        (ctx / "note.txt").write_text("built by podman\n")
+        cp = subprocess.run([SBX, "image", "build", "-t", "sbx-test/built:1", str(ctx)], capture_output=True, env=env,
+                            timeout=300)
+        assert cp.returncode == 0, cp
+        cp = subprocess.run([SBX, "create", "--image", "sbx-test/built:1"], capture_output=True, env=env, timeout=60)
+        sid = cp.stdout.decode().strip()
+        cp = subprocess.run([SBX, "exec", sid, "--", "cat /opt/app/note.txt /opt/app/hello.txt"], capture_output=True,
+                            env=env, timeout=60)
+        assert cp.stdout.decode() == "built by podman\nhello from the image\n", cp
+    finally:
+        stop_daemon(d)
+        subprocess.run(["podman", "rmi", "-f", tag, "localhost/sbx-test/built:1"], capture_output=True, timeout=120)
