@@ -34,6 +34,7 @@ typedef struct SandboxCore {
         uint64_t oom_kills;    /* the sandbox's count of OOM kills at the last failed run */
         bool dying;            /* being freed, or its pid 1 is gone: no new shells */
         char setup_error[512]; /* why pid 1's setup failed, as it said ("" if it did not) */
+        const char *image;     /* the image it was made from, as the caller named it, or NULL */
         bool kill_leftovers;   /* runs kill what they leave running unless told otherwise */
         SbxSandbox *self;      /* the sandbox this is the core of, as the public API names it */
         /* What its output is redacted with (a reference of the sandbox's own; NULL: nothing

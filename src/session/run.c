@@ -813,6 +813,14 @@ static void hook_lost(SbxSession *s, bool never_started) {
                 /* It cannot start at all (no bash in the root, exec refused). Answer what waits
                  * instead of retrying in a loop; the next run tries again. */
                 s->broken = true;
+                char msg[512];
+                if (s->shell == SBX_SHELL_BASH && s->core->image) {
+                        snprintf(msg, sizeof msg, "sbx: the session shell could not start: image %.200s has a /bin/bash "
+                                 "that cannot run here or cannot load sbx's session builtin (it needs a glibc bash for "
+                                 "this machine's architecture; a musl one, Alpine's, cannot load it)\n", s->core->image);
+                        fail_all(s, 127, msg);
+                        return;
+                }
                 fail_all(s, 127, s->shell != SBX_SHELL_BASH
                                          ? "sbx: the code interpreter could not start (is /usr/bin/python3 installed on the host?)\n"
                                          : "sbx: the session shell could not start (is /bin/bash usable in this root?)\n");

@@ -43,6 +43,7 @@ struct SbxSandbox {
         char **network_allow; /* SBX_NETWORK_ALLOWLIST's patterns, NULL when empty */
         char *rootfs;
         struct OciImage *image; /* oci/oci.h: the image it was made from (held), or NULL */
+        char *image_ref;        /* ... as the caller named it (core.image) */
         char **policy_allow, **policy_deny; /* NULL when empty; `policy` points to them */
         LandlockPolicy policy;
         char **secrets; /* NAME=VALUE, NULL-terminated, or NULL; wiped when freed */
@@ -297,6 +298,7 @@ static void sandbox_dealloc(SbxSandbox *sb) {
         free(sb->rootfs);
         if (sb->image)
                 oci_image_unuse(sb->image);
+        free(sb->image_ref);
         free(sb);
 }
 
@@ -479,6 +481,7 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
         if (img) {
                 sb->image = img;
                 oci_image_use(img);
+                sb->core.image = sb->image_ref = strdup(o->image);
         }
         /* pid 1 takes its copy of the list at clone3: it is not needed after box_create(). */
         _cleanup_free_ char **env = shell_env(sb);

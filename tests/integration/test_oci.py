@@ -683,3 +683,15 @@ def test_import_from_podman_and_build_through_it(tmp_path, store, base_layer):
     finally:
         stop_daemon(d)
         subprocess.run(["podman", "rmi", "-f", tag, "localhost/sbx-test/built:1"], capture_output=True, timeout=120)
+
+
+def test_a_bash_that_cannot_start_is_said_by_image(server, tmp_path):
+    """An image whose /bin/bash cannot run here (its libraries missing, as a musl bash would
+    miss glibc): runs are answered in words naming the image, not left to time out."""
+    layer = ocitool.tar_of_entries([ocitool.entry("bin", "symlink", link="usr/bin"),
+                                    ocitool.entry("usr/bin/bash", data=open("/bin/bash", "rb").read(), mode=0o755)])
+    ocitool.write_oci_layout(str(tmp_path / "l"), [layer], name="badbash:1")
+    assert server.result("image.import", {"path": str(tmp_path / "l")})["image"]["bash"] is True
+    sid = server.result("sandbox.create", {"image": "badbash:1"})["sandboxId"]
+    r = server.run(sid, "echo hi")
+    assert r["exitCode"] == 127 and "image badbash:1 has a /bin/bash that cannot run here" in r["stderr"], r
