@@ -33,6 +33,9 @@ typedef struct SbxImageInfo {
  * into it or remove from it meanwhile (-EBUSY, said in words). Returns 0, or -errno with err. */
 SBX_API int sbx_context_set_image_store(SbxContext *ctx, const char *dir, uint64_t max_bytes, char *err,
                                         size_t errlen);
+/* Where a store is by default: /var/lib/sbx/images as root, else $XDG_DATA_HOME/sbx/images or
+ * ~/.local/share/sbx/images. Returns 0, or -ENOENT when there is no such place. */
+SBX_API int sbx_image_store_default(char *buf, size_t size);
 /* The store's directory, or NULL when none is open. */
 SBX_API const char *sbx_image_store_dir(SbxContext *ctx);
 /* The bytes its layers take, and its bound. */

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/queue.h"
 #include "base/util.h"
+#include "sbx/image.h"
 #include "cli/cli.h"
 #include "sbx/sbx.h"
 
@@ -46,6 +47,8 @@ static void usage(FILE *f) {
                 "      --files N            inode limit of /tmp + /home/user (default 10000)\n"
                 "      --stdout-limit SIZE  stdout kept per command (default 1M)\n"
                 "      --stderr-limit SIZE  stderr kept per command (default 1M)\n"
+                "      --image IMAGE        an image of the image store (sbx image) as the root\n"
+                "      --image-store DIR    that store (default: the daemon's default one)\n"
                 "      --rootfs DIR         use DIR as the root filesystem instead of the host's\n"
                 "      --import FILE        start from an archive made by --export (files and\n"
                 "                           session state; refused archives change nothing)\n"
@@ -175,7 +178,7 @@ static int parse_thousandths(const char *s, uint64_t *ret) {
 }
 
 enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT,
-       OPT_FAIL_FAST, OPT_KILL_LEFTOVERS };
+       OPT_FAIL_FAST, OPT_KILL_LEFTOVERS, OPT_IMAGE, OPT_IMAGE_STORE };
 
 typedef struct OpWait {
         bool done;
@@ -223,6 +226,8 @@ static const struct option run_opts[] = {
         { "stdout-limit", required_argument, NULL, OPT_STDOUT },
         { "stderr-limit", required_argument, NULL, OPT_STDERR },
         { "rootfs", required_argument, NULL, OPT_ROOTFS },
+        { "image", required_argument, NULL, OPT_IMAGE },
+        { "image-store", required_argument, NULL, OPT_IMAGE_STORE },
         { "import", required_argument, NULL, OPT_IMPORT },
         { "export", required_argument, NULL, OPT_EXPORT },
         { "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
@@ -235,6 +240,7 @@ static const struct option run_opts[] = {
 typedef struct RunArgs {
         SbxSandboxOptions so;
         const char *cwd, *import_path, *export_path;
+        const char *image_store; /* with so.image: the store (NULL: the default one) */
         const char **env; /* the caller's, room for one per argument; so.env points here */
         size_t n_env;
         bool fail_fast;
@@ -296,6 +302,8 @@ static int parse_one(int c, const char *opt, RunArgs *a) {
         case OPT_STDOUT: r = limit_arg(SBX_LIMIT_STDOUT, A_SIZE, opt, optarg, &l->stdout_bytes); break;
         case OPT_STDERR: r = limit_arg(SBX_LIMIT_STDERR, A_SIZE, opt, optarg, &l->stderr_bytes); break;
         case OPT_ROOTFS: a->so.rootfs = optarg; break;
+        case OPT_IMAGE: a->so.image = optarg; break;
+        case OPT_IMAGE_STORE: a->image_store = optarg; break;
         case OPT_IMPORT: a->import_path = optarg; break;
         case OPT_EXPORT: a->export_path = optarg; break;
         case OPT_FAIL_FAST: a->fail_fast = true; break;
@@ -552,6 +560,16 @@ int cmd_run(int argc, char **argv) {
         SbxSandbox *sb = NULL;
         SbxSession *s = NULL;
         int r = sbx_context_new(&ctx);
+        if (r >= 0 && a.so.image) {
+                char dir[4096], err[512];
+                if (!a.image_store && sbx_image_store_default(dir, sizeof dir) == 0)
+                        a.image_store = dir;
+                if (!a.image_store || sbx_context_set_image_store(ctx, a.image_store, 0, err, sizeof err) < 0) {
+                        fprintf(stderr, "sbx run: --image: %s\n", a.image_store ? err : "no image store: give --image-store DIR");
+                        sbx_context_free(ctx);
+                        return 1;
+                }
+        }
         if (r >= 0)
                 r = sbx_sandbox_new(ctx, &a.so, &sb);
         if (r < 0) {

@@ -557,16 +557,9 @@ static int serve_configure(Server *s, const ServeOptions *o) {
  * once, when it cannot be had. Returns 0, or the exit status. */
 static int serve_images(Server *s, const ServeOptions *o) {
         char dir[SBX_MAX_PATH_BYTES], err[512];
-        const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
         if (o->image_store)
                 snprintf(dir, sizeof dir, "%s", o->image_store);
-        else if (geteuid() == 0)
-                snprintf(dir, sizeof dir, "/var/lib/sbx/images");
-        else if (xdg && xdg[0] == '/')
-                snprintf(dir, sizeof dir, "%s/sbx/images", xdg);
-        else if (home && home[0] == '/')
-                snprintf(dir, sizeof dir, "%s/.local/share/sbx/images", home);
-        else
+        else if (sbx_image_store_default(dir, sizeof dir) < 0)
                 return 0;
         if (sbx_context_set_image_store(server_context(s), dir, o->image_store_max, err, sizeof err) < 0) {
                 if (o->image_store) {

@@ -2,6 +2,8 @@
 /* sbx/image.h: the context's image store (oci/oci.h) behind the public API. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include "base/macro.h"
 #include "oci/oci.h"
 #include "sbx/image.h"
@@ -26,6 +28,20 @@ int sbx_context_set_image_store(SbxContext *ctx, const char *dir, uint64_t max_b
                 return r;
         host->images = s;
         return 0;
+}
+
+int sbx_image_store_default(char *buf, size_t size) {
+        const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+        int n;
+        if (geteuid() == 0)
+                n = snprintf(buf, size, "/var/lib/sbx/images");
+        else if (xdg && xdg[0] == '/')
+                n = snprintf(buf, size, "%s/sbx/images", xdg);
+        else if (home && home[0] == '/')
+                n = snprintf(buf, size, "%s/.local/share/sbx/images", home);
+        else
+                return -ENOENT;
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
 const char *sbx_image_store_dir(SbxContext *ctx) {

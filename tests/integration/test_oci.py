@@ -695,3 +695,15 @@ def test_a_bash_that_cannot_start_is_said_by_image(server, tmp_path):
     sid = server.result("sandbox.create", {"image": "badbash:1"})["sandboxId"]
     r = server.run(sid, "echo hi")
     assert r["exitCode"] == 127 and "image badbash:1 has a /bin/bash that cannot run here" in r["stderr"], r
+
+
+def test_sbx_run_with_an_image(server, store, base_layer, tmp_path):
+    """`sbx run --image` (no daemon of its own) reads the store a daemon has open."""
+    ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer, second_layer()], name="run:1")
+    server.result("image.import", {"path": str(tmp_path / "l")})
+    cp = subprocess.run([SBX, "run", "--image-store", str(store), "--image", "run:1", "--",
+                         "cat /opt/app/extra.txt; echo $IMAGE_VAR"], capture_output=True, timeout=60)
+    assert cp.returncode == 0 and cp.stdout == b"second layer\nfrom-image\n", cp
+    cp = subprocess.run([SBX, "run", "--image-store", str(store), "--image", "none:1", "--", "true"],
+                        capture_output=True, timeout=60)
+    assert cp.returncode == 1 and b"no image 'none:1'" in cp.stderr, cp
