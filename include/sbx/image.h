@@ -24,6 +24,7 @@ typedef struct SbxImageInfo {
         unsigned sandboxes;        /* sandboxes made from it that live */
         const char *json;          /* the store's record of it: a JSON object (id, names, layers,
                                       bytes, config {env, workingDir, user, entrypoint, cmd,
+                                      startCommand,
                                       architecture, os, created}, source, manifest, importedAt) */
 } SbxImageInfo;
 

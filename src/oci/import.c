@@ -357,6 +357,37 @@ static int plan_docker(int src, const char *want, Plan *p, char *err, size_t err
         return 0;
 }
 
+/* Entrypoint then Cmd as one bash command line, each word single-quoted (what the image would
+ * run, offered to the caller: sbx runs nothing unasked); JSON null when the image names none. */
+static json_t *start_command(json_t *entrypoint, json_t *cmd) {
+        size_t len = 0, i;
+        json_t *parts[2] = { entrypoint, cmd }, *w;
+        for (size_t k = 0; k < 2; k++)
+                json_array_foreach(parts[k], i, w) len += 3 + 4 * strlen(json_string_value(w));
+        if (!len)
+                return json_null();
+        _cleanup_free_ char *out = malloc(len + 1);
+        if (!out)
+                return json_null();
+        char *o = out;
+        for (size_t k = 0; k < 2; k++)
+                json_array_foreach(parts[k], i, w) {
+                        if (o != out)
+                                *o++ = ' ';
+                        *o++ = '\'';
+                        for (const char *c = json_string_value(w); *c; c++)
+                                if (*c == '\'') {
+                                        memcpy(o, "'\\''", 4);
+                                        o += 4;
+                                } else {
+                                        *o++ = *c;
+                                }
+                        *o++ = '\'';
+                }
+        *o = 0;
+        return json_string(out) ?: json_null();
+}
+
 /* The config's fields as a record keeps them; checks what the sandbox will use. */
 static json_t *record_config(const Plan *p, char *err, size_t errlen) {
         json_t *c = p->config, *cc = json_object_get(c, "config");
@@ -399,6 +430,8 @@ static json_t *record_config(const Plan *p, char *err, size_t errlen) {
                 json_array_foreach(v, i, x) ok = ok && json_is_string(x);
                 json_object_set_new(out, lists[k][1], ok ? json_deep_copy(v) : json_null());
         }
+        json_object_set_new(out, "startCommand", start_command(json_object_get(out, "entrypoint"),
+                                                               json_object_get(out, "cmd")));
         json_object_set_new(out, "architecture", json_string(arch ? arch : ""));
         json_object_set_new(out, "os", json_string("linux"));
         json_t *created = json_object_get(c, "created");

@@ -108,6 +108,7 @@ def test_oci_layout_import_and_a_sandbox_of_it(server, store, base_layer, tmp_pa
     assert img["id"] == iid and img["names"] == ["test/app:1"] and img["source"] == "oci-layout"
     assert img["bash"] is True and img["newLayers"] == 2 and len(img["layers"]) == 2
     assert img["config"]["env"] == ["PATH=/usr/bin:/bin", "IMAGE_VAR=from-image"]
+    assert img["config"]["startCommand"] == "'/bin/bash'" and img["config"]["cmd"] == ["/bin/bash"]
     assert len(layer_dirs(store)) == 2
     sid = server.result("sandbox.create", {"image": "test/app:1"})["sandboxId"]
     r = server.run(sid, "cat /opt/app/hello.txt /opt/app/extra.txt; echo $IMAGE_VAR; id -u; "
@@ -566,9 +567,13 @@ def test_long_lists_and_repeated_layers(server, base_layer, tmp_path):
     extra = second_layer()
     cfg = ocitool.config_for([base_layer, extra, base_layer])
     cfg["config"]["Cmd"] = ["x"] * 5000
+    cfg["config"]["Entrypoint"] = ["/bin/echo", "it's"]
     ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer, extra, base_layer], name="rep:1", config=cfg)
     img = server.result("image.import", {"path": str(tmp_path / "l")})["image"]
     assert img["config"]["cmd"] is None and img["newLayers"] == 2
+    assert img["config"]["startCommand"] == "'/bin/echo' 'it'\\''s'", img["config"]
+    sid0 = server.result("sandbox.create", {"image": "rep:1"})["sandboxId"]
+    assert server.run(sid0, img["config"]["startCommand"])["stdout"] == "it's\n"
     assert [l["diffId"] for l in img["layers"]] == ["sha256:" + ocitool.sha(x) for x in (base_layer, extra, base_layer)]
     assert img["bytes"] == img["layers"][0]["bytes"] + img["layers"][1]["bytes"]
     sid = server.result("sandbox.create", {"image": "rep:1"})["sandboxId"]
