@@ -1,20 +1,48 @@
 /* SPDX-License-Identifier: MIT */
-/* The sbx binary: dispatches to one subcommand per file. */
+/* The sbx binary: dispatches to one subcommand per file. It is the light half: the commands
+ * that are clients of a daemon (and --help, --version) run here, linked with libc, jansson and
+ * nettle alone, so they start like a small tool; those that make sandboxes or serve (run,
+ * serve, audit) are sbx-engine's, which this binary becomes (execv, same pid and argv) when
+ * one of them is asked for. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "base/macro.h"
 #include "cli/cli.h"
-#include "sbx/sbx.h"
 
 static const struct {
         const char *name;
         int (*fn)(int argc, char **argv);
 } commands[] = {
-        { "run", cmd_run },   { "serve", cmd_serve }, { "export", cmd_export }, { "import", cmd_import },
+        { "run", NULL },      { "serve", NULL },      { "export", cmd_export }, { "import", cmd_import },
         { "ls", cmd_ls },     { "exec", cmd_exec },   { "ps", cmd_ps },         { "logs", cmd_logs },
         { "kill", cmd_kill }, { "shell", cmd_shell }, { "mcp", cmd_mcp },
-        { "audit", cmd_audit }, { "create", cmd_create }, { "rm", cmd_rm }, { "image", cmd_image },
+        { "audit", NULL },    { "create", cmd_create }, { "rm", cmd_rm },       { "image", cmd_image },
 };
+
+/* Becomes sbx-engine with the same argv: beside this binary (a build tree), in ../libexec/sbx
+ * from it (an install moved as a whole: a package unpacked elsewhere), else where the install
+ * put it. Returns only on failure, said on stderr. */
+static int exec_engine(char **argv) {
+        char self[PATH_MAX], path[PATH_MAX + 32];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n > 0) {
+                self[n] = 0;
+                char *slash = strrchr(self, '/');
+                static const char *const near[] = { "sbx-engine", "../libexec/sbx/sbx-engine" };
+                for (size_t i = 0; slash && i < ELEMENTSOF(near); i++) {
+                        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - self), self, near[i]);
+                        if (access(path, X_OK) == 0)
+                                execv(path, argv);
+                }
+        }
+        snprintf(path, sizeof path, "%s/sbx-engine", SBX_LIBEXECDIR);
+        execv(path, argv);
+        fprintf(stderr, "sbx: cannot start %s (the half of sbx that makes sandboxes): %s\n", path, strerror(errno));
+        return 127;
+}
 
 static void usage(FILE *f) {
         fprintf(f,
@@ -61,12 +89,12 @@ int main(int argc, char **argv) {
                 return 0;
         }
         if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
-                printf("sbx %s\n", sbx_version());
+                printf("sbx %s\n", SBX_VERSION);
                 return 0;
         }
         for (size_t i = 0; i < ELEMENTSOF(commands); i++)
                 if (strcmp(cmd, commands[i].name) == 0)
-                        return commands[i].fn(argc - 1, argv + 1);
+                        return commands[i].fn ? commands[i].fn(argc - 1, argv + 1) : exec_engine(argv);
         fprintf(stderr, "sbx: unknown command '%s'\n\n", cmd);
         usage(stderr);
         return 2;

@@ -61,7 +61,7 @@ def show(cp):
 
 def commands():
     """Every command: those of src/cli/main.c's table and those `sbx --help` lists."""
-    table = re.findall(r'\{\s*"([a-z]+)",\s*cmd_\w+\s*\}', (REPO / "src" / "cli" / "main.c").read_text())
+    table = re.findall(r'\{\s*"([a-z]+)",\s*(?:cmd_\w+|NULL)\s*\}', (REPO / "src" / "cli" / "main.c").read_text())
     listed = re.findall(r"^  ([a-z]+)\b", run([SBX_BIN, "--help"]).stdout, re.M)
     assert "run" in table and "run" in listed, "main.c's table or `sbx --help` changed shape"
     return sorted(set(table) | set(listed))
