@@ -1,0 +1,400 @@
+#!/usr/bin/python3
+"""sbx beside what a user would pick instead, measured in one run on this machine.
+
+Peers, each from Debian: bubblewrap (`bwrap --unshare-all`), firejail (`--noprofile --net=none`),
+gVisor (`runsc --network=none do`), podman (with runc: this machine's hybrid cgroups are refused
+by crun) and docker (Debian's dockerd, started by this script with --iptables=false
+--bridge=none when none runs). podman and docker run an image made offline from the host's own
+bash and tools (tests/integration/ocitool.py), the same image sbx imports; bwrap, firejail and
+runsc see the host's /usr as sbx's default sandboxes do. Every instance has no network.
+
+Rows, whole processes from this script unless said:
+  1. one fresh instance runs `echo hi` (median of --n): `bash -c` for scale; `sbx run`
+     (one-shot, no daemon); sbx over its socket (`sandbox.create` + `run`, a plain JSON-RPC
+     client, cold and from a pool); the peers' one-shot commands.
+  2. into a running instance, `echo hi` (median of --n): `sbx exec`, sbx `run` over the socket,
+     `docker exec`, `podman exec`.
+  3. 100 MiB of output (`head -c 104857600 /dev/zero`) read to its end, one-shot (median of 3).
+  4. memory per idle instance: --idle instances left running (`sleep`; sbx: sandboxes of a daemon
+     with their session's shell started), MemAvailable's drop divided by their number.
+  5. 100 instances at once, each running `echo hi`: wall time and failures.
+
+Prints a Markdown table on stdout, progress on stderr. Needs root. Usage:
+  bench/peers.py [--sbx PATH] [--n 9] [--idle 20] [--many 100] [--quick]
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+import ocitool  # noqa: E402
+
+IMAGE = "sbx-peers/img:1"
+OUT = "head -c 104857600 /dev/zero"
+PODMAN = ["podman", "--runtime", "runc"]
+PODMAN_RUN = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--network", "none"]
+BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
+         "--tmpfs", "/tmp"]
+
+
+def log(*a):
+    print("peers:", *a, file=sys.stderr, flush=True)
+
+
+def now():
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def med_ms(xs):
+    return statistics.median(xs) * 1000 if xs else None
+
+
+def timed(argv, stdin=None, n=9, check=b"hi\n"):
+    """Median wall time of argv run n times (after one not counted), or the reason it cannot run."""
+    xs = []
+    for i in range(n + 1):
+        t = now()
+        cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+        dt = now() - t
+        if cp.returncode != 0 or (check is not None and cp.stdout != check):
+            return f"failed: {cp.stderr.decode(errors='replace')[-160:].strip() or cp.returncode}"
+        if i:
+            xs.append(dt)
+    return xs
+
+
+def output_time(argv, n=3):
+    """Median time to read 100 MiB of argv's stdout to its end."""
+    xs = []
+    for _ in range(n):
+        t = now()
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        got = 0
+        while True:
+            b = p.stdout.read(1 << 20)
+            if not b:
+                break
+            got += len(b)
+        p.wait()
+        if got != 104857600:
+            return f"got {got} bytes"
+        xs.append(now() - t)
+    return xs
+
+
+def mem_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+
+
+class Rpc:
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.connect(path)
+        self.f = self.s.makefile("rb")
+        self.id = 0
+
+    def call(self, method, params=None):
+        self.id += 1
+        self.s.sendall((json.dumps({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params or {}}) +
+                        "\n").encode())
+        while True:
+            ans = json.loads(self.f.readline())
+            if ans.get("id") == self.id:
+                if "error" in ans:
+                    raise RuntimeError(f"{method}: {ans['error']}")
+                return ans["result"]
+
+
+class Daemon:
+    def __init__(self, sbx, *args):
+        self.dir = tempfile.mkdtemp(prefix="sbx-peers-")
+        self.sock = os.path.join(self.dir, "s")
+        self.p = subprocess.Popen([sbx, "serve", "--socket", self.sock, *args], stderr=subprocess.DEVNULL)
+        t = now()
+        while not os.path.exists(self.sock):
+            if now() - t > 10:
+                raise RuntimeError("sbx serve did not start")
+            time.sleep(0.01)
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait(60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def ensure_docker():
+    """Docker's daemon: the running one, else Debian's dockerd started here (stopped at the end)."""
+    if not shutil.which("docker") or not shutil.which("dockerd"):
+        return None, "not installed (apt-get install docker.io)"
+    if subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0:
+        return None, None
+    p = subprocess.Popen(["dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t = now()
+    while now() - t < 30:
+        if subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0:
+            return p, None
+        time.sleep(0.5)
+    p.terminate()
+    return None, "dockerd did not start"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sbx", default=os.path.join(ROOT, "build", "src", "cli", "sbx"))
+    ap.add_argument("--n", type=int, default=9)
+    ap.add_argument("--idle", type=int, default=20)
+    ap.add_argument("--many", type=int, default=100)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    if a.quick:
+        a.n, a.idle, a.many = 3, 4, 10
+    sbx = a.sbx
+    work = tempfile.mkdtemp(prefix="sbx-peers-img-", dir="/var/tmp")
+    os.chmod(work, 0o755)
+    rows = {}
+    dockerd, docker_why = ensure_docker()
+    have = {
+        "bwrap": None if shutil.which("bwrap") else "not installed (apt-get install bubblewrap)",
+        "firejail": None if shutil.which("firejail") else "not installed (apt-get install firejail)",
+        "runsc": None if shutil.which("runsc") else "not installed (apt-get install runsc)",
+        "podman": None if shutil.which("podman") else "not installed (apt-get install podman runc)",
+        "docker": docker_why,
+    }
+    try:
+        log("the image")
+        root = ocitool.host_root(os.path.join(work, "root"))
+        ocitool.write_docker_archive(os.path.join(work, "img.tar"), [ocitool.tar_of_dir(root)], tags=(IMAGE,))
+        for tool, pre in (("podman", PODMAN), ("docker", ["docker"])):
+            if not have[tool]:
+                cp = subprocess.run([*pre, "load", "-i", os.path.join(work, "img.tar")], capture_output=True, timeout=300)
+                if cp.returncode != 0:
+                    have[tool] = "load failed: " + cp.stderr.decode()[-160:]
+        pname = "localhost/" + IMAGE
+        one = {
+            "bash -c (no sandbox)": ["bash", "-c", "echo hi"],
+            "sbx run (one-shot)": [sbx, "run", "--", "echo hi"],
+            "bwrap": [*BWRAP, "bash", "-c", "echo hi"],
+            "firejail": ["firejail", "--quiet", "--noprofile", "--net=none", "bash", "-c", "echo hi"],
+            "gVisor runsc do": ["runsc", "--network=none", "do", "bash", "-c", "echo hi"],
+            "podman run --rm": [*PODMAN, "run", "--rm", *PODMAN_RUN, pname, "/bin/echo", "hi"],
+            "docker run --rm": ["docker", "run", "--rm", "--network", "none", IMAGE, "/bin/echo", "hi"],
+        }
+        tool_of = {"bwrap": "bwrap", "firejail": "firejail", "gVisor runsc do": "runsc", "podman run --rm": "podman",
+                   "docker run --rm": "docker"}
+
+        log("1. one fresh instance")
+        r1 = {}
+        for name, argv in one.items():
+            why = have.get(tool_of.get(name, ""), None)
+            r1[name] = why or timed(argv, n=a.n)
+            log(" ", name, r1[name] if isinstance(r1[name], str) else f"{med_ms(r1[name]):.1f} ms")
+        # sbx's own API: create + first result over the socket, cold and pooled.
+        for label, args in (("sbx over its socket, cold", ["--pool", "0"]), ("sbx over its socket, pooled", ["--pool", "2"])):
+            d = Daemon(sbx, *args)
+            try:
+                rpc = Rpc(d.sock)
+                xs = []
+                for i in range(a.n * 3 + 1):
+                    if "pooled" in label:
+                        time.sleep(0.3)
+                    t = now()
+                    sid = rpc.call("sandbox.create")["sandboxId"]
+                    out = rpc.call("run", {"sandboxId": sid, "command": "echo hi"})["stdout"]
+                    if i:
+                        xs.append(now() - t)
+                    assert out == "hi\n"
+                    rpc.call("sandbox.destroy", {"sandboxId": sid})
+                r1[label] = xs
+            finally:
+                d.stop()
+        rows["1"] = r1
+
+        log("2. into a running instance")
+        r2 = {}
+        d = Daemon(sbx, "--pool", "0")
+        try:
+            rpc = Rpc(d.sock)
+            sid = rpc.call("sandbox.create", {"persist": True})["sandboxId"]
+            r2["sbx exec (CLI)"] = timed([sbx, "exec", "--socket", d.sock, sid, "--", "echo hi"], n=a.n * 3)
+            xs = []
+            for i in range(a.n * 10 + 5):
+                t = now()
+                rpc.call("run", {"sandboxId": sid, "command": "echo hi"})
+                if i >= 5:
+                    xs.append(now() - t)
+            r2["sbx run over the socket"] = xs
+        finally:
+            d.stop()
+        for tool, pre, name, run_args in (("podman", PODMAN, pname, PODMAN_RUN), ("docker", ["docker"], IMAGE, ["--network", "none"])):
+            if have[tool]:
+                r2[f"{tool} exec"] = have[tool]
+                continue
+            cid = subprocess.run([*pre, "run", "-d", *run_args, name, "/bin/sleep", "3600"], capture_output=True,
+                                 timeout=120).stdout.decode().strip()
+            r2[f"{tool} exec"] = timed([*pre, "exec", cid, "/bin/echo", "hi"], n=a.n)
+            subprocess.run([*pre, "rm", "-f", cid], capture_output=True, timeout=120)
+        rows["2"] = r2
+
+        log("3. 100 MiB of output")
+        r3 = {}
+        outs = {
+            "bash -c (no sandbox)": ["bash", "-c", OUT],
+            "sbx run (one-shot)": [sbx, "run", "--stdout-limit", "128M", "--", OUT],
+            "bwrap": [*BWRAP, "bash", "-c", OUT],
+            "firejail": ["firejail", "--quiet", "--noprofile", "--net=none", "bash", "-c", OUT],
+            "gVisor runsc do": ["runsc", "--network=none", "do", "bash", "-c", OUT],
+            "podman run --rm": [*PODMAN, "run", "--rm", *PODMAN_RUN, pname, "/bin/bash", "-c", OUT],
+            "docker run --rm": ["docker", "run", "--rm", "--network", "none", IMAGE, "/bin/bash", "-c", OUT],
+        }
+        for name, argv in outs.items():
+            why = have.get(tool_of.get(name, ""), None)
+            r3[name] = why or output_time(argv)
+        rows["3"] = r3
+
+        log("4. memory per idle instance")
+        r4 = {}
+        base = mem_available()
+        d = Daemon(sbx, "--pool", "0")
+        try:
+            rpc = Rpc(d.sock)
+            time.sleep(1)
+            m0 = mem_available()
+            for _ in range(a.idle):
+                s = rpc.call("sandbox.create", {"persist": True})["sandboxId"]
+                rpc.call("run", {"sandboxId": s, "command": "true"})
+            time.sleep(2)
+            r4["sbx (a daemon's sandboxes, session started)"] = (m0 - mem_available()) / a.idle
+        finally:
+            d.stop()
+        idle_cmds = {
+            "bwrap": [*BWRAP, "sleep", "3600"],
+            "firejail": ["firejail", "--quiet", "--noprofile", "--net=none", "sleep", "3600"],
+            "gVisor runsc do": ["runsc", "--network=none", "do", "sleep", "3600"],
+        }
+        for name, argv in idle_cmds.items():
+            if have[tool_of[name]]:
+                r4[name] = have[tool_of[name]]
+                continue
+            time.sleep(1)
+            m0 = mem_available()
+            ps = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                  for _ in range(a.idle)]
+            time.sleep(3)
+            r4[name] = (m0 - mem_available()) / a.idle
+            for p in ps:
+                p.kill()
+            for p in ps:
+                p.wait()
+        for tool, pre, name, run_args in (("podman", PODMAN, pname, PODMAN_RUN), ("docker", ["docker"], IMAGE, ["--network", "none"])):
+            if have[tool]:
+                r4[tool] = have[tool]
+                continue
+            time.sleep(1)
+            m0 = mem_available()
+            ids = [subprocess.run([*pre, "run", "-d", *run_args, name, "/bin/sleep", "3600"], capture_output=True,
+                                  timeout=120).stdout.decode().strip() for _ in range(a.idle)]
+            time.sleep(3)
+            r4[tool] = (m0 - mem_available()) / a.idle
+            subprocess.run([*pre, "rm", "-f", *ids], capture_output=True, timeout=300)
+        rows["4"] = r4
+        del base
+
+        log("5. many at once")
+        r5 = {}
+        many = {
+            "sbx run (one-shot)": one["sbx run (one-shot)"], "bwrap": one["bwrap"], "firejail": one["firejail"],
+            "gVisor runsc do": one["gVisor runsc do"], "podman run --rm": one["podman run --rm"],
+            "docker run --rm": one["docker run --rm"],
+        }
+        for name, argv in many.items():
+            why = have.get(tool_of.get(name, ""), None)
+            if why:
+                r5[name] = why
+                continue
+            t = now()
+            ps = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                  for _ in range(a.many)]
+            bad = sum(1 for p in ps if p.communicate(timeout=600)[0] != b"hi\n" or p.returncode != 0)
+            r5[name] = (now() - t, bad)
+            log(" ", name, f"{r5[name][0]:.2f} s, {bad} failed")
+        # sbx's daemon: a.many clients at once, each create + run.
+        d = Daemon(sbx, "--pool", "0")
+        try:
+            bad = [0]
+
+            def client():
+                try:
+                    rpc = Rpc(d.sock)
+                    sid = rpc.call("sandbox.create")["sandboxId"]
+                    if rpc.call("run", {"sandboxId": sid, "command": "echo hi"})["stdout"] != "hi\n":
+                        bad[0] += 1
+                except Exception:
+                    bad[0] += 1
+            t = now()
+            ts = [threading.Thread(target=client) for _ in range(a.many)]
+            for th in ts:
+                th.start()
+            for th in ts:
+                th.join()
+            r5["sbx over its socket (one client each)"] = (now() - t, bad[0])
+        finally:
+            d.stop()
+        rows["5"] = r5
+    finally:
+        if dockerd:
+            dockerd.terminate()
+            dockerd.wait(60)
+        for tool, pre in (("podman", PODMAN), ("docker", ["docker"])):
+            if shutil.which(tool):
+                subprocess.run([*pre, "rmi", "-f", IMAGE if tool == "docker" else pname], capture_output=True, timeout=120)
+        shutil.rmtree(work, ignore_errors=True)
+
+    def cell(v, fmt):
+        if v is None:
+            return ""
+        if isinstance(v, str):
+            return v
+        return fmt(v)
+
+    print(f"### sbx and its peers ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
+    print(f"Machine: {os.cpu_count()} CPUs, kernel {platform.release()}; N = {a.n}, {a.idle} idle instances, "
+          f"{a.many} at once.\n")
+    print("| | one fresh instance, `echo hi` (ms, p50) | 100 MiB of output (ms) | memory per idle instance (MiB) | "
+          f"{a.many} at once (s, failed) |")
+    print("|---|---|---|---|---|")
+    names = list(rows["1"].keys())
+    mem_key = {"sbx run (one-shot)": "sbx (a daemon's sandboxes, session started)", "podman run --rm": "podman",
+               "docker run --rm": "docker"}
+    for name in names:
+        m = rows["4"].get(mem_key.get(name, name))
+        print(f"| {name} | {cell(rows['1'].get(name), lambda v: f'{med_ms(v):.1f}')} | "
+              f"{cell(rows['3'].get(name), lambda v: f'{med_ms(v):.0f}')} | "
+              f"{cell(m, lambda v: f'{v / 1048576:.2f}')} | "
+              f"{cell(rows['5'].get(name), lambda v: f'{v[0]:.2f} ({v[1]})')} |")
+    name = "sbx over its socket (one client each)"
+    print(f"| {name} | | | | {cell(rows['5'].get(name), lambda v: f'{v[0]:.2f} ({v[1]})')} |")
+    print("\n| into a running instance, `echo hi` | p50 (ms) |")
+    print("|---|---|")
+    for name, v in rows["2"].items():
+        print(f"| {name} | {cell(v, lambda x: f'{med_ms(x):.2f}')} |")
+
+
+if __name__ == "__main__":
+    main()
