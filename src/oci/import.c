@@ -523,7 +523,7 @@ static void progress_bytes(uint64_t bytes) {
 }
 
 /* The layers this job moved into layers/: set aside again if it fails after. */
-static const char *moved[SBX_IMAGE_MAX_LAYERS];
+static char moved[SBX_IMAGE_MAX_LAYERS][65];
 static size_t n_moved;
 
 /* Moves layers/HEX into tmp/ of the store (which is cleared after). */
@@ -563,7 +563,7 @@ static int take_layer(int store, int src, const char *work, const Plan *p, size_
                             "its tar is sha256:%.12s...", i, want_diff, diff);
         if (renameat(store, tmp, store, final) < 0)
                 return fail(err, errlen, "image: move layer %zu into the store: %s", i, strerror(errno));
-        moved[n_moved++] = want_diff;
+        snprintf(moved[n_moved++], sizeof moved[0], "%.64s", want_diff);
         *room -= MIN(*room, us.bytes);
         json_object_set_new(out, "bytes", json_integer((json_int_t)us.bytes));
         json_object_set_new(out, "entries", json_integer((json_int_t)us.entries));
