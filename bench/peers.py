@@ -16,7 +16,10 @@ Rows, whole processes from this script unless said:
      `docker exec`, `podman exec`.
   3. 100 MiB of output (`head -c 104857600 /dev/zero`) read to its end, one-shot (median of 3).
   4. memory per idle instance: --idle instances left running (`sleep`; sbx: sandboxes of a daemon
-     with their session's shell started), MemAvailable's drop divided by their number.
+     with their session's shell started), what their memory cgroups are charged (kernel memory
+     included) plus the PSS of what each keeps outside them (sbx: the daemon's growth; docker
+     and podman: the containerd-shim or conmon beside each container; runsc: its processes that
+     left the cgroup the script put it in), divided by their number.
   5. 100 instances at once, each running `echo hi`: wall time and failures.
 
 Prints a Markdown table on stdout, progress on stderr. Needs root. Usage:
@@ -100,6 +103,108 @@ def mem_available():
         for line in f:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
+
+
+def pss_of(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def children_map():
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return kids
+
+
+def memcg_of(pid):
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                if "memory" in ctrls.split(",") or (ctrls == "" and not MEMCG_V1):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def pss_tree(pid, own_only=False, outside=None):
+    """PSS of pid and its descendants (own_only: pid alone); with outside, only the processes
+    not in that memory cgroup (a path under the hierarchy's mount)."""
+    if own_only:
+        return pss_of(pid)
+    kids = children_map()
+    todo, total = [pid], 0
+    rel = outside[len(MEMCG_ROOT):] if outside else None
+    while todo:
+        p = todo.pop()
+        todo.extend(kids.get(p, []))
+        if rel is None or memcg_of(p) != rel:
+            total += pss_of(p)
+    return total
+
+
+def pss_matching(word):
+    """PSS of the processes whose command line holds word (an engine's helper of a container)."""
+    total = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if word.encode() in cmd and b"sleep" not in cmd:
+                total += pss_of(int(d))
+    return total
+
+
+MEMCG_V1 = os.path.isdir("/sys/fs/cgroup/memory")
+MEMCG_ROOT = "/sys/fs/cgroup/memory" if MEMCG_V1 else "/sys/fs/cgroup"
+MEMCG_FILE = "memory.usage_in_bytes" if MEMCG_V1 else "memory.current"
+
+
+def cg_usage(word):
+    """Memory charged to the topmost cgroups whose name holds word (a sandbox's id, a
+    container's), summed."""
+    total, found = 0, False
+    for dirpath, dirnames, _ in os.walk(MEMCG_ROOT):
+        if word in os.path.basename(dirpath):
+            try:
+                total += int(open(os.path.join(dirpath, MEMCG_FILE)).read())
+                found = True
+            except OSError:
+                pass
+            dirnames[:] = []
+    return total if found else None
+
+
+def new_memcg(name):
+    path = os.path.join(MEMCG_ROOT, name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def enter_memcg(path):
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write("0")
+
+
+def memcg_usage(path):
+    return int(open(os.path.join(path, MEMCG_FILE)).read())
 
 
 class Rpc:
@@ -270,17 +375,20 @@ def main():
 
         log("4. memory per idle instance")
         r4 = {}
-        base = mem_available()
         d = Daemon(sbx, "--pool", "0")
         try:
             rpc = Rpc(d.sock)
-            time.sleep(1)
-            m0 = mem_available()
+            sids = []
+            pss0 = pss_tree(d.p.pid)
             for _ in range(a.idle):
-                s = rpc.call("sandbox.create", {"persist": True})["sandboxId"]
-                rpc.call("run", {"sandboxId": s, "command": "true"})
+                sids.append(rpc.call("sandbox.create", {"persist": True})["sandboxId"])
+                rpc.call("run", {"sandboxId": sids[-1], "command": "true"})
             time.sleep(2)
-            r4["sbx (a daemon's sandboxes, session started)"] = (m0 - mem_available()) / a.idle
+            charged = sum(cg_usage(s) or 0 for s in sids)
+            # Pid 1 and the session shells are in the sandboxes' cgroups; the daemon's own
+            # growth (its state of each sandbox) is counted as its PSS.
+            r4["sbx (a daemon's sandboxes, session started)"] = (charged + pss_tree(d.p.pid, own_only=True) -
+                                                                  pss0) / a.idle
         finally:
             d.stop()
         idle_cmds = {
@@ -292,29 +400,36 @@ def main():
             if have[tool_of[name]]:
                 r4[name] = have[tool_of[name]]
                 continue
-            time.sleep(1)
-            m0 = mem_available()
-            ps = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                  for _ in range(a.idle)]
+            cg = new_memcg("sbx-peers-" + tool_of[name])
+            ps = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   preexec_fn=lambda: enter_memcg(cg)) for _ in range(a.idle)]
             time.sleep(3)
-            r4[name] = (m0 - mem_available()) / a.idle
+            # What left the cgroup (runsc makes its own) is counted by its processes' PSS.
+            out = sum(pss_tree(p.pid, outside=cg) for p in ps)
+            r4[name] = (memcg_usage(cg) + out) / a.idle
             for p in ps:
                 p.kill()
             for p in ps:
                 p.wait()
+            subprocess.run(["pkill", "-KILL", "-f", "runsc.*sleep 3600"], capture_output=True)
+            time.sleep(1)
+            try:
+                os.rmdir(cg)
+            except OSError:
+                pass
         for tool, pre, name, run_args in (("podman", PODMAN, pname, PODMAN_RUN), ("docker", ["docker"], IMAGE, ["--network", "none"])):
             if have[tool]:
                 r4[tool] = have[tool]
                 continue
-            time.sleep(1)
-            m0 = mem_available()
             ids = [subprocess.run([*pre, "run", "-d", *run_args, name, "/bin/sleep", "3600"], capture_output=True,
                                   timeout=120).stdout.decode().strip() for _ in range(a.idle)]
             time.sleep(3)
-            r4[tool] = (m0 - mem_available()) / a.idle
+            # The containers' cgroups, and the per-container helper each engine keeps beside it
+            # (docker's containerd-shim, podman's conmon), by PSS.
+            total = sum(cg_usage(i) or 0 for i in ids) + sum(pss_matching(i) for i in ids)
+            r4[tool] = total / a.idle
             subprocess.run([*pre, "rm", "-f", *ids], capture_output=True, timeout=300)
         rows["4"] = r4
-        del base
 
         log("5. many at once")
         r5 = {}
