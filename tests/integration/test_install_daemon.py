@@ -274,6 +274,9 @@ def test_units_say_what_the_daemon_needs(installed):
     assert svc["Delegate"] == ["yes"] and svc["Environment"] == ["SBX_CGROUP_PARENT=self"], svc
     # Sandboxes are built on /run/sbx: with ProtectSystem=strict only RuntimeDirectory= is writable.
     assert svc["RuntimeDirectory"] == ["sbx"], svc
+    # The default image store, /var/lib/sbx/images, writable too, and reachable by sandboxes.
+    assert svc["StateDirectory"] == ["sbx"] and svc["StateDirectoryMode"] == ["0755"], svc
+    assert int(svc["LimitNOFILE"][0]) >= 65536, svc
     # What would break sandboxes must not creep in (see the unit's comments).
     for key in ("RestrictNamespaces", "ProtectControlGroups", "ProtectHostname", "RestrictSUIDSGID",
                 "MemoryDenyWriteExecute", "PrivateNetwork", "ProtectKernelTunables", "ProcSubset"):
