@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* sbx-engine: the half of sbx that makes sandboxes and serves them (run, serve, audit), linked
- * with libsbx and every library it needs. sbx becomes it for those commands (main.c); run
- * alone, it takes the same arguments. */
+/* The programs sbx becomes for the commands that make sandboxes (main.c): sbx-engine (serve,
+ * audit: libsbx, the server and every library they need) and, built from this same file with
+ * SBX_ENGINE_RUN, sbx-run (run: libsbx alone, without the HTTP server and client libraries
+ * the daemon links, whose loading was half of a one-shot run's time). Run alone, each takes
+ * sbx's arguments. */
 #include <stdio.h>
 #include <string.h>
 #include "base/macro.h"
@@ -11,13 +13,17 @@ static const struct {
         const char *name;
         int (*fn)(int argc, char **argv);
 } commands[] = {
-        { "run", cmd_run }, { "serve", cmd_serve }, { "audit", cmd_audit },
+#ifdef SBX_ENGINE_RUN
+        { "run", cmd_run },
+#else
+        { "serve", cmd_serve }, { "audit", cmd_audit },
+#endif
 };
 
 int main(int argc, char **argv) {
         for (size_t i = 0; argc >= 2 && i < ELEMENTSOF(commands); i++)
                 if (strcmp(argv[1], commands[i].name) == 0)
                         return commands[i].fn(argc - 1, argv + 1);
-        fprintf(stderr, "sbx-engine: runs `sbx run`, `sbx serve` and `sbx audit` for sbx; use sbx (sbx --help)\n");
+        fprintf(stderr, "%s: a part of sbx; use sbx (sbx --help)\n", argc ? argv[0] : "sbx-engine");
         return 2;
 }

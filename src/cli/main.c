@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The sbx binary: dispatches to one subcommand per file. It is the light half: the commands
  * that are clients of a daemon (and --help, --version) run here, linked with libc, jansson and
- * nettle alone, so they start like a small tool; those that make sandboxes or serve (run,
- * serve, audit) are sbx-engine's, which this binary becomes (execv, same pid and argv) when
- * one of them is asked for. */
+ * nettle alone, so they start like a small tool; those that make sandboxes or serve are
+ * sbx-run's (run) and sbx-engine's (serve, audit), which this binary becomes (execv, same pid
+ * and argv) when one of them is asked for. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -22,23 +22,24 @@ static const struct {
         { "audit", NULL },    { "create", cmd_create }, { "rm", cmd_rm },       { "image", cmd_image },
 };
 
-/* Becomes sbx-engine with the same argv: beside this binary (a build tree), in ../libexec/sbx
- * from it (an install moved as a whole: a package unpacked elsewhere), else where the install
- * put it. Returns only on failure, said on stderr. */
+/* Becomes the program of argv[1] (sbx-run for run, else sbx-engine) with the same argv: beside
+ * this binary (a build tree), in ../libexec/sbx from it (an install moved as a whole: a package
+ * unpacked elsewhere), else where the install put it. Returns only on failure, said on stderr. */
 static int exec_engine(char **argv) {
+        const char *prog = strcmp(argv[1], "run") == 0 ? "sbx-run" : "sbx-engine";
         char self[PATH_MAX], path[PATH_MAX + 32];
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n > 0) {
                 self[n] = 0;
                 char *slash = strrchr(self, '/');
-                static const char *const near[] = { "sbx-engine", "../libexec/sbx/sbx-engine" };
+                static const char *const near[] = { "", "../libexec/sbx/" };
                 for (size_t i = 0; slash && i < ELEMENTSOF(near); i++) {
-                        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - self), self, near[i]);
+                        snprintf(path, sizeof path, "%.*s/%s%s", (int)(slash - self), self, near[i], prog);
                         if (access(path, X_OK) == 0)
                                 execv(path, argv);
                 }
         }
-        snprintf(path, sizeof path, "%s/sbx-engine", SBX_LIBEXECDIR);
+        snprintf(path, sizeof path, "%s/%s", SBX_LIBEXECDIR, prog);
         execv(path, argv);
         fprintf(stderr, "sbx: cannot start %s (the half of sbx that makes sandboxes): %s\n", path, strerror(errno));
         return 127;
