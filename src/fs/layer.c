@@ -19,6 +19,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include "base/limits.h"
+#include "base/mountfd.h"
 #include "base/util.h"
 #include "fs/changes.h"
 #include "fs/layer.h"
@@ -515,37 +516,11 @@ out:
 
 /* ---------------------------------------------------------------- mounts */
 
-static int sys_fsopen(const char *fs, unsigned flags) { return (int)syscall(SYS_fsopen, fs, flags); }
-static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux) {
-        return (int)syscall(SYS_fsconfig, fd, cmd, key, value, aux);
-}
-static int sys_fsmount(int fd, unsigned flags, unsigned attrs) { return (int)syscall(SYS_fsmount, fd, flags, attrs); }
-static int sys_open_tree(int dfd, const char *path, unsigned flags) { return (int)syscall(SYS_open_tree, dfd, path, flags); }
-static int sys_move_mount(int from, const char *fp, int to, const char *tp, unsigned flags) {
-        return (int)syscall(SYS_move_mount, from, fp, to, tp, flags);
-}
-static int sys_mount_setattr(int dfd, const char *path, unsigned flags, struct mount_attr *a) {
-        return (int)syscall(SYS_mount_setattr, dfd, path, flags, a, sizeof *a);
-}
-
 int layer_tmpfs_new(uint64_t bytes, uint64_t inodes, int *ret_fd) {
-        char v[32];
-        _cleanup_close_ int fs = sys_fsopen("tmpfs", FSOPEN_CLOEXEC);
-        if (fs < 0)
-                return negerrno();
         /* inode32: xino needs free high bits in the layers' inode numbers. */
-        snprintf(v, sizeof v, "%llu", (unsigned long long)bytes);
-        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "size", v, 0) < 0)
-                return negerrno();
-        snprintf(v, sizeof v, "%llu", (unsigned long long)inodes);
-        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", v, 0) < 0 ||
-            sys_fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
-            sys_fsconfig(fs, FSCONFIG_SET_FLAG, "inode32", NULL, 0) < 0 ||
-            sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-                return negerrno();
-        int m = sys_fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        int m = tmpfs_detached("sbx-layer", "0755", bytes, inodes, true, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
         if (m < 0)
-                return negerrno();
+                return m;
         *ret_fd = m;
         return 0;
 }

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include "base/limits.h"
 #include "base/macro.h"
+#include "base/mountfd.h"
 #include "sandbox/mount.h"
 
 /* System directories taken from the host (or the given rootfs), read-only. A symlink on the
@@ -218,34 +219,10 @@ static int make_dev(bool mkdir_dev, char *err, size_t errlen) {
         return 0;
 }
 
-static int sys_fsopen(const char *fs, unsigned flags) { return (int)syscall(SYS_fsopen, fs, flags); }
-static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux) {
-        return (int)syscall(SYS_fsconfig, fd, cmd, key, value, aux);
-}
-static int sys_fsmount(int fd, unsigned flags, unsigned attrs) { return (int)syscall(SYS_fsmount, fd, flags, attrs); }
-static int sys_open_tree(int dfd, const char *path, unsigned flags) { return (int)syscall(SYS_open_tree, dfd, path, flags); }
-static int sys_move_mount(int from, const char *fp, int to, const char *tp, unsigned flags) {
-        return (int)syscall(SYS_move_mount, from, fp, to, tp, flags);
-}
-
-/* A tmpfs mounted nowhere: the fd of its root, or -errno. */
-static int tmpfs_detached(const char *mode, uint64_t bytes, uint64_t inodes, unsigned attrs) {
-        char v[32];
-        _cleanup_close_ int fs = sys_fsopen("tmpfs", FSOPEN_CLOEXEC);
-        if (fs < 0)
-                return negerrno();
-        snprintf(v, sizeof v, "%llu", (unsigned long long)bytes);
-        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "size", v, 0) < 0)
-                return negerrno();
-        snprintf(v, sizeof v, "%llu", (unsigned long long)inodes);
-        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", v, 0) < 0 ||
-            sys_fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0 ||
-            sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-                return negerrno();
-        int m = sys_fsmount(fs, FSMOUNT_CLOEXEC, attrs);
-        return m < 0 ? negerrno() : m;
-}
-
+/* One tmpfs backs /tmp, /home/user and /dev/shm, so the byte and inode limits hold for the
+ * sandbox as a whole; it and the snapshot store are mounted nowhere, their parts grafted on
+ * those directories of the root being built (the current directory), so nothing of them stays
+ * in the root. *snap_fd gets the store's fd (see mount.h). */
 /* Puts a clone of from's subtree sub onto to (relative to the current directory). */
 static int graft(int from, const char *sub, const char *to) {
         _cleanup_close_ int t = sys_open_tree(from, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
@@ -253,6 +230,44 @@ static int graft(int from, const char *sub, const char *to) {
                 return negerrno();
         return 0;
 }
+
+static int mount_writable(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
+        _cleanup_close_ int w = tmpfs_detached("sbx-fs", "0755", c->fs_bytes, c->file_count + 4, false,
+                                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                                       (c->noexec_writable ? MOUNT_ATTR_NOEXEC : 0));
+        if (w < 0) {
+                errno = -w;
+                return fail(err, errlen, "writable tmpfs");
+        }
+        if (mkdirat(w, "tmp", 01777) < 0 || fchmodat(w, "tmp", 01777, 0) < 0 || mkdirat(w, "home", 0755) < 0 ||
+            fchownat(w, "home", c->uid, c->gid, 0) < 0 || mkdirat(w, "shm", 01777) < 0 || fchmodat(w, "shm", 01777, 0) < 0)
+                return fail(err, errlen, "prepare writable tmpfs");
+        if (graft(w, "tmp", "tmp") < 0 || graft(w, "home", "home/user") < 0 || graft(w, "shm", "dev/shm") < 0)
+                return fail(err, errlen, "bind writable dirs");
+        int s = tmpfs_detached("sbx-snap", "0700", c->snap_bytes, c->snap_inodes, false,
+                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        if (s < 0) {
+                errno = -s;
+                return fail(err, errlen, "snapshot store");
+        }
+        *snap_fd = s;
+        return 0;
+}
+
+/* A fresh /proc (pid 1 of the new pid namespace: it shows only the sandbox), then the root
+ * being built (the current directory) becomes "/" and the old one is detached. */
+static int pivot_here(char *err, size_t errlen) {
+        if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+                return fail(err, errlen, "mount /proc");
+        if (syscall(SYS_pivot_root, ".", ".") < 0)
+                return fail(err, errlen, "pivot_root");
+        if (umount2(".", MNT_DETACH) < 0)
+                return fail(err, errlen, "detach old root");
+        if (chdir("/") < 0)
+                return fail(err, errlen, "chdir /");
+        return 0;
+}
+
 
 /* An image's root: an overlay of its layers, read-only, under a skeleton of the sandbox's own
  * (the top lower layer: the generated files of /etc and the directories the mounts below go
@@ -263,7 +278,7 @@ static int graft(int from, const char *sub, const char *to) {
  * user.overlay.opaque (userxattr: trusted.* is out of this user namespace's reach). */
 static int build_image_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
         char v[SBX_MAX_PATH_BYTES];
-        _cleanup_close_ int skel = tmpfs_detached("0755", SBX_SKELETON_BYTES, SBX_SKELETON_INODES,
+        _cleanup_close_ int skel = tmpfs_detached("sbx-root", "0755", SBX_SKELETON_BYTES, SBX_SKELETON_INODES, false,
                                                   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
         if (skel < 0) {
                 errno = -skel;
@@ -314,24 +329,8 @@ static int build_image_root(const MountConfig *c, int *snap_fd, char *err, size_
                 return fail(err, errlen, "mount /dev");
         if (make_dev(false, err, errlen) < 0)
                 return negerrno();
-        _cleanup_close_ int w = tmpfs_detached("0755", c->fs_bytes, c->file_count + 4,
-                                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                                       (c->noexec_writable ? MOUNT_ATTR_NOEXEC : 0));
-        if (w < 0) {
-                errno = -w;
-                return fail(err, errlen, "writable tmpfs");
-        }
-        if (mkdirat(w, "tmp", 01777) < 0 || fchmodat(w, "tmp", 01777, 0) < 0 || mkdirat(w, "home", 0755) < 0 ||
-            fchownat(w, "home", c->uid, c->gid, 0) < 0 || mkdirat(w, "shm", 01777) < 0 || fchmodat(w, "shm", 01777, 0) < 0)
-                return fail(err, errlen, "prepare writable tmpfs");
-        if (graft(w, "tmp", "tmp") < 0 || graft(w, "home", "home/user") < 0 || graft(w, "shm", "dev/shm") < 0)
-                return fail(err, errlen, "bind writable dirs");
-        int s = tmpfs_detached("0700", c->snap_bytes, c->snap_inodes, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
-        if (s < 0) {
-                errno = -s;
-                return fail(err, errlen, "snapshot store");
-        }
-        *snap_fd = s;
+        if ((r = mount_writable(c, snap_fd, err, errlen)) < 0)
+                return r;
         if (c->network && (bind_file("/etc/resolv.conf", "etc/resolv.conf") < 0))
                 return fail(err, errlen, "bind resolv.conf");
         if (c->trust_pem) {
@@ -341,28 +340,16 @@ static int build_image_root(const MountConfig *c, int *snap_fd, char *err, size_
                         return r;
                 (void)mount(NULL, "etc/sbx", NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL);
         }
-        if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-                return fail(err, errlen, "mount /proc");
-        if (syscall(SYS_pivot_root, ".", ".") < 0)
-                return fail(err, errlen, "pivot_root");
-        if (umount2(".", MNT_DETACH) < 0)
-                return fail(err, errlen, "detach old root");
-        if (chdir("/") < 0)
-                return fail(err, errlen, "chdir /");
-        return 0;
+        return pivot_here(err, errlen);
 }
 
 int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
         char src[SBX_MAX_PATH_BYTES], opts[128];
-        if (c->layers) {
-                if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-                        return fail(err, errlen, "make / private");
-                return build_image_root(c, snap_fd, err, errlen);
-        }
-
         /* Nothing mounted here may propagate back to the host. */
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return fail(err, errlen, "make / private");
+        if (c->layers)
+                return build_image_root(c, snap_fd, err, errlen);
         snprintf(opts, sizeof opts, "mode=0755,size=%u,nr_inodes=%u", SBX_SKELETON_BYTES, SBX_SKELETON_INODES);
         /* noatime: a read on the root (the early default shell reads /etc while pid 1 still
          * builds) must not take the mount's write count for an atime update, or the
@@ -389,45 +376,10 @@ int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errle
                 return negerrno();
         if (mkdir("proc", 0555) < 0 || mkdir("tmp", 01777) < 0 || mkdir("home", 0755) < 0 ||
             mkdir("home/user", 0755) < 0 || mkdir("root", 0700) < 0 || mkdir("run", 0755) < 0 ||
-            mkdir("var", 0755) < 0 || symlink("../tmp", "var/tmp") < 0 || mkdir(".w", 0700) < 0)
+            mkdir("var", 0755) < 0 || symlink("../tmp", "var/tmp") < 0)
                 return fail(err, errlen, "mkdir skeleton");
-
-        /* One tmpfs backs /tmp, /home/user and /dev/shm, so the byte and inode limits hold
-         * for the sandbox as a whole. */
-        snprintf(opts, sizeof opts, "mode=0755,size=%llu,nr_inodes=%llu",
-                 (unsigned long long)c->fs_bytes, (unsigned long long)c->file_count + 4);
-        if (mount("sbx-fs", ".w", "tmpfs", MS_NOSUID | MS_NODEV | (c->noexec_writable ? MS_NOEXEC : 0), opts) < 0)
-                return fail(err, errlen, "mount writable tmpfs (%s)", opts);
-        if (mkdir(".w/tmp", 01777) < 0 || chmod(".w/tmp", 01777) < 0 || mkdir(".w/home", 0755) < 0 ||
-            chown(".w/home", c->uid, c->gid) < 0 || mkdir(".w/shm", 01777) < 0 || chmod(".w/shm", 01777) < 0)
-                return fail(err, errlen, "prepare writable tmpfs");
-        if (mount(".w/tmp", "tmp", NULL, MS_BIND, NULL) < 0 ||
-            mount(".w/home", "home/user", NULL, MS_BIND, NULL) < 0 ||
-            mount(".w/shm", "dev/shm", NULL, MS_BIND, NULL) < 0)
-                return fail(err, errlen, "bind writable dirs");
-        if (umount2(".w", MNT_DETACH) < 0)
-                return fail(err, errlen, "detach writable tmpfs");
-        if (rmdir(".w") < 0)
-                return fail(err, errlen, "rmdir .w");
-
-        snprintf(opts, sizeof opts, "mode=0700,size=%llu,nr_inodes=%llu",
-                 (unsigned long long)c->snap_bytes, (unsigned long long)c->snap_inodes);
-        if (mkdir(".s", 0700) < 0 || mount("sbx-snap", ".s", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
-                return fail(err, errlen, "mount snapshot store (%s)", opts);
-        *snap_fd = open(".s", O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (*snap_fd < 0 || umount2(".s", MNT_DETACH) < 0 || rmdir(".s") < 0)
-                return fail(err, errlen, "detach snapshot store");
-
-        /* We are pid 1 of the new pid namespace, so this /proc shows only the sandbox. */
-        if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-                return fail(err, errlen, "mount /proc");
-
-        if (syscall(SYS_pivot_root, ".", ".") < 0)
-                return fail(err, errlen, "pivot_root");
-        if (umount2(".", MNT_DETACH) < 0)
-                return fail(err, errlen, "detach old root");
-        if (chdir("/") < 0)
-                return fail(err, errlen, "chdir /");
+        if ((r = mount_writable(c, snap_fd, err, errlen)) < 0 || (r = pivot_here(err, errlen)) < 0)
+                return r;
         if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME, NULL) < 0)
                 return fail(err, errlen, "remount / read-only");
         return 0;

@@ -25,7 +25,7 @@ typedef struct MountConfig {
 #define SBX_TRUST_CA "/etc/sbx/sandbox-ca.crt"
 
 /* Builds the root and pivots into it; on failure writes what failed into err. *snap_fd gets
- * an O_PATH fd of the sandbox's snapshot store: a tmpfs of its own, mounted nowhere (no
+ * an fd of the sandbox's snapshot store: a tmpfs of its own, mounted nowhere (no
  * process of the sandbox can reach it), whose size and inode limits are the snapshot budget.
  * Returns 0 or -errno. */
 int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen);
