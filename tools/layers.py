@@ -25,7 +25,8 @@ import sys
 
 # (folder, folders it may use directly, what it owns). Lowest first.
 LAYERS = [
-    ("base", [], "the loop, buffers, queues, jobs, the redactor, text and fd helpers, every limit"),
+    ("base", [], "the loop, buffers, queues, jobs, the redactor, text and fd helpers, the new mount "
+     "API's calls, every limit"),
     ("sandbox", ["base"], "one sandbox as the kernel sees it: clone3, pid 1, the private root, "
      "cgroups and their mover, seccomp, Landlock"),
     ("bashext", ["base"], "the session loop inside bash (a loadable builtin): holder, worker, "
