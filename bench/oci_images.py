@@ -23,11 +23,9 @@ Prints a Markdown report on stdout, progress on stderr. Needs root. Usage:
   bench/oci_images.py [--sbx PATH] [--n 30] [--import-n 3] [--peer-n 9] [--quick]
 """
 import argparse
-import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +37,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 
 import ocitool  # noqa: E402
+from sbxrpc import Daemon, ensure_docker, now  # noqa: E402
 
 # What each needs to run here at all: this machine's cgroups are hybrid (v1 memory and pids
 # beside v2), which crun refuses, and its hard RLIMIT_NOFILE (20000) and RLIMIT_NPROC are below
@@ -55,9 +54,6 @@ def log(*a):
     print("oci_images:", *a, file=sys.stderr, flush=True)
 
 
-def now():
-    return time.clock_gettime(time.CLOCK_MONOTONIC)
-
 
 def med(xs):
     return statistics.median(xs) * 1000
@@ -69,52 +65,6 @@ def pct(xs, q):
     f = int(k)
     c = min(f + 1, len(s) - 1)
     return (s[f] + (s[c] - s[f]) * (k - f)) * 1000
-
-
-class Rpc:
-    """Newline-delimited JSON-RPC over the daemon's socket, one request at a time."""
-
-    def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.connect(path)
-        self.f = self.s.makefile("rb")
-        self.id = 0
-
-    def call(self, method, params=None):
-        self.id += 1
-        msg = {"jsonrpc": "2.0", "id": self.id, "method": method}
-        if params is not None:
-            msg["params"] = params
-        self.s.sendall((json.dumps(msg) + "\n").encode())
-        while True:
-            ans = json.loads(self.f.readline())
-            if ans.get("id") == self.id:
-                if "error" in ans:
-                    raise RuntimeError(f"{method}: {ans['error']}")
-                return ans["result"]
-
-    def close(self):
-        self.s.close()
-
-
-class Daemon:
-    def __init__(self, sbx, store, *args):
-        self.dir = tempfile.mkdtemp(prefix="sbx-bench-oci-")
-        self.sock = os.path.join(self.dir, "s")
-        self.p = subprocess.Popen([sbx, "serve", "--socket", self.sock, "--image-store", store, *args],
-                                  stderr=subprocess.DEVNULL)
-        t = now()
-        while not os.path.exists(self.sock):
-            if now() - t > 10 or self.p.poll() is not None:
-                raise RuntimeError("sbx serve did not start")
-            time.sleep(0.01)
-        self.rpc = Rpc(self.sock)
-
-    def stop(self):
-        self.rpc.close()
-        self.p.terminate()
-        self.p.wait(30)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def build_image(work):
@@ -135,7 +85,7 @@ def build_image(work):
 def bench_import(sbx, work, store_parent, n, import_n):
     out = {}
     store = os.path.join(store_parent, "import")
-    d = Daemon(sbx, store, "--pool", "0")
+    d = Daemon(sbx, "--image-store", store, "--pool", "0")
     try:
         for fmt, path in [("OCI layout (gzip layers)", "layout"), ("OCI archive", "img.oci.tar"),
                           ("docker save (plain layers)", "img.docker.tar")]:
@@ -173,7 +123,7 @@ def create_first_result(rpc, image):
 def bench_create(sbx, work, store_parent, n, pooled):
     store = os.path.join(store_parent, "create-pooled" if pooled else "create-cold")
     args = ["--pool", "2", "--pool", "bench/img:1=2"] if pooled else ["--pool", "0"]
-    d = Daemon(sbx, store, *args)
+    d = Daemon(sbx, "--image-store", store, *args)
     try:
         d.rpc.call("image.import", {"path": os.path.join(work, "layout")})
         host, image = [], []
@@ -241,7 +191,13 @@ def main():
         imports = bench_import(a.sbx, work, store_parent, a.n, a.import_n)
         cold = bench_create(a.sbx, work, store_parent, a.n, False)
         pooled = bench_create(a.sbx, work, store_parent, a.n, True)
-        peers = {tool: bench_peer(tool, work, a.peer_n) for tool in ("podman", "docker")}
+        dockerd, _ = ensure_docker()
+        try:
+            peers = {tool: bench_peer(tool, work, a.peer_n) for tool in ("podman", "docker")}
+        finally:
+            if dockerd:
+                dockerd.terminate()
+                dockerd.wait(60)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(store_parent, ignore_errors=True)

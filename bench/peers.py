@@ -26,11 +26,9 @@ Prints a Markdown table on stdout, progress on stderr. Needs root. Usage:
   bench/peers.py [--sbx PATH] [--n 9] [--idle 20] [--many 100] [--quick]
 """
 import argparse
-import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +41,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 
 import ocitool  # noqa: E402
+from sbxrpc import Daemon, Rpc, ensure_docker, now  # noqa: E402
 
 IMAGE = "sbx-peers/img:1"
 OUT = "head -c 104857600 /dev/zero"
@@ -56,9 +55,6 @@ BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/u
 def log(*a):
     print("peers:", *a, file=sys.stderr, flush=True)
 
-
-def now():
-    return time.clock_gettime(time.CLOCK_MONOTONIC)
 
 
 def med_ms(xs):
@@ -79,6 +75,12 @@ def timed(argv, stdin=None, n=9, check=b"hi\n"):
     return xs
 
 
+def start_idle(pre, run_args, image):
+    """A container of image left sleeping; its id."""
+    return subprocess.run([*pre, "run", "-d", *run_args, image, "/bin/sleep", "3600"], capture_output=True,
+                          timeout=120).stdout.decode().strip()
+
+
 def output_time(argv, n=3):
     """Median time to read 100 MiB of argv's stdout to its end."""
     xs = []
@@ -96,13 +98,6 @@ def output_time(argv, n=3):
             return f"got {got} bytes"
         xs.append(now() - t)
     return xs
-
-
-def mem_available():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
 
 
 def pss_of(pid):
@@ -207,59 +202,6 @@ def memcg_usage(path):
     return int(open(os.path.join(path, MEMCG_FILE)).read())
 
 
-class Rpc:
-    def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.connect(path)
-        self.f = self.s.makefile("rb")
-        self.id = 0
-
-    def call(self, method, params=None):
-        self.id += 1
-        self.s.sendall((json.dumps({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params or {}}) +
-                        "\n").encode())
-        while True:
-            ans = json.loads(self.f.readline())
-            if ans.get("id") == self.id:
-                if "error" in ans:
-                    raise RuntimeError(f"{method}: {ans['error']}")
-                return ans["result"]
-
-
-class Daemon:
-    def __init__(self, sbx, *args):
-        self.dir = tempfile.mkdtemp(prefix="sbx-peers-")
-        self.sock = os.path.join(self.dir, "s")
-        self.p = subprocess.Popen([sbx, "serve", "--socket", self.sock, *args], stderr=subprocess.DEVNULL)
-        t = now()
-        while not os.path.exists(self.sock):
-            if now() - t > 10:
-                raise RuntimeError("sbx serve did not start")
-            time.sleep(0.01)
-
-    def stop(self):
-        self.p.terminate()
-        self.p.wait(60)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def ensure_docker():
-    """Docker's daemon: the running one, else Debian's dockerd started here (stopped at the end)."""
-    if not shutil.which("docker") or not shutil.which("dockerd"):
-        return None, "not installed (apt-get install docker.io)"
-    if subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0:
-        return None, None
-    p = subprocess.Popen(["dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    t = now()
-    while now() - t < 30:
-        if subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0:
-            return p, None
-        time.sleep(0.5)
-    p.terminate()
-    return None, "dockerd did not start"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sbx", default=os.path.join(ROOT, "build", "src", "cli", "sbx"))
@@ -292,6 +234,8 @@ def main():
                 if cp.returncode != 0:
                     have[tool] = "load failed: " + cp.stderr.decode()[-160:]
         pname = "localhost/" + IMAGE
+        # The container engines: name, command, the image as each names it, what `run` needs here.
+        engines = (("podman", PODMAN, pname, PODMAN_RUN), ("docker", ["docker"], IMAGE, ["--network", "none"]))
         one = {
             "bash -c (no sandbox)": ["bash", "-c", "echo hi"],
             "sbx run (one-shot)": [sbx, "run", "--", "echo hi"],
@@ -314,7 +258,7 @@ def main():
         for label, args in (("sbx over its socket, cold", ["--pool", "0"]), ("sbx over its socket, pooled", ["--pool", "2"])):
             d = Daemon(sbx, *args)
             try:
-                rpc = Rpc(d.sock)
+                rpc = d.rpc
                 xs = []
                 for i in range(a.n * 3 + 1):
                     if "pooled" in label:
@@ -335,7 +279,7 @@ def main():
         r2 = {}
         d = Daemon(sbx, "--pool", "0")
         try:
-            rpc = Rpc(d.sock)
+            rpc = d.rpc
             sid = rpc.call("sandbox.create", {"persist": True})["sandboxId"]
             r2["sbx exec (CLI)"] = timed([sbx, "exec", "--socket", d.sock, sid, "--", "echo hi"], n=a.n * 3)
             xs = []
@@ -347,12 +291,11 @@ def main():
             r2["sbx run over the socket"] = xs
         finally:
             d.stop()
-        for tool, pre, name, run_args in (("podman", PODMAN, pname, PODMAN_RUN), ("docker", ["docker"], IMAGE, ["--network", "none"])):
+        for tool, pre, name, run_args in engines:
             if have[tool]:
                 r2[f"{tool} exec"] = have[tool]
                 continue
-            cid = subprocess.run([*pre, "run", "-d", *run_args, name, "/bin/sleep", "3600"], capture_output=True,
-                                 timeout=120).stdout.decode().strip()
+            cid = start_idle(pre, run_args, name)
             r2[f"{tool} exec"] = timed([*pre, "exec", cid, "/bin/echo", "hi"], n=a.n)
             subprocess.run([*pre, "rm", "-f", cid], capture_output=True, timeout=120)
         rows["2"] = r2
@@ -377,7 +320,7 @@ def main():
         r4 = {}
         d = Daemon(sbx, "--pool", "0")
         try:
-            rpc = Rpc(d.sock)
+            rpc = d.rpc
             sids = []
             pss0 = pss_tree(d.p.pid)
             for _ in range(a.idle):
@@ -417,12 +360,11 @@ def main():
                 os.rmdir(cg)
             except OSError:
                 pass
-        for tool, pre, name, run_args in (("podman", PODMAN, pname, PODMAN_RUN), ("docker", ["docker"], IMAGE, ["--network", "none"])):
+        for tool, pre, name, run_args in engines:
             if have[tool]:
                 r4[tool] = have[tool]
                 continue
-            ids = [subprocess.run([*pre, "run", "-d", *run_args, name, "/bin/sleep", "3600"], capture_output=True,
-                                  timeout=120).stdout.decode().strip() for _ in range(a.idle)]
+            ids = [start_idle(pre, run_args, name) for _ in range(a.idle)]
             time.sleep(3)
             # The containers' cgroups, and the per-container helper each engine keeps beside it
             # (docker's containerd-shim, podman's conmon), by PSS.
@@ -456,7 +398,7 @@ def main():
 
             def client():
                 try:
-                    rpc = Rpc(d.sock)
+                    rpc = Rpc(d.sock)  # one connection per client
                     sid = rpc.call("sandbox.create")["sandboxId"]
                     if rpc.call("run", {"sandboxId": sid, "command": "echo hi"})["stdout"] != "hi\n":
                         bad[0] += 1

@@ -189,6 +189,10 @@ const WalkEntry *walk_next(Walk *w) {
 }
 
 int walk_open_parent(int top, const char *path, const char **ret_name) {
+        return walk_open_parent_mk(top, path, 0, ret_name);
+}
+
+int walk_open_parent_mk(int top, const char *path, mode_t mk, const char **ret_name) {
         const char *last = strrchr(path, '/');
         *ret_name = last ? last + 1 : path;
         int fd = fcntl(top, F_DUPFD_CLOEXEC, 3);
@@ -205,6 +209,8 @@ int walk_open_parent(int top, const char *path, const char **ret_name) {
                 memcpy(name, c, l);
                 name[l] = 0;
                 int next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (next < 0 && errno == ENOENT && mk && mkdirat(fd, name, mk) == 0)
+                        next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 int e = errno;
                 safe_close(fd);
                 if (next < 0)

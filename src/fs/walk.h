@@ -91,6 +91,8 @@ const WalkEntry *walk_next(Walk *w);
  * component at a time with O_NOFOLLOW, whatever its length; *ret_name points to path's last
  * component. Returns the fd (owned) or -errno. */
 int walk_open_parent(int top, const char *path, const char **ret_name);
+/* The same, making a missing directory on the way with mode mk (0: none). */
+int walk_open_parent_mk(int top, const char *path, mode_t mk, const char **ret_name);
 
 /* The hard links a copy has met: for each inode with more than one name, the path (relative to
  * the copy's top) of its first copy, so the next names become links to it. Found through a hash

@@ -453,33 +453,21 @@ static json_t *known_layer(const ImportJob *j, const char *hex) {
         return NULL;
 }
 
-/* Whether the image has /bin/bash: the topmost layer that has bin (a symlink to usr/bin, as
- * merged-/usr systems have it, or a directory) and then bash in it. */
 /* lstat of rel inside layer hex, no symlink followed on the way (a layer's usr may be a link to
- * anywhere). Returns 0 or -errno. */
-static int layer_lstat(int store, const char *hex, const char *rel, struct stat *st) {
+ * anywhere); a symlink's target goes to link (size bytes, "" when unreadable) when it is not
+ * NULL. Returns 0 or -errno. */
+static int layer_lstat(int store, const char *hex, const char *rel, struct stat *st, char *link, size_t size) {
         char path[200];
         snprintf(path, sizeof path, "layers/%.64s/%s", hex, rel);
         struct open_how how = { .flags = O_PATH | O_NOFOLLOW | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH };
-        long fd = syscall(SYS_openat2, store, path, &how, sizeof how);
-        if (fd < 0)
+        _cleanup_close_ int fd = (int)syscall(SYS_openat2, store, path, &how, sizeof how);
+        if (fd < 0 || fstat(fd, st) < 0)
                 return negerrno();
-        int r = fstat((int)fd, st) < 0 ? negerrno() : 0;
-        close((int)fd);
-        return r;
-}
-
-static int layer_readlink(int store, const char *hex, const char *rel, char *buf, size_t size) {
-        char path[200];
-        snprintf(path, sizeof path, "layers/%.64s/%s", hex, rel);
-        struct open_how how = { .flags = O_PATH | O_NOFOLLOW | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH };
-        long fd = syscall(SYS_openat2, store, path, &how, sizeof how);
-        if (fd < 0)
-                return negerrno();
-        ssize_t n = readlinkat((int)fd, "", buf, size - 1);
-        close((int)fd);
-        buf[n > 0 ? n : 0] = 0;
-        return n < 0 ? -EINVAL : 0;
+        if (link && S_ISLNK(st->st_mode)) {
+                ssize_t n = readlinkat(fd, "", link, size - 1);
+                link[n > 0 ? n : 0] = 0;
+        }
+        return 0;
 }
 
 /* Whether the image has /bin/bash: the topmost layer that has bin (a symlink to usr/bin, as
@@ -490,11 +478,9 @@ static bool has_bash(int store, const Plan *p, char diff_hex[][65]) {
         for (size_t i = p->n_layers; i-- > 0 && !where;) {
                 char target[64];
                 struct stat st;
-                if (layer_lstat(store, diff_hex[i], "bin", &st) < 0)
+                if (layer_lstat(store, diff_hex[i], "bin", &st, target, sizeof target) < 0)
                         continue;
                 if (S_ISLNK(st.st_mode)) {
-                        if (layer_readlink(store, diff_hex[i], "bin", target, sizeof target) < 0)
-                                target[0] = 0;
                         where = strcmp(target, "usr/bin") == 0 || strcmp(target, "/usr/bin") == 0 ? "usr/bin/bash" : "";
                 } else {
                         where = S_ISDIR(st.st_mode) ? "bin/bash" : "";
@@ -502,7 +488,7 @@ static bool has_bash(int store, const Plan *p, char diff_hex[][65]) {
         }
         for (size_t i = p->n_layers; where && where[0] && i-- > 0;) {
                 struct stat st;
-                if (layer_lstat(store, diff_hex[i], where, &st) == 0)
+                if (layer_lstat(store, diff_hex[i], where, &st, NULL, 0) == 0)
                         return S_ISREG(st.st_mode) || S_ISLNK(st.st_mode);
         }
         return false;

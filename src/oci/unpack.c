@@ -137,25 +137,9 @@ static int open_parent(Unpack *u, const char *path, const char **ret_name) {
         size_t dl = last ? (size_t)(last - path) : 0;
         if (u->cached_fd >= 0 && strlen(u->cached) == dl && memcmp(u->cached, path, dl) == 0)
                 return u->cached_fd;
-        int fd = fcntl(u->top, F_DUPFD_CLOEXEC, 3);
+        int fd = walk_open_parent_mk(u->top, path, 0755, ret_name);
         if (fd < 0)
-                return negerrno();
-        for (const char *c = path; last && c <= last;) {
-                const char *end = strchr(c, '/');
-                char name[NAME_MAX + 1];
-                size_t l = (size_t)(end - c);
-                memcpy(name, c, l);
-                name[l] = 0;
-                int next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                if (next < 0 && errno == ENOENT && mkdirat(fd, name, 0755) == 0)
-                        next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                int e = errno;
-                close(fd);
-                if (next < 0)
-                        return -e;
-                fd = next;
-                c = end + 1;
-        }
+                return fd;
         safe_close(u->cached_fd);
         u->cached_fd = fd;
         memcpy(u->cached, path, dl);

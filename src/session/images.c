@@ -105,36 +105,35 @@ static void call_done(void *ud, int error, const char *message, const OciImage *
         free(c);
 }
 
-static int no_store(char *err, size_t errlen) {
-        snprintf(err, errlen, "no image store: start the daemon with one (sbx serve --image-store DIR)");
-        return -ENOENT;
+/* The call of an operation on host's store, or NULL with *r set: -ENOENT without a store (err
+ * says so), -ENOMEM. */
+static ImageCall *call_new(SandboxHost *host, SbxImageFn fn, SbxImageProgressFn progress, void *ud, char *err,
+                           size_t errlen, int *r) {
+        ImageCall *c = host->images ? calloc(1, sizeof *c) : NULL;
+        if (!host->images)
+                snprintf(err, errlen, "no image store: start the daemon with one (sbx serve --image-store DIR)");
+        *r = !host->images ? -ENOENT : !c ? -ENOMEM : 0;
+        if (c)
+                *c = (ImageCall){ .fn = fn, .progress = progress, .ud = ud };
+        return c;
 }
 
 int sbx_image_import(SbxContext *ctx, const char *path, const char *name, int as_uid, SbxImageProgressFn progress,
                      SbxImageFn fn, void *userdata, char *err, size_t errlen) {
         SandboxHost *host = context_host(ctx);
-        if (!host->images)
-                return no_store(err, errlen);
-        ImageCall *c = calloc(1, sizeof *c);
-        if (!c)
-                return -ENOMEM;
-        *c = (ImageCall){ .fn = fn, .progress = progress, .ud = userdata };
-        int r = oci_store_import(host->images, path, name, (uid_t)as_uid, call_progress, call_done, c, err, errlen);
-        if (r < 0)
+        int r;
+        ImageCall *c = call_new(host, fn, progress, userdata, err, errlen, &r);
+        if (c && (r = oci_store_import(host->images, path, name, (uid_t)as_uid, call_progress, call_done, c, err,
+                                       errlen)) < 0)
                 free(c);
         return r;
 }
 
 int sbx_image_remove(SbxContext *ctx, const char *ref, SbxImageFn fn, void *userdata, char *err, size_t errlen) {
         SandboxHost *host = context_host(ctx);
-        if (!host->images)
-                return no_store(err, errlen);
-        ImageCall *c = calloc(1, sizeof *c);
-        if (!c)
-                return -ENOMEM;
-        *c = (ImageCall){ .fn = fn, .ud = userdata };
-        int r = oci_store_remove(host->images, ref, call_done, c, err, errlen);
-        if (r < 0)
+        int r;
+        ImageCall *c = call_new(host, fn, NULL, userdata, err, errlen, &r);
+        if (c && (r = oci_store_remove(host->images, ref, call_done, c, err, errlen)) < 0)
                 free(c);
         return r;
 }
