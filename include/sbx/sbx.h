@@ -57,6 +57,9 @@ typedef enum SbxNetwork {
         SBX_NETWORK_HOST = 1, /* the host's network namespace, shared */
         SBX_NETWORK_ALLOWLIST = 2, /* loopback only, plus an HTTP proxy on 127.0.0.1:3128 that
                                       reaches the names of network_allow (sbx/egress.h) */
+        SBX_NETWORK_POD = 3, /* loopback, plus eth0 on the context's pod network with an address
+                                of its own (sbx_context_set_pod_network(), sbx_sandbox_address()):
+                                reached there by the host and by the network's other sandboxes */
 } SbxNetwork;
 
 typedef struct SbxSandboxOptions {
@@ -194,6 +197,12 @@ SBX_API int sbx_context_run_once(SbxContext *ctx, int timeout_ms);
  * redaction); the redacted text of the raw bytes under the cap may be longer than the cap,
  * at most 10 times (a marker is longer than the shortest secret). Default: the key shapes
  * on, no patterns. Returns 0, or -EINVAL with err saying which pattern and why. */
+/* The pod network (SBX_NETWORK_POD): bridge (made unless it exists, in the caller's network
+ * namespace) with the first address of cidr ("10.88.1.0/24"), each such sandbox a veth on it
+ * and an address of the range. Root only (not rootless, not process mode). Blocking (a few
+ * netlink messages): call it before the loop runs. Returns 0 or -errno with err. */
+SBX_API int sbx_context_set_pod_network(SbxContext *ctx, const char *cidr, const char *bridge, char *err,
+                                        size_t errlen);
 SBX_API int sbx_context_set_redaction(SbxContext *ctx, const char *const *patterns, bool defaults, char *err,
                                       size_t errlen);
 /* NAME=VALUE entries every sandbox made from now on gets in its environment, before its own
@@ -262,6 +271,8 @@ SBX_API bool sbx_sandbox_paused(const SbxSandbox *sb);
 SBX_API SbxSandbox *sbx_sandbox_free(SbxSandbox *sb);
 /* The sandbox's unguessable id (32 hex digits). */
 SBX_API const char *sbx_sandbox_id(const SbxSandbox *sb);
+/* SBX_NETWORK_POD: its address on the pod network ("10.88.1.7"); else NULL. */
+SBX_API const char *sbx_sandbox_address(const SbxSandbox *sb);
 SBX_API const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb);
 /* Copies up to size bytes of the background log (newest kept) into buf; returns the length. */
 SBX_API size_t sbx_sandbox_background_log(const SbxSandbox *sb, uint8_t *buf, size_t size);

@@ -478,6 +478,21 @@
 #define SBX_HTTP_FETCH_MAX_HEADERS 100U
 #define SBX_HTTP_FETCH_HEADER_BYTES 8192U
 #define SBX_HTTP_FETCH_CONNECT_MS 10000U
+/* A Kubernetes node (sbx serve --kube-node): the largest answer of the API server held whole
+ * (a list of a thousand pods is a few MiB), the longest line of a watch (one object), the
+ * Lease's duration unless given (renewed every quarter of it), how long a watch is asked to
+ * last before it is resumed, the wait before a failed call or watch is tried again, the most
+ * containers a pod may have, and the restart backoff's first and longest wait. */
+/* --kube-label flags of one daemon. */
+#define SBX_MAX_KUBE_LABELS 32U
+#define SBX_KUBE_BODY_BYTES (64U * 1024 * 1024)
+#define SBX_KUBE_WATCH_LINE_BYTES (4U * 1024 * 1024)
+#define SBX_KUBE_LEASE_S 40U
+#define SBX_KUBE_WATCH_S 300U
+#define SBX_KUBE_RETRY_MS 1000U
+#define SBX_KUBE_MAX_CONTAINERS 16U
+#define SBX_KUBE_BACKOFF_MS 1000U
+#define SBX_KUBE_BACKOFF_MAX_MS 60000U
 /* The buffer of MHD's form parser (multipart uploads): a part's pieces come at most this big. */
 #define SBX_HTTP_FORM_BUFFER (256U * 1024)
 

@@ -17,6 +17,7 @@
 #include "cli/cli.h"
 #include "cli/serve_config.h"
 #include "e2b/e2b.h"
+#include "kube/kube.h"
 #include "methods/methods.h"
 #include "server/server.h"
 
@@ -97,6 +98,21 @@ static void usage(FILE *f) {
                 "                       image); default /var/lib/sbx/images as root, else\n"
                 "                       $XDG_DATA_HOME/sbx/images or ~/.local/share/sbx/images\n"
                 "      --image-store-max SIZE  bytes its unpacked layers may take (default 32G)\n"
+                "      --pod-cidr CIDR  a pod network: sandboxes made with network \"pod\" get an\n"
+                "                       eth0 on a bridge of the host (--pod-bridge, default sbx0,\n"
+                "                       made unless there) with an address of CIDR (10.88.1.0/24;\n"
+                "                       the bridge takes the first). Root only\n"
+                "      --pod-bridge NAME  that bridge's name\n"
+                "      --kube-node NAME  be a Kubernetes node: register Node NAME (tainted\n"
+                "                       sbx.dev/sandbox:NoSchedule), renew its Lease, and run each\n"
+                "                       pod bound to it as a sandbox on the pod network (needs\n"
+                "                       --pod-cidr and --kube-node-ip)\n"
+                "      --kubeconfig FILE  the API server and credentials (JSON: kubectl config view\n"
+                "                       --raw --flatten -o json); default: the pod's service account\n"
+                "      --kube-node-ip IP  the node's address in the cluster (its InternalIP)\n"
+                "      --kube-lease-seconds N  the node Lease's duration (default 40), renewed\n"
+                "                       every quarter of it\n"
+                "      --kube-label NAME=VALUE  a label of the Node; repeatable\n"
                 "      --http ADDR      also serve E2B's API (its control plane and envd) over HTTP\n"
                 "                       on ADDR (PORT, HOST:PORT or [V6]:PORT; the host defaults\n"
                 "                       to 127.0.0.1), so E2B's own SDKs run against sbx: set\n"
@@ -216,7 +232,8 @@ static void redact_args_done(RedactArgs *a) {
 }
 
 enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA, OPT_HTTP, OPT_API_KEY,
-       OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX };
+       OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX, OPT_POD_CIDR, OPT_POD_BRIDGE, OPT_KUBE_NODE, OPT_KUBECONFIG,
+       OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL };
 
 static const struct option serve_opts[] = {
         { "stdio", no_argument, NULL, 's' },
@@ -248,6 +265,13 @@ static const struct option serve_opts[] = {
         { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
         { "image-store", required_argument, NULL, OPT_IMAGE_STORE },
         { "image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX },
+        { "pod-cidr", required_argument, NULL, OPT_POD_CIDR },
+        { "pod-bridge", required_argument, NULL, OPT_POD_BRIDGE },
+        { "kube-node", required_argument, NULL, OPT_KUBE_NODE },
+        { "kubeconfig", required_argument, NULL, OPT_KUBECONFIG },
+        { "kube-node-ip", required_argument, NULL, OPT_KUBE_NODE_IP },
+        { "kube-lease-seconds", required_argument, NULL, OPT_KUBE_LEASE },
+        { "kube-label", required_argument, NULL, OPT_KUBE_LABEL },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         {},
@@ -276,6 +300,11 @@ typedef struct ServeOptions {
         long image_pool_n[SBX_MAX_IMAGE_POOLS];
         unsigned n_image_pools;
         uint64_t image_store_max;
+        const char *pod_cidr, *pod_bridge;
+        const char *kube_node, *kubeconfig, *kube_node_ip;
+        long kube_lease;
+        const char *kube_labels[SBX_MAX_KUBE_LABELS + 1];
+        unsigned n_kube_labels;
         const char *http;
         const char *api_keys[SBX_MAX_API_KEYS + 1];
         unsigned n_api_keys;
@@ -455,6 +484,20 @@ static int serve_option(ServeOptions *o, int c) {
         case OPT_EGRESS_CA: o->egress_ca = optarg; return 0;
         case OPT_HTTP: o->http = optarg; return 0;
         case OPT_API_KEY: return api_key_add(o, optarg);
+        case OPT_POD_CIDR: o->pod_cidr = optarg; return 0;
+        case OPT_POD_BRIDGE: o->pod_bridge = optarg; return 0;
+        case OPT_KUBE_NODE: o->kube_node = optarg; return 0;
+        case OPT_KUBECONFIG: o->kubeconfig = optarg; return 0;
+        case OPT_KUBE_NODE_IP: o->kube_node_ip = optarg; return 0;
+        case OPT_KUBE_LEASE: return serve_number("--kube-lease-seconds", optarg, 4, 3600, &o->kube_lease);
+        case OPT_KUBE_LABEL:
+                if (!strchr(optarg, '=') || optarg[0] == '=' || o->n_kube_labels >= SBX_MAX_KUBE_LABELS) {
+                        fprintf(stderr, "sbx serve: --kube-label NAME=VALUE, at most %u; got '%s'\n",
+                                SBX_MAX_KUBE_LABELS, optarg);
+                        return -EINVAL;
+                }
+                o->kube_labels[o->n_kube_labels++] = optarg;
+                return 0;
         case 'A': return egress_private_add(o, optarg);
         case OPT_MAX_SANDBOXES: return max_sandboxes_arg(optarg, &o->max_sandboxes);
         case 'v': sbx_log_level = LOG_DEBUG; return 0;
@@ -601,6 +644,15 @@ static int serve_attach(Server *s, const ServeOptions *o) {
         }
         if ((r = serve_images(s, o)) != 0)
                 return r;
+        if (o->pod_cidr && sbx_context_set_pod_network(server_context(s), o->pod_cidr,
+                                                       o->pod_bridge ? o->pod_bridge : "sbx0", eerr, sizeof eerr) < 0) {
+                fprintf(stderr, "sbx serve: --pod-cidr %s\n", eerr);
+                return 1;
+        }
+        if (o->pod_bridge && !o->pod_cidr) {
+                fprintf(stderr, "sbx serve: --pod-bridge needs --pod-cidr\n");
+                return 2;
+        }
         if (o->system_path && (r = server_listen_system(s, o->system_path)) < 0) {
                 fprintf(stderr, "sbx serve: --system-socket %s: %s\n", o->system_path, strerror(-r));
                 return 1;
@@ -648,6 +700,36 @@ static int serve_http(Server *s, const ServeOptions *o, E2b **ret) {
         return 0;
 }
 
+/* --kube-node: the node on the server's loop, its capacity the daemon's. Returns 0, or the exit
+ * status after saying why. */
+static int serve_kube(Server *s, const ServeOptions *o, unsigned max, KubeNode **ret) {
+        if (!o->kube_node) {
+                if (o->kubeconfig || o->kube_node_ip || o->n_kube_labels || o->kube_lease >= 0) {
+                        fprintf(stderr, "sbx serve: --kubeconfig, --kube-node-ip, --kube-label and "
+                                        "--kube-lease-seconds need --kube-node\n");
+                        return 2;
+                }
+                return 0;
+        }
+        if (!o->pod_cidr) {
+                fprintf(stderr, "sbx serve: --kube-node needs --pod-cidr (a pod is a sandbox on the pod network)\n");
+                return 2;
+        }
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        KubeNodeOptions ko = {
+                .name = o->kube_node, .kubeconfig = o->kubeconfig, .node_ip = o->kube_node_ip,
+                .pod_cidr = o->pod_cidr, .pods = max, .cpus = cpus > 0 ? (unsigned)cpus : 1,
+                .memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0,
+                .lease_s = o->kube_lease > 0 ? (unsigned)o->kube_lease : 0, .labels = o->kube_labels,
+        };
+        char err[512];
+        if (kube_node_new(server_loop(s), &ko, connect_e2b, s, ret, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --kube-node %s\n", err);
+                return 2;
+        }
+        return 0;
+}
+
 /* Makes the server o describes and runs it until it stops. Returns the exit status. */
 static int serve_start(const ServeOptions *o) {
         Server *s = NULL;
@@ -676,7 +758,9 @@ static int serve_start(const ServeOptions *o) {
                 }
         unsigned max = server_set_max_sandboxes(s, (unsigned)o->max_sandboxes);
         E2b *e2b = NULL;
-        if (o->http && (code = serve_http(s, o, &e2b)) != 0) {
+        KubeNode *kube = NULL;
+        if ((o->http && (code = serve_http(s, o, &e2b)) != 0) || (code = serve_kube(s, o, max, &kube)) != 0) {
+                e2b_free(e2b);
                 server_free(s);
                 return code;
         }
@@ -690,6 +774,7 @@ static int serve_start(const ServeOptions *o) {
                         max, http);
         }
         r = server_run(s);
+        kube_node_free(kube);
         e2b_free(e2b);
         server_free(s);
         return r;
@@ -699,6 +784,7 @@ int cmd_serve(int argc, char **argv) {
         _cleanup_(serve_options_done) ServeOptions o = {
                 .mode = "namespaces",
                 .pool = -1, .slots = -1, .system_slots = -1, .queue = -1, .deadline = -1, .lane = -1,
+                .kube_lease = -1,
                 .afd = -1,
         };
         int code;

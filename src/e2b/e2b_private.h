@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include "base/limits.h"
 #include "base/loop.h"
-#include "e2b/client.h"
+#include "rpc/client.h"
 #include "e2b/e2b.h"
 #include "http/fetch.h"
 #include "http/http.h"

@@ -21,6 +21,9 @@ struct HttpClient {
         Watch tw;
         bool kick_due;
         HttpFetch *fetches;
+        bool tls;
+        char *ca, *cert, *key; /* http_client_tls's copies (NULL: none) */
+        size_t ca_len, cert_len, key_len;
 };
 
 struct HttpFetch {
@@ -223,8 +226,40 @@ HttpClient *http_client_free(HttpClient *c) {
         if (c->multi)
                 curl_multi_cleanup(c->multi); /* its sockets' watches went with their handles */
         safe_close(c->timer_fd);
+        free(c->ca);
+        free(c->cert);
+        if (c->key)
+                explicit_bzero(c->key, c->key_len);
+        free(c->key);
         free(c);
         return NULL;
+}
+
+static int copy_pem(const char *pem, size_t len, char **to, size_t *to_len) {
+        if (!pem)
+                return 0;
+        if (!(*to = malloc(len + 1)))
+                return -ENOMEM;
+        memcpy(*to, pem, len);
+        (*to)[len] = 0;
+        *to_len = len;
+        return 0;
+}
+
+int http_client_tls(HttpClient *c, const HttpTls *t) {
+        if (c->tls)
+                return -EALREADY;
+        if (copy_pem(t->ca_pem, t->ca_len, &c->ca, &c->ca_len) < 0 ||
+            copy_pem(t->cert_pem, t->cert_len, &c->cert, &c->cert_len) < 0 ||
+            copy_pem(t->key_pem, t->key_len, &c->key, &c->key_len) < 0)
+                return -ENOMEM;
+        c->tls = true;
+        return 0;
+}
+
+static bool blob(CURL *e, CURLoption opt, char *data, size_t len) {
+        struct curl_blob b = { .data = data, .len = len, .flags = CURL_BLOB_NOCOPY };
+        return !data || curl_easy_setopt(e, opt, &b) == CURLE_OK;
 }
 
 int http_fetch_start(HttpClient *c, const char *method, const char *url, const char *const *headers,
@@ -258,7 +293,7 @@ int http_fetch_start(HttpClient *c, const char *method, const char *url, const c
                 f->headers = l;
         CURL *e = f->easy;
         ok = ok && l && curl_easy_setopt(e, CURLOPT_URL, url) == CURLE_OK &&
-             curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http") == CURLE_OK &&
+             curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, c->tls ? "http,https" : "http") == CURLE_OK &&
              curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
              curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
              curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)SBX_HTTP_FETCH_CONNECT_MS) == CURLE_OK &&
@@ -268,6 +303,10 @@ int http_fetch_start(HttpClient *c, const char *method, const char *url, const c
              curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb) == CURLE_OK &&
              curl_easy_setopt(e, CURLOPT_WRITEDATA, f) == CURLE_OK &&
              curl_easy_setopt(e, CURLOPT_PRIVATE, f) == CURLE_OK;
+        if (ok && c->tls)
+                ok = blob(e, CURLOPT_CAINFO_BLOB, c->ca, c->ca_len) && blob(e, CURLOPT_SSLCERT_BLOB, c->cert, c->cert_len) &&
+                     blob(e, CURLOPT_SSLKEY_BLOB, c->key, c->key_len) &&
+                     (!c->cert || curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM") == CURLE_OK);
         if (ok && strcmp(method, "HEAD") == 0)
                 ok = curl_easy_setopt(e, CURLOPT_NOBODY, 1L) == CURLE_OK;
         else if (ok && strcmp(method, "GET") != 0)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* An HTTP client in the daemon's loop: libcurl's multi interface, its sockets watches of the
  * loop and its timeout a timerfd. For the door's forwarding of a sandbox's port (a request to
- * PORT-ID.domain goes on to the port the sandbox exposes), so it speaks plain HTTP to
- * 127.0.0.1 only and never follows a redirect.
+ * PORT-ID.domain goes on to the port the sandbox exposes): plain HTTP, never a redirect; and,
+ * once given its TLS settings (http_client_tls), for a Kubernetes API server over HTTPS.
  *
  * Ownership: an HttpFetch is the client's from http_fetch_start until its ops->done, which is
  * called exactly once (never from inside http_fetch_start) unless http_fetch_cancel came
@@ -25,7 +25,16 @@ typedef struct HttpFetchOps {
         void (*done)(void *ud, int error, const char *message);
 } HttpFetchOps;
 
+/* PEM bytes (copied), each may be NULL: the CAs a server must be signed by (NULL: the
+ * system's), a client certificate and its key. */
+typedef struct HttpTls {
+        const char *ca_pem, *cert_pem, *key_pem;
+        size_t ca_len, cert_len, key_len;
+} HttpTls;
+
 int http_client_new(Loop *loop, HttpClient **ret);
+/* The client speaks https too, with t for every later fetch. Returns 0 or -ENOMEM. */
+int http_client_tls(HttpClient *c, const HttpTls *t);
 /* Cancels every fetch (no done callback). */
 HttpClient *http_client_free(HttpClient *c);
 

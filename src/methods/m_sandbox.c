@@ -189,9 +189,11 @@ static int parse_network(json_t *p, SbxSandboxOptions *o, NetworkAllow *na, RpcE
                 o->network = SBX_NETWORK_HOST;
         else if (json_is_string(n) && strcmp(json_string_value(n), "allowlist") == 0)
                 o->network = SBX_NETWORK_ALLOWLIST;
+        else if (json_is_string(n) && strcmp(json_string_value(n), "pod") == 0)
+                o->network = SBX_NETWORK_POD;
         else
-                return rpc_fail(e, RPC_INVALID_PARAMS, "network must be false or \"none\", true or \"host\", or "
-                                                       "\"allowlist\" (with networkAllow)");
+                return rpc_fail(e, RPC_INVALID_PARAMS, "network must be false or \"none\", true or \"host\", "
+                                                       "\"allowlist\" (with networkAllow) or \"pod\"");
         if (!allow || json_is_null(allow)) {
                 if (o->network == SBX_NETWORK_ALLOWLIST && !has_proxy_secret(p))
                         return rpc_fail(e, RPC_INVALID_PARAMS, "network \"allowlist\" needs networkAllow: [host "
@@ -524,6 +526,14 @@ static int answer_when_ready(Req *r, SrvSandbox *sb, json_t *answer, RpcError *e
         return 1;
 }
 
+/* A pod network sandbox's answers and listings say its address. */
+static json_t *with_address(const SrvSandbox *sb, json_t *o) {
+        const char *ip = sbx_sandbox_address(sb->sb);
+        if (o && ip)
+                json_object_set_new(o, "ip", json_string(ip));
+        return o;
+}
+
 static int m_create(Req *r, json_t **ret, RpcError *e) {
         SrvSandbox *sb;
         if (registry_root(&r->core->registry, r->conn))
@@ -532,7 +542,7 @@ static int m_create(Req *r, json_t **ret, RpcError *e) {
                 return -1;
         AUDIT(r->core->audit, "sandbox.create", sb, r->conn, json_pack("{s:b, s:b, s:b}", "root", 1, "persist",
               sb->persist, "network", json_is_true(json_object_get(r->params, "network"))));
-        return answer_when_ready(r, sb, json_pack("{s:b, s:s}", "ok", 1, "sandboxId", sbx_sandbox_id(sb->sb)), e);
+        return answer_when_ready(r, sb, with_address(sb, json_pack("{s:b, s:s}", "ok", 1, "sandboxId", sbx_sandbox_id(sb->sb))), e);
 }
 
 static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
@@ -541,7 +551,7 @@ static int m_sandbox_create(Req *r, json_t **ret, RpcError *e) {
                 return -1;
         AUDIT(r->core->audit, "sandbox.create", sb, r->conn, json_pack("{s:b, s:b, s:b}", "root", 0, "persist",
               sb->persist, "network", json_is_true(json_object_get(r->params, "network"))));
-        return answer_when_ready(r, sb, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)), e);
+        return answer_when_ready(r, sb, with_address(sb, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb))), e);
 }
 
 /* Whether every key of filter has the same value in sb's metadata. */
@@ -570,6 +580,7 @@ static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
                 if (sb->label)
                         json_object_set_new(o, "label", json_string(sb->label));
                 json_object_set_new(o, "paused", json_boolean(sbx_sandbox_paused(sb->sb)));
+                with_address(sb, o);
                 json_object_set_new(o, "metadata", sb->metadata ? json_deep_copy(sb->metadata) : json_object());
                 json_array_append_new(list, o);
         }
@@ -696,7 +707,7 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
         { "image", P_STRING, false, "an image of the daemon's store (image.import) as the root: a name (\"x\" is \"x:latest\"), its id, or 12+ hex digits of it. Its tree is read-only, as the host's system directories are otherwise; /tmp, /home/user and /dev/shm are the sandbox's own as always; the environment starts from its Env; the user is uid 1000 whatever its User. It must have /bin/bash. Kept by sandbox.fork; the image cannot be removed while the sandbox lives" }, \
         { "limits", P_OBJECT, false, "{stdoutBytes, stderrBytes, commandBytes, fileCount, rpcBytes, memoryBytes, pids, cpus (CPUs, fractions allowed; default half the host's)}" }, \
         { "env", P_OBJECT, false, "extra environment {NAME: value}" }, \
-        { "network", P_ANY, false, "false or \"none\" (default): its own network namespace, loopback only; true or \"host\": the host's network, shared; \"allowlist\": loopback only, plus an HTTP proxy on its 127.0.0.1:3128 (HTTP_PROXY, HTTPS_PROXY, http_proxy, https_proxy set, NO_PROXY=localhost,127.0.0.1,::1) through which only the names of networkAllow are reached: CONNECT tunnels (https) and plain http:// requests (one per connection, sent on with Connection: close). A name not listed, or one resolving only to loopback, private (RFC 1918), carrier-grade NAT, link-local, cloud metadata, unique-local, multicast or reserved addresses (unless the operator allows them: sbx serve --egress-allow-private), is answered 403 with one line saying why; one that does not resolve or connect, 502. Kept by sandbox.fork (with its own proxy); a pooled sandbox is never handed to a create with a network" }, \
+        { "network", P_ANY, false, "false or \"none\" (default): its own network namespace, loopback only; true or \"host\": the host's network, shared; \"allowlist\": loopback only, plus an HTTP proxy on its 127.0.0.1:3128 (HTTP_PROXY, HTTPS_PROXY, http_proxy, https_proxy set, NO_PROXY=localhost,127.0.0.1,::1) through which only the names of networkAllow are reached: CONNECT tunnels (https) and plain http:// requests (one per connection, sent on with Connection: close). A name not listed, or one resolving only to loopback, private (RFC 1918), carrier-grade NAT, link-local, cloud metadata, unique-local, multicast or reserved addresses (unless the operator allows them: sbx serve --egress-allow-private), is answered 403 with one line saying why; one that does not resolve or connect, 502. Kept by sandbox.fork (with its own proxy); a pooled sandbox is never handed to a create with a network. \"pod\": loopback plus eth0 on the daemon's pod network (sbx serve --pod-cidr), with an address of its own that the answer and sandbox.list give as ip: what the sandbox listens on there is reached by the host and by the network's other sandboxes; it reaches them, and what the host routes to" }, \
         { "networkAllow", P_ANY, false, "with network \"allowlist\" (and only then; required, may be empty, unless secrets with hosts are given, whose hosts join it): at most 256 host patterns, each \"example.com\" (that name), \"*.example.com\" (names below it at any depth, not example.com itself) or an IPv4 address, then optionally \":port\" (that port only) or \":*\" (any port); without one, ports 80 and 443. Case and a final dot are ignored. A bad pattern is refused (-32602)" }, \
         { "policy", P_OBJECT, false, "exec policy, enforced by the kernel (Landlock) for every process of the sandbox: {allow: [path or glob], deny: [path or glob]}, absolute paths in the sandbox matched when it is created (a directory, or dir/**, covers all beneath it). allow: only those files (and /bin/bash) may be executed, nothing on /tmp, /home/user or /dev/shm may run, and memfds must be MFD_NOEXEC_SEAL; deny alone: everything but those. A denied file can be neither executed nor read (its exec fails with EACCES: exit 126, \"Permission denied\"). Refused (-32602) where the kernel has no Landlock; a pattern matching nothing fails the create. Kept by sandbox.fork; a pooled sandbox is never handed to a create with a policy" }, \
         PARAM_LEFTOVERS("a command"), \

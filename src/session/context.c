@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The context: the event loop, what every sandbox shares, the sandboxes (made fresh or
  * taken from a pool kept ready by the loop) and the dying ones. */
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include "base/redact.h"
 #include "base/util.h"
 #include "sandbox/mover.h"
+#include "sandbox/podnet.h"
 #include "session/context.h"
 #include "oci/oci.h"
 #include "sbx/image.h"
@@ -304,6 +306,45 @@ int sbx_context_set_redaction(SbxContext *ctx, const char *const *patterns, bool
         return 0;
 }
 
+int sbx_context_set_pod_network(SbxContext *ctx, const char *cidr, const char *bridge, char *err, size_t errlen) {
+        PodNetConfig c = { 0 };
+        int r = podnet_parse(cidr, &c, err, errlen);
+        if (r < 0)
+                return r;
+        if (!bridge || !bridge[0] || strlen(bridge) >= sizeof c.bridge || strchr(bridge, '/') || strchr(bridge, ' ')) {
+                snprintf(err, errlen, "pod bridge '%.32s': a network interface's name is 1 to 15 bytes, no / or space",
+                         bridge ? bridge : "");
+                return -EINVAL;
+        }
+        if (ctx->host.process || geteuid() != 0) {
+                snprintf(err, errlen, "a pod network needs root and namespaces mode (its veths go into the host's "
+                                      "network namespace)");
+                return -EPERM;
+        }
+        if (ctx->host.podnet) {
+                snprintf(err, errlen, "the pod network is set already");
+                return -EALREADY;
+        }
+        if (c.prefix < 16) {
+                snprintf(err, errlen, "pod network %s: at most a /16 (65,533 addresses) per daemon", cidr);
+                return -EINVAL;
+        }
+        snprintf(c.bridge, sizeof c.bridge, "%s", bridge);
+        if ((r = podnet_bridge_up(&c, err, errlen)) < 0)
+                return r;
+        PodNetConfig *p = malloc(sizeof *p);
+        uint8_t *used = calloc(podnet_capacity(&c) / 8 + 1, 1);
+        if (!p || !used) {
+                free(p);
+                free(used);
+                return -ENOMEM;
+        }
+        *p = c;
+        ctx->host.podnet = p;
+        ctx->host.pod_used = used;
+        return 0;
+}
+
 int sbx_context_set_env(SbxContext *ctx, const char *const *env) {
         char **copy;
         for (const char *const *e = env; e && *e; e++) {
@@ -383,6 +424,8 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
         if (ctx->host.shared_ready)
                 box_shared_done(&ctx->host.shared);
         oci_store_free(ctx->host.images);
+        free(ctx->host.podnet);
+        free(ctx->host.pod_used);
         safe_close(ctx->host.devnull);
         loop_free(ctx->host.loop);
         redactor_unref(ctx->host.redact);

@@ -352,8 +352,8 @@ static int validate_options(const SbxSandboxOptions *o, char *err, size_t errlen
                         return -EINVAL;
                 }
         }
-        if ((unsigned)o->network > SBX_NETWORK_ALLOWLIST) {
-                snprintf(err, errlen, "network must be none, host or allowlist");
+        if ((unsigned)o->network > SBX_NETWORK_POD) {
+                snprintf(err, errlen, "network must be none, host, allowlist or pod");
                 return -EINVAL;
         }
         if (o->network_allow && o->network != SBX_NETWORK_ALLOWLIST) {

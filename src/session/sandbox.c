@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Sandboxes: options, creation and freeing, the sessions of each, its readiness (told to
  * observers from the loop, never waited for) and its background log. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
+#include "base/job.h"
 #include "base/limits.h"
 #include "base/list.h"
 #include "base/log.h"
@@ -16,6 +18,7 @@
 #include "oci/oci.h"
 #include "sandbox/mount.h"
 #include "sandbox/mover.h"
+#include "sandbox/podnet.h"
 #include "session/freeze.h"
 #include "session/internal.h"
 #include "session/run.h"
@@ -56,6 +59,13 @@ struct SbxSandbox {
         /* The daemon's end of the default session's socket, whose shell pid 1 started during
          * setup, until sbx_session_get() takes it for that session; else -1. */
         int default_sock;
+        /* SBX_NETWORK_POD: its address (host order; 0 when none is held), as text, and the job
+         * that puts its eth0 on the bridge once pid 1 sent the namespace (setup is settled
+         * when that job ends). */
+        uint32_t pod_addr;
+        char pod_ip[16];
+        Job pod_job;
+        Watch pod_w;
 };
 
 /* ---------------------------------------------------------------- lists and observers */
@@ -188,6 +198,71 @@ static void init_event(Watch *w, uint32_t events) {
         settle(sb, -ESRCH);
 }
 
+/* ---------------------------------------------------------------- the pod network */
+
+static int pod_alloc(SandboxHost *host, uint32_t *ret) {
+        uint32_t n = podnet_capacity(host->podnet);
+        for (uint32_t k = 0; k < n; k++) {
+                uint32_t i = (host->pod_next + k) % n;
+                if (!(host->pod_used[i / 8] & (1u << (i % 8)))) {
+                        host->pod_used[i / 8] |= (uint8_t)(1u << (i % 8));
+                        host->pod_next = (i + 1) % n;
+                        *ret = host->podnet->gateway + 1 + i;
+                        return 0;
+                }
+        }
+        return -ENOSPC;
+}
+
+static void pod_release(SbxSandbox *sb) {
+        if (!sb->pod_addr)
+                return;
+        uint32_t i = sb->pod_addr - sb->host->podnet->gateway - 1;
+        sb->host->pod_used[i / 8] &= (uint8_t)~(1u << (i % 8));
+        sb->pod_addr = 0;
+}
+
+typedef struct PodJobArgs {
+        PodNetConfig c;
+        int netns;
+        char host_if[16];
+        uint32_t addr;
+} PodJobArgs;
+
+static int pod_job_run(void *arg, char *err, size_t errlen) {
+        PodJobArgs *a = arg;
+        return podnet_attach(&a->c, a->netns, a->host_if, a->addr, err, errlen);
+}
+
+static void pod_job_event(Watch *w, uint32_t events) {
+        SbxSandbox *sb = w->data;
+        char err[JOB_ERR_MAX];
+        loop_del(sb->core.loop, &sb->pod_w);
+        int r = job_finish(&sb->pod_job, err, sizeof err);
+        if (r < 0) {
+                log_warn("sandbox %s: %s", sb->core.box.id, err);
+                snprintf(sb->core.setup_error, sizeof sb->core.setup_error, "%s", err);
+                box_kill(&sb->core.box, true);
+        }
+        settle(sb, r < 0 ? r : 1);
+}
+
+/* pid 1 sent the namespace: a job makes the veth (the netlink work enters the namespace, which
+ * the daemon itself never does). */
+static int pod_attach(SbxSandbox *sb) {
+        PodJobArgs a = { .c = *sb->host->podnet, .netns = sb->core.box.netns_fd, .addr = sb->pod_addr };
+        /* The host end's name is the host's to keep unique: the box id is random. */
+        snprintf(a.host_if, sizeof a.host_if, "sbx%.12s", sb->core.box.id);
+        int keep[] = { a.netns };
+        int r = a.netns < 0 ? -EBADF : job_start(&sb->pod_job, pod_job_run, &a, keep, ELEMENTSOF(keep));
+        if (r < 0)
+                return r;
+        r = loop_add(sb->core.loop, &sb->pod_w, sb->pod_job.pidfd, EPOLLIN, pod_job_event, sb);
+        if (r < 0)
+                job_kill(&sb->pod_job);
+        return r;
+}
+
 /* pid 1's word on its setup, taken from the loop: creating a sandbox never waits for it.
  * After that, its reports of processes that ended. */
 static void ctl_event(Watch *w, uint32_t events) {
@@ -213,7 +288,12 @@ static void ctl_event(Watch *w, uint32_t events) {
                 snprintf(sb->core.setup_error, sizeof sb->core.setup_error, "%s", err);
         }
         /* On failure pid 1 exits too, and init_event() answers what waits. */
-        settle(sb, r > 0 ? 1 : r);
+        if (r > 0 && sb->pod_addr && (r = pod_attach(sb)) < 0) {
+                snprintf(sb->core.setup_error, sizeof sb->core.setup_error, "pod network: %s", strerror(-r));
+                box_kill(&sb->core.box, true);
+        }
+        if (r <= 0 || !sb->pod_addr)
+                settle(sb, r > 0 ? 1 : r);
 }
 
 /* pid 1 did not build the root in time: setup fails and pid 1 goes (init_event() follows). */
@@ -248,6 +328,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->core.self = sb;
         sb->core.kill_leftovers = o->kill_leftovers;
         sb->setup_timer = -1;
+        sb->pod_job.pidfd = -1;
         sb->env = options_build_env((const char *const *)host->base_env, o->env, o->network == SBX_NETWORK_ALLOWLIST,
                             o->n_proxy_secrets > 0);
         sb->network = o->network;
@@ -286,6 +367,10 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
 
 static void sandbox_dealloc(SbxSandbox *sb) {
         sb->host->n_sandboxes--;
+        if (sb->pod_w.active)
+                loop_del(sb->core.loop, &sb->pod_w);
+        job_kill(&sb->pod_job);
+        pod_release(sb);
         safe_close(sb->default_sock);
         options_free_list(sb->env);
         options_free_list(sb->network_allow);
@@ -475,9 +560,22 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
         if (!host->mover && (r = mover_new(host->loop, &host->mover)) < 0)
                 return r;
         host->yard.mover = host->mover;
+        if (o->network == SBX_NETWORK_POD && !host->podnet) {
+                snprintf(err, errlen, "network \"pod\" needs the daemon's pod network (sbx serve --pod-cidr)");
+                return -EINVAL;
+        }
         SbxSandbox *sb = sandbox_alloc(host, o);
         if (!sb)
                 return -ENOMEM;
+        if (o->network == SBX_NETWORK_POD) {
+                if (pod_alloc(host, &sb->pod_addr) < 0) {
+                        sandbox_dealloc(sb);
+                        snprintf(err, errlen, "the pod network has no free address (%u in use)",
+                                 podnet_capacity(host->podnet));
+                        return -ENOSPC;
+                }
+                podnet_ntoa(sb->pod_addr, sb->pod_ip);
+        }
         if (img) {
                 sb->image = img;
                 oci_image_use(img);
@@ -738,6 +836,7 @@ bool sbx_sandbox_paused(const SbxSandbox *sb) { return sb->core.paused; }
 /* ---------------------------------------------------------------- public */
 
 const char *sbx_sandbox_id(const SbxSandbox *sb) { return sb->core.box.id; }
+const char *sbx_sandbox_address(const SbxSandbox *sb) { return sb->pod_addr ? sb->pod_ip : NULL; }
 const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb) { return &sb->core.limits; }
 int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->core.box.init_pid; }
 bool sbx_sandbox_ready(const SbxSandbox *sb) { return sb->setup > 0; }

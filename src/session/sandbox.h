@@ -59,6 +59,12 @@ typedef struct SandboxHost {
         SbxProcess **procs_by_id;
         size_t proc_buckets, n_procs;
         struct OciStore *images; /* oci/oci.h: sbx_context_set_image_store(), or NULL */
+        /* sbx_context_set_pod_network(), or NULL; pod_used has a bit per address of its range,
+         * pod_next is where the next search for a free one starts (so that an address a freed
+         * sandbox's dying veth may still hold is the last one handed out again). */
+        struct PodNetConfig *podnet;
+        uint8_t *pod_used;
+        uint32_t pod_next;
 } SandboxHost;
 
 typedef struct SandboxObserver SandboxObserver;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* A JSON-RPC client in the daemon's loop, on one end of a connection to the daemon's own
- * server (server_connect): the E2B door speaks sbx's protocol like any other client, so every
- * check, limit, lane and audit line applies to it as to them.
+ * server (server_connect): a door (E2B's, the Kubernetes node) speaks sbx's protocol like any
+ * other client, so every check, limit, lane and audit line applies to it as to them.
  *
  * Each call's answer reaches its callback once (the result or the error, borrowed for the
  * call); notifications go to the client's notify callback. A client whose server end closed

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The E2B door's JSON-RPC client (client.h). */
+/* The daemon's JSON-RPC client in its own loop (client.h), for the doors: E2B's, the Kubernetes node's. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +8,7 @@
 #include "base/log.h"
 #include "base/queue.h"
 #include "base/util.h"
-#include "e2b/client.h"
+#include "rpc/client.h"
 #include "rpc/framer.h"
 #include "rpc/jsonrpc.h"
 
