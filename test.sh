@@ -3,12 +3,18 @@
 # TypeScript SDK's tests (node --test, when Node.js >= 18 is there), then the C and pytest ones
 # again on a second build under AddressSanitizer and UndefinedBehaviorSanitizer, where any
 # report fails it, then the fuzz targets for a bounded time. SBX_SANITIZERS=0 and
-# SBX_FUZZ_SECONDS=0 skip those.
+# SBX_FUZZ_SECONDS=0 skip those; SBX_KUBE=0 skips building Kubernetes for the cluster test.
 set -uo pipefail
 cd "$(dirname "$0")"
 ./build.sh || exit 1
 
 status=0
+# The cluster test's Kubernetes (control plane from Debian's source package): built once per
+# machine and cached (/var/cache/sbx); without it test_kube.py skips, saying why.
+if [ "${SBX_KUBE:-1}" != 0 ]; then
+        tests/kube/build-kubernetes.sh >/dev/null ||
+                echo "test.sh: Kubernetes could not be built (tests/kube/build-kubernetes.sh): the cluster test skips" >&2
+fi
 meson test -C build --print-errorlogs || status=1
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
 # The TypeScript SDK's tests (node's own runner, against this build's daemon; the npm pack test

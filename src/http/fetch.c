@@ -22,8 +22,7 @@ struct HttpClient {
         bool kick_due;
         HttpFetch *fetches;
         bool tls;
-        char *ca, *cert, *key; /* http_client_tls's copies (NULL: none) */
-        size_t ca_len, cert_len, key_len;
+        char *ca, *cert, *key; /* http_client_tls's paths (NULL: none) */
 };
 
 struct HttpFetch {
@@ -33,7 +32,7 @@ struct HttpFetch {
         struct curl_slist *headers;
         const HttpFetchOps *ops;
         void *ud;
-        bool head_told, paused, cancelled;
+        bool head_told, paused, cancelled, added;
 };
 
 typedef struct SockWatch {
@@ -51,7 +50,8 @@ static void fetch_free(HttpFetch *f) {
                 c->fetches = f->next;
         if (f->next)
                 f->next->prev = f->prev;
-        curl_multi_remove_handle(c->multi, f->easy);
+        if (f->added)
+                curl_multi_remove_handle(c->multi, f->easy);
         curl_easy_cleanup(f->easy);
         curl_slist_free_all(f->headers);
         loop_cancel_defer(c->loop, f);
@@ -228,38 +228,43 @@ HttpClient *http_client_free(HttpClient *c) {
         safe_close(c->timer_fd);
         free(c->ca);
         free(c->cert);
-        if (c->key)
-                explicit_bzero(c->key, c->key_len);
         free(c->key);
         free(c);
         return NULL;
 }
 
-static int copy_pem(const char *pem, size_t len, char **to, size_t *to_len) {
-        if (!pem)
-                return 0;
-        if (!(*to = malloc(len + 1)))
-                return -ENOMEM;
-        memcpy(*to, pem, len);
-        (*to)[len] = 0;
-        *to_len = len;
-        return 0;
+static int copy_path(const char *path, char **to) {
+        return !path || (*to = strdup(path)) ? 0 : -ENOMEM;
 }
 
 int http_client_tls(HttpClient *c, const HttpTls *t) {
         if (c->tls)
                 return -EALREADY;
-        if (copy_pem(t->ca_pem, t->ca_len, &c->ca, &c->ca_len) < 0 ||
-            copy_pem(t->cert_pem, t->cert_len, &c->cert, &c->cert_len) < 0 ||
-            copy_pem(t->key_pem, t->key_len, &c->key, &c->key_len) < 0)
+        if (copy_path(t->ca_file, &c->ca) < 0 || copy_path(t->cert_file, &c->cert) < 0 ||
+            copy_path(t->key_file, &c->key) < 0)
                 return -ENOMEM;
         c->tls = true;
         return 0;
 }
 
-static bool blob(CURL *e, CURLoption opt, char *data, size_t len) {
-        struct curl_blob b = { .data = data, .len = len, .flags = CURL_BLOB_NOCOPY };
-        return !data || curl_easy_setopt(e, opt, &b) == CURLE_OK;
+static bool path_opt(CURL *e, CURLoption opt, const char *path) {
+        return !path || curl_easy_setopt(e, opt, path) == CURLE_OK;
+}
+
+/* From the loop, never from the caller's frame: a fetch started inside one of curl's callbacks
+ * (a watch's data, answered by a new call) would be refused (CURLM_RECURSIVE_API_CALL). */
+static void add_handle(void *data) {
+        HttpFetch *f = data;
+        if (f->cancelled)
+                return;
+        if (curl_multi_add_handle(f->c->multi, f->easy) != CURLM_OK) {
+                const HttpFetchOps *ops = f->ops;
+                void *ud = f->ud;
+                fetch_free(f);
+                ops->done(ud, -EIO, "the HTTP client refused the request");
+                return;
+        }
+        f->added = true;
 }
 
 int http_fetch_start(HttpClient *c, const char *method, const char *url, const char *const *headers,
@@ -304,9 +309,8 @@ int http_fetch_start(HttpClient *c, const char *method, const char *url, const c
              curl_easy_setopt(e, CURLOPT_WRITEDATA, f) == CURLE_OK &&
              curl_easy_setopt(e, CURLOPT_PRIVATE, f) == CURLE_OK;
         if (ok && c->tls)
-                ok = blob(e, CURLOPT_CAINFO_BLOB, c->ca, c->ca_len) && blob(e, CURLOPT_SSLCERT_BLOB, c->cert, c->cert_len) &&
-                     blob(e, CURLOPT_SSLKEY_BLOB, c->key, c->key_len) &&
-                     (!c->cert || curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM") == CURLE_OK);
+                ok = path_opt(e, CURLOPT_CAINFO, c->ca) && path_opt(e, CURLOPT_SSLCERT, c->cert) &&
+                     path_opt(e, CURLOPT_SSLKEY, c->key);
         if (ok && strcmp(method, "HEAD") == 0)
                 ok = curl_easy_setopt(e, CURLOPT_NOBODY, 1L) == CURLE_OK;
         else if (ok && strcmp(method, "GET") != 0)
@@ -314,7 +318,7 @@ int http_fetch_start(HttpClient *c, const char *method, const char *url, const c
         if (ok && (len || (strcmp(method, "GET") && strcmp(method, "HEAD"))))
                 ok = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len) == CURLE_OK &&
                      curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, len ? (const char *)body : "") == CURLE_OK;
-        if (!ok || curl_multi_add_handle(c->multi, e) != CURLM_OK) {
+        if (!ok || loop_defer(c->loop, add_handle, f) < 0) {
                 fetch_free(f);
                 return -EINVAL;
         }

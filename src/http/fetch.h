@@ -25,11 +25,11 @@ typedef struct HttpFetchOps {
         void (*done)(void *ud, int error, const char *message);
 } HttpFetchOps;
 
-/* PEM bytes (copied), each may be NULL: the CAs a server must be signed by (NULL: the
- * system's), a client certificate and its key. */
+/* PEM files (their paths copied), each may be NULL: the CAs a server must be signed by (NULL:
+ * the system's), a client certificate and its key. Paths, not bytes: curl's GnuTLS backend
+ * reads no blob (a memfd's /proc/self/fd/N does for bytes held in memory). */
 typedef struct HttpTls {
-        const char *ca_pem, *cert_pem, *key_pem;
-        size_t ca_len, cert_len, key_len;
+        const char *ca_file, *cert_file, *key_file;
 } HttpTls;
 
 int http_client_new(Loop *loop, HttpClient **ret);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The API server's client (api.h): credentials, calls, watches. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include "base/buf.h"
 #include "base/limits.h"
@@ -21,6 +23,7 @@ struct KubeApi {
         HttpClient *http;
         char *server;
         char *auth; /* "Bearer TOKEN", or NULL */
+        int pem_fds[3]; /* memfds of the CA, certificate and key, read by curl by path */
         struct KubeCall *calls;
 };
 
@@ -200,15 +203,34 @@ int kube_creds_load(const char *path, KubeCreds *c, char *err, size_t errlen) {
 
 /* ---------------------------------------------------------------- the client */
 
+/* PEM bytes as a file curl can open (/proc/self/fd/N of a sealed memfd): no copy of a key on
+ * any disk. */
+static int pem_file(const char *pem, int *fd, char path[32]) {
+        *fd = memfd_create("sbx-kube-pem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (*fd < 0)
+                return negerrno();
+        int r = write_all(*fd, pem, strlen(pem));
+        if (r < 0)
+                return r;
+        (void)fcntl(*fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+        snprintf(path, 32, "/proc/self/fd/%d", *fd);
+        return 0;
+}
+
 int kube_api_new(Loop *loop, const KubeCreds *c, KubeApi **ret, char *err, size_t errlen) {
         KubeApi *a = calloc(1, sizeof *a);
         if (!a)
                 return -ENOMEM;
         a->loop = loop;
+        a->pem_fds[0] = a->pem_fds[1] = a->pem_fds[2] = -1;
         int r = http_client_new(loop, &a->http);
-        HttpTls t = { .ca_pem = c->ca_pem, .ca_len = c->ca_pem ? strlen(c->ca_pem) : 0, .cert_pem = c->cert_pem,
-                      .cert_len = c->cert_pem ? strlen(c->cert_pem) : 0, .key_pem = c->key_pem,
-                      .key_len = c->key_pem ? strlen(c->key_pem) : 0 };
+        char paths[3][32];
+        const char *pems[3] = { c->ca_pem, c->cert_pem, c->key_pem };
+        for (int i = 0; r == 0 && i < 3; i++)
+                if (pems[i])
+                        r = pem_file(pems[i], &a->pem_fds[i], paths[i]);
+        HttpTls t = { .ca_file = c->ca_pem ? paths[0] : NULL, .cert_file = c->cert_pem ? paths[1] : NULL,
+                      .key_file = c->key_pem ? paths[2] : NULL };
         if (r == 0)
                 r = http_client_tls(a->http, &t);
         if (r == 0 && !(a->server = strdup(c->server)))
@@ -242,6 +264,8 @@ KubeApi *kube_api_free(KubeApi *a) {
                 call_free(a->calls);
         }
         http_client_free(a->http);
+        for (int i = 0; i < 3; i++)
+                safe_close(a->pem_fds[i]);
         free(a->server);
         if (a->auth)
                 explicit_bzero(a->auth, strlen(a->auth));

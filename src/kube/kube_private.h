@@ -28,6 +28,8 @@ struct KubeNode {
         Watch rw;
         KubeWatch *watch;
         char rv[64];           /* the pods' resourceVersion to resume the watch from */
+        KubeWatch *nodes_watch; /* the other sbx nodes, for the pods of one that is lost */
+        char nodes_rv[64];
         bool listing;
         KPod *pods_head;
         unsigned n_pods;

@@ -137,7 +137,8 @@ static int cont_command(KCont *c, json_t *spec, json_t *image_cfg, char *msg, si
                 snprintf(msg, msglen, "container %s: its command is longer than 64 KiB", c->name);
                 return -EINVAL;
         }
-        c->command = (char *)buf_steal(&b, NULL);
+        size_t len;
+        c->command = (char *)buf_steal(&b, &len);
         return 0;
 }
 
@@ -265,6 +266,7 @@ static json_t *pod_status_json(KPod *p) {
 
 static void status_answer(void *ud, unsigned status, json_t *body, const char *err) {
         KPod *p = ud;
+        log_debug("kube: pod %s/%s: status written (%u)", p->ns, p->name, status);
         p->status_inflight = false;
         if (status == 404) /* gone meanwhile: its DELETED event follows */
                 return;
@@ -287,9 +289,12 @@ static void pod_status_send(KPod *p) {
         }
         char path[512];
         snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/status", p->ns, p->name);
-        if (kube_api_call(p->node->api, "PATCH", path, "application/merge-patch+json", pod_status_json(p),
-                          status_answer, p) == 0)
+        int r = kube_api_call(p->node->api, "PATCH", path, "application/merge-patch+json", pod_status_json(p),
+                              status_answer, p);
+        if (r == 0)
                 p->status_inflight = true;
+        else
+                log_warn("kube: pod %s/%s: status not sent: %s", p->ns, p->name, strerror(-r));
 }
 
 /* ---------------------------------------------------------------- containers */

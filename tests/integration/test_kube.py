@@ -1,0 +1,256 @@
+"""sbx daemons as Kubernetes nodes: a real control plane (1.20.2 from Debian's source package,
+tests/kube/build-kubernetes.sh), three `sbx serve --kube-node` daemons, every address inside a
+network namespace the cluster makes (tests/kube/cluster.py). One cluster for the module; the
+tests run in order (the last ones kill a node)."""
+import json
+import os
+import socket
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SBX_BIN, sbx_processes
+
+sys.path.insert(0, str(REPO / "tests" / "kube"))
+import cluster as kc  # noqa: E402
+
+pytestmark = pytest.mark.skipif(kc.missing() is not None, reason=f"no Kubernetes here: {kc.missing()}")
+
+TOLERATION = {"key": "sbx.dev/sandbox", "operator": "Exists", "effect": "NoSchedule"}
+PY = "/usr/bin/python3"
+
+
+@pytest.fixture(scope="module")
+def kube():
+    c = kc.Cluster(SBX_BIN, lease_s=8, grace_s=16)
+    try:
+        for i in (1, 2, 3):
+            c.add_node(i)
+        c.pids = [p.pid for n, p in c.procs.items() if n.startswith("sbx-")]
+        yield c
+    finally:
+        pids = [p.pid for n, p in c.procs.items() if n.startswith("sbx-")]
+        c.close()
+    # Every sandbox went with its daemon.
+    assert not sbx_processes(pids), "sandbox processes left after the nodes stopped"
+
+
+def rpc(sock, method, params):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(sock))
+    f = s.makefile("rw")
+    f.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}) + "\n")
+    f.flush()
+    r = json.loads(f.readline())
+    s.close()
+    return r
+
+
+def node_sandboxes(c, name):
+    """The daemon's own word: its sandboxes made for pods, as {pod name: sandbox}."""
+    r = rpc(c.nodes[name]["sock"], "sandbox.list", {})
+    return {sb["metadata"].get("k8sPod"): sb for sb in r["result"]["sandboxes"] if sb["metadata"].get("k8sPod")}
+
+
+def deployment(name, replicas, command, port=None, extra_spec=None):
+    cont = {"name": name, "image": "sbx.dev/host", "command": command}
+    if port:
+        cont["ports"] = [{"containerPort": port}]
+    spec = {"tolerations": [TOLERATION], "containers": [cont], "terminationGracePeriodSeconds": 5}
+    spec.update(extra_spec or {})
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+
+def running(c, app):
+    return [p for p in c.pods(f"app%3D{app}") if p["status"].get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def http_get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def test_nodes_registered_with_capacity_and_taint(kube):
+    for name in ("sbx-1", "sbx-2", "sbx-3"):
+        n = kube.api("GET", f"/api/v1/nodes/{name}")
+        assert {"key": "sbx.dev/sandbox", "value": "true", "effect": "NoSchedule"} in n["spec"]["taints"]
+        assert int(n["status"]["capacity"]["pods"]) >= 100
+        assert n["status"]["addresses"][0] == {"type": "InternalIP", "address": f"10.77.0.{10 + kube.nodes[name]['i']}"}
+        assert n["spec"]["podCIDR"] == f"10.88.{kube.nodes[name]['i']}.0/24"
+        assert n["metadata"]["labels"]["sbx.dev/node"] == "true"
+    # The Lease is renewed: its renewTime moves.
+    lease = lambda: kube.api("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/sbx-1")
+    kube.wait(lambda: lease() is not None, 30, "the node's lease")
+    first = lease()["spec"]
+    assert first["holderIdentity"] == "sbx-1" and first["leaseDurationSeconds"] == 8
+    kube.wait(lambda: lease()["spec"]["renewTime"] != first["renewTime"], 30, "the lease to be renewed")
+
+
+def test_untolerated_pod_is_not_placed(kube):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "no-toleration"},
+           "spec": {"containers": [{"name": "c", "image": "sbx.dev/host", "command": ["sleep", "100"]}]}}
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod)
+    time.sleep(2)
+    p = kube.api("GET", "/api/v1/namespaces/default/pods/no-toleration")
+    assert not p["spec"].get("nodeName"), "a pod without the sbx toleration was bound to an sbx node"
+    kube.api("DELETE", "/api/v1/namespaces/default/pods/no-toleration")
+
+
+def test_deployment_spreads_and_service_reaches_every_pod(kube):
+    # Each pod answers with the address it was reached at, as its own socket sees it: the
+    # Service's Endpoints are checked to reach the very pod they name, in its own namespace.
+    server = ("import http.server,os\n"
+              "class H(http.server.BaseHTTPRequestHandler):\n"
+              "  def do_GET(s):\n"
+              "    b=(s.connection.getsockname()[0]+' '+os.environ.get('GREETING','')).encode()\n"
+              "    s.send_response(200); s.end_headers(); s.wfile.write(b)\n"
+              "  def log_message(s,*a): pass\n"
+              "http.server.ThreadingHTTPServer(('0.0.0.0',8080),H).serve_forever()\n")
+    kube.api("POST", "/apis/apps/v1/namespaces/default/deployments",
+             deployment("web", 30, [PY, "-c", server], port=8080,
+                        extra_spec={"containers": [{"name": "web", "image": "sbx.dev/host",
+                                                    "command": [PY, "-c", server],
+                                                    "env": [{"name": "GREETING", "value": "hi"}],
+                                                    "ports": [{"containerPort": 8080}]}]}))
+    kube.api("POST", "/api/v1/namespaces/default/services",
+             {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+              "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    kube.wait(lambda: len(running(kube, "web")) == 30, 180, "30 running pods")
+    pods = running(kube, "web")
+    by_node = {}
+    for p in pods:
+        by_node.setdefault(p["spec"]["nodeName"], []).append(p)
+    assert set(by_node) == {"sbx-1", "sbx-2", "sbx-3"}, {k: len(v) for k, v in by_node.items()}
+    # Each pod's IP is of its node's pod network, and its node's daemon holds its sandbox.
+    for name, ps in by_node.items():
+        held = node_sandboxes(kube, name)
+        for p in ps:
+            assert p["status"]["podIP"].startswith(f"10.88.{kube.nodes[name]['i']}.")
+            assert p["status"]["hostIP"] == f"10.77.0.{10 + kube.nodes[name]['i']}"
+            assert held[p["metadata"]["name"]]["ip"] == p["status"]["podIP"]
+    ips = {p["status"]["podIP"] for p in pods}
+    assert len(ips) == 30
+
+    def endpoint_ips():
+        ep = kube.api("GET", "/api/v1/namespaces/default/endpoints/web")
+        return {a["ip"] for s in ep.get("subsets", []) for a in s.get("addresses", [])}
+    kube.wait(lambda: endpoint_ips() == ips, 60, "the Service's Endpoints to list the 30 pods")
+    # Running is said once the process started (no readiness probe): its server may take a moment
+    # to listen.
+    answers = {}
+    for ip in endpoint_ips():
+        kube.wait(lambda: answers.setdefault(ip, http_get(f"http://{ip}:8080/")), 30, f"{ip}:8080 to answer")
+        assert answers[ip] == (200, f"{ip} hi")  # the container's env, too
+    # A pod reaches a pod of another node through the routed pod networks.
+    a = by_node["sbx-1"][0]
+    b = by_node["sbx-2"][0]
+    sb = node_sandboxes(kube, "sbx-1")[a["metadata"]["name"]]
+    r = rpc(kube.nodes["sbx-1"]["sock"], "run",
+            {"sandboxId": sb["sandboxId"], "command": f"curl -s -m 5 http://{b['status']['podIP']}:8080/"})
+    assert r["result"]["exitCode"] == 0, r
+    assert r["result"]["stdout"] == f"{b['status']['podIP']} hi"
+
+
+def test_restart_policies(kube):
+    def pod(name, policy, cmd):
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"tolerations": [TOLERATION], "restartPolicy": policy,
+                         "containers": [{"name": "c", "image": "sbx.dev/host", "command": ["bash", "-c", cmd]}]}}
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("once-ok", "Never", "echo done"))
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("once-bad", "Never", "exit 3"))
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("retry", "OnFailure", "exit 4"))
+    get = lambda n: kube.api("GET", f"/api/v1/namespaces/default/pods/{n}")
+    kube.wait(lambda: get("once-ok")["status"].get("phase") == "Succeeded", 60, "once-ok to succeed")
+    kube.wait(lambda: get("once-bad")["status"].get("phase") == "Failed", 60, "once-bad to fail")
+    term = get("once-bad")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 3 and term["reason"] == "Error", json.dumps(get("once-bad")["status"]["containerStatuses"])
+    kube.wait(lambda: get("retry")["status"]["containerStatuses"][0]["restartCount"] >= 2, 60,
+              "retry to be restarted twice")
+    st = get("retry")["status"]
+    assert st["phase"] in ("Running", "Pending")
+    assert st["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 4
+    # kubectl logs is not served yet; the output is the daemon's (process.logs).
+    for n in ("once-ok", "once-bad", "retry"):
+        kube.api("DELETE", f"/api/v1/namespaces/default/pods/{n}")
+    kube.wait(lambda: all(get(n) is None for n in ("once-ok", "once-bad", "retry")), 60, "the pods to be deleted")
+
+
+def test_unsupported_spec_fails_with_reason(kube):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "two-images"},
+           "spec": {"tolerations": [TOLERATION], "restartPolicy": "Never",
+                    "containers": [{"name": "a", "image": "sbx.dev/host", "command": ["sleep", "9"]},
+                                   {"name": "b", "image": "busybox", "command": ["sleep", "9"]}]}}
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod)
+    get = lambda: kube.api("GET", "/api/v1/namespaces/default/pods/two-images")
+    kube.wait(lambda: get()["status"].get("phase") == "Failed", 60, "the pod to fail")
+    assert get()["status"]["reason"] == "UnsupportedPodSpec"
+    assert "one image" in get()["status"]["message"]
+    kube.api("DELETE", "/api/v1/namespaces/default/pods/two-images")
+    unknown = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "no-such-image"},
+               "spec": {"tolerations": [TOLERATION], "restartPolicy": "Never",
+                        "containers": [{"name": "a", "image": "no-such-image:1", "command": ["true"]}]}}
+    kube.api("POST", "/api/v1/namespaces/default/pods", unknown)
+    get = lambda: kube.api("GET", "/api/v1/namespaces/default/pods/no-such-image")
+    kube.wait(lambda: get()["status"].get("phase") == "Failed", 60, "the pod to fail")
+    assert get()["status"]["reason"] == "SandboxCreateFailed"
+    assert "no-such-image" in get()["status"]["message"]
+    kube.api("DELETE", "/api/v1/namespaces/default/pods/no-such-image")
+
+
+def test_scale_down_deletes_pods_and_their_sandboxes(kube):
+    kube.api("PATCH", "/apis/apps/v1/namespaces/default/deployments/web", {"spec": {"replicas": 24}},
+             content_type="application/merge-patch+json")
+    kube.wait(lambda: len(kube.pods("app%3Dweb")) == 24, 90, "6 pods to be deleted")
+    names = {p["metadata"]["name"] for p in kube.pods("app%3Dweb")}
+    held = set()
+    for n in ("sbx-1", "sbx-2", "sbx-3"):
+        held |= set(node_sandboxes(kube, n))
+    kube.wait(lambda: {k for n in ("sbx-1", "sbx-2", "sbx-3") for k in node_sandboxes(kube, n)
+                       if k.startswith("web-")} == names, 30, "the deleted pods' sandboxes to go")
+
+
+def test_cordoned_node_gets_no_new_pods(kube):
+    kube.kubectl("cordon", "sbx-3")
+    before = {p["metadata"]["name"] for p in kube.pods("app%3Dweb") if p["spec"]["nodeName"] == "sbx-3"}
+    kube.api("PATCH", "/apis/apps/v1/namespaces/default/deployments/web", {"spec": {"replicas": 30}},
+             content_type="application/merge-patch+json")
+    kube.wait(lambda: len(running(kube, "web")) == 30, 120, "30 running pods again")
+    after = {p["metadata"]["name"] for p in kube.pods("app%3Dweb") if p["spec"]["nodeName"] == "sbx-3"}
+    assert after <= before, f"new pods on the cordoned node: {after - before}"
+    kube.kubectl("uncordon", "sbx-3")
+
+
+def test_lost_node_pods_fail_with_reason_others_keep_working(kube):
+    on = lambda node: [p for p in kube.pods("app%3Dweb") if p["spec"]["nodeName"] == node]
+    lost = [p["metadata"]["name"] for p in on("sbx-2") if p["status"].get("phase") == "Running"]
+    assert lost
+    others = [p for p in running(kube, "web") if p["spec"]["nodeName"] != "sbx-2"]
+    kube.kill_node("sbx-2")
+    # NotReady after the node-monitor grace period (16 s here), then its pods failed.
+    kube.wait(lambda: not kube.node_ready("sbx-2"), 90, "sbx-2 to be NotReady")
+
+    def all_failed():
+        st = [kube.api("GET", f"/api/v1/namespaces/default/pods/{n}") for n in lost]
+        return all(s is None or (s["status"].get("phase") == "Failed" and s["status"].get("reason") == "NodeLost")
+                   for s in st)
+    kube.wait(all_failed, 60, "the lost node's pods to be marked Failed (NodeLost)")
+    msg = kube.api("GET", f"/api/v1/namespaces/default/pods/{lost[0]}")["status"]["message"]
+    assert "sbx-2" in msg
+    for p in others:
+        status, _ = http_get(f"http://{p['status']['podIP']}:8080/")
+        assert status == 200
+    # The Deployment replaces them on the live nodes.
+    kube.wait(lambda: len(running(kube, "web")) == 30, 120, "30 running pods on the live nodes")
+    assert all(p["spec"]["nodeName"] != "sbx-2" for p in running(kube, "web"))
+
+
+def test_manifests_pass_server_dry_run(kube):
+    for f in sorted((REPO / "deploy" / "kubernetes").glob("*.yaml")):
+        r = kube.kubectl("apply", "--dry-run=server", "-f", str(f), check=False)
+        assert r.returncode == 0, f"{f.name}: {r.stderr}"
