@@ -17,6 +17,7 @@
 #include "cli/cli.h"
 #include "cli/serve_config.h"
 #include "e2b/e2b.h"
+#include "kube/gateway.h"
 #include "kube/kube.h"
 #include "methods/methods.h"
 #include "server/server.h"
@@ -113,6 +114,10 @@ static void usage(FILE *f) {
                 "      --kube-lease-seconds N  the node Lease's duration (default 40), renewed\n"
                 "                       every quarter of it\n"
                 "      --kube-label NAME=VALUE  a label of the Node; repeatable\n"
+                "      --kube-gateway ADDR  serve E2B's API for a cluster of sbx nodes on ADDR: a\n"
+                "                       sandbox is a Pod that kube-scheduler places, its envd calls\n"
+                "                       forwarded to its node's --http door (--api-key as --http's)\n"
+                "      --kube-namespace NS  the gateway's pods' namespace (default \"default\")\n"
                 "      --http ADDR      also serve E2B's API (its control plane and envd) over HTTP\n"
                 "                       on ADDR (PORT, HOST:PORT or [V6]:PORT; the host defaults\n"
                 "                       to 127.0.0.1), so E2B's own SDKs run against sbx: set\n"
@@ -233,7 +238,7 @@ static void redact_args_done(RedactArgs *a) {
 
 enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA, OPT_HTTP, OPT_API_KEY,
        OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX, OPT_POD_CIDR, OPT_POD_BRIDGE, OPT_KUBE_NODE, OPT_KUBECONFIG,
-       OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL };
+       OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL, OPT_KUBE_GATEWAY, OPT_KUBE_NAMESPACE };
 
 static const struct option serve_opts[] = {
         { "stdio", no_argument, NULL, 's' },
@@ -272,6 +277,8 @@ static const struct option serve_opts[] = {
         { "kube-node-ip", required_argument, NULL, OPT_KUBE_NODE_IP },
         { "kube-lease-seconds", required_argument, NULL, OPT_KUBE_LEASE },
         { "kube-label", required_argument, NULL, OPT_KUBE_LABEL },
+        { "kube-gateway", required_argument, NULL, OPT_KUBE_GATEWAY },
+        { "kube-namespace", required_argument, NULL, OPT_KUBE_NAMESPACE },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         {},
@@ -301,7 +308,7 @@ typedef struct ServeOptions {
         unsigned n_image_pools;
         uint64_t image_store_max;
         const char *pod_cidr, *pod_bridge;
-        const char *kube_node, *kubeconfig, *kube_node_ip;
+        const char *kube_node, *kubeconfig, *kube_node_ip, *kube_gateway, *kube_namespace;
         long kube_lease;
         const char *kube_labels[SBX_MAX_KUBE_LABELS + 1];
         unsigned n_kube_labels;
@@ -489,6 +496,8 @@ static int serve_option(ServeOptions *o, int c) {
         case OPT_KUBE_NODE: o->kube_node = optarg; return 0;
         case OPT_KUBECONFIG: o->kubeconfig = optarg; return 0;
         case OPT_KUBE_NODE_IP: o->kube_node_ip = optarg; return 0;
+        case OPT_KUBE_GATEWAY: o->kube_gateway = optarg; return 0;
+        case OPT_KUBE_NAMESPACE: o->kube_namespace = optarg; return 0;
         case OPT_KUBE_LEASE: return serve_number("--kube-lease-seconds", optarg, 4, 3600, &o->kube_lease);
         case OPT_KUBE_LABEL:
                 if (!strchr(optarg, '=') || optarg[0] == '=' || o->n_kube_labels >= SBX_MAX_KUBE_LABELS) {
@@ -539,8 +548,8 @@ static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit)
         else if (!o->audit && (o->audit_max || o->audit_keep || o->audit_fail_closed))
                 fprintf(stderr, "sbx serve: --audit-max-bytes, --audit-keep and --audit-fail-closed go with "
                         "--audit PATH\n");
-        else if (o->n_api_keys && !o->http)
-                fprintf(stderr, "sbx serve: --api-key goes with --http ADDR\n");
+        else if (o->n_api_keys && !o->http && !o->kube_gateway)
+                fprintf(stderr, "sbx serve: --api-key goes with --http ADDR or --kube-gateway ADDR\n");
         else if (o->audit && (!*o->audit || strlen(o->audit) > PATH_MAX - 16))
                 fprintf(stderr, "sbx serve: --audit takes a file's path (at most %d bytes)\n", PATH_MAX - 16);
         else if (o->check_config && optind < argc)
@@ -702,9 +711,9 @@ static int serve_http(Server *s, const ServeOptions *o, E2b **ret) {
 
 /* --kube-node: the node on the server's loop, its capacity the daemon's. Returns 0, or the exit
  * status after saying why. */
-static int serve_kube(Server *s, const ServeOptions *o, unsigned max, KubeNode **ret) {
+static int serve_kube(Server *s, const ServeOptions *o, unsigned max, E2b *door, KubeNode **ret) {
         if (!o->kube_node) {
-                if (o->kubeconfig || o->kube_node_ip || o->n_kube_labels || o->kube_lease >= 0) {
+                if (o->kube_node_ip || o->n_kube_labels || o->kube_lease >= 0 || (o->kubeconfig && !o->kube_gateway)) {
                         fprintf(stderr, "sbx serve: --kubeconfig, --kube-node-ip, --kube-label and "
                                         "--kube-lease-seconds need --kube-node\n");
                         return 2;
@@ -721,10 +730,31 @@ static int serve_kube(Server *s, const ServeOptions *o, unsigned max, KubeNode *
                 .pod_cidr = o->pod_cidr, .pods = max, .cpus = cpus > 0 ? (unsigned)cpus : 1,
                 .memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0,
                 .lease_s = o->kube_lease > 0 ? (unsigned)o->kube_lease : 0, .labels = o->kube_labels,
+                .door = door,
         };
         char err[512];
         if (kube_node_new(server_loop(s), &ko, connect_e2b, s, ret, err, sizeof err) < 0) {
                 fprintf(stderr, "sbx serve: --kube-node %s\n", err);
+                return 2;
+        }
+        return 0;
+}
+
+/* --kube-gateway: E2B's API for the cluster, on the server's loop. Returns 0, or the exit
+ * status after saying why. */
+static int serve_gateway(Server *s, const ServeOptions *o, KubeGateway **ret) {
+        if (!o->kube_gateway) {
+                if (o->kube_namespace) {
+                        fprintf(stderr, "sbx serve: --kube-namespace needs --kube-gateway\n");
+                        return 2;
+                }
+                return 0;
+        }
+        KubeGatewayOptions go = { .addr = o->kube_gateway, .kubeconfig = o->kubeconfig, .ns = o->kube_namespace,
+                                  .api_keys = o->api_keys };
+        char err[512];
+        if (kube_gateway_new(server_loop(s), &go, ret, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --kube-gateway %s\n", err);
                 return 2;
         }
         return 0;
@@ -759,7 +789,10 @@ static int serve_start(const ServeOptions *o) {
         unsigned max = server_set_max_sandboxes(s, (unsigned)o->max_sandboxes);
         E2b *e2b = NULL;
         KubeNode *kube = NULL;
-        if ((o->http && (code = serve_http(s, o, &e2b)) != 0) || (code = serve_kube(s, o, max, &kube)) != 0) {
+        KubeGateway *gw = NULL;
+        if ((o->http && (code = serve_http(s, o, &e2b)) != 0) || (code = serve_kube(s, o, max, e2b, &kube)) != 0 ||
+            (code = serve_gateway(s, o, &gw)) != 0) {
+                kube_node_free(kube);
                 e2b_free(e2b);
                 server_free(s);
                 return code;
@@ -769,11 +802,14 @@ static int serve_start(const ServeOptions *o) {
                 char http[64] = "";
                 if (e2b)
                         snprintf(http, sizeof http, "; E2B's API on port %u", e2b_port(e2b));
+                if (gw)
+                        snprintf(http, sizeof http, "; the cluster's E2B API on port %u", kube_gateway_port(gw));
                 fprintf(stderr, "sbx serve: ready: %s %s (at most %u sandboxes%s)\n",
                         o->afd >= 0 ? "serving the socket passed as fd 3," : "listening on", o->path ? o->path : "",
                         max, http);
         }
         r = server_run(s);
+        kube_gateway_free(gw);
         kube_node_free(kube);
         e2b_free(e2b);
         server_free(s);

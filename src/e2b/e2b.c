@@ -62,6 +62,21 @@ static int new_box(E2b *g, const char *id, const char *template_id, uint64_t tim
         return 0;
 }
 
+int e2b_adopt(E2b *g, const char *sandbox_id, const char *token, const char *template_id) {
+        E2bBox *b;
+        if (!token || strlen(token) != E2B_TOKEN_HEX || strlen(sandbox_id) >= sizeof b->id)
+                return -EINVAL;
+        int r = new_box(g, sandbox_id, template_id ? template_id : E2B_TEMPLATE, 0, &b);
+        if (r == 0)
+                snprintf(b->token, sizeof b->token, "%s", token);
+        return r;
+}
+
+void e2b_release(E2b *g, const char *sandbox_id) {
+        envd_watchers_drop(g, sandbox_id);
+        e2b_box_drop(g, sandbox_id);
+}
+
 /* An sbx error as E2B's REST error: the SDK reads code 404 from the body. */
 static void reply_sbx_error(E2bReq *q, json_t *error) {
         const char *code = e2b_connect_code(error);

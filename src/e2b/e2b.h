@@ -9,6 +9,14 @@
 #include <stdint.h>
 #include "base/loop.h"
 
+/* The version of envd this door speaks as: the SDK gates features on it, so it names only
+ * what is served (closeStdin from 0.5.2, octet-stream uploads from 0.5.7; no file metadata,
+ * 0.6.2; no watch includeEntry, 0.6.3). The cluster's gateway (kube/gateway.c) says the same
+ * of the doors it forwards to. */
+#define E2B_ENVD_VERSION "0.5.7"
+#define E2B_ENVD_PORT 49983
+#define E2B_TOKEN_HEX 32
+
 typedef struct E2b E2b;
 
 /* A new connection to the server: 0 and the door's end in *ret_fd, or -errno. */
@@ -24,5 +32,9 @@ int e2b_new(Loop *loop, const E2bOptions *o, E2bConnectFn connect, void *connect
             size_t errlen);
 E2b *e2b_free(E2b *g);
 uint16_t e2b_port(const E2b *g);
+/* A sandbox another door made (a Kubernetes pod's, kube/) served as if this one had: envd
+ * calls for sandbox_id with token reach it. Returns 0 or -errno. */
+int e2b_adopt(E2b *g, const char *sandbox_id, const char *token, const char *template_id);
+void e2b_release(E2b *g, const char *sandbox_id);
 /* Whether it listens on a loopback address only. */
 bool e2b_loopback(const E2b *g);

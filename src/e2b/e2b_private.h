@@ -13,14 +13,8 @@
 #include "http/fetch.h"
 #include "http/http.h"
 
-/* The version of envd this door speaks as: the SDK gates features on it, so it names only
- * what is served (closeStdin from 0.5.2, octet-stream uploads from 0.5.7; no file metadata,
- * 0.6.2; no watch includeEntry, 0.6.3). */
-#define E2B_ENVD_VERSION "0.5.7"
 #define E2B_TEMPLATE "base"
 #define E2B_TEMPLATE_CODE "code-interpreter-v1"
-#define E2B_ENVD_PORT 49983
-#define E2B_TOKEN_HEX 32
 
 /* A sandbox made through the door: what E2B says of it that sbx does not keep. */
 typedef struct E2bBox {

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "base/loop.h"
+#include "e2b/e2b.h"
 
 typedef struct KubeNode KubeNode;
 
@@ -24,6 +25,10 @@ typedef struct KubeNodeOptions {
         uint64_t memory_bytes;  /* capacity: memory */
         unsigned lease_s;       /* the Lease's duration (0: SBX_KUBE_LEASE_S) */
         const char *const *labels; /* extra NAME=VALUE labels, NULL-terminated, may be NULL */
+        /* The daemon's E2B door on the node's address, or NULL: pods made by the gateway
+         * (annotated sbx.dev/e2b-token) are served by it, and the Node says where it is
+         * (annotation sbx.dev/e2b-url) for the gateway to forward their envd calls. */
+        E2b *door;
 } KubeNodeOptions;
 
 /* Starts registering (the API server answers later: failures are logged and retried).

@@ -20,6 +20,7 @@ struct KubeNode {
         char **labels;
         unsigned pods, cpus, lease_s;
         uint64_t memory_bytes;
+        E2b *door;
         bool registered, lease_made;
         unsigned beats;        /* lease renewals since the last status heartbeat */
         int timer;             /* the heartbeat: every lease_s / 4 */
@@ -28,8 +29,6 @@ struct KubeNode {
         Watch rw;
         KubeWatch *watch;
         char rv[64];           /* the pods' resourceVersion to resume the watch from */
-        KubeWatch *nodes_watch; /* the other sbx nodes, for the pods of one that is lost */
-        char nodes_rv[64];
         bool listing;
         KPod *pods_head;
         unsigned n_pods;

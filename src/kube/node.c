@@ -19,7 +19,6 @@
 static void watch_start(KubeNode *n);
 static void list_start(KubeNode *n);
 static void register_node(KubeNode *n);
-static void nodes_watch_start(KubeNode *n);
 
 static void retry_in(KubeNode *n, uint64_t ms) { (void)timerfd_arm_ms(n->retry_timer, ms); }
 
@@ -84,8 +83,16 @@ static json_t *node_object(KubeNode *n) {
                 json_object_set_new(spec, "podCIDR", json_string(n->pod_cidr));
                 json_object_set_new(spec, "podCIDRs", json_pack("[s]", n->pod_cidr));
         }
-        return json_pack("{s:s, s:s, s:{s:s, s:o}, s:o, s:o}", "apiVersion", "v1", "kind", "Node", "metadata", "name",
-                         n->name, "labels", labels, "spec", spec, "status", node_status(n));
+        json_t *annotations = json_object();
+        if (n->door) {
+                char url[128];
+                snprintf(url, sizeof url, strchr(n->node_ip, ':') ? "http://[%s]:%u" : "http://%s:%u", n->node_ip,
+                         e2b_port(n->door));
+                json_object_set_new(annotations, "sbx.dev/e2b-url", json_string(url));
+        }
+        return json_pack("{s:s, s:s, s:{s:s, s:o, s:o}, s:o, s:o}", "apiVersion", "v1", "kind", "Node", "metadata",
+                         "name", n->name, "labels", labels, "annotations", annotations, "spec", spec, "status",
+                         node_status(n));
 }
 
 static void lease_renew(KubeNode *n);
@@ -117,8 +124,6 @@ static void update_answer(void *ud, unsigned status, json_t *body, const char *e
         status_send(n);
         lease_renew(n);
         list_start(n);
-        if (!n->nodes_watch)
-                nodes_watch_start(n);
 }
 
 static void create_answer(void *ud, unsigned status, json_t *body, const char *err) {
@@ -142,8 +147,6 @@ static void create_answer(void *ud, unsigned status, json_t *body, const char *e
         n->registered = true;
         lease_renew(n);
         list_start(n);
-        if (!n->nodes_watch)
-                nodes_watch_start(n);
 }
 
 static void register_node(KubeNode *n) {
@@ -286,94 +289,6 @@ static void list_start(KubeNode *n) {
                 retry_in(n, SBX_KUBE_RETRY_MS);
 }
 
-/* ---------------------------------------------------------------- lost nodes */
-
-/* A node whose daemon died renews nothing, and the node lifecycle controller sets its Ready
- * condition Unknown once its grace period passed; its pods would then only be marked not
- * ready, and evicted minutes later. Their sandboxes died with the daemon, so the live sbx nodes
- * say so at once: each pod of the lost node that is not finished is Failed, reason NodeLost
- * (every live node does it: the patch is the same whoever sends it). */
-static void lost_patch_answer(void *ud, unsigned status, json_t *body, const char *err) {
-        KubeNode *n = ud;
-        if (status != 200 && status != 404)
-                log_warn("kube: node %s: a lost node's pod not marked (%u): %s", n->name, status,
-                         api_message(status, body, err));
-}
-
-static void lost_pods_answer(void *ud, unsigned status, json_t *body, const char *err) {
-        KubeNode *n = ud;
-        if (status != 200)
-                return;
-        size_t i;
-        json_t *pod;
-        json_array_foreach(json_object_get(body, "items"), i, pod) {
-                json_t *meta = json_object_get(pod, "metadata");
-                const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-                const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
-                if (phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed")))
-                        continue;
-                char path[512], msg[400], t[40];
-                snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/status",
-                         json_string_value(json_object_get(meta, "namespace")),
-                         json_string_value(json_object_get(meta, "name")));
-                snprintf(msg, sizeof msg, "sbx node %s stopped renewing its lease: its daemon is gone, and its "
-                         "sandboxes with it", node ? node : "?");
-                kube_time(wall_ms(), false, t);
-                json_t *patch = json_pack("{s:{s:s, s:s, s:s, s:[{s:s, s:s, s:s, s:s}]}}", "status", "phase", "Failed",
-                                          "reason", "NodeLost", "message", msg, "conditions", "type", "Ready", "status",
-                                          "False", "reason", "NodeLost", "lastTransitionTime", t);
-                (void)kube_api_call(n->api, "PATCH", path, "application/merge-patch+json", patch, lost_patch_answer, n);
-        }
-}
-
-static void node_lost(KubeNode *n, const char *name) {
-        char path[600];
-        snprintf(path, sizeof path, "/api/v1/pods?fieldSelector=spec.nodeName%%3D%s", name);
-        log_info("kube: node %s is lost: its pods are marked failed", name);
-        (void)kube_api_call(n->api, "GET", path, NULL, NULL, lost_pods_answer, n);
-}
-
-static void on_node_event(void *ud, const char *type, json_t *obj) {
-        KubeNode *n = ud;
-        const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
-        const char *rv = json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
-        if (rv)
-                snprintf(n->nodes_rv, sizeof n->nodes_rv, "%s", rv);
-        if (strcmp(type, "ERROR") == 0) {
-                n->nodes_rv[0] = 0;
-                return;
-        }
-        if (!name || strcmp(name, n->name) == 0 || strcmp(type, "MODIFIED") != 0)
-                return;
-        size_t i;
-        json_t *c;
-        json_array_foreach(json_object_get(json_object_get(obj, "status"), "conditions"), i, c) {
-                const char *ct = json_string_value(json_object_get(c, "type"));
-                const char *st = json_string_value(json_object_get(c, "status"));
-                if (ct && st && strcmp(ct, "Ready") == 0 && strcmp(st, "Unknown") == 0)
-                        node_lost(n, name);
-        }
-}
-
-static void on_nodes_end(void *ud, unsigned status, const char *err) {
-        KubeNode *n = ud;
-        n->nodes_watch = NULL;
-        if (status != 200) {
-                log_warn("kube: node %s: the nodes watch ended (%u): %s", n->name, status, err);
-                n->nodes_rv[0] = 0;
-        }
-        nodes_watch_start(n);
-}
-
-static void nodes_watch_start(KubeNode *n) {
-        char path[300];
-        /* From now (no resourceVersion: the current state is not replayed as events, so a node lost
-         * before this daemon started is left to the next one that sees it change). */
-        snprintf(path, sizeof path, "/api/v1/nodes?labelSelector=sbx.dev%%2Fnode%%3Dtrue&watch=1&timeoutSeconds=%u%s%s",
-                 SBX_KUBE_WATCH_S, n->nodes_rv[0] ? "&resourceVersion=" : "", n->nodes_rv);
-        (void)kube_api_watch(n->api, path, on_node_event, on_nodes_end, n, &n->nodes_watch);
-}
-
 static void retry_event(Watch *w, uint32_t events) {
         KubeNode *n = w->data;
         uint64_t x;
@@ -415,6 +330,7 @@ int kube_node_new(Loop *loop, const KubeNodeOptions *o, KubeConnectFn connect, v
         n->cpus = o->cpus ? o->cpus : 1;
         n->memory_bytes = o->memory_bytes;
         n->lease_s = o->lease_s ? o->lease_s : SBX_KUBE_LEASE_S;
+        n->door = o->door;
         KubeCreds creds;
         int r = kube_creds_load(o->kubeconfig, &creds, err, errlen);
         if (r == 0) {
@@ -468,8 +384,6 @@ KubeNode *kube_node_free(KubeNode *n) {
         kpod_free_all(n);
         if (n->watch)
                 kube_watch_cancel(n->watch);
-        if (n->nodes_watch)
-                kube_watch_cancel(n->nodes_watch);
         if (n->tw.active)
                 loop_del(n->loop, &n->tw);
         if (n->rw.active)

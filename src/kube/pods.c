@@ -38,6 +38,8 @@ typedef struct KCont {
         uint64_t last_started_ms, last_finished_ms;
         int timer; /* restart backoff */
         Watch tw;
+        /* A gateway's sandbox (E2B): no process of its own, running as long as the sandbox. */
+        bool is_sandbox;
 } KCont;
 
 typedef enum PState { P_CREATING, P_STARTING, P_RUNNING, P_ENDED, P_DELETING, P_GONE } PState;
@@ -58,6 +60,10 @@ struct KPod {
         KCont c[SBX_KUBE_MAX_CONTAINERS];
         int grace_timer;
         Watch gw;
+        char e2b_token[40];  /* annotation sbx.dev/e2b-token: the gateway's sandbox, served by the door */
+        char e2b_template[64];
+        json_t *sandbox_env; /* the sandbox container's env: the sandbox's own */
+        bool adopted;        /* e2b_adopt'ed by the door */
         bool creating;       /* sandbox.create is in flight */
         bool destroying;
         bool status_inflight, status_dirty;
@@ -171,6 +177,9 @@ static void pod_free(KPod *p) {
         rpc_client_forget(n->rpc, p);
         kube_api_forget(n->api, p);
         loop_cancel_defer(n->loop, p);
+        if (p->adopted && n->door)
+                e2b_release(n->door, p->sandbox_id);
+        json_decref(p->sandbox_env);
         LIST_UNLINK(n->pods_head, p);
         n->n_pods--;
         free(p);
@@ -459,13 +468,25 @@ static void create_answer(void *ud, json_t *result, json_t *error) {
                 return;
         }
         snprintf(p->ip, sizeof p->ip, "%s", ip ? ip : "");
-        if (p->state == P_DELETING) {
-                pod_finish_delete(p);
-                return;
+        if (p->e2b_token[0] && p->node->door) {
+                int r = e2b_adopt(p->node->door, p->sandbox_id, p->e2b_token, p->e2b_template[0] ? p->e2b_template : NULL);
+                if (r < 0)
+                        log_warn("kube: pod %s/%s: the E2B door did not take its sandbox: %s", p->ns, p->name, strerror(-r));
+                p->adopted = r == 0;
         }
         p->state = P_STARTING;
-        for (unsigned i = 0; i < p->n; i++)
-                cont_start(&p->c[i]);
+        for (unsigned i = 0; i < p->n; i++) {
+                KCont *c = &p->c[i];
+                if (!c->is_sandbox) {
+                        cont_start(c);
+                        continue;
+                }
+                snprintf(c->process_id, sizeof c->process_id, "sandbox");
+                c->state = C_RUNNING;
+                c->reason = NULL;
+                c->started_ms = wall_ms();
+        }
+        phase_from_containers(p);
         pod_status_send(p);
 }
 
@@ -532,6 +553,8 @@ static void pod_create(KPod *p, json_t *pod) {
                                    p->name, "k8sUid", p->uid);
         if (image[0])
                 json_object_set_new(params, "image", json_string(image));
+        if (json_object_size(p->sandbox_env))
+                json_object_set(params, "env", p->sandbox_env);
         if (rpc_client_call(p->node->rpc, "sandbox.create", params, create_answer, p) < 0)
                 pod_fail(p, "SandboxCreateFailed", "the daemon's connection failed");
         else
@@ -550,6 +573,9 @@ static void delete_answer(void *ud, unsigned status, json_t *body, const char *e
 
 static void destroy_answer(void *ud, json_t *result, json_t *error) {
         KPod *p = ud;
+        if (p->adopted && p->node->door)
+                e2b_release(p->node->door, p->sandbox_id);
+        p->adopted = false;
         p->sandbox_id[0] = 0;
         char path[512];
         snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", p->ns, p->name);
@@ -568,7 +594,7 @@ static void pod_finish_delete(KPod *p) {
                 return;
         bool waiting = false;
         for (unsigned i = 0; i < p->n; i++)
-                waiting = waiting || p->c[i].state == C_RUNNING;
+                waiting = waiting || (p->c[i].state == C_RUNNING && !p->c[i].is_sandbox);
         if (waiting && p->grace_timer >= 0)
                 return;
         p->destroying = true;
@@ -600,7 +626,7 @@ static void pod_delete(KPod *p, json_t *pod) {
         bool running = false;
         for (unsigned i = 0; i < p->n; i++) {
                 KCont *c = &p->c[i];
-                if (c->state != C_RUNNING)
+                if (c->state != C_RUNNING || c->is_sandbox)
                         continue;
                 running = true;
                 (void)rpc_client_call(p->node->rpc, "process.kill",
@@ -621,6 +647,11 @@ static void pod_delete(KPod *p, json_t *pod) {
 
 static int pod_read(KPod *p, json_t *pod, char *msg, size_t msglen) {
         json_t *spec = json_object_get(pod, "spec");
+        json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
+        const char *token = json_string_value(json_object_get(ann, "sbx.dev/e2b-token"));
+        const char *tpl = json_string_value(json_object_get(ann, "sbx.dev/e2b-template"));
+        snprintf(p->e2b_token, sizeof p->e2b_token, "%s", token ? token : "");
+        snprintf(p->e2b_template, sizeof p->e2b_template, "%s", tpl ? tpl : "");
         json_t *containers = json_object_get(spec, "containers");
         const char *rp = json_string_value(json_object_get(spec, "restartPolicy"));
         snprintf(p->restart_policy, sizeof p->restart_policy, "%s", rp ? rp : "Always");
@@ -655,6 +686,14 @@ static int pod_read(KPod *p, json_t *pod, char *msg, size_t msglen) {
                         }
                         if (name)
                                 json_object_set_new(k->env, name, json_string(value ? value : ""));
+                }
+                json_t *cmd = json_object_get(c, "command"), *args = json_object_get(c, "args");
+                if (p->e2b_token[0] && !json_array_size(cmd) && !json_array_size(args)) {
+                        /* The gateway's sandbox: the container is the sandbox itself. */
+                        k->is_sandbox = true;
+                        if (!p->sandbox_env)
+                                p->sandbox_env = json_incref(k->env);
+                        continue;
                 }
                 if (cont_command(k, c, NULL, msg, msglen) < 0)
                         return -EINVAL;

@@ -4,7 +4,9 @@ network namespace the cluster makes (tests/kube/cluster.py). One cluster for the
 tests run in order (the last ones kill a node)."""
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import time
 import urllib.request
@@ -29,6 +31,7 @@ def kube():
     try:
         for i in (1, 2, 3):
             c.add_node(i)
+        c.start_gateway()
         c.pids = [p.pid for n, p in c.procs.items() if n.startswith("sbx-")]
         yield c
     finally:
@@ -74,6 +77,26 @@ def running(c, app):
 def http_get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.status, r.read().decode()
+
+
+NODE_DIR = REPO / "tests" / "e2b"
+
+
+def e2b_sdk():
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("node and npm are needed for E2B's SDK (npm e2b)")
+    if not (NODE_DIR / "node_modules" / "e2b" / "package.json").exists():
+        cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
+                            capture_output=True, timeout=600)
+        assert cp.returncode == 0, cp.stderr.decode()[-2000:]
+
+
+def sdk(kube, *args, timeout=300):
+    env = dict(os.environ, E2B_API_URL=kube.GATEWAY, E2B_SANDBOX_URL=kube.GATEWAY, E2B_API_KEY=kube.API_KEY)
+    cp = subprocess.run(["node", str(NODE_DIR / "cluster.mjs"), *args], capture_output=True, timeout=timeout,
+                        env=env, cwd=NODE_DIR)
+    assert cp.returncode == 0, cp.stderr.decode()[-3000:]
+    return json.loads(cp.stdout)
 
 
 def test_nodes_registered_with_capacity_and_taint(kube):
@@ -226,9 +249,56 @@ def test_cordoned_node_gets_no_new_pods(kube):
     kube.kubectl("uncordon", "sbx-3")
 
 
+def test_e2b_sdk_sandboxes_through_the_gateway_land_on_every_node(kube):
+    e2b_sdk()
+    out = sdk(kube, "create", "30")
+    made = out["sandboxes"]
+    assert all("threw" not in m for m in made), [m for m in made if "threw" in m][:3]
+    for i, m in enumerate(made):
+        assert m["command"] == {"exitCode": 0, "stdout": f"r{i} sandbox\nuser\n"}, m
+        assert m["file"] == f"note of {m['id']}", m
+        assert m["process"]["listed"] is True, m
+    assert out["listed"] == 30
+    pods = {p["metadata"]["name"]: p for p in kube.pods("sbx.dev%2Fe2b%3Dtrue")}
+    nodes = {pods[m["id"]]["spec"]["nodeName"] for m in made}
+    assert nodes == {"sbx-1", "sbx-2", "sbx-3"}
+    # Each is a sandbox of its node's daemon, adopted by that node's door.
+    for name in nodes:
+        held = node_sandboxes(kube, name)
+        for m in made:
+            if pods[m["id"]]["spec"]["nodeName"] == name:
+                assert m["id"] in held
+    kube.e2b = {m["id"]: pods[m["id"]]["spec"]["nodeName"] for m in made}
+
+
+def test_gateway_refuses_bad_input_and_stays_up(kube):
+    bad = urllib.request.Request(kube.GATEWAY + "/sandboxes", data=b"{not json", method="POST",
+                                 headers={"X-API-KEY": kube.API_KEY})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(bad, timeout=10)
+    assert e.value.code == 400
+    nokey = urllib.request.Request(kube.GATEWAY + "/sandboxes", method="GET")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(nokey, timeout=10)
+    assert e.value.code == 401
+    unknown = urllib.request.Request(kube.GATEWAY + "/health", headers={"E2b-Sandbox-Id": "ffffffffffffffffffffffffffffffff"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(unknown, timeout=10)
+    assert e.value.code == 502
+    # An unknown template: the pod fails on its node, the create says why.
+    req = urllib.request.Request(kube.GATEWAY + "/sandboxes", data=json.dumps({"templateID": "no-such-image"}).encode(),
+                                 method="POST", headers={"X-API-KEY": kube.API_KEY, "Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=90)
+    assert e.value.code == 500 and b"no-such-image" in e.value.read()
+    ok = urllib.request.Request(kube.GATEWAY + "/sandboxes", headers={"X-API-KEY": kube.API_KEY})
+    assert len(json.loads(urllib.request.urlopen(ok, timeout=10).read())) == 30
+
+
 def test_lost_node_pods_fail_with_reason_others_keep_working(kube):
     on = lambda node: [p for p in kube.pods("app%3Dweb") if p["spec"]["nodeName"] == node]
     lost = [p["metadata"]["name"] for p in on("sbx-2") if p["status"].get("phase") == "Running"]
+    lost += [sid for sid, node in kube.e2b.items() if node == "sbx-2"]
     assert lost
     others = [p for p in running(kube, "web") if p["spec"]["nodeName"] != "sbx-2"]
     kube.kill_node("sbx-2")
@@ -245,9 +315,30 @@ def test_lost_node_pods_fail_with_reason_others_keep_working(kube):
     for p in others:
         status, _ = http_get(f"http://{p['status']['podIP']}:8080/")
         assert status == 200
-    # The Deployment replaces them on the live nodes.
+    # Through the gateway: the lost node's sandboxes are answered at once (502: gone), the
+    # other 20 keep working.
+    ids = list(kube.e2b)
+    t0 = time.monotonic()
+    res = {r["id"]: r for r in sdk(kube, "check", *ids)["results"]}
+    for sid, node in kube.e2b.items():
+        if node == "sbx-2":
+            assert "threw" in res[sid], res[sid]
+        else:
+            assert res[sid].get("stdout") == f"note of {sid}", res[sid]
+    gone = next(sid for sid, node in kube.e2b.items() if node == "sbx-2")
+    req = urllib.request.Request(kube.GATEWAY + "/health", headers={"E2b-Sandbox-Id": gone})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 502 and b"sbx-2" in e.value.read()
+    # The Deployment replaces its pods on the live nodes.
     kube.wait(lambda: len(running(kube, "web")) == 30, 120, "30 running pods on the live nodes")
     assert all(p["spec"]["nodeName"] != "sbx-2" for p in running(kube, "web"))
+    # Sandbox.kill through the gateway deletes the pods, and their sandboxes go.
+    live = [sid for sid, node in kube.e2b.items() if node != "sbx-2"]
+    out = sdk(kube, "kill", *live)
+    assert all(k is True for k in out["killed"]), out
+    kube.wait(lambda: not any(sid in node_sandboxes(kube, n) for n in ("sbx-1", "sbx-3") for sid in live), 60,
+              "the killed sandboxes to go")
 
 
 def test_manifests_pass_server_dry_run(kube):

@@ -99,8 +99,10 @@ class Cluster:
            "api.crt", "-days", "2", "-extfile", "san.cnf", "-extensions", "ext")
         sh("genrsa", "-out", "sa.key", "2048")
         sh("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
-        self.tokens = {"admin": os.urandom(16).hex()}
-        lines = [f'{self.tokens["admin"]},admin,admin,"system:masters"']
+        self.tokens = {"admin": os.urandom(16).hex(), "gateway": os.urandom(16).hex()}
+        lines = [f'{self.tokens["admin"]},admin,admin,"system:masters"',
+                 # The gateway's own identity: only what deploy/kubernetes/gateway.yaml's role gives.
+                 f'{self.tokens["gateway"]},sbx-gateway,sbx-gateway']
         for i in range(1, 6):
             t = os.urandom(16).hex()
             self.tokens[f"sbx-{i}"] = t
@@ -155,9 +157,12 @@ class Cluster:
             f"--service-account-private-key-file={d}/sa.key", f"--root-ca-file={d}/ca.crt",
             "--use-service-account-credentials=false", f"--node-monitor-grace-period={self.grace_s}s",
             "--node-monitor-period=2s", "--controllers=*,-nodeipam,-csrsigning,-csrapproving,-csrcleaner"])
-        # The sbx nodes' rights besides what the Node authorizer gives system:nodes.
+        # The sbx nodes' rights besides what the Node authorizer gives system:nodes, and the
+        # gateway's, as the manifests define them.
         self.kubectl("apply", "-f", str(REPO / "deploy/kubernetes/rbac.yaml"))
         self.kubectl("create", "clusterrolebinding", "sbx-test-nodes", "--clusterrole=sbx-node", "--group=system:nodes")
+        self.kubectl("create", "clusterrolebinding", "sbx-test-gateway", "--clusterrole=sbx-gateway",
+                     "--user=sbx-gateway")
         self.wait(lambda: self.api("GET", "/api/v1/namespaces/default/serviceaccounts/default") is not None, 60,
                   "the default service account")
 
@@ -199,6 +204,9 @@ class Cluster:
             time.sleep(0.2)
         raise TimeoutError(f"waited {timeout} s for {what} (last error: {last}); logs in {self.dir}")
 
+    API_KEY = "sbx-test-key"
+    GATEWAY = f"http://{NET}.1:3000"
+
     def add_node(self, i, extra=()):
         name = f"sbx-{i}"
         sock = self.dir / f"{name}.sock"
@@ -206,7 +214,8 @@ class Cluster:
         argv = [self.sbx_bin, "serve", "--socket", str(sock), "--pool", "0", "--image-store", str(store),
                 "--pod-cidr", f"10.88.{i}.0/24", "--pod-bridge", f"sbxk{i}", "--kube-node", name,
                 "--kubeconfig", str(self.dir / f"{name}.kubeconfig"), "--kube-node-ip", f"{NET}.{10 + i}",
-                "--kube-lease-seconds", str(self.lease_s), *extra]
+                "--kube-lease-seconds", str(self.lease_s), "--http", f"{NET}.{10 + i}:49983",
+                "--api-key", self.API_KEY, *extra]
         self._start(name, argv)
         self.nodes[name] = {"sock": sock, "i": i}
         def ready():
@@ -215,6 +224,22 @@ class Cluster:
             return self.node_ready(name)
         self.wait(ready, 60, f"node {name} to be Ready")
         return name
+
+    def start_gateway(self, extra=()):
+        argv = [self.sbx_bin, "serve", "--socket", str(self.dir / "gateway.sock"), "--pool", "0",
+                "--kube-gateway", f"{NET}.1:3000", "--kubeconfig", str(self.dir / "gateway.kubeconfig"),
+                "--api-key", self.API_KEY, *extra]
+        self._start("gateway", argv)
+
+        def up():
+            if self.procs["gateway"].poll() is not None:
+                raise AssertionError(f"the gateway exited: {self.log('gateway')}")
+            try:
+                urllib.request.urlopen(self.GATEWAY + "/sandboxes", timeout=2)
+            except urllib.error.HTTPError:
+                return True  # 401 without a key: it answers
+            return True
+        self.wait(up, 30, "the gateway to listen")
 
     def node_ready(self, name):
         n = self.api("GET", f"/api/v1/nodes/{name}")
@@ -240,7 +265,7 @@ class Cluster:
 
     def close(self):
         # The nodes first (their sandboxes go with them), then the control plane.
-        nodes = [n for n in self.procs if n.startswith("sbx-")]
+        nodes = [n for n in self.procs if n.startswith("sbx-") or n == "gateway"]
         for group in (nodes, [n for n in self.procs if n not in nodes]):
             for name in group:
                 self.procs[name].send_signal(signal.SIGTERM)
