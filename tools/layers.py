@@ -59,9 +59,9 @@ LAYERS = [
      "epoll): requests in, answers whole or streamed out, no routes"),
     ("e2b", ["http", "rpc"], "the E2B door: E2B's control plane and envd (Connect, /files, "
      "/health) on the HTTP listener, as a client of the daemon's own protocol"),
-    ("kube", ["http", "rpc"], "the daemon as a Kubernetes node: the API server's client, the "
-     "Node and its Lease, each bound pod a sandbox on the pod network, as a client of the "
-     "daemon's own protocol"),
+    ("kube", ["e2b"], "sbx on Kubernetes: the API server's client, each daemon a node (its "
+     "Node and Lease, each bound pod a sandbox on the pod network), and the gateway that makes "
+     "E2B's sandboxes Pods and forwards their envd calls to their nodes' doors"),
     ("cli", ["methods", "mcp", "e2b", "kube"], "the `sbx` program: one file per subcommand, the client "
      "connection they share"),
 ]
