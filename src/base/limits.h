@@ -483,6 +483,11 @@
  * Lease's duration unless given (renewed every quarter of it), how long a watch is asked to
  * last before it is resumed, the wait before a failed call or watch is tried again, the most
  * containers a pod may have, and the restart backoff's first and longest wait. */
+/* fds of a pod's container process beyond its sandbox's idle cost (its stdout and stderr
+ * pipes, its cgroup and that cgroup's events, its timer, a spare): a node offers as many pods
+ * as RLIMIT_NOFILE holds at SBX_SANDBOX_COST_FDS plus this each (measured: 24 fds per
+ * one-process pod in all), so kube-scheduler never binds a pod the daemon has no fds for. */
+#define SBX_KUBE_POD_PROCESS_FDS 6U
 /* --kube-label flags of one daemon. */
 #define SBX_MAX_KUBE_LABELS 32U
 #define SBX_KUBE_BODY_BYTES (64U * 1024 * 1024)

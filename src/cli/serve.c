@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/log.h"
@@ -725,6 +726,12 @@ static int serve_kube(Server *s, const ServeOptions *o, unsigned max, E2b *door,
                 return 2;
         }
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        /* Pods, not idle sandboxes: each has a process too (SBX_KUBE_POD_PROCESS_FDS). */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > SBX_DAEMON_RESERVE_FDS) {
+                uint64_t by_fds = (rl.rlim_cur - SBX_DAEMON_RESERVE_FDS) / (SBX_SANDBOX_COST_FDS + SBX_KUBE_POD_PROCESS_FDS);
+                max = (unsigned)MIN((uint64_t)max, by_fds);
+        }
         KubeNodeOptions ko = {
                 .name = o->kube_node, .kubeconfig = o->kubeconfig, .node_ip = o->kube_node_ip,
                 .pod_cidr = o->pod_cidr, .pods = max, .cpus = cpus > 0 ? (unsigned)cpus : 1,

@@ -393,6 +393,21 @@ static void cont_wait(KCont *c) {
                 cont_ended(c, 1, 0, "Error");
 }
 
+static void logs_answer(void *ud, json_t *result, json_t *error) {
+        KCont *c = ud;
+        const char *err = json_string_value(json_object_get(result, "stderr"));
+        const char *out = json_string_value(json_object_get(result, "stdout"));
+        const char *text = err && *err ? err : out;
+        if (text && *text && !c->message[0]) {
+                size_t n = strlen(text), keep = sizeof c->message - 1;
+                while (n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+                        n--;
+                size_t from = n > keep ? n - keep : 0;
+                snprintf(c->message, sizeof c->message, "%.*s", (int)(n - from), text + from);
+        }
+        cont_ended(c, c->exit_code, 0, NULL);
+}
+
 static void wait_answer(void *ud, json_t *result, json_t *error) {
         KCont *c = ud;
         if (!c->process_id[0])
@@ -407,13 +422,23 @@ static void wait_answer(void *ud, json_t *result, json_t *error) {
                 cont_ended(c, 137, 0, "Error");
                 return;
         }
-        json_t *code = json_object_get(result, "exitCode"), *sig = json_object_get(result, "signal");
-        int signal = 0;
-        if (json_is_integer(sig))
-                signal = (int)json_integer_value(sig);
-        int exit_code = json_is_integer(code) ? (int)json_integer_value(code) : signal ? 128 + signal : 1;
+        json_t *code = json_object_get(result, "exitCode");
+        const char *status = json_string_value(json_object_get(result, "status"));
+        int exit_code = json_is_integer(code) ? (int)json_integer_value(code) : 1;
         c->message[0] = 0;
-        cont_ended(c, exit_code, signal, NULL);
+        if (!json_is_integer(code))
+                snprintf(c->message, sizeof c->message, "sbx knows no exit status of it (%s)", status ? status : "?");
+        if (exit_code == 0) {
+                cont_ended(c, 0, 0, NULL);
+                return;
+        }
+        /* As terminationMessagePolicy FallbackToLogsOnError: a failed container's message is the
+         * end of what it wrote (stderr, else stdout), read before its record goes. */
+        c->exit_code = exit_code;
+        if (rpc_client_call(c->pod->node->rpc, "process.logs",
+                            json_pack("{s:s, s:s}", "sandboxId", c->pod->sandbox_id, "processId", c->process_id),
+                            logs_answer, c) < 0)
+                cont_ended(c, exit_code, 0, NULL);
 }
 
 static void start_answer(void *ud, json_t *result, json_t *error) {

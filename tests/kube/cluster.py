@@ -51,6 +51,20 @@ def _check(rc):
         raise OSError(e, os.strerror(e))
 
 
+class NetNs:
+    """A new network namespace for this thread (and what it starts) until leave(): loopback up,
+    nothing else."""
+
+    def __init__(self):
+        self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        _check(_libc.unshare(CLONE_NEWNET))
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+    def leave(self):
+        _check(_libc.setns(self._home, CLONE_NEWNET))
+        os.close(self._home)
+
+
 def _run(*argv, **kw):
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
 
@@ -277,7 +291,7 @@ class Cluster:
                     p.kill()
                     p.wait()
         self.procs.clear()
-        os.setns(self._home, CLONE_NEWNET) if hasattr(os, "setns") else _check(_libc.setns(self._home, CLONE_NEWNET))
+        _check(_libc.setns(self._home, CLONE_NEWNET))
         os.close(self._home)
         if os.environ.get("SBX_KUBE_KEEP"):
             print(f"cluster files kept in {self.dir}")
