@@ -488,6 +488,8 @@
  * as RLIMIT_NOFILE holds at SBX_SANDBOX_COST_FDS plus this each (measured: 24 fds per
  * one-process pod in all), so kube-scheduler never binds a pod the daemon has no fds for. */
 #define SBX_KUBE_POD_PROCESS_FDS 6U
+/* Where a node's kubelet endpoints listen (the kubelet's own port: the API server asks there). */
+#define SBX_KUBELET_PORT 10250U
 /* --kube-label flags of one daemon. */
 #define SBX_MAX_KUBE_LABELS 32U
 #define SBX_KUBE_BODY_BYTES (64U * 1024 * 1024)

@@ -115,6 +115,10 @@ static void usage(FILE *f) {
                 "      --kube-lease-seconds N  the node Lease's duration (default 40), renewed\n"
                 "                       every quarter of it\n"
                 "      --kube-label NAME=VALUE  a label of the Node; repeatable\n"
+                "      --kube-kubelet-cert FILE, --kube-kubelet-key FILE, --kube-kubelet-client-ca FILE\n"
+                "                       serve the kubelet's endpoints (kubectl logs) on the node's\n"
+                "                       address, port 10250, over HTTPS, to clients that the CA\n"
+                "                       signed (the API server's --kubelet-client-certificate)\n"
                 "      --kube-gateway ADDR  serve E2B's API for a cluster of sbx nodes on ADDR: a\n"
                 "                       sandbox is a Pod that kube-scheduler places, its envd calls\n"
                 "                       forwarded to its node's --http door (--api-key as --http's)\n"
@@ -239,7 +243,8 @@ static void redact_args_done(RedactArgs *a) {
 
 enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA, OPT_HTTP, OPT_API_KEY,
        OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX, OPT_POD_CIDR, OPT_POD_BRIDGE, OPT_KUBE_NODE, OPT_KUBECONFIG,
-       OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL, OPT_KUBE_GATEWAY, OPT_KUBE_NAMESPACE };
+       OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL, OPT_KUBE_GATEWAY, OPT_KUBE_NAMESPACE,
+       OPT_KUBELET_CERT, OPT_KUBELET_KEY, OPT_KUBELET_CA };
 
 static const struct option serve_opts[] = {
         { "stdio", no_argument, NULL, 's' },
@@ -280,6 +285,9 @@ static const struct option serve_opts[] = {
         { "kube-label", required_argument, NULL, OPT_KUBE_LABEL },
         { "kube-gateway", required_argument, NULL, OPT_KUBE_GATEWAY },
         { "kube-namespace", required_argument, NULL, OPT_KUBE_NAMESPACE },
+        { "kube-kubelet-cert", required_argument, NULL, OPT_KUBELET_CERT },
+        { "kube-kubelet-key", required_argument, NULL, OPT_KUBELET_KEY },
+        { "kube-kubelet-client-ca", required_argument, NULL, OPT_KUBELET_CA },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         {},
@@ -310,6 +318,7 @@ typedef struct ServeOptions {
         uint64_t image_store_max;
         const char *pod_cidr, *pod_bridge;
         const char *kube_node, *kubeconfig, *kube_node_ip, *kube_gateway, *kube_namespace;
+        const char *kubelet_cert, *kubelet_key, *kubelet_ca;
         long kube_lease;
         const char *kube_labels[SBX_MAX_KUBE_LABELS + 1];
         unsigned n_kube_labels;
@@ -499,6 +508,9 @@ static int serve_option(ServeOptions *o, int c) {
         case OPT_KUBE_NODE_IP: o->kube_node_ip = optarg; return 0;
         case OPT_KUBE_GATEWAY: o->kube_gateway = optarg; return 0;
         case OPT_KUBE_NAMESPACE: o->kube_namespace = optarg; return 0;
+        case OPT_KUBELET_CERT: o->kubelet_cert = optarg; return 0;
+        case OPT_KUBELET_KEY: o->kubelet_key = optarg; return 0;
+        case OPT_KUBELET_CA: o->kubelet_ca = optarg; return 0;
         case OPT_KUBE_LEASE: return serve_number("--kube-lease-seconds", optarg, 4, 3600, &o->kube_lease);
         case OPT_KUBE_LABEL:
                 if (!strchr(optarg, '=') || optarg[0] == '=' || o->n_kube_labels >= SBX_MAX_KUBE_LABELS) {
@@ -714,9 +726,10 @@ static int serve_http(Server *s, const ServeOptions *o, E2b **ret) {
  * status after saying why. */
 static int serve_kube(Server *s, const ServeOptions *o, unsigned max, E2b *door, KubeNode **ret) {
         if (!o->kube_node) {
-                if (o->kube_node_ip || o->n_kube_labels || o->kube_lease >= 0 || (o->kubeconfig && !o->kube_gateway)) {
-                        fprintf(stderr, "sbx serve: --kubeconfig, --kube-node-ip, --kube-label and "
-                                        "--kube-lease-seconds need --kube-node\n");
+                if (o->kube_node_ip || o->n_kube_labels || o->kube_lease >= 0 || (o->kubeconfig && !o->kube_gateway) ||
+                    o->kubelet_cert || o->kubelet_key || o->kubelet_ca) {
+                        fprintf(stderr, "sbx serve: --kubeconfig, --kube-node-ip, --kube-label, --kube-lease-seconds "
+                                        "and --kube-kubelet-* need --kube-node\n");
                         return 2;
                 }
                 return 0;
@@ -737,7 +750,8 @@ static int serve_kube(Server *s, const ServeOptions *o, unsigned max, E2b *door,
                 .pod_cidr = o->pod_cidr, .pods = max, .cpus = cpus > 0 ? (unsigned)cpus : 1,
                 .memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0,
                 .lease_s = o->kube_lease > 0 ? (unsigned)o->kube_lease : 0, .labels = o->kube_labels,
-                .door = door,
+                .door = door, .kubelet_cert = o->kubelet_cert, .kubelet_key = o->kubelet_key,
+                .kubelet_client_ca = o->kubelet_ca,
         };
         char err[512];
         if (kube_node_new(server_loop(s), &ko, connect_e2b, s, ret, err, sizeof err) < 0) {

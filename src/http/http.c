@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -62,8 +63,9 @@ struct HttpServer {
         int listen_fd, timer_fd;
         Watch ew, tw;
         uint16_t port;
-        bool loopback, run_due, yield_due, stopping;
+        bool loopback, run_due, yield_due, stopping, tls;
         HttpReq *reqs;
+        char *cert, *key, *trust; /* http_new_tls's copies, which MHD reads for as long as it runs */
 };
 
 static void schedule_run(HttpServer *h);
@@ -562,26 +564,57 @@ fail:;
 
 int http_new(Loop *loop, const char *addr, size_t max_body, const HttpOps *ops, void *data, HttpServer **ret,
              char *err, size_t errlen) {
+        return http_new_tls(loop, addr, max_body, NULL, ops, data, ret, err, errlen);
+}
+
+bool http_client_verified(HttpReq *r) {
+        if (!r->h->tls || !r->h->trust)
+                return false;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+        gnutls_session_t session = ci ? (gnutls_session_t)ci->tls_session : NULL;
+        unsigned status = 0, n = 0;
+        if (!session || !gnutls_certificate_get_peers(session, &n) || n == 0)
+                return false;
+        return gnutls_certificate_verify_peers2(session, &status) == GNUTLS_E_SUCCESS && status == 0;
+}
+
+int http_new_tls(Loop *loop, const char *addr, size_t max_body, const HttpServerTls *tls, const HttpOps *ops,
+                 void *data, HttpServer **ret, char *err, size_t errlen) {
         HttpServer *h = calloc(1, sizeof *h);
         if (!h)
                 return -ENOMEM;
         *h = (HttpServer){ .loop = loop, .ops = ops, .data = data, .max_body = max_body, .listen_fd = -1,
-                           .timer_fd = -1 };
+                           .timer_fd = -1, .tls = tls != NULL };
+        if (tls && (!tls->cert_pem || !tls->key_pem || !(h->cert = strdup(tls->cert_pem)) ||
+                    !(h->key = strdup(tls->key_pem)) || (tls->client_ca_pem && !(h->trust = strdup(tls->client_ca_pem))))) {
+                snprintf(err, errlen, "%s: TLS needs a certificate and its key", addr);
+                http_free(h);
+                return -EINVAL;
+        }
         int r = listen_on(h, addr, err, errlen);
         if (r < 0) {
-                free(h);
+                http_free(h);
                 return r;
         }
         h->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        /* The logger first, so that MHD's own words about the later options go to it. */
+        struct MHD_OptionItem opts[] = {
+                { MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_log, h },
+                { MHD_OPTION_LISTEN_SOCKET, h->listen_fd, NULL },
+                { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h },
+                { MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, h },
+                { MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h },
+                { MHD_OPTION_CONNECTION_LIMIT, (intptr_t)SBX_HTTP_MAX_CONNECTIONS, NULL },
+                { MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)SBX_HTTP_IDLE_S, NULL },
+                { h->tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, h->cert },
+                { MHD_OPTION_HTTPS_MEM_KEY, 0, h->key },
+                { h->trust ? MHD_OPTION_HTTPS_MEM_TRUST : MHD_OPTION_END, 0, h->trust },
+                { MHD_OPTION_END, 0, NULL },
+        };
         if (h->timer_fd >= 0)
-                h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                                        on_access, h, MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
-                                        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_URI_LOG_CALLBACK,
-                                        on_uri, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-                                        MHD_OPTION_CONNECTION_LIMIT,
-                                        (unsigned)SBX_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-                                        (unsigned)SBX_HTTP_IDLE_S, MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
-                                        MHD_OPTION_END);
+                h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                                                (h->tls ? MHD_USE_TLS : 0),
+                                        0, NULL, NULL, on_access, h, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
         const union MHD_DaemonInfo *i = h->d ? MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
         if (!i || (r = loop_add(loop, &h->ew, i->epoll_fd, EPOLLIN, epoll_event, h)) < 0 ||
             (r = loop_add(loop, &h->tw, h->timer_fd, EPOLLIN, timer_event, h)) < 0) {
@@ -617,6 +650,11 @@ HttpServer *http_free(HttpServer *h) {
         }
         /* MHD closes the listening socket it was given. */
         safe_close(h->timer_fd);
+        free(h->cert);
+        if (h->key)
+                explicit_bzero(h->key, strlen(h->key));
+        free(h->key);
+        free(h->trust);
         free(h);
         return NULL;
 }

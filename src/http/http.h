@@ -44,6 +44,18 @@ typedef struct HttpOps {
  * through ops. Returns 0, or -errno with err saying why. */
 int http_new(Loop *loop, const char *addr, size_t max_body, const HttpOps *ops, void *data, HttpServer **ret,
              char *err, size_t errlen);
+/* TLS for a listener (PEM, copied): its certificate and key, and the CA its clients'
+ * certificates must be signed by (NULL: none asked for). */
+typedef struct HttpServerTls {
+        const char *cert_pem, *key_pem, *client_ca_pem;
+} HttpServerTls;
+/* http_new over HTTPS. */
+int http_new_tls(Loop *loop, const char *addr, size_t max_body, const HttpServerTls *tls, const HttpOps *ops,
+                 void *data, HttpServer **ret, char *err, size_t errlen);
+/* Whether r's client showed a certificate that the listener's client CA signed and that is in
+ * its validity period. False on a plain listener. */
+bool http_client_verified(HttpReq *r);
+
 /* Ends every request (ops->finished with ok false) and closes the listener. */
 HttpServer *http_free(HttpServer *h);
 /* The port it listens on, and whether its address is a loopback one. */

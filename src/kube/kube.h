@@ -29,6 +29,10 @@ typedef struct KubeNodeOptions {
          * (annotated sbx.dev/e2b-token) are served by it, and the Node says where it is
          * (annotation sbx.dev/e2b-url) for the gateway to forward their envd calls. */
         E2b *door;
+        /* The kubelet's endpoints (`kubectl logs`) on node_ip:10250 over HTTPS: the node's
+         * certificate and key, and the CA that signed the API server's client certificate (the
+         * only client answered). All three or none (then there are none). PEM files. */
+        const char *kubelet_cert, *kubelet_key, *kubelet_client_ca;
 } KubeNodeOptions;
 
 /* Starts registering (the API server answers later: failures are logged and retried).

@@ -32,7 +32,13 @@ struct KubeNode {
         bool listing;
         KPod *pods_head;
         unsigned n_pods;
+        struct HttpServer *kubelet; /* the kubelet's endpoints (logs), or NULL */
 };
+
+/* kubelet.c: the kubelet's endpoints on the node's address (none when no certificate was
+ * given). Returns 0 or -errno with err. */
+int kubelet_start(KubeNode *n, const KubeNodeOptions *o, char *err, size_t errlen);
+void kubelet_stop(KubeNode *n);
 
 /* node.c asks pods.c */
 /* A pod of the node as the API server has it now (ADDED, MODIFIED, or listed). */
@@ -43,3 +49,8 @@ void kpod_gone(KubeNode *n, json_t *pod);
 void kpod_mark_all(KubeNode *n);
 void kpod_sweep_unseen(KubeNode *n);
 void kpod_free_all(KubeNode *n);
+/* The sandbox and process of a container of a pod of the node (its latest, or the one before
+ * with previous), for its logs. Returns 0, -ESRCH (no such pod), -ENOENT (no such container)
+ * or -ENODATA (no process of it yet). */
+int kpod_logs_target(KubeNode *n, const char *ns, const char *name, const char *container, bool previous,
+                     char sandbox[64], char process[32]);

@@ -60,7 +60,7 @@ static json_t *node_status(KubeNode *n) {
                          "allocatable", "cpu", cpus, "memory", mem, "pods", pods,
                          "conditions", conds,
                          "addresses", "type", "InternalIP", "address", n->node_ip, "type", "Hostname", "address", n->name,
-                         "daemonEndpoints", "kubeletEndpoint", "Port", 10250,
+                         "daemonEndpoints", "kubeletEndpoint", "Port", (int)SBX_KUBELET_PORT,
                          "nodeInfo", "kubeletVersion", "v1.20.2-sbx", "kubeProxyVersion", "", "operatingSystem", "linux",
                          "architecture", "amd64", "containerRuntimeVersion", "sbx://" SBX_VERSION, "kernelVersion",
                          u.release, "osImage", "sbx", "machineID", "", "systemUUID", "", "bootID", "");
@@ -367,6 +367,8 @@ int kube_node_new(Loop *loop, const KubeNodeOptions *o, KubeConnectFn connect, v
                 its.it_value = its.it_interval;
                 r = timerfd_settime(n->timer, 0, &its, NULL) < 0 ? negerrno() : 0;
         }
+        if (r == 0)
+                r = kubelet_start(n, o, err, errlen);
         if (r < 0) {
                 if (!err[0])
                         snprintf(err, errlen, "%s", strerror(-r));
@@ -381,6 +383,7 @@ int kube_node_new(Loop *loop, const KubeNodeOptions *o, KubeConnectFn connect, v
 KubeNode *kube_node_free(KubeNode *n) {
         if (!n)
                 return NULL;
+        kubelet_stop(n);
         kpod_free_all(n);
         if (n->watch)
                 kube_watch_cancel(n->watch);

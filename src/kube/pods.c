@@ -27,6 +27,7 @@ typedef struct KCont {
         json_t *env;   /* {NAME: value} */
         char *cwd;
         char process_id[32];
+        char last_process[32], prev_process[32]; /* the latest process and the one before: logs */
         CState state;
         const char *reason; /* waiting or terminated: a static word */
         char message[256];
@@ -454,6 +455,8 @@ static void start_answer(void *ud, json_t *result, json_t *error) {
                 return;
         }
         snprintf(c->process_id, sizeof c->process_id, "%s", id);
+        memcpy(c->prev_process, c->last_process, sizeof c->prev_process);
+        snprintf(c->last_process, sizeof c->last_process, "%s", id);
         c->state = C_RUNNING;
         c->reason = NULL;
         c->message[0] = 0;
@@ -820,4 +823,25 @@ void kpod_sweep_unseen(KubeNode *n) {
 void kpod_free_all(KubeNode *n) {
         while (n->pods_head)
                 pod_free(n->pods_head);
+}
+
+int kpod_logs_target(KubeNode *n, const char *ns, const char *name, const char *container, bool previous,
+                     char sandbox[64], char process[32]) {
+        for (KPod *p = n->pods_head; p; p = p->next) {
+                if (strcmp(p->ns, ns) || strcmp(p->name, name) || p->state == P_GONE)
+                        continue;
+                for (unsigned i = 0; i < p->n; i++) {
+                        KCont *c = &p->c[i];
+                        if (strcmp(c->name, container))
+                                continue;
+                        const char *id = previous ? c->prev_process : c->last_process;
+                        if (c->is_sandbox || !id[0] || !p->sandbox_id[0])
+                                return -ENODATA;
+                        snprintf(sandbox, 64, "%s", p->sandbox_id);
+                        snprintf(process, 32, "%s", id);
+                        return 0;
+                }
+                return -ENOENT;
+        }
+        return -ESRCH;
 }

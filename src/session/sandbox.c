@@ -66,6 +66,9 @@ struct SbxSandbox {
         char pod_ip[16];
         Job pod_job;
         Watch pod_w;
+        /* pid 1's READY came (setup may still wait for the pod job): what it sends from now on
+         * are reports of ended processes, never a second READY. */
+        bool init_ready;
 };
 
 /* ---------------------------------------------------------------- lists and observers */
@@ -268,7 +271,7 @@ static int pod_attach(SbxSandbox *sb) {
 static void ctl_event(Watch *w, uint32_t events) {
         SbxSandbox *sb = w->data;
         char err[512];
-        if (sb->setup > 0) {
+        if (sb->setup > 0 || sb->init_ready) {
                 pid_t pid;
                 int ws, r;
                 for (int i = 0; i < 64 && (r = box_read_exit(&sb->core.box, &pid, &ws)) > 0; i++)
@@ -282,6 +285,7 @@ static void ctl_event(Watch *w, uint32_t events) {
         int r = box_ready(&sb->core.box, err, sizeof err);
         if (r == 0)
                 return;
+        sb->init_ready = r > 0;
         if (r < 0) {
                 loop_del(sb->core.loop, &sb->ctl_w);
                 log_warn("sandbox %s: setup failed: %s", sb->core.box.id, err);

@@ -58,6 +58,11 @@ def node_sandboxes(c, name):
     return {sb["metadata"].get("k8sPod"): sb for sb in r["result"]["sandboxes"] if sb["metadata"].get("k8sPod")}
 
 
+def node_logs(c):
+    """What the nodes said that is not routine: for a failure's message."""
+    return {n: [l for l in c.log(n).splitlines() if "pod web" not in l][-15:] for n in c.nodes}
+
+
 def deployment(name, replicas, command, port=None, extra_spec=None):
     cont = {"name": name, "image": "sbx.dev/host", "command": command}
     if port:
@@ -193,15 +198,43 @@ def test_restart_policies(kube):
     kube.wait(lambda: get("once-bad")["status"].get("phase") == "Failed", 60, "once-bad to fail")
     term = get("once-bad")["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 3 and term["reason"] == "Error", json.dumps(get("once-bad")["status"]["containerStatuses"])
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("says-why", "Never", "echo first; echo it broke >&2; exit 2"))
+    kube.wait(lambda: get("says-why")["status"].get("phase") == "Failed", 60, "says-why to fail")
+    # A failed container's message is the end of what it wrote (FallbackToLogsOnError).
+    assert get("says-why")["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "it broke"
+    kube.api("DELETE", "/api/v1/namespaces/default/pods/says-why")
     kube.wait(lambda: get("retry")["status"]["containerStatuses"][0]["restartCount"] >= 2, 60,
               "retry to be restarted twice")
     st = get("retry")["status"]
     assert st["phase"] in ("Running", "Pending")
-    assert st["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 4
-    # kubectl logs is not served yet; the output is the daemon's (process.logs).
-    for n in ("once-ok", "once-bad", "retry"):
+    assert st["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 4, \
+        (json.dumps(st["containerStatuses"]), node_logs(kube))
+    # kubectl logs, through the API server to the node's kubelet endpoint; --previous is the
+    # restarted container's last run; -f is refused saying so.
+    assert kube.kubectl("logs", "once-ok").stdout == "done\n"
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("chatty", "Never", "for i in 1 2 3 4 5; do echo line$i; done"))
+    kube.wait(lambda: get("chatty")["status"].get("phase") == "Succeeded", 60, "chatty to succeed")
+    assert kube.kubectl("logs", "chatty", "--tail=2").stdout == "line4\nline5\n"
+    assert kube.kubectl("logs", "chatty", "--limit-bytes=3").stdout == "lin"
+    assert kube.kubectl("logs", "retry", "--previous", "-c", "c").returncode == 0
+    r = kube.kubectl("logs", "chatty", "-f", check=False, timeout=30)
+    assert r.returncode != 0 and "follow" in r.stderr, r.stderr
+    r = kube.kubectl("logs", "chatty", "-c", "nope", check=False)
+    assert r.returncode != 0
+    # The endpoint answers no one but the API server (a client certificate of its CA).
+    import ssl
+    ctx = ssl.create_default_context(cafile=str(kube.dir / "ca.crt"))
+    node = get("chatty")["status"]["hostIP"]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"https://{node}:10250/containerLogs/default/chatty/c", context=ctx, timeout=10)
+    assert e.value.code == 401
+    ctx.load_cert_chain(str(kube.dir / "kubelet-client.crt"), str(kube.dir / "kubelet-client.key"))
+    body = urllib.request.urlopen(f"https://{node}:10250/containerLogs/default/chatty/c", context=ctx, timeout=10).read()
+    assert body == b"line1\nline2\nline3\nline4\nline5\n"
+    for n in ("once-ok", "once-bad", "retry", "chatty"):
         kube.api("DELETE", f"/api/v1/namespaces/default/pods/{n}")
-    kube.wait(lambda: all(get(n) is None for n in ("once-ok", "once-bad", "retry")), 60, "the pods to be deleted")
+    kube.wait(lambda: all(get(n) is None for n in ("once-ok", "once-bad", "retry", "chatty")), 60,
+              "the pods to be deleted")
 
 
 def test_unsupported_spec_fails_with_reason(kube):

@@ -111,6 +111,18 @@ class Cluster:
            "/CN=kube-apiserver")
         sh("x509", "-req", "-in", "api.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
            "api.crt", "-days", "2", "-extfile", "san.cnf", "-extensions", "ext")
+        # The API server's client certificate for kubelets, and each node's serving one (its IP).
+        sh("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "kubelet-client.key", "-out", "kc.csr", "-subj",
+           "/CN=kube-apiserver-kubelet-client/O=system:masters")
+        sh("x509", "-req", "-in", "kc.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+           "kubelet-client.crt", "-days", "2")
+        for i in range(1, 6):
+            (d / f"node{i}.cnf").write_text("[req]\ndistinguished_name=dn\n[dn]\n[ext]\nsubjectAltName=IP:%s.%d\n"
+                                            % (NET, 10 + i))
+            sh("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"node{i}.key", "-out", f"node{i}.csr", "-subj",
+               f"/CN=sbx-{i}")
+            sh("x509", "-req", "-in", f"node{i}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+               f"node{i}.crt", "-days", "2", "-extfile", f"node{i}.cnf", "-extensions", "ext")
         sh("genrsa", "-out", "sa.key", "2048")
         sh("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
         self.tokens = {"admin": os.urandom(16).hex(), "gateway": os.urandom(16).hex()}
@@ -159,7 +171,8 @@ class Cluster:
             f"--service-account-key-file={d}/sa.pub", f"--service-account-signing-key-file={d}/sa.key",
             "--service-account-issuer=https://kubernetes.default.svc", "--service-cluster-ip-range=10.96.0.0/16",
             "--enable-admission-plugins=NodeRestriction", "--kubelet-preferred-address-types=InternalIP",
-            f"--kubelet-certificate-authority={d}/ca.crt", "--allow-privileged=true",
+            f"--kubelet-certificate-authority={d}/ca.crt", f"--kubelet-client-certificate={d}/kubelet-client.crt",
+            f"--kubelet-client-key={d}/kubelet-client.key", "--allow-privileged=true",
             f"--cert-dir={d}/apiserver-certs", "--v=1"])
         self.wait(lambda: self.api("GET", "/readyz", raw=True) == "ok", 120, "the API server to be ready")
         admin = str(d / "admin.kubeconfig")
@@ -229,7 +242,9 @@ class Cluster:
                 "--pod-cidr", f"10.88.{i}.0/24", "--pod-bridge", f"sbxk{i}", "--kube-node", name,
                 "--kubeconfig", str(self.dir / f"{name}.kubeconfig"), "--kube-node-ip", f"{NET}.{10 + i}",
                 "--kube-lease-seconds", str(self.lease_s), "--http", f"{NET}.{10 + i}:49983",
-                "--api-key", self.API_KEY, *extra]
+                "--api-key", self.API_KEY, "--kube-kubelet-cert", str(self.dir / f"node{i}.crt"),
+                "--kube-kubelet-key", str(self.dir / f"node{i}.key"), "--kube-kubelet-client-ca",
+                str(self.dir / "ca.crt"), *extra]
         self._start(name, argv)
         self.nodes[name] = {"sock": sock, "i": i}
         def ready():
