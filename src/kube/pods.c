@@ -61,6 +61,8 @@ struct KPod {
         KCont c[SBX_KUBE_MAX_CONTAINERS];
         int grace_timer;
         Watch gw;
+        char network[16];    /* annotation sbx.dev/network: "pod" (default), "none" or "allowlist" */
+        json_t *network_allow; /* annotation sbx.dev/network-allow, split: allowlist's patterns */
         char e2b_token[40];  /* annotation sbx.dev/e2b-token: the gateway's sandbox, served by the door */
         char e2b_template[64];
         json_t *sandbox_env; /* the sandbox container's env: the sandbox's own */
@@ -181,6 +183,7 @@ static void pod_free(KPod *p) {
         if (p->adopted && n->door)
                 e2b_release(n->door, p->sandbox_id);
         json_decref(p->sandbox_env);
+        json_decref(p->network_allow);
         LIST_UNLINK(n->pods_head, p);
         n->n_pods--;
         free(p);
@@ -576,13 +579,15 @@ static void pod_create(KPod *p, json_t *pod) {
         }
         char label[330];
         snprintf(label, sizeof label, "pod %s/%s", p->ns, p->name);
-        json_t *params = json_pack("{s:s, s:s, s:b, s:o, s:{s:s, s:s, s:s}}", "network", "pod", "label", label,
+        json_t *params = json_pack("{s:s, s:s, s:b, s:o, s:{s:s, s:s, s:s}}", "network", p->network, "label", label,
                                    "persist", 1, "limits", limits, "metadata", "k8sNamespace", p->ns, "k8sPod",
                                    p->name, "k8sUid", p->uid);
         if (image[0])
                 json_object_set_new(params, "image", json_string(image));
         if (json_object_size(p->sandbox_env))
                 json_object_set(params, "env", p->sandbox_env);
+        if (p->network_allow)
+                json_object_set(params, "networkAllow", p->network_allow);
         if (rpc_client_call(p->node->rpc, "sandbox.create", params, create_answer, p) < 0)
                 pod_fail(p, "SandboxCreateFailed", "the daemon's connection failed");
         else
@@ -679,6 +684,27 @@ static int pod_read(KPod *p, json_t *pod, char *msg, size_t msglen) {
         const char *token = json_string_value(json_object_get(ann, "sbx.dev/e2b-token"));
         const char *tpl = json_string_value(json_object_get(ann, "sbx.dev/e2b-template"));
         snprintf(p->e2b_token, sizeof p->e2b_token, "%s", token ? token : "");
+        /* sbx's egress controls, for a pod that asks: its own network namespace with loopback
+         * only, or that and the allowlist proxy (sbx/egress.h). Such a pod has no pod IP. */
+        const char *net = json_string_value(json_object_get(ann, "sbx.dev/network"));
+        const char *allow = json_string_value(json_object_get(ann, "sbx.dev/network-allow"));
+        snprintf(p->network, sizeof p->network, "%s", net ? net : "pod");
+        if (strcmp(p->network, "pod") && strcmp(p->network, "none") && strcmp(p->network, "allowlist")) {
+                snprintf(msg, msglen, "annotation sbx.dev/network is \"pod\", \"none\" or \"allowlist\", not \"%.32s\"",
+                         p->network);
+                return -EINVAL;
+        }
+        if (allow && strcmp(p->network, "allowlist")) {
+                snprintf(msg, msglen, "annotation sbx.dev/network-allow goes with sbx.dev/network: allowlist");
+                return -EINVAL;
+        }
+        if (!strcmp(p->network, "allowlist")) {
+                p->network_allow = json_array();
+                char *copy = strdup(allow ? allow : ""), *save = NULL;
+                for (char *t = copy ? strtok_r(copy, ", ", &save) : NULL; t; t = strtok_r(NULL, ", ", &save))
+                        json_array_append_new(p->network_allow, json_string(t));
+                free(copy);
+        }
         snprintf(p->e2b_template, sizeof p->e2b_template, "%s", tpl ? tpl : "");
         json_t *containers = json_object_get(spec, "containers");
         const char *rp = json_string_value(json_object_get(spec, "restartPolicy"));

@@ -259,6 +259,32 @@ def test_unsupported_spec_fails_with_reason(kube):
     kube.api("DELETE", "/api/v1/namespaces/default/pods/no-such-image")
 
 
+def test_pods_that_ask_for_sbx_egress_controls(kube):
+    target = running(kube, "web")[0]["status"]["podIP"]
+
+    def pod(name, cmd, **ann):
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": ann},
+                "spec": {"tolerations": [TOLERATION], "restartPolicy": "Never",
+                         "containers": [{"name": "c", "image": "sbx.dev/host", "command": ["bash", "-c", cmd]}]}}
+    reach = f"curl -s -m 3 -o /dev/null http://{target}:8080/"
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("open", reach))
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("closed", reach, **{"sbx.dev/network": "none"}))
+    kube.api("POST", "/api/v1/namespaces/default/pods",
+             pod("listed", "echo $HTTPS_PROXY", **{"sbx.dev/network": "allowlist",
+                                                   "sbx.dev/network-allow": "example.com, *.example.org"}))
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("wrong", "true", **{"sbx.dev/network": "wide"}))
+    get = lambda n: kube.api("GET", f"/api/v1/namespaces/default/pods/{n}")["status"]
+    done = lambda n: get(n).get("phase") in ("Succeeded", "Failed")
+    kube.wait(lambda: all(done(n) for n in ("open", "closed", "listed", "wrong")), 60, "the pods to end")
+    assert get("open")["phase"] == "Succeeded" and get("open")["podIP"].startswith("10.88.")
+    assert get("closed")["phase"] == "Failed" and not get("closed").get("podIP")
+    assert get("listed")["phase"] == "Succeeded"
+    assert kube.kubectl("logs", "listed").stdout == "http://127.0.0.1:3128\n"
+    assert get("wrong")["reason"] == "UnsupportedPodSpec" and "sbx.dev/network" in get("wrong")["message"]
+    for n in ("open", "closed", "listed", "wrong"):
+        kube.api("DELETE", f"/api/v1/namespaces/default/pods/{n}")
+
+
 def test_scale_down_deletes_pods_and_their_sandboxes(kube):
     kube.api("PATCH", "/apis/apps/v1/namespaces/default/deployments/web", {"spec": {"replicas": 24}},
              content_type="application/merge-patch+json")
