@@ -41,6 +41,7 @@ typedef struct KCont {
         Watch tw;
         /* A gateway's sandbox (E2B): no process of its own, running as long as the sandbox. */
         bool is_sandbox;
+        json_t *spec; /* its spec while its command waits for the image's (image.inspect) */
 } KCont;
 
 typedef enum PState { P_CREATING, P_STARTING, P_RUNNING, P_ENDED, P_DELETING, P_GONE } PState;
@@ -66,6 +67,7 @@ struct KPod {
         char e2b_token[40];  /* annotation sbx.dev/e2b-token: the gateway's sandbox, served by the door */
         char e2b_template[64];
         json_t *sandbox_env; /* the sandbox container's env: the sandbox's own */
+        json_t *pending_limits; /* while image.inspect is out: the limits sandbox.create will get */
         bool adopted;        /* e2b_adopt'ed by the door */
         bool creating;       /* sandbox.create is in flight */
         bool destroying;
@@ -168,6 +170,7 @@ static void cont_done(KCont *c) {
         free(c->command);
         free(c->cwd);
         json_decref(c->env);
+        json_decref(c->spec);
 }
 
 static void pod_free(KPod *p) {
@@ -184,6 +187,7 @@ static void pod_free(KPod *p) {
                 e2b_release(n->door, p->sandbox_id);
         json_decref(p->sandbox_env);
         json_decref(p->network_allow);
+        json_decref(p->pending_limits);
         LIST_UNLINK(n->pods_head, p);
         n->n_pods--;
         free(p);
@@ -561,6 +565,44 @@ static const char *host_root_image(const char *image) {
         return strcmp(image, "sbx.dev/host") == 0 || strncmp(image, "sbx.dev/host:", 13) == 0 ? "" : image;
 }
 
+static void sandbox_create(KPod *p, json_t *limits);
+
+static void inspected(void *ud, json_t *result, json_t *error) {
+        KPod *p = ud;
+        json_t *limits = p->pending_limits;
+        p->pending_limits = NULL;
+        if (p->state == P_DELETING || p->state == P_GONE) {
+                json_decref(limits);
+                p->creating = false;
+                pod_finish_delete(p);
+                return;
+        }
+        if (!result) {
+                json_decref(limits);
+                p->creating = false;
+                pod_fail(p, "SandboxCreateFailed", "%s",
+                         json_string_value(json_object_get(error, "message")) ?: "the image is not in the node's store");
+                return;
+        }
+        json_t *cfg = json_object_get(result, "config"); /* image.inspect answers the image itself */
+        char msg[300];
+        for (unsigned i = 0; i < p->n; i++) {
+                KCont *c = &p->c[i];
+                if (!c->spec)
+                        continue;
+                int r = cont_command(c, c->spec, cfg, msg, sizeof msg);
+                c->spec = (json_decref(c->spec), NULL);
+                if (r < 0) {
+                        json_decref(limits);
+                        p->creating = false;
+                        pod_fail(p, "UnsupportedPodSpec", "%s", msg);
+                        return;
+                }
+        }
+        p->creating = false;
+        sandbox_create(p, limits);
+}
+
 static void pod_create(KPod *p, json_t *pod) {
         json_t *spec = json_object_get(pod, "spec");
         json_t *containers = json_object_get(spec, "containers");
@@ -577,6 +619,23 @@ static void pod_create(KPod *p, json_t *pod) {
                 pod_fail(p, "UnsupportedPodSpec", "%s", msg);
                 return;
         }
+        for (unsigned i = 0; i < p->n; i++)
+                if (p->c[i].spec) {
+                        p->pending_limits = limits;
+                        if (rpc_client_call(p->node->rpc, "image.inspect", json_pack("{s:s}", "image", image), inspected,
+                                            p) < 0) {
+                                p->pending_limits = (json_decref(limits), NULL);
+                                pod_fail(p, "SandboxCreateFailed", "the daemon's connection failed");
+                        } else {
+                                p->creating = true;
+                        }
+                        return;
+                }
+        sandbox_create(p, limits);
+}
+
+static void sandbox_create(KPod *p, json_t *limits) {
+        const char *image = p->n ? host_root_image(p->c[0].image) : "";
         char label[330];
         snprintf(label, sizeof label, "pod %s/%s", p->ns, p->name);
         json_t *params = json_pack("{s:s, s:s, s:b, s:o, s:{s:s, s:s, s:s}}", "network", p->network, "label", label,
@@ -747,6 +806,12 @@ static int pod_read(KPod *p, json_t *pod, char *msg, size_t msglen) {
                         k->is_sandbox = true;
                         if (!p->sandbox_env)
                                 p->sandbox_env = json_incref(k->env);
+                        continue;
+                }
+                /* No command: the image's Entrypoint (and its Cmd unless args are given), read
+                 * before the sandbox is made. */
+                if (!json_array_size(cmd) && strcmp(host_root_image(k->image), "")) {
+                        k->spec = json_incref(c);
                         continue;
                 }
                 if (cont_command(k, c, NULL, msg, msglen) < 0)

@@ -47,7 +47,10 @@ def rpc(sock, method, params):
     f = s.makefile("rw")
     f.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}) + "\n")
     f.flush()
-    r = json.loads(f.readline())
+    while True:  # notifications (image.progress) come before the answer
+        r = json.loads(f.readline())
+        if r.get("id") == 1:
+            break
     s.close()
     return r
 
@@ -235,6 +238,38 @@ def test_restart_policies(kube):
         kube.api("DELETE", f"/api/v1/namespaces/default/pods/{n}")
     kube.wait(lambda: all(get(n) is None for n in ("once-ok", "once-bad", "retry", "chatty")), 60,
               "the pods to be deleted")
+
+
+def test_pod_from_an_image_of_the_nodes_store(kube, tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    import ocitool
+    layer = ocitool.tar_of_dir(ocitool.host_root(str(tmp_path / "root")))
+    cfg = ocitool.config_for([layer])
+    cfg["config"]["Entrypoint"] = ["/bin/cat"]
+    cfg["config"]["Cmd"] = ["/etc/image-marker"]
+    ocitool.write_docker_archive(str(tmp_path / "img.tar"), [layer], tags=("kube/cat:1",), config=cfg)
+    r = rpc(kube.nodes["sbx-1"]["sock"], "image.import", {"path": str(tmp_path / "img.tar")})
+    assert "result" in r, r
+
+    def pod(name, **cont):
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"tolerations": [TOLERATION], "restartPolicy": "Never", "nodeName": "sbx-1",
+                         "containers": [{"name": "c", "image": "kube/cat:1", **cont}]}}
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("img-cmd"))
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("img-args", args=["/opt/app/hello.txt"]))
+    kube.api("POST", "/api/v1/namespaces/default/pods", pod("img-command", command=["/bin/echo", "own"]))
+    get = lambda n: kube.api("GET", f"/api/v1/namespaces/default/pods/{n}")["status"]
+    names = ("img-cmd", "img-args", "img-command")
+    try:
+        kube.wait(lambda: all(get(n).get("phase") == "Succeeded" for n in names), 60, "the image's pods to succeed")
+    except TimeoutError:
+        raise AssertionError(({n: get(n) for n in names}, node_logs(kube)))
+    # Entrypoint and Cmd as Kubernetes reads them: args replace Cmd, command replaces both.
+    assert kube.kubectl("logs", "img-cmd").stdout == "sbx-test-image\n"
+    assert kube.kubectl("logs", "img-args").stdout == "hello from the image\n"
+    assert kube.kubectl("logs", "img-command").stdout == "own\n"
+    for n in names:
+        kube.api("DELETE", f"/api/v1/namespaces/default/pods/{n}")
 
 
 def test_unsupported_spec_fails_with_reason(kube):
