@@ -497,6 +497,8 @@
 #define SBX_KUBE_LEASE_S 40U
 #define SBX_KUBE_WATCH_S 300U
 #define SBX_KUBE_RETRY_MS 1000U
+/* An API call not answered in this long is given up (and, for a status, tried again later). */
+#define SBX_KUBE_CALL_MS 30000U
 #define SBX_KUBE_MAX_CONTAINERS 16U
 #define SBX_KUBE_BACKOFF_MS 1000U
 #define SBX_KUBE_BACKOFF_MAX_MS 60000U

@@ -326,6 +326,14 @@ int http_fetch_start(HttpClient *c, const char *method, const char *url, const c
         return 0;
 }
 
+void http_fetch_limit(HttpFetch *f, uint64_t total_ms) {
+        /* Before the deferred add_handle: curl reads options as the transfer starts. */
+        (void)curl_easy_setopt(f->easy, CURLOPT_TIMEOUT_MS, (long)total_ms);
+        (void)curl_easy_setopt(f->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+        (void)curl_easy_setopt(f->easy, CURLOPT_TCP_KEEPIDLE, 30L);
+        (void)curl_easy_setopt(f->easy, CURLOPT_TCP_KEEPINTVL, 10L);
+}
+
 void http_fetch_resume(HttpFetch *f) {
         if (!f->paused || f->cancelled)
                 return;

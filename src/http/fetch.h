@@ -42,5 +42,8 @@ HttpClient *http_client_free(HttpClient *c);
  * (copied). Returns 0 or -errno. */
 int http_fetch_start(HttpClient *c, const char *method, const char *url, const char *const *headers,
                      const uint8_t *body, size_t len, const HttpFetchOps *ops, void *ud, HttpFetch **ret);
+/* Right after http_fetch_start: give up after total_ms in all (0: never), and keep the
+ * connection's TCP alive, so that a peer gone without a word is noticed. */
+void http_fetch_limit(HttpFetch *f, uint64_t total_ms);
 void http_fetch_resume(HttpFetch *f);
 void http_fetch_cancel(HttpFetch *f);

@@ -184,6 +184,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                 r->path = strdup(url);
                 if (!r->method || !r->path)
                         return MHD_NO; /* the completed callback frees it */
+                /* Only origin-form targets ("/path"): MHD takes "@host/x" too, which an owner that
+                 * forwards (a URL of its base and the target) would send to that host. */
+                if (r->path[0] != '/' || (r->uri && r->uri[0] != '/')) {
+                        r->early = 400;
+                        return MHD_YES;
+                }
                 if (h->ops->head) {
                         r->seen = true; /* the owner may hold state for it from here */
                         int m = h->ops->head(h->data, r);

@@ -378,9 +378,14 @@ static int start(KubeApi *a, KubeCall *k, const char *method, const char *path, 
                                  &call_ops, k, &k->f);
         free(url);
         free(text);
-        if (r < 0)
+        if (r < 0) {
                 call_free(k);
-        return r;
+                return r;
+        }
+        /* A call answers in seconds; a watch is closed by the server after SBX_KUBE_WATCH_S. Past
+         * either, the connection is taken for dead (a NAT or a balancer dropped it unsaid). */
+        http_fetch_limit(k->f, k->watch ? (SBX_KUBE_WATCH_S + 60) * 1000ull : SBX_KUBE_CALL_MS);
+        return 0;
 }
 
 int kube_api_call(KubeApi *a, const char *method, const char *path, const char *content_type, json_t *body,

@@ -29,7 +29,7 @@
 
 typedef struct GPod {
         struct GPod *next, *prev;
-        char name[64], node[254], sbx[64], token[E2B_TOKEN_HEX + 1], tpl[64];
+        char name[64], uid[64], node[254], sbx[64], token[E2B_TOKEN_HEX + 1], tpl[64];
         char phase[16], reason[64], message[300];
         bool running, deleting;
         uint64_t created_ms, end_ms;
@@ -183,9 +183,11 @@ static void inf_watch(Informer *f) {
 static void inf_listed(void *ud, unsigned status, json_t *body, const char *err) {
         Informer *f = ud;
         f->listing = false;
-        if (status != 200) {
+        if (status != 200 || !json_is_array(json_object_get(body, "items"))) {
+                /* A 200 whose body is not a list (cut, or a proxy's page) clears nothing. */
                 log_warn("kube gateway: %s not listed (%u): %s", f->what, status,
-                         status ? json_string_value(json_object_get(body, "message")) : err);
+                         status == 200 ? "the answer is not a list"
+                         : status ? json_string_value(json_object_get(body, "message")) ?: "(no message)" : err);
                 inf_retry(f);
                 return;
         }
@@ -263,6 +265,8 @@ static void pod_upsert(KubeGateway *g, json_t *o) {
                 LIST_LINK(g->pods, p);
         }
         json_t *spec = json_object_get(o, "spec"), *st = json_object_get(o, "status");
+        const char *uid = meta_str(o, "uid");
+        snprintf(p->uid, sizeof p->uid, "%s", uid ? uid : "");
         const char *node = json_string_value(json_object_get(spec, "nodeName"));
         snprintf(p->node, sizeof p->node, "%s", node ? node : "");
         const char *phase = json_string_value(json_object_get(st, "phase"));
@@ -323,7 +327,7 @@ static void nodes_clear(KubeGateway *g) {
 static void lost_patched(void *ud, unsigned status, json_t *body, const char *err) {
         if (status != 200 && status != 404)
                 log_warn("kube gateway: a lost node's pod not marked (%u): %s", status,
-                         status ? json_string_value(json_object_get(body, "message")) : err);
+                         status ? json_string_value(json_object_get(body, "message")) ?: "(no message)" : err);
 }
 
 static void lost_listed(void *ud, unsigned status, json_t *body, const char *err) {
@@ -344,6 +348,9 @@ static void lost_listed(void *ud, unsigned status, json_t *body, const char *err
                 json_t *patch = json_pack("{s:{s:s, s:s, s:s, s:[{s:s, s:s, s:s, s:s}]}}", "status", "phase", "Failed",
                                           "reason", "NodeLost", "message", msg, "conditions", "type", "Ready", "status",
                                           "False", "reason", "NodeLost", "lastTransitionTime", t);
+                const char *uid = meta_str(pod, "uid");
+                if (patch && uid)
+                        json_object_set_new(patch, "metadata", json_pack("{s:s}", "uid", uid));
                 (void)kube_api_call(g->api, "PATCH", path, "application/merge-patch+json", patch, lost_patched, g);
         }
 }
@@ -396,10 +403,10 @@ static json_t *sandbox_json(const GPod *p) {
 
 static json_t *detail_json(const GPod *p) {
         json_t *o = sandbox_json(p);
-        json_object_update_new(o, json_pack("{s:o, s:o, s:s, s:i, s:i, s:i, s:O}", "startedAt", rfc3339(p->created_ms),
+        json_object_update_new(o, json_pack("{s:o, s:o, s:s, s:i, s:i, s:i, s:o}", "startedAt", rfc3339(p->created_ms),
                                             "endAt", rfc3339(p->end_ms ? p->end_ms : p->created_ms + 31ULL * 86400000),
                                             "state", "running", "cpuCount", 1, "memoryMB", 512, "diskSizeMB", 256,
-                                            "metadata", p->metadata ? p->metadata : json_object()));
+                                            "metadata", p->metadata ? json_incref(p->metadata) : json_object()));
         return o;
 }
 
@@ -442,7 +449,7 @@ static void created(void *ud, unsigned status, json_t *body, const char *err) {
                 return;
         }
         reply_error(q->r, status == 403 ? 403 : 503, "the sandbox's pod was not made (%u): %s", status,
-                    status ? json_string_value(json_object_get(body, "message")) : err);
+                    status ? json_string_value(json_object_get(body, "message")) ?: "(no message)" : err);
 }
 
 static const char *template_image(const char *tpl) {
@@ -501,15 +508,17 @@ static void deleted(void *ud, unsigned status, json_t *body, const char *err) {
                 reply_error(q->r, 404, "sandbox %s not found", q->id);
         else
                 reply_error(q->r, 502, "the sandbox's pod was not deleted (%u): %s", status,
-                            status ? json_string_value(json_object_get(body, "message")) : err);
+                            status ? json_string_value(json_object_get(body, "message")) ?: "(no message)" : err);
 }
 
-static void delete_pod(KubeGateway *g, const char *name, KubeAnswerFn fn, void *ud) {
+/* Only a pod of the gateway's own (the informer's: labelled sbx.dev/e2b), and only that very
+ * pod (its uid as the precondition): a name is not enough to delete by. */
+static void delete_pod(KubeGateway *g, const GPod *p, KubeAnswerFn fn, void *ud) {
         char path[300];
-        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", g->ns, name);
+        snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", g->ns, p->name);
         (void)kube_api_call(g->api, "DELETE", path, NULL,
-                            json_pack("{s:s, s:s, s:i}", "kind", "DeleteOptions", "apiVersion", "v1",
-                                      "gracePeriodSeconds", 0),
+                            json_pack("{s:s, s:s, s:i, s:{s:s}}", "kind", "DeleteOptions", "apiVersion", "v1",
+                                      "gracePeriodSeconds", 0, "preconditions", "uid", p->uid),
                             fn, ud);
 }
 
@@ -572,8 +581,11 @@ static void control_plane(GReq *q) {
         snprintf(q->id, sizeof q->id, "%.*s", (int)n, rest);
         const char *sub = rest + n;
         GPod *p = pod_find(q->g, q->id);
-        if (!*sub && !strcmp(m, "DELETE"))
-                return delete_pod(q->g, q->id, deleted, q);
+        if (!*sub && !strcmp(m, "DELETE")) {
+                if (!p)
+                        return reply_error(q->r, 404, "sandbox %s not found", q->id);
+                return delete_pod(q->g, p, deleted, q);
+        }
         if (!p || !p->running)
                 return reply_error(q->r, 404, "sandbox %s not found%s%s", q->id, p && p->reason[0] ? ": " : "",
                                    p && p->reason[0] ? p->message : "");
@@ -785,13 +797,14 @@ static void tick_event(Watch *w, uint32_t events) {
                         reply_error(q->r, 503, "the sandbox's pod %s did not run within %u s (%s%s%s)", q->id,
                                     CREATE_WAIT_MS / 1000, p && p->node[0] ? "bound to " : "not placed: no sbx node "
                                     "took it", p && p->node[0] ? p->node : "", p && p->reason[0] ? p->reason : "");
-                        delete_pod(g, q->id, ignore_answer, g);
+                        if (p)
+                                delete_pod(g, p, ignore_answer, g);
                 }
         }
         for (GPod *p = g->pods; p; p = p->next)
                 if (p->end_ms && wall >= p->end_ms && !p->deleting) {
                         p->deleting = true;
-                        delete_pod(g, p->name, ignore_answer, g);
+                        delete_pod(g, p, ignore_answer, g);
                 }
 }
 

@@ -45,6 +45,7 @@ static const char *tail_lines(const char *s, size_t len, long tail) {
 static void logs_answer(void *ud, json_t *result, json_t *error) {
         LogReq *q = ud;
         HttpReq *r = q->r;
+        http_set_user(r, NULL); /* answered here: on_finished has nothing to free */
         if (!result) {
                 free(q);
                 return reply_text(r, 404, json_string_value(json_object_get(error, "message")) ?: "no logs");

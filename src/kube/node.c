@@ -183,7 +183,7 @@ static void lease_answer(void *ud, unsigned status, json_t *body, const char *er
 }
 
 static void lease_renew(KubeNode *n) {
-        char path[300];
+        char path[400];
         snprintf(path, sizeof path, "/apis/coordination.k8s.io/v1/namespaces/" LEASE_NS "/leases/%s", n->name);
         json_t *o = lease_object(n);
         json_object_del(o, "metadata");
@@ -262,8 +262,11 @@ static void watch_start(KubeNode *n) {
 static void list_answer(void *ud, unsigned status, json_t *body, const char *err) {
         KubeNode *n = ud;
         n->listing = false;
-        if (status != 200) {
-                log_warn("kube: node %s: pods not listed (%u): %s", n->name, status, api_message(status, body, err));
+        if (status != 200 || !json_is_array(json_object_get(body, "items"))) {
+                /* A 200 whose body is not a list (cut, or a proxy's page) must not read as "no
+                 * pods": that would destroy every sandbox of the node. */
+                log_warn("kube: node %s: pods not listed (%u): %s", n->name, status,
+                         status == 200 ? "the answer is not a list" : api_message(status, body, err));
                 retry_in(n, SBX_KUBE_RETRY_MS);
                 return;
         }

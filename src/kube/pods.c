@@ -69,6 +69,8 @@ struct KPod {
         json_t *sandbox_env; /* the sandbox container's env: the sandbox's own */
         json_t *pending_limits; /* while image.inspect is out: the limits sandbox.create will get */
         bool adopted;        /* e2b_adopt'ed by the door */
+        bool lost;           /* the cluster declared this node lost: the pod is Failed and not ours */
+        bool deleted_lost;   /* ... and its deletion was confirmed */
         bool creating;       /* sandbox.create is in flight */
         bool destroying;
         bool status_inflight, status_dirty;
@@ -97,7 +99,7 @@ static int quantity(const char *s, double *ret) {
         char *end;
         errno = 0;
         double v = strtod(s, &end);
-        if (errno || end == s || v < 0)
+        if (errno || end == s || !(v >= 0) || v > 1e15)
                 return -EINVAL;
         static const struct {
                 const char *suffix;
@@ -278,7 +280,8 @@ static json_t *pod_status_json(KPod *p) {
                 json_object_set_new(st, "reason", json_string(p->reason));
                 json_object_set_new(st, "message", json_string(p->message));
         }
-        return json_pack("{s:o}", "status", st);
+        /* The pod's uid: a patch must not land on a new pod of the same name. */
+        return json_pack("{s:{s:s}, s:o}", "metadata", "uid", p->uid, "status", st);
 }
 
 static void status_answer(void *ud, unsigned status, json_t *body, const char *err) {
@@ -289,7 +292,7 @@ static void status_answer(void *ud, unsigned status, json_t *body, const char *e
                 return;
         if (status < 200 || status > 299)
                 log_warn("kube: pod %s/%s: status not written (%u): %s", p->ns, p->name, status,
-                         status ? json_string_value(json_object_get(body, "message")) : err);
+                         status ? json_string_value(json_object_get(body, "message")) ?: "(no message)" : err);
         if (p->status_dirty) {
                 p->status_dirty = false;
                 pod_status_send(p);
@@ -298,7 +301,7 @@ static void status_answer(void *ud, unsigned status, json_t *body, const char *e
 
 /* The status as a merge patch of pods/NAME/status: one at a time, the newest state last. */
 static void pod_status_send(KPod *p) {
-        if (p->state == P_GONE)
+        if (p->state == P_GONE || p->lost)
                 return;
         if (p->status_inflight) {
                 p->status_dirty = true;
@@ -462,6 +465,11 @@ static void start_answer(void *ud, json_t *result, json_t *error) {
                 return;
         }
         snprintf(c->process_id, sizeof c->process_id, "%s", id);
+        if (p->state == P_DELETING) /* started while the pod was being deleted: it ends too */
+                (void)rpc_client_call(p->node->rpc, "process.kill",
+                                      json_pack("{s:s, s:s, s:s}", "sandboxId", p->sandbox_id, "processId", id, "signal",
+                                                "TERM"),
+                                      NULL, NULL);
         memcpy(c->prev_process, c->last_process, sizeof c->prev_process);
         snprintf(c->last_process, sizeof c->last_process, "%s", id);
         c->state = C_RUNNING;
@@ -659,7 +667,7 @@ static void delete_answer(void *ud, unsigned status, json_t *body, const char *e
         KPod *p = ud;
         if (status != 200 && status != 404 && status != 409)
                 log_warn("kube: pod %s/%s: not deleted (%u): %s", p->ns, p->name, status,
-                         status ? json_string_value(json_object_get(body, "message")) : err);
+                         status ? json_string_value(json_object_get(body, "message")) ?: "(no message)" : err);
         /* The DELETED event frees the record. */
 }
 
@@ -671,12 +679,14 @@ static void destroy_answer(void *ud, json_t *result, json_t *error) {
         p->sandbox_id[0] = 0;
         char path[512];
         snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", p->ns, p->name);
+        if (p->state == P_GONE || p->lost) {
+                if (p->state == P_GONE)
+                        pod_free(p);
+                return;
+        }
         json_t *body = json_pack("{s:s, s:s, s:i, s:{s:s}}", "kind", "DeleteOptions", "apiVersion", "v1",
                                  "gracePeriodSeconds", 0, "preconditions", "uid", p->uid);
-        if (p->state == P_GONE)
-                pod_free(p);
-        else
-                (void)kube_api_call(p->node->api, "DELETE", path, NULL, body, delete_answer, p);
+        (void)kube_api_call(p->node->api, "DELETE", path, NULL, body, delete_answer, p);
 }
 
 /* What the grace period was for is over (every container ended, or it ran out): the sandbox
@@ -709,6 +719,17 @@ static void grace_event(Watch *w, uint32_t events) {
 }
 
 static void pod_delete(KPod *p, json_t *pod) {
+        if (p->lost && !p->sandbox_id[0] && !p->deleted_lost) {
+                /* Its sandbox went when it was declared lost: the pod's last word, at once. */
+                char path[512];
+                p->deleted_lost = true;
+                snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", p->ns, p->name);
+                (void)kube_api_call(p->node->api, "DELETE", path, NULL,
+                                    json_pack("{s:s, s:s, s:i, s:{s:s}}", "kind", "DeleteOptions", "apiVersion", "v1",
+                                              "gracePeriodSeconds", 0, "preconditions", "uid", p->uid),
+                                    delete_answer, p);
+                return;
+        }
         if (p->state == P_DELETING || p->destroying)
                 return;
         p->state = P_DELETING;
@@ -869,6 +890,22 @@ void kpod_seen(KubeNode *n, json_t *pod) {
                 return;
         }
         p->seen = true;
+        /* The gateway marked it Failed (NodeLost) while this node could not renew its lease: the
+         * cluster has replaced it, so its sandbox goes and its status is the cluster's now. */
+        json_t *st = json_object_get(pod, "status");
+        const char *phase = json_string_value(json_object_get(st, "phase"));
+        const char *reason = json_string_value(json_object_get(st, "reason"));
+        if (!p->lost && phase && reason && !strcmp(phase, "Failed") && !strcmp(reason, "NodeLost") &&
+            strcmp(p->phase, "Failed")) {
+                log_warn("kube: pod %s/%s was declared lost with this node: its sandbox goes", p->ns, p->name);
+                p->lost = true;
+                p->state = P_ENDED;
+                for (unsigned i = 0; i < p->n; i++)
+                        rpc_client_forget(n->rpc, &p->c[i]);
+                p->destroying = false;
+                pod_finish_delete(p);
+                return;
+        }
         if (deleting)
                 pod_delete(p, pod);
 }

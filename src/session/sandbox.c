@@ -291,13 +291,15 @@ static void ctl_event(Watch *w, uint32_t events) {
                 log_warn("sandbox %s: setup failed: %s", sb->core.box.id, err);
                 snprintf(sb->core.setup_error, sizeof sb->core.setup_error, "%s", err);
         }
-        /* On failure pid 1 exits too, and init_event() answers what waits. */
-        if (r > 0 && sb->pod_addr && (r = pod_attach(sb)) < 0) {
+        /* With a pod network, setup is over when its job is (pod_job_event). */
+        if (r > 0 && sb->pod_addr) {
+                if ((r = pod_attach(sb)) == 0)
+                        return;
                 snprintf(sb->core.setup_error, sizeof sb->core.setup_error, "pod network: %s", strerror(-r));
                 box_kill(&sb->core.box, true);
         }
-        if (r <= 0 || !sb->pod_addr)
-                settle(sb, r > 0 ? 1 : r);
+        /* On failure pid 1 exits too, and init_event() answers what waits. */
+        settle(sb, r > 0 ? 1 : r);
 }
 
 /* pid 1 did not build the root in time: setup fails and pid 1 goes (init_event() follows). */
