@@ -356,15 +356,7 @@ static void control_plane(E2bReq *q) {
 /* ---------------------------------------------------------------- the listener's ops */
 
 /* X-API-KEY: one of --api-key's; with none configured, any (or none) from loopback only. */
-static bool key_ok(E2bReq *q) {
-        const char *k = http_header(q->r, "X-API-KEY");
-        if (!q->g->n_keys)
-                return http_from_loopback(q->r);
-        for (size_t i = 0; k && i < q->g->n_keys; i++)
-                if (strcmp(k, q->g->keys[i]) == 0)
-                        return true;
-        return false;
-}
+static bool key_ok(E2bReq *q) { return http_api_key_ok(q->r, q->g->keys, q->g->n_keys); }
 
 static E2bReq *req_of(E2b *g, HttpReq *r) {
         E2bReq *q = http_user(r);
@@ -416,7 +408,7 @@ static void on_request(void *data, HttpReq *r) {
 
 static void on_drained(void *data, HttpReq *r) {
         E2bReq *q = http_user(r);
-        if (q->fetch)
+        if (q->fwd.fetch)
                 ports_drained(q);
         else
                 envd_drained(q);

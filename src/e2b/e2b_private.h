@@ -11,6 +11,7 @@
 #include "rpc/client.h"
 #include "e2b/e2b.h"
 #include "http/fetch.h"
+#include "http/forward.h"
 #include "http/http.h"
 
 #define E2B_TEMPLATE "base"
@@ -49,7 +50,7 @@ typedef struct E2bReq {
         json_t *in;       /* the request's JSON (Connect message or REST body) */
         json_t *scratch;  /* what a step keeps for the next: a start's params, connect's "was paused" */
         RpcClient *own;   /* a stream's connection of its own */
-        HttpFetch *fetch; /* a forwarded request on its way */
+        HttpForward fwd;  /* a forwarded request (ports.c) */
         unsigned port;
         bool streaming, pty;
         bool told_error;   /* /execute: the cell's error line was written */

@@ -10,11 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include "base/limits.h"
 #include "base/util.h"
 #include "e2b/e2b_private.h"
-#include "http/fetch.h"
+#include "http/forward.h"
 
 /* envd's own port (49983) is envd, served by path. */
 bool ports_route(E2bReq *q) {
@@ -23,46 +22,8 @@ bool ports_route(E2bReq *q) {
         return e2b_host_target(http_header(q->r, "Host"), &port, id) && port != E2B_ENVD_PORT;
 }
 
-static bool hop_by_hop(const char *name) {
-        static const char *const hop[] = { "Connection", "Keep-Alive", "Transfer-Encoding", "TE", "Trailer",
-                                           "Upgrade", "Proxy-Connection", "Proxy-Authorization", "Content-Length",
-                                           "Expect" };
-        for (size_t i = 0; i < ELEMENTSOF(hop); i++)
-                if (strcasecmp(name, hop[i]) == 0)
-                        return true;
-        return false;
-}
-
-static void fetch_head(void *ud, unsigned status, const char *const *headers) {
+static void forward_failed(void *ud, int error, const char *message) {
         E2bReq *q = ud;
-        const char *out[2 * SBX_HTTP_FETCH_MAX_HEADERS + 1];
-        size_t n = 0;
-        for (size_t i = 0; headers[i] && headers[i + 1] && n + 2 < ELEMENTSOF(out); i += 2)
-                if (!hop_by_hop(headers[i])) {
-                        out[n++] = headers[i];
-                        out[n++] = headers[i + 1];
-                }
-        out[n] = NULL;
-        if (http_stream_start(q->r, status, NULL, out) == 0)
-                q->streaming = true;
-}
-
-static bool fetch_data(void *ud, const uint8_t *d, size_t n) {
-        E2bReq *q = ud;
-        if (!q->streaming || http_stream_write(q->r, d, n) < 0)
-                return false;
-        return http_stream_queued(q->r) >= HTTP_STREAM_HIGH;
-}
-
-static void fetch_done(void *ud, int error, const char *message) {
-        E2bReq *q = ud;
-        q->fetch = NULL;
-        if (q->streaming) {
-                /* A cut answer is told by ending the stream early: nothing else can be said. */
-                http_stream_end(q->r);
-                q->streaming = false;
-                return;
-        }
         /* The exposed port accepts for the sandbox and resets when nothing listens inside. */
         bool nobody = error == -ECONNREFUSED || error == -ECONNRESET;
         e2b_reply_rest_error(q, 502, "port %u of sandbox %s: %s", q->port, q->box->id,
@@ -71,32 +32,13 @@ static void fetch_done(void *ud, int error, const char *message) {
                                     : message);
 }
 
-static const HttpFetchOps fetch_ops = { .head = fetch_head, .data = fetch_data, .done = fetch_done };
-
-struct Headers {
-        const char **v;
-        size_t n, cap;
-};
-
-static void add_header(void *ud, const char *name, const char *value) {
-        struct Headers *h = ud;
-        if (hop_by_hop(name) || h->n + 3 > h->cap)
-                return;
-        h->v[h->n++] = name;
-        h->v[h->n++] = value;
-        h->v[h->n] = NULL;
-}
-
 static void forward(E2bReq *q, unsigned host_port) {
         char url[SBX_HTTP_FETCH_HEADER_BYTES];
         if (snprintf(url, sizeof url, "http://127.0.0.1:%u%s", host_port, http_uri(q->r)) >= (int)sizeof url)
                 return e2b_reply_rest_error(q, 414, "the URI is too long to forward");
-        const char *v[2 * SBX_HTTP_FETCH_MAX_HEADERS + 1] = { NULL };
-        struct Headers h = { v, 0, ELEMENTSOF(v) };
-        http_headers(q->r, add_header, &h);
-        size_t n;
-        const uint8_t *body = http_body(q->r, &n);
-        int r = http_fetch_start(q->g->fetch, http_method(q->r), url, v, body, n, &fetch_ops, q, &q->fetch);
+        q->fwd.failed = forward_failed;
+        q->fwd.ud = q;
+        int r = http_forward_start(&q->fwd, q->g->fetch, q->r, url, NULL, NULL);
         if (r < 0)
                 e2b_reply_rest_error(q, 502, "cannot forward to port %u: %s", q->port, strerror(-r));
 }
@@ -150,14 +92,6 @@ void ports_request(E2bReq *q) {
         (void)rpc_client_call(q->g->rpc, "port.list", json_pack("{s:s}", "sandboxId", q->box->id), listed, q);
 }
 
-void ports_drained(E2bReq *q) {
-        if (q->fetch)
-                http_fetch_resume(q->fetch);
-}
+void ports_drained(E2bReq *q) { http_forward_drained(&q->fwd); }
 
-void ports_finished(E2bReq *q) {
-        if (q->fetch) {
-                http_fetch_cancel(q->fetch);
-                q->fetch = NULL;
-        }
-}
+void ports_finished(E2bReq *q) { http_forward_cancel(&q->fwd); }

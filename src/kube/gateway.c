@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include "base/util.h"
 #include "e2b/e2b.h"
 #include "http/fetch.h"
+#include "http/forward.h"
 #include "http/http.h"
 #include "kube/api.h"
 #include "kube/gateway.h"
@@ -46,8 +46,8 @@ typedef struct GReq {
         struct GReq *next, *prev; /* waiting creates */
         struct KubeGateway *g;
         HttpReq *r;
-        HttpFetch *fetch;
-        bool streaming, waiting;
+        HttpForward fwd;
+        bool waiting;
         json_t *in;
         char id[64];
         uint64_t wait_until;
@@ -601,62 +601,9 @@ static void control_plane(GReq *q) {
 
 /* ---------------------------------------------------------------- forwarding to the node */
 
-static bool hop_by_hop(const char *name) {
-        static const char *const hop[] = { "Connection", "Keep-Alive", "Transfer-Encoding", "TE", "Trailer",
-                                           "Upgrade", "Proxy-Connection", "Proxy-Authorization", "Content-Length",
-                                           "Expect", "Host", "E2b-Sandbox-Id" };
-        for (size_t i = 0; i < ELEMENTSOF(hop); i++)
-                if (strcasecmp(name, hop[i]) == 0)
-                        return true;
-        return false;
-}
-
-static void fwd_head(void *ud, unsigned status, const char *const *headers) {
+static void forward_failed(void *ud, int error, const char *message) {
         GReq *q = ud;
-        const char *out[2 * SBX_HTTP_FETCH_MAX_HEADERS + 1];
-        size_t n = 0;
-        for (size_t i = 0; headers[i] && headers[i + 1] && n + 2 < ELEMENTSOF(out); i += 2)
-                if (!hop_by_hop(headers[i])) {
-                        out[n++] = headers[i];
-                        out[n++] = headers[i + 1];
-                }
-        out[n] = NULL;
-        if (http_stream_start(q->r, status, NULL, out) == 0)
-                q->streaming = true;
-}
-
-static bool fwd_data(void *ud, const uint8_t *d, size_t n) {
-        GReq *q = ud;
-        if (!q->streaming || http_stream_write(q->r, d, n) < 0)
-                return false;
-        return http_stream_queued(q->r) >= HTTP_STREAM_HIGH;
-}
-
-static void fwd_done(void *ud, int error, const char *message) {
-        GReq *q = ud;
-        q->fetch = NULL;
-        if (q->streaming) {
-                http_stream_end(q->r);
-                q->streaming = false;
-                return;
-        }
         reply_error(q->r, 502, "sandbox %s: its node did not answer: %s", q->id, message);
-}
-
-static const HttpFetchOps fwd_ops = { .head = fwd_head, .data = fwd_data, .done = fwd_done };
-
-struct Headers {
-        const char **v;
-        size_t n, cap;
-};
-
-static void add_header(void *ud, const char *name, const char *value) {
-        struct Headers *h = ud;
-        if (hop_by_hop(name) || h->n + 7 > h->cap)
-                return;
-        h->v[h->n++] = name;
-        h->v[h->n++] = value;
-        h->v[h->n] = NULL;
 }
 
 /* "PORT-ID.domain": E2B's getHost(port). */
@@ -706,33 +653,20 @@ static void forward(GReq *q, unsigned port) {
         char url[SBX_HTTP_FETCH_HEADER_BYTES], host[128];
         if (snprintf(url, sizeof url, "%s%s", n->url, http_uri(q->r)) >= (int)sizeof url)
                 return reply_error(q->r, 414, "the URI is too long to forward");
+        /* The node's door knows the sandbox by its own id, in both places it looks. */
         snprintf(host, sizeof host, "%u-%s.sbx", port, p->sbx);
-        const char *v[2 * SBX_HTTP_FETCH_MAX_HEADERS + 1] = { NULL };
-        struct Headers h = { v, 0, ELEMENTSOF(v) };
-        http_headers(q->r, add_header, &h);
-        v[h.n++] = "Host";
-        v[h.n++] = host;
-        v[h.n++] = "E2b-Sandbox-Id";
-        v[h.n++] = p->sbx;
-        v[h.n] = NULL;
-        size_t len;
-        const uint8_t *body = http_body(q->r, &len);
-        int r = http_fetch_start(q->g->fetch, http_method(q->r), url, v, body, len, &fwd_ops, q, &q->fetch);
+        static const char *const drop[] = { "Host", "E2b-Sandbox-Id", NULL };
+        const char *set[] = { "Host", host, "E2b-Sandbox-Id", p->sbx, NULL };
+        q->fwd.failed = forward_failed;
+        q->fwd.ud = q;
+        int r = http_forward_start(&q->fwd, q->g->fetch, q->r, url, drop, set);
         if (r < 0)
                 reply_error(q->r, 502, "cannot forward to sandbox %s's node: %s", q->id, strerror(-r));
 }
 
 /* ---------------------------------------------------------------- the listener */
 
-static bool key_ok(GReq *q) {
-        const char *k = http_header(q->r, "X-API-KEY");
-        if (!q->g->n_keys)
-                return http_from_loopback(q->r);
-        for (size_t i = 0; k && i < q->g->n_keys; i++)
-                if (!strcmp(k, q->g->keys[i]))
-                        return true;
-        return false;
-}
+static bool key_ok(GReq *q) { return http_api_key_ok(q->r, q->g->keys, q->g->n_keys); }
 
 static void on_request(void *data, HttpReq *r) {
         KubeGateway *g = data;
@@ -760,8 +694,8 @@ static void on_request(void *data, HttpReq *r) {
 
 static void on_drained(void *data, HttpReq *r) {
         GReq *q = http_user(r);
-        if (q && q->fetch)
-                http_fetch_resume(q->fetch);
+        if (q)
+                http_forward_drained(&q->fwd);
 }
 
 static void on_finished(void *data, HttpReq *r, bool ok) {
@@ -770,8 +704,7 @@ static void on_finished(void *data, HttpReq *r, bool ok) {
         if (!q)
                 return;
         req_unwait(q);
-        if (q->fetch)
-                http_fetch_cancel(q->fetch);
+        http_forward_cancel(&q->fwd);
         kube_api_forget(g->api, q);
         json_decref(q->in);
         free(q);
