@@ -33,6 +33,8 @@ struct KubeNode {
         KPod *pods_head;
         unsigned n_pods;
         struct HttpServer *kubelet; /* the kubelet's endpoints (logs), or NULL */
+        KubeConnectFn connect;      /* a connection of its own per followed log */
+        void *connect_data;
 };
 
 /* kubelet.c: the kubelet's endpoints on the node's address (none when no certificate was

@@ -11,6 +11,7 @@
 #include <string.h>
 #include "base/buf.h"
 #include "base/log.h"
+#include "base/text.h"
 #include "base/util.h"
 #include "http/http.h"
 #include "kube/kube_private.h"
@@ -20,7 +21,25 @@ typedef struct LogReq {
         KubeNode *n;
         long tail;
         long limit;
+        RpcClient *own; /* follow: the stream's own connection */
+        bool paused;
 } LogReq;
+
+/* A piece of output as the protocol carries it: text, or base64 with "<key>Encoding". */
+static uint8_t *bytes_of(json_t *o, const char *key, size_t *len) {
+        json_t *v = json_object_get(o, key);
+        char enc[64];
+        snprintf(enc, sizeof enc, "%sEncoding", key);
+        const char *e = json_string_value(json_object_get(o, enc));
+        if (!json_is_string(v))
+                return NULL;
+        if (e && !strcmp(e, "base64"))
+                return b64_decode(json_string_value(v), json_string_length(v), len);
+        uint8_t *d = malloc(json_string_length(v) + 1);
+        if (d)
+                memcpy(d, json_string_value(v), (*len = json_string_length(v)));
+        return d;
+}
 
 static void reply_text(HttpReq *r, unsigned status, const char *text) {
         char *s = strdup(text);
@@ -55,8 +74,10 @@ static void logs_answer(void *ud, json_t *result, json_t *error) {
         buf_init(&b, SBX_KUBE_BODY_BYTES);
         const char *names[] = { "stdout", "stderr" };
         for (int i = 0; i < 2; i++) {
-                json_t *v = json_object_get(result, names[i]);
-                (void)buf_append(&b, json_string_value(v) ?: "", json_string_length(v));
+                size_t len = 0;
+                uint8_t *d = bytes_of(result, names[i], &len);
+                (void)buf_append(&b, d, d ? len : 0);
+                free(d);
         }
         const char *all = (const char *)b.data ?: "";
         const char *from = tail_lines(all, b.len, q->tail);
@@ -71,6 +92,53 @@ static void logs_answer(void *ud, json_t *result, json_t *error) {
         buf_done(&b);
         free(q);
         (void)http_reply(r, 200, "text/plain; charset=utf-8", out, out ? n : 0, NULL);
+}
+
+/* ---------------------------------------------------------------- follow */
+
+static void follow_notify(void *ud, const char *method, json_t *params) {
+        LogReq *q = ud;
+        if (strcmp(method, "process.output") != 0)
+                return;
+        size_t len = 0;
+        uint8_t *d = bytes_of(params, "data", &len);
+        if (d && len && http_stream_write(q->r, d, len) == 0 && http_stream_queued(q->r) >= HTTP_STREAM_HIGH) {
+                q->paused = true;
+                rpc_client_pause(q->own, true);
+        }
+        free(d);
+}
+
+static void follow_done(void *ud, json_t *result, json_t *error) {
+        LogReq *q = ud;
+        if (error) {
+                const char *m = json_string_value(json_object_get(error, "message")) ?: "the stream failed";
+                (void)http_stream_write(q->r, "\n[sbx: ", 7);
+                (void)http_stream_write(q->r, m, strlen(m));
+                (void)http_stream_write(q->r, "]\n", 2);
+        }
+        http_stream_end(q->r); /* the connection goes with the request (on_finished) */
+}
+
+static void follow(LogReq *q, const char *sandbox, const char *process) {
+        int fd = -1, r = q->n->connect(q->n->connect_data, &fd);
+        if (r == 0 && (r = rpc_client_new(q->n->loop, fd, follow_notify, q, &q->own)) < 0)
+                safe_close(fd);
+        if (r == 0)
+                r = rpc_client_call(q->own, "process.stream", json_pack("{s:s, s:s}", "sandboxId", sandbox, "processId",
+                                                                          process), follow_done, q);
+        if (r == 0)
+                r = http_stream_start(q->r, 200, "text/plain; charset=utf-8", NULL);
+        if (r < 0)
+                reply_text(q->r, 503, "cannot follow the container's output now");
+}
+
+static void on_drained(void *data, HttpReq *r) {
+        LogReq *q = http_user(r);
+        if (q && q->own && q->paused) {
+                q->paused = false;
+                rpc_client_pause(q->own, false);
+        }
 }
 
 static long query_long(HttpReq *r, const char *key) {
@@ -92,9 +160,7 @@ static void on_request(void *data, HttpReq *r) {
         char ns[64], pod[254], cont[64];
         if (strcmp(http_method(r), "GET") || sscanf(path, "/containerLogs/%63[^/]/%253[^/]/%63[^/]", ns, pod, cont) != 3)
                 return reply_text(r, 404, "sbx nodes serve /healthz and /containerLogs/NAMESPACE/POD/CONTAINER");
-        const char *follow = http_query(r, "follow");
-        if (follow && !strcmp(follow, "true"))
-                return reply_text(r, 400, "follow is not served by sbx nodes yet: kubectl logs without -f");
+        const char *fol = http_query(r, "follow");
         long tail = query_long(r, "tailLines"), limit = query_long(r, "limitBytes");
         if (tail == -2 || limit == -2)
                 return reply_text(r, 400, "tailLines and limitBytes are whole numbers");
@@ -110,6 +176,8 @@ static void on_request(void *data, HttpReq *r) {
                 return reply_text(r, 503, "out of memory");
         *q = (LogReq){ .r = r, .n = n, .tail = tail, .limit = limit };
         http_set_user(r, q);
+        if (fol && !strcmp(fol, "true"))
+                return follow(q, sandbox, process);
         if (rpc_client_call(n->rpc, "process.logs", json_pack("{s:s, s:s}", "sandboxId", sandbox, "processId", process),
                             logs_answer, q) < 0) {
                 http_set_user(r, NULL);
@@ -121,14 +189,16 @@ static void on_request(void *data, HttpReq *r) {
 static void on_finished(void *data, HttpReq *r, bool ok) {
         KubeNode *n = data;
         LogReq *q = http_user(r);
-        if (!ok && q) {
-                /* Gone before its answer: the call answers nobody. */
-                rpc_client_forget(n->rpc, q);
-                free(q);
-        }
+        if (!q)
+                return;
+        if (q->own)
+                rpc_client_free(q->own); /* a followed stream's connection, and its call */
+        else
+                rpc_client_forget(n->rpc, q); /* gone before its answer: the call answers nobody */
+        free(q);
 }
 
-static const HttpOps kubelet_ops = { .request = on_request, .finished = on_finished };
+static const HttpOps kubelet_ops = { .request = on_request, .drained = on_drained, .finished = on_finished };
 
 int kubelet_start(KubeNode *n, const KubeNodeOptions *o, char *err, size_t errlen) {
         if (!o->kubelet_cert && !o->kubelet_key && !o->kubelet_client_ca)

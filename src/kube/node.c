@@ -334,6 +334,8 @@ int kube_node_new(Loop *loop, const KubeNodeOptions *o, KubeConnectFn connect, v
         n->memory_bytes = o->memory_bytes;
         n->lease_s = o->lease_s ? o->lease_s : SBX_KUBE_LEASE_S;
         n->door = o->door;
+        n->connect = connect;
+        n->connect_data = data;
         KubeCreds creds;
         int r = kube_creds_load(o->kubeconfig, &creds, err, errlen);
         if (r == 0) {

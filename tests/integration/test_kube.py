@@ -220,10 +220,18 @@ def test_restart_policies(kube):
     assert kube.kubectl("logs", "chatty", "--tail=2").stdout == "line4\nline5\n"
     assert kube.kubectl("logs", "chatty", "--limit-bytes=3").stdout == "lin"
     assert kube.kubectl("logs", "retry", "--previous", "-c", "c").returncode == 0
-    r = kube.kubectl("logs", "chatty", "-f", check=False, timeout=30)
-    assert r.returncode != 0 and "follow" in r.stderr, r.stderr
+    # -f: the whole output so far, then what comes, ended with the process.
+    kube.api("POST", "/api/v1/namespaces/default/pods",
+             pod("ticker", "Never", "echo t1; sleep 1; echo t2; sleep 1; echo t3"))
+    kube.wait(lambda: get("ticker")["status"].get("phase") in ("Running", "Succeeded"), 60, "ticker to run")
+    r = kube.kubectl("logs", "ticker", "-f", timeout=60)
+    assert r.stdout == "t1\nt2\nt3\n", r
+    assert get("ticker")["status"]["phase"] in ("Running", "Succeeded")
     r = kube.kubectl("logs", "chatty", "-c", "nope", check=False)
     assert r.returncode != 0
+    # kubectl exec is not served: refused with the node's word, not a hang.
+    r = kube.kubectl("exec", "retry", "--", "true", check=False, timeout=60)
+    assert r.returncode != 0 and "sbx nodes serve" in r.stderr, r.stderr
     # The endpoint answers no one but the API server (a client certificate of its CA).
     import ssl
     ctx = ssl.create_default_context(cafile=str(kube.dir / "ca.crt"))
@@ -234,9 +242,9 @@ def test_restart_policies(kube):
     ctx.load_cert_chain(str(kube.dir / "kubelet-client.crt"), str(kube.dir / "kubelet-client.key"))
     body = urllib.request.urlopen(f"https://{node}:10250/containerLogs/default/chatty/c", context=ctx, timeout=10).read()
     assert body == b"line1\nline2\nline3\nline4\nline5\n"
-    for n in ("once-ok", "once-bad", "retry", "chatty"):
+    for n in ("once-ok", "once-bad", "retry", "chatty", "ticker"):
         kube.api("DELETE", f"/api/v1/namespaces/default/pods/{n}")
-    kube.wait(lambda: all(get(n) is None for n in ("once-ok", "once-bad", "retry", "chatty")), 60,
+    kube.wait(lambda: all(get(n) is None for n in ("once-ok", "once-bad", "retry", "chatty", "ticker")), 60,
               "the pods to be deleted")
 
 
