@@ -55,8 +55,9 @@ LAYERS = [
      "and their handlers (sandboxes, runs, processes, files, watches, images, ports, the server)"),
     ("mcp", ["rpc"], "`sbx mcp`: an MCP server over a daemon's socket, its tools and their "
      "files"),
-    ("http", ["base"], "an HTTP/1.1 listener in the daemon's loop (libmicrohttpd, external "
-     "epoll): requests in, answers whole or streamed out, no routes"),
+    ("http", ["base"], "HTTP in the daemon's loop: a listener (libmicrohttpd, external epoll, "
+     "TLS with client certificates), a client (libcurl, TLS), and a request forwarded from one "
+     "to the other; no routes"),
     ("e2b", ["http", "rpc"], "the E2B door: E2B's control plane and envd (Connect, /files, "
      "/health) on the HTTP listener, as a client of the daemon's own protocol"),
     ("kube", ["e2b"], "sbx on Kubernetes: the API server's client, each daemon a node (its "

@@ -21,7 +21,7 @@ struct KubeNode {
         unsigned pods, cpus, lease_s;
         uint64_t memory_bytes;
         E2b *door;
-        bool registered, lease_made;
+        bool registered;
         unsigned beats;        /* lease renewals since the last status heartbeat */
         int timer;             /* the heartbeat: every lease_s / 4 */
         Watch tw;
@@ -31,7 +31,6 @@ struct KubeNode {
         char rv[64];           /* the pods' resourceVersion to resume the watch from */
         bool listing;
         KPod *pods_head;
-        unsigned n_pods;
         struct HttpServer *kubelet; /* the kubelet's endpoints (logs), or NULL */
         KubeConnectFn connect;      /* a connection of its own per followed log */
         void *connect_data;

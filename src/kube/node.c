@@ -170,15 +170,12 @@ static json_t *lease_object(KubeNode *n) {
 static void lease_answer(void *ud, unsigned status, json_t *body, const char *err) {
         KubeNode *n = ud;
         if (status == 404 || status == 409) {
-                n->lease_made = status == 409;
                 if (status == 404)
                         (void)kube_api_call(n->api, "POST", "/apis/coordination.k8s.io/v1/namespaces/" LEASE_NS "/leases",
                                             NULL, lease_object(n), lease_answer, n);
                 return;
         }
-        if (status == 200 || status == 201)
-                n->lease_made = true;
-        else
+        if (status != 200 && status != 201)
                 log_warn("kube: node %s: lease not renewed (%u): %s", n->name, status, api_message(status, body, err));
 }
 

@@ -191,7 +191,6 @@ static void pod_free(KPod *p) {
         json_decref(p->network_allow);
         json_decref(p->pending_limits);
         LIST_UNLINK(n->pods_head, p);
-        n->n_pods--;
         free(p);
 }
 
@@ -855,7 +854,6 @@ static KPod *pod_new(KubeNode *n, json_t *pod, const char *uid) {
         p->start_ms = wall_ms();
         p->state = P_CREATING;
         LIST_LINK(n->pods_head, p);
-        n->n_pods++;
         return p;
 }
 

@@ -122,3 +122,46 @@ def test_pod_network_full(netns, tmp_path):
         assert d.call("sandbox.create", network="pod")["result"]["ip"].startswith("10.67.0.")
     finally:
         d.stop()
+
+
+def test_kube_flags_refused_saying_why(netns, tmp_path):
+    """sbx serve's Kubernetes flags: each wrong use refused with one line naming it, before
+    anything is registered."""
+    yaml = tmp_path / "config.yaml"
+    yaml.write_text("apiVersion: v1\nkind: Config\n")
+    notjson = tmp_path / "bad.json"
+    notjson.write_text("{not json")
+    nocontext = tmp_path / "empty.json"
+    nocontext.write_text("{}")
+    base = ["--pod-cidr", "10.68.0.0/24", "--pod-bridge", "sbxtest2"]
+    node = base + ["--kube-node", "n1", "--kube-node-ip", "10.68.0.1"]
+    cases = [
+        (["--kube-node", "n1", "--kube-node-ip", "10.0.0.1", "--kubeconfig", str(nocontext)], "needs --pod-cidr"),
+        (base + ["--kube-node", "n1", "--kubeconfig", str(nocontext)], "--kube-node-ip"),
+        (base + ["--kube-node", "Not_A_Name", "--kube-node-ip", "1.2.3.4"], "a DNS name"),
+        (node + ["--kubeconfig", str(yaml)], "YAML"),
+        (node + ["--kubeconfig", str(notjson)], "line 1"),
+        (node + ["--kubeconfig", str(nocontext)], "no current-context"),
+        (node + ["--kubeconfig", str(tmp_path / "missing.json")], "No such file"),
+        (node + ["--kube-lease-seconds", "2"], "--kube-lease-seconds"),
+        (node + ["--kube-label", "novalue"], "--kube-label NAME=VALUE"),
+        (["--kube-node-ip", "1.2.3.4"], "need --kube-node"),
+        (["--kube-namespace", "x"], "--kube-namespace needs --kube-gateway"),
+        (["--kube-gateway", "127.0.0.1:0", "--kubeconfig", str(yaml)], "YAML"),
+    ]
+    for flags, words in cases:
+        cp = subprocess.run([SBX_BIN, "serve", "--socket", str(tmp_path / "k.sock"), "--pool", "0", *flags],
+                            capture_output=True, text=True, timeout=20)
+        assert cp.returncode != 0 and words in cp.stderr, (flags, cp.stderr)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                                "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+                                "users": [{"name": "u", "user": {"token": "t"}}]}))
+    plain = tmp_path / "plain.json"
+    plain.write_text(good.read_text().replace("https://", "http://"))
+    for flags, words in (
+            (node + ["--kubeconfig", str(good), "--kube-kubelet-cert", str(yaml)], "--kube-kubelet-cert, -key, -client-ca"),
+            (node + ["--kubeconfig", str(plain)], "is not https://")):
+        cp = subprocess.run([SBX_BIN, "serve", "--socket", str(tmp_path / "k.sock"), "--pool", "0", *flags],
+                            capture_output=True, text=True, timeout=20)
+        assert cp.returncode != 0 and words in cp.stderr, (flags, cp.stderr)
