@@ -284,6 +284,27 @@ SBX_API unsigned sbx_sandbox_kill_background(SbxSandbox *sb);
 /* The sandbox's pid 1 as the host sees it (for tests and tools). */
 SBX_API int sbx_sandbox_init_pid(const SbxSandbox *sb);
 
+/* What a sandbox uses, as its metrics record it. A figure the host cannot tell is 0. */
+typedef struct SbxMetricsSample {
+        uint64_t time_ms;      /* wall clock, ms since the epoch */
+        uint64_t cpu_usec;     /* CPU time of its processes since it was made */
+        uint64_t memory_bytes; /* its memory cgroup: processes, page cache, its tmpfs's pages */
+        uint64_t pids;         /* tasks in it, session shells included */
+        uint64_t fs_bytes;     /* used of its writable tmpfs (/tmp, /home/user, /dev/shm) */
+        uint64_t fs_files;     /* ... inodes used there */
+        uint64_t net_bytes;    /* relayed by its egress proxy and its exposed ports, both ways, so far */
+        uint64_t runs;         /* runs and processes started in it so far */
+} SbxMetricsSample;
+/* Reads what the sandbox uses now. Returns 0, or -EAGAIN before it is ready. */
+SBX_API int sbx_sandbox_sample(SbxSandbox *sb, SbxMetricsSample *ret);
+/* The samples the context took of the sandbox (every SBX_METRICS_INTERVAL_MS of
+ * base/limits.h, the last SBX_METRICS_SAMPLES of them) whose time is in [start_ms, end_ms],
+ * oldest first: up to max of them into out. Returns how many there are in the range. A
+ * sandbox that did nothing between two samples costs the context one read, and its memory
+ * one record for the whole stretch. */
+SBX_API size_t sbx_sandbox_metrics(const SbxSandbox *sb, uint64_t start_ms, uint64_t end_ms, SbxMetricsSample *out,
+                                   size_t max);
+
 /* The session named `name` (NULL or "default": the default session), created on first use.
  * Returns 0, -EINVAL for a bad name, -EMFILE past SBX_MAX_SESSIONS, or -errno. */
 SBX_API int sbx_session_get(SbxSandbox *sb, const char *name, SbxSession **ret);
@@ -296,6 +317,10 @@ SBX_API const char *sbx_session_name(const SbxSession *s);
 SBX_API SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev);
 /* Runs the session holds now, running or queued: a run submitted now starts after them. */
 SBX_API unsigned sbx_session_runs(const SbxSession *s);
+/* The command of the caller's run the session is running now (its text, valid until the run
+ * ends; NUL-terminated, maybe with NULs inside) and in *ret_ms for how long; NULL when it runs
+ * none of the caller's. */
+SBX_API const char *sbx_session_current(const SbxSession *s, uint64_t *ret_ms);
 
 /* A session whose shell is a code interpreter: SBX_SHELL_PYTHON is the host's python3 with
  * IPython when installed (plain Python otherwise), its state (variables, imports, cwd, env)

@@ -127,6 +127,17 @@
 #define SBX_MAX_CONFIG_ENTRIES 1024U
 #define SBX_MAX_CONFIG_LINE_BYTES (64U * 1024)
 
+/* ---- metrics (sbx_sandbox_metrics, sandbox.metrics, GET /metrics)
+ * Every sandbox handed out is sampled every SBX_METRICS_INTERVAL_MS (E2B's getMetrics step) and
+ * the last SBX_METRICS_SAMPLES are kept: an hour. Equal samples in a row are one record, so an
+ * idle sandbox holds one; a busy one grows its records SBX_METRICS_MIN_RECORDS at a time up to
+ * the whole hour (72 bytes each: 52 KiB). */
+#define SBX_METRICS_INTERVAL_MS 5000U
+#define SBX_METRICS_SAMPLES 720U
+#define SBX_METRICS_MIN_RECORDS 4U
+/* The most of a running command's text session.list shows. */
+#define SBX_SESSION_LIST_COMMAND_BYTES 4096U
+
 /* ---- paths and names */
 
 /* Longest path, with its NUL: the kernel's PATH_MAX, past which no system call takes a path

@@ -241,6 +241,13 @@ int loop_run_once(Loop *l, int timeout_ms) {
         return 1;
 }
 
+int timerfd_every_ms(int fd, uint64_t ms) {
+        struct itimerspec its = { 0 };
+        its.it_value.tv_sec = its.it_interval.tv_sec = (time_t)(ms / 1000);
+        its.it_value.tv_nsec = its.it_interval.tv_nsec = (long)(ms % 1000) * 1000000L;
+        return timerfd_settime(fd, 0, &its, NULL) < 0 ? negerrno() : 0;
+}
+
 int timerfd_arm_ms(int fd, uint64_t ms) {
         struct itimerspec its = { 0 };
         its.it_value.tv_sec = (time_t)(ms / 1000);

@@ -44,3 +44,5 @@ void loop_cancel_defer(Loop *l, void *data);
 int loop_run_once(Loop *l, int timeout_ms);
 /* Arms a timerfd to fire once after ms (0 disarms). Returns 0 or -errno. */
 int timerfd_arm_ms(int fd, uint64_t ms);
+/* Arms a timerfd to fire every ms, the first time ms from now. Returns 0 or -errno. */
+int timerfd_every_ms(int fd, uint64_t ms);

@@ -304,6 +304,54 @@ static void forked(void *ud, json_t *result, json_t *error) {
         e2b_reply_json(q, 201, json_pack("[{s:o}]", "sandbox", sandbox_json(b)));
 }
 
+/* E2B's SandboxMetric from sbx's samples: memory and disk in bytes, CPU as a share. */
+static void metrics_got(void *ud, json_t *result, json_t *error) {
+        E2bReq *q = ud;
+        if (!result)
+                return reply_sbx_error(q, error);
+        json_t *out = json_array(), *v;
+        size_t i;
+        double cpus = json_number_value(json_object_get(result, "cpuCount"));
+        json_int_t mem_total = json_integer_value(json_object_get(result, "memoryLimitBytes"));
+        json_int_t disk_total = json_integer_value(json_object_get(result, "fsLimitBytes"));
+        json_array_foreach(json_object_get(result, "samples"), i, v) {
+                json_int_t ms = json_integer_value(json_object_get(v, "timestamp"));
+                char when[96];
+                time_t t = (time_t)(ms / 1000);
+                struct tm tm;
+                gmtime_r(&t, &tm);
+                snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                         tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+                json_array_append_new(
+                        out, json_pack("{s:s, s:I, s:i, s:f, s:I, s:I, s:I, s:I, s:I}", "timestamp", when, "timestampUnix",
+                                       (json_int_t)(ms / 1000), "cpuCount", cpus < 1 ? 1 : (int)(cpus + 0.999),
+                                       "cpuUsedPct", json_number_value(json_object_get(v, "cpuUsedPct")), "memUsed",
+                                       json_integer_value(json_object_get(v, "memoryBytes")), "memTotal", mem_total,
+                                       "memCache", (json_int_t)0, "diskUsed",
+                                       json_integer_value(json_object_get(v, "fsBytes")), "diskTotal", disk_total));
+        }
+        e2b_reply_json(q, 200, out);
+}
+
+/* ?start=&end= in unix seconds, as E2B's SDKs send them; absent: the whole hour kept. */
+static void metrics_params(E2bReq *q, json_t *sid) {
+        const char *keys[] = { "start", "end" };
+        for (size_t i = 0; i < 2; i++) {
+                const char *v = http_query(q->r, keys[i]);
+                char *end;
+                if (!v || !*v)
+                        continue;
+                errno = 0;
+                unsigned long long sec = strtoull(v, &end, 10);
+                if (*end || errno || sec > UINT32_MAX * 4ULL) {
+                        json_decref(sid);
+                        return e2b_reply_rest_error(q, 400, "%s: unix seconds expected, not \"%s\"", keys[i], v);
+                }
+                json_object_set_new(sid, keys[i], json_integer((json_int_t)(sec * 1000 + (i ? 999 : 0))));
+        }
+        (void)rpc_client_call(q->g->rpc, "sandbox.metrics", sid, metrics_got, q);
+}
+
 /* /sandboxes/{id}[/action] and /v2/sandboxes/{id}/connect. */
 static void one_sandbox(E2bReq *q, const char *method, const char *rest) {
         char id[64];
@@ -332,7 +380,7 @@ static void one_sandbox(E2bReq *q, const char *method, const char *rest) {
         else if (!strcmp(method, "POST") && !strcmp(action, "fork"))
                 (void)rpc_client_call(c, "sandbox.fork", sid, forked, q);
         else if (!strcmp(method, "GET") && !strcmp(action, "metrics"))
-                e2b_reply_json(q, 200, json_array()), json_decref(sid);
+                metrics_params(q, sid);
         else
                 e2b_reply_rest_error(q, 404, "no such route: %s /sandboxes/%s", method, rest), json_decref(sid);
 }

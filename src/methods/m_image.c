@@ -64,6 +64,7 @@ static void fork_done(void *ud, const SbxOpResult *res) {
                 sbx_sandbox_free(res->sandbox);
                 op_reply_fail(p, RPC_INTERNAL_ERROR, "out of memory");
         } else {
+                snprintf(sb->fork_of, sizeof sb->fork_of, "%s", json_string_value(p->answer) ?: "");
                 audit_finish(core->audit, TAKE_PTR(p->audit), json_pack("{s:s}", "forkId", sbx_sandbox_id(sb->sb)));
                 conn_reply(p->conn, p->id, json_pack("{s:s}", "sandboxId", sbx_sandbox_id(sb->sb)));
         }
@@ -80,6 +81,7 @@ static int m_sandbox_fork(Req *r, json_t **ret, RpcError *e) {
                 return -1;
         }
         p->audit = audit_begin(r->core->audit, "sandbox.fork", r->sb, r->conn);
+        p->answer = json_string(r->sb->id); /* the fork's parent, for sandbox.list's forkOf */
         int rr = sbx_sandbox_fork(r->sb->sb, fork_done, p);
         if (rr < 0) {
                 registry_fork_abort(reg);

@@ -580,6 +580,7 @@ static int m_sandbox_list(Req *r, json_t **ret, RpcError *e) {
                 if (sb->label)
                         json_object_set_new(o, "label", json_string(sb->label));
                 json_object_set_new(o, "paused", json_boolean(sbx_sandbox_paused(sb->sb)));
+                json_object_set_new(o, "forkOf", sb->fork_of[0] ? json_string(sb->fork_of) : json_null());
                 with_address(sb, o);
                 json_object_set_new(o, "metadata", sb->metadata ? json_deep_copy(sb->metadata) : json_object());
                 json_array_append_new(list, o);
@@ -668,6 +669,53 @@ static int m_sandbox_set_timeout(Req *r, json_t **ret, RpcError *e) {
         return 0;
 }
 
+/* One sample as the protocol says it; cpuUsedPct from the sample before it (NULL: none), as a
+ * share of the sandbox's CPUs. */
+static json_t *sample_json(const SbxMetricsSample *s, const SbxMetricsSample *prev, uint32_t cpu_millis) {
+        double pct = 0;
+        if (prev && s->time_ms > prev->time_ms && s->cpu_usec >= prev->cpu_usec && cpu_millis)
+                /* µs of CPU per ms of wall time is thousandths of a CPU, as cpu_millis is. */
+                pct = (double)(s->cpu_usec - prev->cpu_usec) / (double)(s->time_ms - prev->time_ms) * 100.0 /
+                      (double)cpu_millis;
+        return json_pack("{s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "timestamp", (json_int_t)s->time_ms,
+                         "cpuUsedPct", pct > 100 ? 100.0 : pct, "cpuUsec", (json_int_t)s->cpu_usec, "memoryBytes",
+                         (json_int_t)s->memory_bytes, "pids", (json_int_t)s->pids, "fsBytes", (json_int_t)s->fs_bytes,
+                         "fsFiles", (json_int_t)s->fs_files, "netBytes", (json_int_t)s->net_bytes, "runs",
+                         (json_int_t)s->runs);
+}
+
+static int m_sandbox_metrics(Req *r, json_t **ret, RpcError *e) {
+        uint64_t start = 0, end = UINT64_MAX;
+        if (param_u64(r->params, "start", false, UINT64_MAX >> 1, &start, e) < 0 ||
+            param_u64(r->params, "end", false, UINT64_MAX >> 1, &end, e) < 0)
+                return -1;
+        if (!json_object_get(r->params, "end"))
+                end = UINT64_MAX;
+        if (start > end)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "start (%llu) is after end (%llu)", (unsigned long long)start,
+                                (unsigned long long)end);
+        SbxSandbox *box = r->sb->sb;
+        const SbxLimits *l = sbx_sandbox_limits(box);
+        /* One sample before the range too, for the first one's CPU share. */
+        uint64_t from = start >= SBX_METRICS_INTERVAL_MS ? start - SBX_METRICS_INTERVAL_MS : 0;
+        _cleanup_free_ SbxMetricsSample *v = calloc(SBX_METRICS_SAMPLES + 1, sizeof *v);
+        if (!v)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        size_t n = MIN(sbx_sandbox_metrics(box, from, end, v, SBX_METRICS_SAMPLES + 1), (size_t)SBX_METRICS_SAMPLES + 1);
+        json_t *samples = json_array();
+        for (size_t i = 0; i < n; i++)
+                if (v[i].time_ms >= start)
+                        json_array_append_new(samples, sample_json(&v[i], i ? &v[i - 1] : NULL, l->cpu_millis));
+        *ret = json_pack("{s:s, s:i, s:f, s:I, s:I, s:I, s:I, s:o}", "sandboxId", r->sb->id, "intervalMs",
+                         (int)SBX_METRICS_INTERVAL_MS, "cpuCount", (double)l->cpu_millis / 1000.0, "memoryLimitBytes",
+                         (json_int_t)l->memory_bytes, "fsLimitBytes", (json_int_t)l->fs_bytes, "fileLimit",
+                         (json_int_t)l->file_count, "pidsLimit", (json_int_t)l->pids, "samples", samples);
+        SbxMetricsSample now;
+        if (*ret && sbx_sandbox_sample(box, &now) == 0)
+                json_object_set_new(*ret, "current", sample_json(&now, n ? &v[n - 1] : NULL, l->cpu_millis));
+        return 0;
+}
+
 static int m_session_create(Req *r, json_t **ret, RpcError *e) {
         const char *name;
         SbxSession *s;
@@ -683,8 +731,21 @@ static int m_session_create(Req *r, json_t **ret, RpcError *e) {
 
 static int m_session_list(Req *r, json_t **ret, RpcError *e) {
         json_t *list = json_array();
-        for (SbxSession *s = sbx_session_next(r->sb->sb, NULL); s; s = sbx_session_next(r->sb->sb, s))
-                json_array_append_new(list, json_pack("{s:s}", "name", sbx_session_name(s)));
+        for (SbxSession *s = sbx_session_next(r->sb->sb, NULL); s; s = sbx_session_next(r->sb->sb, s)) {
+                uint64_t ms = 0;
+                const char *cmd = sbx_session_current(s, &ms);
+                unsigned held = sbx_session_runs(s);
+                json_t *running = json_null();
+                if (cmd) {
+                        /* The text as the caller gave it, cut where a listing stops caring. */
+                        size_t len = strnlen(cmd, SBX_SESSION_LIST_COMMAND_BYTES);
+                        running = json_pack("{s:s%, s:I}", "command", cmd, len, "runningMs", (json_int_t)ms);
+                        if (!running)
+                                running = json_pack("{s:s, s:I}", "command", "(not UTF-8)", "runningMs", (json_int_t)ms);
+                }
+                json_array_append_new(list, json_pack("{s:s, s:o, s:i}", "name", sbx_session_name(s), "running",
+                                                      running, "queued", (int)(held - (held && cmd ? 1 : 0))));
+        }
         *ret = json_pack("{s:o}", "sessions", list);
         return 0;
 }
@@ -727,6 +788,9 @@ static const Param p_sandbox_list[] = {
 static const Param p_set_timeout[] = { PARAM_SANDBOX_ID,
         { "lifetimeMs", P_INT, true, "the sandbox expires this long from now (0: never); its idleTimeoutMs stays" }, { 0 } };
 static const Param p_sandbox_destroy[] = { { "sandboxId", P_STRING, true, "the sandbox to destroy" }, { 0 } };
+static const Param p_metrics[] = { PARAM_SANDBOX_ID,
+        { "start", P_INT, false, "only samples from then on (ms since the epoch; default: the oldest kept)" },
+        { "end", P_INT, false, "only samples until then (ms since the epoch; default: now)" }, { 0 } };
 static const Param p_session_name[] = { PARAM_SANDBOX_ID, { "name", P_STRING, true, "session name, 1-64 of [A-Za-z0-9_.-]" },
         { 0 } };
 
@@ -735,7 +799,7 @@ const Method server_methods_sandbox[] = {
           "Creates the connection's root sandbox (the one used when sandboxId is missing)." },
         { "sandbox.create", m_sandbox_create, 0, p_sandbox_create, "{sandboxId}",
           "Creates another sandbox owned by this connection (or persistent)." },
-        { "sandbox.list", m_sandbox_list, 0, p_sandbox_list, "{sandboxes: [{sandboxId, label?, metadata, paused, createdAt, persist, root}]}",
+        { "sandbox.list", m_sandbox_list, 0, p_sandbox_list, "{sandboxes: [{sandboxId, label?, metadata, paused, createdAt, persist, root, forkOf, ip?}]}",
           "Sandboxes this connection may use." },
         { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX, p_sandbox_destroy, "{ok: true}",
           "Kills every process of the sandbox and removes it." },
@@ -745,8 +809,20 @@ const Method server_methods_sandbox[] = {
           "Lets a paused sandbox run on exactly where it was; waiting runs start." },
         { "sandbox.setTimeout", m_sandbox_set_timeout, M_SANDBOX, p_set_timeout, "{ok: true}",
           "Sets when the sandbox expires, counted from now. When it expires (lifetime or idle time) it is destroyed and its owner connection gets the notification sandbox.expired {sandboxId, reason: \"lifetime\" or \"idle\", export?: path of the archive written first (onExpiry \"export\"), exportError?: why it could not be}." },
+        { "sandbox.metrics", m_sandbox_metrics, M_SANDBOX, p_metrics,
+          "{sandboxId, intervalMs, cpuCount, memoryLimitBytes, fsLimitBytes, fileLimit, pidsLimit, samples: [{timestamp, "
+          "cpuUsedPct, cpuUsec, memoryBytes, pids, fsBytes, fsFiles, netBytes, runs}], current?}",
+          "What the sandbox used over time: a sample every intervalMs (5000) for the last hour, oldest first; current is "
+          "read now. timestamp: ms since the epoch; cpuUsedPct: its share of the sandbox's CPUs (cpuCount) since the "
+          "sample before; cpuUsec: CPU time used so far; memoryBytes: its memory cgroup (processes, page cache, the "
+          "pages of its tmpfs); pids: its tasks, session shells included; fsBytes and fsFiles: used of its writable "
+          "filesystem (/tmp, /home/user, /dev/shm); netBytes: bytes relayed for it so far by its egress proxy (TLS "
+          "it ends excepted) and its exposed ports, both ways; runs: runs and processes started so far." },
         { "session.create", m_session_create, M_SANDBOX, p_session_name, "{ok: true, name}", "Creates a named session." },
-        { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox, "{sessions: [{name}]}", "Sessions of the sandbox." },
+        { "session.list", m_session_list, M_SANDBOX, handler_params_sandbox,
+          "{sessions: [{name, running: {command, runningMs} or null, queued}]}",
+          "Sessions of the sandbox: what each runs now of the callers' (its command, cut at 4 KiB) and how many runs "
+          "wait behind it." },
         { "session.delete", m_session_delete, M_SANDBOX, p_session_name, "{ok: true}",
           "Ends a session; its running command is cancelled." },
         { 0 } };

@@ -770,12 +770,15 @@ static void pc_event(Watch *w, uint32_t events) {
                         c->drained += (size_t)n;
                 break;
         }
-        case PC_RELAY:
-                if (pump_event(c->flow, c->fd, i, events) < 0) {
+        case PC_RELAY: {
+                ssize_t n = pump_event(c->flow, c->fd, i, events);
+                if (n < 0) {
                         pc_free(c);
                         return;
                 }
+                sandbox_core(c->px->sb)->net_bytes += (uint64_t)n;
                 break;
+        }
         case PC_TLS:
                 if (pc_tls_pump(c) < 0)
                         return;

@@ -470,10 +470,12 @@ static void fwd_event(Watch *w, uint32_t events) {
                         fwd_free(f, true);
                 return;
         }
-        if (pump_event(f->flow, f->fd, i, events) < 0) {
+        ssize_t n = pump_event(f->flow, f->fd, i, events);
+        if (n < 0) {
                 fwd_free(f, true);
                 return;
         }
+        sandbox_core(f->port->set->sb)->net_bytes += (uint64_t)n;
         if (pump_done(f->flow))
                 fwd_free(f, false);
         else if (fwd_arm(f) < 0)

@@ -82,14 +82,14 @@ uint32_t pump_wants(const PumpFlow flow[2], int i) {
         return ev;
 }
 
-int pump_event(PumpFlow flow[2], const int fd[2], int i, uint32_t events) {
+ssize_t pump_event(PumpFlow flow[2], const int fd[2], int i, uint32_t events) {
         bool in = events & (EPOLLIN | EPOLLHUP | EPOLLERR), out = events & (EPOLLOUT | EPOLLHUP | EPOLLERR);
-        ssize_t r = 0;
-        if (in)
-                r = pump_flow(&flow[i], fd[i], fd[1 - i], SBX_PORT_TURN_BYTES);
-        if (r >= 0 && out)
-                r = pump_flow(&flow[1 - i], fd[1 - i], fd[i], SBX_PORT_TURN_BYTES);
-        return r < 0 ? (int)r : 0;
+        ssize_t r = 0, moved = 0;
+        if (in && (r = pump_flow(&flow[i], fd[i], fd[1 - i], SBX_PORT_TURN_BYTES)) > 0)
+                moved += r;
+        if (r >= 0 && out && (r = pump_flow(&flow[1 - i], fd[1 - i], fd[i], SBX_PORT_TURN_BYTES)) > 0)
+                moved += r;
+        return r < 0 ? r : moved;
 }
 
 bool pump_done(const PumpFlow flow[2]) { return flow[0].done && flow[1].done; }

@@ -34,8 +34,9 @@ ssize_t pump_flow(PumpFlow *fl, int from, int to, size_t budget);
 uint32_t pump_wants(const PumpFlow flow[2], int i);
 /* fd[i] woke with `events`: readable moves its own flow, writable the flow into it, a hang-up
  * or an error both (whose system calls then say what happened), SBX_PORT_TURN_BYTES each at
- * most. flow[0] goes from fd[0] to fd[1], flow[1] back. Returns 0 or -errno. */
-int pump_event(PumpFlow flow[2], const int fd[2], int i, uint32_t events);
+ * most. flow[0] goes from fd[0] to fd[1], flow[1] back. Returns the bytes delivered (both
+ * directions), or -errno. */
+ssize_t pump_event(PumpFlow flow[2], const int fd[2], int i, uint32_t events);
 /* Both directions ended. */
 bool pump_done(const PumpFlow flow[2]);
 /* Closes a socket with a reset (SO_LINGER 0), so that its peer does not take a connection cut

@@ -453,6 +453,32 @@ int cgroup_sandbox_oom_kills(const CgroupSandbox *s, uint64_t *ret) {
         return read_counter(v1 ? s->v1_memory : s->dir, v1 ? "memory.oom_control" : "memory.events", "oom_kill", ret);
 }
 
+int cgroup_sandbox_cpu_usec(const CgroupSandbox *s, uint64_t *ret) {
+        return read_counter(s->dir, "cpu.stat", "usage_usec", ret);
+}
+
+/* A file holding one number. */
+static int read_number(int dir, const char *file, uint64_t *ret) {
+        char buf[64];
+        ssize_t n = dir >= 0 ? read_file_at(dir, file, buf, sizeof buf) : -ENOENT;
+        unsigned long long v;
+        if (n < 0)
+                return (int)n;
+        if (sscanf(buf, "%llu", &v) != 1)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+int cgroup_sandbox_memory(const CgroupSandbox *s, uint64_t *ret) {
+        return s->v1_memory >= 0 ? read_number(s->v1_memory, "memory.usage_in_bytes", ret)
+                                 : read_number(s->dir, "memory.current", ret);
+}
+
+int cgroup_sandbox_pids(const CgroupSandbox *s, uint64_t *ret) {
+        return s->v1_pids >= 0 ? read_number(s->v1_pids, "pids.current", ret) : read_number(s->dir, "pids.current", ret);
+}
+
 int cgroup_count_procs(int dir) {
         char buf[4096];
         _cleanup_close_ int fd = openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC);

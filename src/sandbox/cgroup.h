@@ -71,6 +71,13 @@ int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret);
 /* How many processes the kernel's OOM killer has killed in the sandbox so far (v2
  * memory.events or v1 memory.oom_control "oom_kill"): -ENOENT without a memory cgroup. */
 int cgroup_sandbox_oom_kills(const CgroupSandbox *s, uint64_t *ret);
+/* The CPU time its processes used so far, in microseconds (cpu.stat's usage_usec, which every
+ * v2 cgroup has with or without the cpu controller). Returns 0 or -errno. */
+int cgroup_sandbox_cpu_usec(const CgroupSandbox *s, uint64_t *ret);
+/* Its memory (v2 memory.current, or the v1 memory cgroup's usage_in_bytes) and its tasks
+ * (pids.current of v2 or v1). -ENOENT for one the host has no controller to tell. */
+int cgroup_sandbox_memory(const CgroupSandbox *s, uint64_t *ret);
+int cgroup_sandbox_pids(const CgroupSandbox *s, uint64_t *ret);
 /* Processes in the cgroup dir (its cgroup.procs, not its children's), or -errno. */
 int cgroup_count_procs(int dir);
 /* Kills everything in the sandbox, waits up to timeout_ms for it to be empty, removes its

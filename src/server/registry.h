@@ -42,6 +42,7 @@ typedef struct SrvSandbox {
         uid_t uid;           /* who made it */
         bool persist, root;
         bool is_fork;        /* counts against SBX_MAX_FORKS */
+        char fork_of[REGISTRY_ID_MAX]; /* the sandbox it was forked from, "" when none */
         char *label;
         json_t *metadata;    /* {key: string}, NULL when none was given */
         json_t *contexts;    /* code contexts (m_code.c): {id: {language, cwd, env}}, NULL when none */

@@ -51,6 +51,8 @@ struct SbxContext {
         unsigned pool_target;
         int pool_timer;
         Watch pool_w;
+        int metrics_timer; /* every SBX_METRICS_INTERVAL_MS: each handed-out sandbox sampled */
+        Watch metrics_w;
         ImagePool image_pools[SBX_MAX_IMAGE_POOLS];
         unsigned n_image_pools;
 };
@@ -198,6 +200,16 @@ int sandbox_new_like(SbxSandbox *sb, SbxSandbox **ret, char *err, size_t errlen)
         return sandbox_new(&ctx->host, &o, &ctx->sandboxes, ret, err, errlen);
 }
 
+/* Each sandbox handed out gets a sample; the pool's have done nothing yet. */
+static void metrics_event(Watch *w, uint32_t events) {
+        SbxContext *ctx = w->data;
+        uint64_t ticks;
+        (void)!read(ctx->metrics_timer, &ticks, sizeof ticks);
+        uint64_t now = wall_ms();
+        for (SbxSandbox *sb = ctx->sandboxes.head; sb; sb = sandbox_list_next(sb))
+                metrics_sample(sandbox_core(sb), now);
+}
+
 /* Every pipe, pidfd and socket is an fd of the daemon: take the hard limit. */
 static void raise_fd_limit(void) {
         struct rlimit rl;
@@ -211,7 +223,7 @@ int context_new(SbxContext **ret) {
         SbxContext *ctx = calloc(1, sizeof *ctx);
         if (!ctx)
                 return -ENOMEM;
-        ctx->host.devnull = ctx->pool_timer = -1;
+        ctx->host.devnull = ctx->pool_timer = ctx->metrics_timer = -1;
         ctx->pool.reap_dead = true;
         ctx->pool.reaped = pool_reaped;
         int r = loop_new(&ctx->host.loop);
@@ -230,6 +242,14 @@ int context_new(SbxContext **ret) {
                 loop_free(ctx->host.loop);
                 free(ctx);
                 return r;
+        }
+        ctx->metrics_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (ctx->metrics_timer < 0 ||
+            loop_add(ctx->host.loop, &ctx->metrics_w, ctx->metrics_timer, EPOLLIN, metrics_event, ctx) < 0 ||
+            timerfd_every_ms(ctx->metrics_timer, SBX_METRICS_INTERVAL_MS) < 0) {
+                /* Metrics are not worth failing a context for: its sandboxes have none. */
+                loop_del(ctx->host.loop, &ctx->metrics_w);
+                ctx->metrics_timer = safe_close(ctx->metrics_timer);
         }
         /* Output and stdin pipes may lose their reader at any time; that must be EPIPE for
          * the daemon, never a signal. */
@@ -418,6 +438,8 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
                         ctx->host.rooms.v[i]->host_free(&ctx->host);
         loop_del(ctx->host.loop, &ctx->pool_w);
         safe_close(ctx->pool_timer);
+        loop_del(ctx->host.loop, &ctx->metrics_w);
+        safe_close(ctx->metrics_timer);
         mover_free(ctx->host.mover);
         while (ctx->host.n_changes_pool > 0)
                 safe_close(ctx->host.changes_pool[--ctx->host.n_changes_pool]);

@@ -10,6 +10,7 @@
 #include "sandbox/box.h"
 #include "sbx/sbx.h"
 #include "session/bglog.h"
+#include "session/metrics.h"
 #include "session/room.h"
 
 typedef struct SandboxCore {
@@ -49,6 +50,11 @@ typedef struct SandboxCore {
         /* process.c: the sandbox's processes, newest first, at most SBX_MAX_PROCESSES */
         SbxProcess *procs, *procs_tail;
         unsigned n_procs;
+        /* What its metrics count (metrics.h): caller runs and processes begun, bytes the net
+         * rooms relayed for it (its egress proxy, its exposed ports), and the samples. */
+        uint64_t runs_started;
+        uint64_t net_bytes;
+        Metrics metrics;
 } SandboxCore;
 
 /* The core of a sandbox (defined in sandbox.c). */

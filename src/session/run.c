@@ -704,6 +704,8 @@ static bool run_begin(SbxSession *s) {
         r->next = NULL;
         s->current = r;
         r->t_start = now_ns();
+        if (!r->internal)
+                s->core->runs_started++;
         r->deadline = r->t_start + r->timeout_ms * 1000000ULL;
         r->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         int rr = r->timer_fd < 0 ? negerrno() : 0;
@@ -917,6 +919,7 @@ static int run_copy_options(SbxRun *r, const SbxRunOptions *o, size_t env_len) {
                 return -ENOMEM;
         if (o->command_len)
                 memcpy(r->command, o->command, o->command_len);
+        r->command[o->command_len] = 0; /* sbx_session_current() hands it out as a string */
         r->command_len = o->command_len;
         size_t off = 0;
         for (const char *const *e = o->env; e && *e; e++) {

@@ -373,6 +373,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
 
 static void sandbox_dealloc(SbxSandbox *sb) {
         sb->host->n_sandboxes--;
+        metrics_done(&sb->core.metrics);
         if (sb->pod_w.active)
                 loop_del(sb->core.loop, &sb->pod_w);
         job_kill(&sb->pod_job);
@@ -845,6 +846,13 @@ const char *sbx_sandbox_id(const SbxSandbox *sb) { return sb->core.box.id; }
 const char *sbx_sandbox_address(const SbxSandbox *sb) { return sb->pod_addr ? sb->pod_ip : NULL; }
 const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb) { return &sb->core.limits; }
 int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->core.box.init_pid; }
+
+int sbx_sandbox_sample(SbxSandbox *sb, SbxMetricsSample *ret) { return metrics_read(&sb->core, false, ret); }
+
+size_t sbx_sandbox_metrics(const SbxSandbox *sb, uint64_t start_ms, uint64_t end_ms, SbxMetricsSample *out,
+                           size_t max) {
+        return metrics_query(&sb->core.metrics, start_ms, end_ms, out, max);
+}
 bool sbx_sandbox_ready(const SbxSandbox *sb) { return sb->setup > 0; }
 
 
@@ -955,6 +963,14 @@ uint64_t sbx_session_losses(const SbxSession *s) { return s->losses; }
 const char *sbx_session_name(const SbxSession *s) { return s->name; }
 
 unsigned sbx_session_runs(const SbxSession *s) { return s->n_queued + (s->current != NULL); }
+
+const char *sbx_session_current(const SbxSession *s, uint64_t *ret_ms) {
+        const SbxRun *r = s->current;
+        if (!r || r->internal || !r->command)
+                return NULL;
+        *ret_ms = (now_ns() - r->t_start) / 1000000ULL;
+        return r->command;
+}
 
 SbxSession *sbx_session_next(SbxSandbox *sb, SbxSession *prev) {
         SbxSession *s = prev ? prev->next : sb->sessions;

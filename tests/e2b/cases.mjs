@@ -288,6 +288,25 @@ const cases = {
     return out;
   },
 
+  async metrics() {
+    const sbx = await Sandbox.create();
+    const t0 = Date.now();
+    await sbx.commands.run("head -c 3000000 /dev/zero > /tmp/three-mb; for i in $(seq 100000); do :; done");
+    // The daemon samples every 5 s: wait for two samples after the command.
+    await sleep(11000);
+    await step("all", async () =>
+      (await sbx.getMetrics()).map((m) => ({
+        ts: m.timestamp instanceof Date ? m.timestamp.getTime() : String(m.timestamp),
+        cpuCount: m.cpuCount, cpuUsedPct: m.cpuUsedPct, memUsed: m.memUsed, memTotal: m.memTotal,
+        diskUsed: m.diskUsed, diskTotal: m.diskTotal,
+      })));
+    out.t0 = t0;
+    // A range that ends before the sandbox was made has nothing.
+    await step("before", async () => (await sbx.getMetrics({ start: new Date(t0 - 600000), end: new Date(t0 - 300000) })).length);
+    await sbx.kill();
+    return out;
+  },
+
   async errors() {
     await step("template", () => Sandbox.create("no-such-template"));
     return out;

@@ -195,6 +195,21 @@ def test_lifecycle(node_sdk, daemon):
     assert out["kill_b"] is True
 
 
+def test_metrics(node_sdk, daemon):
+    """getMetrics: the daemon's samples of the sandbox, every 5 s, as E2B's SandboxMetric."""
+    out = run_case(daemon, "metrics")
+    m = out["all"]
+    assert isinstance(m, list) and len(m) >= 2, m
+    assert all(s["ts"] >= out["t0"] - 1000 for s in m), (m, out["t0"])  # timestamps are the sample's, in ms
+    assert [s["ts"] for s in m] == sorted(s["ts"] for s in m)
+    last = m[-1]
+    assert last["memTotal"] == 512 << 20 and last["diskTotal"] == 256 << 20 and last["cpuCount"] >= 1
+    assert last["diskUsed"] >= 3000000, last  # the file the command wrote to its tmpfs
+    assert 0 < last["memUsed"] < last["memTotal"]
+    assert all(0 <= s["cpuUsedPct"] <= 100 for s in m)
+    assert out["before"] == 0
+
+
 def run_interp(d):
     e = dict(os.environ, E2B_API_URL=d.url, E2B_SANDBOX_URL=d.url, E2B_API_KEY=KEY)
     cp = subprocess.run(["node", str(NODE_DIR / "interp.mjs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
