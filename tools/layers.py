@@ -63,7 +63,10 @@ LAYERS = [
     ("kube", ["e2b"], "sbx on Kubernetes: the API server's client, each daemon a node (its "
      "Node and Lease, each bound pod a sandbox on the pod network), and the gateway that makes "
      "E2B's sandboxes Pods and forwards their envd calls to their nodes' doors"),
-    ("cli", ["methods", "mcp", "e2b", "kube"], "the `sbx` program: one file per subcommand, the client "
+    ("console", ["http", "rpc"], "the operator console and GET /metrics on the HTTP listener: "
+     "the token, the page's files, its calls and streams (server-sent events) as a client of the "
+     "daemon's protocol on operator connections, the Prometheus text"),
+    ("cli", ["methods", "mcp", "e2b", "kube", "console"], "the `sbx` program: one file per subcommand, the client "
      "connection they share"),
 ]
 

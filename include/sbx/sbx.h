@@ -304,6 +304,9 @@ SBX_API int sbx_sandbox_sample(SbxSandbox *sb, SbxMetricsSample *ret);
  * one record for the whole stretch. */
 SBX_API size_t sbx_sandbox_metrics(const SbxSandbox *sb, uint64_t start_ms, uint64_t end_ms, SbxMetricsSample *out,
                                    size_t max);
+/* The last sample the context took of it (no file is read). Returns 0, or -ENODATA before the
+ * first. */
+SBX_API int sbx_sandbox_last_sample(const SbxSandbox *sb, SbxMetricsSample *ret);
 
 /* The session named `name` (NULL or "default": the default session), created on first use.
  * Returns 0, -EINVAL for a bad name, -EMFILE past SBX_MAX_SESSIONS, or -errno. */

@@ -137,6 +137,10 @@
 #define SBX_METRICS_MIN_RECORDS 4U
 /* The most of a running command's text session.list shows. */
 #define SBX_SESSION_LIST_COMMAND_BYTES 4096U
+/* Audit events the daemon keeps in memory for audit.recent (the console's trail). */
+#define SBX_AUDIT_RECENT_EVENTS 200U
+/* The largest file of the console's page read at start (xterm.js is about 300 KiB). */
+#define SBX_CONSOLE_FILE_BYTES (4U * 1024 * 1024)
 
 /* ---- paths and names */
 

@@ -17,6 +17,7 @@
 #include "sbx/sbx.h"
 #include "cli/cli.h"
 #include "cli/serve_config.h"
+#include "console/console.h"
 #include "e2b/e2b.h"
 #include "kube/gateway.h"
 #include "kube/kube.h"
@@ -130,6 +131,11 @@ static void usage(FILE *f) {
                 "                       E2B_API_URL and E2B_SANDBOX_URL to http://ADDR\n"
                 "      --api-key KEY    an E2B API key (X-API-KEY) the HTTP API accepts; may be\n"
                 "                       repeated. None given: any key, from loopback only\n"
+                "      --console-token TOKEN  what the operator console (http://ADDR/console/) and\n"
+                "                       GET /metrics ask for (default: the first --api-key, else\n"
+                "                       one made at start and printed with the console's address)\n"
+                "      --console-dir DIR  the console page's files (default: those installed)\n"
+                "      --metrics-no-sandboxes  GET /metrics without a series per sandbox\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
                 "  -v, --verbose        debug logging on stderr\n"
                 "  -h, --help           show this help\n"
@@ -245,7 +251,11 @@ static void redact_args_done(RedactArgs *a) {
 enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OPT_EGRESS_CA, OPT_HTTP, OPT_API_KEY,
        OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX, OPT_POD_CIDR, OPT_POD_BRIDGE, OPT_KUBE_NODE, OPT_KUBECONFIG,
        OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL, OPT_KUBE_GATEWAY, OPT_KUBE_NAMESPACE,
-       OPT_KUBELET_CERT, OPT_KUBELET_KEY, OPT_KUBELET_CA };
+       OPT_KUBELET_CERT, OPT_KUBELET_KEY, OPT_KUBELET_CA, OPT_CONSOLE_TOKEN, OPT_CONSOLE_DIR,
+       OPT_METRICS_NO_SANDBOXES };
+
+/* A console token is sent in a cookie and a header: nothing that needs quoting there. */
+#define CONSOLE_TOKEN_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-"
 
 static const struct option serve_opts[] = {
         { "stdio", no_argument, NULL, 's' },
@@ -274,6 +284,9 @@ static const struct option serve_opts[] = {
         { "egress-ca", required_argument, NULL, OPT_EGRESS_CA },
         { "http", required_argument, NULL, OPT_HTTP },
         { "api-key", required_argument, NULL, OPT_API_KEY },
+        { "console-token", required_argument, NULL, OPT_CONSOLE_TOKEN },
+        { "console-dir", required_argument, NULL, OPT_CONSOLE_DIR },
+        { "metrics-no-sandboxes", no_argument, NULL, OPT_METRICS_NO_SANDBOXES },
         { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
         { "image-store", required_argument, NULL, OPT_IMAGE_STORE },
         { "image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX },
@@ -324,6 +337,8 @@ typedef struct ServeOptions {
         const char *kube_labels[SBX_MAX_KUBE_LABELS + 1];
         unsigned n_kube_labels;
         const char *http;
+        const char *console_token, *console_dir;
+        bool metrics_no_sandboxes;
         const char *api_keys[SBX_MAX_API_KEYS + 1];
         unsigned n_api_keys;
         int afd; /* the socket passed by socket activation; -1: none */
@@ -501,6 +516,9 @@ static int serve_option(ServeOptions *o, int c) {
         case 'H': o->egress_hosts = optarg; return 0;
         case OPT_EGRESS_CA: o->egress_ca = optarg; return 0;
         case OPT_HTTP: o->http = optarg; return 0;
+        case OPT_CONSOLE_TOKEN: o->console_token = optarg; return 0;
+        case OPT_CONSOLE_DIR: o->console_dir = optarg; return 0;
+        case OPT_METRICS_NO_SANDBOXES: o->metrics_no_sandboxes = true; return 0;
         case OPT_API_KEY: return api_key_add(o, optarg);
         case OPT_POD_CIDR: o->pod_cidr = optarg; return 0;
         case OPT_POD_BRIDGE: o->pod_bridge = optarg; return 0;
@@ -564,6 +582,12 @@ static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit)
                         "--audit PATH\n");
         else if (o->n_api_keys && !o->http && !o->kube_gateway)
                 fprintf(stderr, "sbx serve: --api-key goes with --http ADDR or --kube-gateway ADDR\n");
+        else if ((o->console_token || o->console_dir || o->metrics_no_sandboxes) && !o->http)
+                fprintf(stderr, "sbx serve: --console-token, --console-dir and --metrics-no-sandboxes go with --http "
+                                "ADDR (the console and /metrics are on its listener)\n");
+        else if (o->console_token && (strlen(o->console_token) < 16 || strlen(o->console_token) > SBX_MAX_API_KEY_BYTES ||
+                                      o->console_token[strspn(o->console_token, CONSOLE_TOKEN_CHARS)]))
+                fprintf(stderr, "sbx serve: --console-token: 16 to %u of [A-Za-z0-9._~-]\n", SBX_MAX_API_KEY_BYTES);
         else if (o->audit && (!*o->audit || strlen(o->audit) > PATH_MAX - 16))
                 fprintf(stderr, "sbx serve: --audit takes a file's path (at most %d bytes)\n", PATH_MAX - 16);
         else if (o->check_config && optind < argc)
@@ -707,15 +731,70 @@ static int serve_listen(Server *s, const ServeOptions *o) {
 }
 
 static int connect_e2b(void *data, int *ret_fd) { return server_connect(data, geteuid(), ret_fd); }
+static int connect_console(void *data, int *ret_fd) { return server_connect_operator(data, ret_fd); }
 
-/* --http: the E2B door on the server's loop. Returns 0, or the exit status after saying why. */
-static int serve_http(Server *s, const ServeOptions *o, E2b **ret) {
-        char err[256];
-        E2bOptions eo = { .addr = o->http, .api_keys = o->api_keys };
-        if (e2b_new(server_loop(s), &eo, connect_e2b, s, ret, err, sizeof err) < 0) {
+/* The console page's files: --console-dir; this source tree's when the daemon runs from its
+ * build tree; those installed beside it (an install moved whole: libexec/sbx/../../share);
+ * where meson installed them. */
+static void console_dir(const ServeOptions *o, char *out, size_t size) {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (o->console_dir) {
+                snprintf(out, size, "%s", o->console_dir);
+                return;
+        }
+        if (n > 0) {
+                exe[n] = 0;
+                size_t bl = strlen(SBX_BUILD_ROOT);
+                if (!strncmp(exe, SBX_BUILD_ROOT, bl) && exe[bl] == '/') {
+                        snprintf(out, size, "%s", SBX_CONSOLE_SRCDIR);
+                        return;
+                }
+                char *slash = strrchr(exe, '/');
+                if (slash) {
+                        *slash = 0;
+                        if ((size_t)snprintf(out, size, "%.3900s/../../share/sbx/console", exe) < size &&
+                            access(out, R_OK) == 0)
+                                return;
+                }
+        }
+        snprintf(out, size, "%s", SBX_CONSOLE_DATADIR);
+}
+
+/* --http: the E2B door on the server's loop, the console and /metrics on its listener.
+ * Returns 0, or the exit status after saying why. */
+static int serve_http(Server *s, const ServeOptions *o, E2b **ret, Console **ret_console) {
+        char err[512], dir[PATH_MAX], made[2 * 16 + 1] = "";
+        const char *token = o->console_token ? o->console_token : o->api_keys[0];
+        if (!token) {
+                if (random_hex(made, 16) < 0) {
+                        fprintf(stderr, "sbx serve: --http: no randomness for the console's token\n");
+                        return 1;
+                }
+                token = made;
+        }
+        console_dir(o, dir, sizeof dir);
+        ConsoleOptions co = { .token = token, .dir = dir, .metrics_no_sandboxes = o->metrics_no_sandboxes };
+        if (console_new(server_loop(s), &co, connect_console, s, ret_console, err, sizeof err) < 0) {
                 fprintf(stderr, "sbx serve: --http %s\n", err);
                 return 1;
         }
+        E2bExtraRoutes extra = { .route = console_route, .ops = &console_http_ops, .data = *ret_console };
+        E2bOptions eo = { .addr = o->http, .api_keys = o->api_keys, .extra = &extra };
+        if (e2b_new(server_loop(s), &eo, connect_e2b, s, ret, err, sizeof err) < 0) {
+                fprintf(stderr, "sbx serve: --http %s\n", err);
+                *ret_console = console_free(*ret_console);
+                return 1;
+        }
+        /* The address to open, with the token only when this daemon made it (one given is
+         * the operator's already, and stays out of logs). */
+        char host[300] = "127.0.0.1";
+        const char *colon = strrchr(o->http, ':');
+        if (colon && colon > o->http)
+                snprintf(host, sizeof host, "%.*s", (int)(colon - o->http), o->http);
+        fprintf(stderr, "sbx serve: console: http://%s:%u/console/%s%s\n", host, e2b_port(*ret), made[0] ? "?token=" : "",
+                made[0] ? made : " (sign in with ?token= and the console's token)");
+        explicit_bzero(made, sizeof made);
         if (!e2b_loopback(*ret))
                 log_warn("--http %s: the E2B API listens beyond loopback; %s", o->http,
                          o->n_api_keys ? "only its --api-key keys are let in" : "with no --api-key, only loopback "
@@ -810,12 +889,14 @@ static int serve_start(const ServeOptions *o) {
                 }
         unsigned max = server_set_max_sandboxes(s, (unsigned)o->max_sandboxes);
         E2b *e2b = NULL;
+        Console *console = NULL;
         KubeNode *kube = NULL;
         KubeGateway *gw = NULL;
-        if ((o->http && (code = serve_http(s, o, &e2b)) != 0) || (code = serve_kube(s, o, max, e2b, &kube)) != 0 ||
-            (code = serve_gateway(s, o, &gw)) != 0) {
+        if ((o->http && (code = serve_http(s, o, &e2b, &console)) != 0) ||
+            (code = serve_kube(s, o, max, e2b, &kube)) != 0 || (code = serve_gateway(s, o, &gw)) != 0) {
                 kube_node_free(kube);
                 e2b_free(e2b);
+                console_free(console);
                 server_free(s);
                 return code;
         }
@@ -833,7 +914,9 @@ static int serve_start(const ServeOptions *o) {
         r = server_run(s);
         kube_gateway_free(gw);
         kube_node_free(kube);
+        /* The door's listener first: ending its requests tells the console's routes. */
         e2b_free(e2b);
+        console_free(console);
         server_free(s);
         return r;
 }

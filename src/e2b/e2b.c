@@ -417,7 +417,18 @@ static E2bReq *req_of(E2b *g, HttpReq *r) {
         return q;
 }
 
+/* Whether r is the extra routes' (decided from its head alone, so every op agrees). */
+static bool is_extra(const E2b *g, HttpReq *r) {
+        unsigned port;
+        char id[64];
+        return g->extra.route && !http_header(r, "E2b-Sandbox-Port") &&
+               !e2b_host_target(http_header(r, "Host"), &port, id) && g->extra.route(g->extra.data, r);
+}
+
 static int on_head(void *data, HttpReq *r) {
+        E2b *g = data;
+        if (is_extra(g, r))
+                return g->extra.ops->head ? g->extra.ops->head(g->extra.data, r) : 0;
         E2bReq *q = req_of(data, r);
         if (!q)
                 return 503;
@@ -425,10 +436,16 @@ static int on_head(void *data, HttpReq *r) {
 }
 
 static int on_body(void *data, HttpReq *r, const uint8_t *chunk, size_t len) {
+        E2b *g = data;
+        if (is_extra(g, r))
+                return g->extra.ops->body(g->extra.data, r, chunk, len);
         return envd_body(http_user(r), chunk, len);
 }
 
 static void on_request(void *data, HttpReq *r) {
+        E2b *g = data;
+        if (is_extra(g, r))
+                return g->extra.ops->request(g->extra.data, r);
         E2bReq *q = req_of(data, r);
         if (!q) {
                 (void)http_reply(r, 503, NULL, NULL, 0, NULL);
@@ -455,6 +472,12 @@ static void on_request(void *data, HttpReq *r) {
 }
 
 static void on_drained(void *data, HttpReq *r) {
+        E2b *g = data;
+        if (is_extra(g, r)) {
+                if (g->extra.ops->drained)
+                        g->extra.ops->drained(g->extra.data, r);
+                return;
+        }
         E2bReq *q = http_user(r);
         if (q->fwd.fetch)
                 ports_drained(q);
@@ -464,6 +487,11 @@ static void on_drained(void *data, HttpReq *r) {
 
 static void on_finished(void *data, HttpReq *r, bool ok) {
         E2b *g = data;
+        if (is_extra(g, r)) {
+                if (g->extra.ops->finished)
+                        g->extra.ops->finished(g->extra.data, r, ok);
+                return;
+        }
         E2bReq *q = http_user(r);
         if (!q)
                 return;
@@ -499,6 +527,8 @@ int e2b_new(Loop *loop, const E2bOptions *o, E2bConnectFn connect, void *connect
         g->loop = loop;
         g->connect = connect;
         g->connect_data = connect_data;
+        if (o->extra)
+                g->extra = *o->extra;
         int r = 0;
         for (size_t i = 0; o->api_keys && o->api_keys[i] && r == 0; i++) {
                 char **k = reallocarray(g->keys, g->n_keys + 1, sizeof *k);
@@ -543,4 +573,5 @@ E2b *e2b_free(E2b *g) {
 }
 
 uint16_t e2b_port(const E2b *g) { return http_port(g->http); }
+HttpServer *e2b_http(const E2b *g) { return g->http; }
 bool e2b_loopback(const E2b *g) { return http_loopback(g->http); }

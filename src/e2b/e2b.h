@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "base/loop.h"
+#include "http/http.h"
 
 /* The version of envd this door speaks as: the SDK gates features on it, so it names only
  * what is served (closeStdin from 0.5.2, octet-stream uploads from 0.5.7; no file metadata,
@@ -22,10 +23,22 @@ typedef struct E2b E2b;
 /* A new connection to the server: 0 and the door's end in *ret_fd, or -errno. */
 typedef int (*E2bConnectFn)(void *data, int *ret_fd);
 
+/* Another owner's routes on the door's listener (the operator console): a request that
+ * route() claims (never one for a sandbox's port or envd by its Host) goes to ops, with data,
+ * and never to E2B's routes. */
+typedef struct E2bExtraRoutes {
+        bool (*route)(void *data, HttpReq *r);
+        const HttpOps *ops;
+        void *data;
+} E2bExtraRoutes;
+
 typedef struct E2bOptions {
         const char *addr;             /* where to listen: "PORT", "HOST:PORT", "[V6]:PORT" */
         const char *const *api_keys;  /* NULL-terminated; none: any key, from loopback only */
+        const E2bExtraRoutes *extra;  /* or NULL */
 } E2bOptions;
+/* The door's listener, for the extra routes' owner (its port, its address). */
+HttpServer *e2b_http(const E2b *g);
 
 /* Listens and serves. Returns 0, or -errno with err saying why. */
 int e2b_new(Loop *loop, const E2bOptions *o, E2bConnectFn connect, void *connect_data, E2b **ret, char *err,

@@ -40,6 +40,7 @@ struct E2b {
         size_t n_keys;
         E2bBox *boxes;
         struct E2bWatcher *watchers; /* envd.c's: CreateWatcher's, polled */
+        E2bExtraRoutes extra;        /* route NULL: none */
 };
 
 /* One HTTP request while the door works on it (http_user of its HttpReq). */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Handlers about the server itself: health, ping, kill. */
+/* Handlers about the server itself: health, its metrics, the audit trail, ping, kill. */
 #include <stdio.h>
 #include <unistd.h>
 #include "base/limits.h"
@@ -31,8 +31,16 @@ static uint64_t daemon_rss_bytes(void) {
         return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+static json_t *health_json(Core *core);
+
 static int m_health(Req *r, json_t **ret, RpcError *e) {
-        Core *core = r->core;
+        *ret = health_json(r->core);
+        return 0;
+}
+
+static json_t *health_json(Core *core) {
+        json_t *ret_;
+        json_t **ret = &ret_;
         unsigned sessions = 0, processes = 0, running, queued;
         /* Answering an explicit request: a walk over every sandbox is fine here. */
         for (SrvSandbox *sb = registry_next(&core->registry, NULL); sb; sb = registry_next(&core->registry, sb)) {
@@ -67,7 +75,79 @@ static int m_health(Req *r, json_t **ret, RpcError *e) {
                                       "maxSandboxesFrom", reg->max_from ? reg->max_from : "default", "maxSessions",
                                       (int)SBX_MAX_SESSIONS, "maxQueuedRuns", (int)SBX_MAX_QUEUED_RUNS, "maxForks",
                                       (int)SBX_MAX_FORKS));
+        return *ret;
+}
+
+static json_t *sample_json(const SbxMetricsSample *s) {
+        return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "timestamp", (json_int_t)s->time_ms, "cpuUsec",
+                         (json_int_t)s->cpu_usec, "memoryBytes", (json_int_t)s->memory_bytes, "pids",
+                         (json_int_t)s->pids, "fsBytes", (json_int_t)s->fs_bytes, "fsFiles", (json_int_t)s->fs_files,
+                         "netBytes", (json_int_t)s->net_bytes, "runs", (json_int_t)s->runs);
+}
+
+/* Everything GET /metrics says, in one answer: no file is read for it (each sandbox's figures
+ * are its last sample). */
+static int m_server_metrics(Req *r, json_t **ret, RpcError *e) {
+        bool per_sandbox = true;
+        if (param_bool(r->params, "sandboxes", &per_sandbox, e) < 0)
+                return -1;
+        json_t *list = json_array();
+        Registry *reg = &r->core->registry;
+        for (SrvSandbox *sb = registry_next(reg, NULL); per_sandbox && sb; sb = registry_next(reg, sb)) {
+                if (!registry_may_use(sb, r->conn, conn_uid(r->conn)))
+                        continue;
+                SbxMetricsSample s;
+                const SbxLimits *l = sbx_sandbox_limits(sb->sb);
+                json_t *o = json_pack("{s:s, s:b, s:I, s:I, s:I}", "sandboxId", sb->id, "paused",
+                                      sbx_sandbox_paused(sb->sb), "memoryLimitBytes", (json_int_t)l->memory_bytes,
+                                      "fsLimitBytes", (json_int_t)l->fs_bytes, "cpuMillis", (json_int_t)l->cpu_millis);
+                json_object_set_new(o, "sample", sbx_sandbox_last_sample(sb->sb, &s) == 0 ? sample_json(&s) : json_null());
+                json_array_append_new(list, o);
+        }
+        *ret = json_pack("{s:o, s:o, s:i}", "health", health_json(r->core), "sandboxes", list, "intervalMs",
+                         (int)SBX_METRICS_INTERVAL_MS);
         return 0;
+}
+
+static int m_audit_recent(Req *r, json_t **ret, RpcError *e) {
+        uint64_t limit = 100;
+        if (param_u64(r->params, "limit", false, SBX_AUDIT_RECENT_EVENTS, &limit, e) < 0)
+                return -1;
+        *ret = json_pack("{s:b, s:o, s:o}", "enabled", r->core->audit != NULL, "events",
+                         audit_recent_json(r->core->audit, (size_t)limit), "health", audit_health_json(r->core->audit));
+        return 0;
+}
+
+static void verified(void *ud, int result, const char *message, Audit *a) {
+        Pending *p = ud;
+        if (p->conn && result == -EBADMSG)
+                conn_reply(p->conn, p->id, json_pack("{s:b, s:b, s:s}", "enabled", 1, "ok", 0, "message", message));
+        else if (p->conn && result >= 0)
+                conn_reply(p->conn, p->id,
+                           json_pack("{s:b, s:b, s:i, s:s}", "enabled", 1, "ok", 1, "lines", result, "message", message));
+        else if (p->conn) {
+                RpcError e;
+                rpc_fail_errno(&e, result, message);
+                conn_reply_error(p->conn, p->id, &e);
+        }
+        pending_free(p);
+}
+
+static int m_audit_verify(Req *r, json_t **ret, RpcError *e) {
+        if (!r->core->audit) {
+                *ret = json_pack("{s:b}", "enabled", 0);
+                return 0;
+        }
+        Pending *p;
+        if (pending_new(&r->core->pending, r->core, r->conn, r->id, PENDING_OP, &p) < 0)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        int rr = audit_verify_start(r->core->audit, verified, p);
+        if (rr == 0)
+                return 1;
+        pending_free(p);
+        if (rr == -EBUSY)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "a check of the log is running; ask again when it has ended");
+        return rpc_fail_errno(e, rr, "audit.verify");
 }
 
 static int m_ping(Req *r, json_t **ret, RpcError *e) {
@@ -80,6 +160,11 @@ static int m_kill(Req *r, json_t **ret, RpcError *e) {
         r->core->shutdown(r->core->shutdown_data);
         return 0;
 }
+
+static const Param p_server_metrics[] = {
+        { "sandboxes", P_BOOL, false, "false: the server's figures only, no sandbox's (default true)" }, { 0 } };
+static const Param p_audit_recent[] = {
+        { "limit", P_INT, false, "at most this many, the newest (default 100, at most 200)" }, { 0 } };
 
 const Method server_methods_server[] = {
         { "health", m_health, 0, handler_params_none,
@@ -95,6 +180,19 @@ const Method server_methods_server[] = {
           "machine at start, `maxSandboxesFrom` saying which (`--max-sandboxes`, or the resource that bounds it: "
           "`memory`, `pids`, `fds`, `host ids`). Counting sessions and processes visits every sandbox: an answer about "
           "all of them." },
+        { "server.metrics", m_server_metrics, 0, p_server_metrics,
+          "{health (as health answers), intervalMs, sandboxes: [{sandboxId, paused, memoryLimitBytes, fsLimitBytes, "
+          "cpuMillis, sample: {timestamp, cpuUsec, memoryBytes, pids, fsBytes, fsFiles, netBytes, runs} or null}]}",
+          "What GET /metrics says, as JSON: the server's health and each sandbox's last sample (as sandbox.metrics "
+          "takes them, every intervalMs; null before the first). Only the sandboxes this connection may use (the "
+          "operator console's: every one)." },
+        { "audit.recent", m_audit_recent, 0, p_audit_recent, "{enabled, events: [event], health (as health's audit)}",
+          "The last audit events the server made (at most 200 are kept), oldest first, as it handed them to the "
+          "writer: before their seq and prev (sbx serve --audit)." },
+        { "audit.verify", m_audit_verify, 0, handler_params_none, "{enabled, ok?, lines?, message?}",
+          "Checks the hash chain of the audit log's current file (as sbx audit verify does; its first line's link to "
+          "rotated files is taken on trust), in a process of its own: ok and the lines checked, or ok false and the "
+          "first line changed, removed or inserted. One check at a time." },
         { "ping", m_ping, 0, handler_params_none, "{pong: true}", "Liveness." },
         { "kill", m_kill, 0, handler_params_none, "{ok: true}",
           "Answers, then shuts the server down as SIGTERM does: waiting requests get -32003 POOL_SHUTTING_DOWN, running "

@@ -12,6 +12,7 @@
 #include <sys/pidfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "base/job.h"
 #include "base/limits.h"
 #include "base/log.h"
 #include "base/macro.h"
@@ -54,6 +55,14 @@ struct Audit {
         AuditProc *procs;
         AuditRedactFn redact;
         void *redact_data;
+        /* The last SBX_AUDIT_RECENT_EVENTS events made (as queued: before the writer numbers
+         * and chains them), oldest first, for the console. */
+        json_t *recent;
+        /* audit_verify_start(): the job checking the log's chain, and who hears its end. */
+        Job verify;
+        Watch verify_w;
+        AuditVerifyFn verify_done;
+        void *verify_ud;
 };
 
 void audit_set_redact(Audit *a, AuditRedactFn fn, void *data) {
@@ -244,6 +253,8 @@ static int push(Audit *a, const char *line, size_t len) {
  * line, before it is queued. */
 static void enqueue(Audit *a, json_t *ev) {
         a->events++;
+        if (a->recent && json_array_append(a->recent, ev) == 0 && json_array_size(a->recent) > SBX_AUDIT_RECENT_EVENTS)
+                json_array_remove(a->recent, 0);
         char *s = json_dumps(ev, JSON_COMPACT);
         json_decref(ev);
         size_t n = s ? strlen(s) : 0;
@@ -314,6 +325,10 @@ int audit_new(Loop *loop, const AuditOptions *o, Audit **ret, char *err, size_t 
         if (!opt.keep)
                 opt.keep = SBX_AUDIT_DEFAULT_KEEP;
         Audit *a = calloc(1, sizeof *a);
+        if (a) {
+                a->recent = json_array();
+                a->verify = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
+        }
         if (!a || !(a->path = strdup(o->path))) {
                 free(a);
                 snprintf(err, errlen, "out of memory");
@@ -438,9 +453,66 @@ Audit *audit_free(Audit *a) {
         }
         safe_close(a->pidfd);
         bq_done(&a->q);
+        if (a->verify_w.active)
+                loop_del(a->loop, &a->verify_w);
+        job_kill(&a->verify);
+        if (a->verify_done)
+                a->verify_done(a->verify_ud, -ECANCELED, "the server is shutting down", NULL);
+        json_decref(a->recent);
         free(a->path);
         free(a);
         return NULL;
+}
+
+json_t *audit_recent_json(const Audit *a, size_t limit) {
+        json_t *out = json_array();
+        size_t n = a && a->recent ? json_array_size(a->recent) : 0;
+        for (size_t i = n > limit ? n - limit : 0; i < n; i++)
+                json_array_append(out, json_array_get(a->recent, i));
+        return out;
+}
+
+/* In the job: the chain of the log's current file (its rotated ones are not read: the first
+ * line's link to them is taken on trust). */
+static int verify_job(void *arg, char *err, size_t errlen) {
+        char *files[] = { arg };
+        AuditVerify v;
+        int r = audit_verify(files, 1, &v);
+        if (r < 0 || r > 0)
+                snprintf(err, errlen, "%s", v.message);
+        else
+                snprintf(err, errlen, "intact: %llu lines, seq %llu to %llu", (unsigned long long)v.lines,
+                         (unsigned long long)v.first_seq, (unsigned long long)v.last_seq);
+        return r > 0 ? -EBADMSG : r < 0 ? r : (int)MIN(v.lines, (uint64_t)INT32_MAX);
+}
+
+static void verify_ended(Watch *w, uint32_t events) {
+        Audit *a = w->data;
+        char msg[JOB_ERR_MAX];
+        loop_del(a->loop, &a->verify_w);
+        int r = job_finish(&a->verify, msg, sizeof msg);
+        AuditVerifyFn done = a->verify_done;
+        a->verify_done = NULL;
+        if (r == -EIO && !msg[0])
+                snprintf(msg, sizeof msg, "the check ended without a result");
+        done(a->verify_ud, r, msg, a);
+}
+
+int audit_verify_start(Audit *a, AuditVerifyFn done, void *ud) {
+        if (!a)
+                return -ENOTCONN;
+        if (a->verify_done)
+                return -EBUSY;
+        int r = job_start(&a->verify, verify_job, a->path, NULL, 0);
+        if (r < 0)
+                return r;
+        if ((r = loop_add(a->loop, &a->verify_w, a->verify.pidfd, EPOLLIN, verify_ended, a)) < 0) {
+                job_kill(&a->verify);
+                return r;
+        }
+        a->verify_done = done;
+        a->verify_ud = ud;
+        return 0;
 }
 
 /* ------------------------------------------------------------------ events */

@@ -67,6 +67,15 @@ void audit_flush_suppressed(Audit *a, SrvSandbox *sb);
                         audit_event(audit_a_, type, sb, c, fields);                              \
         } while (0)
 
+/* The last `limit` events made (at most SBX_AUDIT_RECENT_EVENTS), oldest first, as queued for
+ * the writer (which numbers and chains them). An empty array when off. */
+json_t *audit_recent_json(const Audit *a, size_t limit);
+/* Checks the chain of the log's current file in a job; done(ud, lines or -errno (-EBADMSG:
+ * broken), what it found in words, a) from the loop, or with -ECANCELED when the audit is
+ * freed first. One check at a time: -EBUSY while one runs, -ENOTCONN when auditing is off. */
+typedef void (*AuditVerifyFn)(void *ud, int result, const char *message, Audit *a);
+int audit_verify_start(Audit *a, AuditVerifyFn done, void *ud);
+
 /* An event whose outcome comes later (fork, restore, import, export, process.start): its
  * type, sandbox and client are taken now, while the connection is known. NULL when off. */
 json_t *audit_begin(Audit *a, const char *type, const SrvSandbox *sb, const Conn *c);

@@ -19,6 +19,7 @@ struct Conn {
         int rfd, wfd;
         Watch rw, ww;
         bool is_stdio, closing, paused;
+        bool operator; /* conn_set_operator(): may use every sandbox */
         bool turn_pending; /* resume_input() is yielded to */
         unsigned holds;    /* conn_hold_input() without its release: no request is handled */
         uid_t uid;
@@ -303,6 +304,8 @@ void **conn_pendings(Conn *c) { return &c->pendings; }
 void conn_set_lane(Conn *c, int lane) { c->lane = lane; }
 
 uid_t conn_uid(const Conn *c) { return c->uid; }
+bool conn_operator(const Conn *c) { return c->operator; }
+void conn_set_operator(Conn *c) { c->operator = true; }
 pid_t conn_pid(const Conn *c) { return c->pid; }
 void conn_set_pid(Conn *c, pid_t pid) { c->pid = pid; }
 

@@ -49,6 +49,10 @@ void conn_close_all(ConnList *l);
 void conn_flush_all(ConnList *l, uint64_t deadline_ms);
 
 uid_t conn_uid(const Conn *c);
+/* The operator console's connections (server_connect_operator) may use every sandbox, as an
+ * operator who reads the daemon's own state may. */
+bool conn_operator(const Conn *c);
+void conn_set_operator(Conn *c);
 /* The lane the operator fixed for this connection's requests (a LaneId), or -1: each request
  * says. */
 int conn_lane(const Conn *c);

@@ -349,7 +349,12 @@ int server_add_stdio(Server *s) {
         return 0;
 }
 
-int server_connect(Server *s, uid_t uid, int *ret_fd) {
+static int connect_as(Server *s, uid_t uid, bool operator, int *ret_fd);
+
+int server_connect(Server *s, uid_t uid, int *ret_fd) { return connect_as(s, uid, false, ret_fd); }
+int server_connect_operator(Server *s, int *ret_fd) { return connect_as(s, 0, true, ret_fd); }
+
+static int connect_as(Server *s, uid_t uid, bool operator, int *ret_fd) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0)
                 return negerrno();
@@ -364,6 +369,8 @@ int server_connect(Server *s, uid_t uid, int *ret_fd) {
         }
         conn_set_pid(c, getpid());
         conn_set_lane(c, s->stdio_lane);
+        if (operator)
+                conn_set_operator(c);
         *ret_fd = sv[1];
         return 0;
 }

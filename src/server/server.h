@@ -45,6 +45,9 @@ int server_add_stdio(Server *s);
  * a socketpair, as if uid had connected to the socket; *ret_fd is the other end (non-blocking,
  * the caller's to close, which ends the connection). Returns 0 or -errno. */
 int server_connect(Server *s, uid_t uid, int *ret_fd);
+/* The same as the operator console's: root's, and allowed every sandbox of the daemon (its
+ * list, its processes, its actions) whoever made it. */
+int server_connect_operator(Server *s, int *ret_fd);
 /* The server's loop, for the rooms that live in it beside the server (borrowed). */
 struct Loop *server_loop(Server *s);
 /* Fixes the lane (0 interactive, 1 system; -1: each request says) of the connections of

@@ -80,28 +80,37 @@ static bool same_cheap(const SbxMetricsSample *a, const SbxMetricsSample *b) {
                a->net_bytes == b->net_bytes && a->runs == b->runs;
 }
 
-void metrics_sample(SandboxCore *core, uint64_t now_ms) {
-        Metrics *m = &core->metrics;
-        SbxMetricsSample s;
-        if (metrics_read(core, true, &s) < 0)
-                return;
-        s.time_ms = now_ms;
-        MetricsRecord *last = m->n ? record_at(m, m->n - 1) : NULL;
-        /* Nothing ran and nothing was written: its memory and tasks are what they were. */
-        if (last && same_cheap(&last->v, &s)) {
-                last->last_ms = now_ms;
+bool metrics_extends(const Metrics *m, const SbxMetricsSample *s) {
+        return m->n && same_cheap(&record_at(m, m->n - 1)->v, s);
+}
+
+void metrics_push(Metrics *m, const SbxMetricsSample *s) {
+        if (metrics_extends(m, s)) {
+                MetricsRecord *last = record_at(m, m->n - 1);
+                last->last_ms = s->time_ms;
                 last->n++;
         } else {
-                (void)cgroup_sandbox_memory(&core->box.cg, &s.memory_bytes);
-                (void)cgroup_sandbox_pids(&core->box.cg, &s.pids);
                 if (make_room(m) < 0)
                         return;
-                *record_at(m, m->n) = (MetricsRecord){ .v = s, .last_ms = now_ms, .n = 1 };
+                *record_at(m, m->n) = (MetricsRecord){ .v = *s, .last_ms = s->time_ms, .n = 1 };
                 m->n++;
         }
         m->samples++;
         while (m->samples > SBX_METRICS_SAMPLES)
                 drop_oldest(m);
+}
+
+void metrics_sample(SandboxCore *core, uint64_t now_ms) {
+        SbxMetricsSample s;
+        if (metrics_read(core, true, &s) < 0)
+                return;
+        s.time_ms = now_ms;
+        /* Nothing ran and nothing was written: its memory and tasks are what they were. */
+        if (!metrics_extends(&core->metrics, &s)) {
+                (void)cgroup_sandbox_memory(&core->box.cg, &s.memory_bytes);
+                (void)cgroup_sandbox_pids(&core->box.cg, &s.pids);
+        }
+        metrics_push(&core->metrics, &s);
 }
 
 size_t metrics_query(const Metrics *m, uint64_t start_ms, uint64_t end_ms, SbxMetricsSample *out, size_t max) {
@@ -122,6 +131,15 @@ size_t metrics_query(const Metrics *m, uint64_t start_ms, uint64_t end_ms, SbxMe
                 }
         }
         return k;
+}
+
+int metrics_last(const Metrics *m, SbxMetricsSample *ret) {
+        if (!m->n)
+                return -ENODATA;
+        const MetricsRecord *r = record_at(m, m->n - 1);
+        *ret = r->v;
+        ret->time_ms = r->last_ms;
+        return 0;
 }
 
 void metrics_done(Metrics *m) {

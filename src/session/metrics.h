@@ -25,9 +25,16 @@ struct SandboxCore;
  * (what tells whether anything changed since the last sample). Returns 0 or -EAGAIN before
  * it is ready. */
 int metrics_read(struct SandboxCore *core, bool cheap, SbxMetricsSample *ret);
+/* Whether s (its cheap fields) is the last record's sample again. */
+bool metrics_extends(const Metrics *m, const SbxMetricsSample *s);
+/* Adds s (taken at s->time_ms): one more of the last record when it extends it (memory and
+ * tasks as that record has them), else a record of its own. */
+void metrics_push(Metrics *m, const SbxMetricsSample *s);
 /* Takes a sample at wall time now_ms: one more for the last record when nothing changed (a
  * cheap read), else a full read as a record of its own. */
 void metrics_sample(struct SandboxCore *core, uint64_t now_ms);
 /* The samples in [start_ms, end_ms], oldest first, up to max into out; returns the count. */
 size_t metrics_query(const Metrics *m, uint64_t start_ms, uint64_t end_ms, SbxMetricsSample *out, size_t max);
+/* The last sample taken: 0, or -ENODATA before the first. */
+int metrics_last(const Metrics *m, SbxMetricsSample *ret);
 void metrics_done(Metrics *m);

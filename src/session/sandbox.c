@@ -849,6 +849,10 @@ int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->core.box.init_pid; }
 
 int sbx_sandbox_sample(SbxSandbox *sb, SbxMetricsSample *ret) { return metrics_read(&sb->core, false, ret); }
 
+int sbx_sandbox_last_sample(const SbxSandbox *sb, SbxMetricsSample *ret) {
+        return metrics_last(&sb->core.metrics, ret);
+}
+
 size_t sbx_sandbox_metrics(const SbxSandbox *sb, uint64_t start_ms, uint64_t end_ms, SbxMetricsSample *out,
                            size_t max) {
         return metrics_query(&sb->core.metrics, start_ms, end_ms, out, max);
