@@ -4,13 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# python3-prometheus-client: the tests parse GET /metrics with Prometheus' own parser.
 # tmux: the tests drive sbx shell in a terminal of its own. man-db (and its groff-base): the
 # tests render the man pages, and `man sbx` reads them. openssl and iproute2: the egress tests
 # make their HTTPS servers' certificates and a network namespace with a fake DNS server.
 PACKAGES=(gcc libc6-dev pkg-config meson ninja-build bash-builtins libjansson-dev
           libseccomp-dev libarchive-dev nettle-dev libinih-dev zstd python3 python3-pytest python3-venv
           procps curl tmux man-db libc-ares-dev libgnutls28-dev openssl iproute2 libmicrohttpd-dev
-          libcurl4-gnutls-dev)
+          libcurl4-gnutls-dev python3-prometheus-client)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,6 +43,17 @@ if [ ${#missing[@]} -gt 0 ]; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
                 { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+    fi
+fi
+
+# The operator console's terminal is xterm.js, from npm (pinned in console/package.json), served
+# from the console's files. Without npm (or the registry) the console runs without a terminal.
+if [ ! -f console/node_modules/@xterm/xterm/lib/xterm.js ]; then
+    if command -v npm >/dev/null 2>&1; then
+        (cd console && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1) ||
+            echo "build.sh: npm ci in console/ failed: the console will have no terminal" >&2
+    else
+        echo "build.sh: npm is missing: the console will have no terminal (apt-get install npm)" >&2
     fi
 fi
 

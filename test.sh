@@ -9,6 +9,14 @@ cd "$(dirname "$0")"
 ./build.sh || exit 1
 
 status=0
+# The console's browser tests drive Debian's chromium (tests/integration/test_console.py skips,
+# saying why, without it).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        echo "test.sh: installing chromium for the console's browser tests" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 ||
+                { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }
+fi
+
 # The cluster test's Kubernetes (control plane from Debian's source package): built once per
 # machine and cached (/var/cache/sbx); without it test_kube.py skips, saying why.
 if [ "${SBX_KUBE:-1}" != 0 ]; then

@@ -190,10 +190,6 @@ static void api_call(CReq *q) {
                 return;
         }
         json_t *p = params ? json_incref(params) : json_object();
-        /* A fork the operator makes outlives the console's connection, as one made by any
-         * client may ask. */
-        if (!strcmp(method, "sandbox.fork") && !json_object_get(p, "persist"))
-                json_object_set_new(p, "persist", json_true());
         if (rpc_client_call(q->c->rpc, method, p, called, q) < 0)
                 reply_api_error(r, 503, "out of memory");
         json_decref(in);
