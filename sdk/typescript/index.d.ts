@@ -111,6 +111,27 @@ export interface SandboxOpts {
   image?: string;
 }
 
+/** One sample of what a sandbox used (E2B's SandboxMetric names where E2B has the figure). */
+export interface SandboxMetric {
+  timestamp: Date;
+  /** Its share of the sandbox's CPUs since the sample before, 0 to 100. */
+  cpuUsedPct: number;
+  cpuCount: number;
+  /** Its memory cgroup, bytes (processes, page cache, its tmpfs's pages). */
+  memUsed: number;
+  memTotal: number;
+  /** Bytes used of its writable filesystem (/tmp, /home/user, /dev/shm). */
+  diskUsed: number;
+  diskTotal: number;
+  diskFiles: number;
+  pids: number;
+  /** Bytes its egress proxy and exposed ports relayed, both ways, so far. */
+  netBytes: number;
+  /** Runs and processes started in it so far. */
+  runs: number;
+  cpuUsec: number;
+}
+
 /** Why a sandbox expired: its lifetime (lifetimeMs, setTimeout) or its idle timeout. */
 export type ExpiryReason = "lifetime" | "idle";
 export type ExpiredCallback = (reason: ExpiryReason) => void;
@@ -654,6 +675,9 @@ export class Sandbox {
   pause(): Promise<void>;
   /** Lets a paused sandbox go on exactly where it was. */
   resume(): Promise<void>;
+  /** E2B's getMetrics: a sample every 5 s for the last hour (sandbox.metrics), oldest first;
+   * start and end keep those in between. */
+  getMetrics(opts?: { start?: Date | number; end?: Date | number }): Promise<SandboxMetric[]>;
   /** E2B's setTimeout: the sandbox is destroyed timeoutMs from now (0: never). Not a command
    * timeout. */
   setTimeout(timeoutMs: number): Promise<void>;

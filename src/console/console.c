@@ -291,7 +291,7 @@ static void sign_in(CReq *q, const char *token) {
         if (!same_secret(token, q->c->token))
                 return reply(q->r, 401, "text/html; charset=utf-8", signed_out);
         char cookie[SBX_MAX_API_KEY_BYTES + 96];
-        snprintf(cookie, sizeof cookie, "sbx_console=%s; Path=/; HttpOnly; SameSite=Strict", q->c->token);
+        snprintf(cookie, sizeof cookie, "sbx_console=%s; Path=/console; HttpOnly; SameSite=Strict", q->c->token);
         const char *const headers[] = { SECURITY_HEADERS, "Location", "/console/", "Set-Cookie", cookie, NULL };
         (void)http_reply(q->r, 303, NULL, NULL, 0, headers);
 }

@@ -296,3 +296,36 @@ def test_async_lifecycle(daemon):
             assert (await busy).stdout == "busy\n"
 
     asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_get_metrics_threaded_and_async():
+    """get_metrics: the server's samples of the sandbox, every 5 s, as SandboxMetric (E2B's
+    names), a range kept to, bad ones refused."""
+    import datetime
+    with new_sandbox() as sb:
+        t0 = time.time()
+        sb.commands.run("head -c 2000000 /dev/zero > /tmp/f")
+        assert wait_until(lambda: len(sb.get_metrics()) >= 1, 12, 0.5)
+        m = sb.get_metrics()[-1]
+        assert m.timestamp.tzinfo is not None and abs(m.timestamp.timestamp() - t0) < 30
+        assert m.disk_used >= 2000000 and m.disk_total == 256 << 20 and m.mem_total == 512 << 20
+        assert 0 < m.mem_used < m.mem_total and m.runs == 1 and 0 <= m.cpu_used_pct <= 100 and m.cpu_count > 0
+        assert sb.get_metrics(end=t0 - 3600) == []
+        assert sb.get_metrics(start=datetime.datetime.fromtimestamp(t0 + 3600, datetime.timezone.utc)) == []
+        with pytest.raises(ValueError):
+            sb.get_metrics(start=datetime.datetime.now())  # a naive datetime: which zone?
+        with pytest.raises(SbxError) as ei:
+            sb.get_metrics(start=t0 + 10, end=t0)
+        assert ei.value.code == INVALID_PARAMS
+
+    async def main():
+        async with await AsyncSandbox.create(binary=SBX_BIN) as sb:
+            SPAWNED.append(sb.client.pid)
+            await sb.commands.run("true")
+            for _ in range(120):
+                got = await sb.get_metrics()
+                if got:
+                    break
+                await asyncio.sleep(0.1)
+            assert got and got[-1].runs == 1 and got[-1].pids >= 1
+    asyncio.run(asyncio.wait_for(main(), 60))

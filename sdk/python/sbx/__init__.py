@@ -21,6 +21,7 @@ from .commands import CommandHandle, CommandResult, Commands, OutputCallback, Se
 from .processes import OutputChunk, ProcessHandle, ProcessInfo, ProcessResult, Pty, TerminalHandle
 from .files import EntryInfo, Files, FilesystemEvent, FilesystemEventType, WatchHandle
 from .sandbox import Env, Images, Sandbox, Sandboxes, Sessions
+from ._results import SandboxMetric
 from .code import CodeContext, CodeHandle, Execution, ExecutionError, Logs, Result
 from .async_code import AsyncCodeHandle
 from .async_commands import AsyncCommandHandle, AsyncCommands, AsyncSession
@@ -59,6 +60,7 @@ __all__ = [
     "Images",
     "Files",
     "EntryInfo",
+    "SandboxMetric",
     "Client",
     "AsyncClient",
     "WatchHandle",

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import base64
 import collections
+import datetime
 import os
 from typing import Any, Deque, Dict, Generator, Mapping, Optional, Sequence, Tuple, Union
 
 from ._protocol import INVALID_PARAMS, SbxError, as_object
-from ._results import EntryInfo, ProcessInfo
+from ._results import EntryInfo, ProcessInfo, SandboxMetric
 
 Request = Tuple[str, Optional[Dict[str, Any]]]
 #: An operation returning R: ``Op[R]``.
@@ -295,6 +296,29 @@ def sandbox_info(sandbox_id: str, expired: Optional[str]) -> Op:
 def set_timeout(sandbox_id: str, timeout: float) -> Op:
     """``sandbox.setTimeout``: the sandbox expires ``timeout`` seconds from now (0: never)."""
     yield "sandbox.setTimeout", {"sandboxId": sandbox_id, "lifetimeMs": seconds_to_ms(timeout)}
+
+
+def _ms(when: Union[None, float, "datetime.datetime"]) -> Optional[int]:
+    """A time as the protocol's ms since the epoch: a datetime, or seconds since the epoch."""
+    if when is None:
+        return None
+    if isinstance(when, datetime.datetime):
+        if when.tzinfo is None:
+            raise ValueError("give an aware datetime (its time zone), or seconds since the epoch")
+        return int(when.timestamp() * 1000)
+    return int(float(when) * 1000)
+
+
+def metrics(sandbox_id: str, start: Union[None, float, "datetime.datetime"],
+            end: Union[None, float, "datetime.datetime"]) -> Op:
+    """``sandbox.metrics``: the samples of [start, end], oldest first."""
+    params: Dict[str, Any] = {"sandboxId": sandbox_id}
+    for key, when in (("start", start), ("end", end)):
+        ms = _ms(when)
+        if ms is not None:
+            params[key] = ms
+    r = yield "sandbox.metrics", params
+    return [SandboxMetric._from(s, r) for s in r["samples"]]
 
 
 # ------------------------------------------------------------------ images

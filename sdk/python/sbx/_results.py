@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import codecs
 import collections
+import datetime
 import enum
 import posixpath
 import threading
@@ -151,6 +152,48 @@ class EntryInfo:
     def _from(cls, d: Dict[str, Any]) -> "EntryInfo":
         return cls(name=str(d["name"]), path=str(d["path"]), type=str(d["type"]), size=int(d["size"]),
                    mode=int(d["mode"]), mtime=str(d["mtime"]), target=d.get("target"))
+
+
+@dataclass(frozen=True)
+class SandboxMetric:
+    """One sample of what a sandbox used (``sandbox.metrics``; E2B's ``SandboxMetric`` names
+    where E2B has the figure). The server takes one every 5 s and keeps the last hour.
+
+    Attributes:
+        timestamp: when it was taken (UTC).
+        cpu_used_pct: its share of the sandbox's CPUs since the sample before (0 to 100).
+        cpu_count: the CPUs the sandbox may use (fractions allowed).
+        mem_used: its memory cgroup, in bytes (processes, page cache, its tmpfs's pages).
+        mem_total: its memory limit.
+        disk_used: bytes used of its writable filesystem (/tmp, /home/user, /dev/shm).
+        disk_total: that filesystem's size.
+        disk_files: inodes used there.
+        pids: its tasks, session shells included.
+        net_bytes: bytes its egress proxy and exposed ports relayed, both ways, so far.
+        runs: runs and processes started in it so far.
+        cpu_usec: CPU time its processes used so far, in microseconds.
+    """
+
+    timestamp: datetime.datetime
+    cpu_used_pct: float
+    cpu_count: float
+    mem_used: int
+    mem_total: int
+    disk_used: int
+    disk_total: int
+    disk_files: int
+    pids: int
+    net_bytes: int
+    runs: int
+    cpu_usec: int
+
+    @classmethod
+    def _from(cls, d: Dict[str, Any], limits: Dict[str, Any]) -> "SandboxMetric":
+        ts = datetime.datetime.fromtimestamp(int(d["timestamp"]) / 1000, tz=datetime.timezone.utc)
+        return cls(timestamp=ts, cpu_used_pct=float(d["cpuUsedPct"]), cpu_count=float(limits["cpuCount"]),
+                   mem_used=int(d["memoryBytes"]), mem_total=int(limits["memoryLimitBytes"]),
+                   disk_used=int(d["fsBytes"]), disk_total=int(limits["fsLimitBytes"]), disk_files=int(d["fsFiles"]),
+                   pids=int(d["pids"]), net_bytes=int(d["netBytes"]), runs=int(d["runs"]), cpu_usec=int(d["cpuUsec"]))
 
 
 class FilesystemEventType(str, enum.Enum):

@@ -2,7 +2,8 @@
 awaited. Both run the same protocol operations (:mod:`sbx._ops`); this module only awaits
 them.
 
-    import asyncio
+    import datetime
+import asyncio
     from sbx import AsyncSandbox
 
     async def main():
@@ -28,6 +29,7 @@ from ._code import CodeContext, Execution, ExecutionError, Result
 from .async_code import AsyncCodeHandle
 from ._callbacks import Deliverer  # noqa: F401 - for importers that found it here
 from ._protocol import SbxError
+from ._results import SandboxMetric
 from ._results import EntryInfo, FilesystemEvent  # noqa: F401 - for importers that found them here
 from .async_commands import AsyncCommands, AsyncSession
 from .async_files import AsyncFiles
@@ -247,6 +249,11 @@ class AsyncSandbox:
         """The sandbox is destroyed ``timeout`` seconds from now, 0: never (as
         :meth:`sbx.Sandbox.set_timeout`)."""
         await self._client.run_op(ops.set_timeout(self._sandbox_id, timeout))
+
+    async def get_metrics(self, start: Union[None, float, datetime.datetime] = None,
+                          end: Union[None, float, datetime.datetime] = None) -> List[SandboxMetric]:
+        """What the sandbox used over time (as :meth:`sbx.Sandbox.get_metrics`)."""
+        return await self._client.run_op(ops.metrics(self._sandbox_id, start, end))
 
     def on_expired(self, callback: AsyncExpiredCallback) -> Callable[[], None]:
         """Calls ``callback(reason)`` once the server destroyed this sandbox because it expired

@@ -1,6 +1,7 @@
 """The Sandbox handle and its per-sandbox namespaces (sessions, env, sandboxes)."""
 from __future__ import annotations
 
+import datetime
 import os
 from types import TracebackType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Type, Union
@@ -9,6 +10,7 @@ from . import _ops as ops
 from . import code as _code
 from .code import CodeContext, CodeHandle, Execution, ExecutionError, Result
 from ._client import Client, SbxError
+from ._results import SandboxMetric
 from ._protocol import ExpiredCallback
 from ._ops import sandbox_options as _sandbox_options
 from .commands import Commands, Session
@@ -314,6 +316,17 @@ class Sandbox:
             ValueError: ``timeout`` is negative.
         """
         self._client.run_op(ops.set_timeout(self._sandbox_id, timeout))
+
+    def get_metrics(self, start: Union[None, float, datetime.datetime] = None,
+                    end: Union[None, float, datetime.datetime] = None) -> List[SandboxMetric]:
+        """E2B's ``get_metrics``: what the sandbox used over time, a :class:`SandboxMetric`
+        every 5 s for the last hour (``sandbox.metrics``), oldest first; ``start`` and ``end``
+        (aware datetimes, or seconds since the epoch) keep those in between.
+
+        Raises:
+            SbxError: ``start`` is after ``end`` (-32602).
+        """
+        return self._client.run_op(ops.metrics(self._sandbox_id, start, end))
 
     def on_expired(self, callback: ExpiredCallback) -> Callable[[], None]:
         """Calls ``callback(reason)`` once the server destroyed this sandbox because it

@@ -237,6 +237,30 @@ export class Sandbox {
   }
 
   /**
+   * E2B's getMetrics: what the sandbox used over time (sandbox.metrics), a sample every 5 s for
+   * the last hour, oldest first, each {timestamp (a Date), cpuUsedPct, cpuCount, memUsed,
+   * memTotal, diskUsed, diskTotal, diskFiles, pids, netBytes, runs, cpuUsec}; start and end (Dates
+   * or ms since the epoch) keep those in between.
+   */
+  async getMetrics({ start, end } = {}) {
+    const ms = (name, v) => {
+      if (v === undefined || v === null) return undefined;
+      const n = v instanceof Date ? v.getTime() : v;
+      if (typeof n !== "number" || !Number.isFinite(n) || n < 0) throw new TypeError(`${name}: a Date or ms since the epoch`);
+      return Math.floor(n);
+    };
+    const params = {};
+    if (ms("start", start) !== undefined) params.start = ms("start", start);
+    if (ms("end", end) !== undefined) params.end = ms("end", end);
+    const r = await this._request("sandbox.metrics", params);
+    return r.samples.map((s) => ({
+      timestamp: new Date(s.timestamp), cpuUsedPct: s.cpuUsedPct, cpuCount: r.cpuCount, memUsed: s.memoryBytes,
+      memTotal: r.memoryLimitBytes, diskUsed: s.fsBytes, diskTotal: r.fsLimitBytes, diskFiles: s.fsFiles,
+      pids: s.pids, netBytes: s.netBytes, runs: s.runs, cpuUsec: s.cpuUsec,
+    }));
+  }
+
+  /**
    * E2B's setTimeout: the sandbox is destroyed timeoutMs from now (0: never), unless set again
    * (sandbox.setTimeout). Its idleTimeoutMs stays. Not a command timeout.
    */

@@ -65,6 +65,23 @@ describe("a sandbox's life", { skip, timeout: 120000 }, () => {
     }
   });
 
+  it("getMetrics: the server's samples, every 5 s, in E2B's names; a range kept to", async () => {
+    const t0 = Date.now();
+    await sb.commands.run("head -c 1500000 /dev/zero > /tmp/m");
+    const got = await until(async () => {
+      const m = await sb.getMetrics();
+      return m.length && m[m.length - 1].diskUsed >= 1500000 ? m : null;
+    }, 15000);
+    assert.ok(got, "a sample after the command within 15 s");
+    const last = got[got.length - 1];
+    assert.ok(last.timestamp instanceof Date && Math.abs(last.timestamp - t0) < 30000);
+    assert.equal(last.diskTotal, 256 * 1024 * 1024);
+    assert.ok(last.memUsed > 0 && last.memUsed < last.memTotal && last.cpuUsedPct >= 0 && last.cpuUsedPct <= 100);
+    assert.deepEqual(await sb.getMetrics({ end: new Date(t0 - 3600000) }), []);
+    await assert.rejects(sb.getMetrics({ start: t0 + 10000, end: t0 }), (e) => e instanceof SbxError && e.code === -32602);
+    await assert.rejects(sb.getMetrics({ start: "yesterday" }), TypeError);
+  });
+
   it("pauses and resumes: commands wait, or are refused with whilePaused", async () => {
     const h = await sb.commands.run("i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done",
       { background: true });
