@@ -110,6 +110,13 @@
     return (i ? n.toFixed(n < 10 ? 1 : 0) : String(n)) + ' ' + units[i];
   }
 
+  // The protocol's times: ms since the epoch, or ISO 8601 text (sandbox.list's createdAt).
+  function toMs(v) {
+    if (typeof v === 'number') return v;
+    const t = typeof v === 'string' ? Date.parse(v) : NaN;
+    return isFinite(t) ? t : NaN;
+  }
+
   function fmtAge(ms) {
     if (typeof ms !== 'number' || !isFinite(ms)) return '–';
     const s = Math.max(0, Math.round(ms / 1000));
@@ -387,9 +394,12 @@
   function drawMetrics(m, cpu, mem) {
     const s = metricSeries(m);
     const cur = m.current || s[s.length - 1] || {};
-    const cpuMax = 100;
-    cpu.update(s.map((x) => x.cpuUsedPct), cpuMax, 'CPU ' + fmtPct(cur.cpuUsedPct));
-    mem.update(s.map((x) => x.memoryBytes), m.memoryLimitBytes || 0,
+    // Scaled to what was used (a tenth of the top above it), not to the limits: an idle
+    // sandbox's line would lie flat on the floor of its 512 MiB.
+    const top = (vals, floor) => Math.max(floor, ...vals.filter((v) => typeof v === 'number' && isFinite(v))) * 1.1;
+    const cpuVals = s.map((x) => x.cpuUsedPct), memVals = s.map((x) => x.memoryBytes);
+    cpu.update(cpuVals, Math.min(100, top(cpuVals, 5)), 'CPU ' + fmtPct(cur.cpuUsedPct));
+    mem.update(memVals, top(memVals, 1 << 20),
       'memory ' + fmtBytes(cur.memoryBytes) + (m.memoryLimitBytes ? ' of ' + fmtBytes(m.memoryLimitBytes) : ''));
   }
 
@@ -440,8 +450,8 @@
         c.meta.replaceChildren(...Object.entries(s.metadata || {}).map(([k, v]) =>
           el('span', { class: 'kv' }, el('span', { class: 'k' }, k), '=', el('span', { class: 'v' }, String(v)))));
       }
-      setText(c.created, fmtAge(Date.now() - s.createdAt) + ' ago');
-      c.created.setAttribute('title', fmtTime(s.createdAt));
+      setText(c.created, fmtAge(Date.now() - toMs(s.createdAt)) + ' ago');
+      c.created.setAttribute('title', fmtTime(toMs(s.createdAt)));
       const paused = !!s.paused;
       if (c.state.dataset.paused !== String(paused)) {
         c.state.dataset.paused = String(paused);
@@ -465,7 +475,7 @@
     async function refreshList() {
       const r = await rpc('sandbox.list');
       if (!vs.alive) return;
-      listed = (r.sandboxes || []).slice().sort((a, b) => (a.createdAt - b.createdAt) ||
+      listed = (r.sandboxes || []).slice().sort((a, b) => (toMs(a.createdAt) - toMs(b.createdAt)) ||
         String(a.sandboxId).localeCompare(String(b.sandboxId)));
       for (const id of metrics.keys()) if (!listed.some((s) => s.sandboxId === id)) metrics.delete(id);
       render();
@@ -602,7 +612,7 @@
       badge.replaceChildren(me.paused ? el('span', { testid: 'paused-badge', class: 'badge paused' }, 'paused')
         : el('span', { class: 'badge running' }, 'running'));
       setBusy(busy);
-      const facts = [['created', fmtTime(me.createdAt) + ' (' + fmtAge(Date.now() - me.createdAt) + ' ago)'],
+      const facts = [['created', fmtTime(toMs(me.createdAt)) + ' (' + fmtAge(Date.now() - toMs(me.createdAt)) + ' ago)'],
         ['persist', me.persist ? 'yes' : 'no'], ['root sandbox of its connection', me.root ? 'yes' : 'no']];
       if (me.ip) facts.push(['ip', me.ip]);
       const meta = Object.entries(me.metadata || {});
@@ -634,7 +644,7 @@
       const cur = m.current || {};
       setText(cpuNow, fmtPct(cur.cpuUsedPct) + (m.cpuCount ? ' of ' + m.cpuCount + ' CPU' + (m.cpuCount === 1 ? '' : 's') : ''));
       setText(memNow, fmtBytes(cur.memoryBytes) + (m.memoryLimitBytes ? ' of ' + fmtBytes(m.memoryLimitBytes) : ''));
-      const facts = [['pids', cur.pids], ['processes', cur.processes], ['runs', cur.runs],
+      const facts = [['tasks', cur.pids], ['runs', cur.runs],
         ['files', fmtBytes(cur.fsBytes) + (m.fsLimitBytes ? ' of ' + fmtBytes(m.fsLimitBytes) : '')],
         ['inodes', (cur.fsFiles ?? '–') + (m.fileLimit ? ' of ' + m.fileLimit : '')],
         ['network', fmtBytes(cur.netBytes)]];
@@ -651,7 +661,7 @@
         setText(tr.cells[0], String(s.name));
         setText(tr.cells[1], run ? String(run.command ?? '') : 'idle');
         tr.cells[1].classList.toggle('muted', !run);
-        setText(tr.cells[2], run ? fmtAge(Date.now() - run.startedAt) : '');
+        setText(tr.cells[2], run ? fmtAge(run.runningMs) : '');
         setText(tr.cells[3], String(s.queued ?? 0));
       });
       emptyRow(sessions.tbody, 4, 'No sessions.');
@@ -820,7 +830,7 @@
           el('td', { class: 'mono' }, name), el('td', {}, String(e.type ?? '')),
           el('td', {}, e.type === 'file' ? fmtBytes(e.size) : ''),
           el('td', { class: 'mono' }, typeof e.mode === 'number' ? e.mode.toString(8).padStart(4, '0') : ''),
-          el('td', {}, fmtTime(e.mtime)));
+          el('td', {}, fmtTime(toMs(e.mtime))));
       }));
       emptyRow(entries.tbody, 5, 'Empty directory.');
     }

@@ -473,3 +473,47 @@ for i in $(seq 200); do [ -S {sock} ] && break; sleep 0.05; done
         assert out[3:] == ["Python 3.11.2", "hello.txt"] or (out[3].startswith("Python 3.") and out[4] == "hello.txt"), show(cp)
     finally:
         shutil.rmtree(store, ignore_errors=True)
+
+
+def test_console_example_serves_the_scrape_config(tmp_path):
+    """The console's configuration under 'The console and Prometheus' is one the daemon
+    accepts, and Prometheus' scrape config beside it gets /metrics from that daemon (its
+    socket and port moved to the test's own)."""
+    ini = blocks("### The console and Prometheus", "ini")
+    yaml = blocks("### The console and Prometheus", "yaml")
+    assert len(ini) == 1 and len(yaml) == 1
+    binary = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
+    conf = tmp_path / "sbx.conf"
+    conf.write_text(ini[0])
+    cp = subprocess.run([binary, "serve", "--config", str(conf), "--check-config"], capture_output=True, text=True,
+                        timeout=30, stdin=subprocess.DEVNULL)
+    assert cp.returncode == 0 and cp.stdout.strip() == f"{conf}: ok", (cp.stdout, cp.stderr)
+    token = re.search(r"credentials: (\S+) \}", yaml[0]).group(1)
+    target = re.search(r'targets: \["([^"]+)"\]', yaml[0]).group(1)
+    assert f"http = {target}" in ini[0] and f"console-token = {token}" in ini[0]
+    import socket as socketlib
+    import urllib.request
+    s = socketlib.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    sock = tmp_path / "sbx.sock"
+    conf.write_text(ini[0].replace("/run/sbx.sock", str(sock)).replace(target, f"127.0.0.1:{port}"))
+    p = subprocess.Popen([binary, "serve", "--config", str(conf), "--pool", "0"], stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                             headers={"Authorization": f"Bearer {token}"})
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    body = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            assert False, "the daemon did not serve /metrics"
+        assert "\nsbx_sandboxes 0\n" in body
+    finally:
+        p.terminate()
+        p.wait(30)
