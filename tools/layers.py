@@ -111,23 +111,36 @@ def read_objects(build):
     return objs
 
 
-def symbols(obj):
-    r = subprocess.run(["nm", "--defined-only", "-g", obj], capture_output=True, text=True, check=True)
-    defined = {ln.split()[-1] for ln in r.stdout.splitlines() if ln.strip()}
-    r = subprocess.run(["nm", "-u", obj], capture_output=True, text=True, check=True)
-    used = {ln.split()[-1] for ln in r.stdout.splitlines() if ln.strip()}
-    return defined, used
+def nm_all(flags, objs):
+    """{object: {symbol}} from one nm over every object (one process, not two per object:
+    under load, hundreds of them took longer than the test's time)."""
+    out = {o: set() for o in objs}
+    r = subprocess.run(["nm", "-A", *flags, *objs], capture_output=True, text=True, check=True)
+    for ln in r.stdout.splitlines():
+        if not ln.strip() or ":" not in ln:
+            continue
+        obj, rest = ln.split(":", 1)
+        if obj in out and rest.split():
+            out[obj].add(rest.split()[-1])
+    return out
+
+
+_graphs = {}
 
 
 def call_graph(build):
+    if build in _graphs:
+        return _graphs[build]
     objs = read_objects(build)
+    every = sorted({o for outs in objs.values() for o in outs})
+    defined = nm_all(["--defined-only", "-g"], every)
+    undefined = nm_all(["-u"], every)
     defs, uses = {}, {}
     for src, outs in objs.items():
         d, u = set(), set()
         for o in outs:
-            od, ou = symbols(o)
-            d |= od
-            u |= ou
+            d |= defined[o]
+            u |= undefined[o]
         defs[src], uses[src] = d, u
     owner = {}
     for src, d in defs.items():
@@ -139,6 +152,7 @@ def call_graph(build):
             for o in owner.get(s, ()):
                 if o != src:
                     edges[src].setdefault(o, set()).add(s)
+    _graphs[build] = edges
     return edges
 
 
