@@ -145,13 +145,30 @@
     }
   }
 
+  // The console's token: given once in the address (#token=..., which no server, log or
+  // referrer sees), kept in this tab's sessionStorage (which no other origin, another port of
+  // 127.0.0.1 included, can read) and sent as a bearer on every call. Never a cookie: a browser
+  // sends cookies to every port of a host, a sandbox's exposed ports among them.
+  const TOKEN_KEY = 'sbx-console-token';
+  (function takeToken() {
+    const m = /^#token=([A-Za-z0-9._~-]+)$/.exec(location.hash);
+    if (m) {
+      sessionStorage.setItem(TOKEN_KEY, m[1]);
+      history.replaceState(null, '', location.pathname + '#/');
+    }
+  })();
+  function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
+  function authHeaders(extra) {
+    return Object.assign({ Authorization: 'Bearer ' + token() }, extra || {});
+  }
+
   async function rpc(method, params) {
     let res;
     try {
       res = await fetch('api/rpc', {
         method: 'POST',
-        credentials: 'same-origin',
-        headers: { 'Content-Type': 'application/json', 'X-Sbx-Console': '1' },
+        credentials: 'omit',
+        headers: authHeaders({ 'Content-Type': 'application/json', 'X-Sbx-Console': '1' }),
         body: JSON.stringify({ method, params: params || {} }),
       });
     } catch (e) {
@@ -159,7 +176,10 @@
     }
     let body = null;
     try { body = await res.json(); } catch (e) { /* a non-JSON answer is reported below by its status */ }
-    if (res.status === 401) throw new RpcError(method, 401, 'not signed in: open the console: URL that sbx serve printed');
+    if (res.status === 401) {
+      showSignIn();
+      throw new RpcError(method, 401, 'not signed in: open the console: URL that sbx serve printed');
+    }
     if (body && body.error) {
       const err = body.error;
       throw new RpcError(method, err.code, typeof err.message === 'string' ? err.message : JSON.stringify(err), err.data);
@@ -168,11 +188,57 @@
     return body.result;
   }
 
+  // Without a token (or with a wrong one): a field to paste it into, instead of the page.
+  let signInShown = false;
+  function showSignIn() {
+    if (signInShown) return;
+    signInShown = true;
+    const input = el('input', { type: 'password', autocomplete: 'off', placeholder: 'the console token',
+      testid: 'token-input' });
+    const form = el('form', { class: 'signin', testid: 'sign-in' },
+      el('p', {}, 'This console needs its token: open the address sbx serve printed ' +
+        '(…/console/#token=…), or paste the token here.'), input, el('button', { type: 'submit' }, 'Sign in'));
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      if (!/^[A-Za-z0-9._~-]+$/.test(input.value)) return;
+      sessionStorage.setItem(TOKEN_KEY, input.value);
+      location.reload();
+    });
+    document.body.replaceChildren(form);
+  }
+
   function streamUrl(method, params) {
     return 'api/stream?method=' + encodeURIComponent(method) + '&params=' + encodeURIComponent(JSON.stringify(params));
   }
 
-  // One process's output from `cursor` on: process.stream over EventSource, and if the stream
+  // Server-sent events read from a fetch (EventSource cannot send the bearer): calls
+  // onEvent(name, data) per event; resolves when the stream ends, rejects when it breaks.
+  async function readEvents(url, signal, onEvent) {
+    const res = await fetch(url, { headers: authHeaders(), credentials: 'omit', signal });
+    if (res.status === 401) showSignIn();
+    if (!res.ok || !res.body) throw new Error('HTTP ' + res.status);
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += dec.decode(value, { stream: true });
+      let cut;
+      while ((cut = buf.indexOf('\n\n')) >= 0) {
+        const block = buf.slice(0, cut);
+        buf = buf.slice(cut + 2);
+        let name = 'message', data = '';
+        for (const line of block.split('\n')) {
+          if (line.startsWith('event: ')) name = line.slice(7);
+          else if (line.startsWith('data: ')) data += line.slice(6);
+        }
+        onEvent(name, data);
+      }
+    }
+  }
+
+  // One process's output from `cursor` on: process.stream as server-sent events, and if the stream
   // cannot be had at all, process.logs polled once a second. Calls onOutput(stream, data,
   // encoding), onExit(info); returns a function that stops it.
   function followProcess(sandboxId, processId, cursor, handlers) {
@@ -185,42 +251,37 @@
     const finish = () => { ended = true; stop(); };
     const stop = () => {
       stopped = true;
-      if (es) { es.close(); es = null; }
+      if (es) { es.abort(); es = null; }
       if (pollTimer) { clearTimeout(pollTimer); pollTimer = null; }
     };
 
     function open() {
       gotEvent = false;
-      es = new EventSource(streamUrl('process.stream', { sandboxId, processId, cursor }));
-      es.addEventListener('process.output', (e) => {
-        gotEvent = true;
-        const d = parse(e.data);
-        if (!d) return;
-        if (typeof d.dropped === 'number' && d.dropped > 0 && handlers.onDropped) handlers.onDropped(d.dropped);
-        handlers.onOutput(d.stream === 'stderr' ? 'stderr' : 'stdout', String(d.data ?? ''), d.dataEncoding);
-        if (typeof d.cursor === 'number') cursor = d.cursor;
-      });
-      es.addEventListener('process.exit', (e) => {
-        gotEvent = true;
-        const d = parse(e.data);
-        if (d && handlers.onExit) handlers.onExit(d);
-      });
-      es.addEventListener('result', (e) => {
-        const d = parse(e.data);
-        if (d && typeof d.cursor === 'number') cursor = d.cursor;
-        if (handlers.onEnd) handlers.onEnd(d);
-        finish();
-      });
-      // The server's `event: error` carries data; EventSource's own connection errors do not.
-      es.addEventListener('error', (e) => {
-        if (stopped) return;
-        if (typeof e.data === 'string') {
-          const d = parse(e.data) || {};
-          if (handlers.onError) handlers.onError(d.message || 'stream error');
+      es = new AbortController();
+      let over = false;
+      readEvents(streamUrl('process.stream', { sandboxId, processId, cursor }), es.signal, (name, data) => {
+        const d = parse(data);
+        if (name === 'process.output') {
+          gotEvent = true;
+          if (!d) return;
+          if (typeof d.dropped === 'number' && d.dropped > 0 && handlers.onDropped) handlers.onDropped(d.dropped);
+          handlers.onOutput(d.stream === 'stderr' ? 'stderr' : 'stdout', String(d.data ?? ''), d.dataEncoding);
+          if (typeof d.cursor === 'number') cursor = d.cursor;
+        } else if (name === 'process.exit') {
+          gotEvent = true;
+          if (d && handlers.onExit) handlers.onExit(d);
+        } else if (name === 'result') {
+          over = true;
+          if (d && typeof d.cursor === 'number') cursor = d.cursor;
+          if (handlers.onEnd) handlers.onEnd(d);
           finish();
-          return;
+        } else if (name === 'error') {
+          over = true;
+          if (handlers.onError) handlers.onError((d && d.message) || 'stream error');
+          finish();
         }
-        es.close();
+      }).catch(() => { /* reported below: the stream broke */ }).finally(() => {
+        if (stopped || over) return;
         es = null;
         // A stream that worked and broke is opened again where it stopped; one refused from the
         // start (no events at all) gives way to polling.
@@ -303,7 +364,7 @@
         ['sessions', h.sessions],
         ['runs', h.running],
       ];
-      if (h.mode && h.mode !== 'normal') parts.push(['mode', h.mode]);
+      if (h.mode && h.mode !== 'namespaces') parts.push(['mode', h.mode]);
       if (h.shuttingDown) parts.push(['', 'shutting down']);
       healthStrip.replaceChildren(...parts.filter(([, v]) => v !== undefined).map(([k, v]) =>
         el('span', { class: 'stat' }, k ? el('span', { class: 'k' }, k + ' ') : null, el('b', {}, String(v)))));
@@ -713,17 +774,9 @@
         el('td', {}), el('td', {}), el('td', {}), el('td', {})), (tr, p) => {
         setText(tr.cells[0], String(p.port));
         const url = 'http://' + p.host + ':' + p.hostPort + '/';
-        if (tr.cells[1].dataset.url !== url) {
-          tr.cells[1].dataset.url = url;
-          // Only a plain http URL to a host:port is made a link; anything else stays text.
-          const ok = url.startsWith('http://') && /^[A-Za-z0-9.:[\]-]+$/.test(String(p.host)) && /^\d+$/.test(String(p.hostPort));
-          let node = document.createTextNode(url);
-          if (ok) {
-            node = el('a', { target: '_blank', rel: 'noopener noreferrer', testid: 'port-link' }, url);
-            node.setAttribute('href', url);
-          }
-          tr.cells[1].replaceChildren(node);
-        }
+        // Text, never a link: what answers there is the sandbox's, and a page of it opened by the
+        // operator's browser is one more page on this host to trust.
+        setText(tr.cells[1], url);
         setText(tr.cells[2], String(p.ownerUid ?? ''));
         setText(tr.cells[3], String(p.refused ?? 0));
       });
@@ -1021,8 +1074,8 @@
     for (const t of killOnUnload) {
       if (!t.processId) continue;
       fetch('api/rpc', {
-        method: 'POST', keepalive: true, credentials: 'same-origin',
-        headers: { 'Content-Type': 'application/json', 'X-Sbx-Console': '1' },
+        method: 'POST', keepalive: true, credentials: 'omit',
+        headers: authHeaders({ 'Content-Type': 'application/json', 'X-Sbx-Console': '1' }),
         body: JSON.stringify({ method: 'process.kill', params: { sandboxId: t.sandboxId, processId: t.processId, graceMs: 0 } }),
       }).catch(() => {});
     }
@@ -1094,8 +1147,12 @@
 
   // ---------------------------------------------------------------- start
 
-  window.addEventListener('hashchange', route);
-  route();
-  refreshHealth();
-  setInterval(refreshHealth, 3000);
+  if (!token()) {
+    showSignIn();
+  } else {
+    window.addEventListener('hashchange', route);
+    route();
+    refreshHealth();
+    setInterval(refreshHealth, 3000);
+  }
 })();

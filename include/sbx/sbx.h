@@ -324,6 +324,9 @@ SBX_API unsigned sbx_session_runs(const SbxSession *s);
  * ends; NUL-terminated, maybe with NULs inside) and in *ret_ms for how long; NULL when it runs
  * none of the caller's. */
 SBX_API const char *sbx_session_current(const SbxSession *s, uint64_t *ret_ms);
+/* The caller's runs waiting behind what the session runs now (sbx's own, such as a fork's
+ * state capture, not counted). */
+SBX_API unsigned sbx_session_queued(const SbxSession *s);
 
 /* A session whose shell is a code interpreter: SBX_SHELL_PYTHON is the host's python3 with
  * IPython when installed (plain Python otherwise), its state (variables, imports, cwd, env)

@@ -141,6 +141,10 @@
 #define SBX_AUDIT_RECENT_EVENTS 200U
 /* The largest file of the console's page read at start (xterm.js is about 300 KiB). */
 #define SBX_CONSOLE_FILE_BYTES (4U * 1024 * 1024)
+/* Streams (process.stream as server-sent events) the console serves at once, and the largest
+ * call it takes (a terminal's paste is one process.write). */
+#define SBX_CONSOLE_MAX_STREAMS 32U
+#define SBX_CONSOLE_RPC_BYTES (1024U * 1024)
 
 /* ---- paths and names */
 

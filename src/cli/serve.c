@@ -132,8 +132,8 @@ static void usage(FILE *f) {
                 "      --api-key KEY    an E2B API key (X-API-KEY) the HTTP API accepts; may be\n"
                 "                       repeated. None given: any key, from loopback only\n"
                 "      --console-token TOKEN  what the operator console (http://ADDR/console/) and\n"
-                "                       GET /metrics ask for (default: the first --api-key, else\n"
-                "                       one made at start and printed with the console's address)\n"
+                "                       GET /metrics ask for (default: one made at start and\n"
+                "                       printed with the console's address)\n"
                 "      --console-dir DIR  the console page's files (default: those installed)\n"
                 "      --metrics-no-sandboxes  GET /metrics without a series per sandbox\n"
                 "      --protocol       print the protocol reference (Markdown) and exit\n"
@@ -765,7 +765,8 @@ static void console_dir(const ServeOptions *o, char *out, size_t size) {
  * Returns 0, or the exit status after saying why. */
 static int serve_http(Server *s, const ServeOptions *o, E2b **ret, Console **ret_console) {
         char err[512], dir[PATH_MAX], made[2 * 16 + 1] = "";
-        const char *token = o->console_token ? o->console_token : o->api_keys[0];
+        /* Never an E2B key: those open the E2B API, this one every sandbox of the daemon. */
+        const char *token = o->console_token;
         if (!token) {
                 if (random_hex(made, 16) < 0) {
                         fprintf(stderr, "sbx serve: --http: no randomness for the console's token\n");
@@ -786,14 +787,15 @@ static int serve_http(Server *s, const ServeOptions *o, E2b **ret, Console **ret
                 *ret_console = console_free(*ret_console);
                 return 1;
         }
+        console_set_listener(*ret_console, e2b_port(*ret), e2b_loopback(*ret));
         /* The address to open, with the token only when this daemon made it (one given is
          * the operator's already, and stays out of logs). */
         char host[300] = "127.0.0.1";
         const char *colon = strrchr(o->http, ':');
         if (colon && colon > o->http)
                 snprintf(host, sizeof host, "%.*s", (int)(colon - o->http), o->http);
-        fprintf(stderr, "sbx serve: console: http://%s:%u/console/%s%s\n", host, e2b_port(*ret), made[0] ? "?token=" : "",
-                made[0] ? made : " (sign in with ?token= and the console's token)");
+        fprintf(stderr, "sbx serve: console: http://%s:%u/console/%s%s\n", host, e2b_port(*ret), made[0] ? "#token=" : "",
+                made[0] ? made : " (open it with #token= and --console-token's value)");
         explicit_bzero(made, sizeof made);
         if (!e2b_loopback(*ret))
                 log_warn("--http %s: the E2B API listens beyond loopback; %s", o->http,

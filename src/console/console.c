@@ -37,6 +37,9 @@ static const char *const from_xterm_css[] = { "vendor/xterm.css", "node_modules/
 struct Console {
         Loop *loop;
         char *token;
+        uint16_t port;  /* the listener's (console_set_listener) */
+        bool loopback;  /* ... and whether it listens on loopback only */
+        unsigned streams; /* streams open now, at most SBX_CONSOLE_MAX_STREAMS */
         bool metrics_no_sandboxes;
         ConsoleConnectFn connect;
         void *connect_data;
@@ -50,6 +53,7 @@ typedef struct CReq {
         HttpReq *r;
         RpcClient *own; /* a stream's connection of its own: closing it ends the stream */
         bool streaming, ended;
+        bool counted;   /* counts in Console.streams */
 } CReq;
 
 /* What the page may call: reading the daemon's state, and the actions an operator takes on a
@@ -98,11 +102,6 @@ static void reply_api_error(HttpReq *r, unsigned status, const char *message) {
         reply_json(r, status, json_pack("{s:{s:i, s:s}}", "error", "code", (int)status, "message", message));
 }
 
-static const char signed_out[] =
-        "<!doctype html><meta charset=utf-8><title>sbx console</title>"
-        "<p>The sbx console needs its token: open the address <code>sbx serve</code> printed "
-        "(<code>/console/?token=...</code>), or give <code>--console-token</code>.</p>\n";
-
 /* ---------------------------------------------------------------- the token */
 
 static bool same_secret(const char *a, const char *b) {
@@ -113,31 +112,30 @@ static bool same_secret(const char *a, const char *b) {
         return d == 0;
 }
 
-/* The value of cookie `name` in a Cookie header, copied into out; false when absent. */
-static bool cookie_value(const char *header, const char *name, char *out, size_t size) {
-        size_t nl = strlen(name);
-        for (const char *p = header; p && *p;) {
-                p += strspn(p, " ;");
-                size_t k = strcspn(p, ";");
-                if (k > nl && !strncmp(p, name, nl) && p[nl] == '=') {
-                        size_t vl = k - nl - 1;
-                        if (vl >= size)
-                                return false;
-                        memcpy(out, p + nl + 1, vl);
-                        out[vl] = 0;
-                        return true;
-                }
-                p += k;
-        }
-        return false;
-}
-
+/* The token comes as a bearer only. Never as a cookie: a browser sends a host's cookies to
+ * every port of it, a sandbox's exposed ports among them. */
 static bool authorized(Console *c, HttpReq *r) {
         const char *auth = http_header(r, "Authorization");
-        if (auth && !strncasecmp(auth, "Bearer ", 7))
-                return same_secret(auth + 7, c->token);
-        char v[SBX_MAX_API_KEY_BYTES + 1];
-        return cookie_value(http_header(r, "Cookie"), "sbx_console", v, sizeof v) && same_secret(v, c->token);
+        return auth && !strncasecmp(auth, "Bearer ", 7) && same_secret(auth + 7, c->token);
+}
+
+/* On a loopback listener, only loopback's names for it: a page of another name that resolves
+ * here (DNS rebinding) is not the console's. A listener beyond loopback is reached by names
+ * the daemon cannot know; the token alone guards it. */
+static bool host_ok(Console *c, HttpReq *r) {
+        const char *host = http_header(r, "Host");
+        if (!c->loopback)
+                return true;
+        if (!host)
+                return false;
+        char want[64];
+        static const char *const names[] = { "127.0.0.1", "localhost", "[::1]" };
+        for (size_t i = 0; i < 3; i++) {
+                snprintf(want, sizeof want, "%s:%u", names[i], (unsigned)c->port);
+                if (!strcasecmp(host, want))
+                        return true;
+        }
+        return false;
 }
 
 /* A call that acts must come from the console's own page: a custom header (which another
@@ -208,7 +206,9 @@ static void sse(CReq *q, const char *event, json_t *data) {
             http_stream_write(q->r, "\n\n", 2) < 0)
                 log_debug("console: a stream's event was lost (out of memory)");
         free(s);
-        if (q->own && http_stream_queued(q->r) > HTTP_STREAM_HIGH)
+        /* Early, so that what a slow reader holds in the daemon stays small: the server keeps
+         * the rest in the process's log, whence the stream resumes. */
+        if (q->own && http_stream_queued(q->r) > HTTP_STREAM_LOW)
                 rpc_client_pause(q->own, true);
 }
 
@@ -240,11 +240,17 @@ static void api_stream(CReq *q) {
                 json_decref(params);
                 return reply_api_error(r, 400, "params is a JSON object");
         }
+        if (q->c->streams >= SBX_CONSOLE_MAX_STREAMS) {
+                json_decref(params);
+                return reply_api_error(r, 503, "too many streams open: close one");
+        }
         int fd, rr = q->c->connect(q->c->connect_data, &fd);
         if (rr < 0 || (rr = rpc_client_new(q->c->loop, fd, stream_notify, q, &q->own)) < 0) {
                 json_decref(params);
                 return reply_api_error(r, 503, "cannot connect to the server");
         }
+        q->c->streams++;
+        q->counted = true;
         static const char *const sse_headers[] = { SECURITY_HEADERS, "X-Accel-Buffering", "no", NULL };
         if (http_stream_start(r, 200, "text/event-stream", sse_headers) < 0) {
                 json_decref(params);
@@ -285,20 +291,28 @@ static void serve_file(CReq *q, const ConsoleFile *f) {
         (void)http_reply(q->r, 200, f->ctype, copy, f->len, plain_headers);
 }
 
-/* GET /console/?token=...: the token becomes a cookie the page's scripts cannot read, and the
- * address loses it (no history, no referrer keeps it). */
-static void sign_in(CReq *q, const char *token) {
-        if (!same_secret(token, q->c->token))
-                return reply(q->r, 401, "text/html; charset=utf-8", signed_out);
-        char cookie[SBX_MAX_API_KEY_BYTES + 96];
-        snprintf(cookie, sizeof cookie, "sbx_console=%s; Path=/console; HttpOnly; SameSite=Strict", q->c->token);
-        const char *const headers[] = { SECURITY_HEADERS, "Location", "/console/", "Set-Cookie", cookie, NULL };
-        (void)http_reply(q->r, 303, NULL, NULL, 0, headers);
-}
-
 bool console_route(void *data, HttpReq *r) {
         const char *p = http_path(r);
         return !strcmp(p, "/metrics") || !strcmp(p, "/console") || !strncmp(p, "/console/", 9);
+}
+
+/* Refusals decided from the head alone, before a body is read: a foreign Host, no token for
+ * the API and /metrics, a call's body past SBX_CONSOLE_RPC_BYTES. 0: go on. */
+static unsigned refusal(Console *c, HttpReq *r) {
+        const char *path = http_path(r), *len = http_header(r, "Content-Length");
+        if (!host_ok(c, r))
+                return 421;
+        bool api = !strncmp(path, "/console/api/", 13);
+        if ((api || !strcmp(path, "/metrics")) && !authorized(c, r))
+                return 401;
+        if (api && len && strtoull(len, NULL, 10) > SBX_CONSOLE_RPC_BYTES)
+                return 413;
+        return 0;
+}
+
+static int on_head(void *data, HttpReq *r) {
+        unsigned st = refusal(data, r);
+        return st ? (int)st : 0;
 }
 
 static void on_request(void *data, HttpReq *r) {
@@ -309,21 +323,25 @@ static void on_request(void *data, HttpReq *r) {
         q->c = c;
         q->r = r;
         http_set_user(r, q);
-        const char *path = http_path(r), *token = http_query(r, "token");
+        const char *path = http_path(r);
         bool api = !strncmp(path, "/console/api/", 13);
+        size_t n;
+        (void)http_body(r, &n);
+        unsigned st = refusal(c, r);
+        if (!st && api && n > SBX_CONSOLE_RPC_BYTES)
+                st = 413;
+        if (st == 421)
+                return reply(r, 421, "text/plain; charset=utf-8",
+                             "the console answers to the listener's own names (127.0.0.1, localhost)\n");
+        if (st == 401 && !api)
+                return reply(r, 401, "text/plain; charset=utf-8", "give the console's token: Authorization: Bearer TOKEN\n");
+        if (st == 401)
+                return reply_api_error(r, 401, "open the address sbx serve printed (/console/#token=...)");
+        if (st)
+                return reply_api_error(r, st, "a call is at most 1 MiB");
         if (!strcmp(path, "/console"))
                 return (void)http_reply(r, 301, NULL, NULL, 0,
                                         (const char *const[]){ SECURITY_HEADERS, "Location", "/console/", NULL });
-        if (!strcmp(path, "/console/") && token)
-                return sign_in(q, token);
-        if (!authorized(c, r)) {
-                if (!strcmp(path, "/metrics"))
-                        return reply(r, 401, "text/plain; charset=utf-8",
-                                     "give the console's token: Authorization: Bearer TOKEN\n");
-                if (api)
-                        return reply_api_error(r, 401, "sign in: open the address sbx serve printed (/console/?token=)");
-                return reply(r, 401, "text/html; charset=utf-8", signed_out);
-        }
         if (!strcmp(path, "/metrics")) {
                 if (rpc_client_call(c->rpc, "server.metrics",
                                     json_pack("{s:b}", "sandboxes", !c->metrics_no_sandboxes), metrics_got, q) < 0)
@@ -360,10 +378,19 @@ static void on_finished(void *data, HttpReq *r, bool ok) {
          * still answers goes nowhere. */
         q->ended = true;
         q->own = rpc_client_free(q->own);
+        if (q->counted)
+                c->streams--;
         free(q);
 }
 
-const HttpOps console_http_ops = { .request = on_request, .drained = on_drained, .finished = on_finished };
+const HttpOps console_http_ops = {
+        .head = on_head, .request = on_request, .drained = on_drained, .finished = on_finished,
+};
+
+void console_set_listener(Console *c, uint16_t port, bool loopback) {
+        c->port = port;
+        c->loopback = loopback;
+}
 
 /* ---------------------------------------------------------------- life */
 

@@ -8,13 +8,16 @@
  * like the E2B door, on connections of the operator's (server_connect_operator): it sees
  * every sandbox.
  *
- * Every route asks for the console's token: as a cookie that GET /console/?token= sets, or
- * as `Authorization: Bearer`. Calls that act also need the header X-Sbx-Console and no
- * foreign Origin (what a form or a page of another site cannot send). */
+ * The page's files are public (they hold nothing of the daemon's); its API and /metrics ask
+ * for the console's token as `Authorization: Bearer`, which the page keeps in the tab's
+ * sessionStorage (given once as #token= in the address), never in a cookie. Calls also need
+ * the header X-Sbx-Console and no foreign Origin; on a loopback listener every route answers
+ * only to loopback's names (no DNS rebinding). */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "base/loop.h"
 #include "http/http.h"
 
@@ -33,6 +36,9 @@ typedef struct ConsoleOptions {
 int console_new(Loop *loop, const ConsoleOptions *o, ConsoleConnectFn connect, void *connect_data, Console **ret,
                 char *err, size_t errlen);
 Console *console_free(Console *c);
+/* The listener it is served on (its port; whether it listens on loopback only, where only
+ * loopback's names for it are answered). */
+void console_set_listener(Console *c, uint16_t port, bool loopback);
 /* For the listener's owner: whether a request is the console's (by its path), and the ops
  * that serve it, with c as their data. */
 bool console_route(void *c, HttpReq *r);

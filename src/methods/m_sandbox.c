@@ -696,8 +696,9 @@ static int m_sandbox_metrics(Req *r, json_t **ret, RpcError *e) {
                                 (unsigned long long)end);
         SbxSandbox *box = r->sb->sb;
         const SbxLimits *l = sbx_sandbox_limits(box);
-        /* One sample before the range too, for the first one's CPU share. */
-        uint64_t from = start >= SBX_METRICS_INTERVAL_MS ? start - SBX_METRICS_INTERVAL_MS : 0;
+        /* The sample before the range too, for the first one's CPU share (two intervals back:
+         * the timer's ticks are not exactly one interval apart). */
+        uint64_t from = start >= 2 * SBX_METRICS_INTERVAL_MS ? start - 2 * SBX_METRICS_INTERVAL_MS : 0;
         _cleanup_free_ SbxMetricsSample *v = calloc(SBX_METRICS_SAMPLES + 1, sizeof *v);
         if (!v)
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
@@ -710,9 +711,11 @@ static int m_sandbox_metrics(Req *r, json_t **ret, RpcError *e) {
                          (int)SBX_METRICS_INTERVAL_MS, "cpuCount", (double)l->cpu_millis / 1000.0, "memoryLimitBytes",
                          (json_int_t)l->memory_bytes, "fsLimitBytes", (json_int_t)l->fs_bytes, "fileLimit",
                          (json_int_t)l->file_count, "pidsLimit", (json_int_t)l->pids, "samples", samples);
-        SbxMetricsSample now;
+        /* Now against the last sample taken, whatever the range. */
+        SbxMetricsSample now, last;
         if (*ret && sbx_sandbox_sample(box, &now) == 0)
-                json_object_set_new(*ret, "current", sample_json(&now, n ? &v[n - 1] : NULL, l->cpu_millis));
+                json_object_set_new(*ret, "current", sample_json(&now, sbx_sandbox_last_sample(box, &last) == 0 ? &last : NULL,
+                                                                 l->cpu_millis));
         return 0;
 }
 
@@ -734,17 +737,20 @@ static int m_session_list(Req *r, json_t **ret, RpcError *e) {
         for (SbxSession *s = sbx_session_next(r->sb->sb, NULL); s; s = sbx_session_next(r->sb->sb, s)) {
                 uint64_t ms = 0;
                 const char *cmd = sbx_session_current(s, &ms);
-                unsigned held = sbx_session_runs(s);
                 json_t *running = json_null();
                 if (cmd) {
-                        /* The text as the caller gave it, cut where a listing stops caring. */
+                        /* The text as the caller gave it, cut where a listing stops caring (on a
+                         * character's boundary: never inside a UTF-8 sequence). */
                         size_t len = strnlen(cmd, SBX_SESSION_LIST_COMMAND_BYTES);
+                        if (len == SBX_SESSION_LIST_COMMAND_BYTES)
+                                while (len > 0 && ((unsigned char)cmd[len] & 0xC0) == 0x80)
+                                        len--;
                         running = json_pack("{s:s%, s:I}", "command", cmd, len, "runningMs", (json_int_t)ms);
                         if (!running)
                                 running = json_pack("{s:s, s:I}", "command", "(not UTF-8)", "runningMs", (json_int_t)ms);
                 }
                 json_array_append_new(list, json_pack("{s:s, s:o, s:i}", "name", sbx_session_name(s), "running",
-                                                      running, "queued", (int)(held - (held && cmd ? 1 : 0))));
+                                                      running, "queued", (int)sbx_session_queued(s)));
         }
         *ret = json_pack("{s:o}", "sessions", list);
         return 0;

@@ -109,8 +109,18 @@ static int m_server_metrics(Req *r, json_t **ret, RpcError *e) {
         return 0;
 }
 
+/* The trail names every client's sandboxes and commands: the operator's to read, not a
+ * client's that may not see those sandboxes. */
+static int operator_only(Req *r, const char *method, RpcError *e) {
+        if (conn_operator(r->conn))
+                return 0;
+        return rpc_fail(e, RPC_METHOD_NOT_FOUND, "%s is the operator console's (sbx serve --http: /console/)", method);
+}
+
 static int m_audit_recent(Req *r, json_t **ret, RpcError *e) {
         uint64_t limit = 100;
+        if (operator_only(r, "audit.recent", e) < 0)
+                return -1;
         if (param_u64(r->params, "limit", false, SBX_AUDIT_RECENT_EVENTS, &limit, e) < 0)
                 return -1;
         *ret = json_pack("{s:b, s:o, s:o}", "enabled", r->core->audit != NULL, "events",
@@ -134,6 +144,8 @@ static void verified(void *ud, int result, const char *message, Audit *a) {
 }
 
 static int m_audit_verify(Req *r, json_t **ret, RpcError *e) {
+        if (operator_only(r, "audit.verify", e) < 0)
+                return -1;
         if (!r->core->audit) {
                 *ret = json_pack("{s:b}", "enabled", 0);
                 return 0;
@@ -188,11 +200,13 @@ const Method server_methods_server[] = {
           "operator console's: every one)." },
         { "audit.recent", m_audit_recent, 0, p_audit_recent, "{enabled, events: [event], health (as health's audit)}",
           "The last audit events the server made (at most 200 are kept), oldest first, as it handed them to the "
-          "writer: before their seq and prev (sbx serve --audit)." },
+          "writer: before their seq and prev (sbx serve --audit). The operator console's only (-32601 to other "
+          "connections): the trail names every client's sandboxes and commands." },
         { "audit.verify", m_audit_verify, 0, handler_params_none, "{enabled, ok?, lines?, message?}",
           "Checks the hash chain of the audit log's current file (as sbx audit verify does; its first line's link to "
           "rotated files is taken on trust), in a process of its own: ok and the lines checked, or ok false and the "
-          "first line changed, removed or inserted. One check at a time." },
+          "first line changed, removed or inserted. One check at a time. The operator console's only (-32601 to other "
+          "connections)." },
         { "ping", m_ping, 0, handler_params_none, "{pong: true}", "Liveness." },
         { "kill", m_kill, 0, handler_params_none, "{ok: true}",
           "Answers, then shuts the server down as SIGTERM does: waiting requests get -32003 POOL_SHUTTING_DOWN, running "

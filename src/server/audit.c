@@ -527,7 +527,11 @@ static json_t *begin_peer(const char *type, const SrvSandbox *sb, long uid, long
 json_t *audit_begin(Audit *a, const char *type, const SrvSandbox *sb, const Conn *c) {
         if (!a)
                 return NULL;
-        return begin_peer(type, sb, c ? (long)conn_uid(c) : -1, c ? (long)conn_pid(c) : -1);
+        json_t *ev = begin_peer(type, sb, c ? (long)conn_uid(c) : -1, c ? (long)conn_pid(c) : -1);
+        /* The console's connections are the daemon's own (its uid and pid): say whose act it was. */
+        if (ev && c && conn_operator(c))
+                json_object_set_new(ev, "via", json_string("console"));
+        return ev;
 }
 
 void audit_finish(Audit *a, json_t *ev, json_t *fields) {

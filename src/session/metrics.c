@@ -81,7 +81,11 @@ static bool same_cheap(const SbxMetricsSample *a, const SbxMetricsSample *b) {
 }
 
 bool metrics_extends(const Metrics *m, const SbxMetricsSample *s) {
-        return m->n && same_cheap(&record_at(m, m->n - 1)->v, s);
+        if (!m->n)
+                return false;
+        const MetricsRecord *last = record_at(m, m->n - 1);
+        /* A wall clock set back starts a record: a record's times only go forward. */
+        return s->time_ms >= last->last_ms && same_cheap(&last->v, s);
 }
 
 void metrics_push(Metrics *m, const SbxMetricsSample *s) {

@@ -968,6 +968,13 @@ const char *sbx_session_name(const SbxSession *s) { return s->name; }
 
 unsigned sbx_session_runs(const SbxSession *s) { return s->n_queued + (s->current != NULL); }
 
+unsigned sbx_session_queued(const SbxSession *s) {
+        unsigned n = 0;
+        for (const SbxRun *r = s->queue; r; r = r->next)
+                n += !r->internal;
+        return n;
+}
+
 const char *sbx_session_current(const SbxSession *s, uint64_t *ret_ms) {
         const SbxRun *r = s->current;
         if (!r || r->internal || !r->command)

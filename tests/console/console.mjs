@@ -89,7 +89,7 @@ async function until(fn, timeout = 10000, step = 50) {
 // ------------------------------------------------------------------ the page
 
 async function signIn(page) {
-  await page.goto(`${BASE}/console/?token=${encodeURIComponent(TOKEN)}`);
+  await page.goto(`${BASE}/console/#token=${encodeURIComponent(TOKEN)}`);
   await page.waitForSelector(tid('sandbox-list'));
 }
 
@@ -114,12 +114,32 @@ async function typeInTerminal(page, line) {
 // ------------------------------------------------------------------ cases
 
 const cases = {
+  // Without the token: the page asks for it and shows nothing of the daemon; with a wrong
+  // one pasted, it asks again; the right one pasted opens the list.
+  async signin(page, out) {
+    await page.goto(`${BASE}/console/`);
+    await page.waitForSelector(tid('sign-in'));
+    out.listWithout = await page.$(tid('sandbox-list')) !== null;
+    await page.fill(tid('token-input'), 'wrong-token-0123456789');
+    await page.press(tid('token-input'), 'Enter');
+    await page.waitForSelector(tid('sign-in'));
+    out.askedAgain = true;
+    await page.fill(tid('token-input'), TOKEN);
+    await page.press(tid('token-input'), 'Enter');
+    await page.waitForSelector(tid('sandbox-list'));
+    out.listWith = true;
+  },
+
+
   // A sandbox made through the socket while the list is open shows within 2 s; a row leads to
-  // its page; the token is gone from the address and the cookie is out of the page's reach.
+  // its page; the token is gone from the address, kept in the tab's sessionStorage, and no
+  // cookie holds it (a browser would send a cookie to every port of the host).
   async list(page, out, rpc) {
     await signIn(page);
     out.url = page.url();
     out.documentCookie = await page.evaluate(() => document.cookie);
+    out.cookies = (await page.context().cookies()).map((c) => c.name);
+    out.kept = await page.evaluate(() => sessionStorage.getItem('sbx-console-token'));
     await sleep(300);
     const { sandboxId } = await rpc.call('sandbox.create', { persist: true, label: 'console-list' });
     const t0 = Date.now();

@@ -1,7 +1,7 @@
 """The operator console (`sbx serve --http ... --console-token`, console/): its pages driven by
 Debian's chromium through playwright-core (tests/console/console.mjs, pinned in
 tests/console/package.json, installed there by this test), each case printing what it saw as
-JSON for the assertions here; its HTTP edges (the token, the cookie, X-Sbx-Console, Origin,
+JSON for the assertions here; its HTTP edges (the token as a bearer, no cookie, X-Sbx-Console, Origin, Host,
 the method allowlist) are checked here with plain HTTP."""
 import base64
 import json
@@ -171,7 +171,7 @@ def http(d, method, path, body=None, headers=None):
 
 
 def api(d, method, params=None, headers=None):
-    h = {"Content-Type": "application/json", "X-Sbx-Console": "1", "Cookie": f"sbx_console={d.token}"}
+    h = {"Content-Type": "application/json", "X-Sbx-Console": "1", "Authorization": f"Bearer {d.token}"}
     h.update(headers or {})
     return http(d, "POST", "/console/api/rpc", json.dumps({"method": method, "params": params or {}}).encode(),
                 {k: v for k, v in h.items() if v is not None})
@@ -183,8 +183,9 @@ def api(d, method, params=None, headers=None):
 def test_a_new_sandbox_shows_in_the_list_within_2s(browser, daemon, peer):
     out = run_case(daemon, browser, "list")
     sid = out["sandboxId"]
-    assert out["url"] == f"{daemon.url}/console/", out["url"]  # the token is gone from the address
-    assert out["documentCookie"] == ""  # HttpOnly: the page never sees the token
+    assert out["url"] == f"{daemon.url}/console/#/", out["url"]  # the token is gone from the address
+    assert out["documentCookie"] == "" and out["cookies"] == []  # no cookie: none for a sandbox's port to get
+    assert out["kept"] == daemon.token  # the tab's own storage
     print(f"new sandbox listed after {out['appearedMs']} ms")
     assert out["appearedMs"] <= 2000, out["appearedMs"]
     assert out["label"] == "console-list"
@@ -315,42 +316,40 @@ def test_audit_page(browser):
 # ---------------------------------------------------------------- the HTTP edges
 
 
-def test_sign_in_sets_an_httponly_cookie_and_drops_the_token(daemon):
-    st, h, _ = http(daemon, "GET", f"/console/?token={TOKEN}")
-    assert st == 303 and h["location"] == "/console/", (st, h)
-    cookie = [c.strip() for c in h["set-cookie"].split(";")]
-    assert cookie[0] == f"sbx_console={TOKEN}", cookie
-    assert {"Path=/console", "HttpOnly", "SameSite=Strict"} <= set(cookie), cookie
-    st, h, body = http(daemon, "GET", "/console/", headers={"Cookie": f"sbx_console={TOKEN}"})
+def test_sign_in_asks_for_the_token(browser, daemon):
+    out = run_case(daemon, browser, "signin")
+    assert out["listWithout"] is False and out["askedAgain"] is True and out["listWith"] is True, out
+
+
+def test_the_page_is_public_and_strict(daemon):
+    st, h, body = http(daemon, "GET", "/console/")
     assert st == 200 and h["content-type"].startswith("text/html") and b'data-testid="health"' in body
+    assert "set-cookie" not in h
     csp = h["content-security-policy"]
     for part in ("default-src 'self'", "object-src 'none'", "frame-ancestors 'none'"):
         assert part in csp, csp
     assert "unsafe-inline" not in csp.split("script-src")[-1].split(";")[0] and "unsafe-eval" not in csp, csp
     for path, ctype in [("/console/console.js", "javascript"), ("/console/console.css", "text/css"),
                         ("/console/vendor/xterm.js", "javascript"), ("/console/vendor/xterm.css", "text/css")]:
-        st, h, body = http(daemon, "GET", path, headers={"Cookie": f"sbx_console={TOKEN}"})
+        st, h, body = http(daemon, "GET", path)
         assert st == 200 and ctype in h["content-type"] and body, (path, st, h)
-    st, _, body = http(daemon, "GET", "/console/vendor/xterm.js", headers={"Authorization": f"Bearer {TOKEN}"})
+    st, _, body = http(daemon, "GET", "/console/vendor/xterm.js")
     assert st == 200 and body.startswith(b"!function")
 
 
-def test_console_needs_the_cookie(daemon):
-    st, h, body = http(daemon, "GET", "/console/")
-    assert st == 401 and h["content-type"].startswith("text/html"), (st, h)
-    for path in ("/console/console.js", "/console/vendor/xterm.js"):
-        assert http(daemon, "GET", path)[0] == 401, path
-    st, h, body = http(daemon, "GET", "/console/?token=wrong-token")
-    assert st == 401 and "set-cookie" not in h, (st, h)
-    st, _, _ = http(daemon, "GET", "/console/", headers={"Cookie": "sbx_console=wrong-token"})
+def test_the_api_needs_the_bearer(daemon):
+    st, h, _ = http(daemon, "GET", f"/console/?token={daemon.token}")
+    assert st == 200 and "set-cookie" not in h, (st, h)  # a token in a query sets nothing
+    st, _, _ = api(daemon, "health", headers={"Authorization": None})
     assert st == 401
-    st, h, body = api(daemon, "health", headers={"Cookie": None})
-    assert st == 401 and h["content-type"].startswith("application/json"), (st, h)
-    assert json.loads(body)["error"]["code"] == 401, body
-    st, _, _ = api(daemon, "health", headers={"Cookie": "sbx_console=wrong-token"})
+    st, _, _ = api(daemon, "health", headers={"Authorization": None, "Cookie": f"sbx_console={daemon.token}"})
+    assert st == 401  # a cookie is not the token's way in
+    st, _, _ = api(daemon, "health", headers={"Authorization": "Bearer wrong-token"})
     assert st == 401
     st, _, _ = http(daemon, "GET", "/console/api/stream?method=process.stream&params=%7B%7D")
     assert st == 401
+    st, _, _ = api(daemon, "health", headers={"Host": f"attacker.example:{daemon.port}"})
+    assert st == 421  # DNS rebinding: another name for this address
 
 
 def test_rpc_needs_its_header_and_its_origin(daemon):
@@ -364,7 +363,7 @@ def test_rpc_needs_its_header_and_its_origin(daemon):
     assert st == 403
     st, _, _ = api(daemon, "health", headers={"Origin": f"http://127.0.0.1:{daemon.port}"})
     assert st == 200
-    st, _, body = api(daemon, "health", headers={"Cookie": None, "Authorization": f"Bearer {TOKEN}"})
+    st, _, body = api(daemon, "health", headers={"Authorization": f"Bearer {daemon.token}"})
     assert st == 200, body
 
 
@@ -387,11 +386,9 @@ def test_without_a_token_the_daemon_prints_the_console_url():
     d = Daemon(token=None)
     try:
         assert wait_until(lambda: "console: http" in d.err(), 10), d.err()
-        m = re.search(r"console: (http://127\.0\.0\.1:(\d+)/console/\?token=(\S+))", d.err())
+        m = re.search(r"console: (http://127\.0\.0\.1:(\d+)/console/#token=(\S+))", d.err())
         assert m and int(m.group(2)) == d.port, d.err()
         d.token = m.group(3)
-        st, h, _ = http(d, "GET", f"/console/?token={d.token}")
-        assert st == 303 and h["set-cookie"].startswith(f"sbx_console={d.token};"), (st, h)
         st, _, _ = api(d, "health")
         assert st == 200
     finally:

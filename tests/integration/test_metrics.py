@@ -81,10 +81,10 @@ def http(d, path, method="GET", body=None, headers=None):
 
 
 def console_call(d, method, params=None, **extra):
-    headers = {"Cookie": f"sbx_console={TOKEN}", "X-Sbx-Console": "1", "Content-Type": "application/json", **extra}
+    headers = {"Authorization": f"Bearer {TOKEN}", "X-Sbx-Console": "1", "Content-Type": "application/json", **extra}
     st, _, body = http(d, "/console/api/rpc", "POST", json.dumps({"method": method, "params": params or {}}).encode(),
                        headers)
-    return st, json.loads(body) if body else None
+    return st, json.loads(body) if body and st == 200 else None
 
 
 @pytest.fixture(scope="module")
@@ -165,37 +165,44 @@ def test_metrics_without_sandbox_series():
 
 
 def test_console_routes_refuse_and_serve(daemon):
-    # Without the token: the page, its files and its API are refused.
-    assert http(daemon, "/console/")[0] == 401
-    assert http(daemon, "/console/console.js")[0] == 401
-    st, _, body = http(daemon, "/console/api/rpc", "POST", b'{"method":"health"}', {"Content-Type": "application/json"})
-    assert st == 401 and json.loads(body)["error"]["code"] == 401
-    assert http(daemon, "/console/?token=not-the-token-00000")[0] == 401
-    # The token once in the address becomes an HttpOnly, SameSite cookie, and the address loses it.
-    req = urllib.request.Request(daemon.url + f"/console/?token={TOKEN}")
-    opener = urllib.request.build_opener(type("NoRedirect", (urllib.request.HTTPRedirectHandler,),
-                                              {"redirect_request": lambda *a, **k: None}))
-    try:
-        opener.open(req, timeout=10)
-        assert False, "no redirect"
-    except urllib.error.HTTPError as e:
-        assert e.code == 303 and e.headers["Location"] == "/console/"
-        cookie = e.headers["Set-Cookie"]
-    assert cookie.startswith(f"sbx_console={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    st, headers, body = http(daemon, "/console/", headers={"Cookie": f"sbx_console={TOKEN}"})
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    # The page's files are public and strict; what they call is not.
+    st, headers, body = http(daemon, "/console/")
     assert st == 200 and b"<script" in body and "script-src 'self'" in headers["Content-Security-Policy"]
-    assert headers["X-Frame-Options"] == "DENY"
-    assert http(daemon, "/console/nothing-here", headers={"Cookie": f"sbx_console={TOKEN}"})[0] == 404
-    # Calls: a foreign origin, a form post, no marker header are refused before anything runs.
+    assert headers["X-Frame-Options"] == "DENY" and "Set-Cookie" not in headers
+    assert http(daemon, "/console/console.js")[0] == 200
+    assert http(daemon, "/console/nothing-here")[0] == 404
+    st, _, body = http(daemon, "/console/api/rpc", "POST", b'{"method":"health"}',
+                       {"Content-Type": "application/json", "X-Sbx-Console": "1"})
+    assert st == 401  # from the request's head: its body is never read
+    assert console_call(daemon, "health", Authorization="Bearer not-the-token-0000000")[0] == 401
+    # No cookie is set, and none is taken: a browser would send it to every port of the host.
+    st, headers, _ = http(daemon, f"/console/?token={TOKEN}")
+    assert st == 200 and "Set-Cookie" not in headers
+    st, _, _ = http(daemon, "/console/api/rpc", "POST", b'{"method":"health"}',
+                    {"Cookie": f"sbx_console={TOKEN}", "X-Sbx-Console": "1", "Content-Type": "application/json"})
+    assert st == 401
+    # Another name for this address (DNS rebinding) is not the console's, token or not.
+    for host in ("rebind.example:%d" % daemon.port, "127.0.0.1:1", "localhost"):
+        st, _, _ = http(daemon, "/console/api/rpc", "POST", b'{"method":"health"}',
+                        {**bearer, "Host": host, "X-Sbx-Console": "1", "Content-Type": "application/json"})
+        assert st == 421, host
+    assert http(daemon, "/metrics", headers={**bearer, "Host": "rebind.example"})[0] == 421
+    assert http(daemon, "/console/", headers={"Host": "rebind.example"})[0] == 421
+    for host in (f"localhost:{daemon.port}", f"127.0.0.1:{daemon.port}"):
+        assert http(daemon, "/metrics", headers={**bearer, "Host": host})[0] == 200, host
+    # Calls: a foreign origin, a cross-site fetch, no marker header are refused before anything runs.
     assert console_call(daemon, "health", Origin="http://evil.example")[0] == 403
     assert console_call(daemon, "health", **{"Sec-Fetch-Site": "cross-site"})[0] == 403
     st, _, _ = http(daemon, "/console/api/rpc", "POST", b"method=health",
-                    {"Cookie": f"sbx_console={TOKEN}", "Content-Type": "application/x-www-form-urlencoded"})
+                    {**bearer, "Content-Type": "application/x-www-form-urlencoded"})
     assert st == 403
     st, _, _ = http(daemon, "/console/api/rpc", "POST", b"method=health",
-                    {"Cookie": f"sbx_console={TOKEN}", "X-Sbx-Console": "1",
-                     "Content-Type": "application/x-www-form-urlencoded"})
+                    {**bearer, "X-Sbx-Console": "1", "Content-Type": "application/x-www-form-urlencoded"})
     assert st == 415
+    st, _, _ = http(daemon, "/console/api/rpc", "POST", b"x" * (1024 * 1024 + 1),
+                    {**bearer, "X-Sbx-Console": "1", "Content-Type": "application/json"})
+    assert st == 413
     st, ans = console_call(daemon, "health", Origin=daemon.url)
     assert st == 200 and ans["result"]["mode"] == "namespaces"
     # Methods outside the console's table: not called.
@@ -203,8 +210,7 @@ def test_console_routes_refuse_and_serve(daemon):
     assert st == 200 and ans["error"]["code"] == -32601
     st, ans = console_call(daemon, "kill")
     assert ans["error"]["code"] == -32601 and daemon.proc.poll() is None
-    st, _, body = http(daemon, "/console/api/rpc", "POST", b"[1,2", {"Cookie": f"sbx_console={TOKEN}",
-                                                                      "X-Sbx-Console": "1",
+    st, _, body = http(daemon, "/console/api/rpc", "POST", b"[1,2", {**bearer, "X-Sbx-Console": "1",
                                                                       "Content-Type": "application/json"})
     assert st == 400
     assert console_call(daemon, "health")[0] == 200  # and the console still answers
@@ -228,14 +234,14 @@ def test_operator_sees_and_acts_on_every_sandbox(daemon):
     pid = p["result"]["processId"]
     q = urllib.parse.quote(json.dumps({"sandboxId": sid, "processId": pid}))
     st, headers, body = http(daemon, f"/console/api/stream?method=process.stream&params={q}",
-                             headers={"Cookie": f"sbx_console={TOKEN}"})
+                             headers={"Authorization": f"Bearer {TOKEN}"})
     assert st == 200 and headers["Content-Type"] == "text/event-stream"
     events = [blk.split("\n") for blk in body.decode().strip().split("\n\n")]
     kinds = [e[0] for e in events]
     assert kinds[-1] == "event: result" and "event: process.exit" in kinds, kinds
     out = "".join(json.loads(e[1][len("data: "):]).get("data", "") for e in events if e[0] == "event: process.output")
     assert out == "tick 1\ntick 2\ntick 3\n"
-    assert http(daemon, "/console/api/stream?method=files.watch", headers={"Cookie": f"sbx_console={TOKEN}"})[0] == 400
+    assert http(daemon, "/console/api/stream?method=files.watch", headers={"Authorization": f"Bearer {TOKEN}"})[0] == 400
     assert http(daemon, f"/console/api/stream?method=process.stream&params={q}")[0] == 401
     # A run in flight shows in session.list, with what waits behind it.
     run = a.send("run", {"sandboxId": sid, "command": "sleep 30 # the-long-one"})
@@ -256,34 +262,41 @@ def test_audit_recent_and_verify(tmp_path):
     d = Daemon("--console-token", TOKEN, "--audit", str(log))
     try:
         p = d.peer()
-        sid = p.result("sandbox.create", {})["sandboxId"]
+        sid = p.result("sandbox.create", {"persist": True})["sandboxId"]
         p.result("run", {"sandboxId": sid, "command": "echo audited"})
-        r = p.result("audit.recent", {"limit": 50})
+        # The trail names every client's sandboxes and commands: the operator's alone.
+        assert p.error("audit.recent")["code"] == -32601
+        assert p.error("audit.verify")["code"] == -32601
+        console_call(d, "process.start", {"sandboxId": sid, "command": "true"})
+        st, ans = console_call(d, "audit.recent", {"limit": 50})
+        r = ans["result"]
         types = [e["type"] for e in r["events"]]
         assert r["enabled"] and "run.end" in types and r["health"]["writerAlive"], r
         assert all("seq" not in e for e in r["events"])  # as made: the writer numbers them
-        assert len(p.result("audit.recent", {"limit": 1})["events"]) == 1
-        assert p.error("audit.recent", {"limit": 201})["code"] == -32602
+        # What the console did is said to be the console's; what the client did is not.
+        starts = [e for e in r["events"] if e["type"] == "process.start"]
+        assert starts and all(e.get("via") == "console" for e in starts), starts
+        assert all("via" not in e for e in r["events"] if e["type"] == "run.end")
+        assert len(console_call(d, "audit.recent", {"limit": 1})[1]["result"]["events"]) == 1
+        assert console_call(d, "audit.recent", {"limit": 201})[1]["error"]["code"] == -32602
         assert wait_until(lambda: log.exists() and len(log.read_text().splitlines()) >= len(types), 10)
-        v = p.result("audit.verify")
+        v = console_call(d, "audit.verify")[1]["result"]
         assert v["ok"] is True and v["lines"] >= len(types) and v["message"].startswith("intact"), v
         # A line changed in the file: the check says which.
         lines = log.read_text().splitlines()
         lines[1] = lines[1].replace('"run', '"xun', 1) if '"run' in lines[1] else lines[1][:-1] + ',"x":1}'
         log.write_text("\n".join(lines) + "\n")
-        v = p.result("audit.verify")
+        v = console_call(d, "audit.verify")[1]["result"]
         assert v["ok"] is False and ":2" in v["message"], v
-        st, ans = console_call(d, "audit.verify")
-        assert st == 200 and ans["result"]["ok"] is False
     finally:
         code, err = d.stop()
     assert code == 0, err
 
 
 def test_audit_off(daemon):
-    p = daemon.peer()
-    assert p.result("audit.recent") == {"enabled": False, "events": [], "health": {"enabled": False}}
-    assert p.result("audit.verify") == {"enabled": False}
+    assert console_call(daemon, "audit.recent")[1]["result"] == {"enabled": False, "events": [],
+                                                                  "health": {"enabled": False}}
+    assert console_call(daemon, "audit.verify")[1]["result"] == {"enabled": False}
 
 
 def test_console_options_refused():
@@ -300,6 +313,27 @@ def test_token_printed_when_made():
     code, err = d.stop()
     assert code == 0, err
     words = [l for l in err.splitlines() if "console: http://127.0.0.1:" in l]
-    assert words and "/console/?token=" in words[0], err
+    assert words and "/console/#token=" in words[0], err
     token = words[0].rsplit("token=", 1)[1]
     assert len(token) == 32 and int(token, 16) >= 0
+
+
+def test_session_list_cuts_on_a_character_and_counts_only_callers_runs(daemon):
+    p = daemon.peer()
+    sid = p.result("sandbox.create", {})["sandboxId"]
+    cmd = "sleep 4 #" + "a" * (4096 - 10) + "é tail"  # the cut at 4096 bytes falls inside é
+    run = p.send("run", {"sandboxId": sid, "command": cmd})
+
+    def listed():
+        s = p.result("session.list", {"sandboxId": sid})["sessions"][0]
+        return s if s["running"] else None
+    s = wait_until(listed, 10) and listed()
+    assert s["running"]["command"] == cmd[:4095], s["running"]["command"][-20:]  # cut back before é, still text
+    # A fork asked meanwhile queues sbx's own state capture behind the run: not a caller's run.
+    fork = p.send("sandbox.fork", {"sandboxId": sid})
+    time.sleep(0.5)
+    assert p.result("session.list", {"sandboxId": sid})["sessions"][0]["queued"] == 0
+    queued = p.send("run", {"sandboxId": sid, "command": "echo after"})
+    assert wait_until(lambda: p.result("session.list", {"sandboxId": sid})["sessions"][0]["queued"] == 1, 5)
+    assert p.wait(run, 30)["result"]["exitCode"] == 0
+    assert "sandboxId" in p.wait(fork, 30)["result"] and p.wait(queued, 30)["result"]["stdout"] == "after\n"

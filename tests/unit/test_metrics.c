@@ -70,6 +70,24 @@ static void ring(void) {
         CHECK(steady, "its samples are still 5 s apart after the oldest were dropped from it");
         metrics_done(&m);
         CHECK(m.rec == NULL && m.n == 0, "done frees the ring");
+
+        /* The wall clock set back a minute while nothing changed: a record of its own, and no
+         * sample comes back with a time from an unsigned subtraction gone below zero. */
+        for (uint64_t i = 0; i < 3; i++) {
+                s = at(2000000 + i * 5000, 9);
+                metrics_push(&m, &s);
+        }
+        s = at(2000000 + 10000 - 60000, 9);
+        CHECK(!metrics_extends(&m, &s), "a sample from before the last one does not extend its record");
+        metrics_push(&m, &s);
+        s = at(2000000 + 15000 - 60000, 9);
+        metrics_push(&m, &s);
+        k = metrics_query(&m, 0, UINT64_MAX, out, 20);
+        bool sane = k == 5;
+        for (size_t i = 0; sane && i < k; i++)
+                sane = out[i].time_ms >= 1900000 && out[i].time_ms <= 2010000;
+        CHECK(sane && m.n == 2, "after the step back: %zu samples in %u records, all at times that were", k, m.n);
+        metrics_done(&m);
 }
 
 static void prom(void) {
