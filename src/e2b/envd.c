@@ -896,7 +896,11 @@ static void read_answer(void *ud, json_t *result, json_t *error) {
         if (!data && *b64)
                 return file_error(q, NULL);
         if (!q->streaming) {
-                if (http_stream_start(q->r, 200, "application/octet-stream", NULL) < 0)
+                /* A sandbox's bytes on the listener's origin, which the operator console shares:
+                 * a download, never a page a browser would run (sniffed HTML, an inline view). */
+                static const char *const download[] = { "X-Content-Type-Options", "nosniff", "Content-Disposition",
+                                                        "attachment", "Content-Security-Policy", "sandbox", NULL };
+                if (http_stream_start(q->r, 200, "application/octet-stream", download) < 0)
                         return;
                 q->streaming = true;
         }

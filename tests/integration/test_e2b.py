@@ -384,9 +384,12 @@ def test_tokens_open_only_their_own_sandbox(daemon):
         st, _, _ = http(daemon, "GET", "/files?path=/etc/hostname",
                         headers={"E2b-Sandbox-Id": a["sandboxID"], "X-Access-Token": b["envdAccessToken"]})
         assert st == 401
-        st, _, body = http(daemon, "GET", "/files?path=/etc/hostname",
+        st, h, body = http(daemon, "GET", "/files?path=/etc/hostname",
                            headers={"E2b-Sandbox-Id": a["sandboxID"], "X-Access-Token": a["envdAccessToken"]})
         assert st == 200 and body == b"sandbox\n"
+        # A sandbox's bytes on the origin the operator console shares: a download, never a page.
+        assert h["X-Content-Type-Options"] == "nosniff" and h["Content-Disposition"] == "attachment"
+        assert h["Content-Security-Policy"] == "sandbox"
     finally:
         for s in (a, b):
             http(daemon, "DELETE", f"/sandboxes/{s['sandboxID']}", headers={"X-API-KEY": KEY})
