@@ -512,7 +512,7 @@ FAKE_DNS = r"""
 import socket, struct, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(("127.0.0.1", 53))
-print("ready", flush=True)
+open(sys.argv[1], "w").close()  # bound: the daemon may ask
 while True:
     q, peer = s.recvfrom(512)
     tid, flags, qd = struct.unpack(">HHH", q[:6])
@@ -544,9 +544,12 @@ def test_names_resolved_by_c_ares(tmp_path):
     (tmp_path / "www").mkdir()
     (tmp_path / "www" / "index.html").write_text("hello from dns.test\n")
     script = (f"ip link set lo up && mount --bind {tmp_path}/resolv.conf /etc/resolv.conf && "
-              f"(python3 {tmp_path}/dns.py >/dev/null 2>&1 &) && "
+              f"(python3 {tmp_path}/dns.py {tmp_path}/dns.ready >/dev/null 2>&1 &) && "
               f"(cd {tmp_path}/www && python3 -m http.server 8099 --bind 127.0.0.1 >/dev/null 2>&1 &) && "
-              f"sleep 0.5 && exec {SBX} serve --stdio --egress-allow-private 127.0.0.1/32")
+              # The DNS server is bound before the daemon starts (a python3 can take longer to
+              # start than any fixed sleep on a loaded machine); curl retries the web server.
+              f"for i in $(seq 200); do [ -e {tmp_path}/dns.ready ] && break; sleep 0.05; done && "
+              f"exec {SBX} serve --stdio --egress-allow-private 127.0.0.1/32")
     # A pid namespace too, whose end (the daemon's exit) takes the two servers with it.
     d = Daemon(argv_prefix=["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child",
                             "sh", "-c", script])
