@@ -222,6 +222,9 @@ SBX_API const char *sbx_context_last_error(const SbxContext *ctx);
  * ahead of time: sbx_sandbox_new() with default options then takes one at once and the
  * loop prepares the next. 0 (the default) turns it off. */
 SBX_API void sbx_context_set_pool(SbxContext *ctx, unsigned n);
+/* The pool of default sandboxes: how many it keeps, holds now, and of those are ready. */
+SBX_API void sbx_context_pool_stats(const SbxContext *ctx, unsigned *ret_target, unsigned *ret_held,
+                                    unsigned *ret_ready);
 
 /* How a context's sandboxes are made. */
 typedef enum SbxMode {

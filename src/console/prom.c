@@ -80,6 +80,10 @@ char *console_metrics_text(json_t *snapshot, bool with_sandboxes, size_t *ret_le
         one(f, "sbx_audit_dropped_total", "counter", "Audit events dropped (the queue full, the writer gone).",
             num(audit, "dropped"));
         one(f, "sbx_audit_failed_total", "counter", "Audit lines the writer could not write.", num(audit, "failed"));
+        json_t *pool = json_object_get(snapshot, "pool");
+        one(f, "sbx_pool_target", "gauge", "Default sandboxes the pool keeps made ahead.", num(pool, "target"));
+        one(f, "sbx_pool_sandboxes", "gauge", "Sandboxes the pool holds now.", num(pool, "held"));
+        one(f, "sbx_pool_ready", "gauge", "Of those, the ones ready to hand out.", num(pool, "ready"));
         json_t *list = json_object_get(snapshot, "sandboxes");
         if (with_sandboxes) {
                 per_sandbox(f, list, "sbx_sandbox_cpu_seconds_total", "counter", "CPU time of a sandbox's processes.",

@@ -104,8 +104,11 @@ static int m_server_metrics(Req *r, json_t **ret, RpcError *e) {
                 json_object_set_new(o, "sample", sbx_sandbox_last_sample(sb->sb, &s) == 0 ? sample_json(&s) : json_null());
                 json_array_append_new(list, o);
         }
-        *ret = json_pack("{s:o, s:o, s:i}", "health", health_json(r->core), "sandboxes", list, "intervalMs",
-                         (int)SBX_METRICS_INTERVAL_MS);
+        unsigned target, held, ready;
+        sbx_context_pool_stats(r->core->ctx, &target, &held, &ready);
+        *ret = json_pack("{s:o, s:o, s:i, s:{s:i, s:i, s:i}}", "health", health_json(r->core), "sandboxes", list,
+                         "intervalMs", (int)SBX_METRICS_INTERVAL_MS, "pool", "target", (int)target, "held", (int)held,
+                         "ready", (int)ready);
         return 0;
 }
 
@@ -193,10 +196,12 @@ const Method server_methods_server[] = {
           "`memory`, `pids`, `fds`, `host ids`). Counting sessions and processes visits every sandbox: an answer about "
           "all of them." },
         { "server.metrics", m_server_metrics, 0, p_server_metrics,
-          "{health (as health answers), intervalMs, sandboxes: [{sandboxId, paused, memoryLimitBytes, fsLimitBytes, "
-          "cpuMillis, sample: {timestamp, cpuUsec, memoryBytes, pids, fsBytes, fsFiles, netBytes, runs} or null}]}",
-          "What GET /metrics says, as JSON: the server's health and each sandbox's last sample (as sandbox.metrics "
-          "takes them, every intervalMs; null before the first). Only the sandboxes this connection may use (the "
+          "{health (as health answers), intervalMs, pool: {target, held, ready}, sandboxes: [{sandboxId, paused, "
+          "memoryLimitBytes, fsLimitBytes, cpuMillis, sample: {timestamp, cpuUsec, memoryBytes, pids, fsBytes, fsFiles, "
+          "netBytes, runs} or null}]}",
+          "What GET /metrics says, as JSON: the server's health, its pool of default sandboxes made ahead (how many "
+          "it keeps, holds, and are ready), and each sandbox's last sample (as sandbox.metrics takes them, every "
+          "intervalMs; null before the first). Only the sandboxes this connection may use (the "
           "operator console's: every one)." },
         { "audit.recent", m_audit_recent, 0, p_audit_recent, "{enabled, events: [event], health (as health's audit)}",
           "The last audit events the server made (at most 200 are kept), oldest first, as it handed them to the "

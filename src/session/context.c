@@ -409,6 +409,15 @@ void sbx_context_set_pool(SbxContext *ctx, unsigned n) {
         pool_arm(ctx, 1);
 }
 
+void sbx_context_pool_stats(const SbxContext *ctx, unsigned *ret_target, unsigned *ret_held, unsigned *ret_ready) {
+        unsigned ready = 0;
+        for (SbxSandbox *sb = ctx->pool.head; sb; sb = sandbox_list_next(sb))
+                ready += sandbox_setup_state(sb) > 0;
+        *ret_target = ctx->pool_target;
+        *ret_held = ctx->pool.n;
+        *ret_ready = ready;
+}
+
 int sbx_context_set_mode(SbxContext *ctx, SbxMode mode) {
         if (mode != SBX_MODE_NAMESPACES && mode != SBX_MODE_PROCESS)
                 return -EINVAL;

@@ -142,6 +142,7 @@ def test_prometheus_endpoint(daemon):
     assert mine["sbx_sandbox_fs_bytes"][0].value >= 2000000
     assert mine["sbx_sandbox_runs"][0].value == 1 and mine["sbx_sandbox_cpu_seconds"][0].value > 0
     assert [x.value for x in fams["sbx_sandboxes"].samples] == [1]
+    assert [x.value for x in fams["sbx_pool_target"].samples] == [0]  # the test's daemon: --pool 0
     if shutil.which("promtool"):
         cp = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30)
         assert cp.returncode == 0, cp.stdout.decode() + cp.stderr.decode()

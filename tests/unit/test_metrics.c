@@ -94,13 +94,13 @@ static void prom(void) {
         json_t *snap = json_pack(
                 "{s:{s:I, s:i, s:i, s:i, s:i, s:i, s:{s:i, s:i, s:i, s:i}, s:{s:{s:i, s:i, s:i, s:i, s:i}, "
                 "s:{s:i, s:i, s:i, s:i, s:i}}, s:{s:I}, s:{s:b, s:b, s:i, s:i, s:i, s:i}, s:{s:i}}, "
-                "s:[{s:s, s:I, s:I, s:o}, {s:s, s:I, s:I, s:o}]}",
+                "s:o, s:[{s:s, s:I, s:I, s:o}, {s:s, s:I, s:I, s:o}]}",
                 "health", "uptimeMs", (json_int_t)2500, "sandboxes", 2, "sessions", 2, "processes", 1, "running", 1,
                 "queued", 0, "totals", "completed", 5, "failed", 1, "timedOut", 2, "cancelled", 0, "lanes", "interactive",
                 "slots", 8, "active", 1, "queued", 0, "refused", 3, "completed", 5, "system", "slots", 2, "active", 0,
                 "queued", 0, "refused", 0, "completed", 0, "memory", "daemonRssBytes", (json_int_t)12345678, "audit",
                 "enabled", 1, "writerAlive", 1, "events", 9, "written", 8, "dropped", 1, "failed", 0, "limits",
-                "maxSandboxes", 100, "sandboxes", "sandboxId", "0123456789abcdef0123456789abcdef", "memoryLimitBytes",
+                "maxSandboxes", 100, "pool", json_pack("{s:i, s:i, s:i}", "target", 2, "held", 2, "ready", 1), "sandboxes", "sandboxId", "0123456789abcdef0123456789abcdef", "memoryLimitBytes",
                 (json_int_t)536870912, "fsLimitBytes", (json_int_t)268435456, "sample",
                 json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "cpuUsec", (json_int_t)2500000, "memoryBytes",
                           (json_int_t)8192, "pids", (json_int_t)3, "fsBytes", (json_int_t)4096, "fsFiles", (json_int_t)5,
@@ -113,6 +113,7 @@ static void prom(void) {
         CHECK(t && strstr(t, "# TYPE sbx_runs_total counter\nsbx_runs_total{outcome=\"completed\"} 5\n"),
               "counters by label under one TYPE line");
         CHECK(t && strstr(t, "sbx_uptime_seconds 2.5\n"), "ms become seconds");
+        CHECK(t && strstr(t, "sbx_pool_ready 1\n"), "the pool's ready sandboxes");
         CHECK(t && strstr(t, "sbx_sandbox_cpu_seconds_total{sandbox=\"0123456789abcdef0123456789abcdef\"} 2.5\n"),
               "a sandbox's CPU in seconds, labelled with its id");
         CHECK(t && strstr(t, "sbx_lane_refused_total{lane=\"interactive\"} 3\n"), "lanes are labelled");
