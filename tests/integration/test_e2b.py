@@ -332,10 +332,10 @@ def test_api_keys(node_sdk):
 # ---------------------------------------------------------------- the wire's edges
 
 
-def http(d, method, path, body=None, headers=None):
+def http(d, method, path, body=None, headers=None, timeout=30):
     req = urllib.request.Request(d.url + path, data=body, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
@@ -362,12 +362,12 @@ def envelopes(data):
     return out
 
 
-def rpc(d, sb, method, msg, token=None, stream=False, raw=None):
+def rpc(d, sb, method, msg, token=None, stream=False, raw=None, timeout=30):
     h = {"E2b-Sandbox-Id": sb["sandboxID"], "X-Access-Token": token or sb["envdAccessToken"],
          "Connect-Protocol-Version": "1",
          "Content-Type": "application/connect+json" if stream else "application/json"}
     body = raw if raw is not None else envelope(msg) if stream else json.dumps(msg).encode()
-    return http(d, "POST", method, body, h)
+    return http(d, "POST", method, body, h, timeout)
 
 
 def test_tokens_open_only_their_own_sandbox(daemon):
@@ -578,7 +578,7 @@ def test_a_polled_watcher_keeps_at_most_its_bound(daemon):
         st, _, body = rpc(daemon, sb, "/process.Process/Start",
                           {"process": {"cmd": "/bin/bash", "args": ["-c", "mkdir /tmp/d && cd /tmp && "
                                                                     "for i in $(seq 2500); do mkdir d$i; rmdir d$i; done"]}},
-                          stream=True)
+                          stream=True, timeout=300)  # 5,000 processes: minutes on a loaded machine
         assert envelopes(body)[-1] == (2, {}), body
         total = []
 
