@@ -558,6 +558,8 @@ static bool md_matches(const GPod *p, const char *query) {
         return ok;
 }
 
+static void forward_metrics(GReq *q, GPod *p);
+
 static void control_plane(GReq *q) {
         const char *m = http_method(q->r), *path = http_path(q->r);
         /* E2B's v2 routes are its v1 ones with a prefix (create, list, connect). */
@@ -595,6 +597,8 @@ static void control_plane(GReq *q) {
                 return set_timeout(q);
         if (!strcmp(m, "POST") && !strcmp(sub, "/refreshes"))
                 return (void)http_reply(q->r, 204, NULL, NULL, 0, NULL);
+        if (!strcmp(m, "GET") && !strcmp(sub, "/metrics"))
+                return forward_metrics(q, p);
         reply_error(q->r, 501, "%s %s is not served by the cluster's gateway (pause and resume need a sandbox's "
                     "node: use a single daemon)", m, path);
 }
@@ -660,6 +664,24 @@ static void forward(GReq *q, unsigned port) {
         q->fwd.failed = forward_failed;
         q->fwd.ud = q;
         int r = http_forward_start(&q->fwd, q->g->fetch, q->r, url, drop, set);
+        if (r < 0)
+                reply_error(q->r, 502, "cannot forward to sandbox %s's node: %s", q->id, strerror(-r));
+}
+
+/* GET /sandboxes/{id}/metrics: its node's door answers for the sandbox by its own id (the
+ * client's key and range go along). */
+static void forward_metrics(GReq *q, GPod *p) {
+        GNode *n = node_find(q->g, p->node);
+        if (!n || n->lost || !n->url[0])
+                return reply_error(q->r, 502, "sandbox %s: its node %s serves no E2B door", q->id, p->node);
+        const char *uri = http_uri(q->r), *query = strchr(uri, '?');
+        char url[SBX_HTTP_FETCH_HEADER_BYTES];
+        if (snprintf(url, sizeof url, "%s/sandboxes/%s/metrics%s", n->url, p->sbx, query ? query : "") >= (int)sizeof url)
+                return reply_error(q->r, 414, "the URI is too long to forward");
+        static const char *const drop[] = { "Host", NULL };
+        q->fwd.failed = forward_failed;
+        q->fwd.ud = q;
+        int r = http_forward_start(&q->fwd, q->g->fetch, q->r, url, drop, NULL);
         if (r < 0)
                 reply_error(q->r, 502, "cannot forward to sandbox %s's node: %s", q->id, strerror(-r));
 }

@@ -397,6 +397,27 @@ def test_gateway_refuses_bad_input_and_stays_up(kube):
     assert len(json.loads(urllib.request.urlopen(ok, timeout=10).read())) == 30
 
 
+def test_metrics_through_the_gateway(kube):
+    """E2B's getMetrics for a sandbox of the cluster: the gateway asks its node's door."""
+    sid = next(iter(kube.e2b))
+
+    def metrics():
+        req = urllib.request.Request(kube.GATEWAY + f"/sandboxes/{sid}/metrics", headers={"X-API-KEY": kube.API_KEY})
+        return json.loads(urllib.request.urlopen(req, timeout=10).read())
+    got = []
+    kube.wait(lambda: got.extend(metrics()) or got, 30, "a metrics sample of a cluster sandbox")
+    last = got[-1]
+    assert last["memTotal"] > 0 and last["diskTotal"] == 256 << 20 and last["memUsed"] > 0, last
+    assert isinstance(last["timestampUnix"], int) and last["timestamp"].endswith("Z")
+    req = urllib.request.Request(kube.GATEWAY + f"/sandboxes/{sid}/metrics?start=1&end=2", headers={"X-API-KEY": kube.API_KEY})
+    assert json.loads(urllib.request.urlopen(req, timeout=10).read()) == []  # the range goes along
+    req = urllib.request.Request(kube.GATEWAY + "/sandboxes/ffffffffffffffffffffffffffffffff/metrics",
+                                 headers={"X-API-KEY": kube.API_KEY})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 404
+
+
 def test_lost_node_pods_fail_with_reason_others_keep_working(kube):
     on = lambda node: [p for p in kube.pods("app%3Dweb") if p["spec"]["nodeName"] == node]
     lost = [p["metadata"]["name"] for p in on("sbx-2") if p["status"].get("phase") == "Running"]
