@@ -25,6 +25,8 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -720,7 +722,9 @@ def test_deb_packages_hold_what_they_should(debs):
     files = deb_files(debs["sbx"])
     want = {"/usr/bin/sbx", "/usr/share/bash-completion/completions/sbx",
             "/lib/systemd/system/sbx.service", "/lib/systemd/system/sbx.socket",
-            "/usr/share/man/man1/sbx.1.gz"} | {f"/usr/share/man/man1/sbx-{c}.1.gz" for c in commands()}
+            "/usr/share/man/man1/sbx.1.gz", "/usr/share/sbx/console/index.html",
+            "/usr/share/sbx/console/console.js", "/usr/share/sbx/console/console.css"} | {
+            f"/usr/share/man/man1/sbx-{c}.1.gz" for c in commands()}
     assert want <= files, f"missing from sbx: {sorted(want - files)}"
     lib = deb_files(debs["libsbx0"])
     assert any(re.fullmatch(r"/usr/lib/[^/]+/libsbx\.so\.0", f) for f in lib), lib
@@ -741,6 +745,29 @@ def test_deb_sbx_runs_a_command(debs, tmp_path):
     assert "\nExecStart=/usr/bin/sbx serve --socket /run/sbx.sock\n" in unit, unit
     page = root / "usr" / "share" / "man" / "man1" / "sbx-serve.1.gz"
     assert "socket activation" in render(page).lower()
+    # The daemon of the package finds the console's page the package installed beside it.
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    sock = tmp_path / "pkg.sock"
+    p = subprocess.Popen([str(sbx), "serve", "--socket", str(sock), "--pool", "0", "--http", f"127.0.0.1:{port}",
+                          "--console-token", "package-token-0123456789"], stderr=subprocess.PIPE, text=True)
+    try:
+        body = None
+        for _ in range(200):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/console/", timeout=5) as r:
+                    body = r.read()
+                break
+            except OSError:
+                if p.poll() is not None:
+                    break
+                time.sleep(0.05)
+        assert body and b"console.js" in body, p.stderr.read() if p.poll() is not None else body
+    finally:
+        p.terminate()
+        p.wait(30)
     control = tmp_path / "control"
     assert run(["dpkg-deb", "-e", str(debs["sbx"]), str(control)]).returncode == 0
     # Installing enables and starts the socket; the service starts with its first client.

@@ -2,6 +2,7 @@
 /* The sandbox registry (src/server/registry.c) with no sandbox made (registry_add_id names
  * each entry): owners and roots, who may use what, lookups through tables that grow, the
  * caps on sandboxes and forks, metadata freed with its sandbox, and expiry told to the owner. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/timerfd.h>
@@ -11,9 +12,11 @@
 #include "server_peer.h"
 #include "tap.h"
 
-/* Owners only compared by the registry, never dereferenced (but the one told of an expiry). */
-static int conn_names[200];
-#define OWNER(i) ((Conn *)&conn_names[i])
+/* Owners compared by the registry and asked only whether they are an operator's connection
+ * (conn_operator): zeroed memory, aligned and larger than a Conn's first fields, says no. The
+ * one told of an expiry is a real connection. */
+static _Alignas(max_align_t) unsigned char conn_mem[200][512];
+#define OWNER(i) ((Conn *)conn_mem[i])
 
 static SrvSandbox *add(Registry *reg, const char *id, Conn *owner, uid_t uid, unsigned flags) {
         SrvSandbox *sb = NULL;
