@@ -20,7 +20,7 @@ typedef struct ConsoleFile {
         const char *path;  /* what the browser asks for */
         const char *ctype;
         const char *const *from; /* where it is under the console's directory, first found */
-        char *data;
+        uint8_t *data;
         size_t len;
         bool required;
 } ConsoleFile;
@@ -394,24 +394,6 @@ void console_set_listener(Console *c, uint16_t port, bool loopback) {
 
 /* ---------------------------------------------------------------- life */
 
-static int read_whole(const char *path, char **ret, size_t *ret_len) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) < 0)
-                return negerrno();
-        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > SBX_CONSOLE_FILE_BYTES)
-                return -EFBIG;
-        char *d = malloc((size_t)st.st_size + 1);
-        if (!d)
-                return -ENOMEM;
-        size_t have = 0;
-        for (ssize_t n; have < (size_t)st.st_size && (n = read(fd, d + have, (size_t)st.st_size - have)) > 0;)
-                have += (size_t)n;
-        *ret = d;
-        *ret_len = have;
-        return 0;
-}
-
 int console_new(Loop *loop, const ConsoleOptions *o, ConsoleConnectFn connect, void *connect_data, Console **ret,
                 char *err, size_t errlen) {
         Console *c = calloc(1, sizeof *c);
@@ -437,7 +419,7 @@ int console_new(Loop *loop, const ConsoleOptions *o, ConsoleConnectFn connect, v
                 for (const char *const *p = f->from; *p && !f->data; p++) {
                         char path[PATH_MAX];
                         snprintf(path, sizeof path, "%s/%s", o->dir, *p);
-                        r = read_whole(path, &f->data, &f->len);
+                        r = read_file_whole(path, SBX_CONSOLE_FILE_BYTES, &f->data, &f->len);
                         if (r == -ENOENT)
                                 r = 0;
                         else if (r < 0)

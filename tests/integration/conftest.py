@@ -10,8 +10,11 @@ import json
 import threading
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -463,3 +466,74 @@ class Peer:
         ans = self.call(method, params, timeout)
         assert "error" in ans, ans
         return ans["error"]
+
+
+def free_port():
+    """A TCP port of 127.0.0.1 free now (another process may take it before it is used)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def connect_peer(path):
+    """A Peer on a new connection to the daemon's socket at path (its socket as peer.sock)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    peer = Peer(s.makefile("rb"), s.makefile("wb"))
+    peer.sock = s
+    return peer
+
+
+class HttpDaemon:
+    """`sbx serve --socket DIR/sbx.sock --pool 0 --http 127.0.0.1:PORT FLAGS` in a directory of
+    its own (dir), on a free port (tried again when another process took it first), up once
+    both its socket and its listener accept; its stderr collected as it comes (err())."""
+
+    def __init__(self, binary, *flags, prefix="sbx-http-"):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.sock = os.path.join(self.dir, "sbx.sock")
+        self.peers = []
+        for _ in range(5):
+            self.port = free_port()
+            self.lines = []
+            self.proc = subprocess.Popen([binary, "serve", "--socket", self.sock, "--pool", "0", "--http",
+                                          f"127.0.0.1:{self.port}", *flags], stderr=subprocess.PIPE)
+            SPAWNED.append(self.proc.pid)
+            self.reader = threading.Thread(target=self._collect, daemon=True)
+            self.reader.start()
+            if wait_until(lambda: self.proc.poll() is not None or self.up(), 10) and self.proc.poll() is None:
+                break
+            self.reader.join(5)
+            assert "Address already in use" in self.err(), self.err()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _collect(self):
+        for line in self.proc.stderr:
+            self.lines.append(line.decode(errors="replace"))
+
+    def err(self):
+        return "".join(self.lines)
+
+    def up(self):
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return os.path.exists(self.sock)
+        except OSError:
+            return False
+
+    def peer(self):
+        """A connection to its socket, closed by stop()."""
+        p = connect_peer(self.sock)
+        self.peers.append(p)
+        return p
+
+    def stop(self):
+        """SIGTERM, then (its exit status, its stderr)."""
+        stop_daemon(self.proc, 20)
+        self.reader.join(5)
+        for p in self.peers:
+            p.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.proc.returncode, self.err()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED, Peer, stop_daemon, wait_until
+from conftest import SPAWNED, connect_peer, stop_daemon, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -39,10 +39,7 @@ class Daemon:
         self.peers = []
 
     def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(self.sock)
-        peer = Peer(s.makefile("rb"), s.makefile("wb"))
-        peer.sock = s
+        peer = connect_peer(self.sock)
         self.peers.append(peer)
         return peer
 

@@ -11,13 +11,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 from http.client import HTTPConnection
 from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED, Peer, stop_daemon, wait_until
+from conftest import HttpDaemon, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -32,68 +31,16 @@ pytestmark = [
 ]
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Daemon:
-    """`sbx serve --socket ... --http 127.0.0.1:PORT --console-token TOKEN`, in a directory of
-    its own; its stderr is collected as it comes (the console's URL is printed there)."""
+class Daemon(HttpDaemon):
+    """The daemon with --console-token TOKEN (none: it makes one and prints the console's
+    address with it, which err() shows)."""
 
     def __init__(self, *flags, token=TOKEN):
-        self.dir = tempfile.mkdtemp(prefix="sbx-console-")
-        self.sock = os.path.join(self.dir, "sbx.sock")
+        super().__init__(SBX, *(["--console-token", token] if token else []), *flags, prefix="sbx-console-")
         self.token = token
-        auth = ["--console-token", token] if token else []
-        for _ in range(5):
-            self.port = free_port()
-            self.lines = []
-            self.proc = subprocess.Popen([SBX, "serve", "--socket", self.sock, "--pool", "0", "--http",
-                                          f"127.0.0.1:{self.port}", *auth, *flags], stderr=subprocess.PIPE)
-            SPAWNED.append(self.proc.pid)
-            self.reader = threading.Thread(target=self._collect, daemon=True)
-            self.reader.start()
-            if wait_until(lambda: self.proc.poll() is not None or (self.http_up() and os.path.exists(self.sock)),
-                          10) and self.proc.poll() is None:
-                break
-            self.reader.join(5)
-            assert "Address already in use" in self.err(), self.err()  # another process took the port: again
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.peers = []
-
-    def _collect(self):
-        for line in self.proc.stderr:
-            self.lines.append(line.decode(errors="replace"))
-
-    def err(self):
-        return "".join(self.lines)
-
-    def http_up(self):
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-            return True
-        except OSError:
-            return False
 
     def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(self.sock)
-        peer = Peer(s.makefile("rb"), s.makefile("wb"))
-        peer.sock = s
-        self.peers.append(peer)
-        return peer
-
-    def stop(self):
-        stop_daemon(self.proc, 20)
-        self.reader.join(5)
-        for p in self.peers:
-            p.sock.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return self.proc.returncode, self.err()
+        return self.peer()
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED, stop_daemon, wait_until
+from conftest import HttpDaemon, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -33,43 +33,11 @@ pytestmark = [
 ]
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Daemon:
+class Daemon(HttpDaemon):
     """`sbx serve --socket ... --http 127.0.0.1:PORT`, in a directory of its own."""
 
     def __init__(self, *flags):
-        self.dir = tempfile.mkdtemp(prefix="sbx-e2b-")
-        self.sock = os.path.join(self.dir, "sbx.sock")
-        for _ in range(5):
-            self.port = free_port()
-            self.proc = subprocess.Popen([SBX, "serve", "--socket", self.sock, "--pool", "0", "--http",
-                                          f"127.0.0.1:{self.port}", *flags], stderr=subprocess.PIPE)
-            SPAWNED.append(self.proc.pid)
-            if wait_until(lambda: self.proc.poll() is not None or self.http_up(), 10) and self.proc.poll() is None:
-                break
-            err = self.proc.stderr.read().decode()
-            assert "Address already in use" in err, err  # another process took the port: again
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def http_up(self):
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-            return True
-        except OSError:
-            return False
-
-    def stop(self):
-        stop_daemon(self.proc, 20)
-        err = self.proc.stderr.read().decode()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return self.proc.returncode, err
+        super().__init__(SBX, *flags, prefix="sbx-e2b-")
 
 
 @pytest.fixture(scope="module")
@@ -288,16 +256,13 @@ def test_unknown_template(node_sdk, daemon):
 def test_template_is_an_image_of_the_store():
     """E2B's templateID names an image of the daemon's store; one it has not is E2B's 404."""
     import ocitool
-    from conftest import Peer
     store = tempfile.mkdtemp(prefix="sbx-e2b-store-", dir="/var/tmp")
     os.chmod(store, 0o755)
     d = Daemon("--image-store", os.path.join(store, "s"))
     try:
         root = ocitool.host_root(os.path.join(d.dir, "root"))
         ocitool.write_oci_layout(os.path.join(d.dir, "layout"), [ocitool.tar_of_dir(root)], name="e2bimg:1")
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(d.sock)
-        peer = Peer(s.makefile("rb"), s.makefile("wb"))
+        peer = d.peer()
         peer.result("image.import", {"path": os.path.join(d.dir, "layout")}, timeout=60)
         st, _, body = http(d, "POST", "/v2/sandboxes", json.dumps({"templateID": "e2bimg:1", "timeout": 60}).encode(),
                            {"Content-Type": "application/json", "X-API-KEY": KEY})
@@ -310,7 +275,6 @@ def test_template_is_an_image_of_the_store():
                            {"Content-Type": "application/json", "X-API-KEY": KEY})
         assert st == 404 and b"template 'e2bimg:2' not found" in body, body
         assert http(d, "DELETE", f"/sandboxes/{box['sandboxID']}", None, {"X-API-KEY": KEY})[0] == 204
-        s.close()
     finally:
         code, err = d.stop()
         shutil.rmtree(store, ignore_errors=True)

@@ -8,7 +8,6 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED, Peer, stop_daemon, wait_until
+from conftest import HttpDaemon, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -29,46 +28,9 @@ pytestmark = [
 ]
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Daemon:
+class Daemon(HttpDaemon):
     def __init__(self, *flags):
-        self.dir = tempfile.mkdtemp(prefix="sbx-metrics-")
-        self.sock = os.path.join(self.dir, "sbx.sock")
-        for _ in range(5):
-            self.port = free_port()
-            self.proc = subprocess.Popen([SBX, "serve", "--socket", self.sock, "--pool", "0", "--http",
-                                         f"127.0.0.1:{self.port}", *flags], stderr=subprocess.PIPE)
-            SPAWNED.append(self.proc.pid)
-            if wait_until(lambda: self.proc.poll() is not None or self.up(), 10) and self.proc.poll() is None:
-                break
-            err = self.proc.stderr.read().decode()
-            assert "Address already in use" in err, err
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def up(self):
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-            return os.path.exists(self.sock)
-        except OSError:
-            return False
-
-    def peer(self):
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(self.sock)
-        return Peer(s.makefile("rb"), s.makefile("wb"))
-
-    def stop(self):
-        stop_daemon(self.proc, 20)
-        err = self.proc.stderr.read().decode()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        return self.proc.returncode, err
+        super().__init__(SBX, *flags, prefix="sbx-metrics-")
 
 
 def http(d, path, method="GET", body=None, headers=None):
