@@ -45,6 +45,9 @@
 /* How often a running command's pids limit is looked at: a refused fork ends the run with
  * PIDS_LIMIT within this long, instead of bash retrying until the timeout. */
 #define SBX_PIDS_CHECK_MS 100U
+/* A command is stopped at the pids limit when forks were refused at two looks at most this
+ * far apart: once is a command meeting the limit (and maybe handling it). */
+#define SBX_PIDS_AGAIN_MS 2000U
 
 /* CPU time of a whole sandbox, in thousandths of a CPU (limits.cpus 1.5 = 1500), enforced by
  * the kernel's CFS bandwidth control: cgroup v2 cpu.max where the daemon can enable the cpu

@@ -341,7 +341,7 @@ static void leftover_adopt(SbxRun *r) {
         }
 }
 
-static int pids_refusing(SbxRun *r);
+static int pids_refusing(SbxRun *r, bool once);
 static void pids_limit_say(SbxRun *r);
 
 /* Ends a run: result to the caller, pipes and cgroup handed over or released. */
@@ -388,7 +388,7 @@ static void run_finish(SbxRun *r) {
          * as if the check had stopped it. Not a code cell: it ended, its context kept what it
          * did, and its own error (an OSError) says the rest. */
         if (r->exit_code != 0 && r->error_class == SBX_ERROR_NONE && !r->internal && !r->events && r->pids_watched &&
-            r->sent && pids_refusing(r) > 0) {
+            r->sent && pids_refusing(r, true) > 0) {
                 pids_limit_say(r);
                 r->error_class = SBX_ERROR_PIDS_LIMIT;
         }
@@ -525,10 +525,14 @@ static void run_pids_limit(SbxRun *r) {
 }
 
 /* Whether forks are being refused at the commands' share of the pids limit: 1 yes, 0 no (or
- * not known yet). With a pids cgroup, its count of refused forks has grown since the last
- * look; with RLIMIT_NPROC alone (which counts every process of the sandbox), the sandbox has
- * been at the commands' share on two looks in a row, when any fork of a command fails. */
-static int pids_refusing(SbxRun *r) {
+ * not known yet). With a pids cgroup, its count of refused forks has grown at a look and at
+ * another within SBX_PIDS_AGAIN_MS before it: a fork bomb goes on forking (and bash retries a
+ * refused fork after 1 s, 2 s...), while a command that met the limit once and handles it (a
+ * fork failing with EAGAIN) does not, however long a loaded machine takes it to wind down.
+ * With RLIMIT_NPROC alone (which counts every process of the sandbox), the sandbox has been at
+ * the commands' share on two looks in a row, when any fork of a command fails. once: a fork
+ * refused at any time of the run is enough (a command that failed after that). */
+static int pids_refusing(SbxRun *r, bool once) {
         Box *b = &r->s->core->box;
         uint64_t now;
         if (b->nproc_limit) {
@@ -538,7 +542,13 @@ static int pids_refusing(SbxRun *r) {
         } else if (cgroup_sandbox_pids_refused(&b->cg, &now) < 0) {
                 return 0;
         }
-        int refusing = r->pids_counted && (b->nproc_limit ? now && r->pids_refused : now > r->pids_refused);
+        bool grew = r->pids_counted && now > r->pids_refused;
+        uint64_t t = now_ns();
+        bool again = r->pids_grew_ns && t - r->pids_grew_ns <= SBX_PIDS_AGAIN_MS * 1000000ULL;
+        int refusing = r->pids_counted &&
+                       (b->nproc_limit ? now && r->pids_refused : once ? grew || r->pids_grew_ns : grew && again);
+        if (grew)
+                r->pids_grew_ns = t;
         r->pids_refused = now;
         r->pids_counted = true;
         return refusing;
@@ -554,7 +564,7 @@ static void run_timer_event(Watch *w, uint32_t events) {
         }
         /* The first look only takes the count: a run over in less than SBX_PIDS_CHECK_MS (most
          * are) never reads it, and a limit still refusing forks shows on the next look. */
-        if (r->pids_watched && pids_refusing(r)) {
+        if (r->pids_watched && pids_refusing(r, false)) {
                 run_pids_limit(r);
                 return;
         }
@@ -666,7 +676,7 @@ static int run_send(SbxSession *s, SbxRun *r) {
         r->sent = true;
         r->pids_watched = !r->internal && (s->core->box.cg.cmds_pids || s->core->box.nproc_limit);
         if (r->pids_watched) {
-                (void)pids_refusing(r); /* the count as the command starts: its first look compares */
+                (void)pids_refusing(r, false); /* the count as the command starts: its first look compares */
                 run_arm(r);
         }
         rr = run_watch_io(r);

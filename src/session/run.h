@@ -31,6 +31,7 @@ struct SbxRun {
                                      * (RLIMIT_NPROC: 1 if the sandbox was at the limit) */
         bool pids_watched;          /* there is such a limit: looked at every SBX_PIDS_CHECK_MS */
         bool pids_counted;          /* pids_refused has been read */
+        uint64_t pids_grew_ns;      /* ... and when it last grew (monotonic; 0: not yet) */
         int out_fd, err_fd, in_fd, timer_fd, cg, cg_events;
         char cg_name[24];
         Watch out_w, err_w, in_w, timer_w, cg_w;

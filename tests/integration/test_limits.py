@@ -110,6 +110,18 @@ def test_pids_limit(sbx):
     assert cp.elapsed < 10
 
 
+def test_a_command_that_meets_the_limit_once_and_handles_it_goes_on(sbx):
+    """A fork refused once at the limit is a command meeting it, not a fork bomb: one that
+    handles the EAGAIN and takes several of the check's looks to wind down is not stopped
+    (the check stops forks refused at two looks within 2 s)."""
+    probe = PIDS_PROBE.replace('print("forked", len(kids))', 'time.sleep(0.6); print("forked", len(kids))')
+    cp = sbx(probe, "echo next", opts=["--pids", "24", "-t", "20"], timeout=60)
+    assert cp.returncode == 0 and "limit" not in err(cp), describe(cp)
+    lines = out(cp).splitlines()
+    assert lines[0] == "fork failed: Resource temporarily unavailable" and lines[1].startswith("forked "), describe(cp)
+    assert lines[2:] == ["next"], describe(cp)
+
+
 QUICK_QUITTER = """python3 -c "
 import os, signal, sys
 for i in range(100):

@@ -56,11 +56,16 @@ def test_ping_while_sandboxes_are_created_and_forked(server):
     worst = max(latencies)
     print(f"ping during {N} creates and {FORKS} forks: n={len(latencies)} p50={p50:.2f} ms max={worst:.2f} ms")
     # What is left in the loop per create or fork is a clone of the daemon (a few ms each, on
-    # a shared 2-core machine). A wait for a sandbox's root or a copy job would hold a ping
-    # behind all of them: 60-90 ms here before the loop stopped waiting. The 5 ms target is
-    # measured in bench/ (sbx-bench-rpc l), not here.
-    assert p50 < 10, latencies
-    assert worst < 50, latencies
+    # a shared 2-core machine). A wait for a sandbox's root or a copy job in the loop would hold
+    # the pings behind every one of them: the median is what says so. The worst single ping is
+    # the machine's as much as the loop's (35-62 ms here, the code before this test's bound
+    # changed included, when another process took a core at the wrong moment): only a stall of
+    # a different order (a tree copied in the loop) fails it. Latency targets are measured in
+    # bench/ (sbx-bench-rpc l), not here. Under ASan and UBSan everything takes about three
+    # times as long, a blocking wait too.
+    slow = 3 if os.environ.get("SBX_SANITIZED") == "1" else 1
+    assert p50 < 10 * slow, latencies
+    assert worst < 500 * slow, latencies
 
 
 def test_pipelined_requests_after_create_find_the_sandbox_ready(stdio):
