@@ -188,7 +188,10 @@ static void on_spawned(SbxSession *s, int fd) {
                 close(fd);
                 return;
         }
-        if (s->state == SS_RUNNING && pid && s->spare_pidfd < 0 && !s->spare_promoted) {
+        /* While a killed worker dies, the holder may already have forked the next one (a code
+         * context's holder does, as soon as it sees its worker gone): the spare that takes its
+         * place, not a worker to kill. */
+        if ((s->state == SS_RUNNING || s->state == SS_KILLING) && pid && s->spare_pidfd < 0 && !s->spare_promoted) {
                 on_spare(s, fd, pid);
                 return;
         }
