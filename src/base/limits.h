@@ -716,9 +716,13 @@
 #define SBX_MCP_READ_CHUNK_BYTES (1024U * 1024)
 /* list_directory: entries shown; the rest are counted. */
 #define SBX_MCP_LIST_SHOWN 1000U
-/* The run tool's timeout when the call gives none: agents' builds and test suites outlast the
- * daemon's 30 s default; a call can ask for up to SBX_MAX_TIMEOUT_MS. */
-#define SBX_MCP_DEFAULT_TIMEOUT_MS 120000ULL
+/* The run and run_code tools' timeout when the call gives none. MCP clients give up on a request
+ * after 60 s (the TypeScript SDK's default) unless they asked for progress and reset their clock
+ * on it, so a call without a progressToken is killed before its client stops waiting, and its
+ * answer says so; one with a token gets room for builds and test suites, with a notification at
+ * least every SBX_MCP_PROGRESS_MS. A call can ask for up to SBX_MAX_TIMEOUT_MS either way. */
+#define SBX_MCP_DEFAULT_TIMEOUT_MS 50000ULL
+#define SBX_MCP_PROGRESS_TIMEOUT_MS 120000ULL
 /* Progress of a run whose caller asked for it (a progressToken): at most one notification per
  * MIN_MS however fast output comes (a flood of output is one notification per interval, not
  * one per chunk), and one every MS while it is silent, so a client that resets its timeout on

@@ -253,3 +253,8 @@ double arg_num(McpCall *c, const char *name, double def) {
         json_t *v = arg(c, name);
         return v ? json_number_value(v) : def;
 }
+
+double arg_timeout_s(McpCall *c) {
+        return arg_num(c, "timeout",
+                       (double)(c->progress_token ? SBX_MCP_PROGRESS_TIMEOUT_MS : SBX_MCP_DEFAULT_TIMEOUT_MS) / 1000);
+}

@@ -131,3 +131,5 @@ bool mcp_refused(McpCall *c, json_t *result, const char *error);
 const char *arg_str(McpCall *c, const char *name);
 bool arg_bool(McpCall *c, const char *name);
 double arg_num(McpCall *c, const char *name, double def);
+/* A run's `timeout`, else the default for a call with or without a progressToken. */
+double arg_timeout_s(McpCall *c);

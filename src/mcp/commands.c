@@ -145,7 +145,7 @@ int put_run(McpCall *c, json_t *res, FILE *f) {
         fprintf(f, "exit code: %d", code);
         bool timeout = cls && strcmp(cls, "TIMEOUT") == 0, cancelled = cls && strcmp(cls, "CANCELLED") == 0;
         if (timeout)
-                fprintf(f, " (timed out after %g s", arg_num(c, "timeout", SBX_MCP_DEFAULT_TIMEOUT_MS / 1000.0));
+                fprintf(f, " (timed out after %g s", arg_timeout_s(c));
         else if (cancelled)
                 fputs(" (cancelled", f);
         else if (error_class_note(cls))

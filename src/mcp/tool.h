@@ -31,6 +31,7 @@ typedef enum {
         PARAM_STRING,  /* the argument's string, else text; left out when neither (a required
                         * argument given as null fails the call as out of memory) */
         PARAM_MS,      /* seconds (the argument, else def) as whole ms; left out unless above 0 */
+        PARAM_RUN_MS,  /* PARAM_MS with arg_timeout_s()'s default */
         PARAM_INTEGER, /* the argument, else def */
         PARAM_STREAM,  /* true when the caller asked for progress; arg is unused */
 } ParamKind;

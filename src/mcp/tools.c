@@ -25,7 +25,8 @@ static const ToolArg run_args[] = {
           "name of the shell session (default \"default\"); each session keeps its own cwd, variables and "
           "functions, and is made on first use" },
         { "cwd", ARG_STRING, false, 0, 0, "directory to run in, for this command only" },
-        { "timeout", ARG_NUMBER, false, 0.001, MAX_TIMEOUT_S, "seconds before the command is killed (default 120)" },
+        { "timeout", ARG_NUMBER, false, 0.001, MAX_TIMEOUT_S, "seconds before the command is killed (default 50, below the 60 s after which MCP clients stop waiting; "
+          "120 when the call carries a progressToken, whose notifications keep a client waiting)" },
         ARG_SANDBOX,
         ARG_END,
 };
@@ -35,7 +36,8 @@ static const ToolArg run_code_args[] = {
         { "context", ARG_STRING, false, 0, 0,
           "a context id from an earlier answer's structuredContent (default: the language's default context)" },
         { "timeout", ARG_NUMBER, false, 0.001, MAX_TIMEOUT_S,
-          "seconds before the cell is killed (default 120); the context is then as it was before the cell" },
+          "seconds before the cell is killed (default 50; 120 with a progressToken); the context is then as it was "
+          "before the cell" },
         ARG_SANDBOX,
         ARG_END,
 };
@@ -103,7 +105,7 @@ static const ToolArg restore_args[] = {
 
 static const ToolParam run_params[] = {
         { "command", "command", PARAM_STRING },
-        { "timeout", "timeoutMs", PARAM_MS, SBX_MCP_DEFAULT_TIMEOUT_MS / 1000.0 },
+        { "timeout", "timeoutMs", PARAM_RUN_MS },
         { "session", "session", PARAM_STRING },
         { "cwd", "cwd", PARAM_STRING },
         { NULL, "stream", PARAM_STREAM },
@@ -113,7 +115,7 @@ static const ToolParam run_code_params[] = {
         { "code", "code", PARAM_STRING },
         { "language", "language", PARAM_STRING },
         { "context", "contextId", PARAM_STRING },
-        { "timeout", "timeoutMs", PARAM_MS, SBX_MCP_DEFAULT_TIMEOUT_MS / 1000.0 },
+        { "timeout", "timeoutMs", PARAM_RUN_MS },
         PARAM_END,
 };
 static const ToolParam process_start_params[] = {
@@ -154,7 +156,7 @@ static const McpTool tools[] = {
           "network beyond its own loopback, and wait for it to end. The shell session persists between calls: "
           "cwd, variables, functions, aliases and options carry over (use `session` for independent shells). "
           "Returns stdout, stderr and the exit code; a non-zero exit is reported as an error. After `timeout` "
-          "seconds (default 120) the command and everything it started are killed, and the session stays as it "
+          "seconds (default 50; pass more for long builds) the command and everything it started are killed, and the session stays as it "
           "was. For servers and other long jobs use process_start. Long output shows its first and last 15,000 "
           "bytes per stream. Files live in /home/user (the starting directory) and /tmp.",
           run_args, false, true, false, REQUEST("run", run_params, put_run) },
@@ -163,7 +165,7 @@ static const McpTool tools[] = {
           "`display()` works, `!cmd` runs a shell command) and wait for it to end. Variables, imports and loaded "
           "data persist between calls. numpy, pandas and matplotlib are there when the host has them: a "
           "matplotlib figure comes back as an image, a DataFrame as its text. A cell that runs past `timeout` "
-          "seconds (default 120) is killed and the context stays exactly as it was before that cell, loaded data "
+          "seconds (default 50) is killed and the context stays exactly as it was before that cell, loaded data "
           "included. An exception is reported as an error with its traceback. language \"bash\" runs the cell in "
           "a bash context instead.",
           run_code_args, false, true, false, REQUEST("code.run", run_code_params, put_code) },
@@ -254,8 +256,9 @@ static int param_add(McpCall *c, const ToolParam *r, json_t *p) {
                 v = json_string(s);
                 break;
         }
-        case PARAM_MS: {
-                double s = arg_num(c, r->arg, r->def);
+        case PARAM_MS:
+        case PARAM_RUN_MS: {
+                double s = r->kind == PARAM_RUN_MS ? arg_timeout_s(c) : arg_num(c, r->arg, r->def);
                 if (!(s > 0))
                         return 0;
                 v = json_integer(seconds_ms(s));

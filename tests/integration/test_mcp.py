@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -412,6 +413,66 @@ class SocketDaemon:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(20)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class FakeDaemon:
+    """A Unix socket speaking just enough of the daemon's protocol for `sbx mcp --socket`: it makes
+    the sandbox and answers each `run` at once with the params it was sent as its stdout."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="sbx-fake-")
+        self.path = os.path.join(self.dir, "sbx.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(4)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        with conn, conn.makefile("rb") as rf, conn.makefile("wb") as wf:
+            for line in rf:
+                msg = json.loads(line)
+                if "id" not in msg:
+                    continue
+                if msg["method"] == "create":
+                    res = {"sandboxId": "sb-fake"}
+                elif msg["method"] == "run":
+                    res = {"exitCode": 0, "stdout": json.dumps(msg["params"], sort_keys=True) + "\n", "stderr": ""}
+                else:
+                    res = {}
+                wf.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": res}).encode() + b"\n")
+                wf.flush()
+
+    def stop(self):
+        self.listener.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def test_run_timeout_default_ends_before_the_client_stops_waiting():
+    # MCP clients stop waiting after 60 s unless they asked for progress: a call without a
+    # progressToken gets 50 s, one with a token 120 s and progress, a given timeout its own.
+    d = FakeDaemon()
+    try:
+        m = start_mcp("--socket", d.path)
+        initialize(m)
+        for args, meta, want_ms, stream in [({}, None, 50000, False), ({}, {"progressToken": 7}, 120000, True),
+                                             ({"timeout": 7}, None, 7000, False),
+                                             ({"timeout": 300}, {"progressToken": "p"}, 300000, True)]:
+            text, is_error = tool(m, "run", {"command": "true", **args}, meta=meta)
+            assert not is_error, text
+            sent = json.loads(text.splitlines()[0])
+            assert sent["timeoutMs"] == want_ms, (args, meta, sent)
+            assert sent.get("stream", False) is stream, sent
+        listed = m.result("tools/list", {})["tools"]
+        desc = {t["name"]: t for t in listed}["run"]["inputSchema"]["properties"]["timeout"]["description"]
+        assert "default 50" in desc and "120 when the call carries a progressToken" in desc, desc
+        assert stop(m) == 0
+    finally:
+        d.stop()
 
 
 def test_disabled_daemon_is_a_readable_tool_error():
