@@ -154,6 +154,16 @@ typedef struct SbxResult {
         uint32_t killed;       /* processes of the command killed at a timeout, cancel or
                                   process limit (0 otherwise) */
         uint64_t exec_time_us; /* from the run's start (first in its queue) to its result */
+        /* A bash session's: the command did not end on its own (a timeout, a cancel, a stop at
+         * the process limit, or its shell killed by a signal: `kill -9 $$`, the OOM killer), so
+         * what it changed in the session (cwd, variables, functions, options) was not kept: the
+         * session is as it was before the command. */
+        bool state_discarded;
+        /* A bash session's: its shell, which holds its state, died (killed from inside the
+         * sandbox) while this command ran or since the last result, so this command ran in, or
+         * the next one runs in, a session started over: cwd, variables and functions as a new
+         * session has them. */
+        bool session_reset;
 } SbxResult;
 
 /* Output as it arrives: every byte the command writes, past the caps too (the caps bound only

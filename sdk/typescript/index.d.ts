@@ -216,6 +216,13 @@ export class CommandResult {
   readonly errorClass: "TIMEOUT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PIDS_LIMIT" | "OOM" | "FS_FULL" | "UNAVAILABLE" | null;
   /** Processes a timeout, cancel or process limit killed. */
   readonly killedProcesses: number;
+  /** The command did not end on its own (a timeout, a cancel, a stop at the process limit, or
+   * its shell killed by a signal: `kill -9 $$`, the OOM killer): what it changed in the session
+   * (cwd, variables, functions) was not kept. */
+  readonly stateDiscarded: boolean;
+  /** The shell holding the session's state was killed from inside the sandbox during this
+   * command or since the last result: the session started over, as a new session. */
+  readonly sessionReset: boolean;
   /** Standard output exactly as written. */
   readonly stdoutBytes: Uint8Array;
   readonly stderrBytes: Uint8Array;

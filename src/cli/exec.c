@@ -258,6 +258,14 @@ int cmd_exec(int argc, char **argv) {
                                 i + 1 < argc ? "; the commands after it did not run" : "");
                 else if (ec)
                         fprintf(stderr, "sbx exec: command %d: %s\n", i - optind + 1, class_words(ec, w.result));
+                if (json_is_true(json_object_get(w.result, "sessionReset")))
+                        fprintf(stderr, "sbx exec: command %d: the session's shell was killed from inside the sandbox: "
+                                        "the session started over (cwd, variables and functions of a new session)\n",
+                                i - optind + 1);
+                else if (json_is_true(json_object_get(w.result, "stateDiscarded")) && (!ec || strcmp(ec, "OOM") == 0))
+                        fprintf(stderr, "sbx exec: command %d was killed (exit %d) before it ended: what it changed in "
+                                        "the session (cwd, variables, functions) was not kept\n",
+                                i - optind + 1, code);
                 json_decref(w.result);
                 if (w.cancelled || w.werr < 0) {
                         if (w.werr < 0)

@@ -77,6 +77,7 @@ typedef struct RunState {
         bool truncated[2];
         uint64_t dropped[2];
         uint32_t killed;
+        bool state_discarded, session_reset;
         SbxRun *run;
         bool paused;
         OutQueue q[2];
@@ -158,6 +159,8 @@ static void on_done(void *ud, const SbxResult *r) {
         rs->dropped[0] = r->stdout_dropped;
         rs->dropped[1] = r->stderr_dropped;
         rs->killed = r->killed;
+        rs->state_discarded = r->state_discarded;
+        rs->session_reset = r->session_reset;
 }
 
 static void queue_init(OutQueue *q, int fd) {
@@ -488,6 +491,14 @@ static void report(int n, const RunArgs *a, const RunState *rs) {
         default:
                 break;
         }
+        /* A timeout, cancel or stop says the session is as it was in the man page; a shell killed
+         * by a signal from inside is said here, or the next command finds its cd undone. */
+        if (rs->session_reset)
+                fprintf(stderr, "sbx: command %d: the session's shell was killed from inside the sandbox: the session "
+                                "started over (cwd, variables and functions of a new session)\n", n);
+        else if (rs->state_discarded && (rs->ec == SBX_ERROR_NONE || rs->ec == SBX_ERROR_OOM))
+                fprintf(stderr, "sbx: command %d was killed (exit %d) before it ended: what it changed in the session "
+                                "(cwd, variables, functions) was not kept\n", n, rs->exit_code);
         static const char *const names[] = { "stdout", "stderr" };
         for (int i = 0; i < 2; i++) {
                 uint64_t cap = i == 0 ? l->stdout_bytes : l->stderr_bytes;

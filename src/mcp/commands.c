@@ -157,6 +157,14 @@ int put_run(McpCall *c, json_t *res, FILE *f) {
         if (timeout || cancelled || error_class_note(cls))
                 fputc(')', f);
         fputc('\n', f);
+        if (json_is_true(json_object_get(res, "sessionReset")))
+                fputs("The session's shell was killed from inside the sandbox: the session started over, with a new "
+                      "session's cwd, variables and functions.\n",
+                      f);
+        else if (json_is_true(json_object_get(res, "stateDiscarded")))
+                fputs("What the command changed in the session (cwd, variables, functions) was not kept: the session "
+                      "is as it was before it.\n",
+                      f);
         return code != 0;
 }
 

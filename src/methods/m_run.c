@@ -60,6 +60,10 @@ static json_t *run_result_json(const SbxResult *res) {
                 json_object_set_new(out, "errorClass", json_string(sbx_error_class_name(res->error_class)));
         if (res->killed)
                 json_object_set_new(out, "killedProcesses", json_integer(res->killed));
+        if (res->state_discarded)
+                json_object_set_new(out, "stateDiscarded", json_true());
+        if (res->session_reset)
+                json_object_set_new(out, "sessionReset", json_true());
         return out;
 }
 
@@ -276,7 +280,7 @@ static const Param p_history[] = { PARAM_SANDBOX_ID, PARAM_SESSION, { 0 } };
 const Method server_methods_run[] = {
         { "run", m_run, M_SANDBOX | M_LANE, p_run,
           "{exitCode, stdout, stderr, executionTimeMs, truncated?: {stdout, stderr}, droppedBytes?: {stdout, stderr}, "
-          "errorClass?, killedProcesses?, stdoutEncoding?, stderrEncoding?}",
+          "errorClass?, killedProcesses?, stateDiscarded?, sessionReset?, stdoutEncoding?, stderrEncoding?}",
           "Runs a command in a session. stdout/stderr are strings when valid UTF-8, else base64 with "
           "`stdoutEncoding`/`stderrEncoding: \"base64\"`. errorClass: TIMEOUT (exit 124), CANCELLED (125), "
           "LIMIT_EXCEEDED (1, nothing ran), PIDS_LIMIT (1: a fork was refused at the sandbox's process limit "
@@ -287,7 +291,12 @@ const Method server_methods_run[] = {
           "UNAVAILABLE (1, nothing ran: the daemon could not start it, out of file descriptors or memory; "
           "stderr says which; try again later). "
           "droppedBytes: output past the caps, read and thrown away. killedProcesses: how many processes "
-          "of the command a timeout, cancel or process limit killed." },
+          "of the command a timeout, cancel or process limit killed. stateDiscarded (true when so): the command "
+          "did not end on its own (a timeout, a cancel, a stop at the process limit, or its shell killed by a "
+          "signal: `kill -9 $$`, the OOM killer), so what it changed in the session (cwd, variables, "
+          "functions, options) was not kept. sessionReset (true when so): the shell holding the session's "
+          "state was killed during this command or since the last result: the session started over, with "
+          "the cwd and variables of a new session." },
         { "cancel", m_cancel, 0, p_cancel, "{ok: true}",
           "Cancels a pending run of this connection; that run answers exit 125, errorClass CANCELLED." },
         { "env.set", m_env_set, M_SANDBOX, p_env_set, "{ok: true}", "Exports a variable in the session." },

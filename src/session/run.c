@@ -394,6 +394,12 @@ static void run_finish(SbxRun *r) {
         }
         if (r->exit_code != 0 && r->error_class == SBX_ERROR_NONE && !r->internal)
                 r->error_class = failure_class(core);
+        /* What a bash session's result says of its state; a code cell says it in contextReset. */
+        bool bash = s->shell == SBX_SHELL_BASH && !r->internal && r->sent;
+        if (bash && s->reset_unsaid) {
+                r->session_reset = true;
+                s->reset_unsaid = false;
+        }
         SbxResult res = {
                 .exit_code = r->exit_code,
                 .error_class = r->error_class,
@@ -402,6 +408,8 @@ static void run_finish(SbxRun *r) {
                 .stdout_truncated = r->out.truncated, .stderr_truncated = r->err.truncated,
                 .stdout_dropped = r->out.dropped, .stderr_dropped = r->err.dropped, .killed = r->killed_procs,
                 .exec_time_us = r->t_start ? (now_ns() - r->t_start) / 1000 : 0,
+                .state_discarded = bash && (r->killed || r->died || r->session_reset),
+                .session_reset = bash && r->session_reset,
         };
         if (r->on_done)
                 r->on_done(r->ud, &res);
@@ -779,6 +787,7 @@ static void hook_died(SbxSession *s, int wstatus) {
         if (!r || !r->sent || r->killed)
                 return;
         r->exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : 1;
+        r->died = true;
         run_finish(r);
 }
 
@@ -840,8 +849,11 @@ static void hook_lost(SbxSession *s, bool never_started) {
         }
         if (r && r->sent && !r->killed) {
                 r->exit_code = 137;
+                r->session_reset = true;
                 (void)cgroup_kill(r->cg);
                 run_finish(r);
+        } else if (s->shell == SBX_SHELL_BASH) {
+                s->reset_unsaid = true;
         }
         if (s->core->dying) {
                 /* The sandbox is gone: what waits would only time out. */

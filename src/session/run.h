@@ -38,6 +38,8 @@ struct SbxRun {
         Buf out, err;
         bool sent, killed, paused, finished, persist_env, get_env;
         bool internal;
+        bool died;           /* its shell died on its own (a signal), before it could end */
+        bool session_reset;  /* the session's state was lost during or before it */
         bool kill_leftovers; /* its cgroup is killed when it ends: nothing it started survives */
         uint64_t order;      /* sandbox-wide order of requests (caller runs only) */
         uint32_t wire_flags; /* WIRE_F_DUMP, WIRE_F_RESTORE or RUN_BARRIER */

@@ -87,6 +87,8 @@ struct SbxSession {
         uint32_t seq;
         bool pump_pending;
         bool broken;        /* the shell could not start; retried on the next run */
+        bool reset_unsaid;  /* the holder died with no run of a caller in it: the next such
+                             * run's result says the session started over */
 };
 
 /* Fills in a new session's shell fields (no shell yet). */

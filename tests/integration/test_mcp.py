@@ -144,6 +144,9 @@ def test_raw_lifecycle_and_errors(mcp):
     mcp.send_raw(b'{"jsonrpc": "2.0", "id": "x", "result": {}}\n')
     text, is_error = tool(mcp, "run", {"command": "exit 7"})
     assert is_error and text.endswith("exit code: 7\n")
+    text, is_error = tool(mcp, "run", {"command": "cd /tmp; kill -9 $$"})
+    assert is_error and text.endswith("exit code: 137\nWhat the command changed in the session (cwd, variables, "
+                                      "functions) was not kept: the session is as it was before it.\n"), text
     assert not [n for n in mcp.notes if "id" in n], mcp.notes
 
 

@@ -1,7 +1,7 @@
 """What a new user met on a first try (issue 28), each as it was met and failing on the binary
 before: a path that is not ours is never replaced (item 1), a sandbox's processes start with
 default signal dispositions (item 2), and `sbx run --export` refuses a target it cannot write
-before running anything (item 8). Items 9 (test_readme), 12 (test_cli's export and import) and
+before running anything (item 8), a shell killed from inside is said (item 12). Items 9 (test_readme), 12 (test_cli's export and import) and
 14 (tests/unit/test_port.c) are tested beside what they are about."""
 import contextlib
 import os
@@ -292,3 +292,62 @@ def test_an_egress_flags_error_names_that_flag(flag, value):
     assert cp.stderr.startswith(f"sbx serve: {flag}: "), cp.stderr
     others = {"--egress-hosts", "--egress-ca", "--egress-allow-private"} - {flag}
     assert not [o for o in others if o in cp.stderr], cp.stderr
+
+
+HOLDER = "$(ps -o ppid= -p $$)"  # the shell that holds the session's state: the worker's parent
+
+
+def test_a_command_whose_shell_is_killed_says_its_changes_were_not_kept():
+    """`kill -9 $$` undid a command's cd and variables with no word, and killing the session's
+    holder from inside reset the whole session silently (issue 28 item 12): now each says so,
+    in the run's result and on the CLI's stderr."""
+    cp = subprocess.run([SBX, "run", "--", "X=1; cd /tmp", "X=2; cd /; kill -9 $$", 'echo "X=$X $PWD"',
+                         f"kill -9 {HOLDER}; sleep 5", 'echo "X=$X $PWD"', "echo ok"],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.stdout == "X=1 /tmp\nX= /home/user\nok\n", cp
+    assert cp.stderr.splitlines() == [
+        "sbx: command 2 was killed (exit 137) before it ended: what it changed in the session (cwd, variables, "
+        "functions) was not kept",
+        "sbx: command 4: the session's shell was killed from inside the sandbox: the session started over (cwd, "
+        "variables and functions of a new session)",
+        "sbx: earlier commands failed: 2 (exit 137), 4 (exit 137)"], cp.stderr
+
+
+def test_exec_says_a_killed_shell_too(tmp_path):
+    sock = str(tmp_path / "sbx.sock")
+    env = dict(os.environ, SBX_SOCKET=sock)
+    with serving("--socket", sock):
+        sid = subprocess.run([SBX, "create"], capture_output=True, text=True, env=env, timeout=60).stdout.strip()
+        cp = subprocess.run([SBX, "exec", sid, "--", "cd /tmp; kill -9 $$", "pwd"], capture_output=True, text=True,
+                            env=env, timeout=60)
+        assert cp.stdout == "/home/user\n", cp
+        assert ("sbx exec: command 1 was killed (exit 137) before it ended: what it changed in the session (cwd, "
+                "variables, functions) was not kept") in cp.stderr, cp.stderr
+        assert subprocess.run([SBX, "rm", sid], env=env, timeout=60).returncode == 0
+
+
+def test_the_results_say_what_became_of_the_session():
+    """In the protocol (through the Python SDK): stateDiscarded on a command that did not end on
+    its own, sessionReset on the next result after the session's holder died, even while no
+    command ran; neither on a command that ended."""
+    import sys
+    sys.path.insert(0, str(REPO / "sdk" / "python"))
+    from sbx import Sandbox
+    with Sandbox(binary=SBX) as sb:
+        r = sb.commands.run("X=1; cd /tmp")
+        assert (r.state_discarded, r.session_reset) == (False, False)
+        r = sb.commands.run("X=2; kill -9 $$")
+        assert (r.exit_code, r.state_discarded, r.session_reset) == (137, True, False), r
+        r = sb.commands.run("sleep 10", timeout=0.3)
+        assert (r.error_class, r.state_discarded, r.session_reset) == ("TIMEOUT", True, False), r
+        r = sb.commands.run('echo "$X $PWD"; exit 3')
+        assert (r.stdout, r.state_discarded, r.session_reset) == ("1 /tmp\n", False, False), r
+        # The holder killed while nothing runs: the next result says the session started over.
+        holder = sb.commands.run("echo $$").stdout.strip()  # the worker that became the holder
+        r = sb.commands.run(f"kill -9 {holder}; while kill -0 {holder} 2>/dev/null; do sleep 0.01; done",
+                            session="other")
+        assert r.exit_code == 0, r
+        r = sb.commands.run('echo "X=$X $PWD"')
+        assert (r.stdout, r.state_discarded, r.session_reset) == ("X= /home/user\n", True, True), r
+        r = sb.commands.run('echo "X=$X"')
+        assert (r.stdout, r.state_discarded, r.session_reset) == ("X=\n", False, False), r

@@ -59,6 +59,13 @@ class CommandResult:
         dropped_bytes: ``{"stdout": n, "stderr": n}``, what went past the caps, when
             ``truncated``; else None.
         killed_processes: processes a timeout, cancel or process limit killed (0 otherwise).
+        state_discarded: the command did not end on its own (a timeout, a cancel, a stop at
+            the process limit, or its shell killed by a signal: ``kill -9 $$``, the OOM
+            killer), so what it changed in the session (cwd, variables, functions) was not
+            kept: the session is as it was before it.
+        session_reset: the shell holding the session's state was killed (from inside the
+            sandbox) during this command or since the last result: the session started over,
+            with a new session's cwd and variables.
     """
 
     stdout: str
@@ -71,6 +78,8 @@ class CommandResult:
     stderr_bytes: bytes
     dropped_bytes: Optional[Dict[str, int]] = None
     killed_processes: int = 0
+    state_discarded: bool = False
+    session_reset: bool = False
 
     @classmethod
     def from_wire(cls, result: Mapping[str, Any]) -> "CommandResult":
@@ -90,6 +99,8 @@ class CommandResult:
             stderr_bytes=err,
             dropped_bytes={str(k): int(v) for k, v in dropped.items()} if dropped is not None else None,
             killed_processes=int(result.get("killedProcesses", 0)),
+            state_discarded=result.get("stateDiscarded") is True,
+            session_reset=result.get("sessionReset") is True,
         )
 
     @property

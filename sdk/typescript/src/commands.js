@@ -18,6 +18,8 @@ export class CommandResult {
     this.droppedBytes = r.droppedBytes ?? null;
     this.errorClass = r.errorClass ?? null;
     this.killedProcesses = r.killedProcesses ?? 0;
+    this.stateDiscarded = r.stateDiscarded === true;
+    this.sessionReset = r.sessionReset === true;
     // Bytes are made on first use: most callers want only the text.
     Object.defineProperty(this, "_raw", { value: { out, err }, enumerable: false });
   }

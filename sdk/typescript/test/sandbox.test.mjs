@@ -53,6 +53,8 @@ describe("a spawned sandbox", { skip }, () => {
     const r = await sb.commands.run("sleep 30 & sleep 30", { timeoutMs: 300 });
     assert.equal(r.exitCode, 124);
     assert.equal(r.errorClass, "TIMEOUT");
+    assert.equal(r.stateDiscarded, true);
+    assert.equal(r.sessionReset, false);
     assert.ok(Date.now() - t0 < 10000);
     assert.equal((await sb.commands.run("echo alive")).stdout, "alive\n");
   });
