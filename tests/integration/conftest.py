@@ -477,6 +477,19 @@ def free_port():
     return port
 
 
+def npm_packages(directory, *packages, needs="these tests"):
+    """Skips the test (saying what needs them) without node and npm; else fills directory's
+    node_modules from its package-lock.json (`npm ci`) unless every one of packages is there."""
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip(f"node and npm are needed for {needs}")
+    directory = Path(directory)
+    if all((directory / "node_modules" / pkg / "package.json").exists() for pkg in packages):
+        return
+    cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=directory,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    assert cp.returncode == 0, f"npm ci in {directory} failed: {cp.stderr.decode()[-2000:]}"
+
+
 def connect_peer(path):
     """A Peer on a new connection to the daemon's socket at path (its socket as peer.sock)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

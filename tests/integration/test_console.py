@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from http.client import HTTPConnection
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HttpDaemon, wait_until
+from conftest import HttpDaemon, npm_packages, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -46,15 +45,10 @@ class Daemon(HttpDaemon):
 @pytest.fixture(scope="module")
 def browser():
     """node, npm and chromium, playwright-core in tests/console and xterm in console/."""
-    if not shutil.which("node") or not shutil.which("npm"):
-        pytest.skip("node and npm are needed for the console's browser tests")
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium, or set SBX_CHROMIUM)")
-    for d, pkg in ((NODE_DIR, "playwright-core"), (ASSETS_DIR, "@xterm/xterm")):
-        if not (d / "node_modules" / pkg / "package.json").exists():
-            cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=d,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
-            assert cp.returncode == 0, f"npm ci in {d} failed: {cp.stderr.decode()[-2000:]}"
+    npm_packages(NODE_DIR, "playwright-core", needs="the console's browser tests")
+    npm_packages(ASSETS_DIR, "@xterm/xterm", needs="the console's browser tests")
     shots = os.environ.get("SBX_CONSOLE_SHOTS") or tempfile.mkdtemp(prefix="sbx-console-shots-")
     os.makedirs(shots, exist_ok=True)
     return shots

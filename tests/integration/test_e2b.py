@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HttpDaemon, wait_until
+from conftest import HttpDaemon, npm_packages, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -42,12 +42,7 @@ class Daemon(HttpDaemon):
 
 @pytest.fixture(scope="module")
 def node_sdk():
-    if not shutil.which("node") or not shutil.which("npm"):
-        pytest.skip("node and npm are needed for E2B's SDK (npm e2b)")
-    if not all((NODE_DIR / "node_modules" / pkg / "package.json").exists() for pkg in ("e2b", "@e2b/code-interpreter")):
-        cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
-        assert cp.returncode == 0, f"npm ci in {NODE_DIR} failed: {cp.stderr.decode()[-2000:]}"
+    npm_packages(NODE_DIR, "e2b", "@e2b/code-interpreter", needs="E2B's SDK (npm e2b)")
     return NODE_DIR
 
 

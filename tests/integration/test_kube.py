@@ -4,17 +4,15 @@ network namespace the cluster makes (tests/kube/cluster.py). One cluster for the
 tests run in order (the last ones kill a node)."""
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SBX_BIN, sbx_processes
+from conftest import REPO, SBX_BIN, npm_packages, sbx_processes
 
 sys.path.insert(0, str(REPO / "tests" / "kube"))
 import cluster as kc  # noqa: E402
@@ -91,12 +89,7 @@ NODE_DIR = REPO / "tests" / "e2b"
 
 
 def e2b_sdk():
-    if not shutil.which("node") or not shutil.which("npm"):
-        pytest.skip("node and npm are needed for E2B's SDK (npm e2b)")
-    if not (NODE_DIR / "node_modules" / "e2b" / "package.json").exists():
-        cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
-                            capture_output=True, timeout=600)
-        assert cp.returncode == 0, cp.stderr.decode()[-2000:]
+    npm_packages(NODE_DIR, "e2b", needs="E2B's SDK (npm e2b)")
 
 
 def sdk(kube, *args, timeout=300):
@@ -441,7 +434,6 @@ def test_lost_node_pods_fail_with_reason_others_keep_working(kube):
     # Through the gateway: the lost node's sandboxes are answered at once (502: gone), the
     # other 20 keep working.
     ids = list(kube.e2b)
-    t0 = time.monotonic()
     res = {r["id"]: r for r in sdk(kube, "check", *ids)["results"]}
     for sid, node in kube.e2b.items():
         if node == "sbx-2":

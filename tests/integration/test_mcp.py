@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SBX_BIN, SPAWNED, Peer, remove_cgroup_tree, sbx_cgroup_dirs, sbx_processes, wait_until
+from conftest import SBX_BIN, SPAWNED, Peer, npm_packages, remove_cgroup_tree, sbx_cgroup_dirs, sbx_processes, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_DIR = REPO / "tests" / "mcp"
@@ -581,10 +581,7 @@ def sdk_run():
     reason = _node_skip_reason()
     if reason:
         pytest.skip(reason)
-    if not (NODE_DIR / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json").exists():
-        cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
-        assert cp.returncode == 0, f"npm ci in {NODE_DIR} failed: {cp.stderr.decode()[-2000:]}"
+    npm_packages(NODE_DIR, "@modelcontextprotocol/sdk", needs="the official MCP client")
     cp = subprocess.run(["node", str(NODE_DIR / "client.mjs"), SBX_BIN], stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, timeout=180)
     assert cp.returncode == 0, cp.stderr.decode()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import npm_packages
+
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 FRESH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -342,10 +344,7 @@ def test_e2b_example_runs_with_e2bs_own_sdk(tmp_path):
     if not node or not shutil.which("npm", path=FRESH_PATH):
         pytest.skip("node and npm are needed for E2B's SDK")
     e2b_dir = REPO / "tests" / "e2b"
-    if not (e2b_dir / "node_modules" / "e2b" / "package.json").exists():
-        cp = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=e2b_dir,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
-        assert cp.returncode == 0, cp.stderr.decode()[-2000:]
+    npm_packages(e2b_dir, "e2b", needs="E2B's SDK")
     sh = [c for b in blocks(E2B_HEADING, "sh") for c in command_lines(b)]
     [js] = blocks(E2B_HEADING, "js")
     serve = one(sh, "sbx serve --socket")

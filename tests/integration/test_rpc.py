@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SPAWNED, Peer, memory_bound
+from conftest import connect_peer as connect
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -70,14 +71,6 @@ def server():
         # SIGTERM is a clean shutdown (non-zero under the sanitizers when the daemon leaked).
         assert proc.returncode == 0, proc.stderr.read()
     shutil.rmtree(d, ignore_errors=True)
-
-
-def connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    peer = Peer(s.makefile("rb"), s.makefile("wb"))
-    peer.sock = s
-    return peer
 
 
 def cgroup_dirs(pid):
