@@ -186,13 +186,14 @@ def test_exec_output_status_and_session_state(daemon, sid):
 
 
 def test_exec_streams_output_as_it_arrives(daemon, sid):
+    # The command ends only after the test has read its first line: output held to the end
+    # would never come.
     p = subprocess.Popen([SBX_BIN, "exec", "--socket", daemon.path, sid, "--",
-                          "echo first; sleep 3; echo second"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          "echo first; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo second"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        t0 = time.monotonic()
-        assert read_line(p, timeout=10) == b"first\n"
-        assert time.monotonic() - t0 < 2.5, "the first line waited for the command's end"
+        assert read_line(p, timeout=30) == b"first\n"
+        assert cli(daemon, "exec", "--session", "other", sid, "--", "touch /tmp/go").returncode == 0
         assert p.stdout.read() == b"second\n"
         assert p.wait(10) == 0
     finally:
@@ -218,8 +219,7 @@ def test_exec_timeout_and_interrupt(daemon, sid):
         assert read_line(p, timeout=10) == b"go\n"
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
-        assert p.wait(10) == 125
-        assert time.monotonic() - t0 < 5
+        assert p.wait(25) == 125  # the sleep's end would be 30 s
         assert p.stdout.read() == b"", "a command after the interrupted one ran"
         # Said in a line, as sbx run says it (it was 125 with nothing said: issue 28 item 12).
         err = p.stderr.read().decode()
@@ -407,9 +407,10 @@ def test_kill_grace_then_kill(daemon, sid):
     p = daemon.start(sid, "trap '' TERM; echo ready; while :; do sleep 0.1; done")
     daemon.wait_log(p["processId"], "ready\n")
     t0 = time.monotonic()
-    cp = cli(daemon, "kill", "--grace", "0.5", sid, p["processId"])
+    # Longer than the default grace (2 s): a lower bound, which a loaded machine cannot break.
+    cp = cli(daemon, "kill", "--grace", "4", sid, p["processId"])
     assert cp.returncode == 0, show(cp)
-    assert 0.4 < time.monotonic() - t0 < 5
+    assert 3.9 < time.monotonic() - t0 < 60
     assert "exit 137" in text(cp.stdout), show(cp)
 
 
@@ -527,7 +528,7 @@ def test_shell_tty_resize_interrupt_exit(daemon, sid, tmp_path, tmux_session):
     t.keys("C-c")
     t.type("echo back-$((6*7))")
     t.wait_for(r"^back-42\s*$")
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 60  # the sleep's end would be 100 s
     t.type("exit 7")
     assert exit_file(tmp_path) == "EXIT=7"
     assert_terminal_restored(tmp_path)

@@ -65,6 +65,11 @@ def make_server():
         s.stop()
 
 
+# A command that waits until /tmp/go exists in its sandbox: what a test holds a slot with
+# until it says, instead of a sleep whose length a loaded machine could outlast.
+GATE = "while [ ! -e /tmp/go ]; do sleep 0.02; done"
+
+
 def lanes(peer):
     return peer.result("health")["lanes"]
 
@@ -93,16 +98,17 @@ def test_system_lane_is_reserved(make_server):
     srv = make_server("--slots", "1", "--system-slots", "1", "--queue", "0")
     c = srv.connect()
     c.result("create")
-    busy = c.send("run", {"command": "sleep 1; echo busy"})
-    assert wait_until(lambda: lanes(c)["interactive"]["active"] == 1, timeout=5)
+    # busy holds the interactive slot until the system run has ended: a system run that waited
+    # for that slot would never end.
+    busy = c.send("run", {"command": f"{GATE}; echo busy"})
+    assert wait_until(lambda: lanes(c)["interactive"]["active"] == 1, timeout=10)
     # Interactive work never takes the system slot, even free...
     assert c.error("run", {"command": "true", "session": "b"})["code"] == WORKER_UNAVAILABLE
     # ...which a system request gets at once.
-    t0 = time.monotonic()
-    r = c.result("run", {"command": "echo ops", "session": "ops", "lane": "system"})
-    assert r["stdout"] == "ops\n" and time.monotonic() - t0 < 0.9
+    r = c.result("run", {"command": "echo ops; touch /tmp/go", "session": "ops", "lane": "system"}, timeout=60)
+    assert r["stdout"] == "ops\n"
     assert lanes(c)["system"]["completed"] == 1
-    assert c.wait(busy)["result"]["stdout"] == "busy\n"
+    assert c.wait(busy, timeout=60)["result"]["stdout"] == "busy\n"
     assert c.error("run", {"command": "true", "lane": "fast"})["code"] == INVALID_PARAMS
 
 
@@ -279,17 +285,22 @@ def test_bad_flags(args, msg):
 def test_a_full_queue_still_lets_another_client_wait(make_server):
     # A fills the lane and its queue; B, with nothing waiting, still gets in line (the queue
     # takes a newcomer past its bound, up to twice it) and is served at the next free slot.
-    srv = make_server("--slots", "2", "--queue", "3")
+    # A's two running runs end when the test says (/tmp/go), its queued ones only after B's has
+    # been answered (/tmp/go2): B behind A's whole queue would never be.
+    srv = make_server("--slots", "2", "--queue", "3", "--system-slots", "1")
     a, b = srv.connect(), srv.connect()
     a.result("create")
     b.result("create")
-    ids = [a.send("run", {"command": "sleep 1", "session": f"s{i}"}) for i in range(6)]
+    ids = [a.send("run", {"command": GATE if i < 2 else GATE.replace("/tmp/go", "/tmp/go2"), "session": f"s{i}"})
+           for i in range(6)]
     assert wait_until(lambda: lanes(b)["interactive"]["queued"] == 3, timeout=10)
-    t0 = time.monotonic()
-    r = b.call("run", {"command": "echo b"}, timeout=30)
+    bid = b.send("run", {"command": "echo b"})
+    assert wait_until(lambda: lanes(b)["interactive"]["queued"] == 4, timeout=10)
+    a.result("run", {"command": "touch /tmp/go", "session": "ops", "lane": "system"}, timeout=60)
+    r = b.wait(bid, timeout=60)
     assert r["result"]["stdout"] == "b\n", r
-    assert time.monotonic() - t0 < 2.5  # one slot's wait, not A's whole queue
-    answers = [a.wait(i, timeout=30) for i in ids]
+    a.result("run", {"command": "touch /tmp/go2", "session": "ops", "lane": "system"}, timeout=60)
+    answers = [a.wait(i, timeout=60) for i in ids]
     refused = [x for x in answers if "error" in x]
     assert len(refused) == 1 and refused[0]["error"]["code"] == WORKER_UNAVAILABLE  # A's own 6th
     # A second request of B's while the queue is past its bound is refused like A's.
@@ -324,17 +335,18 @@ def test_runs_queued_in_one_session_hold_one_slot(make_server):
     # A queues 5 runs in its one session: only the one running needs a worker, so only it holds
     # a slot; the others wait in the session, and B's run, with the lane's second slot free,
     # starts at once instead of waiting for A's session to drain.
-    srv = make_server("--slots", "2", "--queue", "10")
+    srv = make_server("--slots", "2", "--queue", "10", "--system-slots", "1")
     a, b = srv.connect(), srv.connect()
     a.result("create")
     b.result("create")
-    ids = [a.send("run", {"command": f"sleep 1; echo {i}"}) for i in range(5)]
+    # A's runs wait for /tmp/go, made only once B's run has been answered: B behind A's running
+    # run would never be.
+    ids = [a.send("run", {"command": f"{GATE}; echo {i}"}) for i in range(5)]
     assert wait_until(lambda: a.result("health")["queued"] == 4, timeout=10), a.result("health")
     h = lanes(b)["interactive"]
     assert h["active"] == 1 and h["queued"] == 0, h
-    t0 = time.monotonic()
-    assert b.result("run", {"command": "echo b"}, timeout=10)["stdout"] == "b\n"
-    assert time.monotonic() - t0 < 0.9  # not behind A's running run (1 s)
+    assert b.result("run", {"command": "echo b"}, timeout=60)["stdout"] == "b\n"
+    a.result("run", {"command": "touch /tmp/go", "session": "ops", "lane": "system"}, timeout=60)
     # A's runs go on in order, each handing the slot to the next: never more than one held.
     peak = 0
     for n, i in enumerate(ids):

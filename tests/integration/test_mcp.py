@@ -259,12 +259,12 @@ def test_raw_progress_and_cancel(mcp):
     assert not [n for n in mcp.notes if n.get("method") == "notifications/progress"]
     # A cancelled run is killed in the sandbox and answered to nobody.
     t0 = time.monotonic()
-    mcp.send("tools/call", {"name": "run", "arguments": {"command": "sleep 2; touch /tmp/marker"}}, id=77)
+    mcp.send("tools/call", {"name": "run", "arguments": {"command": "sleep 60; touch /tmp/marker"}}, id=77)
     time.sleep(0.3)
     mcp.send_raw(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":77,"reason":"t"}}\n')
-    text, _ = tool(mcp, "run", {"command": "sleep 2.5; test -e /tmp/marker && echo present || echo absent"})
+    text, _ = tool(mcp, "run", {"command": "test -e /tmp/marker && echo present || echo absent"}, timeout=90)
     assert text.startswith("absent"), text
-    assert time.monotonic() - t0 < 4.5
+    assert time.monotonic() - t0 < 45  # behind the cancelled run: 60 s
     time.sleep(0.2)
     with mcp.cond:
         assert "77" not in mcp.answers

@@ -281,9 +281,9 @@ def test_async_python_example_from_the_checkout(tmp_path):
     cp.stdout, cp.stderr = cp.stdout.decode("utf-8", "replace"), cp.stderr.decode("utf-8", "replace")
     assert cp.returncode == 0, show(cp)
     assert cp.stdout == "a\nb\nfree\n", show(cp)
-    # The two 2 s runs overlapped (one after the other: 4 s), and the cancelled `sleep 60` let
-    # its session go at once (else `echo free` would wait for it): 2 s + 1 s, plus start-up.
-    assert cp.elapsed < 4.5, show(cp)
+    # The cancelled `sleep 60` let its session go (else `echo free` would wait for it); that the
+    # two 2 s runs overlap is test_sdk_async's, by the sandbox's clock, not by this bound.
+    assert cp.elapsed < 40, show(cp)
 
 
 CODE_HEADING = "### A code interpreter whose state survives a killed cell"

@@ -650,7 +650,7 @@ exit 3
     assert s.ping() is False
     t0 = time.monotonic()
     s.kill()
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 4.5  # not the 5 s a live server gets before it is terminated
 
 
 def test_server_failing_at_start_raises(tmp_path):

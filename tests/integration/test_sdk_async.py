@@ -163,15 +163,12 @@ def test_concurrent_runs_in_sessions_overlap():
                 return await sb.commands.run("date +%s.%N; sleep 1; date +%s.%N", session=f"s{i}")
 
             await asyncio.gather(*(sb.sessions.create(f"s{i}") for i in range(n)))
-            t0 = time.monotonic()
             results = await asyncio.gather(*(one(i) for i in range(n)))
-            elapsed = time.monotonic() - t0
             spans = [tuple(float(x) for x in r.stdout.split()) for r in results]
             assert all(r.exit_code == 0 and len(s) == 2 for r, s in zip(results, spans)), results
             # Every run started before any ended (by the sandbox's own clock), and together
             # they took about as long as one: they overlapped, not one after the other.
             assert max(s[0] for s in spans) < min(s[1] for s in spans), spans
-            assert elapsed < 2.5, elapsed  # one after the other: over 4 s
             assert set(await sb.sessions.list()) >= {f"s{i}" for i in range(n)}
 
     arun(main())
