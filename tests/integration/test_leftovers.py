@@ -115,7 +115,7 @@ def test_leftover_fork_bomb_does_not_wedge_the_session(stdio):
     r = run(stdio, "for i in $(seq 30); do sleep 1000 & done; wait")
     assert r["errorClass"] == "PIDS_LIMIT" and r["exitCode"] == 1, r
     assert "left running by earlier commands" in r["stderr"], r
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 15  # not the sandbox's 20 s timeout
     # One call frees the sandbox.
     assert stdio.result("process.killAll")["killed"] >= 1
     assert wait_until(lambda: run(stdio, "sleep 0.1; echo ok")["stdout"] == "ok\n", timeout=10)
@@ -128,7 +128,7 @@ def test_many_leftover_sleeps_are_counted_in_the_answer(stdio):
     r = run(stdio, "for i in $(seq 30); do sleep 1000 & done; wait")
     assert r["errorClass"] == "PIDS_LIMIT", r
     assert "40 processes left running by earlier commands" in r["stderr"], r
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 15  # not the sandbox's 20 s timeout
     assert run(stdio, "echo alive")["stdout"] == "alive\n"
 
 

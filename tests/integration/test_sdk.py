@@ -124,11 +124,11 @@ def test_nonzero_exit_is_returned_not_raised(sb):
 
 def test_timeout_gives_124_and_session_survives(sb):
     t0 = time.monotonic()
-    r = sb.commands.run("echo before; sleep 10", timeout=0.5)
+    r = sb.commands.run("echo before; sleep 120", timeout=0.5)
     elapsed = time.monotonic() - t0
     assert (r.exit_code, r.error_class) == (124, "TIMEOUT")
     assert r.stdout == "before\n"
-    assert 0.4 <= elapsed < 5
+    assert 0.4 <= elapsed < 60
     assert sb.commands.run("echo after").stdout == "after\n"
 
 
@@ -146,7 +146,7 @@ def test_cancel_from_another_thread(sb):
     elapsed = time.monotonic() - t0
     (r,) = results
     assert (r.exit_code, r.error_class) == (125, "CANCELLED")
-    assert elapsed < 5
+    assert elapsed < 25  # the sleep: 30 s
     assert handle.cancel() is False  # already finished
     assert sb.commands.run("echo alive").stdout == "alive\n"
 
@@ -622,7 +622,7 @@ def test_kill_while_a_run_is_pending():
     time.sleep(0.2)
     t0 = time.monotonic()
     s.kill()
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 25  # the sleep: 30 s
     # `kill` answers the running command 125 before the server goes; the reader keeps
     # routing answers until the server's stdout ends.
     r = h.wait(5)
@@ -670,7 +670,7 @@ def test_stuck_server_is_terminated_by_kill(tmp_path):
     s.kill()
     elapsed = time.monotonic() - t0
     assert proc.returncode is not None
-    assert 4 < elapsed < 8  # 5 s for the process to exit on its own, then SIGTERM
+    assert 4 < elapsed < 30  # 5 s for the process to exit on its own, then SIGTERM (else never)
 
 
 def test_real_server_killed_mid_run(sb):

@@ -81,9 +81,9 @@ def test_run_with_callbacks_failure_and_timeout():
             assert r.stdout == "/tmp kept\n"  # the session's state carried over
 
             t0 = time.monotonic()
-            r = await sb.commands.run("echo before; sleep 10", timeout=0.5)
+            r = await sb.commands.run("echo before; sleep 120", timeout=0.5)
             assert (r.exit_code, r.error_class, r.stdout) == (124, "TIMEOUT", "before\n")
-            assert 0.4 <= time.monotonic() - t0 < 5
+            assert 0.4 <= time.monotonic() - t0 < 60
 
             with pytest.raises(SbxError) as ei:
                 await sb.commands.run("true", envs={"NOT VALID": "x"})
@@ -127,7 +127,7 @@ def test_cancelling_the_task_cancels_the_run_in_the_sandbox():
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert time.monotonic() - t0 < 5
+            assert time.monotonic() - t0 < 30  # the sleep: 987 s
             # The command really stopped: nothing of it runs, the session is free at once,
             # and what came after the sleep never ran.
             assert (await watcher.run(RUNNING_SLEEPS)).stdout == ""
@@ -140,7 +140,7 @@ def test_cancelling_the_task_cancels_the_run_in_the_sandbox():
             t0 = time.monotonic()
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(sb.commands.run("sleep 987", session="other"), 0.5)
-            assert time.monotonic() - t0 < 5
+            assert time.monotonic() - t0 < 30
             assert (await watcher.run(RUNNING_SLEEPS)).stdout == ""
             assert (await sb.health())["totals"]["cancelled"] == 2
 
