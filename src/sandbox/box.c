@@ -329,6 +329,10 @@ int box_ready(Box *b, char *err, size_t errlen) {
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
         ssize_t n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        /* pid 1 that failed and exited with something of ours unread leaves ECONNRESET on this
+         * end, which the kernel reports (once) before the message pid 1 sent first: its reason. */
+        if (n < 0 && errno == ECONNRESET)
+                n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return 0;
         int fd = -1, snap = -1, net = -1, proxy = -1;
@@ -419,9 +423,11 @@ int box_watch_pid(Box *b, pid_t pid) {
 
 int box_read_exit(Box *b, pid_t *ret_pid, int *ret_status) {
         InitMsg m;
+        unsigned reset_seen = 0;
         for (;;) {
                 ssize_t n = recv(b->ctl_fd, &m, sizeof m, MSG_DONTWAIT);
-                if (n < 0 && errno == EINTR)
+                /* ECONNRESET comes once, before what pid 1 sent before it exited (box_ready). */
+                if (n < 0 && (errno == EINTR || (errno == ECONNRESET && !reset_seen++)))
                         continue;
                 if (n < 0 && errno == EAGAIN)
                         return 0;

@@ -180,6 +180,12 @@ static void init_event(Watch *w, uint32_t events) {
         /* pid 1 died (OOM killer, or it was killed from outside): every process of the
          * sandbox is gone with it. Sessions answer their runs and stop restarting. */
         log_warn("sandbox %s: init exited", sb->core.box.id);
+        /* Its end may be heard before its last words during setup: the reason it failed. */
+        if (sb->setup == 0 && !sb->init_ready && !sb->core.setup_error[0] && sb->core.box.ctl_fd >= 0) {
+                char err[512];
+                if (box_ready(&sb->core.box, err, sizeof err) < 0)
+                        snprintf(sb->core.setup_error, sizeof sb->core.setup_error, "%s", err);
+        }
         loop_del(sb->core.loop, &sb->init_w);
         loop_del(sb->core.loop, &sb->ctl_w);
         /* Process mode: no pid namespace ended with it, so the same is done here. */
