@@ -284,6 +284,8 @@ static void close_stdin_now(SbxProcess *p) {
         p->in_off = 0;
 }
 
+static void stdin_event(Watch *w, uint32_t events);
+
 /* Writes what is queued; watches for room while some is left. */
 static void flush_stdin(SbxProcess *p) {
         while (p->in_off < p->in_buf.len) {
@@ -291,7 +293,9 @@ static void flush_stdin(SbxProcess *p) {
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == EAGAIN) {
-                        (void)loop_mod(p->core->loop, &p->in_w, EPOLLOUT);
+                        if (!p->in_w.active &&
+                            loop_add(p->core->loop, &p->in_w, p->in_fd, EPOLLOUT, stdin_event, p) < 0)
+                                close_stdin_now(p);
                         return;
                 }
                 if (n < 0) {
@@ -303,7 +307,10 @@ static void flush_stdin(SbxProcess *p) {
         }
         p->in_buf.len = 0;
         p->in_off = 0;
-        (void)loop_mod(p->core->loop, &p->in_w, 0);
+        /* Watched only while something waits to be written: a watch asking for nothing still
+         * hears EPOLLHUP and EPOLLERR, which a pty whose other side closed, or a pipe whose
+         * reader exited, reports without end. */
+        loop_del(p->core->loop, &p->in_w);
         if (p->stdin_closing)
                 close_stdin_now(p);
 }
@@ -736,8 +743,6 @@ int sbx_process_start(SbxSession *s, const SbxProcessOptions *o, SbxProcessStart
                 (void)fd_set_nonblock(p->in_fd, true);
                 r = watch_output(p);
         }
-        if (r >= 0 && p->in_fd >= 0)
-                r = loop_add(core->loop, &p->in_w, p->in_fd, 0, stdin_event, p);
         if (r < 0) {
                 for (int i = 0; i < 3; i++)
                         safe_close(fds[i]);

@@ -483,3 +483,25 @@ def test_a_timeout_counts_from_when_the_process_runs(stdio):
     assert stdio.wait(busy)["result"]["exitCode"] == 0
     assert wait_exit(stdio, p["processId"]) == {"status": "exited", "exitCode": 0, "signal": None}
     assert logs(stdio, p["processId"])["stdout"] == "made-it\n"
+
+
+def _cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("pty", [True, False], ids=["pty", "pipe"])
+def test_an_ended_process_with_stdin_open_costs_the_daemon_nothing(stdio, pty):
+    # The process is gone and its stdin was never closed: the daemon's watch of it asked for
+    # nothing, yet heard the pty's (or pipe's) hang-up again and again, a core at 100 % for as
+    # long as the process stayed listed (seen with `sbx shell`s whose client went).
+    stdio.result("create")
+    kw = {"pty": {"cols": 80, "rows": 24}} if pty else {"stdin": True}
+    p = start(stdio, "echo bye", **kw)
+    assert wait_exit(stdio, p["processId"])["exitCode"] == 0
+    time.sleep(0.2)
+    before = _cpu_seconds(stdio.proc.pid)
+    time.sleep(2)
+    used = _cpu_seconds(stdio.proc.pid) - before
+    assert used < 0.5, f"the idle daemon used {used:.2f} s of CPU in 2 s"
