@@ -116,3 +116,39 @@ size_t json_marks(const char *s, size_t n, const char *marks) {
         }
         return count;
 }
+
+size_t text_show_controls(const uint8_t *d, size_t len, bool *carry, char *out) {
+        static const char hex[] = "0123456789abcdef";
+        size_t n = 0;
+        for (size_t i = 0; i < len; i++) {
+                uint8_t ch = d[i];
+                if (*carry) {
+                        *carry = false;
+                        if (ch >= 0x80 && ch <= 0x9f) {
+                                memcpy(out + n, "\\u00", 4);
+                                out[n + 4] = hex[ch >> 4];
+                                out[n + 5] = hex[ch & 15];
+                                n += 6;
+                                continue;
+                        }
+                        out[n++] = (char)0xc2;
+                }
+                if (ch == 0xc2 && i + 1 == len) {
+                        *carry = true;
+                } else if (ch == 0xc2 && d[i + 1] >= 0x80 && d[i + 1] <= 0x9f) {
+                        ch = d[++i];
+                        memcpy(out + n, "\\u00", 4);
+                        out[n + 4] = hex[ch >> 4];
+                        out[n + 5] = hex[ch & 15];
+                        n += 6;
+                } else if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r' && ch != '\b') || ch == 0x7f) {
+                        out[n++] = '\\';
+                        out[n++] = 'x';
+                        out[n++] = hex[ch >> 4];
+                        out[n++] = hex[ch & 15];
+                } else {
+                        out[n++] = (char)ch;
+                }
+        }
+        return n;
+}

@@ -21,3 +21,13 @@ bool utf8_sanitize(char *s);
 /* How many bytes of `marks` a JSON text holds outside its strings: a bound, before parsing, on
  * what parsing it makes ("{[": its objects and arrays; "{[,:": about every value). */
 size_t json_marks(const char *s, size_t n, const char *marks);
+
+/* Terminal-safe form of bytes a sandbox wrote, for a terminal: ESC, the other C0 controls but
+ * tab, newline, carriage return and backspace, DEL and the C1 controls (U+0080 to U+009F, two
+ * bytes in UTF-8; a terminal takes U+009B for CSI) become \xNN or \uNNNN text, so no
+ * sequence of a command's sets the clipboard (OSC 52), answers a query on the user's behalf
+ * (CSI 6n) or retitles the window. Writes the form of d[0..len) to out, which holds at least
+ * TEXT_SHOWN_MAX(len) bytes, and returns its length; *carry keeps a 0xc2 that ended one piece
+ * for the next (false at the start of a stream). */
+#define TEXT_SHOWN_MAX(len) (4 * (len) + 2)
+size_t text_show_controls(const uint8_t *d, size_t len, bool *carry, char *out);

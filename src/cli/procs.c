@@ -86,40 +86,15 @@ static struct Shown {
 
 void procs_set_raw(bool raw) { raw_output = raw; }
 
-/* Writes what a sandbox sent to a terminal with its control characters as text: ESC, the other
- * C0 controls but tab, newline, carriage return and backspace, DEL and the C1 controls (U+0080
- * to U+009F, two bytes in UTF-8; a terminal takes U+009B for CSI) become \xNN or \uNNNN, so
- * no sequence of a command's sets the clipboard (OSC 52), answers a query on the user's behalf
- * (CSI 6n) or retitles the window. */
+/* Writes what a sandbox sent to a terminal with its control characters as text
+ * (text_show_controls()). */
 static int write_shown(int fd, struct Shown *st, const uint8_t *d, size_t len) {
-        char out[8192];
-        size_t n = 0;
-        for (size_t i = 0; i <= len; i++) {
-                if (n + 8 > sizeof out || i == len) {
-                        int r = write_all(fd, out, n);
-                        if (r < 0)
-                                return r;
-                        n = 0;
-                        if (i == len)
-                                break;
-                }
-                uint8_t ch = d[i];
-                if (st->carry) {
-                        st->carry = false;
-                        if (ch >= 0x80 && ch <= 0x9f) {
-                                n += (size_t)snprintf(out + n, 8, "\\u%04x", ch);
-                                continue;
-                        }
-                        out[n++] = (char)0xc2;
-                }
-                if (ch == 0xc2 && i + 1 == len)
-                        st->carry = true;
-                else if (ch == 0xc2 && d[i + 1] >= 0x80 && d[i + 1] <= 0x9f)
-                        n += (size_t)snprintf(out + n, 8, "\\u%04x", d[++i]);
-                else if ((ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r' && ch != '\b') || ch == 0x7f)
-                        n += (size_t)snprintf(out + n, 8, "\\x%02x", ch);
-                else
-                        out[n++] = (char)ch;
+        char out[TEXT_SHOWN_MAX(2048)];
+        for (size_t i = 0; i < len; i += 2048) {
+                size_t k = MIN(len - i, (size_t)2048);
+                int r = write_all(fd, out, text_show_controls(d + i, k, &st->carry, out));
+                if (r < 0)
+                        return r;
         }
         return 0;
 }

@@ -17,6 +17,7 @@
 #include "base/util.h"
 #include "sbx/image.h"
 #include "cli/cli.h"
+#include "base/text.h"
 #include "sbx/sbx.h"
 
 static void usage(FILE *f) {
@@ -54,9 +55,13 @@ static void usage(FILE *f) {
                 "                           session state; refused archives change nothing)\n"
                 "      --export FILE        after the last command, save the sandbox's files and\n"
                 "                           session state to FILE (a zstd-compressed tar)\n"
+                "      --raw                write the output to a terminal as it is; by default a\n"
+                "                           terminal gets its control characters shown as text\n"
+                "                           (\\x1b...), so no escape sequence of a command acts on it\n"
                 "  -v, --verbose            debug logging on stderr\n"
                 "  -h, --help               show this help\n"
                 "\n"
+                "The commands' stdin is /dev/null: sbx run never passes its own on.\n"
                 "SIZE takes a K, M, G or T suffix (powers of 1024).\n");
 }
 
@@ -72,6 +77,7 @@ typedef struct OutQueue {
 
 typedef struct RunState {
         bool done;
+        bool show[2], carry[2]; /* a terminal gets control characters as text (--raw: not) */
         int exit_code;
         SbxErrorClass ec;
         bool truncated[2];
@@ -143,7 +149,12 @@ static void on_output(void *ud, SbxStream st, const uint8_t *d, size_t n) {
         if ((uint64_t)n > room)
                 n = (size_t)room;
         rs->shown[k] += n;
-        if (n)
+        for (size_t i = 0; i < n && rs->show[k]; i += 2048) {
+                char text[TEXT_SHOWN_MAX(2048)];
+                size_t c = MIN(n - i, (size_t)2048);
+                queue_push(&rs->q[k], (const uint8_t *)text, text_show_controls(d + i, c, &rs->carry[k], text));
+        }
+        if (n && !rs->show[k])
                 queue_push(&rs->q[k], d, n);
         update_pause(rs);
 }
@@ -181,7 +192,7 @@ static int parse_thousandths(const char *s, uint64_t *ret) {
 }
 
 enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT,
-       OPT_FAIL_FAST, OPT_KILL_LEFTOVERS, OPT_IMAGE, OPT_IMAGE_STORE };
+       OPT_FAIL_FAST, OPT_KILL_LEFTOVERS, OPT_IMAGE, OPT_IMAGE_STORE, OPT_RAW };
 
 typedef struct OpWait {
         bool done;
@@ -235,6 +246,7 @@ static const struct option run_opts[] = {
         { "export", required_argument, NULL, OPT_EXPORT },
         { "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
         { "kill-leftovers", no_argument, NULL, OPT_KILL_LEFTOVERS },
+        { "raw", no_argument, NULL, OPT_RAW },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         {},
@@ -246,7 +258,7 @@ typedef struct RunArgs {
         const char *image_store; /* with so.image: the store (NULL: the default one) */
         const char **env; /* the caller's, room for one per argument; so.env points here */
         size_t n_env;
-        bool fail_fast;
+        bool fail_fast, raw;
 } RunArgs;
 
 typedef enum ArgKind { A_SIZE, A_COUNT, A_THOUSANDTHS } ArgKind;
@@ -310,6 +322,7 @@ static int parse_one(int c, const char *opt, RunArgs *a) {
         case OPT_IMPORT: a->import_path = optarg; break;
         case OPT_EXPORT: a->export_path = optarg; break;
         case OPT_FAIL_FAST: a->fail_fast = true; break;
+        case OPT_RAW: a->raw = true; break;
         case OPT_KILL_LEFTOVERS: a->so.kill_leftovers = true; break;
         case 'v': sbx_log_level = LOG_DEBUG; break;
         case 'h': usage(stdout); return 1;
@@ -364,6 +377,14 @@ static bool parse_args(int argc, char **argv, RunArgs *a, int *ret_exit) {
         if (optind >= argc) {
                 fprintf(stderr, "sbx run: no command given\n\n");
                 usage(stderr);
+                *ret_exit = 2;
+                return false;
+        }
+        /* `sbx run echo hi` would run `echo` and then `hi`: each CMD is a whole command line. */
+        if (argc - optind >= 2 && strcmp(argv[optind - 1], "--") != 0) {
+                fprintf(stderr, "sbx run: each CMD is a whole bash command line, run in turn: give them after "
+                                "`--`, quoted (sbx run -- '%s %s')\n",
+                        argv[optind], argv[optind + 1]);
                 *ret_exit = 2;
                 return false;
         }
@@ -521,6 +542,8 @@ static int run_all(SbxContext *ctx, SbxSession *s, const RunArgs *a, int argc, c
         int r = 0, last = 0;
         queue_init(&rs.q[0], STDOUT_FILENO);
         queue_init(&rs.q[1], STDERR_FILENO);
+        rs.show[0] = !a->raw && isatty(STDOUT_FILENO);
+        rs.show[1] = !a->raw && isatty(STDERR_FILENO);
         for (int i = optind; i < argc && !*interrupted; i++) {
                 SbxRunOptions ro = { .command = argv[i], .command_len = strlen(argv[i]), .cwd = a->cwd };
                 rs.done = false;

@@ -639,3 +639,26 @@ def test_raw_and_a_pipe_get_the_bytes_as_they_are(daemon):
     p = subprocess.run([SBX_BIN, "exec", "--socket", daemon.path, sid, "--", HOSTILE],
                        stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
     assert p.returncode == 0 and p.stdout == b"a\x1b]52;c;aGk=\x07b\t\x1b[6nc\xc2\x9b?1049hd\n", p
+
+
+def test_run_shows_escape_sequences_to_a_terminal_as_exec_does():
+    # sbx run wrote a sandbox's bytes raw to the terminal, where sbx exec shows them as text
+    # (found by a new-user pass); --raw and a pipe get the bytes.
+    rc, out = _on_a_terminal([SBX_BIN, "run", "--", HOSTILE, HOSTILE + " >&2"])
+    assert rc == 0, out
+    assert b"\x1b" not in out and b"\xc2\x9b" not in out, out
+    assert out.count(b"a\\x1b]52;c;aGk=\\x07b\t\\x1b[6nc\\u009b?1049hd") == 2, out
+    rc, out = _on_a_terminal([SBX_BIN, "run", "--raw", "--", HOSTILE])
+    assert rc == 0 and b"a\x1b]52;c;aGk=\x07b" in out and b"\xc2\x9b" in out, out
+    p = subprocess.run([SBX_BIN, "run", "--", HOSTILE], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == b"a\x1b]52;c;aGk=\x07b\t\x1b[6nc\xc2\x9b?1049hd\n", p
+
+
+def test_run_refuses_several_commands_without_the_separator():
+    # `sbx run echo hi` ran `echo`, then `hi` (command not found), with no word of why.
+    p = subprocess.run([SBX_BIN, "run", "echo", "hi"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == b"", p
+    assert p.stderr.decode() == ("sbx run: each CMD is a whole bash command line, run in turn: give them after "
+                                 "`--`, quoted (sbx run -- 'echo hi')\n"), p
+    p = subprocess.run([SBX_BIN, "run", "echo one"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == b"one\n", p
