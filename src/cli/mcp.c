@@ -60,12 +60,15 @@ int cmd_mcp(int argc, char **argv) {
                 usage(stderr);
                 return 2;
         }
-        /* A sandbox that is not there (or not ours) is said now, not as the failure of every
-         * tool call once a client has started us. */
-        if (o.sandbox) {
+        /* A daemon or a sandbox that is not there (or not ours) is said now, not as the failure
+         * of every tool call once a client has started us. */
+        if (o.socket_path) {
+                /* No daemon at the socket (or not a socket) is said the way every client command
+                 * says it, with exit 3; with --sandbox, one that is not there is exit 4. */
                 json_t *res = NULL;
-                int code = client_call_cli("mcp", o.socket_path, "process.list", json_pack("{s:s}", "sandboxId", o.sandbox),
-                                           &res);
+                int code = o.sandbox ? client_call_cli("mcp", o.socket_path, "process.list",
+                                                       json_pack("{s:s}", "sandboxId", o.sandbox), &res)
+                                     : client_call_cli("mcp", o.socket_path, "ping", json_object(), &res);
                 json_decref(res);
                 if (code)
                         return code;

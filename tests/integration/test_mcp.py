@@ -478,6 +478,24 @@ def test_run_timeout_default_ends_before_the_client_stops_waiting():
         d.stop()
 
 
+def test_no_daemon_at_the_socket_is_exit_3_as_for_every_client(tmp_path):
+    # It was exit 1 with strerror alone (found by a new-user pass); sbx-mcp(1) says 3.
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    for path, words in [(tmp_path / "none.sock", "no daemon is listening at"), (plain, "is not a socket")]:
+        p = subprocess.run([SBX_BIN, "mcp", "--socket", str(path)], stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=30)
+        assert p.returncode == 3 and words in p.stderr.decode() and p.stdout == b"", p
+    d = SocketDaemon()
+    try:
+        m = start_mcp("--socket", d.path)
+        initialize(m)
+        assert tool(m, "run", {"command": "echo up"}) == ("up\nexit code: 0\n", False)
+        assert stop(m) == 0
+    finally:
+        d.stop()
+
+
 def test_disabled_daemon_is_a_readable_tool_error():
     d = SocketDaemon("--mode", "disabled")
     try:
