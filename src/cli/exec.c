@@ -244,18 +244,25 @@ int cmd_exec(int argc, char **argv) {
                         fprintf(stderr, "sbx exec: writing the output: %s\n", strerror(-w.werr));
                 code = (int)json_integer_value(json_object_get(w.result, "exitCode"));
                 const char *ec = json_string_value(json_object_get(w.result, "errorClass"));
+                long long killed = (long long)json_integer_value(json_object_get(w.result, "killedProcesses"));
+                const char *procs = killed == 1 ? "process" : "processes";
                 if (ec && strcmp(ec, "TIMEOUT") == 0 && a.timeout_ms)
-                        fprintf(stderr, "sbx exec: command %d timed out after %g s; killed %lld process(es)\n",
-                                i - optind + 1, (double)a.timeout_ms / 1000,
-                                (long long)json_integer_value(json_object_get(w.result, "killedProcesses")));
+                        fprintf(stderr, "sbx exec: command %d timed out after %g s; killed %lld %s\n", i - optind + 1,
+                                (double)a.timeout_ms / 1000, killed, procs);
                 else if (ec && strcmp(ec, "TIMEOUT") == 0)
-                        fprintf(stderr, "sbx exec: command %d timed out (the sandbox's timeout); killed %lld "
-                                        "process(es)\n", i - optind + 1,
-                                (long long)json_integer_value(json_object_get(w.result, "killedProcesses")));
-                else if (ec && strcmp(ec, "CANCELLED") == 0)
-                        fprintf(stderr, "sbx exec: command %d was interrupted; killed %lld process(es)%s\n",
-                                i - optind + 1, (long long)json_integer_value(json_object_get(w.result, "killedProcesses")),
-                                i + 1 < argc ? "; the commands after it did not run" : "");
+                        fprintf(stderr, "sbx exec: command %d timed out (the sandbox's timeout); killed %lld %s\n",
+                                i - optind + 1, killed, procs);
+                else if (ec && strcmp(ec, "CANCELLED") == 0 && w.cancelled)
+                        fprintf(stderr, "sbx exec: command %d was interrupted; killed %lld %s%s\n", i - optind + 1,
+                                killed, procs, i + 1 < argc ? "; the commands after it did not run" : "");
+                else if (ec && strcmp(ec, "CANCELLED") == 0) {
+                        /* Not our Ctrl-C: the sandbox was destroyed or the daemon is stopping. */
+                        fprintf(stderr, "sbx exec: command %d was cancelled by the daemon (its sandbox was destroyed, or "
+                                        "the daemon is stopping); killed %lld %s\n",
+                                i - optind + 1, killed, procs);
+                        json_decref(w.result);
+                        break;
+                }
                 else if (ec)
                         fprintf(stderr, "sbx exec: command %d: %s\n", i - optind + 1, class_words(ec, w.result));
                 if (json_is_true(json_object_get(w.result, "sessionReset")))

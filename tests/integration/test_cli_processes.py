@@ -662,3 +662,22 @@ def test_run_refuses_several_commands_without_the_separator():
                                  "`--`, quoted (sbx run -- 'echo hi')\n"), p
     p = subprocess.run([SBX_BIN, "run", "echo one"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
     assert p.returncode == 0 and p.stdout == b"one\n", p
+
+
+def test_exec_says_when_the_daemon_cancelled_its_command(daemon):
+    # The sandbox destroyed under it: it said "interrupted", the word for the user's Ctrl-C.
+    sid = daemon.new_sandbox()
+    p = subprocess.Popen([SBX_BIN, "exec", "--socket", daemon.path, sid, "--", "echo go; sleep 30", "echo never"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert read_line(p, timeout=30) == b"go\n"
+        assert cli(daemon, "rm", sid).returncode == 0
+        assert p.wait(30) == 125
+        assert p.stdout.read() == b""
+        err = p.stderr.read().decode()
+        assert err.startswith("sbx exec: command 1 was cancelled by the daemon (its sandbox was destroyed, or the "
+                              "daemon is stopping); killed "), err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
