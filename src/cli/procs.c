@@ -67,7 +67,11 @@ int procs_exit_status(json_t *obj) {
                                        : 0;
         if (n > 0 && n < NSIG)
                 return 128 + n;
+        /* A leftover (what a command left running, maybe many processes) has no status of its
+         * own: 0 once all of it ended, as if KILLed when it was killed or timed out. */
         const char *status = json_string_value(json_object_get(obj, "status"));
+        if (status && (strcmp(status, "killed") == 0 || strcmp(status, "timeout") == 0))
+                return 128 + SIGKILL;
         return status && strcmp(status, "exited") == 0 ? 0 : 1;
 }
 

@@ -681,3 +681,21 @@ def test_exec_says_when_the_daemon_cancelled_its_command(daemon):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_logs_follow_of_a_killed_leftover_says_killed(daemon):
+    # A leftover has no exit status of its own; killed, `logs -f` exited 1 ("the daemon
+    # refused") with no word. It is 137 now, as sbx-logs(1) says.
+    sid = daemon.new_sandbox()
+    assert cli(daemon, "exec", sid, "--", "(sleep 0.5; echo left; exec sleep 300) &").returncode == 0
+    [row] = [r for r in table(cli(daemon, "ps", sid))[1:] if r[4] == "leftover"]
+    f = subprocess.Popen([SBX_BIN, "logs", "--socket", daemon.path, "-f", sid, row[0]],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert read_line(f, timeout=30) == b"left\n"
+        assert cli(daemon, "kill", "--grace", "0.2", sid, row[0]).returncode == 0
+        assert f.wait(30) == 137, f.stderr.read()
+    finally:
+        if f.poll() is None:
+            f.kill()
+            f.wait()
