@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* `sbx serve`: the JSON-RPC daemon on stdio or a Unix socket. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/log.h"
@@ -19,6 +21,7 @@
 #include "cli/serve_config.h"
 #include "console/console.h"
 #include "e2b/e2b.h"
+#include "http/http.h"
 #include "kube/gateway.h"
 #include "kube/kube.h"
 #include "methods/methods.h"
@@ -567,6 +570,63 @@ static bool options_read(ServeOptions *o, int argc, char **argv, int *ret_exit) 
         return true;
 }
 
+/* The parent directory of path exists (what --check-config can say of a file the start makes). */
+static bool parent_dir_exists(const char *path) {
+        _cleanup_free_ char *copy = strdup(path);
+        const char *slash = copy ? strrchr(copy, '/') : NULL;
+        if (!copy)
+                return false;
+        if (!slash)
+                return true;
+        if (slash == copy)
+                return true;
+        copy[slash - copy] = '\0';
+        struct stat st;
+        return stat(copy, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* What --check-config can say of the files the start reads or makes, without making them:
+ * each as the start would refuse it. False after saying why on stderr. */
+static bool files_check(const ServeOptions *o) {
+        static const char pem[] = "-----BEGIN CERTIFICATE-----";
+        const struct {
+                const char *flag, *path;
+                bool read; /* read at start (else made there: its directory must exist) */
+        } files[] = { { "--egress-hosts", o->egress_hosts, true }, { "--egress-ca", o->egress_ca, true },
+                      { "--audit", o->audit, false },             { "--socket", o->path, false },
+                      { "--system-socket", o->system_path, false } };
+        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+                const char *path = files[i].path;
+                if (!path)
+                        continue;
+                if (!files[i].read && !parent_dir_exists(path)) {
+                        fprintf(stderr, "sbx serve: %s %s: no directory to make it in\n", files[i].flag, path);
+                        return false;
+                }
+                if (!files[i].read)
+                        continue;
+                char buf[65536];
+                ssize_t n = read_file_at(AT_FDCWD, path, buf, sizeof buf - 1);
+                if (n < 0) {
+                        fprintf(stderr, "sbx serve: %s %s: %s\n", files[i].flag, path, strerror((int)-n));
+                        return false;
+                }
+                buf[n] = '\0';
+                if (path == o->egress_ca && !strstr(buf, pem)) {
+                        fprintf(stderr, "sbx serve: %s %s: no PEM certificate in it\n", files[i].flag, path);
+                        return false;
+                }
+        }
+        if (o->expiry_dir) {
+                struct stat st;
+                if (stat(o->expiry_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                        fprintf(stderr, "sbx serve: --expiry-export-dir %s: not a directory\n", o->expiry_dir);
+                        return false;
+                }
+        }
+        return true;
+}
+
 /* What the options say together, and --check-config's verdict. False when cmd_serve is to
  * return *ret_exit at once. */
 static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit) {
@@ -590,6 +650,21 @@ static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit)
                 fprintf(stderr, "sbx serve: --console-token: 16 to %u of [A-Za-z0-9._~-]\n", SBX_MAX_API_KEY_BYTES);
         else if (o->audit && (!*o->audit || strlen(o->audit) > PATH_MAX - 16))
                 fprintf(stderr, "sbx serve: --audit takes a file's path (at most %d bytes)\n", PATH_MAX - 16);
+        else if (o->http && http_addr_check(o->http) < 0)
+                fprintf(stderr, "sbx serve: --http %s: not PORT, HOST:PORT or [IPV6]:PORT with a numeric host\n",
+                        o->http);
+        else if (o->kube_gateway && http_addr_check(o->kube_gateway) < 0)
+                fprintf(stderr, "sbx serve: --kube-gateway %s: not PORT, HOST:PORT or [IPV6]:PORT with a numeric "
+                                "host\n", o->kube_gateway);
+        else if (o->kube_node && !o->pod_cidr)
+                fprintf(stderr, "sbx serve: --kube-node needs --pod-cidr (a pod is a sandbox on the pod network)\n");
+        else if (o->pod_bridge && !o->pod_cidr)
+                fprintf(stderr, "sbx serve: --pod-bridge needs --pod-cidr\n");
+        else if (!o->kube_node && (o->kube_node_ip || o->n_kube_labels || o->kube_lease >= 0 ||
+                                   (o->kubeconfig && !o->kube_gateway) || o->kubelet_cert || o->kubelet_key ||
+                                   o->kubelet_ca))
+                fprintf(stderr, "sbx serve: --kubeconfig, --kube-node-ip, --kube-label, --kube-lease-seconds "
+                                "and --kube-kubelet-* need --kube-node\n");
         else if (o->check_config && optind < argc)
                 fprintf(stderr, "sbx serve: unexpected argument '%s'\n", argv[optind]);
         else if (o->check_config && serve_config_check_sandbox(&o->cfg, cerr, sizeof cerr) < 0)
@@ -597,6 +672,8 @@ static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit)
         else if (o->check_config && o->stdio == (o->path != NULL) && o->afd < 0)
                 fprintf(stderr, "sbx serve: --config %s: give exactly one of socket = PATH or stdio = true under "
                         "[serve] (or --socket PATH or --stdio)\n", o->config_path);
+        else if (o->check_config && !files_check(o))
+                ;
         else if (o->check_config) {
                 printf("%s: ok\n", o->config_path);
                 *ret_exit = 0;

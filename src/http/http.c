@@ -540,6 +540,12 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *
         return 0;
 }
 
+int http_addr_check(const char *addr) {
+        struct sockaddr_storage ss;
+        socklen_t len;
+        return parse_addr(addr, &ss, &len);
+}
+
 static int listen_on(HttpServer *h, const char *addr, char *err, size_t errlen) {
         struct sockaddr_storage ss;
         socklen_t len;

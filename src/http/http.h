@@ -58,6 +58,9 @@ bool http_client_verified(HttpReq *r);
 
 /* Ends every request (ops->finished with ok false) and closes the listener. */
 HttpServer *http_free(HttpServer *h);
+/* 0 when addr is an address http_new() can listen on the form of (PORT, HOST:PORT or
+ * [IPV6]:PORT, numeric), -EINVAL when not; whether it is free is known only by binding it. */
+int http_addr_check(const char *addr);
 /* The port it listens on, and whether its address is a loopback one. */
 uint16_t http_port(const HttpServer *h);
 bool http_loopback(const HttpServer *h);

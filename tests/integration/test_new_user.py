@@ -200,6 +200,16 @@ def test_python_sdk_says_which_socket_has_no_daemon(tmp_path):
     ("[serve]\nsocket = /tmp/a\nsocket = /tmp/b\n", 3, "[serve] socket is given twice (line 2 first)"),
     # no socket and no stdio (it passed the check, then printed the whole help)
     ("[serve]\npool = 1\n", None, "give exactly one of socket = PATH or stdio = true under [serve]"),
+    # what the start refused after the check said ok (a second new-user pass)
+    ("[serve]\nsocket = /tmp/x\nhttp = notanaddr\n", None, "--http notanaddr: not PORT, HOST:PORT"),
+    ("[serve]\nsocket = /tmp/x\nhttp = 127.0.0.1:99999\n", None, "--http 127.0.0.1:99999: not PORT"),
+    ("[serve]\nsocket = /tmp/x\nkube-node = n1\n", None, "--kube-node needs --pod-cidr"),
+    ("[serve]\nsocket = /tmp/x\negress-hosts = /nonexistent\n", None,
+     "--egress-hosts /nonexistent: No such file or directory"),
+    ("[serve]\nsocket = /tmp/x\negress-ca = /etc/passwd\n", None, "--egress-ca /etc/passwd: no PEM certificate"),
+    ("[serve]\nsocket = /tmp/x\naudit = /nonexistent/dir/a.log\n", None,
+     "--audit /nonexistent/dir/a.log: no directory to make it in"),
+    ("[serve]\nsocket = /nonexistent/dir/s.sock\n", None, "--socket /nonexistent/dir/s.sock: no directory"),
 ])
 def test_check_config_names_what_is_wrong(tmp_path, text, line, words):
     """`sbx serve --check-config` (issue 28 item 7): each mistake said once, at its line."""
