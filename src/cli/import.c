@@ -77,8 +77,18 @@ int cmd_import(int argc, char **argv) {
                 fprintf(stderr, "sbx import: out of memory\n");
                 return 1;
         }
-        json_t *res = NULL;
-        int code = client_call_cli("import", sock, "persistence.import", params, &res);
-        json_decref(res);
-        return code;
+        /* One request carries the archive: past the daemon's default line, this connection says
+         * first how long its line will be (an export of more than about 6 MiB). */
+        Client *cl = NULL;
+        ClientError err = { 0 };
+        r = client_connect(sock, &cl, &err);
+        if (r == 0 && blen + 4096 > SBX_DEFAULT_RPC_BYTES)
+                r = client_request(cl, "connection.configure",
+                                   json_pack("{s:I}", "rpcBytes", (json_int_t)MIN(blen + 4096, (size_t)1 << 30)), NULL,
+                                   NULL, NULL, &err);
+        if (r == 0)
+                r = client_request(cl, "persistence.import", TAKE_PTR(params), NULL, NULL, NULL, &err);
+        json_decref(params);
+        client_free(cl);
+        return r < 0 ? client_fail("import", sock, &err) : 0;
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/util.h"
+#include "server/conn.h"
 #include "server/handler.h"
 #include "methods/methods.h"
 
@@ -170,6 +171,19 @@ static int m_ping(Req *r, json_t **ret, RpcError *e) {
         return 0;
 }
 
+/* The line limit of this connection alone: a client that sends a large archive or file in one
+ * request says so first (sbx import), whatever sandbox it addresses. */
+static int m_connection_configure(Req *r, json_t **ret, RpcError *e) {
+        uint64_t v = 0;
+        if (param_u64(r->params, "rpcBytes", true, 1ULL << 30, &v, e) < 0)
+                return -1;
+        if (v < 1024)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "rpcBytes must be at least 1024");
+        conn_set_line_max(r->conn, (size_t)v);
+        *ret = handler_ok_json();
+        return 0;
+}
+
 static int m_kill(Req *r, json_t **ret, RpcError *e) {
         *ret = handler_ok_json();
         r->core->shutdown(r->core->shutdown_data);
@@ -178,6 +192,9 @@ static int m_kill(Req *r, json_t **ret, RpcError *e) {
 
 static const Param p_server_metrics[] = {
         { "sandboxes", P_BOOL, false, "false: the server's figures only, no sandbox's (default true)" }, { 0 } };
+static const Param p_connection_configure[] = {
+        { "rpcBytes", P_INT, true, "the longest request line this connection may send, in bytes (1024 to 1 GiB; "
+          "default 8 MiB, or the create's limits.rpcBytes)" }, { 0 } };
 static const Param p_audit_recent[] = {
         { "limit", P_INT, false, "at most this many, the newest (default 100, at most 200)" }, { 0 } };
 
@@ -213,6 +230,9 @@ const Method server_methods_server[] = {
           "first line changed, removed or inserted. One check at a time. The operator console's only (-32601 to other "
           "connections)." },
         { "ping", m_ping, 0, handler_params_none, "{pong: true}", "Liveness." },
+        { "connection.configure", m_connection_configure, 0, p_connection_configure, "{ok: true}",
+          "Sets this connection's longest request line (as create's limits.rpcBytes does for the connection that "
+          "makes its root sandbox), for a large persistence.import or files.write on a sandbox made elsewhere." },
         { "kill", m_kill, 0, handler_params_none, "{ok: true}",
           "Answers, then shuts the server down as SIGTERM does: waiting requests get -32003 POOL_SHUTTING_DOWN, running "
           "runs are cancelled (125); once they are answered, or at the shutdown deadline, every sandbox is destroyed." },

@@ -396,6 +396,15 @@ def test_export_import_commands_against_a_socket_server(tmp_path):
         assert cp.returncode == 1 and "not an sbx archive" in err(cp), describe(cp)
         assert call("run", sandboxId=b, command="cat h")["result"]["stdout"] == "hello\n"
         assert sbx_raw("export", "--socket", path).returncode == 2
+        # An archive past the daemon's default request line (8 MiB of base64): export took it,
+        # import refused it as "Request too large" (a new-user pass); it goes through now.
+        r = call("run", sandboxId=a, command="head -c 10M /dev/urandom > /home/user/rand.bin; md5sum < rand.bin")
+        digest = r["result"]["stdout"]
+        arc3 = str(tmp_path / "big.tar.zst")
+        assert sbx_raw("export", a, "-o", arc3, env=env).returncode == 0 and os.path.getsize(arc3) > 10 << 20
+        cp = sbx_raw("import", b, arc3, env=env)
+        assert cp.returncode == 0, describe(cp)
+        assert call("run", sandboxId=b, command="md5sum < rand.bin")["result"]["stdout"] == digest
         conn.close()
     finally:
         srv.terminate()

@@ -125,6 +125,21 @@ def test_huge_line_skipped(stdio):
     assert rss < 24 * 1024, f"the server buffered the huge line (peak RSS {rss} kB)"
 
 
+def test_connection_configure_sets_this_connections_line(stdio):
+    line = b'{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"pad":"' + b"y" * 4096 + b'"}}\n'
+    assert stdio.result("connection.configure", {"rpcBytes": 2048}) == {"ok": True}
+    stdio.send_raw(line % 1)
+    assert stdio.wait(1)["error"]["code"] == -32700
+    assert stdio.result("connection.configure", {"rpcBytes": 8192}) == {"ok": True}
+    stdio.send_raw(line % 2)
+    assert stdio.wait(2)["error"]["code"] == -32602  # read whole: ping takes no pad
+    for params, words in [({}, "rpcBytes"), ({"rpcBytes": 10}, "at least 1024"), ({"rpcBytes": "x"}, "rpcBytes"),
+                          ({"rpcBytes": 1 << 40}, "rpcBytes")]:
+        e = stdio.error("connection.configure", params)
+        assert e["code"] == -32602 and words in e["message"], (params, e)
+    assert stdio.result("ping") == {"pong": True}
+
+
 def test_rpc_bytes_limit(stdio):
     stdio.result("create", {"limits": {"rpcBytes": 2048}})
     stdio.send_raw(b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"' + b"y" * 4096 + b'"}}\n')
