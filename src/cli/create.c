@@ -8,6 +8,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/client.h"
+#include "rpc/jsonrpc.h"
 
 static void usage(FILE *f) {
         fprintf(f,
@@ -172,9 +173,30 @@ int cmd_create(int argc, char **argv) {
         json_decref(limits);
         json_decref(env);
         json_t *res = NULL;
-        int code = client_call_cli("create", sock, "sandbox.create", params, &res);
-        if (code == 0)
+        Client *cl = NULL;
+        ClientError err = { 0 };
+        r = client_connect(sock, &cl, &err);
+        if (r == 0)
+                r = client_request(cl, "sandbox.create", TAKE_PTR(params), NULL, NULL, &res, &err);
+        json_decref(params);
+        client_free(cl);
+        if (r == 0) {
                 printf("%s\n", json_string_value(json_object_get(res, "sandboxId")) ?: "");
-        json_decref(res);
-        return code;
+                json_decref(res);
+                return 0;
+        }
+        /* A limit the daemon's rule refuses is a bad argument, said with its flag, as sbx run
+         * says it (the same rule): "--memory must be at least 16M; got 1K". */
+        static const struct {
+                const char *param, *flag;
+        } flags[] = { { "limits.memoryBytes", "--memory" }, { "limits.pids", "--pids" }, { "limits.cpus", "--cpus" },
+                      { "limits.fileCount", "--files" },    { "fsLimitBytes", "--fs-size" } };
+        for (size_t i = 0; err.code == RPC_INVALID_PARAMS && i < ELEMENTSOF(flags); i++) {
+                size_t n = strlen(flags[i].param);
+                if (strncmp(err.message, flags[i].param, n) == 0 && err.message[n] == ' ') {
+                        fprintf(stderr, "sbx create: %s%s\n", flags[i].flag, err.message + n);
+                        return CLIENT_EXIT_USAGE;
+                }
+        }
+        return client_fail("create", sock, &err);
 }
