@@ -614,6 +614,8 @@
 /* What a process's listing shows of its command and label. */
 #define SBX_PROCESS_COMMAND_SHOWN 4096U
 #define SBX_PROCESS_LABEL_BYTES 256U
+/* A sandbox's label (sandbox.create), shown by sandbox.list and sbx ls on one line. */
+#define SBX_SANDBOX_LABEL_BYTES 256U
 /* process.wait until log: lines are matched up to this long (longer ones in pieces), and
  * until port: how often the sandbox's listening sockets are looked at. */
 #define SBX_WAIT_LINE_BYTES (64U * 1024)

@@ -431,6 +431,11 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                 handler_env_free(env);
                 return -1;
         }
+        if (label && strlen(label) > SBX_SANDBOX_LABEL_BYTES) {
+                handler_env_free(env);
+                return rpc_fail(e, RPC_INVALID_PARAMS, "label must be at most %u bytes; got %zu", SBX_SANDBOX_LABEL_BYTES,
+                                strlen(label));
+        }
         bool export_on_expiry = on_expiry && strcmp(on_expiry, "export") == 0;
         if (on_expiry && !export_on_expiry && strcmp(on_expiry, "destroy") != 0) {
                 handler_env_free(env);
@@ -786,7 +791,7 @@ static int m_session_delete(Req *r, json_t **ret, RpcError *e) {
 
 static const Param p_create[] = { SANDBOX_OPTIONS, { 0 } };
 static const Param p_sandbox_create[] = {
-        { "label", P_STRING, false, "free text shown by sandbox.list" },
+        { "label", P_STRING, false, "free text shown by sandbox.list (at most 256 bytes)" },
         { "persist", P_BOOL, false, "socket server only: outlive this connection (listed to the same uid)" },
         SANDBOX_OPTIONS, { 0 } };
 static const Param p_sandbox_list[] = {

@@ -43,7 +43,8 @@ int handler_open_session(Req *r, const char *name, SbxSession **ret, RpcError *e
         }
         int rr = sbx_session_get(r->sb->sb, name, ret);
         if (rr == -EINVAL)
-                return rpc_fail(e, RPC_INVALID_PARAMS, "Invalid session name: %s (1-64 of [A-Za-z0-9_.-])", name);
+                return rpc_fail(e, RPC_INVALID_PARAMS, "Invalid session name: %.64s%s (1-64 of [A-Za-z0-9_.-])", name,
+                                strlen(name) > 64 ? "... (cut)" : "");
         if (rr == -EMFILE)
                 return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "WORKER_UNAVAILABLE: Maximum of %u sessions reached", SBX_MAX_SESSIONS);
         if (rr < 0)

@@ -572,3 +572,16 @@ def test_stream_past_the_cap_is_redacted_across_it(stdio):
     assert secret not in streamed and secret[:6] not in streamed and secret[-6:] not in streamed
     assert streamed == "x" * 4090 + "[REDACTED:TOKEN]\n" + "".join(f"[REDACTED:TOKEN] {i}\n" for i in (1, 2, 3))
     assert secret[:6] not in r["stdout"] and r["stdout"].startswith("x" * 4090) and r["truncated"]["stdout"]
+
+
+def test_long_names_are_refused_without_being_echoed_whole(stdio):
+    # A 100 KB session name came back whole in the error; a 100 KB label was kept and made
+    # `sbx ls` print a line of that length (a new-user pass).
+    stdio.result("create")
+    e = stdio.error("run", {"command": "true", "session": "s" * 100_000})
+    assert e["code"] == -32602 and e["message"].startswith("Invalid session name: " + "s" * 64 + "... (cut)"), e
+    assert len(e["message"]) < 200, len(e["message"])
+    e = stdio.error("sandbox.create", {"label": "x" * 257})
+    assert e == {"code": -32602, "message": "label must be at most 256 bytes; got 257"}, e
+    sid = stdio.result("sandbox.create", {"label": "x" * 256})["sandboxId"]
+    assert stdio.result("sandbox.destroy", {"sandboxId": sid}) == {"ok": True}
