@@ -22,8 +22,13 @@ static const struct {
 
 int main(int argc, char **argv) {
         for (size_t i = 0; argc >= 2 && i < ELEMENTSOF(commands); i++)
-                if (strcmp(argv[1], commands[i].name) == 0)
+                if (strcmp(argv[1], commands[i].name) == 0) {
+                        /* getopt names its program in its messages: "sbx run: unrecognized option". */
+                        char name[64];
+                        snprintf(name, sizeof name, "sbx %s", argv[1]);
+                        argv[1] = name;
                         return commands[i].fn(argc - 1, argv + 1);
+                }
         fprintf(stderr, "%s: a part of sbx; use sbx (sbx --help)\n", argc ? argv[0] : "sbx-engine");
         return 2;
 }

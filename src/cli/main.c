@@ -93,9 +93,17 @@ int main(int argc, char **argv) {
                 printf("sbx %s\n", SBX_VERSION);
                 return 0;
         }
-        for (size_t i = 0; i < ELEMENTSOF(commands); i++)
-                if (strcmp(cmd, commands[i].name) == 0)
-                        return commands[i].fn ? commands[i].fn(argc - 1, argv + 1) : exec_engine(argv);
+        for (size_t i = 0; i < ELEMENTSOF(commands); i++) {
+                if (strcmp(cmd, commands[i].name) != 0)
+                        continue;
+                if (!commands[i].fn)
+                        return exec_engine(argv);
+                /* getopt names its program in its messages: "sbx exec: unrecognized option". */
+                char name[64];
+                snprintf(name, sizeof name, "sbx %s", cmd);
+                argv[1] = name;
+                return commands[i].fn(argc - 1, argv + 1);
+        }
         fprintf(stderr, "sbx: unknown command '%s'\n\n", cmd);
         usage(stderr);
         return 2;
