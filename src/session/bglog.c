@@ -102,6 +102,31 @@ static void cgroup_free(BgLog *bg, BgCgroup *c) {
         free(c);
 }
 
+static void sweep_event(Watch *w, uint32_t events);
+
+/* The sweep's timer exists only while retired cgroups wait for it: an idle sandbox holds no
+ * fd for it. False when it cannot be made. */
+static bool timer_open(BgLog *bg) {
+        if (bg->timer >= 0)
+                return true;
+        int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (fd < 0)
+                return false;
+        if (loop_add(bg->loop, &bg->timer_w, fd, EPOLLIN, sweep_event, bg) < 0) {
+                close(fd);
+                return false;
+        }
+        bg->timer = fd;
+        bg->sweep_due = 0;
+        return true;
+}
+
+static void timer_close(BgLog *bg) {
+        loop_del(bg->loop, &bg->timer_w);
+        bg->timer = safe_close(bg->timer);
+        bg->sweep_due = 0;
+}
+
 /* Sweeps within ms, or sooner if already due sooner: a later retire never postpones a sweep
  * (commands ending less than a sweep apart would otherwise keep every cgroup forever). */
 static void sweep_within(BgLog *bg, uint64_t ms) {
@@ -140,6 +165,8 @@ static void sweep_event(Watch *w, uint32_t events) {
         }
         if (bg->cgroups)
                 sweep_within(bg, BG_SWEEP_MS);
+        else
+                timer_close(bg);
 }
 
 static void retire(BgLog *bg, int dir, const char *name, bool doomed, const void *owner) {
@@ -148,7 +175,7 @@ static void retire(BgLog *bg, int dir, const char *name, bool doomed, const void
                 return;
         }
         BgCgroup *c = calloc(1, sizeof *c);
-        if (!c || bg->timer < 0) {
+        if (!c || !timer_open(bg)) {
                 /* Without a place in the list (out of memory) or a timer, a doomed cgroup dies
                  * now, next worker or not; the rest is removed with the sandbox. */
                 if (doomed)
@@ -212,10 +239,6 @@ int bglog_init(BgLog *bg, Loop *loop, CgroupSandbox *cg) {
         int r = ring_init(&bg->ring, SBX_BACKGROUND_LOG_BYTES);
         if (r < 0)
                 return r;
-        /* Without a timer, emptied cgroups are removed with the sandbox instead. */
-        bg->timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-        if (bg->timer >= 0 && loop_add(loop, &bg->timer_w, bg->timer, EPOLLIN, sweep_event, bg) < 0)
-                bg->timer = safe_close(bg->timer);
         return 0;
 }
 
@@ -224,7 +247,6 @@ void bglog_done(BgLog *bg) {
                 pipe_free(bg->pipes);
         while (bg->cgroups)
                 cgroup_free(bg, bg->cgroups);
-        loop_del(bg->loop, &bg->timer_w);
-        bg->timer = safe_close(bg->timer);
+        timer_close(bg);
         ring_done(&bg->ring);
 }

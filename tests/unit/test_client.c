@@ -172,9 +172,13 @@ static void test_procs(void) {
         CHECK(procs_exit_status(o) == 128 + SIGTERM, "a signal named with SIG");
         json_object_set_new(o, "signal", json_null());
         json_object_set_new(o, "status", json_string("killed"));
-        CHECK(procs_exit_status(o) == 1 && !procs_exit_known(o), "neither, killed: 1");
+        CHECK(procs_exit_status(o) == 128 + SIGKILL && !procs_exit_known(o), "neither, killed (a leftover): 137");
+        json_object_set_new(o, "status", json_string("timeout"));
+        CHECK(procs_exit_status(o) == 128 + SIGKILL, "neither, timed out: 137");
         json_object_set_new(o, "status", json_string("exited"));
         CHECK(procs_exit_status(o) == 0, "neither, exited: 0");
+        json_object_set_new(o, "status", json_string("running"));
+        CHECK(procs_exit_status(o) == 1, "neither, running: 1");
         json_decref(o);
 
         int p[2];
