@@ -432,10 +432,15 @@ class FakeDaemon:
         self.thread.start()
 
     def serve(self):
-        try:
-            conn, _ = self.listener.accept()
-        except OSError:
-            return
+        # A connection at a time: `sbx mcp --socket` looks at the daemon first, then stays.
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.answer(conn)
+
+    def answer(self, conn):
         with conn, conn.makefile("rb") as rf, conn.makefile("wb") as wf:
             for line in rf:
                 msg = json.loads(line)
