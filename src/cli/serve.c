@@ -371,11 +371,6 @@ static void config_find(ServeOptions *o, int argc, char **argv) {
  * return *ret_exit at once (said on stderr). */
 static bool config_read(ServeOptions *o, int *argc, char ***argv, int *ret_exit) {
         config_find(o, *argc, *argv);
-        if (!o->config_path && o->check_config) {
-                fprintf(stderr, "sbx serve: --check-config checks the file given with --config FILE\n");
-                *ret_exit = 2;
-                return false;
-        }
         if (!o->config_path)
                 return true;
         char cerr[768];
@@ -667,15 +662,17 @@ static bool options_check(ServeOptions *o, int argc, char **argv, int *ret_exit)
                                 "and --kube-kubelet-* need --kube-node\n");
         else if (o->check_config && optind < argc)
                 fprintf(stderr, "sbx serve: unexpected argument '%s'\n", argv[optind]);
-        else if (o->check_config && serve_config_check_sandbox(&o->cfg, cerr, sizeof cerr) < 0)
+        else if (o->check_config && o->config_path && serve_config_check_sandbox(&o->cfg, cerr, sizeof cerr) < 0)
                 fprintf(stderr, "sbx serve: --config %s\n", cerr);
-        else if (o->check_config && o->stdio == (o->path != NULL) && o->afd < 0)
+        else if (o->check_config && o->stdio == (o->path != NULL) && o->afd < 0 && o->config_path)
                 fprintf(stderr, "sbx serve: --config %s: give exactly one of socket = PATH or stdio = true under "
                         "[serve] (or --socket PATH or --stdio)\n", o->config_path);
+        else if (o->check_config && o->stdio == (o->path != NULL) && o->afd < 0)
+                fprintf(stderr, "sbx serve: give exactly one of --stdio or --socket PATH\n");
         else if (o->check_config && !files_check(o))
                 ;
         else if (o->check_config) {
-                printf("%s: ok\n", o->config_path);
+                printf("%s: ok\n", o->config_path ? o->config_path : "the flags");
                 *ret_exit = 0;
         } else if (optind < argc || (o->stdio == (o->path != NULL) && o->afd < 0)) {
                 fprintf(stderr, "sbx serve: give exactly one of --stdio or --socket PATH%s\n",

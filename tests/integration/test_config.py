@@ -102,8 +102,16 @@ def test_missing_file_and_check_without_config(tmp_path):
     cp = check(str(tmp_path / "nope.conf"))
     # 2, as the help says of a file that is not good (it was 1: issue 28 item 7)
     assert cp.returncode == 2 and "No such file or directory" in cp.stderr
+    # Without --config it checks the flags (its help says "and the flags"; it refused them).
     cp = subprocess.run([SBX, "serve", "--check-config"], capture_output=True, text=True, timeout=20)
-    assert cp.returncode == 2 and "--check-config checks the file given with --config" in cp.stderr
+    assert cp.returncode == 2 and "give exactly one of --stdio or --socket PATH" in cp.stderr, cp
+    sock = str(tmp_path / "s.sock")
+    cp = subprocess.run([SBX, "serve", "--socket", sock, "--http", "bad", "--check-config"], capture_output=True,
+                        text=True, timeout=20)
+    assert cp.returncode == 2 and "--http bad: not PORT" in cp.stderr, cp
+    cp = subprocess.run([SBX, "serve", "--socket", sock, "--http", "127.0.0.1:1234", "--check-config"],
+                        capture_output=True, text=True, timeout=20)
+    assert cp.returncode == 0 and cp.stdout == "the flags: ok\n" and not os.path.exists(sock), cp
 
 
 def test_serve_options_from_the_file_and_flags_win(tmp_path):
