@@ -374,10 +374,11 @@
 #define SBX_MAX_SERVER_SANDBOXES 65536U
 /* Without the flag the cap is derived at start from what the machine has free, each resource
  * divided by one sandbox's share of it. An idle sandbox with a warm default session is three
- * processes (pid 1, the session's bash and its waiting worker), 12 to 16 daemon fds (three
+ * processes (pid 1, the session's bash and its waiting worker), 10 to 14 daemon fds (three
  * pidfds, the control and session sockets, two root fds, the network namespace and its
- * cgroup directories: four on a cgroup v2 host, eight on a hybrid v1 + v2 one; the timer that
- * sweeps commands' cgroups only while one waits to be removed) and
+ * cgroup directories: its own and its next command's on a cgroup v2 host, and four of the v1
+ * hierarchies on a hybrid v1 + v2 one; its init and cmds cgroups are opened when used, the
+ * timer that sweeps commands' cgroups is there only while one waits to be removed) and
  * about 0.6 MiB of memory, kernel included (page tables, slab, kernel stacks;
  * docs/BENCHMARKS.md). The memory and pids shares leave room above that for each to run a
  * small command (a pipeline's processes, its memory): a cap that only idle sandboxes reach
@@ -390,7 +391,7 @@
  * SBX_HOST_RESERVE_PIDS is left to the host's own processes. */
 #define SBX_SANDBOX_COST_MEMORY_BYTES (4ULL * 1024 * 1024)
 #define SBX_SANDBOX_COST_PIDS 8U
-#define SBX_SANDBOX_COST_FDS 17U
+#define SBX_SANDBOX_COST_FDS 15U
 #define SBX_SANDBOX_MEMORY_PERCENT 75U
 #define SBX_DAEMON_RESERVE_FDS 1024U
 /* fds the daemon holds for one sandbox beyond its idle cost, taken and given back as they come

@@ -229,6 +229,12 @@ static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int 
                         return r;
                 }
         }
+        _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&b->cg);
+        if (init_cg < 0) {
+                snprintf(err, errlen, "cgroup: init: %s", strerror(-init_cg));
+                close_v1(&ic);
+                return init_cg;
+        }
         int pidfd = -1;
         uint64_t ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER;
         struct clone_args ca = {
@@ -236,7 +242,7 @@ static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int 
                 .flags = CLONE_PIDFD | CLONE_INTO_CGROUP | (s->process ? 0 : ns),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .exit_signal = SIGCHLD,
-                .cgroup = (uint64_t)b->cg.init,
+                .cgroup = (uint64_t)init_cg,
         };
         long pid = syscall(SYS_clone3, &ca, sizeof ca);
         if (pid < 0) {

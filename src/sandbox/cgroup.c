@@ -338,16 +338,16 @@ static int set_cpu(const CgroupRoot *r, CgroupSandbox *s, uint32_t millis) {
  * next worker. */
 static int make_cmds(const CgroupRoot *r, CgroupSandbox *s, const CgroupLimits *l) {
         char num[32];
-        s->cmds = mkdirat_open(s->dir, "cmds");
-        if (s->cmds < 0)
-                return s->cmds;
+        _cleanup_close_ int cmds = mkdirat_open(s->dir, "cmds");
+        if (cmds < 0)
+                return cmds;
         if (l->pids == 0 || l->pids_reserve == 0 || l->pids_reserve >= l->pids)
                 return 0;
         snprintf(num, sizeof num, "%u", l->pids - l->pids_reserve);
         int rr;
         if (r->v2_pids) {
                 if ((rr = write_file_at(s->dir, "cgroup.subtree_control", "+pids")) < 0 ||
-                    (rr = write_file_at(s->cmds, "pids.max", num)) < 0)
+                    (rr = write_file_at(cmds, "pids.max", num)) < 0)
                         return rr;
         } else if (s->v1_pids >= 0) {
                 s->v1_pids_cmds = mkdirat_open(s->v1_pids, "cmds");
@@ -365,8 +365,7 @@ static int make_cmds(const CgroupRoot *r, CgroupSandbox *s, const CgroupLimits *
 int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *s) {
         char num[32];
         int rr;
-        *s = (CgroupSandbox){ .dir = -1, .init = -1, .cmds = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1,
-                              .v1_pids_cmds = -1 };
+        *s = (CgroupSandbox){ .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1 };
         snprintf(s->name, sizeof s->name, "%s", name);
         s->dir = mkdirat_open(r->v2, name);
         if (s->dir < 0)
@@ -406,11 +405,10 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l
         }
         if (l->cpu_millis > 0 && (rr = set_cpu(r, s, l->cpu_millis)) < 0)
                 goto fail;
-        s->init = mkdirat_open(s->dir, "init");
-        if (s->init < 0) {
-                rr = s->init;
+        rr = mkdirat_open(s->dir, "init");
+        if (rr < 0)
                 goto fail;
-        }
+        close(rr);
         if ((rr = make_cmds(r, s, l)) < 0)
                 goto fail;
         return 0;
@@ -445,7 +443,10 @@ static int read_counter(int dir, const char *file, const char *key, uint64_t *re
 }
 
 int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret) {
-        return read_counter(s->v1_pids_cmds >= 0 ? s->v1_pids_cmds : s->cmds, "pids.events", "max", ret);
+        if (s->v1_pids_cmds >= 0)
+                return read_counter(s->v1_pids_cmds, "pids.events", "max", ret);
+        _cleanup_close_ int cmds = cgroup_sandbox_open_cmds(s);
+        return cmds < 0 ? cmds : read_counter(cmds, "pids.events", "max", ret);
 }
 
 int cgroup_sandbox_oom_kills(const CgroupSandbox *s, uint64_t *ret) {
@@ -559,12 +560,38 @@ int cgroup_only_pid(int dirfd, pid_t pid) {
         return have == (size_t)w && memcmp(buf, want, (size_t)w) == 0;
 }
 
+static int open_dir_at(int dirfd, const char *name) {
+        int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return fd < 0 ? negerrno() : fd;
+}
+
+int cgroup_sandbox_open_init(const CgroupSandbox *s) { return s->dir < 0 ? -EBADF : open_dir_at(s->dir, "init"); }
+int cgroup_sandbox_open_cmds(const CgroupSandbox *s) { return s->dir < 0 ? -EBADF : open_dir_at(s->dir, "cmds"); }
+
+/* "cmds/<name>" into buf, or -ENAMETOOLONG. */
+static int child_path(const char *name, char *buf, size_t size) {
+        int n = snprintf(buf, size, "cmds/%s", name);
+        return n < 0 || (size_t)n >= size || strchr(name, '/') ? -ENAMETOOLONG : 0;
+}
+
 int cgroup_child_create(CgroupSandbox *s, const char *name) {
-        return mkdirat_open(s->cmds, name);
+        char path[96];
+        int r = child_path(name, path, sizeof path);
+        return r < 0 ? r : mkdirat_open(s->dir, path);
+}
+
+int cgroup_child_open(const CgroupSandbox *s, const char *name) {
+        char path[96];
+        int r = child_path(name, path, sizeof path);
+        return r < 0 ? r : open_dir_at(s->dir, path);
 }
 
 int cgroup_child_remove(CgroupSandbox *s, const char *name) {
-        if (unlinkat(s->cmds, name, AT_REMOVEDIR) < 0)
+        char path[96];
+        int r = child_path(name, path, sizeof path);
+        if (r < 0)
+                return r;
+        if (unlinkat(s->dir, path, AT_REMOVEDIR) < 0)
                 return negerrno();
         return 0;
 }
@@ -663,17 +690,15 @@ int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms) {
                 (void)cgroup_kill(s->dir);
                 if (wait_empty(s->dir, timeout_ms) != 0)
                         ret = -EBUSY;
-                if (s->cmds >= 0)
-                        remove_children(s->cmds);
-                s->cmds = safe_close(s->cmds);
+                int cmds = open_dir_at(s->dir, "cmds");
+                if (cmds >= 0)
+                        remove_children(cmds);
+                safe_close(cmds);
                 remove_children(s->dir);
-                s->init = safe_close(s->init);
                 s->dir = safe_close(s->dir);
                 if (unlinkat(r->v2, s->name, AT_REMOVEDIR) < 0 && errno != ENOENT)
                         ret = negerrno();
         }
-        s->init = safe_close(s->init);
-        s->cmds = safe_close(s->cmds);
         if (s->v1_memory >= 0) {
                 s->v1_memory = safe_close(s->v1_memory);
                 (void)unlinkat(r->v1_memory, s->name, AT_REMOVEDIR);

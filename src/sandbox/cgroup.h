@@ -29,9 +29,9 @@ typedef struct CgroupRoot {
 } CgroupRoot;
 
 typedef struct CgroupSandbox {
-        int dir;     /* v2 <base>/<sandbox> */
-        int init;    /* v2 <base>/<sandbox>/init, for CLONE_INTO_CGROUP */
-        int cmds;    /* v2 <base>/<sandbox>/cmds: every command's cgroup is below it */
+        int dir;     /* v2 <base>/<sandbox>; its children init (pid 1 and the shells, for
+                      * CLONE_INTO_CGROUP) and cmds (every command's cgroup is below it) are
+                      * opened when used: an idle sandbox holds no fd of theirs */
         int v1_memory, v1_pids, v1_cpu; /* v1 <base>/<sandbox>, or -1 */
         int v1_pids_cmds; /* v1 <base>/<sandbox>/cmds of pids, or -1 */
         bool cmds_pids;   /* cmds has a pids limit of its own (the shells' reserve) */
@@ -88,8 +88,13 @@ int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms);
  * remain (call again later), or -errno. */
 int cgroup_sandbox_try_remove(CgroupRoot *r, CgroupSandbox *s);
 
-/* Creates the child cgroup `name` of a sandbox; returns its dir fd or -errno. */
+/* The sandbox's init and cmds cgroups (v2): a new dir fd (the caller's), or -errno. */
+int cgroup_sandbox_open_init(const CgroupSandbox *s);
+int cgroup_sandbox_open_cmds(const CgroupSandbox *s);
+/* Creates the child cgroup `name` (of cmds) of a sandbox; returns its dir fd or -errno. */
 int cgroup_child_create(CgroupSandbox *s, const char *name);
+/* Opens it: its dir fd or -errno. */
+int cgroup_child_open(const CgroupSandbox *s, const char *name);
 /* Removes it if empty: 0, -EBUSY while it has processes, or -errno. */
 int cgroup_child_remove(CgroupSandbox *s, const char *name);
 /* Moves a process (host pid) into the cgroup whose dir fd is given. Returns 0 or -errno. */

@@ -138,7 +138,7 @@ static void sweep_within(BgLog *bg, uint64_t ms) {
 }
 
 static void kill_named(BgLog *bg, const char *name) {
-        _cleanup_close_ int dir = openat(bg->cg->cmds, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int dir = cgroup_child_open(bg->cg, name);
         if (dir >= 0)
                 (void)cgroup_kill(dir);
 }
@@ -201,7 +201,7 @@ void bglog_doom_cgroup(BgLog *bg, int dir, const char *name, const void *owner) 
 unsigned bglog_count_processes(const BgLog *bg) {
         unsigned n = 0;
         for (const BgCgroup *c = bg->cgroups; c; c = c->next) {
-                _cleanup_close_ int dir = openat(bg->cg->cmds, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                _cleanup_close_ int dir = cgroup_child_open(bg->cg, c->name);
                 int k = dir >= 0 ? cgroup_count_procs(dir) : -1;
                 n += k > 0 ? (unsigned)k : 0;
         }
@@ -212,7 +212,7 @@ unsigned bglog_kill(BgLog *bg) {
         unsigned n = 0;
         for (BgCgroup *c = bg->cgroups; c; c = c->next) {
                 c->doomed = false;
-                _cleanup_close_ int dir = openat(bg->cg->cmds, c->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                _cleanup_close_ int dir = cgroup_child_open(bg->cg, c->name);
                 /* Only those with processes count: one killed before waits for the sweep. */
                 if (dir >= 0 && cgroup_populated(dir) == 1 && cgroup_kill(dir) == 0)
                         n++;

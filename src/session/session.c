@@ -267,8 +267,9 @@ static void on_done(SbxSession *s, pid_t pid, int status) {
         set_holder(s, pid);
         s->worker_pid = 0;
         forget_worker(s);
-        int dirs[2] = { core->box.cg.init, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
-        int64_t id = mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, left, s);
+        _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&core->box.cg); /* the mover keeps a dup */
+        int dirs[2] = { init_cg, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
+        int64_t id = init_cg < 0 ? init_cg : mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, left, s);
         if (id < 0) {
                 /* Out of memory for the request: moved here, the loop waiting. */
                 for (size_t i = 0; i < ELEMENTSOF(dirs) && dirs[i] >= 0; i++)
