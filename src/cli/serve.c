@@ -581,7 +581,8 @@ static bool parent_dir_exists(const char *path) {
 }
 
 /* What --check-config can say of the files the start reads or makes, without making them:
- * each as the start would refuse it. False after saying why on stderr. */
+ * one it reads as the start would refuse it, one it makes with a warning when its directory
+ * is missing. False after saying why on stderr. */
 static bool files_check(const ServeOptions *o) {
         static const char pem[] = "-----BEGIN CERTIFICATE-----";
         const struct {
@@ -594,10 +595,12 @@ static bool files_check(const ServeOptions *o) {
                 const char *path = files[i].path;
                 if (!path)
                         continue;
-                if (!files[i].read && !parent_dir_exists(path)) {
-                        fprintf(stderr, "sbx serve: %s %s: no directory to make it in\n", files[i].flag, path);
-                        return false;
-                }
+                /* A directory a service manager makes at start (systemd's LogsDirectory=,
+                 * RuntimeDirectory=) may not be there yet: said, not refused. */
+                if (!files[i].read && !parent_dir_exists(path))
+                        fprintf(stderr, "sbx serve: warning: %s %s: its directory is not there yet (the start needs "
+                                        "it, made beforehand or by the service manager)\n",
+                                files[i].flag, path);
                 if (!files[i].read)
                         continue;
                 char buf[65536];

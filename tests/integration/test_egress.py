@@ -546,9 +546,11 @@ def test_names_resolved_by_c_ares(tmp_path):
     script = (f"ip link set lo up && mount --bind {tmp_path}/resolv.conf /etc/resolv.conf && "
               f"(python3 {tmp_path}/dns.py {tmp_path}/dns.ready >/dev/null 2>&1 &) && "
               f"(cd {tmp_path}/www && python3 -m http.server 8099 --bind 127.0.0.1 >/dev/null 2>&1 &) && "
-              # The DNS server is bound before the daemon starts (a python3 can take longer to
-              # start than any fixed sleep on a loaded machine); curl retries the web server.
-              f"for i in $(seq 200); do [ -e {tmp_path}/dns.ready ] && break; sleep 0.05; done && "
+              # Both servers answer before the daemon starts (a python3 can take longer to start
+              # than any fixed sleep on a loaded machine; the proxy answers a refused connection
+              # itself, so a client's retries would not see it).
+              f"for i in $(seq 400); do [ -e {tmp_path}/dns.ready ] && break; sleep 0.05; done && "
+              f"for i in $(seq 400); do curl -s -o /dev/null http://127.0.0.1:8099/ && break; sleep 0.05; done && "
               f"exec {SBX} serve --stdio --egress-allow-private 127.0.0.1/32")
     # A pid namespace too, whose end (the daemon's exit) takes the two servers with it.
     d = Daemon(argv_prefix=["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child",

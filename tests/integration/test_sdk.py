@@ -284,7 +284,8 @@ def test_refused_create_does_not_change_the_rpc_limit():
         assert c.rpc_limit == 8 << 20  # neither side adopted the refused limit
         # A 2 KB request is far below the default 8 MiB limit that should still apply.
         # (The padding goes in a param the method takes: unknown ones are refused.)
-        assert "sandboxId" in c.request("sandbox.create", {"label": "x" * 2000}, timeout=10)
+        assert "sandboxId" in c.request("sandbox.create", {"metadata": {"a": "x" * 1000, "b": "y" * 1000}},
+                                        timeout=10)
     finally:
         c.close()
 
