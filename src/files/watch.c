@@ -56,12 +56,21 @@ struct WDir {
         WRef *refs;  /* every watch that covers it */
 };
 
+/* A name a walk of a directory just covered told as created: the kernel may tell the same
+ * creation again, if it came between the watch's start and the walk's read of the directory. */
+typedef struct Fresh {
+        struct Fresh *next;
+        uint64_t batch; /* the set's read during which the walk told it */
+        char name[];
+} Fresh;
+
 /* A directory covered by one watch, named as that watch reports it. */
 struct WRef {
         WRef *next, *prev; /* the watch's */
         WRef *dnext;       /* the WDir's */
         WDir *dir;
         SbxFileWatch *watch;
+        Fresh *fresh;      /* names its walk told created, until the kernel's queue is past it */
         char path[];       /* absolute, as the sandbox sees it */
 };
 
@@ -93,6 +102,7 @@ struct WatchSet {
         unsigned n;      /* watches */
         unsigned n_dirs; /* WRefs, of all watches */
         uint64_t batch;  /* reads so far */
+        unsigned n_fresh; /* Fresh names of all refs */
         uint32_t hidden_cookie; /* of this batch's last move of a files API temp file */
         WDir *buckets[SBX_WATCH_BUCKETS];
 };
@@ -166,8 +176,48 @@ static void dir_unlink(WatchSet *set, WDir *d) {
         *pp = d->hnext;
 }
 
+/* Drops r's fresh names told during reads before `before` (all: UINT64_MAX). */
+static void fresh_drop(WatchSet *set, WRef *r, uint64_t before) {
+        for (Fresh **pp = &r->fresh; *pp;) {
+                Fresh *f = *pp;
+                if (f->batch < before) {
+                        *pp = f->next;
+                        free(f);
+                        set->n_fresh--;
+                } else {
+                        pp = &f->next;
+                }
+        }
+}
+
+static void fresh_add(WatchSet *set, WRef *r, const char *name) {
+        size_t n = strlen(name) + 1;
+        Fresh *f = malloc(sizeof *f + n);
+        if (!f)
+                return; /* a creation told twice, at worst */
+        f->batch = set->batch;
+        memcpy(f->name, name, n);
+        f->next = r->fresh;
+        r->fresh = f;
+        set->n_fresh++;
+}
+
+/* True (and forgets it) when r's walk told name created already. */
+static bool fresh_take(WatchSet *set, WRef *r, const char *name) {
+        for (Fresh **pp = &r->fresh; *pp; pp = &(*pp)->next)
+                if (strcmp((*pp)->name, name) == 0) {
+                        Fresh *f = *pp;
+                        *pp = f->next;
+                        free(f);
+                        set->n_fresh--;
+                        return true;
+                }
+        return false;
+}
+
 static void ref_free(WatchSet *set, WRef *r) {
         SbxFileWatch *w = r->watch;
+        fresh_drop(set, r, UINT64_MAX);
         LIST_UNLINK(w->refs, r);
         if (w->root == r)
                 w->root = NULL;
@@ -241,6 +291,7 @@ static int cover(SbxFileWatch *w, const FsCtx *c, const char *fs_path, const cha
         memcpy(r->path, abs, len + 1);
         r->dir = d;
         r->watch = w;
+        r->fresh = NULL;
         r->dnext = d->refs;
         d->refs = r;
         LIST_LINK(w->refs, r);
@@ -261,7 +312,7 @@ typedef struct Walk {
 
 /* Reads the entries of at's directory (fd), covering its subdirectories and queueing them;
  * told: each entry is told as created. Returns 0 or the out_of_room() error that stopped it. */
-static int walk_dir(SbxFileWatch *w, const FsCtx *c, Walk *k, const WRef *at, int fd, bool told) {
+static int walk_dir(SbxFileWatch *w, const FsCtx *c, Walk *k, WRef *at, int fd, bool told) {
         alignas(struct dirent64) char buf[4096];
         ssize_t n;
         while ((n = getdents64(fd, buf, sizeof buf)) > 0) {
@@ -279,6 +330,7 @@ static int walk_dir(SbxFileWatch *w, const FsCtx *c, Walk *k, const WRef *at, in
                         }
                         if (told) {
                                 tell(w, at, de->d_name, SBX_FILE_EVENT_CREATE, is_dir);
+                                fresh_add(w->set, at, de->d_name);
                                 /* Written before the watch could see it: its write is told too,
                                  * as it would have been had the directory been watched already. */
                                 struct stat st;
@@ -324,7 +376,7 @@ static int walk(SbxFileWatch *w, const FsCtx *c, WRef *top, int top_fd, bool tol
         Walk k = { 0 };
         int r = walk_dir(w, c, &k, top, top_fd, told);
         while (r == 0 && k.head < k.len) {
-                const WRef *at = k.queue[k.head++];
+                WRef *at = k.queue[k.head++];
                 /* Opened again by name: an fd held for every directory waiting would be
                  * thousands. One swapped since is refused (never followed) or is another of
                  * the writable tree: the jail holds either way. */
@@ -430,7 +482,9 @@ static void dispatch(WatchSet *set, WRef *r, const struct inotify_event *ev, boo
         }
         const char *name = ev->name;
         if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
-                tell(w, r, name, SBX_FILE_EVENT_CREATE, is_dir);
+                /* Told by the walk that covered r already (created as it began). */
+                if (!((ev->mask & IN_CREATE) && r->fresh && fresh_take(set, r, name)))
+                        tell(w, r, name, SBX_FILE_EVENT_CREATE, is_dir);
                 if (committed)
                         tell(w, r, name, SBX_FILE_EVENT_WRITE, false);
                 if (is_dir && w->recursive)
@@ -506,6 +560,13 @@ static void set_event(Watch *lw, uint32_t events) {
                 off += (ssize_t)(sizeof *ev + ev->len);
                 handle(set, ev);
         }
+        /* A read that did not fill the buffer took what the kernel had queued: every creation
+         * that came before a walk of an earlier read has been seen by now. */
+        if (set->n_fresh && (size_t)n < sizeof buf)
+                for (SbxFileWatch *w = set->head; w && set->n_fresh; w = w->next)
+                        for (WRef *r = w->refs; r; r = r->next)
+                                if (r->fresh)
+                                        fresh_drop(set, r, set->batch);
 }
 
 /* ---------------------------------------------------------------- sets and watches */
