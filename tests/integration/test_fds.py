@@ -91,13 +91,14 @@ def test_held_connections_cannot_take_the_fds_runs_need():
         held.clear()
         # The share comes back as the forwards end.
         def forwarded():
-            with socket.create_connection(("127.0.0.1", hps[0]), timeout=5) as s:
-                s.settimeout(2)
-                s.sendall(b"y")
-                try:
+            # Refused (reset, at the connect, the send or the read) until the fds are back.
+            try:
+                with socket.create_connection(("127.0.0.1", hps[0]), timeout=5) as s:
+                    s.settimeout(2)
+                    s.sendall(b"y")
                     return s.recv(1) == b"y"
-                except OSError:
-                    return False
+            except OSError:
+                return False
         assert wait_until(forwarded, timeout=30)
     finally:
         for s in held:
