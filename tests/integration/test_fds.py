@@ -195,3 +195,22 @@ def test_one_sandbox_holds_at_most_its_share_of_connections():
         for s in held:
             s.close()
         stop_daemon(proc)
+
+
+def test_an_idle_sandbox_holds_at_most_its_counted_fds():
+    # SBX_SANDBOX_COST_FDS (15): what the cap is derived from. An idle sandbox with a warm
+    # session held 17 before its init and cmds cgroups were opened when used and its sweep
+    # timer made only while needed; counted here with the daemon quiet.
+    d = Daemon()
+    try:
+        a = connect(d.path)
+        a.result("ping")
+        fds = lambda: len(os.listdir(f"/proc/{d.proc.pid}/fd"))  # noqa: E731
+        before = fds()
+        for _ in range(10):
+            sid = a.result("sandbox.create", {})["sandboxId"]
+            assert sh(a, sid, "true") == ""
+        # Quiet: each command's cgroup retired and swept, its timer closed with the last.
+        assert wait_until(lambda: (fds() - before) / 10 <= 15, timeout=30), (fds() - before) / 10
+    finally:
+        d.stop()

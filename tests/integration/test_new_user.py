@@ -210,6 +210,8 @@ def test_python_sdk_says_which_socket_has_no_daemon(tmp_path):
     ("[serve]\nsocket = /tmp/x\negress-hosts = /nonexistent\n", None,
      "--egress-hosts /nonexistent: No such file or directory"),
     ("[serve]\nsocket = /tmp/x\negress-ca = /etc/passwd\n", None, "--egress-ca /etc/passwd: no PEM certificate"),
+    ("[serve]\nsocket = /tmp/x\nexpiry-export-dir = /etc/passwd\n", None,
+     "--expiry-export-dir /etc/passwd: not a directory"),
 ])
 def test_check_config_names_what_is_wrong(tmp_path, text, line, words):
     """`sbx serve --check-config` (issue 28 item 7): each mistake said once, at its line."""
