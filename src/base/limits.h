@@ -394,6 +394,17 @@
 #define SBX_SANDBOX_COST_FDS 15U
 #define SBX_SANDBOX_MEMORY_PERCENT 75U
 #define SBX_DAEMON_RESERVE_FDS 1024U
+/* Parking (session/internal.h): a sandbox idle for SBX_PARK_AFTER_MS (`sbx serve
+ * --park-after`) gives back every fd it can have again when used, keeping
+ * SBX_SANDBOX_PARKED_FDS (pid 1's control socket, its default session's socket and holder's
+ * pidfd; 2 more per other session); a sweep every SBX_PARK_SWEEP_MS at most finds them. When
+ * fewer fds than SBX_PARK_HEADROOM sandboxes' idle cost are free, idle sandboxes are parked at
+ * once, least recently used first, so that the one asked for can be unparked and a create
+ * can go on. The fds share of the cap then counts parked sandboxes with that headroom kept. */
+#define SBX_PARK_AFTER_MS 5000U
+#define SBX_PARK_SWEEP_MS 1000U
+#define SBX_SANDBOX_PARKED_FDS 3U
+#define SBX_PARK_HEADROOM 64U
 /* fds the daemon holds for one sandbox beyond its idle cost, taken and given back as they come
  * (sandbox_fds_take()): a forwarded connection or a proxy relay (SBX_CONNECTION_FDS: both
  * sockets and a pipe each way), an open upload (2). At most SBX_MAX_SANDBOX_HELD_FDS for one

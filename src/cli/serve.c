@@ -96,8 +96,12 @@ static void usage(FILE *f) {
                 "                       at start from what the machine has free, each divided by a\n"
                 "                       sandbox's share: 75%% of MemAvailable / 4 MiB, free pids\n"
                 "                       (pid_max, pids cgroup) / 8, fds (RLIMIT_NOFILE, raised as\n"
-                "                       needed) / 18, and as root 8192 host id blocks. `health`\n"
-                "                       shows it (limits.maxSandboxes)\n"
+                "                       needed) / 15 (as root, with parking: / 3, less room for 64\n"
+                "                       in use), and as root 8192 host id blocks. `health` shows it\n"
+                "                       (limits.maxSandboxes)\n"
+                "      --park-after MS  a sandbox nothing used for MS gives back its fds but 3\n"
+                "                       (and 2 per other session), taken again at its next use\n"
+                "                       (as root only; 0: never). Default: 5000\n"
                 "      --expiry-export-dir DIR  where sandboxes made with onExpiry \"export\" leave\n"
                 "                       their archive (DIR/<id>-<ms>.tar.zst) when they expire\n"
                 "      --image-store DIR  where imported images live (sbx image import; create's\n"
@@ -255,7 +259,7 @@ enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OP
        OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX, OPT_POD_CIDR, OPT_POD_BRIDGE, OPT_KUBE_NODE, OPT_KUBECONFIG,
        OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL, OPT_KUBE_GATEWAY, OPT_KUBE_NAMESPACE,
        OPT_KUBELET_CERT, OPT_KUBELET_KEY, OPT_KUBELET_CA, OPT_CONSOLE_TOKEN, OPT_CONSOLE_DIR,
-       OPT_METRICS_NO_SANDBOXES };
+       OPT_METRICS_NO_SANDBOXES, OPT_PARK_AFTER };
 
 /* A console token is sent in a cookie and a header: nothing that needs quoting there. */
 #define CONSOLE_TOKEN_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-"
@@ -291,6 +295,7 @@ static const struct option serve_opts[] = {
         { "console-dir", required_argument, NULL, OPT_CONSOLE_DIR },
         { "metrics-no-sandboxes", no_argument, NULL, OPT_METRICS_NO_SANDBOXES },
         { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
+        { "park-after", required_argument, NULL, OPT_PARK_AFTER },
         { "image-store", required_argument, NULL, OPT_IMAGE_STORE },
         { "image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX },
         { "pod-cidr", required_argument, NULL, OPT_POD_CIDR },
@@ -327,6 +332,7 @@ typedef struct ServeOptions {
         const char *egress_private[SBX_MAX_EGRESS_PRIVATE_CIDRS + 1];
         unsigned n_egress_private;
         unsigned long max_sandboxes; /* 0: derived by the server */
+        long park_after;             /* ms; -1: SBX_PARK_AFTER_MS, 0: never */
         const char *expiry_dir;
         const char *image_store; /* NULL: the default one, if it can be had */
         const char *image_pools[SBX_MAX_IMAGE_POOLS]; /* --pool IMAGE=N: "IMAGE" */
@@ -457,6 +463,18 @@ static int max_sandboxes_arg(const char *arg, unsigned long *ret) {
         return 0;
 }
 
+static int park_after_arg(const char *arg, long *ret) {
+        char *end;
+        errno = 0;
+        long v = strtol(arg, &end, 10);
+        if (errno || end == arg || *end || v < 0 || v > 86400000L) {
+                fprintf(stderr, "sbx serve: --park-after takes 0 (never) to 86400000 ms\n");
+                return -EINVAL;
+        }
+        *ret = v;
+        return 0;
+}
+
 static int api_key_add(ServeOptions *o, const char *key) {
         if (o->n_api_keys >= SBX_MAX_API_KEYS || !*key || strlen(key) > SBX_MAX_API_KEY_BYTES) {
                 fprintf(stderr, "sbx serve: --api-key: at most %u keys of 1 to %u bytes\n", SBX_MAX_API_KEYS,
@@ -539,6 +557,7 @@ static int serve_option(ServeOptions *o, int c) {
                 return 0;
         case 'A': return egress_private_add(o, optarg);
         case OPT_MAX_SANDBOXES: return max_sandboxes_arg(optarg, &o->max_sandboxes);
+        case OPT_PARK_AFTER: return park_after_arg(optarg, &o->park_after);
         case 'v': sbx_log_level = LOG_DEBUG; return 0;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -EINVAL;
@@ -967,6 +986,8 @@ static int serve_start(const ServeOptions *o) {
                         return 2;
                 }
         unsigned max = server_set_max_sandboxes(s, (unsigned)o->max_sandboxes);
+        if (server_set_park_after(s, o->park_after < 0 ? SBX_PARK_AFTER_MS : (uint64_t)o->park_after) < 0)
+                fprintf(stderr, "sbx serve: sandboxes will not be parked: %s\n", strerror(errno));
         E2b *e2b = NULL;
         Console *console = NULL;
         KubeNode *kube = NULL;
@@ -1003,7 +1024,7 @@ static int serve_start(const ServeOptions *o) {
 int cmd_serve(int argc, char **argv) {
         _cleanup_(serve_options_done) ServeOptions o = {
                 .mode = "namespaces",
-                .pool = -1, .slots = -1, .system_slots = -1, .queue = -1, .deadline = -1, .lane = -1,
+                .pool = -1, .park_after = -1, .slots = -1, .system_slots = -1, .queue = -1, .deadline = -1, .lane = -1,
                 .kube_lease = -1,
                 .afd = -1,
         };

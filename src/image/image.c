@@ -42,6 +42,7 @@
 #include "sandbox/plain.h"
 #include "session/context.h"
 #include "session/freeze.h"
+#include "session/internal.h"
 #include "image/image_job.h"
 #include "session/run.h"
 #include "session/sandbox.h"
@@ -1097,6 +1098,7 @@ static ImageState *image_state(SbxSandbox *sb, bool create) {
 static int op_queue(SbxSandbox *sb, OpKind kind, SbxOpDoneFn done, void *ud, Op **ret) {
         if (sandbox_dying(sb))
                 return -ESRCH;
+        sbx_sandbox_unpark(sb); /* an expiry's export comes without a request */
         ImageState *st = image_state(sb, true);
         Op *op = st ? calloc(1, sizeof *op) : NULL;
         if (!op)

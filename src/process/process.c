@@ -68,6 +68,7 @@ struct SbxProcess {
         pid_t pid;
         char *command, *label;
         bool started, ended, leftover, pty, kill_requested, timed_out, status_known, freeing;
+        bool pinned; /* keeps its sandbox unparked (sandbox_pin()) until it ends, all of it */
         int wstatus;
         uint64_t started_ms, ended_ms;
         int out_fd, err_fd; /* a terminal's master is out_fd (and in_fd, a dup) */
@@ -399,6 +400,12 @@ static void check_kills(SbxProcess *p) {
         }
 }
 
+static void unpin(SbxProcess *p) {
+        if (p->pinned)
+                sandbox_unpin(p->core->self);
+        p->pinned = false;
+}
+
 static void cgroup_gone(SbxProcess *p) {
         Loop *l = p->core->loop;
         loop_del(l, &p->cg_w);
@@ -407,6 +414,8 @@ static void cgroup_gone(SbxProcess *p) {
         (void)cgroup_child_remove(&p->core->box.cg, p->cg_name);
         p->kill_at = 0;
         arm_timer(p);
+        if (p->ended)
+                unpin(p);
 }
 
 static void proc_end(SbxProcess *p) {
@@ -422,6 +431,8 @@ static void proc_end(SbxProcess *p) {
         arm_timer(p);
         tell(p, TELL_ENDED, 0, NULL, 0);
         check_kills(p);
+        if (p->cg < 0)
+                unpin(p);
 }
 
 static void cgroup_event(Watch *w, uint32_t events) {
@@ -571,6 +582,8 @@ static SbxProcess *process_by_id(SandboxHost *h, uint64_t id) {
 }
 
 static void link_proc(SandboxCore *core, SbxProcess *p) {
+        sandbox_pin(core->self);
+        p->pinned = true;
         TLIST_PUSH_FRONT(core->procs, core->procs_tail, p, next, prev);
         core->n_procs++;
         /* Without a table (out of memory at the first process) sbx_sandbox_process still
@@ -579,6 +592,7 @@ static void link_proc(SandboxCore *core, SbxProcess *p) {
 }
 
 static void unlink_proc(SandboxCore *core, SbxProcess *p) {
+        unpin(p);
         TLIST_UNLINK(core->procs, core->procs_tail, p, next, prev);
         core->n_procs--;
         index_del(sandbox_host(core->self), p);

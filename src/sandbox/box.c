@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -43,7 +44,7 @@ static int sealed_memfd(const char *name, const unsigned char *data, size_t len)
 
 int box_shared_init(BoxShared *s, bool process) {
         int r;
-        *s = (BoxShared){ .builtin_fd = -1, .pykernel_fd = -1, .process = process, .process_lock = -1 };
+        *s = (BoxShared){ .builtin_fd = -1, .pykernel_fd = -1, .process = process, .process_lock = -1, .getfd_ok = -1 };
         s->rootless = geteuid() != 0;
         s->user_uid = geteuid();
         s->user_gid = getegid();
@@ -270,6 +271,7 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         int r;
 
         *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .netns_fd = -1,
+                    .keep_root = -1, .keep_snap = -1, .keep_net = -1,
                     .proxy_fd = -1, .slot = -1, .process = s->process };
         r = take_host_ids(s, b, err, errlen);
         if (r < 0)
@@ -367,6 +369,9 @@ int box_ready(Box *b, char *err, size_t errlen) {
                 b->root_fd = fd;
                 b->snap_fd = snap;
                 b->proxy_fd = proxy;
+                b->keep_root = m.keep_root;
+                b->keep_snap = m.keep_snap;
+                b->keep_net = m.keep_net;
                 b->writable_dev = wst.st_dev;
                 b->ready = true;
                 return 1;
@@ -447,7 +452,60 @@ int box_read_exit(Box *b, pid_t *ret_pid, int *ret_status) {
         }
 }
 
+int box_park(BoxShared *s, Box *b) {
+        if (b->parked)
+                return 0;
+        if (!b->ready || b->process || b->keep_root < 0 || b->keep_snap < 0 || b->keep_net < 0 || b->init_pidfd < 0 ||
+            s->getfd_ok == 0)
+                return -EPERM;
+        if (s->getfd_ok < 0) {
+                /* Tried once: as root the daemon may; rootless, pid 1 is not dumpable and is
+                 * in a user namespace of its own, and it may not. */
+                int fd = (int)syscall(SYS_pidfd_getfd, b->init_pidfd, b->keep_root, 0);
+                s->getfd_ok = fd >= 0;
+                safe_close(fd);
+                if (!s->getfd_ok) {
+                        log_debug("sandboxes are not parked: pidfd_getfd: %s", strerror(errno));
+                        return -EPERM;
+                }
+        }
+        b->root_fd = safe_close(b->root_fd);
+        b->snap_fd = safe_close(b->snap_fd);
+        b->netns_fd = safe_close(b->netns_fd);
+        b->init_pidfd = safe_close(b->init_pidfd);
+        cgroup_sandbox_park(&b->cg);
+        b->parked = true;
+        return 0;
+}
+
+static int take_fd(int pidfd, int num, int *ret) {
+        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, num, 0);
+        if (fd < 0)
+                return negerrno();
+        /* pidfd_getfd() gives every fd O_CLOEXEC. */
+        *ret = fd;
+        return 0;
+}
+
+int box_unpark(Box *b) {
+        if (!b->parked)
+                return 0;
+        b->parked = false;
+        /* pid 1 is the daemon's child, reaped only through its pidfd: until then its pid is
+         * its own even if it has died, so this opens pid 1 and no other process. */
+        int ret = cgroup_sandbox_unpark(&b->cg), k;
+        b->init_pidfd = pidfd_open(b->init_pid, 0);
+        if (b->init_pidfd < 0)
+                return negerrno();
+        if ((k = take_fd(b->init_pidfd, b->keep_root, &b->root_fd)) < 0 ||
+            (k = take_fd(b->init_pidfd, b->keep_snap, &b->snap_fd)) < 0 ||
+            (k = take_fd(b->init_pidfd, b->keep_net, &b->netns_fd)) < 0)
+                ret = k;
+        return ret;
+}
+
 void box_kill(Box *b, bool kill_cgroup) {
+        (void)box_unpark(b);
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
@@ -493,6 +551,7 @@ static int remover_start(Box *b) {
 }
 
 int box_try_finish(BoxShared *s, Box *b) {
+        (void)box_unpark(b);
         if (b->init_pidfd >= 0) {
                 siginfo_t si = { 0 };
                 int w = waitid(P_PIDFD, (id_t)b->init_pidfd, &si, WEXITED | WNOHANG);
@@ -516,6 +575,7 @@ int box_try_finish(BoxShared *s, Box *b) {
 }
 
 void box_destroy(BoxShared *s, Box *b) {
+        (void)box_unpark(b);
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);

@@ -22,6 +22,9 @@ typedef struct BoxShared {
         bool process;              /* process mode (sandbox/plain.h): no namespace at all */
         char process_base[256];    /* process mode: where sandboxes' directories are made */
         int process_lock;          /* ... this daemon's own, locked while it lives (plain.h) */
+        /* Whether the daemon may take fds from its sandboxes' pid 1s (pidfd_getfd(2) needs
+         * ptrace's rights over them): 1 yes, 0 no, -1 not tried yet (box_park()). */
+        int getfd_ok;
         int builtin_fd;            /* sealed memfd with the bash builtin */
         int pykernel_fd;           /* sealed memfd with the Python kernel (pykernel.py) */
         struct sock_fprog seccomp; /* filter bytes, owned */
@@ -79,6 +82,10 @@ typedef struct Box {
          * that less SBX_PIDS_RESERVE), 0 where a cgroup limits processes or nothing does. */
         uint32_t nproc_limit;
         bool ready;     /* pid 1 reported its root built (root_fd valid) */
+        /* Parked (box_park()): root_fd, snap_fd, netns_fd and init_pidfd closed, the cgroups'
+         * fds too; pid 1 keeps the first three at these numbers of its own (-1: not kept). */
+        bool parked;
+        int keep_root, keep_snap, keep_net;
         dev_t writable_dev; /* st_dev of its writable tmpfs (/tmp, /home/user, /dev/shm) */
         CgroupSandbox cg;
         /* Process mode: the host directory that is its "/" for the files API (root_fd), ""
@@ -121,6 +128,14 @@ void box_destroy(BoxShared *s, Box *b);
  * process mode it then starts a process that removes the sandbox's directory, and returns 0
  * with b->init_pidfd the remover's (wait on it: it may be a new fd) until that one is
  * reaped. */
+/* An idle sandbox gives its fds back to the daemon's limit: its root's, store's and network
+ * namespace's (pid 1 keeps them), its pid 1's pidfd (its end is heard on ctl_fd, which stays)
+ * and its cgroups'. Only after READY, not in process mode, and where the daemon may take fds
+ * of pid 1 back (as root): 0 when parked, -EPERM (-EBUSY) when it cannot be (yet). */
+int box_park(BoxShared *s, Box *b);
+/* Takes them again: 0, or -errno when pid 1 is gone (what could not be had stays -1: the
+ * sandbox is dying). A no-op unless parked. */
+int box_unpark(Box *b);
 /* kill_cgroup: write its cgroup.kill here too (else the caller has it written). */
 void box_kill(Box *b, bool kill_cgroup);
 int box_try_finish(BoxShared *s, Box *b);

@@ -365,7 +365,7 @@ static int make_cmds(const CgroupRoot *r, CgroupSandbox *s, const CgroupLimits *
 int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *s) {
         char num[32];
         int rr;
-        *s = (CgroupSandbox){ .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1 };
+        *s = (CgroupSandbox){ .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1, .root = r };
         snprintf(s->name, sizeof s->name, "%s", name);
         s->dir = mkdirat_open(r->v2, name);
         if (s->dir < 0)
@@ -411,6 +411,10 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l
         close(rr);
         if ((rr = make_cmds(r, s, l)) < 0)
                 goto fail;
+        s->has_v1_memory = s->v1_memory >= 0;
+        s->has_v1_pids = s->v1_pids >= 0;
+        s->has_v1_cpu = s->v1_cpu >= 0;
+        s->has_v1_pids_cmds = s->v1_pids_cmds >= 0;
         return 0;
 fail:
         (void)cgroup_sandbox_destroy(r, s, 0);
@@ -442,20 +446,45 @@ static int read_counter(int dir, const char *file, const char *key, uint64_t *re
         return -ENOENT;
 }
 
+/* Where a reader of s reads: the held fd, or, parked, the directory opened for the read into
+ * *tmp (the caller's to close). `base` is the root's base of that hierarchy, `sub` a path below
+ * the sandbox's directory or NULL; -ENOENT where the directory does not exist. */
+static int dir_for_read(const CgroupSandbox *s, int held, bool has, int base, const char *sub, int *tmp) {
+        if (!s->parked)
+                return held;
+        if (!has || base < 0)
+                return -ENOENT;
+        char path[128];
+        if ((size_t)snprintf(path, sizeof path, "%s%s%s", s->name, sub ? "/" : "", sub ? sub : "") >= sizeof path)
+                return -ENAMETOOLONG;
+        *tmp = openat(base, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return *tmp < 0 ? negerrno() : *tmp;
+}
+
+static int v2_for_read(const CgroupSandbox *s, int *tmp) {
+        return dir_for_read(s, s->dir, true, s->root ? s->root->v2 : -1, NULL, tmp);
+}
+
 int cgroup_sandbox_pids_refused(const CgroupSandbox *s, uint64_t *ret) {
-        if (s->v1_pids_cmds >= 0)
-                return read_counter(s->v1_pids_cmds, "pids.events", "max", ret);
+        _cleanup_close_ int tmp = -1;
+        if (s->has_v1_pids_cmds)
+                return read_counter(dir_for_read(s, s->v1_pids_cmds, true, s->root ? s->root->v1_pids : -1, "cmds", &tmp),
+                                    "pids.events", "max", ret);
         _cleanup_close_ int cmds = cgroup_sandbox_open_cmds(s);
         return cmds < 0 ? cmds : read_counter(cmds, "pids.events", "max", ret);
 }
 
 int cgroup_sandbox_oom_kills(const CgroupSandbox *s, uint64_t *ret) {
-        bool v1 = s->v1_memory >= 0;
-        return read_counter(v1 ? s->v1_memory : s->dir, v1 ? "memory.oom_control" : "memory.events", "oom_kill", ret);
+        _cleanup_close_ int tmp = -1;
+        bool v1 = s->has_v1_memory;
+        int dir = v1 ? dir_for_read(s, s->v1_memory, true, s->root ? s->root->v1_memory : -1, NULL, &tmp)
+                     : v2_for_read(s, &tmp);
+        return read_counter(dir, v1 ? "memory.oom_control" : "memory.events", "oom_kill", ret);
 }
 
 int cgroup_sandbox_cpu_usec(const CgroupSandbox *s, uint64_t *ret) {
-        return read_counter(s->dir, "cpu.stat", "usage_usec", ret);
+        _cleanup_close_ int tmp = -1;
+        return read_counter(v2_for_read(s, &tmp), "cpu.stat", "usage_usec", ret);
 }
 
 /* A file holding one number. */
@@ -472,12 +501,58 @@ static int read_number(int dir, const char *file, uint64_t *ret) {
 }
 
 int cgroup_sandbox_memory(const CgroupSandbox *s, uint64_t *ret) {
-        return s->v1_memory >= 0 ? read_number(s->v1_memory, "memory.usage_in_bytes", ret)
-                                 : read_number(s->dir, "memory.current", ret);
+        _cleanup_close_ int tmp = -1;
+        return s->has_v1_memory
+                       ? read_number(dir_for_read(s, s->v1_memory, true, s->root ? s->root->v1_memory : -1, NULL, &tmp),
+                                     "memory.usage_in_bytes", ret)
+                       : read_number(v2_for_read(s, &tmp), "memory.current", ret);
 }
 
 int cgroup_sandbox_pids(const CgroupSandbox *s, uint64_t *ret) {
-        return s->v1_pids >= 0 ? read_number(s->v1_pids, "pids.current", ret) : read_number(s->dir, "pids.current", ret);
+        _cleanup_close_ int tmp = -1;
+        return s->has_v1_pids
+                       ? read_number(dir_for_read(s, s->v1_pids, true, s->root ? s->root->v1_pids : -1, NULL, &tmp),
+                                     "pids.current", ret)
+                       : read_number(v2_for_read(s, &tmp), "pids.current", ret);
+}
+
+void cgroup_sandbox_park(CgroupSandbox *s) {
+        if (s->parked || s->dir < 0)
+                return;
+        s->dir = safe_close(s->dir);
+        s->v1_memory = safe_close(s->v1_memory);
+        s->v1_pids = safe_close(s->v1_pids);
+        s->v1_cpu = safe_close(s->v1_cpu);
+        s->v1_pids_cmds = safe_close(s->v1_pids_cmds);
+        s->parked = true;
+}
+
+/* Reopens one of a parked sandbox's directories into *fd; 0 or -errno. */
+static int reopen(int base, const char *name, const char *sub, int *fd) {
+        if (base < 0)
+                return -ENOENT;
+        char path[128];
+        if ((size_t)snprintf(path, sizeof path, "%s%s%s", name, sub ? "/" : "", sub ? sub : "") >= sizeof path)
+                return -ENAMETOOLONG;
+        *fd = openat(base, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return *fd < 0 ? negerrno() : 0;
+}
+
+int cgroup_sandbox_unpark(CgroupSandbox *s) {
+        if (!s->parked)
+                return 0;
+        const CgroupRoot *r = s->root;
+        s->parked = false;
+        int ret = reopen(r->v2, s->name, NULL, &s->dir), k;
+        if (s->has_v1_memory && (k = reopen(r->v1_memory, s->name, NULL, &s->v1_memory)) < 0)
+                ret = k;
+        if (s->has_v1_pids && (k = reopen(r->v1_pids, s->name, NULL, &s->v1_pids)) < 0)
+                ret = k;
+        if (s->has_v1_cpu && (k = reopen(r->v1_cpu, s->name, NULL, &s->v1_cpu)) < 0)
+                ret = k;
+        if (s->has_v1_pids_cmds && (k = reopen(r->v1_pids, s->name, "cmds", &s->v1_pids_cmds)) < 0)
+                ret = k;
+        return ret;
 }
 
 int cgroup_count_procs(int dir) {
@@ -565,8 +640,21 @@ static int open_dir_at(int dirfd, const char *name) {
         return fd < 0 ? negerrno() : fd;
 }
 
-int cgroup_sandbox_open_init(const CgroupSandbox *s) { return s->dir < 0 ? -EBADF : open_dir_at(s->dir, "init"); }
-int cgroup_sandbox_open_cmds(const CgroupSandbox *s) { return s->dir < 0 ? -EBADF : open_dir_at(s->dir, "cmds"); }
+/* The sandbox's v2 directory, or parked, opened into *tmp; -EBADF when it has none. */
+static int v2_dir(const CgroupSandbox *s, int *tmp) {
+        if (!s->parked)
+                return s->dir < 0 ? -EBADF : s->dir;
+        return v2_for_read(s, tmp);
+}
+
+static int open_below(const CgroupSandbox *s, const char *path) {
+        _cleanup_close_ int tmp = -1;
+        int dir = v2_dir(s, &tmp);
+        return dir < 0 ? dir : open_dir_at(dir, path);
+}
+
+int cgroup_sandbox_open_init(const CgroupSandbox *s) { return open_below(s, "init"); }
+int cgroup_sandbox_open_cmds(const CgroupSandbox *s) { return open_below(s, "cmds"); }
 
 /* "cmds/<name>" into buf, or -ENAMETOOLONG. */
 static int child_path(const char *name, char *buf, size_t size) {
@@ -577,21 +665,25 @@ static int child_path(const char *name, char *buf, size_t size) {
 int cgroup_child_create(CgroupSandbox *s, const char *name) {
         char path[96];
         int r = child_path(name, path, sizeof path);
-        return r < 0 ? r : mkdirat_open(s->dir, path);
+        _cleanup_close_ int tmp = -1;
+        int dir = r < 0 ? r : v2_dir(s, &tmp);
+        return dir < 0 ? dir : mkdirat_open(dir, path);
 }
 
 int cgroup_child_open(const CgroupSandbox *s, const char *name) {
         char path[96];
         int r = child_path(name, path, sizeof path);
-        return r < 0 ? r : open_dir_at(s->dir, path);
+        return r < 0 ? r : open_below(s, path);
 }
 
 int cgroup_child_remove(CgroupSandbox *s, const char *name) {
         char path[96];
         int r = child_path(name, path, sizeof path);
-        if (r < 0)
-                return r;
-        if (unlinkat(s->dir, path, AT_REMOVEDIR) < 0)
+        _cleanup_close_ int tmp = -1;
+        int dir = r < 0 ? r : v2_dir(s, &tmp);
+        if (dir < 0)
+                return dir;
+        if (unlinkat(dir, path, AT_REMOVEDIR) < 0)
                 return negerrno();
         return 0;
 }
@@ -679,6 +771,7 @@ static void remove_children(int dirfd) {
 }
 
 int cgroup_sandbox_try_remove(CgroupRoot *r, CgroupSandbox *s) {
+        (void)cgroup_sandbox_unpark(s);
         if (s->dir >= 0 && cgroup_populated(s->dir) > 0)
                 return -EBUSY;
         return cgroup_sandbox_destroy(r, s, 0);
@@ -686,6 +779,7 @@ int cgroup_sandbox_try_remove(CgroupRoot *r, CgroupSandbox *s) {
 
 int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms) {
         int ret = 0;
+        (void)cgroup_sandbox_unpark(s);
         if (s->dir >= 0) {
                 (void)cgroup_kill(s->dir);
                 if (wait_empty(s->dir, timeout_ms) != 0)

@@ -35,6 +35,12 @@ typedef struct CgroupSandbox {
         int v1_memory, v1_pids, v1_cpu; /* v1 <base>/<sandbox>, or -1 */
         int v1_pids_cmds; /* v1 <base>/<sandbox>/cmds of pids, or -1 */
         bool cmds_pids;   /* cmds has a pids limit of its own (the shells' reserve) */
+        /* Parked (cgroup_sandbox_park()): every fd above closed, the directories named by
+         * `name` below root's bases; has_* say which of them exist. The readers of counters
+         * work parked, opening what they read for the read. */
+        bool parked;
+        bool has_v1_memory, has_v1_pids, has_v1_cpu, has_v1_pids_cmds;
+        const CgroupRoot *root;
         char name[64];
 } CgroupSandbox;
 
@@ -87,6 +93,11 @@ int cgroup_sandbox_destroy(CgroupRoot *r, CgroupSandbox *s, int timeout_ms);
 /* Removes the sandbox's cgroups if nothing is left in them: 0, -EBUSY while processes
  * remain (call again later), or -errno. */
 int cgroup_sandbox_try_remove(CgroupRoot *r, CgroupSandbox *s);
+
+/* An idle sandbox's cgroups give their fds back: the directories stay, named. Unparking
+ * reopens them: 0 or -errno (what could not be opened stays -1). */
+void cgroup_sandbox_park(CgroupSandbox *s);
+int cgroup_sandbox_unpark(CgroupSandbox *s);
 
 /* The sandbox's init and cmds cgroups (v2): a new dir fd (the caller's), or -errno. */
 int cgroup_sandbox_open_init(const CgroupSandbox *s);

@@ -24,11 +24,13 @@
 #include "sandbox/init.h"
 
 /* Says how setup went; on success hands over `root`, an O_PATH fd of the new root, through
- * which the daemon's files API reaches the sandbox's filesystem (closed here), the snapshot
- * store's, its network namespace and, when there is one, the egress proxy's listening
- * socket. */
-static void send_ready(int fd, int status, const char *text, int root, int snap, int proxy) {
-        InitMsg m = { .type = INIT_READY, .status = status };
+ * which the daemon's files API reaches the sandbox's filesystem, the snapshot store's, its
+ * network namespace and, when there is one, the egress proxy's listening socket. With `keep`
+ * pid 1 keeps its root, store and namespace open and says where, so that a daemon may give
+ * its own copies back while the sandbox idles and take them again (the store, mounted
+ * nowhere, lives only as long as an fd of it does); else they are closed here. */
+static void send_ready(int fd, int status, const char *text, int root, int snap, int proxy, bool keep) {
+        InitMsg m = { .type = INIT_READY, .status = status, .keep_root = -1, .keep_snap = -1, .keep_net = -1 };
         snprintf(m.text, sizeof m.text, "%s", text ? text : "");
         union {
                 struct cmsghdr align;
@@ -50,9 +52,17 @@ static void send_ready(int fd, int status, const char *text, int root, int snap,
                 c->cmsg_len = CMSG_LEN(n * sizeof(int));
                 memcpy(CMSG_DATA(c), fds, n * sizeof(int));
         }
+        if (keep && mh.msg_control) {
+                m.keep_root = root;
+                m.keep_snap = snap;
+                m.keep_net = net;
+        }
         (void)sendmsg(fd, &mh, MSG_NOSIGNAL);
-        safe_close(root);
-        safe_close(net);
+        if (!keep || !mh.msg_control) {
+                safe_close(root);
+                safe_close(net);
+                safe_close(snap);
+        }
 }
 
 static int loopback_up(void) {
@@ -440,7 +450,7 @@ static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[stati
         if (r >= 0)
                 r = landlock_policy_apply(c->policy, err, 400);
         if (r < 0) {
-                send_ready(ctl, r, err, -1, -1, -1);
+                send_ready(ctl, r, err, -1, -1, -1, false);
                 _exit(1); /* the shell started early reads the end of its pipe */
         }
         *ret_proxy = proxy;
@@ -472,7 +482,7 @@ static int setup_plain_or_exit(InitConfig *ic, int ctl, int *ret_root) {
         if (r >= 0 && (r = confine(ic)) < 0)
                 snprintf(err, sizeof err, "confine pid 1: %s", strerror(-r));
         if (r < 0) {
-                send_ready(ctl, r, err, -1, -1, -1);
+                send_ready(ctl, r, err, -1, -1, -1, false);
                 _exit(1);
         }
         return snap;
@@ -553,9 +563,8 @@ void init_main(const InitConfig *config) {
 
         signal(SIGPIPE, SIG_IGN);
         int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        send_ready(ctl, 0, NULL, root, snap, proxy);
-        /* The daemon holds the store and the proxy's socket now; pid 1 has no use for them. */
-        safe_close(snap);
+        send_ready(ctl, 0, NULL, root, snap, proxy, !c->plain);
+        /* The daemon holds the proxy's socket now; pid 1 has no use for it. */
         safe_close(proxy);
         /* The root is the sandbox's for every process now: the default session's shell may go. */
         if (go >= 0) {

@@ -34,6 +34,10 @@ typedef struct InitMsg {
         uint32_t type;
         int32_t status;
         int32_t pid;
+        /* READY: where pid 1 keeps the root, the snapshot store and the network namespace it
+         * sent (its own fd numbers, -1 when not kept), for a daemon that gave its copies back
+         * to take them again (pidfd_getfd(2); see box_park()). */
+        int32_t keep_root, keep_snap, keep_net;
         char text[480];
 } InitMsg;
 

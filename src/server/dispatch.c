@@ -150,6 +150,7 @@ static int resolve_sandbox(Req *r, RpcError *e) {
                 if (!r->sb)
                         return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox not created. Call \"create\" first.");
                 registry_touch(r->sb);
+                registry_wake(r->sb);
                 return 0;
         }
         if (!json_is_string(v))
@@ -158,6 +159,7 @@ static int resolve_sandbox(Req *r, RpcError *e) {
         if (!r->sb)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown sandboxId: %.64s", json_string_value(v));
         registry_touch(r->sb);
+        registry_wake(r->sb);
         return 0;
 }
 

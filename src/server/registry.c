@@ -15,6 +15,7 @@
 #include "server/audit.h"
 #include "server/conn.h"
 #include "server/registry.h"
+#include "session/internal.h"
 
 /* A connection's sandboxes; exists while it owns at least one. */
 struct RegOwner {
@@ -317,7 +318,81 @@ unsigned registry_set_max(Registry *reg, unsigned n) {
 
 static unsigned max_of(const Registry *reg) { return reg->max_sandboxes ? reg->max_sandboxes : SBX_MAX_SERVER_SANDBOXES; }
 
-int registry_check_room(const Registry *reg, RpcError *e) {
+/* ---------------------------------------------------------------- parking */
+
+/* Parks sandboxes idle for at least min_idle_ms (other than `keep`) until `want` fds are spare
+ * or none is left to park; least recently used first would need a sorted list, so the oldest
+ * made are tried first (the list's tail), which an idle fleet makes the same. */
+static void park_until(Registry *reg, const SrvSandbox *keep, int64_t want, uint64_t min_idle_ms) {
+        if (!reg->head || sbx_sandbox_fds_spare(reg->head->sb) >= want)
+                return;
+        SrvSandbox *tail = reg->head;
+        while (tail->next)
+                tail = tail->next;
+        uint64_t now = now_ms();
+        for (SrvSandbox *sb = tail; sb; sb = sb->prev) {
+                if (sb == keep || sbx_sandbox_parked(sb->sb) || now - sb->used_ms < min_idle_ms)
+                        continue;
+                if (sbx_sandbox_park(sb->sb) == -EPERM)
+                        return; /* none can be: rootless, or process mode */
+                if (sbx_sandbox_fds_spare(sb->sb) >= want)
+                        return;
+        }
+}
+
+static int64_t headroom(void) { return (int64_t)SBX_PARK_HEADROOM * SBX_SANDBOX_COST_FDS; }
+
+void registry_wake(SrvSandbox *sb) {
+        if (!sbx_sandbox_parked(sb->sb))
+                return;
+        Registry *reg = sb->registry;
+        if (reg->park_after_ms && sbx_sandbox_fds_spare(sb->sb) < headroom())
+                park_until(reg, sb, headroom(), 0);
+        sbx_sandbox_unpark(sb->sb);
+}
+
+static void park_event(Watch *w, uint32_t events) {
+        Registry *reg = w->data;
+        uint64_t ticks, now = now_ms();
+        (void)!read(reg->park_timer, &ticks, sizeof ticks);
+        for (SrvSandbox *sb = reg->head; sb; sb = sb->next)
+                if (now - sb->used_ms >= reg->park_after_ms && !sbx_sandbox_parked(sb->sb) &&
+                    sbx_sandbox_park(sb->sb) == -EPERM)
+                        break;
+}
+
+int registry_set_parking(Registry *reg, Loop *loop, uint64_t after_ms) {
+        registry_stop_parking(reg);
+        reg->park_after_ms = after_ms;
+        if (!after_ms)
+                return 0;
+        int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (fd < 0)
+                return negerrno();
+        uint64_t every = MAX(MIN(after_ms / 2, (uint64_t)SBX_PARK_SWEEP_MS), 10);
+        struct itimerspec its = { .it_interval = { (time_t)(every / 1000), (long)(every % 1000) * 1000000L } };
+        its.it_value = its.it_interval;
+        int r = timerfd_settime(fd, 0, &its, NULL) < 0 ? negerrno() : loop_add(loop, &reg->park_w, fd, EPOLLIN, park_event, reg);
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        reg->park_timer = fd;
+        reg->loop = loop;
+        return 0;
+}
+
+void registry_stop_parking(Registry *reg) {
+        if (reg->park_timer > 0) {
+                loop_del(reg->loop, &reg->park_w);
+                reg->park_timer = safe_close(reg->park_timer);
+        }
+        reg->park_timer = 0;
+}
+
+int registry_check_room(Registry *reg, RpcError *e) {
+        if (reg->park_after_ms && reg->head && sbx_sandbox_fds_spare(reg->head->sb) < headroom())
+                park_until(reg, NULL, headroom(), 0);
         if (reg->n_sandboxes >= max_of(reg))
                 return rpc_fail(e, RPC_WORKER_UNAVAILABLE,
                                 "WORKER_UNAVAILABLE: Maximum of %u concurrent sandboxes reached (the server's "

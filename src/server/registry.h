@@ -79,6 +79,12 @@ struct Registry {
         size_t id_buckets;
         RegOwner **by_owner;
         size_t owner_buckets, n_owners;
+        /* Parking (session/internal.h): sandboxes unused for park_after_ms are parked by a
+         * sweep on park_timer; 0: never. */
+        uint64_t park_after_ms;
+        int park_timer;
+        Watch park_w;
+        Loop *loop;
 };
 
 /* What one idle sandbox with a warm session costs, measured at start or named by the flag,
@@ -104,8 +110,14 @@ void registry_derive_max(RegistryBound *ret);
 /* Sets the cap: n, or for 0 what registry_derive_max finds. The daemon's fd limit is raised
  * to fit n sandboxes where it can be. Returns the cap. */
 unsigned registry_set_max(Registry *reg, unsigned n);
-/* Fails with -32001 WORKER_UNAVAILABLE when no sandbox may be added. Returns 0 or -1. */
-int registry_check_room(const Registry *reg, RpcError *e);
+/* Fails with -32001 WORKER_UNAVAILABLE when no sandbox may be added. Returns 0 or -1. Parks
+ * idle sandboxes first when fds are short (SBX_PARK_HEADROOM). */
+int registry_check_room(Registry *reg, RpcError *e);
+/* Parks sandboxes unused for after_ms (0: none is ever parked), from a sweep on loop. Returns
+ * 0 or -errno. */
+int registry_set_parking(Registry *reg, Loop *loop, uint64_t after_ms);
+/* Stops the sweep (the server's end). */
+void registry_stop_parking(Registry *reg);
 /* Takes box into the registry, owned by owner (none with REGISTRY_PERSIST), usable by uid;
  * label may be NULL. Returns 0, or -ENOMEM with box still the caller's. */
 int registry_add(Registry *reg, SbxSandbox *box, Conn *owner, uid_t uid, unsigned flags, const char *label,
@@ -125,6 +137,8 @@ void registry_destroy_all(Registry *reg);
 int registry_set_expiry(SrvSandbox *sb, Loop *loop, uint64_t lifetime_ms, uint64_t idle_ms);
 /* A request named sb: its idle time starts again. */
 void registry_touch(SrvSandbox *sb);
+/* Unparks it, making room first when fds are short. */
+void registry_wake(SrvSandbox *sb);
 
 /* Whether connection c, of user uid, may use sb. */
 bool registry_may_use(const SrvSandbox *sb, const Conn *c, uid_t uid);

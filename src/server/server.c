@@ -334,6 +334,13 @@ int server_set_egress(Server *s, const char *hosts_file, const char *const *allo
 }
 unsigned server_set_max_sandboxes(Server *s, unsigned n) { return registry_set_max(&s->core.registry, n); }
 
+int server_set_park_after(Server *s, uint64_t ms) {
+        int r = registry_set_parking(&s->core.registry, s->loop, ms);
+        if (r < 0)
+                errno = -r;
+        return r;
+}
+
 int server_add_stdio(Server *s) {
         Conn *c;
         int r = conn_new(&s->conns, STDIN_FILENO, STDOUT_FILENO, true, geteuid(), &c);
@@ -496,6 +503,7 @@ int server_run(Server *s) {
 Server *server_free(Server *s) {
         if (!s)
                 return NULL;
+        registry_stop_parking(&s->core.registry);
         registry_destroy_all(&s->core.registry);
         conn_close_all(&s->conns);
         s->core.audit = audit_free(s->core.audit);

@@ -85,6 +85,9 @@ int server_set_egress(Server *s, const char *hosts_file, const char *const *allo
 /* The most sandboxes held at once: n, or for 0 a number derived from what the machine has
  * free (memory, pids, fds); the fd limit is raised to fit. Returns the cap in force. */
 unsigned server_set_max_sandboxes(Server *s, unsigned n);
+/* Sandboxes unused for ms are parked (session/internal.h; 0: never). Returns 0 or -errno
+ * (errno set too). */
+int server_set_park_after(Server *s, uint64_t ms);
 /* Runs until shutdown; returns the process exit code. */
 int server_run(Server *s);
 void server_shutdown(Server *s);

@@ -45,6 +45,15 @@ typedef struct SandboxCore {
          * its command's cgroup goes through it, never a blocking write in the loop. */
         struct Mover *mover;
         uint64_t held_fds; /* fds held for it beyond its idle cost (sandbox_fds_take) */
+        /* Parked (sbx_sandbox_park()): its box's and idle sessions' fds given back. What hears
+         * an event of a parked sandbox calls unpark(core) first (sandbox.c's: the box, pid 1's
+         * watch, every session). pins: the rooms' long-lived users of its fds (a file watch,
+         * a process, exposed ports) that keep it from being parked. park_fs_*: its tmpfs's use
+         * when parked, for the metrics (nothing writes there while it is parked). */
+        bool parked;
+        void (*unpark)(struct SandboxCore *core);
+        unsigned pins;
+        uint64_t park_fs_bytes, park_fs_files;
         /* The context's rooms (room.h), told of what happens to the sandbox. */
         const RoomTable *rooms;
         /* process.c: the sandbox's processes, newest first, at most SBX_MAX_PROCESSES */

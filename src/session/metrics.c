@@ -13,8 +13,14 @@
 #include "session/metrics.h"
 
 /* Its writable tmpfs's use. Process mode has none of its own (its directory is the host's). */
-static void read_fs(const Box *b, SbxMetricsSample *s) {
+static void read_fs(const SandboxCore *core, SbxMetricsSample *s) {
+        const Box *b = &core->box;
         struct statfs st;
+        if (core->parked) {
+                s->fs_bytes = core->park_fs_bytes;
+                s->fs_files = core->park_fs_files;
+                return;
+        }
         if (b->process || b->root_fd < 0)
                 return;
         _cleanup_close_ int fd = openat(b->root_fd, "tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -29,7 +35,7 @@ int metrics_read(SandboxCore *core, bool cheap, SbxMetricsSample *ret) {
         if (!core->box.ready)
                 return -EAGAIN;
         (void)cgroup_sandbox_cpu_usec(&core->box.cg, &ret->cpu_usec);
-        read_fs(&core->box, ret);
+        read_fs(core, ret);
         if (!cheap) {
                 (void)cgroup_sandbox_memory(&core->box.cg, &ret->memory_bytes);
                 (void)cgroup_sandbox_pids(&core->box.cg, &ret->pids);

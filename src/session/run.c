@@ -22,6 +22,7 @@
 #include "session/run.h"
 
 static void pump(SbxSession *s);
+static void fail_all(SbxSession *s, int exit_code, const char *msg);
 
 static void pump_deferred(void *data) { pump(data); }
 
@@ -745,6 +746,12 @@ static bool run_begin(SbxSession *s) {
 static void pump(SbxSession *s) {
         SandboxCore *core = s->core;
         s->pump_pending = false;
+        if (core->dying && (s->queue || s->current) && s->sock < 0) {
+                /* pid 1 is gone and no shell is left to run anything: what waits would only
+                 * time out. */
+                fail_all(s, 1, "sbx: the sandbox is gone (its pid 1 exited)\n");
+                return;
+        }
         if (s->broken && s->queue && !core->dying) {
                 s->broken = false;
                 if (session_start_shell(s) < 0)

@@ -274,8 +274,12 @@ static int pod_attach(SbxSandbox *sb) {
 
 /* pid 1's word on its setup, taken from the loop: creating a sandbox never waits for it.
  * After that, its reports of processes that ended. */
+static void sandbox_unpark(SbxSandbox *sb);
+static void core_unpark(SandboxCore *core);
+
 static void ctl_event(Watch *w, uint32_t events) {
         SbxSandbox *sb = w->data;
+        sandbox_unpark(sb);
         char err[512];
         if (sb->setup > 0 || sb->init_ready) {
                 pid_t pid;
@@ -337,6 +341,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         options_fill_limits(&sb->core.limits);
         sb->core.timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
         sb->core.hold_after = UINT64_MAX;
+        sb->core.unpark = core_unpark;
         sb->core.self = sb;
         sb->core.kill_leftovers = o->kill_leftovers;
         sb->setup_timer = -1;
@@ -666,6 +671,7 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         if (!sb)
                 return NULL;
         Loop *l = sb->core.loop;
+        sandbox_unpark(sb);
         sb->core.dying = true;
         /* Observers first (an operation in flight fails and lets go of its runs), each
          * dropped before it is told. */
@@ -700,11 +706,87 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         return NULL;
 }
 
+/* ---------------------------------------------------------------- parking */
+
+/* The fds the daemon holds for its sandboxes, by their idle costs, plus its reserve. */
+static uint64_t host_fds_estimate(const SandboxHost *h) {
+        unsigned parked = MIN(h->n_parked, h->n_sandboxes);
+        return (uint64_t)(h->n_sandboxes - parked) * SBX_SANDBOX_COST_FDS + (uint64_t)parked * SBX_SANDBOX_PARKED_FDS +
+               h->held_fds + SBX_DAEMON_RESERVE_FDS;
+}
+
+int64_t sbx_sandbox_fds_spare(const SbxSandbox *sb) {
+        const SandboxHost *h = sb->host;
+        return h->nofile ? (int64_t)h->nofile - (int64_t)host_fds_estimate(h) : INT64_MAX;
+}
+
+unsigned sbx_sandbox_parked_count(const SbxSandbox *sb) { return sb->host->n_parked; }
+
+static void sandbox_unpark(SbxSandbox *sb) {
+        if (!sb->core.parked)
+                return;
+        sb->core.parked = false;
+        sb->host->n_parked--;
+        int r = box_unpark(&sb->core.box);
+        if (r < 0)
+                log_debug("sandbox %s: unparked without all of its fds: %s", sb->core.box.id, strerror(-r));
+        /* A pid 1 that died while parked is heard now: its pidfd is readable at once. */
+        if (sb->core.box.init_pidfd >= 0)
+                (void)loop_add(sb->core.loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                session_unpark(s);
+}
+
+static void core_unpark(SandboxCore *core) { sandbox_unpark(core->self); }
+
+int sbx_sandbox_park(SbxSandbox *sb) {
+        if (sb->core.parked)
+                return 0;
+        if (sb->host->shared.getfd_ok == 0 || sb->core.box.process)
+                return -EPERM;
+        if (sb->setup <= 0 || sb->core.dying || sb->core.paused || sb->pause_done || sb->observers || sb->core.pins ||
+            sb->core.held_fds || sb->core.tree_busy || sb->core.hold_after != UINT64_MAX || sb->core.bg.pipes ||
+            sb->core.bg.cgroups || sb->default_sock >= 0 || sb->pod_job.pidfd >= 0 || sb->core.box.proxy_fd >= 0)
+                return -EBUSY;
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                if ((s->state != SS_IDLE && s->sock >= 0) || s->current || s->queue || s->refused || s->pump_pending)
+                        return -EBUSY;
+        SbxMetricsSample m;
+        if (metrics_read(&sb->core, true, &m) == 0) {
+                sb->core.park_fs_bytes = m.fs_bytes;
+                sb->core.park_fs_files = m.fs_files;
+        }
+        int r = box_park(&sb->host->shared, &sb->core.box);
+        if (r < 0)
+                return r;
+        loop_del(sb->core.loop, &sb->init_w);
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                if (s->sock >= 0)
+                        (void)session_park(s);
+        sb->core.parked = true;
+        sb->host->n_parked++;
+        return 0;
+}
+
+void sbx_sandbox_unpark(SbxSandbox *sb) { sandbox_unpark(sb); }
+
+bool sbx_sandbox_parked(const SbxSandbox *sb) { return sb->core.parked; }
+
+void sandbox_pin(SbxSandbox *sb) {
+        sandbox_unpark(sb);
+        sb->core.pins++;
+}
+
+void sandbox_unpin(SbxSandbox *sb) {
+        if (sb->core.pins)
+                sb->core.pins--;
+}
+
 int sandbox_fds_take(SbxSandbox *sb, unsigned n) {
         SandboxHost *h = sb->host;
         if (sb->core.held_fds + n > SBX_MAX_SANDBOX_HELD_FDS)
                 return -EMFILE;
-        uint64_t keep = (uint64_t)h->n_sandboxes * SBX_SANDBOX_COST_FDS + SBX_DAEMON_RESERVE_FDS;
+        uint64_t keep = host_fds_estimate(h) - h->held_fds;
         if (h->nofile && h->held_fds + n + keep > h->nofile)
                 return -ENFILE;
         sb->core.held_fds += n;

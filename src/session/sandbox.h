@@ -49,6 +49,7 @@ typedef struct SandboxHost {
          * for them beyond their idle cost (sandbox_fds_take()). */
         uint64_t nofile, held_fds;
         unsigned n_sandboxes;
+        unsigned n_parked; /* of them, parked (sbx_sandbox_park()) */
         struct Egress *egress; /* net/egress.c: the allowlist proxies' resolver, made on first use */
         /* Every open upload of every sandbox (files/fileapi.c), so that a client's are found
          * without visiting every sandbox. */
@@ -136,4 +137,9 @@ unsigned *sandbox_freeze_holds(SbxSandbox *sb);
  * when the daemon would keep fewer free than every sandbox's idle cost and its reserve; the
  * caller then refuses what it was asked. sandbox_fds_give() returns them. */
 int sandbox_fds_take(SbxSandbox *sb, unsigned n);
+/* A room's long-lived user of the sandbox's fds (a file watch, a running process, exposed
+ * ports), whose events come without a request: the sandbox is unparked and stays so until
+ * every pin is gone. */
+void sandbox_pin(SbxSandbox *sb);
+void sandbox_unpin(SbxSandbox *sb);
 void sandbox_fds_give(SbxSandbox *sb, unsigned n);

@@ -409,8 +409,16 @@ static void on_message(SbxSession *s, const WireHdr *h, pid_t pid) {
         }
 }
 
+/* What is heard of a parked sandbox finds its fds first. */
+static void wake(SbxSession *s) {
+        if (s->core->parked && s->core->unpark)
+                s->core->unpark(s->core);
+        session_unpark(s);
+}
+
 static void session_event(Watch *w, uint32_t events) {
         SbxSession *s = w->data;
+        wake(s);
         for (int i = 0; i < 8; i++) {
                 WireHdr h;
                 pid_t pid;
@@ -447,12 +455,14 @@ static void session_event(Watch *w, uint32_t events) {
 /* The holder died without being told to: the session's state is lost. */
 static void holder_event(Watch *w, uint32_t events) {
         SbxSession *s = w->data;
+        wake(s);
         log_debug("session %s: holder %d died", s->name, (int)s->holder_pid);
         session_lose(s);
 }
 
 void session_close_shell(SbxSession *s) {
         Loop *l = s->core->loop;
+        wake(s);
         loop_del(l, &s->sock_w);
         s->sock = safe_close(s->sock);
         loop_del(l, &s->holder_w);
@@ -523,6 +533,46 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
         s->spare_pidfd = s->spare_cg = -1;
+}
+
+int session_park(SbxSession *s) {
+        if (s->parked)
+                return 0;
+        if (s->state != SS_IDLE || s->spare_pidfd >= 0 || s->move_id || s->spare_move_id || s->leaving_cg >= 0 ||
+            s->run_cg >= 0 || s->worker_pidfd < 0 || s->cg < 0 || s->queue)
+                return -EBUSY;
+        s->worker_pidfd = safe_close(s->worker_pidfd);
+        s->cg = safe_close(s->cg);
+        s->parked = true;
+        return 0;
+}
+
+void session_unpark(SbxSession *s) {
+        if (!s->parked)
+                return;
+        s->parked = false;
+        SandboxCore *core = s->core;
+        s->cg = cgroup_child_open(&core->box.cg, s->cg_name);
+        if (s->cg < 0) {
+                log_warn("session %s: its worker's cgroup %s is gone: %s", s->name, s->cg_name, strerror(-s->cg));
+                s->cg = -1;
+        }
+        /* The pid may be another process's if the worker died meanwhile: it is the worker only
+         * if it is still the one process of the cgroup the daemon moved the worker into (no
+         * process of the sandbox can move itself there). */
+        int fd = pidfd_open(s->spawned_pid, 0);
+        if (fd >= 0 && s->cg >= 0 && cgroup_only_pid(s->cg, s->spawned_pid) == 1 && !pidfd_is_dead(fd)) {
+                s->worker_pidfd = fd;
+                return;
+        }
+        safe_close(fd);
+        log_debug("session %s: idle worker %d gone while parked", s->name, (int)s->spawned_pid);
+        /* As on_died() for an idle worker: the holder, its parent, says DIED and forks the next. */
+        s->state = SS_WAIT_READY;
+        s->worker_pid = 0;
+        forget_worker(s);
+        if (s->cg >= 0)
+                bglog_retire_cgroup(&core->bg, TAKE_FD(s->cg), s->cg_name);
 }
 
 bool session_idle(const SbxSession *s) { return s->state == SS_IDLE; }

@@ -89,6 +89,7 @@ struct SbxSession {
         bool broken;        /* the shell could not start; retried on the next run */
         bool reset_unsaid;  /* the holder died with no run of a caller in it: the next such
                              * run's result says the session started over */
+        bool parked;        /* idle, worker_pidfd and cg closed (session_park()) */
 };
 
 /* Fills in a new session's shell fields (no shell yet). */
@@ -107,6 +108,13 @@ void session_close_shell(SbxSession *s);
 /* Gives the shells up (the holder died, or pid 1 did): they are killed and the owner of the
  * runs is told the state is lost. */
 void session_lose(SbxSession *s);
+/* An idle session gives back the fds of its worker (its pidfd, its command cgroup's); its
+ * holder's pidfd and its socket stay, on which its changes are heard. 0 when parked, -EBUSY
+ * when it is not idle. session_unpark() takes them again and checks that the worker is the
+ * one it was (alone in its cgroup): if it died meanwhile the session waits for the holder's
+ * next worker, as after a death heard. */
+int session_park(SbxSession *s);
+void session_unpark(SbxSession *s);
 /* Whether a worker is idle, waiting for a run. */
 bool session_idle(const SbxSession *s);
 /* Whether the session waits for its holder to fork a worker. */
