@@ -985,9 +985,10 @@ static int serve_start(const ServeOptions *o) {
                         server_free(s);
                         return 2;
                 }
-        unsigned max = server_set_max_sandboxes(s, (unsigned)o->max_sandboxes);
+        /* Parking first: the cap derived counts parked sandboxes' fds. */
         if (server_set_park_after(s, o->park_after < 0 ? SBX_PARK_AFTER_MS : (uint64_t)o->park_after) < 0)
                 fprintf(stderr, "sbx serve: sandboxes will not be parked: %s\n", strerror(errno));
+        unsigned max = server_set_max_sandboxes(s, (unsigned)o->max_sandboxes);
         E2b *e2b = NULL;
         Console *console = NULL;
         KubeNode *kube = NULL;

@@ -7,6 +7,7 @@
 #include "server/conn.h"
 #include "server/handler.h"
 #include "methods/methods.h"
+#include "session/internal.h"
 
 static json_t *lane_json(const Lanes *l, LaneId id) {
         const Lane *ln = &l->lane[id];
@@ -42,9 +43,10 @@ static int m_health(Req *r, json_t **ret, RpcError *e) {
 static json_t *health_json(Core *core) {
         json_t *ret_;
         json_t **ret = &ret_;
-        unsigned sessions = 0, processes = 0, running, queued;
+        unsigned sessions = 0, processes = 0, parked = 0, running, queued;
         /* Answering an explicit request: a walk over every sandbox is fine here. */
         for (SrvSandbox *sb = registry_next(&core->registry, NULL); sb; sb = registry_next(&core->registry, sb)) {
+                parked += sbx_sandbox_parked(sb->sb);
                 for (SbxSession *ss = sbx_session_next(sb->sb, NULL); ss; ss = sbx_session_next(sb->sb, ss))
                         sessions++;
                 for (SbxProcess *p = sbx_sandbox_next_process(sb->sb, NULL); p; p = sbx_sandbox_next_process(sb->sb, p)) {
@@ -66,8 +68,10 @@ static json_t *health_json(Core *core) {
                          t->completed ? (double)t->exec_ms_sum / (double)t->completed : 0.0, "lanes", "interactive",
                          lane_json(&core->lanes, LANE_INTERACTIVE), "system", lane_json(&core->lanes, LANE_SYSTEM),
                          "memory", "daemonRssBytes", (json_int_t)daemon_rss_bytes());
-        if (*ret)
+        if (*ret) {
                 json_object_set_new(*ret, "audit", audit_health_json(core->audit));
+                json_object_set_new(*ret, "parked", json_integer(parked));
+        }
         const Registry *reg = &core->registry;
         if (*ret)
                 json_object_set_new(*ret, "limits",

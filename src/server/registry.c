@@ -2,6 +2,7 @@
 /* The sandbox registry: adding, finding under the ownership rules, destroying, and the cap
  * on how many there are. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,9 +261,21 @@ static uint64_t fds_raise(uint64_t want) {
         return rl.rlim_cur;
 }
 
+/* Parking takes pid 1's fds back with pidfd_getfd(2), which needs CAP_SYS_PTRACE over it:
+ * root's, in the initial user namespace. */
+static bool parking_possible(void) {
+        if (geteuid() != 0)
+                return false;
+        char text[4096];
+        ssize_t n = read_file_at(AT_FDCWD, "/proc/self/status", text, sizeof text);
+        const char *p = n > 0 ? strstr(text, "\nCapEff:") : NULL;
+        unsigned long long caps;
+        return p && sscanf(p + 8, "%llx", &caps) == 1 && (caps & (1ULL << 19)); /* CAP_SYS_PTRACE */
+}
+
 static unsigned clamp_count(uint64_t v) { return (unsigned)MIN(v, (uint64_t)SBX_MAX_SERVER_SANDBOXES); }
 
-void registry_derive_max(RegistryBound *ret) {
+void registry_derive_max(bool parking, RegistryBound *ret) {
         RegistryBound b = { 0 };
         uint64_t mem = meminfo("MemAvailable");
         mem = MIN(mem ? mem : UINT64_MAX,
@@ -280,6 +293,11 @@ void registry_derive_max(RegistryBound *ret) {
         unsigned want = MIN(MIN(b.by_memory, b.by_pids), b.by_host_ids);
         uint64_t fds = fds_raise((uint64_t)want * SBX_SANDBOX_COST_FDS + SBX_DAEMON_RESERVE_FDS);
         b.by_fds = clamp_count(fds > SBX_DAEMON_RESERVE_FDS ? (fds - SBX_DAEMON_RESERVE_FDS) / SBX_SANDBOX_COST_FDS : 0);
+        /* Parked, an idle sandbox costs SBX_SANDBOX_PARKED_FDS, with room kept for
+         * SBX_PARK_HEADROOM of them in use at once. */
+        uint64_t room = (uint64_t)SBX_DAEMON_RESERVE_FDS + (uint64_t)SBX_PARK_HEADROOM * SBX_SANDBOX_COST_FDS;
+        if (parking && fds > room)
+                b.by_fds = MAX(b.by_fds, clamp_count((fds - room) / SBX_SANDBOX_PARKED_FDS));
         b.max = b.by_memory, b.from = "memory";
         if (b.by_pids < b.max)
                 b.max = b.by_pids, b.from = "pids";
@@ -295,7 +313,7 @@ void registry_derive_max(RegistryBound *ret) {
 unsigned registry_set_max(Registry *reg, unsigned n) {
         if (n == 0) {
                 RegistryBound b;
-                registry_derive_max(&b);
+                registry_derive_max(reg->park_after_ms && parking_possible(), &b);
                 reg->max_sandboxes = b.max;
                 reg->max_from = b.from;
                 log_debug("at most %u sandboxes (memory allows %u, pids %u, fds %u, host ids %u)", b.max, b.by_memory,
@@ -304,7 +322,7 @@ unsigned registry_set_max(Registry *reg, unsigned n) {
                 reg->max_sandboxes = MIN(n, SBX_MAX_SERVER_SANDBOXES);
                 reg->max_from = "--max-sandboxes";
                 RegistryBound b;
-                registry_derive_max(&b);
+                registry_derive_max(reg->park_after_ms && parking_possible(), &b);
                 (void)fds_raise((uint64_t)reg->max_sandboxes * SBX_SANDBOX_COST_FDS + SBX_DAEMON_RESERVE_FDS);
                 /* The operator's word goes, but a cap the machine cannot hold fails later and
                  * less clearly (a create out of fds or pids): say so now. */

@@ -105,8 +105,10 @@ enum {
  * daemon's memory cgroup limit), pid_max and the pids cgroup limit, less what is in use, and
  * the daemon's RLIMIT_NOFILE once raised as far as the count needs (the soft limit to the hard
  * one, and as root the hard one up to fs.nr_open), each divided by one sandbox's share of it
- * (SBX_SANDBOX_COST_*, limits.h); as root also the blocks of host ids. Never 0. */
-void registry_derive_max(RegistryBound *ret);
+ * (SBX_SANDBOX_COST_*, limits.h); as root also the blocks of host ids. With `parking`, fds
+ * count parked sandboxes (SBX_SANDBOX_PARKED_FDS) with room for SBX_PARK_HEADROOM in use.
+ * Never 0. */
+void registry_derive_max(bool parking, RegistryBound *ret);
 /* Sets the cap: n, or for 0 what registry_derive_max finds. The daemon's fd limit is raised
  * to fit n sandboxes where it can be. Returns the cap. */
 unsigned registry_set_max(Registry *reg, unsigned n);

@@ -1,0 +1,190 @@
+"""Parking (sbx serve --park-after): a sandbox nothing used for that long gives its fds back
+but its control socket and, per session, the session's socket and the holder's pidfd, and takes
+them again at its next use. Whatever happens to a parked sandbox meanwhile (its idle worker,
+its holder or its pid 1 killed from outside) is heard and answered as it is unparked; what
+keeps a sandbox in use (a running process, a file watch, a run) keeps it from being parked;
+when fds run short, idle sandboxes are parked at once so that creates and runs go on."""
+import base64
+import glob
+import os
+import resource
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import SPAWNED, connect_peer, stop_daemon, wait_until
+from test_rpc import SBX
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="parking needs root (pidfd_getfd of pid 1)"),
+    pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
+]
+
+
+class Daemon:
+    def __init__(self, *args, nofile=None):
+        self.dir = tempfile.mkdtemp(prefix="sbx-park-")
+        self.path = os.path.join(self.dir, "sbx.sock")
+        limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None
+        self.proc = subprocess.Popen([SBX, "serve", "--socket", self.path, "--pool", "0", *args],
+                                     stderr=subprocess.PIPE, preexec_fn=limit)
+        SPAWNED.append(self.proc.pid)
+        assert wait_until(lambda: os.path.exists(self.path), timeout=10)
+        self.peer = connect_peer(self.path)
+
+    def fds(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def parked(self):
+        return self.peer.result("health")["parked"]
+
+    def procs(self, sid, sub):
+        """Host pids in the sandbox's v2 cgroup `sub` (init, or cmds/c* for idle workers)."""
+        pids = []
+        for f in glob.glob(f"/sys/fs/cgroup/**/sbx-{self.proc.pid}/{sid}/{sub}/cgroup.procs", recursive=True):
+            try:
+                with open(f) as fh:
+                    pids += [int(x) for x in fh.read().split()]
+            except OSError:
+                pass
+        return pids
+
+    def stop(self):
+        stop_daemon(self.proc)
+
+
+def comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def run(peer, sid, cmd, timeout_ms=30000):
+    return peer.result("run", {"sandboxId": sid, "command": cmd, "timeoutMs": timeout_ms}, timeout=timeout_ms / 1000 + 30)
+
+
+def warm(d, n):
+    """n sandboxes, each with its default session holding a cwd, a variable and a file."""
+    ids = []
+    for i in range(n):
+        sid = d.peer.result("sandbox.create", {})["sandboxId"]
+        r = run(d.peer, sid, f"cd /tmp && X=kept{i} && echo file{i} > f")
+        assert r["exitCode"] == 0, r
+        ids.append(sid)
+    return ids
+
+
+def test_parked_sandboxes_hold_three_fds_and_keep_their_state():
+    d = Daemon("--park-after", "200")
+    try:
+        d.peer.result("ping")
+        before = d.fds()
+        ids = warm(d, 20)
+        assert wait_until(lambda: d.parked() == 20, timeout=30), d.parked()
+        # 3 each (control socket, session socket, holder pidfd): with the daemon's own fds that
+        # come with its first sandbox (timers, the mover) at most 3.5 a sandbox over 20.
+        assert (d.fds() - before) / 20 <= 3.5, (d.fds() - before) / 20
+        for i, sid in enumerate(ids[:10]):
+            r = run(d.peer, sid, "echo $X; pwd; cat f")
+            assert r["exitCode"] == 0 and r["stdout"] == f"kept{i}\n/tmp\nfile{i}\n", r
+            assert not r.get("sessionReset") and not r.get("stateDiscarded"), r
+        # The files API of a parked one (its root taken back from pid 1).
+        assert d.parked() <= 10 + 1
+        got = d.peer.result("files.read", {"sandboxId": ids[15], "path": "/tmp/f"})
+        assert base64.b64decode(got["data"]) == b"file15\n"
+        d.peer.result("files.write", {"sandboxId": ids[16], "path": "/tmp/new",
+                                      "data": base64.b64encode(b"w").decode()})
+        assert run(d.peer, ids[16], "cat /tmp/new")["stdout"] == "w"
+        # Parked again once quiet; a timeout in a parked one kills the command, not the state.
+        assert wait_until(lambda: d.parked() == 20, timeout=30), d.parked()
+        r = run(d.peer, ids[17], "X=changed; sleep 30", timeout_ms=300)
+        assert r["exitCode"] == 124 and r.get("stateDiscarded"), r
+        assert run(d.peer, ids[17], "echo $X")["stdout"] == "kept17\n"
+        for sid in ids:
+            d.peer.result("sandbox.destroy", {"sandboxId": sid})
+        assert d.peer.result("health")["sandboxes"] == 0
+    finally:
+        d.stop()
+
+
+def test_what_happens_to_a_parked_sandbox_is_heard():
+    d = Daemon("--park-after", "200")
+    try:
+        worker_sb, holder_sb, init_sb = warm(d, 3)
+        assert wait_until(lambda: d.parked() == 3, timeout=30), d.parked()
+        # Its idle worker killed from outside: the holder forks the next one; nothing is lost.
+        workers = [p for p in d.procs(worker_sb, "cmds/c*") if comm(p) == "bash"]
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        # Its holder killed: the session starts over and the next result says so.
+        holders = [p for p in d.procs(holder_sb, "init") if comm(p) == "bash"]
+        assert len(holders) == 1, holders
+        os.kill(holders[0], signal.SIGKILL)
+        # Its pid 1 killed: the sandbox is gone, and a run says so at once.
+        inits = [p for p in d.procs(init_sb, "init") if comm(p) == "sbx-init"]
+        assert len(inits) == 1, inits
+        os.kill(inits[0], signal.SIGKILL)
+        time.sleep(1)  # heard, or not yet: the runs below must be answered right either way
+        r = run(d.peer, worker_sb, "echo $X; pwd")
+        assert r["exitCode"] == 0 and r["stdout"] == "kept0\n/tmp\n" and not r.get("sessionReset"), r
+        r = run(d.peer, holder_sb, "echo $X; pwd")
+        assert r["exitCode"] == 0 and r["stdout"] == "\n/home/user\n" and r.get("sessionReset"), r
+        start = time.monotonic()
+        r = run(d.peer, init_sb, "echo hi", timeout_ms=20000)
+        assert r["exitCode"] == 1 and "pid 1 exited" in r["stderr"], r
+        assert time.monotonic() - start < 15, "answered at its timeout, not at once"
+    finally:
+        d.stop()
+
+
+def test_a_sandbox_in_use_is_not_parked():
+    d = Daemon("--park-after", "200")
+    try:
+        idle, busy, watched = warm(d, 3)
+        p = d.peer.result("process.start", {"sandboxId": busy, "command": "sleep 600"})
+        w = d.peer.result("files.watch", {"sandboxId": watched, "path": "/tmp"})
+        assert wait_until(lambda: d.parked() == 1, timeout=30), d.parked()
+        time.sleep(1)  # several sweeps
+        assert d.parked() == 1
+        # A file made in the watched one is told, from a parked daemon's loop.
+        run(d.peer, watched, "touch /tmp/seen")
+        assert wait_until(lambda: any("seen" in str(n) for n in d.peer.notes), timeout=10)
+        d.peer.result("process.kill", {"processId": p["processId"], "signal": "KILL"})
+        d.peer.result("files.unwatch", {"watchId": w["watchId"]})
+        assert wait_until(lambda: d.parked() == 3, timeout=30), d.parked()
+        assert run(d.peer, busy, "echo $X")["stdout"] == "kept1\n"
+    finally:
+        d.stop()
+
+
+def test_short_of_fds_idle_sandboxes_are_parked_at_once():
+    """RLIMIT_NOFILE 4,000 and 15 fds an unparked sandbox: about 190 would fit. With parking
+    the cap counts 3 each, and 260 sandboxes are made and used with no sweep ever due (parking
+    after an hour): each create and each run makes room by parking idle ones."""
+    d = Daemon("--park-after", "3600000", nofile=4000)
+    try:
+        limits = d.peer.result("health")["limits"]
+        assert limits["maxSandboxes"] > 260, limits
+        ids = warm(d, 260)
+        assert d.parked() > 0
+        for i, sid in enumerate(ids):
+            r = run(d.peer, sid, "echo $X")
+            assert r["exitCode"] == 0 and r["stdout"] == f"kept{i}\n", (i, r)
+        assert d.fds() < 4000 - 500
+    finally:
+        d.stop()
+
+
+def test_parking_off():
+    d = Daemon("--park-after", "0")
+    try:
+        warm(d, 2)
+        time.sleep(1)
+        assert d.parked() == 0
+    finally:
+        d.stop()
