@@ -57,6 +57,7 @@ static struct {
         const char *only;
         unsigned sizes[MAX_SIZES], n_sizes;
         unsigned burst, clients, ping_us, settle_ms;
+        unsigned max_sandboxes; /* the memory part's --max-sandboxes, 0: derived */
 } cfg = { .only = "mb", .sizes = { 100, 500, 1000 }, .n_sizes = 3, .burst = 500, .clients = 50, .ping_us = 2000,
           .settle_ms = 3000 };
 
@@ -259,6 +260,7 @@ typedef struct SizeRow {
         unsigned n;
         Mem m;
         double make_s;
+        long long parked; /* health's count when read, -1 unknown */
 } SizeRow;
 
 static char (*ids)[33];
@@ -300,7 +302,7 @@ static void bench_memory(void) {
         unsigned max = 0;
         for (unsigned i = 0; i < cfg.n_sizes; i++)
                 max = cfg.sizes[i] > max ? cfg.sizes[i] : max;
-        server_start(0);
+        server_start(cfg.max_sandboxes);
         Client c, w;
         conn_open(&c);
         conn_open(&w);
@@ -326,9 +328,15 @@ static void bench_memory(void) {
                 uint64_t t0 = bench_now_ns();
                 grow_to(&c, cfg.sizes[i]);
                 double s = bench_ms_since(t0) / 1000;
-                /* After a run the session forks its next worker: let every one settle. */
+                /* After a run the session forks its next worker: let every one settle, and the
+                 * idle ones be parked (sbx serve --park-after, 5 s by default). */
                 sleep_ms(cfg.settle_ms);
-                rows[n_rows] = (SizeRow){ .n = cfg.sizes[i], .m = mem_now(), .make_s = s };
+                long long parked = health_int(&w, "parked");
+                for (int k = 0; k < 150 && parked >= 0 && parked < (long long)cfg.sizes[i]; k++) {
+                        sleep_ms(100);
+                        parked = health_int(&w, "parked");
+                }
+                rows[n_rows] = (SizeRow){ .n = cfg.sizes[i], .m = mem_now(), .make_s = s, .parked = parked };
                 bench_progress("memory: %u sandboxes, MemAvailable %+lld KiB", cfg.sizes[i],
                                rows[n_rows].m.avail - base.avail);
                 n_rows++;
@@ -366,8 +374,8 @@ static void bench_memory(void) {
                "cost to the machine, kernel included, without the noise of MemAvailable. *MemAvailable*: its drop, "
                "which is the whole machine's and moves with other work on it.\n\n");
         printf("| sandboxes | made in (s) | charged | of which kernel | kernel, host-wide | **estimate** | MemAvailable "
-               "drop | daemon RSS | daemon PSS | daemon fds | target <= 1 MiB (estimate) |\n");
-        printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "drop | daemon RSS | daemon PSS | daemon fds | parked | target <= 1 MiB (estimate) |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (unsigned i = 0; i < n_rows; i++) {
                 const SizeRow *r = &rows[i];
                 double n = r->n;
@@ -375,10 +383,10 @@ static void bench_memory(void) {
                 double cg = r->m.cg >= 0 ? (double)(r->m.cg - base.cg) / n : -1;
                 double kmem = r->m.cg_kmem >= 0 ? (double)(r->m.cg_kmem - base.cg_kmem) / n : -1;
                 double est = cg >= 0 && kmem >= 0 ? cg - kmem + kern : -1;
-                printf("| %u | %.1f | %.0f | %.0f | %.0f | **%.0f** | %.0f | %.1f | %.1f | %.1f | %s |\n", r->n, r->make_s, cg,
-                       kmem, kern, est, (double)(base.avail - r->m.avail) / n, (double)(r->m.rss - base.rss) / n,
-                       (double)(r->m.pss - base.pss) / n, (double)(r->m.fds - base.fds) / n,
-                       bench_verdict(est >= 0, est <= 1024));
+                printf("| %u | %.1f | %.0f | %.0f | %.0f | **%.0f** | %.0f | %.1f | %.1f | %.2f | %lld | %s |\n", r->n,
+                       r->make_s, cg, kmem, kern, est, (double)(base.avail - r->m.avail) / n,
+                       (double)(r->m.rss - base.rss) / n, (double)(r->m.pss - base.pss) / n,
+                       (double)(r->m.fds - base.fds) / n, r->parked, bench_verdict(est >= 0, est <= 1024));
         }
         printf("\n");
         printf("- teardown of %u sandboxes by closing their connection: `health` said 0 after %.0f ms, their cgroups "
@@ -602,7 +610,10 @@ static void usage(FILE *f) {
         fprintf(f,
                 "Usage: sbx-bench-density [--sbx PATH] [--only mb] [--sizes 100,500,1000] [--burst 500]\n"
                 "                         [--clients 50] [--ping-us 2000] [--settle-ms 3000] [--quick]\n"
-                "Needs root. --quick: sizes 50,100, a burst of 100 from 10 clients.\n");
+                "                         [--max-sandboxes N]\n"
+                "Needs root. --quick: sizes 50,100, a burst of 100 from 10 clients. --max-sandboxes: the\n"
+                "memory part's server cap (default: derived; on a host whose pid_max caps it below the\n"
+                "largest size).\n");
 }
 
 int main(int argc, char **argv) {
@@ -611,7 +622,8 @@ int main(int argc, char **argv) {
                 { "sizes", required_argument, NULL, 's' },   { "burst", required_argument, NULL, 'b' },
                 { "clients", required_argument, NULL, 'c' }, { "ping-us", required_argument, NULL, 'p' },
                 { "settle-ms", required_argument, NULL, 'S' }, { "quick", no_argument, NULL, 'q' },
-                { "help", no_argument, NULL, 'h' },          {},
+                { "max-sandboxes", required_argument, NULL, 'm' }, { "help", no_argument, NULL, 'h' },
+                {},
         };
         int o;
         while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -628,6 +640,7 @@ int main(int argc, char **argv) {
                 case 'c': cfg.clients = bench_parse_uint(optarg, "--clients"); break;
                 case 'p': cfg.ping_us = bench_parse_uint(optarg, "--ping-us"); break;
                 case 'S': cfg.settle_ms = bench_parse_uint(optarg, "--settle-ms"); break;
+                case 'm': cfg.max_sandboxes = bench_parse_uint(optarg, "--max-sandboxes"); break;
                 case 'q':
                         cfg.sizes[0] = 50, cfg.sizes[1] = 100, cfg.n_sizes = 2;
                         cfg.burst = 100, cfg.clients = 10, cfg.settle_ms = 1000;

@@ -338,26 +338,6 @@ static unsigned max_of(const Registry *reg) { return reg->max_sandboxes ? reg->m
 
 /* ---------------------------------------------------------------- parking */
 
-/* Parks sandboxes idle for at least min_idle_ms (other than `keep`) until `want` fds are spare
- * or none is left to park; least recently used first would need a sorted list, so the oldest
- * made are tried first (the list's tail), which an idle fleet makes the same. */
-static void park_until(Registry *reg, const SrvSandbox *keep, int64_t want, uint64_t min_idle_ms) {
-        if (!reg->head || sbx_sandbox_fds_spare(reg->head->sb) >= want)
-                return;
-        SrvSandbox *tail = reg->head;
-        while (tail->next)
-                tail = tail->next;
-        uint64_t now = now_ms();
-        for (SrvSandbox *sb = tail; sb; sb = sb->prev) {
-                if (sb == keep || sbx_sandbox_parked(sb->sb) || now - sb->used_ms < min_idle_ms)
-                        continue;
-                if (sbx_sandbox_park(sb->sb) == -EPERM)
-                        return; /* none can be: rootless, or process mode */
-                if (sbx_sandbox_fds_spare(sb->sb) >= want)
-                        return;
-        }
-}
-
 static int64_t headroom(void) { return (int64_t)SBX_PARK_HEADROOM * SBX_SANDBOX_COST_FDS; }
 
 void registry_wake(SrvSandbox *sb) {
@@ -365,21 +345,18 @@ void registry_wake(SrvSandbox *sb) {
                 return;
         Registry *reg = sb->registry;
         if (reg->park_after_ms && sbx_sandbox_fds_spare(sb->sb) < headroom())
-                park_until(reg, sb, headroom(), 0);
+                sbx_context_park_for(reg->ctx, sb->sb, headroom());
         sbx_sandbox_unpark(sb->sb);
 }
 
 static void park_event(Watch *w, uint32_t events) {
         Registry *reg = w->data;
-        uint64_t ticks, now = now_ms();
+        uint64_t ticks;
         (void)!read(reg->park_timer, &ticks, sizeof ticks);
-        for (SrvSandbox *sb = reg->head; sb; sb = sb->next)
-                if (now - sb->used_ms >= reg->park_after_ms && !sbx_sandbox_parked(sb->sb) &&
-                    sbx_sandbox_park(sb->sb) == -EPERM)
-                        break;
+        (void)sbx_context_park_idle(reg->ctx, reg->park_after_ms);
 }
 
-int registry_set_parking(Registry *reg, Loop *loop, uint64_t after_ms) {
+int registry_set_parking(Registry *reg, Loop *loop, SbxContext *ctx, uint64_t after_ms) {
         registry_stop_parking(reg);
         reg->park_after_ms = after_ms;
         if (!after_ms)
@@ -397,6 +374,7 @@ int registry_set_parking(Registry *reg, Loop *loop, uint64_t after_ms) {
         }
         reg->park_timer = fd;
         reg->loop = loop;
+        reg->ctx = ctx;
         return 0;
 }
 
@@ -409,8 +387,15 @@ void registry_stop_parking(Registry *reg) {
 }
 
 int registry_check_room(Registry *reg, RpcError *e) {
-        if (reg->park_after_ms && reg->head && sbx_sandbox_fds_spare(reg->head->sb) < headroom())
-                park_until(reg, NULL, headroom(), 0);
+        if (reg->park_after_ms && reg->ctx && sbx_context_fds_spare(reg->ctx) < headroom())
+                sbx_context_park_for(reg->ctx, NULL, headroom());
+        /* Nothing more to park (the rest are being made or in use): a create now would fail
+         * later, out of fds, and less clearly. */
+        if (reg->ctx && sbx_context_fds_spare(reg->ctx) < 2 * (int64_t)SBX_SANDBOX_COST_FDS)
+                return rpc_fail(e, RPC_WORKER_UNAVAILABLE,
+                                "WORKER_UNAVAILABLE: the server's fds are all held by its %u sandboxes, those being made "
+                                "or in use; retry when some are idle, or destroy some",
+                                reg->n_sandboxes);
         if (reg->n_sandboxes >= max_of(reg))
                 return rpc_fail(e, RPC_WORKER_UNAVAILABLE,
                                 "WORKER_UNAVAILABLE: Maximum of %u concurrent sandboxes reached (the server's "
@@ -466,6 +451,8 @@ int registry_add_id(Registry *reg, SbxSandbox *box, const char *id, Conn *owner,
                         sb->own->root = sb;
         }
         reg->n_sandboxes++;
+        if (box)
+                sbx_sandbox_touch(box);
         *ret = TAKE_PTR(sb);
         return 0;
 }
@@ -578,7 +565,11 @@ int registry_set_expiry(SrvSandbox *sb, Loop *loop, uint64_t lifetime_ms, uint64
         return timerfd_arm_ms(sb->timer, due == UINT64_MAX ? 0 : MAX(due - now, 1));
 }
 
-void registry_touch(SrvSandbox *sb) { sb->used_ms = now_ms(); }
+void registry_touch(SrvSandbox *sb) {
+        sb->used_ms = now_ms();
+        if (sb->sb)
+                sbx_sandbox_touch(sb->sb);
+}
 
 void registry_destroy_owned(Registry *reg, const Conn *owner) {
         /* Looked up again each time: the record goes with the owner's last sandbox. */

@@ -85,6 +85,7 @@ struct Registry {
         int park_timer;
         Watch park_w;
         Loop *loop;
+        struct SbxContext *ctx;
 };
 
 /* What one idle sandbox with a warm session costs, measured at start or named by the flag,
@@ -117,7 +118,7 @@ unsigned registry_set_max(Registry *reg, unsigned n);
 int registry_check_room(Registry *reg, RpcError *e);
 /* Parks sandboxes unused for after_ms (0: none is ever parked), from a sweep on loop. Returns
  * 0 or -errno. */
-int registry_set_parking(Registry *reg, Loop *loop, uint64_t after_ms);
+int registry_set_parking(Registry *reg, Loop *loop, struct SbxContext *ctx, uint64_t after_ms);
 /* Stops the sweep (the server's end). */
 void registry_stop_parking(Registry *reg);
 /* Takes box into the registry, owned by owner (none with REGISTRY_PERSIST), usable by uid;

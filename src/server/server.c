@@ -335,7 +335,7 @@ int server_set_egress(Server *s, const char *hosts_file, const char *const *allo
 unsigned server_set_max_sandboxes(Server *s, unsigned n) { return registry_set_max(&s->core.registry, n); }
 
 int server_set_park_after(Server *s, uint64_t ms) {
-        int r = registry_set_parking(&s->core.registry, s->loop, ms);
+        int r = registry_set_parking(&s->core.registry, s->loop, s->core.ctx, ms);
         if (r < 0)
                 errno = -r;
         return r;

@@ -482,3 +482,11 @@ int context_add_room(SbxContext *ctx, const Room *room) {
         ctx->host.rooms.v[ctx->host.rooms.n++] = room;
         return 0;
 }
+
+unsigned sbx_context_park_idle(SbxContext *ctx, uint64_t idle_ms) { return sandbox_park_idle(&ctx->host, idle_ms); }
+
+int64_t sbx_context_fds_spare(SbxContext *ctx) { return sandbox_host_fds_spare(&ctx->host); }
+
+void sbx_context_park_for(SbxContext *ctx, const SbxSandbox *keep, int64_t want) {
+        sandbox_park_for(&ctx->host, keep, want);
+}

@@ -26,3 +26,10 @@ bool sbx_sandbox_parked(const SbxSandbox *sb);
  * sb's context. */
 int64_t sbx_sandbox_fds_spare(const SbxSandbox *sb);
 unsigned sbx_sandbox_parked_count(const SbxSandbox *sb);
+/* A client used it: last in parking's order (only sandboxes touched once are ever parked: a
+ * pool's are not). */
+void sbx_sandbox_touch(SbxSandbox *sb);
+/* sandbox_park_idle() and sandbox_park_for() of the context (session/sandbox.h). */
+unsigned sbx_context_park_idle(SbxContext *ctx, uint64_t idle_ms);
+int64_t sbx_context_fds_spare(SbxContext *ctx);
+void sbx_context_park_for(SbxContext *ctx, const SbxSandbox *keep, int64_t want);

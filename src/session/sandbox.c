@@ -69,6 +69,11 @@ struct SbxSandbox {
         /* pid 1's READY came (setup may still wait for the pod job): what it sends from now on
          * are reports of ended processes, never a second READY. */
         bool init_ready;
+        /* Parking's order (SandboxHost.lru_*): unparked sandboxes a client touched
+         * (sbx_sandbox_touch()), least recently used first; lru_ms is when it was last. */
+        SbxSandbox *lru_next, *lru_prev;
+        uint64_t lru_ms;
+        bool on_lru, touched;
 };
 
 /* ---------------------------------------------------------------- lists and observers */
@@ -382,7 +387,10 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         return sb;
 }
 
+static void lru_unlink(SbxSandbox *sb);
+
 static void sandbox_dealloc(SbxSandbox *sb) {
+        lru_unlink(sb);
         sb->host->n_sandboxes--;
         metrics_done(&sb->core.metrics);
         if (sb->pod_w.active)
@@ -715,18 +723,57 @@ static uint64_t host_fds_estimate(const SandboxHost *h) {
                h->held_fds + SBX_DAEMON_RESERVE_FDS;
 }
 
-int64_t sbx_sandbox_fds_spare(const SbxSandbox *sb) {
-        const SandboxHost *h = sb->host;
+int64_t sandbox_host_fds_spare(const SandboxHost *h) {
         return h->nofile ? (int64_t)h->nofile - (int64_t)host_fds_estimate(h) : INT64_MAX;
 }
 
+int64_t sbx_sandbox_fds_spare(const SbxSandbox *sb) { return sandbox_host_fds_spare(sb->host); }
+
 unsigned sbx_sandbox_parked_count(const SbxSandbox *sb) { return sb->host->n_parked; }
+
+static void lru_unlink(SbxSandbox *sb) {
+        if (!sb->on_lru)
+                return;
+        SandboxHost *h = sb->host;
+        if (sb->lru_prev)
+                sb->lru_prev->lru_next = sb->lru_next;
+        else
+                h->lru_head = sb->lru_next;
+        if (sb->lru_next)
+                sb->lru_next->lru_prev = sb->lru_prev;
+        else
+                h->lru_tail = sb->lru_prev;
+        sb->lru_next = sb->lru_prev = NULL;
+        sb->on_lru = false;
+}
+
+/* Last in parking's order: used now. */
+static void lru_use(SbxSandbox *sb) {
+        SandboxHost *h = sb->host;
+        lru_unlink(sb);
+        sb->lru_prev = h->lru_tail;
+        if (h->lru_tail)
+                h->lru_tail->lru_next = sb;
+        else
+                h->lru_head = sb;
+        h->lru_tail = sb;
+        sb->on_lru = true;
+        sb->lru_ms = now_ms();
+}
+
+void sbx_sandbox_touch(SbxSandbox *sb) {
+        sb->touched = true;
+        if (!sb->core.parked)
+                lru_use(sb);
+}
 
 static void sandbox_unpark(SbxSandbox *sb) {
         if (!sb->core.parked)
                 return;
         sb->core.parked = false;
         sb->host->n_parked--;
+        /* Woken by a request or by an event of its own: in use again, parked again once idle. */
+        lru_use(sb);
         int r = box_unpark(&sb->core.box);
         if (r < 0)
                 log_debug("sandbox %s: unparked without all of its fds: %s", sb->core.box.id, strerror(-r));
@@ -765,7 +812,36 @@ int sbx_sandbox_park(SbxSandbox *sb) {
                         (void)session_park(s);
         sb->core.parked = true;
         sb->host->n_parked++;
+        lru_unlink(sb);
         return 0;
+}
+
+unsigned sandbox_park_idle(SandboxHost *h, uint64_t idle_ms) {
+        uint64_t now = now_ms();
+        unsigned n = 0;
+        /* Each sandbox is looked at once per idle_ms at most: one in use goes last again. */
+        for (SbxSandbox *sb; (sb = h->lru_head) && now - sb->lru_ms >= idle_ms;) {
+                int r = sbx_sandbox_park(sb);
+                if (r == -EPERM)
+                        break;
+                if (r < 0)
+                        lru_use(sb);
+                else
+                        n++;
+        }
+        return n;
+}
+
+void sandbox_park_for(SandboxHost *h, const SbxSandbox *keep, int64_t want) {
+        /* Least recently used first, at most once each. */
+        SbxSandbox *last = h->lru_tail;
+        for (SbxSandbox *sb = h->lru_head, *next; sb && sbx_sandbox_fds_spare(sb) < want; sb = next) {
+                next = sb == last ? NULL : sb->lru_next;
+                if (sb == keep)
+                        continue;
+                if (sbx_sandbox_park(sb) == -EPERM)
+                        return;
+        }
 }
 
 void sbx_sandbox_unpark(SbxSandbox *sb) { sandbox_unpark(sb); }

@@ -50,6 +50,7 @@ typedef struct SandboxHost {
         uint64_t nofile, held_fds;
         unsigned n_sandboxes;
         unsigned n_parked; /* of them, parked (sbx_sandbox_park()) */
+        SbxSandbox *lru_head, *lru_tail; /* parking's order (sandbox.c) */
         struct Egress *egress; /* net/egress.c: the allowlist proxies' resolver, made on first use */
         /* Every open upload of every sandbox (files/fileapi.c), so that a client's are found
          * without visiting every sandbox. */
@@ -141,5 +142,13 @@ int sandbox_fds_take(SbxSandbox *sb, unsigned n);
  * ports), whose events come without a request: the sandbox is unparked and stays so until
  * every pin is gone. */
 void sandbox_pin(SbxSandbox *sb);
+/* Parks the sandboxes touched (sbx_sandbox_touch()) and unused for idle_ms, least recently
+ * used first; one found in use is looked at again idle_ms later. Returns how many. */
+unsigned sandbox_park_idle(SandboxHost *h, uint64_t idle_ms);
+/* fds its limit has left beyond its sandboxes' idle costs and the reserve (INT64_MAX: unknown). */
+int64_t sandbox_host_fds_spare(const SandboxHost *h);
+/* Parks touched sandboxes other than keep, least recently used first and whatever their idle
+ * time, until `want` fds are spare (sbx_sandbox_fds_spare()) or none is left to try. */
+void sandbox_park_for(SandboxHost *h, const SbxSandbox *keep, int64_t want);
 void sandbox_unpin(SbxSandbox *sb);
 void sandbox_fds_give(SbxSandbox *sb, unsigned n);

@@ -94,7 +94,7 @@ def test_parked_sandboxes_hold_three_fds_and_keep_their_state():
             assert r["exitCode"] == 0 and r["stdout"] == f"kept{i}\n/tmp\nfile{i}\n", r
             assert not r.get("sessionReset") and not r.get("stateDiscarded"), r
         # The files API of a parked one (its root taken back from pid 1).
-        assert d.parked() <= 10 + 1
+        assert wait_until(lambda: d.parked() == 20, timeout=30), d.parked()
         got = d.peer.result("files.read", {"sandboxId": ids[15], "path": "/tmp/f"})
         assert base64.b64decode(got["data"]) == b"file15\n"
         d.peer.result("files.write", {"sandboxId": ids[16], "path": "/tmp/new",
