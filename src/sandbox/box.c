@@ -504,6 +504,13 @@ int box_unpark(Box *b) {
         return ret;
 }
 
+void box_kill_parked(Box *b) {
+        b->ctl_fd = safe_close(b->ctl_fd);
+        b->proxy_fd = safe_close(b->proxy_fd);
+        if (b->init_pid > 0)
+                (void)kill(b->init_pid, SIGKILL);
+}
+
 void box_kill(Box *b, bool kill_cgroup) {
         (void)box_unpark(b);
         b->ctl_fd = safe_close(b->ctl_fd);

@@ -136,6 +136,9 @@ int box_park(BoxShared *s, Box *b);
 /* Takes them again: 0, or -errno when pid 1 is gone (what could not be had stays -1: the
  * sandbox is dying). A no-op unless parked. */
 int box_unpark(Box *b);
+/* A parked box killed without taking its fds again: pid 1 by its pid (the daemon's child, not
+ * reaped yet); the caller has its cgroup's kill written. It stays parked. */
+void box_kill_parked(Box *b);
 /* kill_cgroup: write its cgroup.kill here too (else the caller has it written). */
 void box_kill(Box *b, bool kill_cgroup);
 int box_try_finish(BoxShared *s, Box *b);

@@ -654,6 +654,7 @@ static int open_below(const CgroupSandbox *s, const char *path) {
 }
 
 int cgroup_sandbox_open_init(const CgroupSandbox *s) { return open_below(s, "init"); }
+int cgroup_sandbox_open_dir(const CgroupSandbox *s) { return open_below(s, "."); }
 int cgroup_sandbox_open_cmds(const CgroupSandbox *s) { return open_below(s, "cmds"); }
 
 /* "cmds/<name>" into buf, or -ENAMETOOLONG. */

@@ -101,6 +101,8 @@ int cgroup_sandbox_unpark(CgroupSandbox *s);
 
 /* The sandbox's init and cmds cgroups (v2): a new dir fd (the caller's), or -errno. */
 int cgroup_sandbox_open_init(const CgroupSandbox *s);
+/* Its v2 directory itself, parked or not: a new dir fd (the caller's), or -errno. */
+int cgroup_sandbox_open_dir(const CgroupSandbox *s);
 int cgroup_sandbox_open_cmds(const CgroupSandbox *s);
 /* Creates the child cgroup `name` (of cmds) of a sandbox; returns its dir fd or -errno. */
 int cgroup_child_create(CgroupSandbox *s, const char *name);

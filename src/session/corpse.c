@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Dying sandboxes, finished from the loop (see corpse.h). */
 #include <stdlib.h>
+#include "base/limits.h"
 #include "base/list.h"
 #include "base/util.h"
 #include "sandbox/cgroup.h"
@@ -8,7 +9,7 @@
 #include "session/corpse.h"
 
 struct Corpse {
-        Corpse *next, *prev;
+        Corpse *next, *prev; /* the yard's corpses, or next alone in its waiting queue */
         CorpseYard *yard;
         Box box;
         int events;
@@ -16,6 +17,7 @@ struct Corpse {
 };
 
 static void corpse_event(Watch *w, uint32_t events);
+static void activate(CorpseYard *y, Corpse *c);
 
 static void corpse_free(Corpse *c) {
         CorpseYard *y = c->yard;
@@ -24,6 +26,15 @@ static void corpse_free(Corpse *c) {
         safe_close(c->events);
         LIST_UNLINK(y->corpses, c);
         free(c);
+        y->active--;
+        while (y->waiting && y->active < SBX_CORPSES_ACTIVE) {
+                Corpse *next = y->waiting;
+                y->waiting = next->next;
+                if (!y->waiting)
+                        y->waiting_tail = NULL;
+                next->next = NULL;
+                activate(y, next);
+        }
 }
 
 /* box_try_finish() reaps pid 1 and closes its pidfd: it may be called only once the pidfd is
@@ -65,6 +76,26 @@ void corpse_add(CorpseYard *y, const Box *b) {
         }
         c->yard = y;
         c->box = *b;
+        c->events = -1;
+        if (c->box.parked && y->active >= SBX_CORPSES_ACTIVE) {
+                /* Dead now, finished later: everything in its pid namespace dies with pid 1,
+                 * what is outside it (a process mode's) with the cgroup's kill. */
+                box_kill_parked(&c->box);
+                _cleanup_close_ int dir = cgroup_sandbox_open_dir(&c->box.cg);
+                if (dir >= 0 && (!y->mover || mover_kill(y->mover, dir, NULL, NULL) < 0))
+                        (void)cgroup_kill(dir);
+                if (y->waiting_tail)
+                        y->waiting_tail->next = c;
+                else
+                        y->waiting = c;
+                y->waiting_tail = c;
+                return;
+        }
+        activate(y, c);
+}
+
+static void activate(CorpseYard *y, Corpse *c) {
+        y->active++;
         /* The cgroup's kill through the mover: a move waiting for its grace period holds
          * the cgroup mutex that writing cgroup.kill needs, and the loop must not wait. */
         box_kill(&c->box, !y->mover || c->box.cg.dir < 0 || mover_kill(y->mover, c->box.cg.dir, NULL, NULL) < 0);
@@ -81,6 +112,13 @@ void corpse_add(CorpseYard *y, const Box *b) {
 }
 
 void corpse_bury_all(CorpseYard *y) {
+        while (y->waiting) {
+                Corpse *c = y->waiting;
+                y->waiting = c->next;
+                box_destroy(y->shared, &c->box);
+                free(c);
+        }
+        y->waiting_tail = NULL;
         while (y->corpses) {
                 box_destroy(y->shared, &y->corpses->box);
                 corpse_free(y->corpses);

@@ -12,6 +12,10 @@ typedef struct CorpseYard {
         BoxShared *shared;
         struct Mover *mover; /* writes the cgroup.kill of each corpse (sandbox/mover.h) */
         Corpse *corpses;
+        /* Parked boxes killed but not finished yet, holding no fd, oldest first: taken on
+         * while fewer than SBX_CORPSES_ACTIVE corpses are. */
+        Corpse *waiting, *waiting_tail;
+        unsigned active;
 } CorpseYard;
 
 /* Kills the box's processes and takes it over; the loop finishes the cleanup. */

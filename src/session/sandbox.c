@@ -679,7 +679,15 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
         if (!sb)
                 return NULL;
         Loop *l = sb->core.loop;
-        sandbox_unpark(sb);
+        if (sb->core.parked) {
+                /* Its box goes to the corpses parked (corpse.h): taking thousands of boxes' fds
+                 * back to kill them would run out. Its sessions close without their workers'
+                 * fds: the workers die with pid 1, their cgroups with the sandbox's. */
+                sb->core.parked = false;
+                sb->host->n_parked--;
+                for (SbxSession *s = sb->sessions; s; s = s->next)
+                        s->parked = false;
+        }
         sb->core.dying = true;
         /* Observers first (an operation in flight fails and lets go of its runs), each
          * dropped before it is told. */
