@@ -801,8 +801,15 @@ int sbx_sandbox_park(SbxSandbox *sb) {
                 return -EPERM;
         if (sb->setup <= 0 || sb->core.dying || sb->core.paused || sb->pause_done || sb->observers || sb->core.pins ||
             sb->core.held_fds || sb->core.tree_busy || sb->core.hold_after != UINT64_MAX || sb->core.bg.pipes ||
-            sb->core.bg.cgroups || sb->default_sock >= 0 || sb->pod_job.pidfd >= 0 || sb->core.box.proxy_fd >= 0)
+            sb->core.bg.cgroups || sb->pod_job.pidfd >= 0 || sb->core.box.proxy_fd >= 0)
                 return -EBUSY;
+        if (sb->default_sock >= 0) {
+                /* Never used: its default session's shell, started with the root, is taken as
+                 * its first run would, and is parked with the sandbox once it is idle. */
+                SbxSession *s;
+                (void)sbx_session_get(sb, NULL, &s);
+                return -EBUSY;
+        }
         for (SbxSession *s = sb->sessions; s; s = s->next)
                 if ((s->state != SS_IDLE && s->sock >= 0) || s->current || s->queue || s->refused || s->pump_pending)
                         return -EBUSY;

@@ -188,3 +188,15 @@ def test_parking_off():
         assert d.parked() == 0
     finally:
         d.stop()
+
+
+def test_a_sandbox_never_used_is_parked_too():
+    d = Daemon("--park-after", "200")
+    try:
+        ids = [d.peer.result("sandbox.create", {})["sandboxId"] for _ in range(3)]
+        assert wait_until(lambda: d.parked() == 3, timeout=30), d.parked()
+        for sid in ids:
+            r = run(d.peer, sid, "pwd")
+            assert r["exitCode"] == 0 and r["stdout"] == "/home/user\n" and not r.get("sessionReset"), r
+    finally:
+        d.stop()
