@@ -36,6 +36,9 @@ class Rpc:
                 return ans["result"]
 
     def close(self):
+        # The file makefile() made holds the socket open too: both, or the daemon sees no
+        # close (and keeps the connection's sandboxes) until they are collected.
+        self.f.close()
         self.s.close()
 
 
