@@ -408,7 +408,7 @@
 /* Destroyed sandboxes finished at once (corpse.h): each holds pid 1's pidfd and its cgroups'
  * fds until pid 1 is reaped and the cgroups removed; parked ones past this many are killed at
  * once and finished as others end, so that tearing down thousands never runs out of fds. */
-#define SBX_CORPSES_ACTIVE 256U
+#define SBX_CORPSES_ACTIVE 64U
 /* fds the daemon holds for one sandbox beyond its idle cost, taken and given back as they come
  * (sandbox_fds_take()): a forwarded connection or a proxy relay (SBX_CONNECTION_FDS: both
  * sockets and a pipe each way), an open upload (2). At most SBX_MAX_SANDBOX_HELD_FDS for one

@@ -78,12 +78,11 @@ void corpse_add(CorpseYard *y, const Box *b) {
         c->box = *b;
         c->events = -1;
         if (c->box.parked && y->active >= SBX_CORPSES_ACTIVE) {
-                /* Dead now, finished later: everything in its pid namespace dies with pid 1,
-                 * what is outside it (a process mode's) with the cgroup's kill. */
+                /* Dead now, finished later: everything of a parked box (never a process
+                 * mode's) is in its pid namespace, and dies with pid 1. Its cgroup's kill comes
+                 * when it is taken on: a thousand kills queued for the mover would hold a
+                 * thousand fds, and written here they would wait for the cgroup lock. */
                 box_kill_parked(&c->box);
-                _cleanup_close_ int dir = cgroup_sandbox_open_dir(&c->box.cg);
-                if (dir >= 0 && (!y->mover || mover_kill(y->mover, dir, NULL, NULL) < 0))
-                        (void)cgroup_kill(dir);
                 if (y->waiting_tail)
                         y->waiting_tail->next = c;
                 else
