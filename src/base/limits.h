@@ -403,6 +403,7 @@
  * can go on. The fds share of the cap then counts parked sandboxes with that headroom kept. */
 #define SBX_PARK_AFTER_MS 5000U
 #define SBX_PARK_SWEEP_MS 1000U
+#define SBX_PARK_SWEEP_MAX 1024U /* sandboxes one sweep looks at, at most */
 #define SBX_SANDBOX_PARKED_FDS 3U
 #define SBX_PARK_HEADROOM 64U
 /* Destroyed sandboxes finished at once (corpse.h): each holds pid 1's pidfd and its cgroups'

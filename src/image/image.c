@@ -1098,7 +1098,9 @@ static ImageState *image_state(SbxSandbox *sb, bool create) {
 static int op_queue(SbxSandbox *sb, OpKind kind, SbxOpDoneFn done, void *ud, Op **ret) {
         if (sandbox_dying(sb))
                 return -ESRCH;
-        sbx_sandbox_unpark(sb); /* an expiry's export comes without a request */
+        int rw = sbx_sandbox_unpark(sb); /* an expiry's export comes without a request */
+        if (rw < 0)
+                return rw;
         ImageState *st = image_state(sb, true);
         Op *op = st ? calloc(1, sizeof *op) : NULL;
         if (!op)

@@ -41,6 +41,7 @@
 #include "net/port.h"
 #include "net/pump.h"
 #include "session/sandbox.h"
+#include "session/internal.h"
 
 typedef struct PortSet PortSet;
 typedef struct Port Port;
@@ -832,6 +833,11 @@ int sbx_port_listening(SbxSandbox *sb, uint16_t port) {
         int state = sandbox_setup_state(sb);
         if (state == 0)
                 return -EAGAIN;
+        /* Asked by a process's waiter, not a request naming the sandbox: parked, pid 1's pidfd
+         * must be had again. */
+        int rw = sbx_sandbox_unpark(sb);
+        if (rw < 0)
+                return rw;
         const Box *b = sandbox_box(sb);
         if (state < 0 || b->init_pid <= 0 || b->init_pidfd < 0 || pidfd_is_dead(b->init_pidfd))
                 return -ESRCH;

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/pidfd.h>
@@ -460,14 +461,17 @@ int box_park(BoxShared *s, Box *b) {
                 return -EPERM;
         if (s->getfd_ok < 0) {
                 /* Tried once: as root the daemon may; rootless, pid 1 is not dumpable and is
-                 * in a user namespace of its own, and it may not. */
+                 * in a user namespace of its own, and it may not. Only a refusal counts. */
                 int fd = (int)syscall(SYS_pidfd_getfd, b->init_pidfd, b->keep_root, 0);
-                s->getfd_ok = fd >= 0;
-                safe_close(fd);
-                if (!s->getfd_ok) {
+                if (fd < 0 && (errno == EPERM || errno == EACCES || errno == ENOSYS)) {
+                        s->getfd_ok = 0;
                         log_debug("sandboxes are not parked: pidfd_getfd: %s", strerror(errno));
                         return -EPERM;
                 }
+                if (fd < 0)
+                        return -EBUSY;
+                s->getfd_ok = 1;
+                close(fd);
         }
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);
@@ -487,32 +491,77 @@ static int take_fd(int pidfd, int num, int *ret) {
         return 0;
 }
 
+/* Whether pid is still the daemon's child that is pid 1 of a pid namespace: the pid of a pid 1
+ * the daemon has not reaped cannot be another process's, unless something reaped it behind the
+ * daemon's back (SIGCHLD ignored: the kernel does then). */
+static bool is_our_init(pid_t pid) {
+        char path[64], text[2048];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
+        const char *pp = n > 0 ? strstr(text, "\nPPid:") : NULL, *ns = n > 0 ? strstr(text, "\nNSpid:") : NULL;
+        if (!pp || !ns)
+                return false;
+        const char *end = strchr(ns + 1, '\n');
+        const char *last = end ? end : ns + strlen(ns);
+        while (last > ns && (last[-1] == ' ' || last[-1] == '\t'))
+                last--;
+        while (last > ns && last[-1] >= '0' && last[-1] <= '9')
+                last--;
+        return atoi(pp + 6) == (int)getpid() && atoi(last) == 1;
+}
+
 int box_unpark(Box *b) {
         if (!b->parked)
                 return 0;
-        b->parked = false;
-        /* pid 1 is the daemon's child, reaped only through its pidfd: until then its pid is
-         * its own even if it has died, so this opens pid 1 and no other process. */
-        int ret = cgroup_sandbox_unpark(&b->cg), k;
-        b->init_pidfd = pidfd_open(b->init_pid, 0);
-        if (b->init_pidfd < 0)
+        /* All or nothing: what could not be had (out of fds) leaves it parked, whole. */
+        int pidfd = pidfd_open(b->init_pid, 0);
+        if (pidfd < 0)
                 return negerrno();
-        if ((k = take_fd(b->init_pidfd, b->keep_root, &b->root_fd)) < 0 ||
-            (k = take_fd(b->init_pidfd, b->keep_snap, &b->snap_fd)) < 0 ||
-            (k = take_fd(b->init_pidfd, b->keep_net, &b->netns_fd)) < 0)
-                ret = k;
-        return ret;
+        if (!is_our_init(b->init_pid)) {
+                close(pidfd);
+                log_warn("sandbox %s: its pid 1 (%d) is gone, reaped elsewhere", b->id, (int)b->init_pid);
+                return -ESRCH;
+        }
+        int root = -1, snap = -1, net = -1;
+        int r = take_fd(pidfd, b->keep_root, &root);
+        if (r == 0)
+                r = take_fd(pidfd, b->keep_snap, &snap);
+        if (r == 0)
+                r = take_fd(pidfd, b->keep_net, &net);
+        /* A pid 1 that died has no fds left to take: unparked without them, it is dying. */
+        if (r < 0 && r != -ESRCH && !pidfd_is_dead(pidfd)) {
+                safe_close(root);
+                safe_close(snap);
+                safe_close(net);
+                close(pidfd);
+                return r;
+        }
+        int rc = cgroup_sandbox_unpark(&b->cg);
+        if (rc < 0) {
+                safe_close(root);
+                safe_close(snap);
+                safe_close(net);
+                close(pidfd);
+                return rc;
+        }
+        b->init_pidfd = pidfd;
+        b->root_fd = root;
+        b->snap_fd = snap;
+        b->netns_fd = net;
+        b->parked = false;
+        return 0;
 }
 
 void box_kill_parked(Box *b) {
         b->ctl_fd = safe_close(b->ctl_fd);
         b->proxy_fd = safe_close(b->proxy_fd);
-        if (b->init_pid > 0)
+        if (b->init_pid > 0 && is_our_init(b->init_pid))
                 (void)kill(b->init_pid, SIGKILL);
 }
 
 void box_kill(Box *b, bool kill_cgroup) {
-        (void)box_unpark(b);
+        if (box_unpark(b) < 0 && b->parked)
+                box_kill_parked(b); /* out of fds: by its pid, while it is surely ours */
         b->ctl_fd = safe_close(b->ctl_fd);
         b->root_fd = safe_close(b->root_fd);
         b->snap_fd = safe_close(b->snap_fd);

@@ -517,7 +517,7 @@ int cgroup_sandbox_pids(const CgroupSandbox *s, uint64_t *ret) {
 }
 
 void cgroup_sandbox_park(CgroupSandbox *s) {
-        if (s->parked || s->dir < 0)
+        if (s->parked)
                 return;
         s->dir = safe_close(s->dir);
         s->v1_memory = safe_close(s->v1_memory);
@@ -542,17 +542,24 @@ int cgroup_sandbox_unpark(CgroupSandbox *s) {
         if (!s->parked)
                 return 0;
         const CgroupRoot *r = s->root;
+        /* All or nothing: out of fds, it stays parked. */
+        int fd[5] = { -1, -1, -1, -1, -1 }, k = reopen(r->v2, s->name, NULL, &fd[0]);
+        if (k == 0 && s->has_v1_memory)
+                k = reopen(r->v1_memory, s->name, NULL, &fd[1]);
+        if (k == 0 && s->has_v1_pids)
+                k = reopen(r->v1_pids, s->name, NULL, &fd[2]);
+        if (k == 0 && s->has_v1_cpu)
+                k = reopen(r->v1_cpu, s->name, NULL, &fd[3]);
+        if (k == 0 && s->has_v1_pids_cmds)
+                k = reopen(r->v1_pids, s->name, "cmds", &fd[4]);
+        if (k < 0) {
+                for (size_t i = 0; i < ELEMENTSOF(fd); i++)
+                        safe_close(fd[i]);
+                return k;
+        }
+        s->dir = fd[0], s->v1_memory = fd[1], s->v1_pids = fd[2], s->v1_cpu = fd[3], s->v1_pids_cmds = fd[4];
         s->parked = false;
-        int ret = reopen(r->v2, s->name, NULL, &s->dir), k;
-        if (s->has_v1_memory && (k = reopen(r->v1_memory, s->name, NULL, &s->v1_memory)) < 0)
-                ret = k;
-        if (s->has_v1_pids && (k = reopen(r->v1_pids, s->name, NULL, &s->v1_pids)) < 0)
-                ret = k;
-        if (s->has_v1_cpu && (k = reopen(r->v1_cpu, s->name, NULL, &s->v1_cpu)) < 0)
-                ret = k;
-        if (s->has_v1_pids_cmds && (k = reopen(r->v1_pids, s->name, "cmds", &s->v1_pids_cmds)) < 0)
-                ret = k;
-        return ret;
+        return 0;
 }
 
 int cgroup_count_procs(int dir) {

@@ -143,6 +143,17 @@ int method_check(const char *name, json_t *params, RpcError *e) {
         return lookup(name, params, &m, e);
 }
 
+/* A parked sandbox takes its fds again before its handler runs. */
+static int wake(Req *r, RpcError *e) {
+        int k = registry_wake(r->sb);
+        if (k < 0)
+                return rpc_fail(e, RPC_WORKER_UNAVAILABLE,
+                                "WORKER_UNAVAILABLE: the server is out of fds to take up this idle sandbox again (%s); "
+                                "retry when others are idle, or destroy some",
+                                strerror(-k));
+        return 0;
+}
+
 static int resolve_sandbox(Req *r, RpcError *e) {
         json_t *v = json_object_get(r->params, "sandboxId");
         if (!v || json_is_null(v)) {
@@ -150,8 +161,7 @@ static int resolve_sandbox(Req *r, RpcError *e) {
                 if (!r->sb)
                         return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox not created. Call \"create\" first.");
                 registry_touch(r->sb);
-                registry_wake(r->sb);
-                return 0;
+                return wake(r, e);
         }
         if (!json_is_string(v))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "sandboxId must be a string");
@@ -159,8 +169,7 @@ static int resolve_sandbox(Req *r, RpcError *e) {
         if (!r->sb)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown sandboxId: %.64s", json_string_value(v));
         registry_touch(r->sb);
-        registry_wake(r->sb);
-        return 0;
+        return wake(r, e);
 }
 
 /* The lane a request of a lane method belongs to: its `lane` param (taken out of params), or

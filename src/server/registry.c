@@ -17,6 +17,7 @@
 #include "server/conn.h"
 #include "server/registry.h"
 #include "session/internal.h"
+#include "session/sandbox.h"
 
 /* A connection's sandboxes; exists while it owns at least one. */
 struct RegOwner {
@@ -340,13 +341,13 @@ static unsigned max_of(const Registry *reg) { return reg->max_sandboxes ? reg->m
 
 static int64_t headroom(void) { return (int64_t)SBX_PARK_HEADROOM * SBX_SANDBOX_COST_FDS; }
 
-void registry_wake(SrvSandbox *sb) {
-        if (!sbx_sandbox_parked(sb->sb))
-                return;
+int registry_wake(SrvSandbox *sb) {
+        if (!sb->sb || !sbx_sandbox_parked(sb->sb))
+                return 0;
         Registry *reg = sb->registry;
-        if (reg->park_after_ms && sbx_sandbox_fds_spare(sb->sb) < headroom())
+        if (reg->park_after_ms && reg->ctx && sbx_sandbox_fds_spare(sb->sb) < headroom())
                 sbx_context_park_for(reg->ctx, sb->sb, headroom());
-        sbx_sandbox_unpark(sb->sb);
+        return sbx_sandbox_unpark(sb->sb);
 }
 
 static void park_event(Watch *w, uint32_t events) {
@@ -358,7 +359,7 @@ static void park_event(Watch *w, uint32_t events) {
 
 int registry_set_parking(Registry *reg, Loop *loop, SbxContext *ctx, uint64_t after_ms) {
         registry_stop_parking(reg);
-        reg->park_after_ms = after_ms;
+        reg->park_after_ms = 0;
         if (!after_ms)
                 return 0;
         int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -375,6 +376,7 @@ int registry_set_parking(Registry *reg, Loop *loop, SbxContext *ctx, uint64_t af
         reg->park_timer = fd;
         reg->loop = loop;
         reg->ctx = ctx;
+        reg->park_after_ms = after_ms;
         return 0;
 }
 
@@ -463,6 +465,8 @@ void registry_destroy(SrvSandbox *sb) {
         if (sb->timer >= 0) {
                 loop_del(sb->loop, &sb->timer_w);
                 sb->timer = safe_close(sb->timer);
+                if (sb->timer_counted)
+                        sandbox_fds_give(sb->sb, 1);
         }
         /* Out of the tables first: nothing that freeing the box calls back can find it any
          * more. */
@@ -559,6 +563,8 @@ int registry_set_expiry(SrvSandbox *sb, Loop *loop, uint64_t lifetime_ms, uint64
                 }
                 sb->timer = fd;
                 sb->loop = loop;
+                /* Counted with what the sandbox holds beyond its idle cost, parked or not. */
+                sb->timer_counted = sb->sb && sandbox_fds_take(sb->sb, 1) == 0;
         }
         if (expiry_due(sb, now, &due))
                 due = now; /* idle for longer than the new idle time already: at once, from the loop */

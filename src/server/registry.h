@@ -54,6 +54,7 @@ typedef struct SrvSandbox {
         bool export_on_expiry; /* onExpiry "export": the archive is written before the destroy */
         bool expiring;         /* that export is under way: the timer does not fire again */
         int timer;
+        bool timer_counted; /* its fd counted with the sandbox's held ones (sandbox_fds_take) */
         Watch timer_w;
         Loop *loop;
         /* Its network.denied events (audit_event_limited): a token bucket in thousandths of an
@@ -140,8 +141,9 @@ void registry_destroy_all(Registry *reg);
 int registry_set_expiry(SrvSandbox *sb, Loop *loop, uint64_t lifetime_ms, uint64_t idle_ms);
 /* A request named sb: its idle time starts again. */
 void registry_touch(SrvSandbox *sb);
-/* Unparks it, making room first when fds are short. */
-void registry_wake(SrvSandbox *sb);
+/* Unparks it, making room first when fds are short: 0, or -errno (out of fds, it stays
+ * parked). */
+int registry_wake(SrvSandbox *sb);
 
 /* Whether connection c, of user uid, may use sb. */
 bool registry_may_use(const SrvSandbox *sb, const Conn *c, uid_t uid);

@@ -335,7 +335,8 @@ int server_set_egress(Server *s, const char *hosts_file, const char *const *allo
 unsigned server_set_max_sandboxes(Server *s, unsigned n) { return registry_set_max(&s->core.registry, n); }
 
 int server_set_park_after(Server *s, uint64_t ms) {
-        int r = registry_set_parking(&s->core.registry, s->loop, s->core.ctx, ms);
+        /* Process mode has no pid 1 to keep a sandbox's fds: nothing is parked. */
+        int r = registry_set_parking(&s->core.registry, s->loop, s->core.ctx, s->core.mode == MODE_PROCESS ? 0 : ms);
         if (r < 0)
                 errno = -r;
         return r;

@@ -254,6 +254,15 @@ int context_new(SbxContext **ret) {
         /* Output and stdin pipes may lose their reader at any time; that must be EPIPE for
          * the daemon, never a signal. */
         signal(SIGPIPE, SIG_IGN);
+        /* Every pid 1 and job is reaped through its pidfd, never by the kernel: an ignored
+         * SIGCHLD inherited from whoever started us (a `trap '' CHLD`) would have them reaped
+         * at exit and their pids free for others while the daemon still names them. */
+        struct sigaction chld;
+        if (sigaction(SIGCHLD, NULL, &chld) == 0 && (chld.sa_handler == SIG_IGN || (chld.sa_flags & SA_NOCLDWAIT))) {
+                struct sigaction dfl = { .sa_handler = SIG_DFL };
+                sigemptyset(&dfl.sa_mask);
+                (void)sigaction(SIGCHLD, &dfl, NULL);
+        }
         /* The files API acts with the sandbox user's fs ids; root's supplementary groups
          * must not come along. */
         if (geteuid() == 0)

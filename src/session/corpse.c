@@ -27,6 +27,11 @@ static void corpse_free(Corpse *c) {
         LIST_UNLINK(y->corpses, c);
         free(c);
         y->active--;
+        /* Those that finish at once free themselves here again: the outermost call takes the
+         * next ones on, with no recursion per corpse. */
+        if (y->taking_on)
+                return;
+        y->taking_on = true;
         while (y->waiting && y->active < SBX_CORPSES_ACTIVE) {
                 Corpse *next = y->waiting;
                 y->waiting = next->next;
@@ -35,6 +40,7 @@ static void corpse_free(Corpse *c) {
                 next->next = NULL;
                 activate(y, next);
         }
+        y->taking_on = false;
 }
 
 /* box_try_finish() reaps pid 1 and closes its pidfd: it may be called only once the pidfd is
@@ -95,6 +101,8 @@ void corpse_add(CorpseYard *y, const Box *b) {
 
 static void activate(CorpseYard *y, Corpse *c) {
         y->active++;
+        /* Its fds first: the cgroup's kill below goes through the mover with them. */
+        (void)box_unpark(&c->box);
         /* The cgroup's kill through the mover: a move waiting for its grace period holds
          * the cgroup mutex that writing cgroup.kill needs, and the loop must not wait. */
         box_kill(&c->box, !y->mover || c->box.cg.dir < 0 || mover_kill(y->mover, c->box.cg.dir, NULL, NULL) < 0);

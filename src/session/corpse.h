@@ -16,6 +16,7 @@ typedef struct CorpseYard {
          * while fewer than SBX_CORPSES_ACTIVE corpses are. */
         Corpse *waiting, *waiting_tail;
         unsigned active;
+        bool taking_on; /* corpse_free() is taking waiting ones on */
 } CorpseYard;
 
 /* Kills the box's processes and takes it over; the loop finishes the cleanup. */

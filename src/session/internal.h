@@ -19,7 +19,8 @@ const char *sbx_sandbox_setup_error(const SbxSandbox *sb);
  * an operation, a pause, leftovers), -EPERM where it cannot be parked. unpark: a no-op
  * unless parked; whatever is heard of a parked sandbox unparks it first. */
 int sbx_sandbox_park(SbxSandbox *sb);
-void sbx_sandbox_unpark(SbxSandbox *sb);
+/* 0, or -errno when its fds cannot be had again (out of fds: it stays parked). */
+int sbx_sandbox_unpark(SbxSandbox *sb);
 bool sbx_sandbox_parked(const SbxSandbox *sb);
 /* fds the daemon's limit has left beyond what its sandboxes hold by their idle costs (parked
  * or not) and its reserve (INT64_MAX when unknown), and how many sandboxes are parked, of

@@ -73,7 +73,8 @@ struct SbxSandbox {
          * (sbx_sandbox_touch()), least recently used first; lru_ms is when it was last. */
         SbxSandbox *lru_next, *lru_prev;
         uint64_t lru_ms;
-        bool on_lru, touched;
+        bool on_lru;
+        unsigned parked_cost; /* the fds it keeps parked, in SandboxHost.parked_fds */
 };
 
 /* ---------------------------------------------------------------- lists and observers */
@@ -279,7 +280,7 @@ static int pod_attach(SbxSandbox *sb) {
 
 /* pid 1's word on its setup, taken from the loop: creating a sandbox never waits for it.
  * After that, its reports of processes that ended. */
-static void sandbox_unpark(SbxSandbox *sb);
+static int sandbox_unpark(SbxSandbox *sb);
 static void core_unpark(SandboxCore *core);
 
 static void ctl_event(Watch *w, uint32_t events) {
@@ -685,6 +686,8 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
                  * fds: the workers die with pid 1, their cgroups with the sandbox's. */
                 sb->core.parked = false;
                 sb->host->n_parked--;
+                sb->host->parked_fds -= MIN(sb->parked_cost, sb->host->parked_fds);
+                sb->parked_cost = 0;
                 for (SbxSession *s = sb->sessions; s; s = s->next)
                         s->parked = false;
         }
@@ -727,8 +730,9 @@ SbxSandbox *sbx_sandbox_free(SbxSandbox *sb) {
 /* The fds the daemon holds for its sandboxes, by their idle costs, plus its reserve. */
 static uint64_t host_fds_estimate(const SandboxHost *h) {
         unsigned parked = MIN(h->n_parked, h->n_sandboxes);
-        return (uint64_t)(h->n_sandboxes - parked) * SBX_SANDBOX_COST_FDS + (uint64_t)parked * SBX_SANDBOX_PARKED_FDS +
-               h->held_fds + SBX_DAEMON_RESERVE_FDS;
+        /* Parked ones by what each keeps (1, and 2 a session), the rest by the idle cost. */
+        return (uint64_t)(h->n_sandboxes - parked) * SBX_SANDBOX_COST_FDS + h->parked_fds + h->held_fds +
+               SBX_DAEMON_RESERVE_FDS;
 }
 
 int64_t sandbox_host_fds_spare(const SandboxHost *h) {
@@ -770,29 +774,44 @@ static void lru_use(SbxSandbox *sb) {
 }
 
 void sbx_sandbox_touch(SbxSandbox *sb) {
-        sb->touched = true;
         if (!sb->core.parked)
                 lru_use(sb);
 }
 
-static void sandbox_unpark(SbxSandbox *sb) {
+static int sandbox_unpark(SbxSandbox *sb) {
         if (!sb->core.parked)
-                return;
+                return 0;
+        /* Room first: other idle sandboxes are parked, least recently used first. */
+        if (sandbox_host_fds_spare(sb->host) < 2 * (int64_t)SBX_SANDBOX_COST_FDS)
+                sandbox_park_for(sb->host, sb, (int64_t)SBX_PARK_HEADROOM * SBX_SANDBOX_COST_FDS);
+        int r = box_unpark(&sb->core.box);
+        if (r < 0 && r != -ESRCH) {
+                log_warn("sandbox %s: cannot take its fds again: %s", sb->core.box.id, strerror(-r));
+                return r;
+        }
         sb->core.parked = false;
         sb->host->n_parked--;
+        sb->host->parked_fds -= MIN(sb->parked_cost, sb->host->parked_fds);
+        sb->parked_cost = 0;
         /* Woken by a request or by an event of its own: in use again, parked again once idle. */
         lru_use(sb);
-        int r = box_unpark(&sb->core.box);
-        if (r < 0)
-                log_debug("sandbox %s: unparked without all of its fds: %s", sb->core.box.id, strerror(-r));
         /* A pid 1 that died while parked is heard now: its pidfd is readable at once. */
         if (sb->core.box.init_pidfd >= 0)
                 (void)loop_add(sb->core.loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
-        for (SbxSession *s = sb->sessions; s; s = s->next)
-                session_unpark(s);
+        int rs = 0;
+        for (SbxSession *s = sb->sessions; s; s = s->next) {
+                int k = session_unpark(s);
+                if (k < 0)
+                        rs = k;
+        }
+        return r < 0 ? r : rs;
 }
 
-static void core_unpark(SandboxCore *core) { sandbox_unpark(core->self); }
+static void core_unpark(SandboxCore *core) {
+        if (sandbox_unpark(core->self) < 0)
+                log_warn("sandbox %s: heard while parked, but its fds cannot be had again (the daemon is out of fds)",
+                         core->box.id);
+}
 
 int sbx_sandbox_park(SbxSandbox *sb) {
         if (sb->core.parked)
@@ -818,31 +837,45 @@ int sbx_sandbox_park(SbxSandbox *sb) {
                 sb->core.park_fs_bytes = m.fs_bytes;
                 sb->core.park_fs_files = m.fs_files;
         }
-        int r = box_park(&sb->host->shared, &sb->core.box);
-        if (r < 0)
-                return r;
+        /* Out of epoll before its fd is closed: a copy of it in a fork of the daemon (a new
+         * sandbox's pid 1, a job) would keep it registered, and its events coming. */
+        bool watched = sb->init_w.active;
         loop_del(sb->core.loop, &sb->init_w);
+        int r = box_park(&sb->host->shared, &sb->core.box);
+        if (r < 0) {
+                if (watched)
+                        (void)loop_add(sb->core.loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
+                return r;
+        }
+        unsigned cost = 1;
         for (SbxSession *s = sb->sessions; s; s = s->next)
-                if (s->sock >= 0)
+                if (s->sock >= 0) {
                         (void)session_park(s);
+                        cost += 2;
+                }
         sb->core.parked = true;
+        sb->parked_cost = cost;
         sb->host->n_parked++;
+        sb->host->parked_fds += cost;
         lru_unlink(sb);
         return 0;
 }
 
 unsigned sandbox_park_idle(SandboxHost *h, uint64_t idle_ms) {
         uint64_t now = now_ms();
-        unsigned n = 0;
-        /* Each sandbox is looked at once per idle_ms at most: one in use goes last again. */
-        for (SbxSandbox *sb; (sb = h->lru_head) && now - sb->lru_ms >= idle_ms;) {
+        unsigned n = 0, seen = 0;
+        /* Each sandbox is looked at once per idle_ms at most: one in use goes last again (its
+         * time then is past `now`, which ends the walk), and one sweep does a bounded share. */
+        for (SbxSandbox *sb; (sb = h->lru_head) && sb->lru_ms <= now && now - sb->lru_ms >= idle_ms &&
+                             seen < SBX_PARK_SWEEP_MAX;
+             seen++) {
                 int r = sbx_sandbox_park(sb);
-                if (r == -EPERM)
-                        break;
                 if (r < 0)
                         lru_use(sb);
                 else
                         n++;
+                if (r == -EPERM && h->shared.getfd_ok == 0)
+                        break;
         }
         return n;
 }
@@ -850,21 +883,21 @@ unsigned sandbox_park_idle(SandboxHost *h, uint64_t idle_ms) {
 void sandbox_park_for(SandboxHost *h, const SbxSandbox *keep, int64_t want) {
         /* Least recently used first, at most once each. */
         SbxSandbox *last = h->lru_tail;
-        for (SbxSandbox *sb = h->lru_head, *next; sb && sbx_sandbox_fds_spare(sb) < want; sb = next) {
+        for (SbxSandbox *sb = h->lru_head, *next; sb && sandbox_host_fds_spare(h) < want; sb = next) {
                 next = sb == last ? NULL : sb->lru_next;
                 if (sb == keep)
                         continue;
-                if (sbx_sandbox_park(sb) == -EPERM)
+                if (sbx_sandbox_park(sb) == -EPERM && h->shared.getfd_ok == 0)
                         return;
         }
 }
 
-void sbx_sandbox_unpark(SbxSandbox *sb) { sandbox_unpark(sb); }
+int sbx_sandbox_unpark(SbxSandbox *sb) { return sandbox_unpark(sb); }
 
 bool sbx_sandbox_parked(const SbxSandbox *sb) { return sb->core.parked; }
 
 void sandbox_pin(SbxSandbox *sb) {
-        sandbox_unpark(sb);
+        (void)sandbox_unpark(sb);
         sb->core.pins++;
 }
 

@@ -50,6 +50,7 @@ typedef struct SandboxHost {
         uint64_t nofile, held_fds;
         unsigned n_sandboxes;
         unsigned n_parked; /* of them, parked (sbx_sandbox_park()) */
+        uint64_t parked_fds; /* what the parked ones keep, each its own count */
         SbxSandbox *lru_head, *lru_tail; /* parking's order (sandbox.c) */
         struct Egress *egress; /* net/egress.c: the allowlist proxies' resolver, made on first use */
         /* Every open upload of every sandbox (files/fileapi.c), so that a client's are found

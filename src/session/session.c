@@ -413,7 +413,9 @@ static void on_message(SbxSession *s, const WireHdr *h, pid_t pid) {
 static void wake(SbxSession *s) {
         if (s->core->parked && s->core->unpark)
                 s->core->unpark(s->core);
-        session_unpark(s);
+        if (session_unpark(s) < 0)
+                log_warn("session %s: heard while parked, but its fds cannot be had again (the daemon is out of "
+                         "fds): handled without them", s->name);
 }
 
 static void session_event(Watch *w, uint32_t events) {
@@ -547,23 +549,27 @@ int session_park(SbxSession *s) {
         return 0;
 }
 
-void session_unpark(SbxSession *s) {
+int session_unpark(SbxSession *s) {
         if (!s->parked)
-                return;
-        s->parked = false;
+                return 0;
         SandboxCore *core = s->core;
-        s->cg = cgroup_child_open(&core->box.cg, s->cg_name);
-        if (s->cg < 0) {
-                log_warn("session %s: its worker's cgroup %s is gone: %s", s->name, s->cg_name, strerror(-s->cg));
-                s->cg = -1;
+        int cg = cgroup_child_open(&core->box.cg, s->cg_name);
+        int fd = pidfd_open(s->spawned_pid, 0);
+        int fd_err = fd < 0 ? errno : 0;
+        /* Out of fds: it stays parked, whole. */
+        if ((cg < 0 && cg != -ENOENT) || (fd < 0 && fd_err != ESRCH)) {
+                safe_close(cg < 0 ? -1 : cg);
+                safe_close(fd);
+                return cg < 0 && cg != -ENOENT ? cg : -fd_err;
         }
+        s->parked = false;
         /* The pid may be another process's if the worker died meanwhile: it is the worker only
          * if it is still the one process of the cgroup the daemon moved the worker into (no
          * process of the sandbox can move itself there). */
-        int fd = pidfd_open(s->spawned_pid, 0);
-        if (fd >= 0 && s->cg >= 0 && cgroup_only_pid(s->cg, s->spawned_pid) == 1 && !pidfd_is_dead(fd)) {
+        if (fd >= 0 && cg >= 0 && cgroup_only_pid(cg, s->spawned_pid) == 1 && !pidfd_is_dead(fd)) {
+                s->cg = cg;
                 s->worker_pidfd = fd;
-                return;
+                return 0;
         }
         safe_close(fd);
         log_debug("session %s: idle worker %d gone while parked", s->name, (int)s->spawned_pid);
@@ -571,8 +577,9 @@ void session_unpark(SbxSession *s) {
         s->state = SS_WAIT_READY;
         s->worker_pid = 0;
         forget_worker(s);
-        if (s->cg >= 0)
-                bglog_retire_cgroup(&core->bg, TAKE_FD(s->cg), s->cg_name);
+        if (cg >= 0)
+                bglog_retire_cgroup(&core->bg, cg, s->cg_name);
+        return 0;
 }
 
 bool session_idle(const SbxSession *s) { return s->state == SS_IDLE; }

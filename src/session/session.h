@@ -114,7 +114,8 @@ void session_lose(SbxSession *s);
  * one it was (alone in its cgroup): if it died meanwhile the session waits for the holder's
  * next worker, as after a death heard. */
 int session_park(SbxSession *s);
-void session_unpark(SbxSession *s);
+/* 0, or -errno out of fds (it stays parked). */
+int session_unpark(SbxSession *s);
 /* Whether a worker is idle, waiting for a run. */
 bool session_idle(const SbxSession *s);
 /* Whether the session waits for its holder to fork a worker. */
