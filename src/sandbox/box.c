@@ -529,20 +529,12 @@ int box_unpark(Box *b) {
         if (r == 0)
                 r = take_fd(pidfd, b->keep_net, &net);
         /* A pid 1 that died has no fds left to take: unparked without them, it is dying. */
-        if (r < 0 && r != -ESRCH && !pidfd_is_dead(pidfd)) {
+        if ((r < 0 && r != -ESRCH && !pidfd_is_dead(pidfd)) || (r = cgroup_sandbox_unpark(&b->cg)) < 0) {
                 safe_close(root);
                 safe_close(snap);
                 safe_close(net);
                 close(pidfd);
                 return r;
-        }
-        int rc = cgroup_sandbox_unpark(&b->cg);
-        if (rc < 0) {
-                safe_close(root);
-                safe_close(snap);
-                safe_close(net);
-                close(pidfd);
-                return rc;
         }
         b->init_pidfd = pidfd;
         b->root_fd = root;
