@@ -812,7 +812,7 @@ const Method server_methods_sandbox[] = {
           "Creates another sandbox owned by this connection (or persistent)." },
         { "sandbox.list", m_sandbox_list, 0, p_sandbox_list, "{sandboxes: [{sandboxId, label?, metadata, paused, createdAt, persist, root, forkOf, ip?}]}",
           "Sandboxes this connection may use." },
-        { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX, p_sandbox_destroy, "{ok: true}",
+        { "sandbox.destroy", m_sandbox_destroy, M_SANDBOX | M_ASLEEP, p_sandbox_destroy, "{ok: true}",
           "Kills every process of the sandbox and removes it." },
         { "sandbox.pause", m_sandbox_pause, M_SANDBOX, handler_params_sandbox, "{ok: true, tookUs}",
           "Freezes every process of the sandbox in place (cgroup v2 freezer), answered once frozen: memory kept, no CPU. Runs and process.start wait until sandbox.resume (or fail with whilePaused: \"refuse\"); a run already running is frozen with the rest, its timeout still counting. Fork, snapshots, export and import are refused; one already under way ends once resumed, or while paused if past its copy, and never thaws the sandbox." },

@@ -154,14 +154,14 @@ static int wake(Req *r, RpcError *e) {
         return 0;
 }
 
-static int resolve_sandbox(Req *r, RpcError *e) {
+static int resolve_sandbox(Req *r, bool wake_it, RpcError *e) {
         json_t *v = json_object_get(r->params, "sandboxId");
         if (!v || json_is_null(v)) {
                 r->sb = registry_root(&r->core->registry, r->conn);
                 if (!r->sb)
                         return rpc_fail(e, RPC_INVALID_REQUEST, "Sandbox not created. Call \"create\" first.");
                 registry_touch(r->sb);
-                return wake(r, e);
+                return wake_it ? wake(r, e) : 0;
         }
         if (!json_is_string(v))
                 return rpc_fail(e, RPC_INVALID_PARAMS, "sandboxId must be a string");
@@ -169,7 +169,7 @@ static int resolve_sandbox(Req *r, RpcError *e) {
         if (!r->sb)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "Unknown sandboxId: %.64s", json_string_value(v));
         registry_touch(r->sb);
-        return wake(r, e);
+        return wake_it ? wake(r, e) : 0;
 }
 
 /* The lane a request of a lane method belongs to: its `lane` param (taken out of params), or
@@ -205,7 +205,7 @@ static void redact_error(SbxSandbox *sb, RpcError *e) {
 
 /* Calls the handler of a request admitted to run now (holding a lane slot if it needs one). */
 static int handle(Req *r, const Method *m, json_t **ret, RpcError *e) {
-        int rr = (m->flags & M_SANDBOX) && resolve_sandbox(r, e) < 0 ? -1 : m->fn(r, ret, e);
+        int rr = (m->flags & M_SANDBOX) && resolve_sandbox(r, !(m->flags & M_ASLEEP), e) < 0 ? -1 : m->fn(r, ret, e);
         if (rr < 0 && r->sb)
                 redact_error(r->sb->sb, e);
         /* A slot not taken over by a Pending: the request is answered, the slot is free. */

@@ -38,6 +38,7 @@ typedef struct Param {
 enum {
         M_SANDBOX = 1, /* takes sandboxId and needs a sandbox */
         M_LANE = 2,    /* sets a worker going: holds a lane slot until answered (lane.h) */
+        M_ASLEEP = 4,  /* with M_SANDBOX: needs none of a parked sandbox's fds (no wake) */
 };
 
 typedef struct Method {
