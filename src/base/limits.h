@@ -681,6 +681,13 @@
  * -ETIMEDOUT) and it is killed. Nothing waits for it meanwhile. */
 #define SBX_CREATE_TIMEOUT_MS 10000
 
+/* The spawner (sandbox/spawner.h): the largest request it takes (a sandbox's config: its
+ * shells' environment, an image's layers, a policy's patterns, a CA certificate), and the
+ * bytes of requests that may wait for it at once, which bounds a burst of creates: past them a
+ * create is refused (WORKER_UNAVAILABLE) rather than queued in the daemon. */
+#define SBX_SPAWN_MSG_MAX (512U * 1024)
+#define SBX_SPAWN_QUEUE_BYTES (16U * 1024 * 1024)
+
 /* Time destroying a sandbox waits for its processes to die after cgroup.kill. Past it the
  * daemon goes on (it must not hang on a process stuck in the kernel) and warns that the
  * cgroup is left behind. */

@@ -45,7 +45,8 @@ static int sealed_memfd(const char *name, const unsigned char *data, size_t len)
 
 int box_shared_init(BoxShared *s, bool process) {
         int r;
-        *s = (BoxShared){ .builtin_fd = -1, .pykernel_fd = -1, .process = process, .process_lock = -1, .getfd_ok = -1 };
+        *s = (BoxShared){ .builtin_fd = -1, .pykernel_fd = -1, .process = process, .process_lock = -1, .getfd_ok = -1,
+                         .spawner = { .fd = -1, .pid = -1, .pidfd = -1 } };
         s->rootless = geteuid() != 0;
         s->user_uid = geteuid();
         s->user_gid = getegid();
@@ -79,6 +80,9 @@ int box_shared_init(BoxShared *s, bool process) {
         s->pykernel_fd = sealed_memfd("sbx-pykernel.py", sbx_pykernel, sbx_pykernel_len);
         if ((r = s->builtin_fd) < 0 || (r = s->pykernel_fd) < 0 || (r = seccomp_build(&s->seccomp)) < 0)
                 goto fail;
+        /* Last: the spawner is this process as it is now, before any sandbox. */
+        if ((r = spawner_start(&s->spawner, s->builtin_fd, &s->seccomp, &s->cg)) < 0)
+                goto fail;
         return 0;
 fail:
         /* Whatever was made before the failure goes: a caller may try again later. */
@@ -87,6 +91,7 @@ fail:
 }
 
 void box_shared_done(BoxShared *s) {
+        spawner_stop(&s->spawner);
         free(s->slots);
         s->slots = NULL;
         if (s->cg_open)
@@ -101,29 +106,6 @@ void box_shared_done(BoxShared *s) {
         if (s->process_lock >= 0)
                 (void)rmdir(s->process_base);
         s->process_lock = safe_close(s->process_lock);
-}
-
-/* Rootless: uid 1000 inside is the caller, nothing else is mapped. Root: ids 0..65535 inside
- * (root, the user, nobody) are the sandbox's own block of host ids; host root is none of them. */
-static int write_id_maps(const BoxShared *s, const Box *b) {
-        char path[64], map[128];
-        if (s->rootless)
-                snprintf(map, sizeof map, "%u %u 1\n", SBX_SANDBOX_UID, (unsigned)b->host_uid);
-        else
-                snprintf(map, sizeof map, "0 %u %u\n", (unsigned)b->host_base, b->host_ids);
-        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)b->init_pid);
-        int r = write_file_at(AT_FDCWD, path, map);
-        if (r < 0)
-                return r;
-        if (s->rootless) {
-                snprintf(path, sizeof path, "/proc/%d/setgroups", (int)b->init_pid);
-                (void)write_file_at(AT_FDCWD, path, "deny");
-                snprintf(map, sizeof map, "%u %u 1\n", SBX_SANDBOX_GID, (unsigned)b->host_gid);
-        } else {
-                snprintf(map, sizeof map, "0 %u %u\n", (unsigned)b->host_base, b->host_ids);
-        }
-        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)b->init_pid);
-        return write_file_at(AT_FDCWD, path, map);
 }
 
 static int slot_take(BoxShared *s) {
@@ -168,9 +150,9 @@ static int take_host_ids(BoxShared *s, Box *b, char *err, size_t errlen) {
         return 0;
 }
 
-/* What pid 1 gets: ctl_fd is its end of the control socket, sync_fd the pipe on which it
- * waits for its id maps; plain and kill_fd are process mode's (NULL and -1 otherwise). */
-static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, int sync_fd, const PlainConfig *plain,
+/* What pid 1 gets: ctl_fd is its end of the control socket; plain and kill_fd are process
+ * mode's (NULL and -1 otherwise). The spawner adds the pipe on which it waits for its id maps. */
+static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, const PlainConfig *plain,
                               int kill_fd) {
         return (InitConfig){
                 .mount = { .staging = s->staging, .rootfs = c->rootfs, .layers = c->layers, .network = c->network,
@@ -180,7 +162,7 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                            .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID,
                            .noexec_writable = c->policy && c->policy->allow && c->policy->allow[0],
                            .trust_pem = c->trust_pem },
-                .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = sync_fd, .ns_root = !s->rootless,
+                .ctl_fd = ctl_fd, .builtin_fd = s->builtin_fd, .userns_sync_fd = -1, .ns_root = !s->rootless,
                 .env = c->env, .workdir = c->workdir, .network = c->network, .proxy_port = c->proxy_port,
                 /* With no user namespace the host's ids are the ones commands run as. */
                 .uid = plain ? plain->uid : SBX_SANDBOX_UID, .gid = plain ? plain->gid : SBX_SANDBOX_GID,
@@ -195,136 +177,95 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
         };
 }
 
-/* Without a cpu controller nothing caps the sandbox's CPU time: pid 1, still waiting for its
- * id maps, gets SBX_CPU_FALLBACK_NICE (never a better priority than the daemon's own), which
- * everything it starts inherits, so a runaway yields to the host's work. */
-static void lower_priority(pid_t pid) {
-        errno = 0;
-        int own = getpriority(PRIO_PROCESS, 0);
-        if (errno)
-                own = 0;
-        (void)setpriority(PRIO_PROCESS, (id_t)pid, MAX(own, SBX_CPU_FALLBACK_NICE));
-}
-
-static void close_v1(InitConfig *ic) {
-        for (size_t i = 0; i < ELEMENTSOF(ic->v1_procs); i++)
-                ic->v1_procs[i] = safe_close(ic->v1_procs[i]);
-}
-
-/* clone3 into fresh namespaces and b's cgroup; the child closes the daemon's ends of sv and
- * sync and becomes pid 1 (init_main() never returns). */
-static int clone_init(const BoxShared *s, const BoxConfig *c, Box *b, const int sv[2], const int sync[2], char *err,
-                      size_t errlen) {
+/* Asks the spawner for b's cgroups and pid 1, with its end sv[1] of the control socket: the
+ * answer comes later (box_spawned()). */
+static int request_init(BoxShared *s, const BoxConfig *c, Box *b, const int sv[2], char *err, size_t errlen) {
         char snap[BOX_DIR_BYTES + 8];
         snprintf(snap, sizeof snap, "%s.snap", b->dir);
         PlainConfig pc = { .dir = b->dir, .snap = snap, .uid = b->host_uid, .gid = b->host_gid, .own = !s->rootless };
-        _cleanup_close_ int kill_fd = s->process && b->cg.dir >= 0
-                                              ? openat(b->cg.dir, "cgroup.kill", O_WRONLY | O_CLOEXEC) : -1;
-        InitConfig ic = init_config(s, c, sv[1], sync[0], s->process ? &pc : NULL, kill_fd);
-        const int v1[3] = { b->cg.v1_memory, b->cg.v1_pids, b->cg.v1_cpu };
-        for (size_t i = 0; i < ELEMENTSOF(v1); i++) {
-                ic.v1_procs[i] = v1[i] >= 0 ? openat(v1[i], "cgroup.procs", O_WRONLY | O_CLOEXEC) : -1;
-                if (v1[i] >= 0 && ic.v1_procs[i] < 0) {
-                        int r = negerrno();
-                        snprintf(err, errlen, "cgroup v1 attach: %s", strerror(-r));
-                        close_v1(&ic);
-                        return r;
-                }
-        }
-        _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&b->cg);
-        if (init_cg < 0) {
-                snprintf(err, errlen, "cgroup: init: %s", strerror(-init_cg));
-                close_v1(&ic);
-                return init_cg;
-        }
-        int pidfd = -1;
-        uint64_t ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER;
-        struct clone_args ca = {
-                /* CLONE_NEWNET: pid 1 unshares it (namespaces mode). */
-                .flags = CLONE_PIDFD | CLONE_INTO_CGROUP | (s->process ? 0 : ns),
-                .pidfd = (uint64_t)(uintptr_t)&pidfd,
-                .exit_signal = SIGCHLD,
-                .cgroup = (uint64_t)init_cg,
-        };
-        long pid = syscall(SYS_clone3, &ca, sizeof ca);
-        if (pid < 0) {
-                int r = negerrno();
-                close_v1(&ic);
-                snprintf(err, errlen, "clone3: %s%s", strerror(-r),
-                         r == -EPERM || r == -ENOSPC ? " (are user namespaces allowed?)" : "");
+        InitConfig ic = init_config(s, c, sv[1], s->process ? &pc : NULL, -1);
+        SpawnIds ids = { .rootless = s->rootless, .maps = !s->process, .lower_priority = !cgroup_has_cpu(&s->cg),
+                         .kill_fd = s->process, .host_uid = b->host_uid, .host_gid = b->host_gid,
+                         .host_base = b->host_base, .host_ids = b->host_ids, .cg_name = b->id,
+                         .limits = { .memory_bytes = c->memory_bytes, .pids = c->pids, .cpu_millis = c->cpu_millis,
+                                     .pids_reserve = SBX_PIDS_RESERVE(c->pids) } };
+        /* A spawner lost earlier (box_spawner_lost()) is started again for this one. */
+        int r = s->spawner.fd >= 0 ? 0 : spawner_start(&s->spawner, s->builtin_fd, &s->seccomp, &s->cg);
+        if (r == 0)
+                r = spawner_request(&s->spawner, &ic, &ids, &b->spawn_seq);
+        if (r < 0) {
+                if (r == -EAGAIN)
+                        snprintf(err, errlen, "too many sandboxes are being created at once; try again");
+                else if (r == -EMSGSIZE)
+                        snprintf(err, errlen, "the sandbox's configuration (environment, layers, policy) is too large");
+                else
+                        snprintf(err, errlen, "cannot ask for the sandbox's init: %s", strerror(-r));
                 return r;
         }
-        if (pid == 0) {
-                close(sv[0]);
-                if (sync[1] >= 0)
-                        close(sync[1]);
-                init_main(&ic);
-        }
-        close_v1(&ic);
-        b->init_pid = (pid_t)pid;
-        b->init_pidfd = pidfd;
         b->nproc_limit = (uint32_t)ic.rlimit_nproc;
         return 0;
 }
 
 int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errlen) {
-        int sv[2] = { -1, -1 }, sync[2] = { -1, -1 };
+        int sv[2] = { -1, -1 };
         int r;
 
-        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .netns_fd = -1,
-                    .keep_root = -1, .keep_snap = -1, .keep_net = -1,
-                    .proxy_fd = -1, .slot = -1, .process = s->process };
+        box_blank(b);
+        b->spawning = true;
+        b->process = s->process;
         r = take_host_ids(s, b, err, errlen);
         if (r < 0)
                 return r;
         err[0] = 0;
         r = random_hex(b->id, 16);
         if (r < 0)
-                return r;
+                goto fail;
+        /* Its cgroups come with the spawner's answer; until then they are known by name. */
+        snprintf(b->cg.name, sizeof b->cg.name, "%s", b->id);
+        b->cg.root = &s->cg;
         if (s->process) {
                 snprintf(b->dir, sizeof b->dir, "%s/%s", s->process_base, b->id);
                 /* Another context of this process that ended may have removed it, empty. */
                 (void)mkdir(s->process_base, geteuid() == 0 ? 0711 : 0700);
         }
-        CgroupLimits cl = { .memory_bytes = c->memory_bytes, .pids = c->pids, .cpu_millis = c->cpu_millis,
-                            .pids_reserve = SBX_PIDS_RESERVE(c->pids) };
-        r = cgroup_sandbox_create(&s->cg, b->id, &cl, &b->cg);
-        if (r < 0) {
-                snprintf(err, errlen, "cgroup: %s", strerror(-r));
-                return r;
-        }
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
-            pipe2(sync, O_CLOEXEC) < 0) {
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
                 r = negerrno();
                 goto fail;
         }
-        r = clone_init(s, c, b, sv, sync, err, errlen);
+        r = request_init(s, c, b, sv, err, errlen);
         if (r < 0)
                 goto fail;
         b->ctl_fd = TAKE_FD(sv[0]);
         sv[1] = safe_close(sv[1]);
-        sync[0] = safe_close(sync[0]);
-
-        if (!cgroup_has_cpu(&s->cg))
-                lower_priority(b->init_pid);
-        r = s->process ? 0 : write_id_maps(s, b);
-        if (r < 0) {
-                snprintf(err, errlen, "uid/gid map: %s", strerror(-r));
-                goto fail;
-        }
-        if (write(sync[1], "x", 1) != 1) {
-                r = negerrno();
-                goto fail;
-        }
-        sync[1] = safe_close(sync[1]);
         return 0;
 fail:
         safe_close(sv[0]);
         safe_close(sv[1]);
-        safe_close(sync[0]);
-        safe_close(sync[1]);
+        b->spawning = false; /* nothing was asked */
         box_destroy(s, b);
         return r < 0 ? r : -EIO;
+}
+
+void box_blank(Box *b) {
+        *b = (Box){ .init_pid = -1, .init_pidfd = -1, .ctl_fd = -1, .root_fd = -1, .snap_fd = -1, .netns_fd = -1,
+                    .keep_root = -1, .keep_snap = -1, .keep_net = -1, .proxy_fd = -1, .slot = -1,
+                    .cg = { .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1 } };
+}
+
+int box_spawner_fd(const BoxShared *s) { return s->spawner.fd; }
+
+int box_spawn_reply(BoxShared *s, SpawnReply *ret) { return spawner_reply(&s->spawner, ret); }
+
+void box_spawner_lost(BoxShared *s) { spawner_stop(&s->spawner); }
+
+void box_spawned(Box *b, SpawnReply *rep) {
+        b->spawning = false;
+        b->init_pid = rep->pid > 0 ? rep->pid : -1;
+        b->init_pidfd = TAKE_FD(rep->pidfd);
+        const CgroupRoot *root = b->cg.root;
+        b->cg = rep->cg;
+        b->cg.root = root;
+        rep->cg.dir = rep->cg.v1_memory = rep->cg.v1_pids = rep->cg.v1_cpu = rep->cg.v1_pids_cmds = -1;
 }
 
 int box_ready(Box *b, char *err, size_t errlen) {
@@ -618,7 +559,9 @@ int box_try_finish(BoxShared *s, Box *b) {
                 b->dir_state = BOX_DIR_GONE;
                 log_warn("sandbox %s: cannot start removing %s: %s", b->id, b->dir, strerror(-r));
         }
-        slot_release(s, b);
+        /* Still spawning, its ids go with the spawner's answer (a pid 1 may yet come). */
+        if (!b->spawning)
+                slot_release(s, b);
         return 1;
 }
 
@@ -644,5 +587,6 @@ void box_destroy(BoxShared *s, Box *b) {
                 b->dir_state = BOX_DIR_GONE;
         }
         /* Its uid may be reused only once none of its processes is left. */
-        slot_release(s, b);
+        if (!b->spawning)
+                slot_release(s, b);
 }

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <linux/filter.h>
 #include "sandbox/cgroup.h"
+#include "sandbox/spawner.h"
 #include "sandbox/landlock.h"
 
 /* Room for a process-mode sandbox's directory: the base (see plain_base_init()), "/", its
@@ -33,6 +34,7 @@ typedef struct BoxShared {
         gid_t user_gid;
         uint32_t next_slot;        /* root: next host uid slot to try */
         uint8_t *slots;            /* root: SBX_HOST_UID_SLOTS bits, host id blocks in use */
+        Spawner spawner;           /* makes every pid 1 (spawner.h) */
 } BoxShared;
 
 typedef struct BoxConfig {
@@ -59,8 +61,11 @@ typedef struct BoxConfig {
 
 typedef struct Box {
         char id[33];
+        /* -1 while spawning: from box_create() until the spawner's answer (box_spawned()). */
         pid_t init_pid;
         int init_pidfd;
+        bool spawning;
+        uint64_t spawn_seq; /* the spawner's number for its pid 1's request */
         int ctl_fd;
         int root_fd;   /* O_PATH fd of the sandbox's / (from its pid 1) */
         int snap_fd;   /* O_PATH fd of its snapshot store (see mount_build_root()) */
@@ -101,10 +106,24 @@ typedef struct Box {
 int box_shared_init(BoxShared *s, bool process);
 void box_shared_done(BoxShared *s);
 
-/* Creates the sandbox and returns at once; its pid 1 builds the root meanwhile (session
- * shells may already be asked for: pid 1 starts them after). On failure err says what
- * failed. Returns 0 or -errno. */
+/* Creates the sandbox and returns at once: its cgroups and control socket exist, its pid 1 is
+ * asked of the spawner, whose answer comes on box_spawner_fd() (box_spawn_reply()) and is
+ * given to the box with box_spawned(); pid 1 then builds the root (session shells may already
+ * be asked for: pid 1 starts them after). Only after that answer may ctl_fd be read. On
+ * failure err says what failed (-EAGAIN: too many creates wait for the spawner). Returns 0 or
+ * -errno. */
 int box_create(BoxShared *s, const BoxConfig *c, Box *ret, char *err, size_t errlen);
+/* The spawner's answers: its socket (-1 when it is not running), the next answer without
+ * waiting (see spawner_reply()), and, once it said -EPIPE, the spawner stopped (the next
+ * box_create() starts another). */
+int box_spawner_fd(const BoxShared *s);
+int box_spawn_reply(BoxShared *s, SpawnReply *ret);
+void box_spawner_lost(BoxShared *s);
+/* The spawner's answer for b: its pid 1 (init_pid and init_pidfd, taken from rep) or none. */
+void box_spawned(Box *b, SpawnReply *rep);
+/* A Box that holds nothing (every fd -1): for a pid 1 whose sandbox is gone before its
+ * spawner's answer came, given to the corpses to be killed and reaped. */
+void box_blank(Box *b);
 /* The processes of the sandbox (entries of its /proc), or -errno. */
 int box_count_processes(const Box *b);
 /* Takes pid 1's word when it has come (wait on ctl_fd): 1 ready, 0 not yet, -errno if setup

@@ -459,6 +459,7 @@ SbxContext *sbx_context_free(SbxContext *ctx) {
         loop_del(ctx->host.loop, &ctx->metrics_w);
         safe_close(ctx->metrics_timer);
         mover_free(ctx->host.mover);
+        sandbox_host_spawns_done(&ctx->host);
         while (ctx->host.n_changes_pool > 0)
                 safe_close(ctx->host.changes_pool[--ctx->host.n_changes_pool]);
         if (ctx->host.shared_ready)

@@ -75,7 +75,15 @@ struct SbxSandbox {
         uint64_t lru_ms;
         bool on_lru;
         unsigned parked_cost; /* the fds it keeps parked, in SandboxHost.parked_fds */
+        struct SpawnWait *spawn; /* its entry in SandboxHost.spawn_head until the answer */
 };
+
+typedef struct SpawnWait {
+        struct SpawnWait *next;
+        uint64_t seq;
+        SbxSandbox *sb; /* NULL once freed */
+        int slot;       /* then its host ids' slot, free again once its pid 1 is gone */
+} SpawnWait;
 
 /* ---------------------------------------------------------------- lists and observers */
 
@@ -181,11 +189,18 @@ static void settle(SbxSandbox *sb, int state) {
 
 /* ---------------------------------------------------------------- pid 1 */
 
+static void init_gone(SbxSandbox *sb);
+
 static void init_event(Watch *w, uint32_t events) {
         SbxSandbox *sb = w->data;
         /* pid 1 died (OOM killer, or it was killed from outside): every process of the
          * sandbox is gone with it. Sessions answer their runs and stop restarting. */
         log_warn("sandbox %s: init exited", sb->core.box.id);
+        init_gone(sb);
+}
+
+/* pid 1 is gone, or never came (the spawner could not make it). */
+static void init_gone(SbxSandbox *sb) {
         /* Its end may be heard before its last words during setup: the reason it failed. */
         if (sb->setup == 0 && !sb->init_ready && !sb->core.setup_error[0] && sb->core.box.ctl_fd >= 0) {
                 char err[512];
@@ -318,6 +333,109 @@ static void ctl_event(Watch *w, uint32_t events) {
         settle(sb, r > 0 ? 1 : r);
 }
 
+/* ---------------------------------------------------------------- the spawner's answers */
+
+static void spawn_event(Watch *w, uint32_t events);
+
+static int spawn_watch(SandboxHost *host) {
+        int fd = box_spawner_fd(&host->shared);
+        if (host->spawn_w.active && host->spawn_w.fd == fd)
+                return 0;
+        loop_del(host->loop, &host->spawn_w);
+        return fd < 0 ? -EPIPE : loop_add(host->loop, &host->spawn_w, fd, EPOLLIN, spawn_event, host);
+}
+
+/* What came for a sandbox freed meanwhile (a pid 1 that dies on its own too, its control
+ * socket closed, and cgroups): killed and removed by the corpses, which then free its host
+ * ids' slot. */
+static void spawn_orphan(SandboxHost *host, SpawnReply *rep, int slot) {
+        Box b;
+        box_blank(&b);
+        b.slot = slot;
+        box_spawned(&b, rep);
+        b.cg.root = &host->shared.cg;
+        corpse_add(&host->yard, &b);
+}
+
+static void spawn_answer(SandboxHost *host, SpawnWait *sw, SpawnReply *rep) {
+        SbxSandbox *sb = sw->sb;
+        int slot = sw->slot;
+        free(sw);
+        if (!sb) {
+                spawn_orphan(host, rep, slot);
+                return;
+        }
+        sb->spawn = NULL;
+        if (rep->status < 0) {
+                log_warn("sandbox %s: %s", sb->core.box.id, rep->text);
+                snprintf(sb->core.setup_error, sizeof sb->core.setup_error, "%s", rep->text);
+        }
+        box_spawned(&sb->core.box, rep);
+        if (sb->core.box.init_pidfd < 0) {
+                init_gone(sb);
+                return;
+        }
+        /* Its pid 1 exists (if its answer says it failed, it was killed: its end follows). */
+        (void)loop_add(sb->core.loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
+        if (rep->status >= 0)
+                (void)loop_add(sb->core.loop, &sb->ctl_w, sb->core.box.ctl_fd, EPOLLIN, ctl_event, sb);
+}
+
+/* The spawner is gone: what waited for it never comes. Its next create starts another. */
+static void spawner_lost(SandboxHost *host) {
+        log_warn("the sandbox spawner exited; sandboxes waiting for their pid 1 fail");
+        loop_del(host->loop, &host->spawn_w);
+        box_spawner_lost(&host->shared);
+        SpawnWait *list = host->spawn_head;
+        host->spawn_head = host->spawn_tail = NULL;
+        while (list) {
+                SpawnWait *sw = list;
+                list = sw->next;
+                SpawnReply rep = { .seq = sw->seq, .pid = -1, .pidfd = -1, .status = -EPIPE };
+                snprintf(rep.text, sizeof rep.text, "the sandbox spawner exited before making its pid 1");
+                spawn_answer(host, sw, &rep);
+        }
+}
+
+static void spawn_event(Watch *w, uint32_t events) {
+        SandboxHost *host = w->data;
+        /* A bounded batch a turn: the loop's other work goes on between them. */
+        for (int i = 0; i < 64; i++) {
+                SpawnReply rep;
+                int r = box_spawn_reply(&host->shared, &rep);
+                if (r == 0)
+                        return;
+                if (r < 0) {
+                        spawner_lost(host);
+                        return;
+                }
+                SpawnWait *sw = host->spawn_head;
+                /* Answers come in the order asked; one for nothing asked is a spawner's bug. */
+                if (!sw || sw->seq != rep.seq) {
+                        log_warn("sandbox spawner: an answer for request %llu, none waits for it",
+                                 (unsigned long long)rep.seq);
+                        spawn_orphan(host, &rep, -1);
+                        continue;
+                }
+                host->spawn_head = sw->next;
+                if (!host->spawn_head)
+                        host->spawn_tail = NULL;
+                spawn_answer(host, sw, &rep);
+        }
+}
+
+void sandbox_host_spawns_done(SandboxHost *host) {
+        loop_del(host->loop, &host->spawn_w);
+        while (host->spawn_head) {
+                SpawnWait *sw = host->spawn_head;
+                host->spawn_head = sw->next;
+                if (sw->sb)
+                        sw->sb->spawn = NULL;
+                free(sw);
+        }
+        host->spawn_tail = NULL;
+}
+
 /* pid 1 did not build the root in time: setup fails and pid 1 goes (init_event() follows). */
 static void setup_timeout_event(Watch *w, uint32_t events) {
         SbxSandbox *sb = w->data;
@@ -391,6 +509,11 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
 static void lru_unlink(SbxSandbox *sb);
 
 static void sandbox_dealloc(SbxSandbox *sb) {
+        /* Its pid 1, if the spawner makes it still, is an orphan's: killed as it comes. */
+        if (sb->spawn) {
+                sb->spawn->sb = NULL;
+                sb->spawn->slot = sb->core.box.slot;
+        }
         lru_unlink(sb);
         sb->host->n_sandboxes--;
         metrics_done(&sb->core.metrics);
@@ -640,14 +763,30 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
         if (!host->process && !host->shared.rootless && !o->rootfs && !img && !bc.policy && !bc.trust_pem && options_env_fixed(env) &&
             access("/etc/ld.so.preload", F_OK) != 0 && session_socketpair(sv) == 0)
                 bc.session_fd = sv[1];
-        r = box_create(&host->shared, &bc, &sb->core.box, err, errlen);
+        SpawnWait *sw = calloc(1, sizeof *sw);
+        r = sw ? box_create(&host->shared, &bc, &sb->core.box, err, errlen) : -ENOMEM;
         safe_close(sv[1]);
+        if (r >= 0 && (r = spawn_watch(host)) < 0) {
+                snprintf(err, errlen, "cannot hear the sandbox spawner: %s", strerror(-r));
+                corpse_add(&host->yard, &sb->core.box);
+        }
         if (r < 0) {
+                free(sw);
                 rooms_abandon(&host->rooms, &prep);
                 safe_close(sv[0]);
                 sandbox_dealloc(sb);
                 return r;
         }
+        /* pid 1 comes with the spawner's answer (spawn_answer()), which adds its watches. */
+        sw->seq = sb->core.box.spawn_seq;
+        sw->sb = sb;
+        sw->slot = -1;
+        sb->spawn = sw;
+        if (host->spawn_tail)
+                host->spawn_tail->next = sw;
+        else
+                host->spawn_head = sw;
+        host->spawn_tail = sw;
         sb->default_sock = sv[0];
         if ((r = bglog_init(&sb->core.bg, host->loop, &sb->core.box.cg)) < 0) {
                 rooms_abandon(&host->rooms, &prep);
@@ -662,8 +801,6 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
                 sandbox_dealloc(sb);
                 return r;
         }
-        (void)loop_add(host->loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
-        (void)loop_add(host->loop, &sb->ctl_w, sb->core.box.ctl_fd, EPOLLIN, ctl_event, sb);
         sb->setup_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (sb->setup_timer >= 0 &&
             (loop_add(host->loop, &sb->setup_w, sb->setup_timer, EPOLLIN, setup_timeout_event, sb) < 0 ||

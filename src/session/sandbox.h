@@ -68,7 +68,16 @@ typedef struct SandboxHost {
         struct PodNetConfig *podnet;
         uint8_t *pod_used;
         uint32_t pod_next;
+        /* Sandboxes whose pid 1 the spawner has not answered for yet, in the order asked (it
+         * answers in that order), and the watch on its answers (sandbox.c). An entry whose
+         * sandbox was freed meanwhile stays, with no sandbox: its pid 1 is killed on arrival. */
+        struct SpawnWait *spawn_head, *spawn_tail;
+        Watch spawn_w;
 } SandboxHost;
+
+/* The context is going: forgets what still waits for the spawner (whose answers are then
+ * taken by box_shared_done()). */
+void sandbox_host_spawns_done(SandboxHost *host);
 
 typedef struct SandboxObserver SandboxObserver;
 typedef struct SandboxObserverOps {

@@ -1,0 +1,652 @@
+/* SPDX-License-Identifier: MIT */
+/* The spawner (see spawner.h): requests in, clones out, in order. */
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "base/limits.h"
+#include "base/util.h"
+#include "sandbox/spawner.h"
+
+#define SPAWN_MAGIC 0x53505731u /* "SPW1" */
+
+enum {
+        F_MOUNT_NETWORK = 1u << 0,
+        F_NOEXEC_WRITABLE = 1u << 1,
+        F_NS_ROOT = 1u << 2,
+        F_NETWORK = 1u << 3,
+        F_PLAIN = 1u << 4,
+        F_PLAIN_OWN = 1u << 5,
+        F_POLICY = 1u << 6,
+        F_ROOTFS = 1u << 7,
+        F_WORKDIR = 1u << 8,
+        F_TRUST = 1u << 9,
+        F_LAYERS = 1u << 10,
+        F_ENV = 1u << 11,
+        F_ALLOW = 1u << 12,
+        F_DENY = 1u << 13,
+        F_ROOTLESS = 1u << 14,
+        F_MAPS = 1u << 15,
+        F_LOWER = 1u << 16,
+        F_KILL = 1u << 17,
+};
+
+/* The fds a request carries, in this order, each present when its bit of fdmask is. */
+enum { FD_CTL, FD_SESSION, FD_COUNT };
+/* ... and an answer. */
+enum { RFD_PIDFD, RFD_DIR, RFD_V1_MEMORY, RFD_V1_PIDS, RFD_V1_CPU, RFD_V1_PIDS_CMDS, RFD_COUNT };
+
+typedef struct SpawnHead {
+        uint32_t magic, flags;
+        uint64_t seq;
+        uint64_t fs_bytes, file_count, snap_bytes, snap_inodes, rlimit_as, rlimit_nproc;
+        uint32_t mount_uid, mount_gid, uid, gid, plain_uid, plain_gid;
+        uint32_t host_uid, host_gid, host_base, host_ids;
+        int32_t connect_port;
+        uint16_t proxy_port, fdmask;
+        uint32_t n_layers, n_env, n_allow, n_deny;
+        uint64_t memory_bytes;
+        uint32_t pids, cpu_millis, pids_reserve;
+        char cg_name[64];
+        uint32_t strings; /* bytes of NUL-terminated strings after the head */
+} SpawnHead;
+
+typedef struct SpawnWire {
+        uint64_t seq;
+        int32_t pid, status;
+        uint32_t fdmask, cmds_pids;
+        char cg_name[64];
+        char text[256];
+} SpawnWire;
+
+/* ---------------------------------------------------------------- the daemon's side */
+
+typedef struct Packer {
+        char *buf;
+        size_t len, cap;
+        bool overflow;
+} Packer;
+
+static void put(Packer *p, const char *s) {
+        size_t n = strlen(s) + 1;
+        if (p->overflow || n > p->cap - p->len) {
+                p->overflow = true;
+                return;
+        }
+        memcpy(p->buf + p->len, s, n);
+        p->len += n;
+}
+
+static uint32_t put_list(Packer *p, const char *const *v) {
+        uint32_t n = 0;
+        for (; v && v[n]; n++)
+                put(p, v[n]);
+        return n;
+}
+
+int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint64_t *ret_seq) {
+        if (sp->fd < 0)
+                return -EPIPE;
+        _cleanup_free_ char *buf = malloc(SBX_SPAWN_MSG_MAX);
+        if (!buf)
+                return -ENOMEM;
+        SpawnHead *h = (SpawnHead *)buf;
+        const MountConfig *m = &ic->mount;
+        const LandlockPolicy *pol = ic->policy;
+        *h = (SpawnHead){
+                .magic = SPAWN_MAGIC, .seq = sp->next_seq,
+                .fs_bytes = m->fs_bytes, .file_count = m->file_count, .snap_bytes = m->snap_bytes,
+                .snap_inodes = m->snap_inodes, .rlimit_as = ic->rlimit_as, .rlimit_nproc = ic->rlimit_nproc,
+                .mount_uid = m->uid, .mount_gid = m->gid, .uid = ic->uid, .gid = ic->gid,
+                .host_uid = ids->host_uid, .host_gid = ids->host_gid, .host_base = ids->host_base,
+                .host_ids = ids->host_ids, .connect_port = pol ? pol->connect_port : -1,
+                .proxy_port = ic->proxy_port, .memory_bytes = ids->limits.memory_bytes, .pids = ids->limits.pids,
+                .cpu_millis = ids->limits.cpu_millis, .pids_reserve = ids->limits.pids_reserve,
+        };
+        if (!ids->cg_name || strlen(ids->cg_name) >= sizeof h->cg_name)
+                return -EINVAL;
+        snprintf(h->cg_name, sizeof h->cg_name, "%s", ids->cg_name);
+        h->flags = (m->network ? F_MOUNT_NETWORK : 0) | (m->noexec_writable ? F_NOEXEC_WRITABLE : 0) |
+                   (ic->ns_root ? F_NS_ROOT : 0) | (ic->network ? F_NETWORK : 0) | (ic->plain ? F_PLAIN : 0) |
+                   (ic->plain && ic->plain->own ? F_PLAIN_OWN : 0) | (pol ? F_POLICY : 0) |
+                   (m->rootfs ? F_ROOTFS : 0) | (ic->workdir ? F_WORKDIR : 0) | (m->trust_pem ? F_TRUST : 0) |
+                   (m->layers ? F_LAYERS : 0) | (ic->env ? F_ENV : 0) | (pol && pol->allow ? F_ALLOW : 0) |
+                   (pol && pol->deny ? F_DENY : 0) | (ids->rootless ? F_ROOTLESS : 0) | (ids->maps ? F_MAPS : 0) |
+                   (ids->lower_priority ? F_LOWER : 0) | (ids->kill_fd ? F_KILL : 0);
+        if (ic->plain) {
+                h->plain_uid = ic->plain->uid;
+                h->plain_gid = ic->plain->gid;
+        }
+        Packer p = { .buf = buf, .len = sizeof *h, .cap = SBX_SPAWN_MSG_MAX };
+        put(&p, m->staging ? m->staging : "");
+        if (m->rootfs)
+                put(&p, m->rootfs);
+        if (ic->workdir)
+                put(&p, ic->workdir);
+        if (m->trust_pem)
+                put(&p, m->trust_pem);
+        if (ic->plain) {
+                put(&p, ic->plain->dir);
+                put(&p, ic->plain->snap);
+        }
+        h->n_layers = put_list(&p, m->layers);
+        h->n_env = put_list(&p, (const char *const *)ic->env);
+        h->n_allow = pol ? put_list(&p, pol->allow) : 0;
+        h->n_deny = pol ? put_list(&p, pol->deny) : 0;
+        if (p.overflow)
+                return -EMSGSIZE;
+        h->strings = (uint32_t)(p.len - sizeof *h);
+
+        const int all[FD_COUNT] = { ic->ctl_fd, ic->session_fd };
+        int fds[FD_COUNT];
+        size_t nfds = 0;
+        for (size_t i = 0; i < FD_COUNT; i++)
+                if (all[i] >= 0) {
+                        h->fdmask |= (uint16_t)(1u << i);
+                        fds[nfds++] = all[i];
+                }
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * FD_COUNT)];
+        } cm;
+        struct iovec iov = { buf, p.len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (nfds) {
+                mh.msg_control = cm.buf;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+                memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+        }
+        if (sendmsg(sp->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+                /* ETOOMANYREFS: the fds in flight, counted against the user's limit. */
+                int r = errno == EWOULDBLOCK || errno == ETOOMANYREFS || errno == ENOBUFS ? -EAGAIN : negerrno();
+                return r;
+        }
+        *ret_seq = sp->next_seq++;
+        return 0;
+}
+
+static void blank_cg(CgroupSandbox *cg) {
+        *cg = (CgroupSandbox){ .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1 };
+}
+
+int spawner_reply(Spawner *sp, SpawnReply *ret) {
+        if (sp->fd < 0)
+                return -EPIPE;
+        SpawnWire w;
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * RFD_COUNT)];
+        } cm;
+        struct iovec iov = { &w, sizeof w };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t n;
+        while ((n = recvmsg(sp->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 && errno == EINTR)
+                ;
+        if (n < 0 && errno == EAGAIN)
+                return 0;
+        int got[RFD_COUNT];
+        size_t ngot = 0;
+        struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && ngot < RFD_COUNT; k++)
+                        memcpy(&got[ngot++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+        int fds[RFD_COUNT];
+        size_t used = 0;
+        for (size_t i = 0; i < RFD_COUNT; i++)
+                fds[i] = n == (ssize_t)sizeof w && (w.fdmask & (1u << i)) && used < ngot ? got[used++] : -1;
+        if (n != (ssize_t)sizeof w || used != ngot) {
+                for (size_t i = 0; i < ngot; i++)
+                        close(got[i]);
+                return -EPIPE;
+        }
+        *ret = (SpawnReply){ .seq = w.seq, .pid = w.pid, .pidfd = fds[RFD_PIDFD], .status = w.status };
+        blank_cg(&ret->cg);
+        ret->cg.dir = fds[RFD_DIR];
+        ret->cg.v1_memory = fds[RFD_V1_MEMORY];
+        ret->cg.v1_pids = fds[RFD_V1_PIDS];
+        ret->cg.v1_cpu = fds[RFD_V1_CPU];
+        ret->cg.v1_pids_cmds = fds[RFD_V1_PIDS_CMDS];
+        ret->cg.cmds_pids = w.cmds_pids;
+        w.cg_name[sizeof w.cg_name - 1] = 0;
+        snprintf(ret->cg.name, sizeof ret->cg.name, "%s", w.cg_name);
+        ret->cg.has_v1_memory = ret->cg.v1_memory >= 0;
+        ret->cg.has_v1_pids = ret->cg.v1_pids >= 0;
+        ret->cg.has_v1_cpu = ret->cg.v1_cpu >= 0;
+        ret->cg.has_v1_pids_cmds = ret->cg.v1_pids_cmds >= 0;
+        if (ret->pid <= 0 || ret->pidfd < 0) {
+                ret->pid = 0;
+                ret->pidfd = safe_close(ret->pidfd);
+                if (ret->status >= 0)
+                        ret->status = -EIO;
+        }
+        w.text[sizeof w.text - 1] = 0;
+        snprintf(ret->text, sizeof ret->text, "%s", w.text);
+        return 1;
+}
+
+/* ---------------------------------------------------------------- the spawner's side */
+
+typedef struct Unpacker {
+        const char *p, *end;
+        bool bad;
+} Unpacker;
+
+static const char *take(Unpacker *u) {
+        const char *nul = u->bad ? NULL : memchr(u->p, 0, (size_t)(u->end - u->p));
+        if (!nul) {
+                u->bad = true;
+                return "";
+        }
+        const char *s = u->p;
+        u->p = nul + 1;
+        return s;
+}
+
+/* A NULL-terminated list of n strings, malloc'd (the strings are the request's). */
+static const char **take_list(Unpacker *u, uint32_t n) {
+        if (n > SBX_SPAWN_MSG_MAX / 2) {
+                u->bad = true;
+                return NULL;
+        }
+        const char **v = calloc((size_t)n + 1, sizeof *v);
+        if (!v) {
+                u->bad = true;
+                return NULL;
+        }
+        for (uint32_t i = 0; i < n; i++)
+                v[i] = take(u);
+        return v;
+}
+
+/* Rootless: uid 1000 inside is the caller, nothing else is mapped. Root: ids 0..65535 inside
+ * (root, the user, nobody) are the sandbox's own block of host ids; host root is none of them. */
+static int write_id_maps(const SpawnHead *h, pid_t pid) {
+        char path[64], map[128];
+        bool rootless = h->flags & F_ROOTLESS;
+        if (rootless)
+                snprintf(map, sizeof map, "%u %u 1\n", SBX_SANDBOX_UID, h->host_uid);
+        else
+                snprintf(map, sizeof map, "0 %u %u\n", h->host_base, h->host_ids);
+        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+        int r = write_file_at(AT_FDCWD, path, map);
+        if (r < 0)
+                return r;
+        if (rootless) {
+                snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
+                (void)write_file_at(AT_FDCWD, path, "deny");
+                snprintf(map, sizeof map, "%u %u 1\n", SBX_SANDBOX_GID, h->host_gid);
+        } else {
+                snprintf(map, sizeof map, "0 %u %u\n", h->host_base, h->host_ids);
+        }
+        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+        return write_file_at(AT_FDCWD, path, map);
+}
+
+/* Without a cpu controller nothing caps the sandbox's CPU time: pid 1, still waiting for its
+ * id maps, gets SBX_CPU_FALLBACK_NICE (never a better priority than the daemon's own), which
+ * everything it starts inherits, so a runaway yields to the host's work. */
+static void lower_priority(pid_t pid) {
+        errno = 0;
+        int own = getpriority(PRIO_PROCESS, 0);
+        if (errno)
+                own = 0;
+        (void)setpriority(PRIO_PROCESS, (id_t)pid, MAX(own, SBX_CPU_FALLBACK_NICE));
+}
+
+typedef struct SpawnerEnv {
+        int sock, builtin_fd;
+        const struct sock_fprog *seccomp;
+        CgroupRoot *cg;
+} SpawnerEnv;
+
+/* Whether the daemon has closed its end of the sandbox's control socket (it destroyed the
+ * sandbox before its turn came): then nothing is made for it. */
+static bool ctl_closed(int ctl) {
+        struct pollfd p = { .fd = ctl, .events = POLLIN | POLLRDHUP };
+        return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
+static void close_fds(int *fds, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                fds[i] = safe_close(fds[i]);
+}
+
+/* pid 1's fds into its cgroups: the v1 ones' cgroup.procs (it joins them itself, first thing,
+ * so that no one waits on the kernel's cgroup lock for it: see sandbox/mover.h), the v2 init
+ * cgroup it is cloned into, and process mode's cgroup.kill. */
+static int open_cgroup_fds(const CgroupSandbox *cg, bool kill, int v1_procs[3], int *init_cg, int *kill_fd) {
+        const int v1[3] = { cg->v1_memory, cg->v1_pids, cg->v1_cpu };
+        for (size_t i = 0; i < ELEMENTSOF(v1); i++)
+                if (v1[i] >= 0 && (v1_procs[i] = openat(v1[i], "cgroup.procs", O_WRONLY | O_CLOEXEC)) < 0)
+                        return negerrno();
+        if (kill && (*kill_fd = openat(cg->dir, "cgroup.kill", O_WRONLY | O_CLOEXEC)) < 0)
+                return negerrno();
+        *init_cg = cgroup_sandbox_open_init(cg);
+        return *init_cg < 0 ? *init_cg : 0;
+}
+
+/* One request: the cgroups, the clone, its id maps, its go. w gets the answer, rfds the fds
+ * that go with it (the pidfd and the cgroups'). */
+static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[FD_COUNT], SpawnWire *w,
+                      int rfds[RFD_COUNT]) {
+        Unpacker u = { .p = (const char *)(h + 1), .end = (const char *)(h + 1) + h->strings };
+        PlainConfig pc = { 0 };
+        LandlockPolicy pol = { .connect_port = h->connect_port };
+        InitConfig ic = {
+                .mount = { .fs_bytes = h->fs_bytes, .file_count = h->file_count, .snap_bytes = h->snap_bytes,
+                           .snap_inodes = h->snap_inodes, .uid = h->mount_uid, .gid = h->mount_gid,
+                           .network = h->flags & F_MOUNT_NETWORK, .noexec_writable = h->flags & F_NOEXEC_WRITABLE },
+                .ctl_fd = fds[FD_CTL], .builtin_fd = env->builtin_fd, .ns_root = h->flags & F_NS_ROOT,
+                .uid = h->uid, .gid = h->gid, .network = h->flags & F_NETWORK, .proxy_port = h->proxy_port,
+                .seccomp = env->seccomp, .rlimit_as = h->rlimit_as, .rlimit_nproc = h->rlimit_nproc,
+                .kill_fd = -1, .v1_procs = { -1, -1, -1 }, .session_fd = fds[FD_SESSION],
+        };
+        ic.mount.staging = take(&u);
+        if (h->flags & F_ROOTFS)
+                ic.mount.rootfs = take(&u);
+        if (h->flags & F_WORKDIR)
+                ic.workdir = take(&u);
+        if (h->flags & F_TRUST)
+                ic.mount.trust_pem = take(&u);
+        if (h->flags & F_PLAIN) {
+                pc = (PlainConfig){ .uid = h->plain_uid, .gid = h->plain_gid, .own = h->flags & F_PLAIN_OWN };
+                pc.dir = take(&u);
+                pc.snap = take(&u);
+                ic.plain = &pc;
+        }
+        _cleanup_free_ const char **layers = take_list(&u, h->n_layers);
+        _cleanup_free_ const char **envv = take_list(&u, h->n_env);
+        _cleanup_free_ const char **allow = take_list(&u, h->n_allow);
+        _cleanup_free_ const char **deny = take_list(&u, h->n_deny);
+        if (h->flags & F_LAYERS)
+                ic.mount.layers = layers;
+        if (h->flags & F_ENV)
+                ic.env = (char **)envv;
+        if (h->flags & F_POLICY) {
+                pol.allow = h->flags & F_ALLOW ? allow : NULL;
+                pol.deny = h->flags & F_DENY ? deny : NULL;
+                ic.policy = &pol;
+        }
+        if (u.bad || fds[FD_CTL] < 0 || !memchr(h->cg_name, 0, sizeof h->cg_name) || !h->cg_name[0] ||
+            strchr(h->cg_name, '/') || h->cg_name[0] == '.') {
+                w->status = -EINVAL;
+                snprintf(w->text, sizeof w->text, "spawner: malformed request");
+                return;
+        }
+        if (ctl_closed(fds[FD_CTL])) {
+                w->status = -ECANCELED;
+                snprintf(w->text, sizeof w->text, "the sandbox was destroyed before its pid 1 was made");
+                return;
+        }
+        CgroupLimits cl = { .memory_bytes = h->memory_bytes, .pids = h->pids, .cpu_millis = h->cpu_millis,
+                            .pids_reserve = h->pids_reserve };
+        CgroupSandbox cg;
+        int r = cgroup_sandbox_create(env->cg, h->cg_name, &cl, &cg);
+        if (r < 0) {
+                w->status = r;
+                snprintf(w->text, sizeof w->text, "cgroup: %s", strerror(-r));
+                return;
+        }
+        int init_cg = -1, sync[2] = { -1, -1 };
+        r = open_cgroup_fds(&cg, h->flags & F_KILL, ic.v1_procs, &init_cg, &ic.kill_fd);
+        if (r < 0) {
+                snprintf(w->text, sizeof w->text, "cgroup: pid 1's: %s", strerror(-r));
+        } else if (pipe2(sync, O_CLOEXEC) < 0) {
+                r = negerrno();
+                snprintf(w->text, sizeof w->text, "pipe: %s", strerror(-r));
+        }
+        if (r < 0) {
+                w->status = r;
+                close_fds(ic.v1_procs, ELEMENTSOF(ic.v1_procs));
+                safe_close(ic.kill_fd);
+                safe_close(init_cg);
+                (void)cgroup_sandbox_destroy(env->cg, &cg, 0);
+                return;
+        }
+        ic.userns_sync_fd = sync[0];
+        int pidfd = -1;
+        uint64_t ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER;
+        struct clone_args ca = {
+                /* CLONE_PARENT: the daemon is pid 1's parent, as if it had cloned it.
+                 * CLONE_NEWNET: pid 1 unshares it (namespaces mode). */
+                .flags = CLONE_PARENT | CLONE_PIDFD | CLONE_INTO_CGROUP | (h->flags & F_PLAIN ? 0 : ns),
+                .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                /* 0, as CLONE_PARENT needs: the kernel gives pid 1 the spawner's own exit
+                 * signal, SIGCHLD (spawner_start()), which is what the daemon expects. */
+                .exit_signal = 0,
+                .cgroup = (uint64_t)init_cg,
+        };
+        long pid = syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid == 0) {
+                close(env->sock);
+                close(sync[1]);
+                init_main(&ic);
+        }
+        close(sync[0]);
+        close_fds(ic.v1_procs, ELEMENTSOF(ic.v1_procs));
+        safe_close(ic.kill_fd);
+        safe_close(init_cg);
+        if (pid < 0) {
+                w->status = negerrno();
+                snprintf(w->text, sizeof w->text, "clone3: %s%s", strerror(-w->status),
+                         w->status == -EPERM || w->status == -ENOSPC ? " (are user namespaces allowed?)" : "");
+                close(sync[1]);
+                (void)cgroup_sandbox_destroy(env->cg, &cg, 0);
+                return;
+        }
+        w->pid = (int32_t)pid;
+        if (h->flags & F_LOWER)
+                lower_priority((pid_t)pid);
+        r = h->flags & F_MAPS ? write_id_maps(h, (pid_t)pid) : 0;
+        if (r < 0) {
+                w->status = r;
+                snprintf(w->text, sizeof w->text, "uid/gid map: %s", strerror(-r));
+                pidfd_sigkill(pidfd);
+        } else if (write(sync[1], "x", 1) != 1) {
+                w->status = negerrno();
+                snprintf(w->text, sizeof w->text, "sandbox init: %s", strerror(-w->status));
+                pidfd_sigkill(pidfd);
+        }
+        close(sync[1]);
+        /* The cgroups go with the answer even when pid 1 failed: the daemon removes them once
+         * it is gone. */
+        rfds[RFD_PIDFD] = pidfd;
+        rfds[RFD_DIR] = cg.dir;
+        rfds[RFD_V1_MEMORY] = cg.v1_memory;
+        rfds[RFD_V1_PIDS] = cg.v1_pids;
+        rfds[RFD_V1_CPU] = cg.v1_cpu;
+        rfds[RFD_V1_PIDS_CMDS] = cg.v1_pids_cmds;
+        w->cmds_pids = cg.cmds_pids;
+        snprintf(w->cg_name, sizeof w->cg_name, "%s", h->cg_name);
+}
+
+static void send_wire(int sock, SpawnWire *w, const int rfds[RFD_COUNT]) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * RFD_COUNT)];
+        } cm;
+        int fds[RFD_COUNT];
+        size_t n = 0;
+        for (size_t i = 0; i < RFD_COUNT; i++)
+                if (rfds[i] >= 0) {
+                        w->fdmask |= 1u << i;
+                        fds[n++] = rfds[i];
+                }
+        struct iovec iov = { (void *)w, sizeof *w };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (n) {
+                mh.msg_control = cm.buf;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+                memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+        }
+        while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
+                if (errno != EINTR)
+                        _exit(0); /* the daemon is gone: so is every pid 1's parent */
+}
+
+_noreturn_ static void spawner_main(const SpawnerEnv *env) {
+        (void)prctl(PR_SET_NAME, "sbx-spawner", 0, 0, 0);
+        char *buf = malloc(SBX_SPAWN_MSG_MAX);
+        if (!buf)
+                _exit(1);
+        for (;;) {
+                union {
+                        struct cmsghdr align;
+                        char buf[CMSG_SPACE(sizeof(int) * FD_COUNT)];
+                } cm;
+                struct iovec iov = { buf, SBX_SPAWN_MSG_MAX };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                                     .msg_controllen = sizeof cm.buf };
+                ssize_t n = recvmsg(env->sock, &mh, MSG_CMSG_CLOEXEC);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        _exit(0); /* the daemon closed its end: nothing more to make */
+                int got[FD_COUNT];
+                size_t ngot = 0;
+                for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+                        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                                for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+                                        int fd;
+                                        memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+                                        if (ngot < FD_COUNT)
+                                                got[ngot++] = fd;
+                                        else
+                                                close(fd);
+                                }
+                const SpawnHead *h = (const SpawnHead *)buf;
+                SpawnWire w = { 0 };
+                int fds[FD_COUNT], rfds[RFD_COUNT];
+                for (size_t i = 0; i < RFD_COUNT; i++)
+                        rfds[i] = -1;
+                size_t used = 0;
+                for (size_t i = 0; i < FD_COUNT; i++)
+                        fds[i] = (size_t)n >= sizeof *h && (h->fdmask & (1u << i)) && used < ngot ? got[used++] : -1;
+                if ((size_t)n < sizeof *h || h->magic != SPAWN_MAGIC || h->strings != (size_t)n - sizeof *h ||
+                    (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || used != ngot) {
+                        w.status = -EINVAL;
+                        snprintf(w.text, sizeof w.text, "spawner: malformed request");
+                } else {
+                        w.seq = h->seq;
+                        spawn_one(env, h, fds, &w, rfds);
+                }
+                close_fds(got, ngot);
+                send_wire(env->sock, &w, rfds);
+                close_fds(rfds, RFD_COUNT);
+        }
+}
+
+int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
+        *sp = (Spawner){ .fd = -1, .pid = -1, .pidfd = -1, .next_seq = 1, .root = cg };
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return negerrno();
+        /* Requests wait in the socket: as many as SBX_SPAWN_QUEUE_BYTES holds (past the
+         * ordinary limit only as root). */
+        int q = (int)SBX_SPAWN_QUEUE_BYTES;
+        if (setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &q, sizeof q) < 0)
+                (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &q, sizeof q);
+        pid_t parent = getpid();
+        int pidfd = -1;
+        struct clone_args ca = { .flags = CLONE_PIDFD, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD };
+        long pid = syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid < 0) {
+                int r = negerrno();
+                close(sv[0]);
+                close(sv[1]);
+                return r;
+        }
+        if (pid == 0) {
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                if (getppid() != parent)
+                        _exit(0);
+                /* Only what it needs: its socket, the builtin's memfd, the cgroup bases (and
+                 * stdio, which pid 1 replaces with /dev/null). The daemon's sockets and its
+                 * clients' connections are not the spawner's to hold. */
+                int keep[6] = { sv[1], builtin_fd, cg->v2, cg->v1_memory, cg->v1_pids, cg->v1_cpu };
+                for (size_t i = 0; i < ELEMENTSOF(keep); i++)
+                        for (size_t j = i + 1; j < ELEMENTSOF(keep); j++)
+                                if (keep[j] < keep[i]) {
+                                        int t = keep[i];
+                                        keep[i] = keep[j];
+                                        keep[j] = t;
+                                }
+                unsigned next = 3;
+                for (size_t i = 0; i < ELEMENTSOF(keep); i++) {
+                        if (keep[i] < (int)next)
+                                continue;
+                        if (keep[i] > (int)next)
+                                close_range(next, (unsigned)keep[i] - 1, 0);
+                        next = (unsigned)keep[i] + 1;
+                }
+                close_range(next, ~0U, 0);
+                CgroupRoot root = *cg;
+                SpawnerEnv env = { .sock = sv[1], .builtin_fd = builtin_fd, .seccomp = seccomp, .cg = &root };
+                spawner_main(&env);
+        }
+        close(sv[1]);
+        sp->fd = sv[0];
+        sp->pid = (pid_t)pid;
+        sp->pidfd = pidfd;
+        return 0;
+}
+
+void spawner_stop(Spawner *sp) {
+        if (sp->pid <= 0) {
+                sp->fd = safe_close(sp->fd);
+                return;
+        }
+        /* No more requests: the spawner answers those queued (each with its control socket
+         * closed by now, so without a clone) and exits at the end of them. */
+        if (sp->fd >= 0)
+                (void)shutdown(sp->fd, SHUT_WR);
+        for (int waited = 0; sp->fd >= 0;) {
+                SpawnReply r;
+                int k = spawner_reply(sp, &r);
+                if (k > 0) {
+                        if (r.pidfd >= 0) {
+                                pidfd_sigkill(r.pidfd);
+                                siginfo_t si;
+                                while (waitid(P_PIDFD, (id_t)r.pidfd, &si, WEXITED) < 0 && errno == EINTR)
+                                        ;
+                                close(r.pidfd);
+                        }
+                        if (r.cg.dir >= 0 && r.cg.name[0] && sp->root)
+                                (void)cgroup_sandbox_destroy(sp->root, &r.cg, SBX_DESTROY_TIMEOUT_MS);
+                        continue;
+                }
+                if (k < 0)
+                        break;
+                struct pollfd p = { .fd = sp->fd, .events = POLLIN };
+                if (waited >= SBX_DESTROY_TIMEOUT_MS || poll(&p, 1, 100) < 0)
+                        break;
+                waited += 100;
+        }
+        sp->fd = safe_close(sp->fd);
+        if (sp->pidfd >= 0) {
+                pidfd_sigkill(sp->pidfd);
+                siginfo_t si;
+                while (waitid(P_PIDFD, (id_t)sp->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+                        ;
+        }
+        sp->pidfd = safe_close(sp->pidfd);
+        sp->pid = -1;
+}
