@@ -258,6 +258,27 @@ int box_spawn_reply(BoxShared *s, SpawnReply *ret) { return spawner_reply(&s->sp
 
 void box_spawner_lost(BoxShared *s) { spawner_stop(&s->spawner); }
 
+static bool is_our_init(pid_t pid);
+
+void box_spawn_recover(BoxShared *s, const char *name, SpawnReply *rep) {
+        if (cgroup_sandbox_find(&s->cg, name, &rep->cg) <= 0)
+                return;
+        /* Its pid 1, if it was cloned, is the one process of <name>/init that is this
+         * process's child, not yet reaped. */
+        _cleanup_close_ int init = cgroup_sandbox_open_init(&rep->cg);
+        char buf[64];
+        ssize_t n = init >= 0 ? read_file_at(init, "cgroup.procs", buf, sizeof buf) : -1;
+        int pid = n > 0 ? atoi(buf) : 0;
+        if (pid <= 0 || !is_our_init(pid))
+                return;
+        int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (fd < 0)
+                return;
+        pidfd_sigkill(fd);
+        rep->pid = pid;
+        rep->pidfd = fd;
+}
+
 void box_spawned(Box *b, SpawnReply *rep) {
         b->spawning = false;
         b->init_pid = rep->pid > 0 ? rep->pid : -1;

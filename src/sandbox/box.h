@@ -119,6 +119,9 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *ret, char *err, size_t err
 int box_spawner_fd(const BoxShared *s);
 int box_spawn_reply(BoxShared *s, SpawnReply *ret);
 void box_spawner_lost(BoxShared *s);
+/* After that: what a request named `name` (its box id) may have got before the spawner died,
+ * found by name and put into rep (its cgroups, and its pid 1, killed). */
+void box_spawn_recover(BoxShared *s, const char *name, SpawnReply *rep);
 /* The spawner's answer for b: its pid 1 (init_pid and init_pidfd, taken from rep) or none. */
 void box_spawned(Box *b, SpawnReply *rep);
 /* A Box that holds nothing (every fd -1): for a pid 1 whose sandbox is gone before its

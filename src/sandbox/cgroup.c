@@ -538,6 +538,21 @@ static int reopen(int base, const char *name, const char *sub, int *fd) {
         return *fd < 0 ? negerrno() : 0;
 }
 
+int cgroup_sandbox_find(CgroupRoot *r, const char *name, CgroupSandbox *ret) {
+        *ret = (CgroupSandbox){ .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1, .root = r };
+        snprintf(ret->name, sizeof ret->name, "%s", name);
+        (void)reopen(r->v2, name, NULL, &ret->dir);
+        (void)reopen(r->v1_memory, name, NULL, &ret->v1_memory);
+        (void)reopen(r->v1_pids, name, NULL, &ret->v1_pids);
+        (void)reopen(r->v1_cpu, name, NULL, &ret->v1_cpu);
+        (void)reopen(r->v1_pids, name, "cmds", &ret->v1_pids_cmds);
+        ret->has_v1_memory = ret->v1_memory >= 0;
+        ret->has_v1_pids = ret->v1_pids >= 0;
+        ret->has_v1_cpu = ret->v1_cpu >= 0;
+        ret->has_v1_pids_cmds = ret->v1_pids_cmds >= 0;
+        return ret->dir >= 0 || ret->v1_memory >= 0 || ret->v1_pids >= 0 || ret->v1_cpu >= 0;
+}
+
 int cgroup_sandbox_unpark(CgroupSandbox *s) {
         if (!s->parked)
                 return 0;

@@ -65,6 +65,9 @@ typedef struct CgroupLimits {
 
 /* Creates a sandbox's cgroups and sets its limits. Returns 0 or -errno. */
 int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *ret);
+/* Opens what exists of the cgroups named `name` (their maker gone before it said): 1 when
+ * any does, 0 when none (every fd -1). */
+int cgroup_sandbox_find(CgroupRoot *r, const char *name, CgroupSandbox *ret);
 /* Whether a cpu controller (v2 or v1) caps the sandboxes' CPU time. */
 bool cgroup_has_cpu(const CgroupRoot *r);
 /* A command's worker enters (leaves) the commands' share of the pids limit: in v1, where a

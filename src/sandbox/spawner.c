@@ -179,8 +179,9 @@ int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint
         return 0;
 }
 
-static void blank_cg(CgroupSandbox *cg) {
-        *cg = (CgroupSandbox){ .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1 };
+void spawn_reply_init(SpawnReply *r, uint64_t seq) {
+        *r = (SpawnReply){ .seq = seq, .pid = 0, .pidfd = -1,
+                           .cg = { .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1 } };
 }
 
 int spawner_reply(Spawner *sp, SpawnReply *ret) {
@@ -213,8 +214,10 @@ int spawner_reply(Spawner *sp, SpawnReply *ret) {
                         close(got[i]);
                 return -EPIPE;
         }
-        *ret = (SpawnReply){ .seq = w.seq, .pid = w.pid, .pidfd = fds[RFD_PIDFD], .status = w.status };
-        blank_cg(&ret->cg);
+        spawn_reply_init(ret, w.seq);
+        ret->pid = w.pid;
+        ret->pidfd = fds[RFD_PIDFD];
+        ret->status = w.status;
         ret->cg.dir = fds[RFD_DIR];
         ret->cg.v1_memory = fds[RFD_V1_MEMORY];
         ret->cg.v1_pids = fds[RFD_V1_PIDS];

@@ -58,6 +58,9 @@ typedef struct SpawnReply {
         char text[256];
 } SpawnReply;
 
+/* An answer with nothing in it (no pid, every fd -1), for seq. */
+void spawn_reply_init(SpawnReply *r, uint64_t seq);
+
 /* Forks the spawner from the calling process, which is its parent and the parent of every
  * pid 1 it makes. builtin_fd, seccomp and cg (whose base directories it makes cgroups in) are
  * the caller's, which the spawner keeps copies of. Returns 0 or -errno. */

@@ -83,6 +83,7 @@ typedef struct SpawnWait {
         uint64_t seq;
         SbxSandbox *sb; /* NULL once freed */
         int slot;       /* then its host ids' slot, free again once its pid 1 is gone */
+        char name[33];  /* its box id, which names its cgroups */
 } SpawnWait;
 
 /* ---------------------------------------------------------------- lists and observers */
@@ -381,7 +382,9 @@ static void spawn_answer(SandboxHost *host, SpawnWait *sw, SpawnReply *rep) {
                 (void)loop_add(sb->core.loop, &sb->ctl_w, sb->core.box.ctl_fd, EPOLLIN, ctl_event, sb);
 }
 
-/* The spawner is gone: what waited for it never comes. Its next create starts another. */
+/* The spawner is gone: what waited for it never comes (what it made before it died is found
+ * by name, its pid 1 killed: the sandbox's cgroups and pid 1 go as after any failed setup).
+ * The next create starts another. */
 static void spawner_lost(SandboxHost *host) {
         log_warn("the sandbox spawner exited; sandboxes waiting for their pid 1 fail");
         loop_del(host->loop, &host->spawn_w);
@@ -391,7 +394,10 @@ static void spawner_lost(SandboxHost *host) {
         while (list) {
                 SpawnWait *sw = list;
                 list = sw->next;
-                SpawnReply rep = { .seq = sw->seq, .pid = -1, .pidfd = -1, .status = -EPIPE };
+                SpawnReply rep;
+                spawn_reply_init(&rep, sw->seq);
+                rep.status = -EPIPE;
+                box_spawn_recover(&host->shared, sw->name, &rep);
                 snprintf(rep.text, sizeof rep.text, "the sandbox spawner exited before making its pid 1");
                 spawn_answer(host, sw, &rep);
         }
@@ -781,6 +787,7 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
         sw->seq = sb->core.box.spawn_seq;
         sw->sb = sb;
         sw->slot = -1;
+        snprintf(sw->name, sizeof sw->name, "%s", sb->core.box.id);
         sb->spawn = sw;
         if (host->spawn_tail)
                 host->spawn_tail->next = sw;

@@ -15,6 +15,7 @@
 #include "base/util.h"
 #include "sbx/sbx.h"
 #include "session/context.h"
+#include "session/internal.h"
 #include "session/sandbox.h"
 #include "tap.h"
 
@@ -67,6 +68,106 @@ static void spin_ms(int ms) {
         uint64_t end = now_ms() + (uint64_t)ms;
         while (now_ms() < end)
                 sbx_context_run_once(ctx, 20);
+}
+
+/* This process's children: how many, how many of them zombies, and the pid of the one named
+ * `comm` (0 if none). */
+static int children(int *ret_zombies, const char *comm, pid_t *ret_pid) {
+        DIR *d = opendir("/proc");
+        int n = 0;
+        *ret_zombies = 0;
+        if (ret_pid)
+                *ret_pid = 0;
+        for (struct dirent *e; d && (e = readdir(d));) {
+                if (e->d_name[0] < '1' || e->d_name[0] > '9')
+                        continue;
+                char path[300], buf[512];
+                snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                ssize_t k = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+                if (fd >= 0)
+                        close(fd);
+                if (k <= 0)
+                        continue;
+                buf[k] = 0;
+                /* pid (comm) state ppid ... */
+                char *close_paren = strrchr(buf, ')'), *open_paren = strchr(buf, '(');
+                char state;
+                int ppid;
+                if (!close_paren || !open_paren || sscanf(close_paren + 1, " %c %d", &state, &ppid) != 2 ||
+                    ppid != (int)getpid())
+                        continue;
+                n++;
+                *ret_zombies += state == 'Z';
+                *close_paren = 0;
+                if (ret_pid && comm && strcmp(open_paren + 1, comm) == 0)
+                        *ret_pid = (pid_t)atoi(e->d_name);
+        }
+        if (d)
+                closedir(d);
+        return n;
+}
+
+/* Sandboxes freed before the spawner's answer for them came: whatever it still makes for them
+ * (cgroups, a pid 1) is killed, reaped and removed when its answer comes. */
+static void test_freed_before_spawned(const char *cgdir) {
+        int zombies;
+        pid_t spawner;
+        int before = children(&zombies, "sbx-spawner", &spawner);
+        CHECK(spawner > 0, "the spawner is this process's child");
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        for (int i = 0; i < 20; i++) {
+                SbxSandbox *sb = NULL;
+                CHECK(sbx_sandbox_new(ctx, &so, &sb) == 0, "sandbox %d asked for", i);
+                /* Half at once, half once the spawner may have made them. */
+                if (i % 2)
+                        usleep(2000);
+                sbx_sandbox_free(sb);
+        }
+        uint64_t end = now_ms() + 10000;
+        while ((count_subdirs(cgdir) > 0 || children(&zombies, NULL, NULL) > before) && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
+        CHECK(count_subdirs(cgdir) == 0, "freed before spawned: no cgroup left (%d)", count_subdirs(cgdir));
+        int now = children(&zombies, NULL, NULL);
+        CHECK(now == before && zombies == 0, "freed before spawned: no pid 1 left (%d children, %d before, %d zombies)",
+              now, before, zombies);
+}
+
+/* The spawner killed from outside: creates that waited for it fail with a reason, and the next
+ * create starts another. */
+static void test_spawner_lost(void) {
+        int zombies;
+        pid_t spawner;
+        (void)children(&zombies, "sbx-spawner", &spawner);
+        CHECK(spawner > 0, "spawner found");
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        SbxSandbox *a = NULL, *b = NULL;
+        CHECK(sbx_sandbox_new(ctx, &so, &a) == 0, "a sandbox asked for before the spawner dies");
+        (void)kill(spawner, SIGKILL);
+        uint64_t end = now_ms() + 10000;
+        while (a && !sbx_sandbox_ready(a) && sandbox_setup_state(a) == 0 && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
+        /* It may have been made before the kill; if not, it failed and says why. */
+        CHECK(a && (sandbox_setup_state(a) > 0 ||
+                    strstr(sbx_sandbox_setup_error(a) ? sbx_sandbox_setup_error(a) : "", "spawner") != NULL),
+              "made, or failed for the spawner (%s)", a && sbx_sandbox_setup_error(a) ? sbx_sandbox_setup_error(a) : "");
+        /* Its death is heard from the loop: the next create after that starts another. */
+        spin_ms(200);
+        CHECK(sbx_sandbox_new(ctx, &so, &b) == 0, "a sandbox asked for after (%s)", sbx_context_last_error(ctx));
+        SbxSession *s = NULL;
+        CHECK(b && sbx_session_get(b, NULL, &s) == 0, "its session");
+        if (s) {
+                SbxResult r = run(s, "echo again");
+                CHECK(out_is(&r, "again\n"), "a new spawner made it: it runs commands");
+                sbx_result_clear(&r);
+        }
+        pid_t next;
+        (void)children(&zombies, "sbx-spawner", &next);
+        CHECK(next > 0 && next != spawner, "another spawner (%d, was %d)", (int)next, (int)spawner);
+        sbx_sandbox_free(b);
+        sbx_sandbox_free(a);
 }
 
 static void test_pool(const char *cgdir) {
@@ -715,6 +816,11 @@ int main(void) {
         while (count_subdirs(cgdir) > 0 && now_ms() < end)
                 sbx_context_run_once(ctx, 50);
         CHECK(count_subdirs(cgdir) == 0, "no sandbox cgroup left after destroy");
+        test_freed_before_spawned(cgdir);
+        test_spawner_lost();
+        end = now_ms() + 3000;
+        while (count_subdirs(cgdir) > 0 && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
         test_pool(cgdir);
         test_pool_refill_after_death(cgdir);
         test_room_table();
