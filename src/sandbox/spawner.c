@@ -551,6 +551,9 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
                         w.seq = h->seq;
                         spawn_one(env, h, fds, &w, rfds);
                 }
+                /* The request held the shells' environment, secrets included: the next pid
+                 * 1, a copy of this process, must not find it. */
+                explicit_bzero(buf, (size_t)n);
                 close_fds(got, ngot);
                 send_wire(env->sock, &w, rfds);
                 close_fds(rfds, RFD_COUNT);
