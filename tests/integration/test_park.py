@@ -201,3 +201,15 @@ def test_a_sandbox_never_used_is_parked_too():
             assert r["exitCode"] == 0 and r["stdout"] == "/home/user\n" and not r.get("sessionReset"), r
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "86400001", "5s", ""])
+def test_a_bad_park_after_is_refused_with_its_range(value):
+    # Refused before anything starts: exit 2 and the range it takes, no socket made.
+    with tempfile.TemporaryDirectory(prefix="sbx-park-") as d:
+        path = os.path.join(d, "sbx.sock")
+        p = subprocess.run([SBX, "serve", "--socket", path, "--park-after", value],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert "--park-after takes 0 (never) to 86400000 ms" in p.stderr, p.stderr
+        assert not os.path.exists(path)
