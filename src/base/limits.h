@@ -685,8 +685,14 @@
  * shells' environment, an image's layers, a policy's patterns, a CA certificate), and the
  * bytes of requests that may wait for it at once, which bounds a burst of creates: past them a
  * create is refused (WORKER_UNAVAILABLE) rather than queued in the daemon. */
-#define SBX_SPAWN_MSG_MAX (512U * 1024)
+#define SBX_SPAWN_MSG_MAX (4U * 1024 * 1024)
 #define SBX_SPAWN_QUEUE_BYTES (16U * 1024 * 1024)
+/* ... the retry a refused create is told (error.data.retryAfterMs): hundreds of creates are
+ * made in it. */
+#define SBX_SPAWN_RETRY_MS 1000U
+/* ... and how long a create waits for the spawner to take it before its setup's own
+ * SBX_CREATE_TIMEOUT_MS starts: a spawner that took none in that long is stuck. */
+#define SBX_SPAWN_WAIT_MS 60000
 
 /* Time destroying a sandbox waits for its processes to die after cgroup.kill. Past it the
  * daemon goes on (it must not hang on a process stuck in the kernel) and warns that the

@@ -256,27 +256,49 @@ int box_spawner_fd(const BoxShared *s) { return s->spawner.fd; }
 
 int box_spawn_reply(BoxShared *s, SpawnReply *ret) { return spawner_reply(&s->spawner, ret); }
 
-void box_spawner_lost(BoxShared *s) { spawner_stop(&s->spawner); }
+pid_t box_spawner_lost(BoxShared *s, uint64_t *ret_seq) {
+        pid_t pid = spawner_last_clone(&s->spawner, ret_seq);
+        spawner_stop(&s->spawner);
+        return pid;
+}
 
-static bool is_our_init(pid_t pid);
+/* Whether pid is the daemon's child, not reaped yet (so its pid is no other process's). */
+static bool is_our_child(pid_t pid) {
+        char path[64], text[2048];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
+        const char *pp = n > 0 ? strstr(text, "\nPPid:") : NULL;
+        return pp && atoi(pp + 6) == (int)getpid();
+}
+
+static int our_child_pidfd(pid_t pid) {
+        if (pid <= 0 || !is_our_child(pid))
+                return -1;
+        return (int)syscall(SYS_pidfd_open, pid, 0);
+}
 
 void box_spawn_recover(BoxShared *s, const char *name, SpawnReply *rep) {
-        if (cgroup_sandbox_find(&s->cg, name, &rep->cg) <= 0)
-                return;
-        /* Its pid 1, if it was cloned, is the one process of <name>/init that is this
-         * process's child, not yet reaped. */
-        _cleanup_close_ int init = cgroup_sandbox_open_init(&rep->cg);
-        char buf[64];
-        ssize_t n = init >= 0 ? read_file_at(init, "cgroup.procs", buf, sizeof buf) : -1;
-        int pid = n > 0 ? atoi(buf) : 0;
-        if (pid <= 0 || !is_our_init(pid))
-                return;
-        int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (fd < 0)
-                return;
-        pidfd_sigkill(fd);
-        rep->pid = pid;
-        rep->pidfd = fd;
+        if (rep->cg.dir < 0 && rep->cg.v1_memory < 0 && rep->cg.v1_pids < 0 && rep->cg.v1_cpu < 0)
+                (void)cgroup_sandbox_find(&s->cg, name, &rep->cg);
+        if (rep->pidfd < 0)
+                rep->pidfd = our_child_pidfd(rep->pid);
+        if (rep->pidfd < 0 && rep->cg.dir >= 0) {
+                /* Its pid 1, if it was cloned and still lives, is the process of <name>/init
+                 * that is the daemon's child (the others are pid 1's). */
+                _cleanup_close_ int init = cgroup_sandbox_open_init(&rep->cg);
+                char buf[4096];
+                ssize_t n = init >= 0 ? read_file_at(init, "cgroup.procs", buf, sizeof buf) : -1;
+                for (char *p = n > 0 ? buf : NULL, *end; p && *p && rep->pidfd < 0; p = end) {
+                        long pid = strtol(p, &end, 10);
+                        if (end == p)
+                                break;
+                        rep->pid = (pid_t)pid;
+                        rep->pidfd = our_child_pidfd((pid_t)pid);
+                }
+        }
+        if (rep->pidfd < 0)
+                rep->pid = 0;
+        pidfd_sigkill(rep->pidfd);
 }
 
 void box_spawned(Box *b, SpawnReply *rep) {
@@ -573,7 +595,9 @@ int box_try_finish(BoxShared *s, Box *b) {
         }
         if (cgroup_sandbox_try_remove(&s->cg, &b->cg) == -EBUSY)
                 return 0;
-        if (b->process && b->dir_state == BOX_DIR_PRESENT) {
+        /* Still spawning, its directory is for the pid 1 that may yet come to make and for
+         * that one's orphan to remove (see spawn_orphan()). */
+        if (b->process && b->dir_state == BOX_DIR_PRESENT && !b->spawning) {
                 int r = remover_start(b);
                 if (r == 0)
                         return 0;

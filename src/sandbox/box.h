@@ -115,12 +115,14 @@ void box_shared_done(BoxShared *s);
 int box_create(BoxShared *s, const BoxConfig *c, Box *ret, char *err, size_t errlen);
 /* The spawner's answers: its socket (-1 when it is not running), the next answer without
  * waiting (see spawner_reply()), and, once it said -EPIPE, the spawner stopped (the next
- * box_create() starts another). */
+ * box_create() starts another), returning the pid 1 it was cloning when it died, if any (0),
+ * and for which request (*ret_seq). */
 int box_spawner_fd(const BoxShared *s);
 int box_spawn_reply(BoxShared *s, SpawnReply *ret);
-void box_spawner_lost(BoxShared *s);
-/* After that: what a request named `name` (its box id) may have got before the spawner died,
- * found by name and put into rep (its cgroups, and its pid 1, killed). */
+pid_t box_spawner_lost(BoxShared *s, uint64_t *ret_seq);
+/* What a request named `name` (its box id) got that its answer did not bring (the spawner
+ * died, or the daemon was short of fds): its cgroups found by name, and its pid 1 (rep->pid,
+ * or the daemon's child in its init cgroup), killed, into rep. */
 void box_spawn_recover(BoxShared *s, const char *name, SpawnReply *rep);
 /* The spawner's answer for b: its pid 1 (init_pid and init_pidfd, taken from rep) or none. */
 void box_spawned(Box *b, SpawnReply *rep);

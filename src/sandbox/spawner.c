@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -61,10 +62,15 @@ typedef struct SpawnHead {
         uint32_t strings; /* bytes of NUL-terminated strings after the head */
 } SpawnHead;
 
+/* Each request gets one or two answers: CLONED with pid 1's pid and pidfd the moment it
+ * exists (so that a spawner dying right after the clone leaves no pid 1 the daemon does not
+ * know), then DONE with the status and the cgroups' fds. */
+enum { SPAWN_CLONED = 1, SPAWN_DONE = 2 };
+
 typedef struct SpawnWire {
         uint64_t seq;
         int32_t pid, status;
-        uint32_t fdmask, cmds_pids;
+        uint32_t stage, fdmask, cmds_pids;
         char cg_name[64];
         char text[256];
 } SpawnWire;
@@ -199,6 +205,9 @@ int spawner_reply(Spawner *sp, SpawnReply *ret) {
                 ;
         if (n < 0 && errno == EAGAIN)
                 return 0;
+        /* Out of fds, the kernel gives only some (MSG_CTRUNC): the answer is taken without
+         * any, its pid and name kept, for what it made to be found (box_spawn_recover()). */
+        bool truncated = n > 0 && (mh.msg_flags & MSG_CTRUNC);
         int got[RFD_COUNT];
         size_t ngot = 0;
         struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
@@ -207,17 +216,25 @@ int spawner_reply(Spawner *sp, SpawnReply *ret) {
                         memcpy(&got[ngot++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
         int fds[RFD_COUNT];
         size_t used = 0;
+        if (truncated) {
+                for (size_t i = 0; i < ngot; i++)
+                        close(got[i]);
+                ngot = 0;
+                w.fdmask = 0;
+        }
         for (size_t i = 0; i < RFD_COUNT; i++)
                 fds[i] = n == (ssize_t)sizeof w && (w.fdmask & (1u << i)) && used < ngot ? got[used++] : -1;
-        if (n != (ssize_t)sizeof w || used != ngot) {
+        if (n != (ssize_t)sizeof w || used != ngot || (w.stage != SPAWN_CLONED && w.stage != SPAWN_DONE)) {
                 for (size_t i = 0; i < ngot; i++)
                         close(got[i]);
                 return -EPIPE;
         }
         spawn_reply_init(ret, w.seq);
+        ret->cloned = w.stage == SPAWN_CLONED;
+        ret->truncated = truncated;
         ret->pid = w.pid;
         ret->pidfd = fds[RFD_PIDFD];
-        ret->status = w.status;
+        ret->status = truncated && w.status >= 0 ? -EMFILE : w.status;
         ret->cg.dir = fds[RFD_DIR];
         ret->cg.v1_memory = fds[RFD_V1_MEMORY];
         ret->cg.v1_pids = fds[RFD_V1_PIDS];
@@ -230,11 +247,9 @@ int spawner_reply(Spawner *sp, SpawnReply *ret) {
         ret->cg.has_v1_pids = ret->cg.v1_pids >= 0;
         ret->cg.has_v1_cpu = ret->cg.v1_cpu >= 0;
         ret->cg.has_v1_pids_cmds = ret->cg.v1_pids_cmds >= 0;
-        if (ret->pid <= 0 || ret->pidfd < 0) {
+        if (ret->pid <= 0) {
                 ret->pid = 0;
                 ret->pidfd = safe_close(ret->pidfd);
-                if (ret->status >= 0)
-                        ret->status = -EIO;
         }
         w.text[sizeof w.text - 1] = 0;
         snprintf(ret->text, sizeof ret->text, "%s", w.text);
@@ -312,6 +327,7 @@ static void lower_priority(pid_t pid) {
 
 typedef struct SpawnerEnv {
         int sock, builtin_fd;
+        SpawnShared *shared;
         const struct sock_fprog *seccomp;
         CgroupRoot *cg;
 } SpawnerEnv;
@@ -340,6 +356,38 @@ static int open_cgroup_fds(const CgroupSandbox *cg, bool kill, int v1_procs[3], 
                 return negerrno();
         *init_cg = cgroup_sandbox_open_init(cg);
         return *init_cg < 0 ? *init_cg : 0;
+}
+
+static void send_wire(int sock, SpawnWire *w, const int rfds[RFD_COUNT]) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * RFD_COUNT)];
+        } cm;
+        int fds[RFD_COUNT];
+        size_t n = 0;
+        for (size_t i = 0; i < RFD_COUNT; i++)
+                if (rfds[i] >= 0) {
+                        w->fdmask |= 1u << i;
+                        fds[n++] = rfds[i];
+                }
+        struct iovec iov = { (void *)w, sizeof *w };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (n) {
+                mh.msg_control = cm.buf;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+                memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+        }
+        while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0) {
+                if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
+                        _exit(0); /* the daemon is gone: so is every pid 1's parent */
+                /* Short of memory, or of fds in flight: the answer waits, it is not lost. */
+                if (errno != EINTR)
+                        usleep(10 * 1000);
+        }
 }
 
 /* One request: the cgroups, the clone, its id maps, its go. w gets the answer, rfds the fds
@@ -422,12 +470,16 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         }
         ic.userns_sync_fd = sync[0];
         int pidfd = -1;
+        __atomic_store_n(&env->shared->pid, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&env->shared->seq, h->seq, __ATOMIC_SEQ_CST);
         uint64_t ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER;
         struct clone_args ca = {
                 /* CLONE_PARENT: the daemon is pid 1's parent, as if it had cloned it.
                  * CLONE_NEWNET: pid 1 unshares it (namespaces mode). */
-                .flags = CLONE_PARENT | CLONE_PIDFD | CLONE_INTO_CGROUP | (h->flags & F_PLAIN ? 0 : ns),
+                .flags = CLONE_PARENT | CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_PARENT_SETTID |
+                         (h->flags & F_PLAIN ? 0 : ns),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                .parent_tid = (uint64_t)(uintptr_t)&env->shared->pid,
                 /* 0, as CLONE_PARENT needs: the kernel gives pid 1 the spawner's own exit
                  * signal, SIGCHLD (spawner_start()), which is what the daemon expects. */
                 .exit_signal = 0,
@@ -437,6 +489,7 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         if (pid == 0) {
                 close(env->sock);
                 close(sync[1]);
+                munmap(env->shared, sizeof *env->shared);
                 init_main(&ic);
         }
         close(sync[0]);
@@ -452,6 +505,9 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
                 return;
         }
         w->pid = (int32_t)pid;
+        SpawnWire cloned = { .seq = w->seq, .pid = (int32_t)pid, .stage = SPAWN_CLONED };
+        int cloned_fds[RFD_COUNT] = { pidfd, -1, -1, -1, -1, -1 };
+        send_wire(env->sock, &cloned, cloned_fds);
         if (h->flags & F_LOWER)
                 lower_priority((pid_t)pid);
         r = h->flags & F_MAPS ? write_id_maps(h, (pid_t)pid) : 0;
@@ -466,8 +522,8 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         }
         close(sync[1]);
         /* The cgroups go with the answer even when pid 1 failed: the daemon removes them once
-         * it is gone. */
-        rfds[RFD_PIDFD] = pidfd;
+         * it is gone. Its pidfd went with CLONED. */
+        close(pidfd);
         rfds[RFD_DIR] = cg.dir;
         rfds[RFD_V1_MEMORY] = cg.v1_memory;
         rfds[RFD_V1_PIDS] = cg.v1_pids;
@@ -475,34 +531,6 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         rfds[RFD_V1_PIDS_CMDS] = cg.v1_pids_cmds;
         w->cmds_pids = cg.cmds_pids;
         snprintf(w->cg_name, sizeof w->cg_name, "%s", h->cg_name);
-}
-
-static void send_wire(int sock, SpawnWire *w, const int rfds[RFD_COUNT]) {
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * RFD_COUNT)];
-        } cm;
-        int fds[RFD_COUNT];
-        size_t n = 0;
-        for (size_t i = 0; i < RFD_COUNT; i++)
-                if (rfds[i] >= 0) {
-                        w->fdmask |= 1u << i;
-                        fds[n++] = rfds[i];
-                }
-        struct iovec iov = { (void *)w, sizeof *w };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        if (n) {
-                mh.msg_control = cm.buf;
-                mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int) * n);
-                memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
-        }
-        while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
-                if (errno != EINTR)
-                        _exit(0); /* the daemon is gone: so is every pid 1's parent */
 }
 
 _noreturn_ static void spawner_main(const SpawnerEnv *env) {
@@ -536,19 +564,22 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
                                                 close(fd);
                                 }
                 const SpawnHead *h = (const SpawnHead *)buf;
-                SpawnWire w = { 0 };
+                SpawnWire w = { .stage = SPAWN_DONE };
                 int fds[FD_COUNT], rfds[RFD_COUNT];
                 for (size_t i = 0; i < RFD_COUNT; i++)
                         rfds[i] = -1;
                 size_t used = 0;
                 for (size_t i = 0; i < FD_COUNT; i++)
                         fds[i] = (size_t)n >= sizeof *h && (h->fdmask & (1u << i)) && used < ngot ? got[used++] : -1;
+                /* Even a malformed one is answered under its number when it has one: the
+                 * daemon's queue of requests stays in step. */
+                if ((size_t)n >= sizeof *h)
+                        w.seq = h->seq;
                 if ((size_t)n < sizeof *h || h->magic != SPAWN_MAGIC || h->strings != (size_t)n - sizeof *h ||
                     (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || used != ngot) {
                         w.status = -EINVAL;
                         snprintf(w.text, sizeof w.text, "spawner: malformed request");
                 } else {
-                        w.seq = h->seq;
                         spawn_one(env, h, fds, &w, rfds);
                 }
                 /* The request held the shells' environment, secrets included: the next pid
@@ -562,9 +593,15 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
 
 int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
         *sp = (Spawner){ .fd = -1, .pid = -1, .pidfd = -1, .next_seq = 1, .root = cg };
-        int sv[2];
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        SpawnShared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (shared == MAP_FAILED)
                 return negerrno();
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+                int r = negerrno();
+                munmap(shared, sizeof *shared);
+                return r;
+        }
         /* Requests wait in the socket: as many as SBX_SPAWN_QUEUE_BYTES holds (past the
          * ordinary limit only as root). */
         int q = (int)SBX_SPAWN_QUEUE_BYTES;
@@ -578,6 +615,7 @@ int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp,
                 int r = negerrno();
                 close(sv[0]);
                 close(sv[1]);
+                munmap(shared, sizeof *shared);
                 return r;
         }
         if (pid == 0) {
@@ -605,14 +643,25 @@ int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp,
                 }
                 close_range(next, ~0U, 0);
                 CgroupRoot root = *cg;
-                SpawnerEnv env = { .sock = sv[1], .builtin_fd = builtin_fd, .seccomp = seccomp, .cg = &root };
+                SpawnerEnv env = { .sock = sv[1], .builtin_fd = builtin_fd, .seccomp = seccomp, .cg = &root,
+                                   .shared = shared };
                 spawner_main(&env);
         }
         close(sv[1]);
         sp->fd = sv[0];
         sp->pid = (pid_t)pid;
         sp->pidfd = pidfd;
+        sp->shared = shared;
         return 0;
+}
+
+pid_t spawner_last_clone(const Spawner *sp, uint64_t *ret_seq) {
+        if (!sp->shared) {
+                *ret_seq = 0;
+                return 0;
+        }
+        *ret_seq = __atomic_load_n(&sp->shared->seq, __ATOMIC_SEQ_CST);
+        return __atomic_load_n(&sp->shared->pid, __ATOMIC_SEQ_CST);
 }
 
 void spawner_stop(Spawner *sp) {
@@ -655,4 +704,7 @@ void spawner_stop(Spawner *sp) {
         }
         sp->pidfd = safe_close(sp->pidfd);
         sp->pid = -1;
+        if (sp->shared)
+                munmap(sp->shared, sizeof *sp->shared);
+        sp->shared = NULL;
 }

@@ -23,8 +23,17 @@
 #include "sandbox/cgroup.h"
 #include "sandbox/init.h"
 
+/* A page the spawner shares with the daemon: the request it is cloning for, and the pid the
+ * kernel writes there as part of the clone (CLONE_PARENT_SETTID), before the spawner could be
+ * killed: a spawner that dies at any point leaves no pid 1 the daemon cannot name. */
+typedef struct SpawnShared {
+        uint64_t seq;
+        int32_t pid;
+} SpawnShared;
+
 typedef struct Spawner {
         int fd;      /* the daemon's end of the request socket; -1 when not started */
+        SpawnShared *shared; /* mmap'd, MAP_SHARED with the spawner; NULL when not started */
         pid_t pid;
         int pidfd;
         uint64_t next_seq; /* the sequence number the next request gets */
@@ -46,11 +55,18 @@ typedef struct SpawnIds {
 } SpawnIds;
 
 /* One answer, for the request numbered seq: pid > 0 and pidfd (owned by the caller) when the
- * clone succeeded, and cg's fds when the cgroups were made (the caller's; cg.root is to be
- * set by it). status < 0 says the sandbox cannot be (text says why); a pid and cgroups may
- * still come with it (pid 1 cloned, then killed: it is the daemon's to reap). */
+ * clone succeeded (in the first answer, `cloned`), and cg's fds when the cgroups were made
+ * (the caller's; cg.root is to be set by it). status < 0 says the sandbox cannot be (text says
+ * why); cgroups may still come with it (pid 1 cloned, then killed: it is the daemon's to
+ * reap). */
 typedef struct SpawnReply {
         uint64_t seq;
+        /* A request's first answer when pid 1 was cloned: only pid and pidfd, the moment it
+         * exists; its last answer (status, cgroups) follows. */
+        bool cloned;
+        /* The daemon was short of fds: the answer came without any (its pid and cg.name
+         * kept, status -EMFILE). */
+        bool truncated;
         pid_t pid;
         int pidfd;
         int status;
@@ -74,6 +90,9 @@ void spawner_stop(Spawner *sp);
  * carry. Returns 0, -EAGAIN when the spawner has too many requests queued, -EMSGSIZE when the
  * config does not fit in a request, or -errno (-EPIPE: the spawner is gone). */
 int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint64_t *ret_seq);
+/* Once the spawner is gone (spawner_reply() said -EPIPE), before spawner_stop(): the pid 1 it
+ * was cloning when it died (0 for none) and the request it was for, in *ret_seq. */
+pid_t spawner_last_clone(const Spawner *sp, uint64_t *ret_seq);
 /* Takes the next answer without waiting: 1 with *ret filled, 0 when none is there, -EPIPE
  * once the spawner is gone (every request still unanswered will never be). */
 int spawner_reply(Spawner *sp, SpawnReply *ret);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "base/job.h"
 #include "base/limits.h"
@@ -84,6 +85,11 @@ typedef struct SpawnWait {
         SbxSandbox *sb; /* NULL once freed */
         int slot;       /* then its host ids' slot, free again once its pid 1 is gone */
         char name[33];  /* its box id, which names its cgroups */
+        /* pid 1, from the spawner's first answer (-1 until then). */
+        pid_t pid;
+        int pidfd;
+        bool process;   /* process mode: the directory its pid 1 makes */
+        char dir[BOX_DIR_BYTES];
 } SpawnWait;
 
 /* ---------------------------------------------------------------- lists and observers */
@@ -346,60 +352,104 @@ static int spawn_watch(SandboxHost *host) {
         return fd < 0 ? -EPIPE : loop_add(host->loop, &host->spawn_w, fd, EPOLLIN, spawn_event, host);
 }
 
-/* What came for a sandbox freed meanwhile (a pid 1 that dies on its own too, its control
- * socket closed, and cgroups): killed and removed by the corpses, which then free its host
- * ids' slot. */
-static void spawn_orphan(SandboxHost *host, SpawnReply *rep, int slot) {
+static SpawnWait *spawn_pop(SandboxHost *host) {
+        SpawnWait *sw = host->spawn_head;
+        host->spawn_head = sw->next;
+        if (!host->spawn_head)
+                host->spawn_tail = NULL;
+        return sw;
+}
+
+/* What came for a sandbox freed meanwhile: its pid 1 (which dies on its own too: its control
+ * socket is closed) and its cgroups, killed and removed by the corpses, which then free its
+ * host ids' slot; in process mode the directory its pid 1 made goes too. */
+static void spawn_orphan(SandboxHost *host, const SpawnWait *sw, SpawnReply *rep) {
         Box b;
         box_blank(&b);
-        b.slot = slot;
+        if (sw) {
+                b.slot = sw->slot;
+                snprintf(b.id, sizeof b.id, "%s", sw->name);
+                b.process = sw->process;
+                if (sw->process && rep->pidfd >= 0) {
+                        snprintf(b.dir, sizeof b.dir, "%s", sw->dir);
+                        b.dir_state = BOX_DIR_PRESENT;
+                } else {
+                        b.dir_state = BOX_DIR_GONE;
+                }
+        }
         box_spawned(&b, rep);
         b.cg.root = &host->shared.cg;
         corpse_add(&host->yard, &b);
 }
 
+/* Its last answer: sw is unlinked (and freed here). A pidfd its first answer brought is in sw. */
 static void spawn_answer(SandboxHost *host, SpawnWait *sw, SpawnReply *rep) {
         SbxSandbox *sb = sw->sb;
-        int slot = sw->slot;
-        free(sw);
+        if (sw->pidfd >= 0 && rep->pidfd < 0) {
+                rep->pid = sw->pid;
+                rep->pidfd = TAKE_FD(sw->pidfd);
+        }
+        safe_close(sw->pidfd);
+        /* Short of fds, an answer brought none: what was made is found by its name (and
+         * its pid 1, killed, fails the sandbox). */
+        if (rep->truncated || (rep->pid > 0 && rep->pidfd < 0)) {
+                box_spawn_recover(&host->shared, sw->name, rep);
+                if (rep->status >= 0 || !rep->text[0]) {
+                        rep->status = rep->status < 0 ? rep->status : -EMFILE;
+                        snprintf(rep->text, sizeof rep->text, "the daemon ran out of fds while the sandbox was made");
+                }
+        }
         if (!sb) {
-                spawn_orphan(host, rep, slot);
+                spawn_orphan(host, sw, rep);
+                free(sw);
                 return;
         }
+        free(sw);
         sb->spawn = NULL;
         if (rep->status < 0) {
                 log_warn("sandbox %s: %s", sb->core.box.id, rep->text);
                 snprintf(sb->core.setup_error, sizeof sb->core.setup_error, "%s", rep->text);
+                pidfd_sigkill(rep->pidfd);
         }
         box_spawned(&sb->core.box, rep);
         if (sb->core.box.init_pidfd < 0) {
                 init_gone(sb);
                 return;
         }
+        /* Its setup's own time starts now, not when it was asked for (see sandbox_create()). */
+        if (sb->setup_timer >= 0 && sb->setup == 0)
+                (void)timerfd_arm_ms(sb->setup_timer, SBX_CREATE_TIMEOUT_MS);
         /* Its pid 1 exists (if its answer says it failed, it was killed: its end follows). */
         (void)loop_add(sb->core.loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
         if (rep->status >= 0)
                 (void)loop_add(sb->core.loop, &sb->ctl_w, sb->core.box.ctl_fd, EPOLLIN, ctl_event, sb);
 }
 
-/* The spawner is gone: what waited for it never comes (what it made before it died is found
- * by name, its pid 1 killed: the sandbox's cgroups and pid 1 go as after any failed setup).
- * The next create starts another. */
+/* A request the spawner will never answer (it died, or answered a later one first): what it
+ * may have made is found by name, its pid 1 killed, and the sandbox fails as after any failed
+ * setup. */
+static void spawn_lost(SandboxHost *host, SpawnWait *sw, pid_t pid, const char *why) {
+        SpawnReply rep;
+        spawn_reply_init(&rep, sw->seq);
+        rep.pid = pid;
+        rep.status = -EPIPE;
+        rep.truncated = true;
+        snprintf(rep.text, sizeof rep.text, "%s", why);
+        spawn_answer(host, sw, &rep);
+}
+
+/* The spawner is gone: what waited for it never comes. The next create starts another. */
 static void spawner_lost(SandboxHost *host) {
         log_warn("the sandbox spawner exited; sandboxes waiting for their pid 1 fail");
         loop_del(host->loop, &host->spawn_w);
-        box_spawner_lost(&host->shared);
+        uint64_t seq;
+        pid_t last = box_spawner_lost(&host->shared, &seq);
         SpawnWait *list = host->spawn_head;
         host->spawn_head = host->spawn_tail = NULL;
         while (list) {
                 SpawnWait *sw = list;
                 list = sw->next;
-                SpawnReply rep;
-                spawn_reply_init(&rep, sw->seq);
-                rep.status = -EPIPE;
-                box_spawn_recover(&host->shared, sw->name, &rep);
-                snprintf(rep.text, sizeof rep.text, "the sandbox spawner exited before making its pid 1");
-                spawn_answer(host, sw, &rep);
+                spawn_lost(host, sw, sw->seq == seq ? last : 0, "the sandbox spawner exited before the sandbox was made");
         }
 }
 
@@ -415,31 +465,45 @@ static void spawn_event(Watch *w, uint32_t events) {
                         spawner_lost(host);
                         return;
                 }
+                /* Answers come in the order asked: one for a later request means those before
+                 * it were lost (never seen so far). */
+                while (host->spawn_head && host->spawn_head->seq < rep.seq)
+                        spawn_lost(host, spawn_pop(host), 0, "the sandbox spawner lost its request");
                 SpawnWait *sw = host->spawn_head;
-                /* Answers come in the order asked; one for nothing asked is a spawner's bug. */
                 if (!sw || sw->seq != rep.seq) {
                         log_warn("sandbox spawner: an answer for request %llu, none waits for it",
                                  (unsigned long long)rep.seq);
-                        spawn_orphan(host, &rep, -1);
+                        spawn_orphan(host, NULL, &rep);
                         continue;
                 }
-                host->spawn_head = sw->next;
-                if (!host->spawn_head)
-                        host->spawn_tail = NULL;
-                spawn_answer(host, sw, &rep);
+                if (rep.cloned) {
+                        /* Kept until the last answer: a spawner that dies before it leaves no
+                         * pid 1 unknown. */
+                        safe_close(sw->pidfd);
+                        sw->pid = rep.pid;
+                        sw->pidfd = TAKE_FD(rep.pidfd);
+                        continue;
+                }
+                spawn_answer(host, spawn_pop(host), &rep);
         }
 }
 
 void sandbox_host_spawns_done(SandboxHost *host) {
         loop_del(host->loop, &host->spawn_w);
         while (host->spawn_head) {
-                SpawnWait *sw = host->spawn_head;
-                host->spawn_head = sw->next;
+                SpawnWait *sw = spawn_pop(host);
                 if (sw->sb)
                         sw->sb->spawn = NULL;
+                /* A pid 1 made for it: gone before the spawner's last answers are taken. */
+                if (sw->pidfd >= 0) {
+                        pidfd_sigkill(sw->pidfd);
+                        siginfo_t si;
+                        while (waitid(P_PIDFD, (id_t)sw->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+                                ;
+                        close(sw->pidfd);
+                }
                 free(sw);
         }
-        host->spawn_tail = NULL;
 }
 
 /* pid 1 did not build the root in time: setup fails and pid 1 goes (init_event() follows). */
@@ -772,10 +836,6 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
         SpawnWait *sw = calloc(1, sizeof *sw);
         r = sw ? box_create(&host->shared, &bc, &sb->core.box, err, errlen) : -ENOMEM;
         safe_close(sv[1]);
-        if (r >= 0 && (r = spawn_watch(host)) < 0) {
-                snprintf(err, errlen, "cannot hear the sandbox spawner: %s", strerror(-r));
-                corpse_add(&host->yard, &sb->core.box);
-        }
         if (r < 0) {
                 free(sw);
                 rooms_abandon(&host->rooms, &prep);
@@ -783,17 +843,25 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
                 sandbox_dealloc(sb);
                 return r;
         }
-        /* pid 1 comes with the spawner's answer (spawn_answer()), which adds its watches. */
-        sw->seq = sb->core.box.spawn_seq;
-        sw->sb = sb;
-        sw->slot = -1;
+        /* pid 1 comes with the spawner's answers (spawn_answer()), which add its watches. */
+        *sw = (SpawnWait){ .seq = sb->core.box.spawn_seq, .sb = sb, .slot = -1, .pid = -1, .pidfd = -1,
+                           .process = sb->core.box.process };
         snprintf(sw->name, sizeof sw->name, "%s", sb->core.box.id);
+        snprintf(sw->dir, sizeof sw->dir, "%s", sb->core.box.dir);
         sb->spawn = sw;
         if (host->spawn_tail)
                 host->spawn_tail->next = sw;
         else
                 host->spawn_head = sw;
         host->spawn_tail = sw;
+        if ((r = spawn_watch(host)) < 0) {
+                snprintf(err, errlen, "cannot hear the sandbox spawner: %s", strerror(-r));
+                rooms_abandon(&host->rooms, &prep);
+                safe_close(sv[0]);
+                corpse_add(&host->yard, &sb->core.box);
+                sandbox_dealloc(sb);
+                return r;
+        }
         sb->default_sock = sv[0];
         if ((r = bglog_init(&sb->core.bg, host->loop, &sb->core.box.cg)) < 0) {
                 rooms_abandon(&host->rooms, &prep);
@@ -811,7 +879,9 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
         sb->setup_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (sb->setup_timer >= 0 &&
             (loop_add(host->loop, &sb->setup_w, sb->setup_timer, EPOLLIN, setup_timeout_event, sb) < 0 ||
-             timerfd_arm_ms(sb->setup_timer, SBX_CREATE_TIMEOUT_MS) < 0)) {
+             /* Until the spawner's answer re-arms it, the time the create waits for the
+              * spawner too (a burst's last ones wait for the others). */
+             timerfd_arm_ms(sb->setup_timer, SBX_SPAWN_WAIT_MS + SBX_CREATE_TIMEOUT_MS) < 0)) {
                 loop_del(host->loop, &sb->setup_w);
                 sb->setup_timer = safe_close(sb->setup_timer);
         }

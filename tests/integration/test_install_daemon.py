@@ -555,8 +555,8 @@ def test_delegated_cgroup_holds_the_sandboxes(tmp_path, delegated_cgroup):
             peer.result("create", timeout=60)
             r = peer.result("run", {"command": "sleep 300 & echo started"}, timeout=60)
             assert r["stdout"] == "started\n", r
-            # The daemon moved itself to the leaf supervisor/; only its cgroup mover, a child
-            # of its own, is there with it.
+            # The daemon moved itself to the leaf supervisor/; only its cgroup mover and its
+            # sandbox spawner, children of its own, are there with it.
             own = Path(f"/proc/{pid}/cgroup").read_text()
             assert re.search(rf"^0::/.*{delegated_cgroup.name}/supervisor$", own, re.M), own
             assert (delegated_cgroup / "cgroup.procs").read_text() == ""
@@ -564,7 +564,7 @@ def test_delegated_cgroup_holds_the_sandboxes(tmp_path, delegated_cgroup):
             assert str(pid) in there, there
             for other in set(there) - {str(pid)}:
                 stat = Path(f"/proc/{other}/stat").read_text()
-                assert stat.split(" (")[1].startswith("sbx-mover)"), stat
+                assert stat.split(" (")[1].split(")")[0] in ("sbx-mover", "sbx-spawner"), stat
                 assert stat.rsplit(")", 1)[1].split()[1] == str(pid), stat
             base = delegated_cgroup / f"sbx-{pid}"
             procs = [p for p in base.rglob("cgroup.procs") if p.read_text().strip()]
