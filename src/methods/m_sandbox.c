@@ -468,8 +468,9 @@ static int new_sandbox(Req *r, bool root, SrvSandbox **ret, RpcError *e) {
                 return rpc_fail(e, RPC_INVALID_PARAMS, "invalid sandbox options: %s", sbx_context_last_error(core->ctx));
         /* -EAGAIN: the spawner has as many creates waiting as it takes; they go at its pace. */
         if (rr == -EAGAIN) {
+                rpc_fail(e, RPC_WORKER_UNAVAILABLE, "WORKER_UNAVAILABLE: %s", sbx_context_last_error(core->ctx));
                 e->retry_after_ms = SBX_SPAWN_RETRY_MS;
-                return rpc_fail(e, RPC_WORKER_UNAVAILABLE, "WORKER_UNAVAILABLE: %s", sbx_context_last_error(core->ctx));
+                return -1;
         }
         if (rr < 0)
                 return rpc_fail(e, RPC_INTERNAL_ERROR, "cannot create sandbox: %s", sbx_context_last_error(core->ctx));

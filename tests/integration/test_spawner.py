@@ -1,0 +1,166 @@
+"""The spawner (src/sandbox/spawner.c): one process per daemon that makes every sandbox's cgroups
+and clones its pid 1 with CLONE_PARENT, so that the loop never clones and pid 1 is still the
+daemon's child. What waits for it when it is stopped or killed is answered, nothing it made is
+left behind, and the next create starts another."""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import SPAWNED, connect_peer, stop_daemon, wait_until
+from test_rpc import SBX
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces and cgroups of its own)"),
+    pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
+]
+
+
+def kill_stopped(pid):
+    os.kill(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+class Daemon:
+    def __init__(self, *args):
+        self.dir = tempfile.mkdtemp(prefix="sbx-spawner-")
+        self.path = os.path.join(self.dir, "sbx.sock")
+        self.proc = subprocess.Popen([SBX, "serve", "--socket", self.path, "--pool", "0", *args],
+                                     stderr=subprocess.DEVNULL)
+        SPAWNED.append(self.proc.pid)
+        assert wait_until(lambda: os.path.exists(self.path), timeout=10)
+        self.peers = []
+
+    def peer(self):
+        p = connect_peer(self.path)
+        self.peers.append(p)
+        return p
+
+    def children(self):
+        """(pid, comm, state) of the daemon's children."""
+        out = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+            if int(ppid) == self.proc.pid:
+                out.append((int(d), comm, state))
+        return out
+
+    def spawner(self):
+        found = [pid for pid, comm, _ in self.children() if comm == "sbx-spawner"]
+        assert len(found) == 1, self.children()
+        return found[0]
+
+    def stop(self):
+        for p in self.peers:
+            try:
+                p.sock.close()
+            except OSError:
+                pass
+        return stop_daemon(self.proc)
+
+
+def test_every_pid1_is_the_daemons_child_made_by_one_spawner():
+    d = Daemon()
+    try:
+        p = d.peer()
+        ids = [p.result("sandbox.create", {})["sandboxId"] for _ in range(3)]
+        for sid in ids:
+            assert p.result("run", {"sandboxId": sid, "command": "echo $((6 * 7))"})["stdout"] == "42\n"
+        kids = d.children()
+        inits = [pid for pid, comm, _ in kids if comm == "sbx-init"]
+        assert len(inits) == 3, kids
+        assert [comm for _, comm, _ in kids].count("sbx-spawner") == 1, kids
+        # The spawner holds only what pid 1 needs: no client connection, no listening socket.
+        fds = os.listdir(f"/proc/{d.spawner()}/fd")
+        sockets = [f for f in fds if os.readlink(f"/proc/{d.spawner()}/fd/{f}").startswith("socket:")]
+        assert len(sockets) == 1, sockets
+    finally:
+        d.stop()
+
+
+def test_a_full_spawner_queue_refuses_with_a_retry_and_nothing_is_left():
+    d = Daemon()
+    try:
+        p = d.peer()
+        warm = p.result("sandbox.create", {})["sandboxId"]
+        spawner = d.spawner()
+        os.kill(spawner, signal.SIGSTOP)
+        # Each request carries the shells' environment: 440 KB each fills the queue in tens.
+        env = {f"V{i}": "x" * 110000 for i in range(4)}
+        waiting, refused = [], None
+        for _ in range(200):
+            q = d.peer()
+            waiting.append((q, q.send("sandbox.create", {"env": env})))
+            if len(waiting) % 10 == 0:
+                def answered():
+                    for i, (peer, rid) in enumerate(waiting):
+                        with peer.cond:
+                            if json.dumps(rid) in peer.answers:
+                                return i
+                    return None
+                if wait_until(lambda: answered() is not None, timeout=1):
+                    refused = waiting.pop(answered())
+                    break
+        assert refused, "the queue never filled"
+        err = refused[0].wait(refused[1])["error"]
+        assert err["code"] == -32001 and "WORKER_UNAVAILABLE" in err["message"], err
+        assert err.get("data", {}).get("retryAfterMs", 0) > 0, err
+        # The loop goes on meanwhile, and the sandbox made before answers.
+        assert p.result("ping") is not None
+        assert p.result("run", {"sandboxId": warm, "command": "echo up"})["stdout"] == "up\n"
+        # The spawner killed: every create that waited fails, saying why (those sent after the
+        # first refusal was seen were refused too).
+        kill_stopped(spawner)
+        for peer, rid in waiting:
+            ans = peer.wait(rid, timeout=60)
+            assert "error" in ans and ("spawner" in ans["error"]["message"] or ans["error"]["code"] == -32001), ans
+        # Another spawner for the next create, whose sandbox works.
+        sid = p.result("sandbox.create", {})["sandboxId"]
+        assert p.result("run", {"sandboxId": sid, "command": "echo again"})["stdout"] == "again\n"
+        assert d.spawner() != spawner
+        # Nothing of the failed ones: no zombie, no pid 1 but the two sandboxes'.
+        assert wait_until(lambda: len([c for c in d.children() if c[1] == "sbx-init"]) == 2, timeout=10), \
+            d.children()
+        assert not [c for c in d.children() if c[2] == "Z"], d.children()
+    finally:
+        assert d.stop() == 0
+
+
+@pytest.mark.parametrize("mode", ["namespaces", "process"])
+def test_a_killed_spawner_fails_what_waits_and_another_takes_over(mode):
+    d = Daemon(*(["--mode", "process"] if mode == "process" else []))
+    try:
+        p = d.peer()
+        warm = p.result("sandbox.create", {})["sandboxId"]
+        spawner = d.spawner()
+        os.kill(spawner, signal.SIGSTOP)
+        waiting = []
+        for _ in range(5):
+            q = d.peer()
+            waiting.append((q, q.send("sandbox.create", {})))
+        kill_stopped(spawner)
+        for peer, rid in waiting:
+            ans = peer.wait(rid, timeout=60)
+            assert "error" in ans and "spawner" in ans["error"]["message"], ans
+        assert p.result("run", {"sandboxId": warm, "command": "echo still"})["stdout"] == "still\n"
+        sid = p.result("sandbox.create", {})["sandboxId"]
+        assert p.result("run", {"sandboxId": sid, "command": "echo new"})["stdout"] == "new\n"
+        assert wait_until(lambda: len([c for c in d.children() if c[1] == "sbx-init"]) == 2, timeout=10), \
+            d.children()
+        assert not [c for c in d.children() if c[2] == "Z"], d.children()
+    finally:
+        assert d.stop() == 0
