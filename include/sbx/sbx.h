@@ -253,6 +253,13 @@ typedef enum SbxMode {
 /* Sets the mode of the sandboxes made from now on; before the first one (the pool's
  * included). Returns 0, -EINVAL for an unknown mode, -EBUSY once a sandbox was made. */
 SBX_API int sbx_context_set_mode(SbxContext *ctx, SbxMode mode);
+/* Who clones the sandboxes' pid 1s: a spawner, a small process forked when the context makes
+ * its first sandbox (separate, the default: the calling process never clones, and its pid 1s
+ * are copies of that small process, not of a caller grown large), or the calling process
+ * itself, within sbx_sandbox_new() (for a short-lived process with one sandbox, which the
+ * spawner's fork would only slow). Either way the caller is every pid 1's parent. Before the
+ * first sandbox: 0, or -EBUSY once one was made with the other choice. */
+SBX_API int sbx_context_set_spawner(SbxContext *ctx, bool separate);
 SBX_API SbxMode sbx_context_mode(const SbxContext *ctx);
 
 SBX_API void sbx_sandbox_options_init(SbxSandboxOptions *o);

@@ -594,6 +594,9 @@ int cmd_run(int argc, char **argv) {
         SbxSandbox *sb = NULL;
         SbxSession *s = NULL;
         int r = sbx_context_new(&ctx);
+        /* One sandbox, then gone: a spawner's fork would only add to its time. */
+        if (r >= 0)
+                (void)sbx_context_set_spawner(ctx, false);
         if (r >= 0 && a.so.image) {
                 char dir[4096], err[512];
                 if (!a.image_store && sbx_image_store_default(dir, sizeof dir) == 0)

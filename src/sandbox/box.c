@@ -43,10 +43,16 @@ static int sealed_memfd(const char *name, const unsigned char *data, size_t len)
         return TAKE_FD(fd);
 }
 
-int box_shared_init(BoxShared *s, bool process) {
+static int start_spawner(BoxShared *s) {
+        return s->spawn_inline ? spawner_start_inline(&s->spawner, s->builtin_fd, &s->seccomp, &s->cg)
+                               : spawner_start(&s->spawner, s->builtin_fd, &s->seccomp, &s->cg);
+}
+
+int box_shared_init(BoxShared *s, bool process, bool spawn_inline) {
         int r;
         *s = (BoxShared){ .builtin_fd = -1, .pykernel_fd = -1, .process = process, .process_lock = -1, .getfd_ok = -1,
-                         .spawner = { .fd = -1, .pid = -1, .pidfd = -1 } };
+                         .spawner = { .fd = -1, .inline_fd = -1, .pid = -1, .pidfd = -1 },
+                         .spawn_inline = spawn_inline };
         s->rootless = geteuid() != 0;
         s->user_uid = geteuid();
         s->user_gid = getegid();
@@ -81,7 +87,7 @@ int box_shared_init(BoxShared *s, bool process) {
         if ((r = s->builtin_fd) < 0 || (r = s->pykernel_fd) < 0 || (r = seccomp_build(&s->seccomp)) < 0)
                 goto fail;
         /* Last: the spawner is this process as it is now, before any sandbox. */
-        if ((r = spawner_start(&s->spawner, s->builtin_fd, &s->seccomp, &s->cg)) < 0)
+        if ((r = start_spawner(s)) < 0)
                 goto fail;
         return 0;
 fail:
@@ -190,7 +196,7 @@ static int request_init(BoxShared *s, const BoxConfig *c, Box *b, const int sv[2
                          .limits = { .memory_bytes = c->memory_bytes, .pids = c->pids, .cpu_millis = c->cpu_millis,
                                      .pids_reserve = SBX_PIDS_RESERVE(c->pids) } };
         /* A spawner lost earlier (box_spawner_lost()) is started again for this one. */
-        int r = s->spawner.fd >= 0 ? 0 : spawner_start(&s->spawner, s->builtin_fd, &s->seccomp, &s->cg);
+        int r = s->spawner.fd >= 0 ? 0 : start_spawner(s);
         if (r == 0)
                 r = spawner_request(&s->spawner, &ic, &ids, &b->spawn_seq);
         if (r < 0) {

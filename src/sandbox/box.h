@@ -35,6 +35,7 @@ typedef struct BoxShared {
         uint32_t next_slot;        /* root: next host uid slot to try */
         uint8_t *slots;            /* root: SBX_HOST_UID_SLOTS bits, host id blocks in use */
         Spawner spawner;           /* makes every pid 1 (spawner.h) */
+        bool spawn_inline;         /* ... in this process (spawner_start_inline()) */
 } BoxShared;
 
 typedef struct BoxConfig {
@@ -101,9 +102,11 @@ typedef struct Box {
         char dir[BOX_DIR_BYTES];
 } Box;
 
-/* Prepares the shared part; `process`: every sandbox in process mode. Returns 0 or -errno
- * (-ENOTSUP: no cgroup v2; -EPERM: process mode's base directory belongs to another user). */
-int box_shared_init(BoxShared *s, bool process);
+/* Prepares the shared part; `process`: every sandbox in process mode; `spawn_inline`: this
+ * process clones each pid 1 itself, with no spawner process (spawner_start_inline()). Returns
+ * 0 or -errno (-ENOTSUP: no cgroup v2; -EPERM: process mode's base directory belongs to
+ * another user). */
+int box_shared_init(BoxShared *s, bool process, bool spawn_inline);
 void box_shared_done(BoxShared *s);
 
 /* Creates the sandbox and returns at once: its cgroups and control socket exist, its pid 1 is

@@ -100,6 +100,16 @@ static uint32_t put_list(Packer *p, const char *const *v) {
         return n;
 }
 
+typedef struct SpawnerEnv {
+        int sock, builtin_fd;
+        bool in_caller; /* spawner_start_inline(): the calling process clones, as the parent */
+        SpawnShared *shared;
+        const struct sock_fprog *seccomp;
+        CgroupRoot *cg;
+} SpawnerEnv;
+
+static void handle_request(const SpawnerEnv *env, char *buf, ssize_t n, int *got, size_t ngot, int msg_flags);
+
 int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint64_t *ret_seq) {
         if (sp->fd < 0)
                 return -EPIPE;
@@ -175,6 +185,23 @@ int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint
                 c->cmsg_type = SCM_RIGHTS;
                 c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
                 memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+        }
+        if (sp->inline_fd >= 0) {
+                /* Done here and now: the answers wait on sp->fd as the spawner's would. The
+                 * fds go as copies, as they would over the socket. */
+                int got[FD_COUNT];
+                for (size_t i = 0; i < nfds; i++)
+                        if ((got[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3)) < 0) {
+                                int r = negerrno();
+                                while (i-- > 0)
+                                        close(got[i]);
+                                return r;
+                        }
+                SpawnerEnv env = { .sock = sp->inline_fd, .builtin_fd = sp->builtin_fd, .in_caller = true,
+                                   .shared = sp->shared, .seccomp = sp->seccomp, .cg = sp->root };
+                handle_request(&env, buf, (ssize_t)p.len, got, nfds, 0);
+                *ret_seq = sp->next_seq++;
+                return 0;
         }
         if (sendmsg(sp->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
                 /* ETOOMANYREFS: the fds in flight, counted against the user's limit. */
@@ -325,12 +352,6 @@ static void lower_priority(pid_t pid) {
         (void)setpriority(PRIO_PROCESS, (id_t)pid, MAX(own, SBX_CPU_FALLBACK_NICE));
 }
 
-typedef struct SpawnerEnv {
-        int sock, builtin_fd;
-        SpawnShared *shared;
-        const struct sock_fprog *seccomp;
-        CgroupRoot *cg;
-} SpawnerEnv;
 
 /* Whether the daemon has closed its end of the sandbox's control socket (it destroyed the
  * sandbox before its turn came): then nothing is made for it. */
@@ -382,6 +403,10 @@ static void send_wire(int sock, SpawnWire *w, const int rfds[RFD_COUNT]) {
                 memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
         }
         while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0) {
+                /* In the caller, the answer goes to its own other end: waiting would be for
+                 * ever (its 16 MiB hold thousands of answers). */
+                if (errno == EAGAIN)
+                        return;
                 if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
                         _exit(0); /* the daemon is gone: so is every pid 1's parent */
                 /* Short of memory, or of fds in flight: the answer waits, it is not lost. */
@@ -476,13 +501,13 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         struct clone_args ca = {
                 /* CLONE_PARENT: the daemon is pid 1's parent, as if it had cloned it.
                  * CLONE_NEWNET: pid 1 unshares it (namespaces mode). */
-                .flags = CLONE_PARENT | CLONE_PIDFD | CLONE_INTO_CGROUP | CLONE_PARENT_SETTID |
-                         (h->flags & F_PLAIN ? 0 : ns),
+                .flags = (env->in_caller ? 0 : CLONE_PARENT) | CLONE_PIDFD | CLONE_INTO_CGROUP |
+                         CLONE_PARENT_SETTID | (h->flags & F_PLAIN ? 0 : ns),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .parent_tid = (uint64_t)(uintptr_t)&env->shared->pid,
                 /* 0, as CLONE_PARENT needs: the kernel gives pid 1 the spawner's own exit
                  * signal, SIGCHLD (spawner_start()), which is what the daemon expects. */
-                .exit_signal = 0,
+                .exit_signal = env->in_caller ? SIGCHLD : 0,
                 .cgroup = (uint64_t)init_cg,
         };
         long pid = syscall(SYS_clone3, &ca, sizeof ca);
@@ -533,6 +558,36 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         snprintf(w->cg_name, sizeof w->cg_name, "%s", h->cg_name);
 }
 
+/* One request (its n bytes in buf, its fds in got, which are closed here): answered on
+ * env->sock. */
+static void handle_request(const SpawnerEnv *env, char *buf, ssize_t n, int *got, size_t ngot, int msg_flags) {
+        const SpawnHead *h = (const SpawnHead *)buf;
+        SpawnWire w = { .stage = SPAWN_DONE };
+        int fds[FD_COUNT], rfds[RFD_COUNT];
+        for (size_t i = 0; i < RFD_COUNT; i++)
+                rfds[i] = -1;
+        size_t used = 0;
+        for (size_t i = 0; i < FD_COUNT; i++)
+                fds[i] = (size_t)n >= sizeof *h && (h->fdmask & (1u << i)) && used < ngot ? got[used++] : -1;
+        /* Even a malformed one is answered under its number when it has one: the
+         * daemon's queue of requests stays in step. */
+        if ((size_t)n >= sizeof *h)
+                w.seq = h->seq;
+        if ((size_t)n < sizeof *h || h->magic != SPAWN_MAGIC || h->strings != (size_t)n - sizeof *h ||
+            (msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || used != ngot) {
+                w.status = -EINVAL;
+                snprintf(w.text, sizeof w.text, "spawner: malformed request");
+        } else {
+                spawn_one(env, h, fds, &w, rfds);
+        }
+        /* The request held the shells' environment, secrets included: the next pid
+         * 1, a copy of this process, must not find it. */
+        explicit_bzero(buf, (size_t)n);
+        close_fds(got, ngot);
+        send_wire(env->sock, &w, rfds);
+        close_fds(rfds, RFD_COUNT);
+}
+
 _noreturn_ static void spawner_main(const SpawnerEnv *env) {
         (void)prctl(PR_SET_NAME, "sbx-spawner", 0, 0, 0);
         char *buf = malloc(SBX_SPAWN_MSG_MAX);
@@ -563,36 +618,12 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
                                         else
                                                 close(fd);
                                 }
-                const SpawnHead *h = (const SpawnHead *)buf;
-                SpawnWire w = { .stage = SPAWN_DONE };
-                int fds[FD_COUNT], rfds[RFD_COUNT];
-                for (size_t i = 0; i < RFD_COUNT; i++)
-                        rfds[i] = -1;
-                size_t used = 0;
-                for (size_t i = 0; i < FD_COUNT; i++)
-                        fds[i] = (size_t)n >= sizeof *h && (h->fdmask & (1u << i)) && used < ngot ? got[used++] : -1;
-                /* Even a malformed one is answered under its number when it has one: the
-                 * daemon's queue of requests stays in step. */
-                if ((size_t)n >= sizeof *h)
-                        w.seq = h->seq;
-                if ((size_t)n < sizeof *h || h->magic != SPAWN_MAGIC || h->strings != (size_t)n - sizeof *h ||
-                    (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || used != ngot) {
-                        w.status = -EINVAL;
-                        snprintf(w.text, sizeof w.text, "spawner: malformed request");
-                } else {
-                        spawn_one(env, h, fds, &w, rfds);
-                }
-                /* The request held the shells' environment, secrets included: the next pid
-                 * 1, a copy of this process, must not find it. */
-                explicit_bzero(buf, (size_t)n);
-                close_fds(got, ngot);
-                send_wire(env->sock, &w, rfds);
-                close_fds(rfds, RFD_COUNT);
+                handle_request(env, buf, n, got, ngot, mh.msg_flags);
         }
 }
 
 int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
-        *sp = (Spawner){ .fd = -1, .pid = -1, .pidfd = -1, .next_seq = 1, .root = cg };
+        *sp = (Spawner){ .fd = -1, .inline_fd = -1, .pid = -1, .pidfd = -1, .next_seq = 1, .root = cg };
         SpawnShared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (shared == MAP_FAILED)
                 return negerrno();
@@ -655,6 +686,29 @@ int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp,
         return 0;
 }
 
+int spawner_start_inline(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
+        *sp = (Spawner){ .fd = -1, .inline_fd = -1, .pid = -1, .pidfd = -1, .next_seq = 1, .root = cg,
+                         .builtin_fd = builtin_fd, .seccomp = seccomp };
+        sp->shared = mmap(NULL, sizeof *sp->shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (sp->shared == MAP_FAILED) {
+                sp->shared = NULL;
+                return negerrno();
+        }
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0) {
+                int r = negerrno();
+                munmap(sp->shared, sizeof *sp->shared);
+                sp->shared = NULL;
+                return r;
+        }
+        int q = (int)SBX_SPAWN_QUEUE_BYTES;
+        if (setsockopt(sv[1], SOL_SOCKET, SO_SNDBUFFORCE, &q, sizeof q) < 0)
+                (void)setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &q, sizeof q);
+        sp->fd = sv[0];
+        sp->inline_fd = sv[1];
+        return 0;
+}
+
 pid_t spawner_last_clone(const Spawner *sp, uint64_t *ret_seq) {
         if (!sp->shared) {
                 *ret_seq = 0;
@@ -665,7 +719,10 @@ pid_t spawner_last_clone(const Spawner *sp, uint64_t *ret_seq) {
 }
 
 void spawner_stop(Spawner *sp) {
-        if (sp->pid <= 0) {
+        /* In the caller: its end closed, what the answers still waiting bring is taken below
+         * as from a spawner that exited. */
+        sp->inline_fd = safe_close(sp->inline_fd);
+        if (sp->pid <= 0 && !sp->shared) {
                 sp->fd = safe_close(sp->fd);
                 return;
         }

@@ -38,6 +38,11 @@ typedef struct Spawner {
         int pidfd;
         uint64_t next_seq; /* the sequence number the next request gets */
         CgroupRoot *root;  /* the caller's, where spawner_stop() removes what it still made */
+        /* spawner_start_inline(): the other end of fd, on which the caller answers itself,
+         * and what it clones with; else -1. */
+        int inline_fd;
+        int builtin_fd;
+        const struct sock_fprog *seccomp;
 } Spawner;
 
 /* What the spawner makes for a new pid 1 besides its InitConfig: its cgroups (named cg_name
@@ -81,6 +86,10 @@ void spawn_reply_init(SpawnReply *r, uint64_t seq);
  * pid 1 it makes. builtin_fd, seccomp and cg (whose base directories it makes cgroups in) are
  * the caller's, which the spawner keeps copies of. Returns 0 or -errno. */
 int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg);
+/* The same without a process: each request is done by the caller in spawner_request(), which
+ * is then pid 1's parent, and its answers come on sp->fd as a spawner's would. For a short-lived
+ * process with one sandbox (sbx run), which a spawner's fork would only slow. */
+int spawner_start_inline(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg);
 /* Stops it: no request is taken after this, clones it made meanwhile are killed and reaped.
  * May block (bounded): only on the way out. */
 void spawner_stop(Spawner *sp);

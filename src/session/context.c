@@ -437,6 +437,14 @@ int sbx_context_set_mode(SbxContext *ctx, SbxMode mode) {
         return 0;
 }
 
+int sbx_context_set_spawner(SbxContext *ctx, bool separate) {
+        /* Every sandbox of a context shares its BoxShared, and so its spawner. */
+        if (ctx->host.shared_ready)
+                return separate == !ctx->host.spawn_inline ? 0 : -EBUSY;
+        ctx->host.spawn_inline = !separate;
+        return 0;
+}
+
 SbxMode sbx_context_mode(const SbxContext *ctx) { return ctx->host.process ? SBX_MODE_PROCESS : SBX_MODE_NAMESPACES; }
 
 SbxContext *sbx_context_free(SbxContext *ctx) {

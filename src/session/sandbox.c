@@ -764,7 +764,7 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
                 return r;
         err[0] = 0;
         if (!host->shared_ready) {
-                r = box_shared_init(&host->shared, host->process);
+                r = box_shared_init(&host->shared, host->process, host->spawn_inline);
                 if (r < 0) {
                         if (r == -ENOTSUP)
                                 snprintf(err, errlen, "no cgroup v2 hierarchy: sbx needs one to contain commands");

@@ -34,6 +34,7 @@ typedef struct SandboxHost {
         int changes_pool[8];
         unsigned n_changes_pool;
         bool process; /* SBX_MODE_PROCESS: shared is made (and stays) in process mode */
+        bool spawn_inline; /* sbx_context_set_spawner(ctx, false): no spawner process */
         int devnull;
         CorpseYard yard;
         /* sbx_context_set_env(): NAME=VALUE entries every new sandbox gets (NULL: none). */

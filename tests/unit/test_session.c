@@ -170,6 +170,73 @@ static void test_spawner_lost(void) {
         sbx_sandbox_free(a);
 }
 
+/* How many of this process's children are named comm. */
+static int children_named(const char *comm) {
+        int n = 0;
+        DIR *d = opendir("/proc");
+        for (struct dirent *e; d && (e = readdir(d));) {
+                char path[300], buf[512];
+                snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                ssize_t k = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+                if (fd >= 0)
+                        close(fd);
+                if (k <= 0)
+                        continue;
+                buf[k] = 0;
+                char *o = strchr(buf, '('), *c = strrchr(buf, ')');
+                int ppid;
+                char state;
+                if (!o || !c || sscanf(c + 1, " %c %d", &state, &ppid) != 2 || ppid != (int)getpid())
+                        continue;
+                *c = 0;
+                n += strcmp(o + 1, comm) == 0;
+        }
+        if (d)
+                closedir(d);
+        return n;
+}
+
+/* A context whose own process clones its pid 1s (sbx run's): no spawner, the same sandboxes. */
+static void test_spawner_in_caller(void) {
+        SbxContext *c2 = NULL;
+        CHECK(sbx_context_new(&c2) == 0, "in caller: a second context");
+        if (!c2)
+                return;
+        CHECK(sbx_context_set_spawner(c2, false) == 0, "in caller: chosen before any sandbox");
+        int spawners = children_named("sbx-spawner");
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        SbxSandbox *sb = NULL;
+        SbxSession *s = NULL;
+        CHECK(sbx_sandbox_new(c2, &so, &sb) == 0 && sbx_session_get(sb, NULL, &s) == 0, "in caller: sandbox (%s)",
+              sbx_context_last_error(c2));
+        if (s) {
+                SbxResult r = run(s, "echo inline");
+                CHECK(out_is(&r, "inline\n"), "in caller: it runs commands");
+                sbx_result_clear(&r);
+        }
+        pid_t init = sb ? (pid_t)sbx_sandbox_init_pid(sb) : -1;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)init);
+        int fd = init > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+        ssize_t k = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        buf[k > 0 ? k : 0] = 0;
+        char *c = strrchr(buf, ')');
+        int ppid = 0;
+        char state;
+        CHECK(c && sscanf(c + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)getpid(),
+              "in caller: its pid 1 is this process's child (%d)", ppid);
+        CHECK(children_named("sbx-spawner") == spawners, "in caller: no spawner of its own");
+        CHECK(sbx_context_set_spawner(c2, true) == -EBUSY, "in caller: the choice is fixed after the first sandbox");
+        CHECK(sbx_context_set_spawner(c2, false) == 0, "in caller: ... and may be said again");
+        sbx_sandbox_free(sb);
+        sbx_context_free(c2);
+        CHECK(init > 0 && kill(init, 0) < 0 && errno == ESRCH, "in caller: its pid 1 reaped with the context");
+}
+
 static void test_pool(const char *cgdir) {
         sbx_context_set_pool(ctx, 1);
         spin_ms(500);
@@ -818,6 +885,7 @@ int main(void) {
         CHECK(count_subdirs(cgdir) == 0, "no sandbox cgroup left after destroy");
         test_freed_before_spawned(cgdir);
         test_spawner_lost();
+        test_spawner_in_caller();
         end = now_ms() + 3000;
         while (count_subdirs(cgdir) > 0 && now_ms() < end)
                 sbx_context_run_once(ctx, 50);
