@@ -362,7 +362,7 @@ void dispatch_print_protocol(FILE *f) {
                 "| -32601 | `Method not found: X` |\n"
                 "| -32602 | invalid params, naming the param (`unknown parameter \"X\"` for a param the method does not list, `Missing required param: X`, `X must be a string`, `Unknown sandboxId: X`) |\n"
                 "| -32603 | internal error (sandbox creation failed) |\n"
-                "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (sandboxes: `sbx serve --max-sandboxes`, by default derived from the machine's free memory, pids and fds at start, `health` says it under `limits`; %u running or queued runs per session; %u sessions per sandbox; a lane's queue); retry later: `error.data.retryAfterMs` when the server can tell when |\n"
+                "| -32001 | `WORKER_UNAVAILABLE: ...`: a server cap was reached (sandboxes: `sbx serve --max-sandboxes`, by default derived from the machine's free memory, pids and fds at start, `health` says it under `limits`; %u running or queued runs per session; %u sessions per sandbox; a lane's queue; creates waiting for the sandbox spawner, past its 16 MiB of requests); retry later: `error.data.retryAfterMs` when the server can tell when |\n"
                 "| -32002 | `SANDBOX_DISABLED: ...`: the server runs with `--mode disabled`; only `ping`, `health`, `sandbox.list` and `kill` answer |\n"
                 "| -32003 | `POOL_SHUTTING_DOWN: ...`: the server is shutting down |\n"
                 "| 1 | sandbox or file error: `ERRNO: message` |\n\n"
