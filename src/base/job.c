@@ -20,28 +20,6 @@ typedef struct JobResult {
         char err[JOB_ERR_MAX];
 } JobResult;
 
-static int cmp_int(const void *a, const void *b) {
-        int x = *(const int *)a, y = *(const int *)b;
-        return (x > y) - (x < y);
-}
-
-/* Closes every fd above 2 but those listed (at most 16). */
-static void close_all_but(const int *keep, size_t n) {
-        int k[17];
-        size_t m = 0;
-        for (size_t i = 0; i < n && m < 16; i++)
-                if (keep[i] > 2)
-                        k[m++] = keep[i];
-        qsort(k, m, sizeof *k, cmp_int);
-        unsigned lo = 3;
-        for (size_t i = 0; i < m; i++) {
-                if ((unsigned)k[i] > lo)
-                        (void)close_range(lo, (unsigned)k[i] - 1, 0);
-                lo = (unsigned)k[i] + 1;
-        }
-        (void)close_range(lo, ~0U, 0);
-}
-
 int job_start(Job *j, JobFn fn, void *arg, const int *keep, size_t n_keep) {
         int p[2];
         *j = (Job){ .pid = -1, .pidfd = -1, .result = -1 };

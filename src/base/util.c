@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
 #include <sys/random.h>
@@ -234,4 +235,25 @@ ssize_t read_ready(int fd, void *buf, size_t len) {
                 if (errno != EINTR)
                         return negerrno();
         }
+}
+
+static int cmp_int(const void *a, const void *b) {
+        int x = *(const int *)a, y = *(const int *)b;
+        return (x > y) - (x < y);
+}
+
+void close_all_but(const int *keep, size_t n) {
+        int k[17];
+        size_t m = 0;
+        for (size_t i = 0; i < n && m < 16; i++)
+                if (keep[i] > 2)
+                        k[m++] = keep[i];
+        qsort(k, m, sizeof *k, cmp_int);
+        unsigned lo = 3;
+        for (size_t i = 0; i < m; i++) {
+                if ((unsigned)k[i] > lo)
+                        (void)close_range(lo, (unsigned)k[i] - 1, 0);
+                lo = (unsigned)k[i] + 1;
+        }
+        (void)close_range(lo, ~0U, 0);
 }

@@ -21,6 +21,9 @@ void pidfd_sigkill(int pidfd);
 /* True once the process behind the pidfd has exited (the pidfd polls readable); never waits. */
 bool pidfd_is_dead(int pidfd);
 /* Writes all of buf to a blocking fd, retrying on EINTR. Returns 0 or -errno. */
+/* Closes every fd above 2 but those listed (at most 16; -1 entries are ignored): for a child
+ * about to become something else, holding only what it names. No allocation. */
+void close_all_but(const int *keep, size_t n);
 int write_all(int fd, const void *buf, size_t len);
 /* Writes the string to dirfd/path (O_WRONLY, no create): for cgroup and proc files.
  * Returns 0 or -errno. */

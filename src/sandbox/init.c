@@ -336,23 +336,7 @@ static void wait_for_id_maps(int sync_fd) {
 static int keep_only_ctl(const InitConfig *c) {
         int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);
         int keep[4] = { ctl, c->builtin_fd, c->kill_fd, c->session_fd };
-        /* Sorted, the gaps between them closed. */
-        for (int i = 0; i < 4; i++)
-                for (int j = i + 1; j < 4; j++)
-                        if (keep[j] < keep[i]) {
-                                int t = keep[i];
-                                keep[i] = keep[j];
-                                keep[j] = t;
-                        }
-        unsigned next = 3;
-        for (int i = 0; i < 4; i++) {
-                if (keep[i] < (int)next)
-                        continue;
-                if (keep[i] > (int)next)
-                        close_range(next, (unsigned)keep[i] - 1, 0);
-                next = (unsigned)keep[i] + 1;
-        }
-        close_range(next, ~0U, 0);
+        close_all_but(keep, ELEMENTSOF(keep));
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (nul >= 0) {
                 dup2(nul, 0);

@@ -657,22 +657,7 @@ int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp,
                  * stdio, which pid 1 replaces with /dev/null). The daemon's sockets and its
                  * clients' connections are not the spawner's to hold. */
                 int keep[6] = { sv[1], builtin_fd, cg->v2, cg->v1_memory, cg->v1_pids, cg->v1_cpu };
-                for (size_t i = 0; i < ELEMENTSOF(keep); i++)
-                        for (size_t j = i + 1; j < ELEMENTSOF(keep); j++)
-                                if (keep[j] < keep[i]) {
-                                        int t = keep[i];
-                                        keep[i] = keep[j];
-                                        keep[j] = t;
-                                }
-                unsigned next = 3;
-                for (size_t i = 0; i < ELEMENTSOF(keep); i++) {
-                        if (keep[i] < (int)next)
-                                continue;
-                        if (keep[i] > (int)next)
-                                close_range(next, (unsigned)keep[i] - 1, 0);
-                        next = (unsigned)keep[i] + 1;
-                }
-                close_range(next, ~0U, 0);
+                close_all_but(keep, ELEMENTSOF(keep));
                 CgroupRoot root = *cg;
                 SpawnerEnv env = { .sock = sv[1], .builtin_fd = builtin_fd, .seccomp = seccomp, .cg = &root,
                                    .shared = shared };

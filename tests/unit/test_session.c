@@ -70,14 +70,16 @@ static void spin_ms(int ms) {
                 sbx_context_run_once(ctx, 20);
 }
 
-/* This process's children: how many, how many of them zombies, and the pid of the one named
- * `comm` (0 if none). */
-static int children(int *ret_zombies, const char *comm, pid_t *ret_pid) {
+/* This process's children: how many, how many of them zombies, the pid of one named `comm`
+ * (0 if none) and how many are (ret_named, if not NULL). */
+static int children(int *ret_zombies, const char *comm, pid_t *ret_pid, int *ret_named) {
         DIR *d = opendir("/proc");
         int n = 0;
         *ret_zombies = 0;
         if (ret_pid)
                 *ret_pid = 0;
+        if (ret_named)
+                *ret_named = 0;
         for (struct dirent *e; d && (e = readdir(d));) {
                 if (e->d_name[0] < '1' || e->d_name[0] > '9')
                         continue;
@@ -100,8 +102,12 @@ static int children(int *ret_zombies, const char *comm, pid_t *ret_pid) {
                 n++;
                 *ret_zombies += state == 'Z';
                 *close_paren = 0;
-                if (ret_pid && comm && strcmp(open_paren + 1, comm) == 0)
-                        *ret_pid = (pid_t)atoi(e->d_name);
+                if (comm && strcmp(open_paren + 1, comm) == 0) {
+                        if (ret_pid)
+                                *ret_pid = (pid_t)atoi(e->d_name);
+                        if (ret_named)
+                                (*ret_named)++;
+                }
         }
         if (d)
                 closedir(d);
@@ -113,7 +119,7 @@ static int children(int *ret_zombies, const char *comm, pid_t *ret_pid) {
 static void test_freed_before_spawned(const char *cgdir) {
         int zombies;
         pid_t spawner;
-        int before = children(&zombies, "sbx-spawner", &spawner);
+        int before = children(&zombies, "sbx-spawner", &spawner, NULL);
         CHECK(spawner > 0, "the spawner is this process's child");
         SbxSandboxOptions so;
         sbx_sandbox_options_init(&so);
@@ -126,10 +132,10 @@ static void test_freed_before_spawned(const char *cgdir) {
                 sbx_sandbox_free(sb);
         }
         uint64_t end = now_ms() + 10000;
-        while ((count_subdirs(cgdir) > 0 || children(&zombies, NULL, NULL) > before) && now_ms() < end)
+        while ((count_subdirs(cgdir) > 0 || children(&zombies, NULL, NULL, NULL) > before) && now_ms() < end)
                 sbx_context_run_once(ctx, 50);
         CHECK(count_subdirs(cgdir) == 0, "freed before spawned: no cgroup left (%d)", count_subdirs(cgdir));
-        int now = children(&zombies, NULL, NULL);
+        int now = children(&zombies, NULL, NULL, NULL);
         CHECK(now == before && zombies == 0, "freed before spawned: no pid 1 left (%d children, %d before, %d zombies)",
               now, before, zombies);
 }
@@ -139,7 +145,7 @@ static void test_freed_before_spawned(const char *cgdir) {
 static void test_spawner_lost(void) {
         int zombies;
         pid_t spawner;
-        (void)children(&zombies, "sbx-spawner", &spawner);
+        (void)children(&zombies, "sbx-spawner", &spawner, NULL);
         CHECK(spawner > 0, "spawner found");
         SbxSandboxOptions so;
         sbx_sandbox_options_init(&so);
@@ -164,7 +170,7 @@ static void test_spawner_lost(void) {
                 sbx_result_clear(&r);
         }
         pid_t next;
-        (void)children(&zombies, "sbx-spawner", &next);
+        (void)children(&zombies, "sbx-spawner", &next, NULL);
         CHECK(next > 0 && next != spawner, "another spawner (%d, was %d)", (int)next, (int)spawner);
         sbx_sandbox_free(b);
         sbx_sandbox_free(a);
@@ -172,29 +178,9 @@ static void test_spawner_lost(void) {
 
 /* How many of this process's children are named comm. */
 static int children_named(const char *comm) {
-        int n = 0;
-        DIR *d = opendir("/proc");
-        for (struct dirent *e; d && (e = readdir(d));) {
-                char path[300], buf[512];
-                snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-                int fd = open(path, O_RDONLY | O_CLOEXEC);
-                ssize_t k = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-                if (fd >= 0)
-                        close(fd);
-                if (k <= 0)
-                        continue;
-                buf[k] = 0;
-                char *o = strchr(buf, '('), *c = strrchr(buf, ')');
-                int ppid;
-                char state;
-                if (!o || !c || sscanf(c + 1, " %c %d", &state, &ppid) != 2 || ppid != (int)getpid())
-                        continue;
-                *c = 0;
-                n += strcmp(o + 1, comm) == 0;
-        }
-        if (d)
-                closedir(d);
-        return n;
+        int zombies, named;
+        (void)children(&zombies, comm, NULL, &named);
+        return named;
 }
 
 /* A context whose own process clones its pid 1s (sbx run's): no spawner, the same sandboxes. */
