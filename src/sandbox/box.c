@@ -200,7 +200,12 @@ static int request_init(BoxShared *s, const BoxConfig *c, Box *b, const int sv[2
         if (r == 0)
                 r = spawner_request(&s->spawner, &ic, &ids, &b->spawn_seq);
         if (r < 0) {
-                if (r == -EAGAIN)
+                /* A spawner that died and is not yet heard to have (spawn_event()): the next
+                 * create, once it is, starts another. */
+                if (r == -EPIPE || r == -ECONNRESET) {
+                        r = -EAGAIN;
+                        snprintf(err, errlen, "the sandbox spawner exited and is being replaced; try again");
+                } else if (r == -EAGAIN)
                         snprintf(err, errlen, "too many sandboxes are being created at once; try again");
                 else if (r == -EMSGSIZE)
                         snprintf(err, errlen, "the sandbox's configuration (environment, layers, policy) is too large");
@@ -277,6 +282,8 @@ static bool is_our_child(pid_t pid) {
         return pp && atoi(pp + 6) == (int)getpid();
 }
 
+static bool is_our_init(pid_t pid);
+
 static int our_child_pidfd(pid_t pid) {
         if (pid <= 0 || !is_our_child(pid))
                 return -1;
@@ -294,10 +301,15 @@ void box_spawn_recover(BoxShared *s, const char *name, SpawnReply *rep) {
                 _cleanup_close_ int init = cgroup_sandbox_open_init(&rep->cg);
                 char buf[4096];
                 ssize_t n = init >= 0 ? read_file_at(init, "cgroup.procs", buf, sizeof buf) : -1;
-                for (char *p = n > 0 ? buf : NULL, *end; p && *p && rep->pidfd < 0; p = end) {
+                /* Whole lines only (a pid cut at the buffer's end could be another's), and in
+                 * namespaces mode a pid namespace's init (its orphans may be the daemon's
+                 * children too where the daemon is a namespace's init). */
+                for (char *p = n > 0 ? buf : NULL, *end; p && *p && rep->pidfd < 0; p = end + 1) {
                         long pid = strtol(p, &end, 10);
-                        if (end == p)
+                        if (end == p || *end != '\n')
                                 break;
+                        if (!s->process && !is_our_init((pid_t)pid))
+                                continue;
                         rep->pid = (pid_t)pid;
                         rep->pidfd = our_child_pidfd((pid_t)pid);
                 }

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -20,6 +22,9 @@
 #include "sandbox/spawner.h"
 
 #define SPAWN_MAGIC 0x53505731u /* "SPW1" */
+/* Room a request done in the caller needs in its socket for its two answers, with the
+ * kernel's overhead on each and fds in flight (generous). */
+#define SPAWN_INLINE_ROOM (16U * 1024)
 
 enum {
         F_MOUNT_NETWORK = 1u << 0,
@@ -187,8 +192,17 @@ int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint
                 memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
         }
         if (sp->inline_fd >= 0) {
-                /* Done here and now: the answers wait on sp->fd as the spawner's would. The
+                /* Done here and now: the answers wait on sp->fd as the spawner's would, so
+                 * there must be room for them first (a caller that asks for hundreds of
+                 * sandboxes before its loop takes any answer is refused, as by a spawner). The
                  * fds go as copies, as they would over the socket. */
+                int sndbuf = 0, queued = 0;
+                socklen_t sl = sizeof sndbuf;
+                if (getsockopt(sp->inline_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl) < 0 ||
+                    ioctl(sp->inline_fd, SIOCOUTQ, &queued) < 0)
+                        return negerrno();
+                if (sndbuf - queued < (int)SPAWN_INLINE_ROOM)
+                        return -EAGAIN;
                 int got[FD_COUNT];
                 for (size_t i = 0; i < nfds; i++)
                         if ((got[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3)) < 0) {
@@ -228,7 +242,10 @@ int spawner_reply(Spawner *sp, SpawnReply *ret) {
         struct iovec iov = { &w, sizeof w };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
         ssize_t n;
-        while ((n = recvmsg(sp->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 && errno == EINTR)
+        /* A spawner that died with requests unread leaves ECONNRESET on this end, reported
+         * once before the answers it had sent: those are still to be taken. */
+        while ((n = recvmsg(sp->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0 &&
+               (errno == EINTR || errno == ECONNRESET))
                 ;
         if (n < 0 && errno == EAGAIN)
                 return 0;
@@ -379,7 +396,7 @@ static int open_cgroup_fds(const CgroupSandbox *cg, bool kill, int v1_procs[3], 
         return *init_cg < 0 ? *init_cg : 0;
 }
 
-static void send_wire(int sock, SpawnWire *w, const int rfds[RFD_COUNT]) {
+static void send_wire(int sock, bool in_caller, SpawnWire *w, const int rfds[RFD_COUNT]) {
         union {
                 struct cmsghdr align;
                 char buf[CMSG_SPACE(sizeof(int) * RFD_COUNT)];
@@ -403,9 +420,9 @@ static void send_wire(int sock, SpawnWire *w, const int rfds[RFD_COUNT]) {
                 memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
         }
         while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0) {
-                /* In the caller, the answer goes to its own other end: waiting would be for
-                 * ever (its 16 MiB hold thousands of answers). */
-                if (errno == EAGAIN)
+                /* In the caller, the answer goes to its own other end, whose room was checked
+                 * (spawner_request()): waiting would be for ever, and exiting the caller's. */
+                if (in_caller)
                         return;
                 if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
                         _exit(0); /* the daemon is gone: so is every pid 1's parent */
@@ -515,6 +532,14 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
                 close(env->sock);
                 close(sync[1]);
                 munmap(env->shared, sizeof *env->shared);
+                /* A copy of the caller, not of a spawner holding nothing: only pid 1's own
+                 * fds go on (its other sandboxes' control sockets, its clients' connections
+                 * and its stdout are not this sandbox's). */
+                if (env->in_caller) {
+                        const int keep[] = { ic.ctl_fd, ic.session_fd, ic.builtin_fd, ic.kill_fd, ic.v1_procs[0],
+                                             ic.v1_procs[1], ic.v1_procs[2], ic.userns_sync_fd };
+                        close_all_but(keep, ELEMENTSOF(keep));
+                }
                 init_main(&ic);
         }
         close(sync[0]);
@@ -532,7 +557,7 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         w->pid = (int32_t)pid;
         SpawnWire cloned = { .seq = w->seq, .pid = (int32_t)pid, .stage = SPAWN_CLONED };
         int cloned_fds[RFD_COUNT] = { pidfd, -1, -1, -1, -1, -1 };
-        send_wire(env->sock, &cloned, cloned_fds);
+        send_wire(env->sock, env->in_caller, &cloned, cloned_fds);
         if (h->flags & F_LOWER)
                 lower_priority((pid_t)pid);
         r = h->flags & F_MAPS ? write_id_maps(h, (pid_t)pid) : 0;
@@ -584,7 +609,7 @@ static void handle_request(const SpawnerEnv *env, char *buf, ssize_t n, int *got
          * 1, a copy of this process, must not find it. */
         explicit_bzero(buf, (size_t)n);
         close_fds(got, ngot);
-        send_wire(env->sock, &w, rfds);
+        send_wire(env->sock, env->in_caller, &w, rfds);
         close_fds(rfds, RFD_COUNT);
 }
 

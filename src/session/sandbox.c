@@ -388,6 +388,8 @@ static void spawn_answer(SandboxHost *host, SpawnWait *sw, SpawnReply *rep) {
         if (sw->pidfd >= 0 && rep->pidfd < 0) {
                 rep->pid = sw->pid;
                 rep->pidfd = TAKE_FD(sw->pidfd);
+        } else if (rep->pid <= 0 && sw->pid > 0) {
+                rep->pid = sw->pid; /* its first answer came without the pidfd */
         }
         safe_close(sw->pidfd);
         /* Short of fds, an answer brought none: what was made is found by its name (and
