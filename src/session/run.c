@@ -1014,8 +1014,8 @@ static int session_run(SbxSession *s, const SbxRunOptions *o, bool events, SbxOu
                                                                    : o->leftovers == SBX_LEFTOVERS_KILL;
         if (o->command_len > core->limits.command_bytes) {
                 char msg[128];
-                snprintf(msg, sizeof msg, "sbx: command is %zu bytes, the limit is %llu\n", o->command_len,
-                         (unsigned long long)core->limits.command_bytes);
+                snprintf(msg, sizeof msg, "sbx: the command was not run: it is %zu bytes, over the limit of %llu\n",
+                         o->command_len, (unsigned long long)core->limits.command_bytes);
                 run_refuse(r, msg);
         } else if (run_copy_options(r, o, (size_t)env_len) < 0) {
                 run_free(r);
