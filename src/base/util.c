@@ -10,6 +10,7 @@
 #include <sys/pidfd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include "base/limits.h"
 #include "base/util.h"
@@ -39,6 +40,15 @@ int fd_set_nonblock(int fd, bool on) {
 void pidfd_sigkill(int pidfd) {
         if (pidfd >= 0)
                 (void)pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
+}
+
+void pidfd_kill_reap(int pidfd) {
+        if (pidfd < 0)
+                return;
+        pidfd_sigkill(pidfd);
+        siginfo_t si;
+        while (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR)
+                ;
 }
 
 bool pidfd_is_dead(int pidfd) {

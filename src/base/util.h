@@ -18,6 +18,9 @@ int fd_set_nonblock(int fd, bool on);
 /* Sends SIGKILL through a pidfd; nothing when pidfd < 0. A process already gone is no error
  * worth reporting, so none is. */
 void pidfd_sigkill(int pidfd);
+/* SIGKILL to the child behind pidfd, then waits for it and reaps it (the fd stays open). Blocks:
+ * only where waiting is allowed (on the way out). */
+void pidfd_kill_reap(int pidfd);
 /* True once the process behind the pidfd has exited (the pidfd polls readable); never waits. */
 bool pidfd_is_dead(int pidfd);
 /* Writes all of buf to a blocking fd, retrying on EINTR. Returns 0 or -errno. */

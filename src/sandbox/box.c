@@ -635,13 +635,8 @@ void box_destroy(BoxShared *s, Box *b) {
         b->snap_fd = safe_close(b->snap_fd);
         b->netns_fd = safe_close(b->netns_fd);
         b->proxy_fd = safe_close(b->proxy_fd);
-        if (b->init_pidfd >= 0) {
-                pidfd_sigkill(b->init_pidfd);
-                siginfo_t si;
-                while (waitid(P_PIDFD, (id_t)b->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
-                        ;
-                b->init_pidfd = safe_close(b->init_pidfd);
-        }
+        pidfd_kill_reap(b->init_pidfd);
+        b->init_pidfd = safe_close(b->init_pidfd);
         if (cgroup_sandbox_destroy(&s->cg, &b->cg, SBX_DESTROY_TIMEOUT_MS) < 0)
                 log_warn("sandbox %s: cgroup not empty after kill", b->id);
         /* Only on the way out (a context freed, a create that failed): here it may block. */

@@ -744,13 +744,8 @@ void spawner_stop(Spawner *sp) {
                 SpawnReply r;
                 int k = spawner_reply(sp, &r);
                 if (k > 0) {
-                        if (r.pidfd >= 0) {
-                                pidfd_sigkill(r.pidfd);
-                                siginfo_t si;
-                                while (waitid(P_PIDFD, (id_t)r.pidfd, &si, WEXITED) < 0 && errno == EINTR)
-                                        ;
-                                close(r.pidfd);
-                        }
+                        pidfd_kill_reap(r.pidfd);
+                        safe_close(r.pidfd);
                         if (r.cg.dir >= 0 && r.cg.name[0] && sp->root)
                                 (void)cgroup_sandbox_destroy(sp->root, &r.cg, SBX_DESTROY_TIMEOUT_MS);
                         continue;
@@ -763,12 +758,7 @@ void spawner_stop(Spawner *sp) {
                 waited += 100;
         }
         sp->fd = safe_close(sp->fd);
-        if (sp->pidfd >= 0) {
-                pidfd_sigkill(sp->pidfd);
-                siginfo_t si;
-                while (waitid(P_PIDFD, (id_t)sp->pidfd, &si, WEXITED) < 0 && errno == EINTR)
-                        ;
-        }
+        pidfd_kill_reap(sp->pidfd);
         sp->pidfd = safe_close(sp->pidfd);
         sp->pid = -1;
         if (sp->shared)

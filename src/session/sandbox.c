@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include "base/job.h"
 #include "base/limits.h"
@@ -497,13 +496,8 @@ void sandbox_host_spawns_done(SandboxHost *host) {
                 if (sw->sb)
                         sw->sb->spawn = NULL;
                 /* A pid 1 made for it: gone before the spawner's last answers are taken. */
-                if (sw->pidfd >= 0) {
-                        pidfd_sigkill(sw->pidfd);
-                        siginfo_t si;
-                        while (waitid(P_PIDFD, (id_t)sw->pidfd, &si, WEXITED) < 0 && errno == EINTR)
-                                ;
-                        close(sw->pidfd);
-                }
+                pidfd_kill_reap(sw->pidfd);
+                safe_close(sw->pidfd);
                 free(sw);
         }
 }
