@@ -156,10 +156,10 @@ static int take_host_ids(BoxShared *s, Box *b, char *err, size_t errlen) {
         return 0;
 }
 
-/* What pid 1 gets: ctl_fd is its end of the control socket; plain and kill_fd are process
- * mode's (NULL and -1 otherwise). The spawner adds the pipe on which it waits for its id maps. */
-static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, const PlainConfig *plain,
-                              int kill_fd) {
+/* What pid 1 gets: ctl_fd is its end of the control socket; plain is process mode's (NULL
+ * otherwise). The spawner adds the fds it opens in the cgroups it makes (process mode's
+ * cgroup.kill, the v1 cgroup.procs) and the pipe on which pid 1 waits for its id maps. */
+static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, const PlainConfig *plain) {
         return (InitConfig){
                 .mount = { .staging = s->staging, .rootfs = c->rootfs, .layers = c->layers, .network = c->network,
                            .fs_bytes = c->fs_bytes, .file_count = c->file_count,
@@ -178,7 +178,7 @@ static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd
                  * caller's, the daemon's and other sandboxes' included. */
                 .rlimit_nproc = s->cg.v2_pids || s->cg.v1_pids >= 0 || (plain && s->rootless) ? 0 : c->pids,
                 .policy = c->policy,
-                .plain = plain, .kill_fd = kill_fd, .v1_procs = { -1, -1, -1 },
+                .plain = plain, .kill_fd = -1, .v1_procs = { -1, -1, -1 },
                 .session_fd = plain || c->rootfs || c->layers || c->policy ? -1 : c->session_fd,
         };
 }
@@ -189,7 +189,7 @@ static int request_init(BoxShared *s, const BoxConfig *c, Box *b, const int sv[2
         char snap[BOX_DIR_BYTES + 8];
         snprintf(snap, sizeof snap, "%s.snap", b->dir);
         PlainConfig pc = { .dir = b->dir, .snap = snap, .uid = b->host_uid, .gid = b->host_gid, .own = !s->rootless };
-        InitConfig ic = init_config(s, c, sv[1], s->process ? &pc : NULL, -1);
+        InitConfig ic = init_config(s, c, sv[1], s->process ? &pc : NULL);
         SpawnIds ids = { .rootless = s->rootless, .maps = !s->process, .lower_priority = !cgroup_has_cpu(&s->cg),
                          .kill_fd = s->process, .host_uid = b->host_uid, .host_gid = b->host_gid,
                          .host_base = b->host_base, .host_ids = b->host_ids, .cg_name = b->id,
