@@ -261,6 +261,17 @@ SBX_API int sbx_context_set_mode(SbxContext *ctx, SbxMode mode);
  * first sandbox: 0, or -EBUSY once one was made with the other choice. */
 SBX_API int sbx_context_set_spawner(SbxContext *ctx, bool separate);
 SBX_API SbxMode sbx_context_mode(const SbxContext *ctx);
+/* Makes moves of processes between cgroups cheap on this host: turns favordynmods on for the
+ * host's cgroup2 hierarchy, keeping its other options. Without it the kernel makes the first
+ * move after a quiet spell wait for an RCU grace period (~8 ms on the machines measured),
+ * paid by each pid 1 joining its v1 cgroups and by each command's worker moved into its
+ * cgroup, so an agent creating or running now and then waits for it each time; with it forks
+ * and exits cost a little more. A host-wide setting, kept until the next remount or boot:
+ * `sbx serve` and `sbx run` call this unless given --no-favordynmods. Needs root in the
+ * initial cgroup namespace. where (size bytes) gets the mount point. Returns 1 when turned on
+ * now, 0 when it already was, -ENOENT without cgroup2, -EOPNOTSUPP when the kernel does not
+ * keep it (older than 6.0), -EPERM, or -errno. */
+SBX_API int sbx_host_favor_cgroup_moves(char *where, size_t size);
 
 SBX_API void sbx_sandbox_options_init(SbxSandboxOptions *o);
 /* Creates a sandbox and returns at once; its pid 1 builds the root meanwhile. Runs may be

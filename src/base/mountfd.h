@@ -14,6 +14,9 @@ static inline int sys_fsopen(const char *fs, unsigned flags) { return (int)sysca
 static inline int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux) {
         return (int)syscall(SYS_fsconfig, fd, cmd, key, value, aux);
 }
+static inline int sys_fspick(int dfd, const char *path, unsigned flags) {
+        return (int)syscall(SYS_fspick, dfd, path, flags);
+}
 static inline int sys_fsmount(int fd, unsigned flags, unsigned attrs) {
         return (int)syscall(SYS_fsmount, fd, flags, attrs);
 }

@@ -55,6 +55,9 @@ static void usage(FILE *f) {
                 "                           session state; refused archives change nothing)\n"
                 "      --export FILE        after the last command, save the sandbox's files and\n"
                 "                           session state to FILE (a zstd-compressed tar)\n"
+                "      --no-favordynmods    as root, leave the host's cgroup2 mount as it is (by\n"
+                "                           default favordynmods is turned on for it, once: see\n"
+                "                           sbx-run(1))\n"
                 "      --raw                write the output to a terminal as it is; by default a\n"
                 "                           terminal gets its control characters shown as text\n"
                 "                           (\\x1b...), so no escape sequence of a command acts on it\n"
@@ -192,7 +195,8 @@ static int parse_thousandths(const char *s, uint64_t *ret) {
 }
 
 enum { OPT_MEMORY = 256, OPT_PIDS, OPT_CPUS, OPT_FS, OPT_FILES, OPT_STDOUT, OPT_STDERR, OPT_ROOTFS, OPT_IMPORT, OPT_EXPORT,
-       OPT_FAIL_FAST, OPT_KILL_LEFTOVERS, OPT_IMAGE, OPT_IMAGE_STORE, OPT_RAW };
+       OPT_FAIL_FAST, OPT_KILL_LEFTOVERS, OPT_IMAGE, OPT_IMAGE_STORE, OPT_RAW,
+       OPT_NO_FAVORDYNMODS };
 
 typedef struct OpWait {
         bool done;
@@ -247,6 +251,7 @@ static const struct option run_opts[] = {
         { "fail-fast", no_argument, NULL, OPT_FAIL_FAST },
         { "kill-leftovers", no_argument, NULL, OPT_KILL_LEFTOVERS },
         { "raw", no_argument, NULL, OPT_RAW },
+        { "no-favordynmods", no_argument, NULL, OPT_NO_FAVORDYNMODS },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         {},
@@ -258,7 +263,7 @@ typedef struct RunArgs {
         const char *image_store; /* with so.image: the store (NULL: the default one) */
         const char **env; /* the caller's, room for one per argument; so.env points here */
         size_t n_env;
-        bool fail_fast, raw;
+        bool fail_fast, raw, no_favordynmods;
 } RunArgs;
 
 typedef enum ArgKind { A_SIZE, A_COUNT, A_THOUSANDTHS } ArgKind;
@@ -324,6 +329,7 @@ static int parse_one(int c, const char *opt, RunArgs *a) {
         case OPT_FAIL_FAST: a->fail_fast = true; break;
         case OPT_RAW: a->raw = true; break;
         case OPT_KILL_LEFTOVERS: a->so.kill_leftovers = true; break;
+        case OPT_NO_FAVORDYNMODS: a->no_favordynmods = true; break;
         case 'v': sbx_log_level = LOG_DEBUG; break;
         case 'h': usage(stdout); return 1;
         default: return -EINVAL; /* getopt said which option; parse_args says where help is */
@@ -596,6 +602,11 @@ int cmd_run(int argc, char **argv) {
         /* One sandbox, then gone: a spawner's fork would only add to its time. */
         if (r >= 0)
                 (void)sbx_context_set_spawner(ctx, false);
+        /* Its pid 1's join and its first command's move would each wait for a grace period. */
+        if (r >= 0 && geteuid() == 0 && !a.no_favordynmods) {
+                char where[1024];
+                (void)sbx_host_favor_cgroup_moves(where, sizeof where);
+        }
         if (r >= 0 && a.so.image) {
                 char dir[4096], err[512];
                 if (!a.image_store && sbx_image_store_default(dir, sizeof dir) == 0)

@@ -102,6 +102,10 @@ static void usage(FILE *f) {
                 "      --park-after MS  a sandbox nothing used for MS gives back its fds but 3\n"
                 "                       (and 2 per other session), taken again at its next use\n"
                 "                       (as root only; 0: never). Default: 5000\n"
+                "      --no-favordynmods  as root, leave the host's cgroup2 mount as it is; by\n"
+                "                       default favordynmods is turned on for it (once, host-wide),\n"
+                "                       or each move of a process between cgroups after a quiet\n"
+                "                       spell waits ~8 ms for the kernel (sbx-serve(1))\n"
                 "      --expiry-export-dir DIR  where sandboxes made with onExpiry \"export\" leave\n"
                 "                       their archive (DIR/<id>-<ms>.tar.zst) when they expire\n"
                 "      --image-store DIR  where imported images live (sbx image import; create's\n"
@@ -259,7 +263,7 @@ enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OP
        OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX, OPT_POD_CIDR, OPT_POD_BRIDGE, OPT_KUBE_NODE, OPT_KUBECONFIG,
        OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL, OPT_KUBE_GATEWAY, OPT_KUBE_NAMESPACE,
        OPT_KUBELET_CERT, OPT_KUBELET_KEY, OPT_KUBELET_CA, OPT_CONSOLE_TOKEN, OPT_CONSOLE_DIR,
-       OPT_METRICS_NO_SANDBOXES, OPT_PARK_AFTER };
+       OPT_METRICS_NO_SANDBOXES, OPT_PARK_AFTER, OPT_NO_FAVORDYNMODS };
 
 /* A console token is sent in a cookie and a header: nothing that needs quoting there. */
 #define CONSOLE_TOKEN_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-"
@@ -296,6 +300,7 @@ static const struct option serve_opts[] = {
         { "metrics-no-sandboxes", no_argument, NULL, OPT_METRICS_NO_SANDBOXES },
         { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
         { "park-after", required_argument, NULL, OPT_PARK_AFTER },
+        { "no-favordynmods", no_argument, NULL, OPT_NO_FAVORDYNMODS },
         { "image-store", required_argument, NULL, OPT_IMAGE_STORE },
         { "image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX },
         { "pod-cidr", required_argument, NULL, OPT_POD_CIDR },
@@ -333,6 +338,7 @@ typedef struct ServeOptions {
         unsigned n_egress_private;
         unsigned long max_sandboxes; /* 0: derived by the server */
         long park_after;             /* ms; -1: SBX_PARK_AFTER_MS, 0: never */
+        bool no_favordynmods;
         const char *expiry_dir;
         const char *image_store; /* NULL: the default one, if it can be had */
         const char *image_pools[SBX_MAX_IMAGE_POOLS]; /* --pool IMAGE=N: "IMAGE" */
@@ -558,6 +564,7 @@ static int serve_option(ServeOptions *o, int c) {
         case 'A': return egress_private_add(o, optarg);
         case OPT_MAX_SANDBOXES: return max_sandboxes_arg(optarg, &o->max_sandboxes);
         case OPT_PARK_AFTER: return park_after_arg(optarg, &o->park_after);
+        case OPT_NO_FAVORDYNMODS: o->no_favordynmods = true; return 0;
         case 'v': sbx_log_level = LOG_DEBUG; return 0;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -EINVAL;
@@ -976,6 +983,18 @@ static int serve_start(const ServeOptions *o) {
         if (code != 0) {
                 server_free(s);
                 return code;
+        }
+        bool disabled = o->mode && strcmp(o->mode, "disabled") == 0;
+        if (!o->no_favordynmods && !disabled && geteuid() == 0) {
+                char where[1024];
+                int f = sbx_host_favor_cgroup_moves(where, sizeof where);
+                if (f > 0)
+                        fprintf(stderr, "sbx serve: turned favordynmods on for the cgroup2 hierarchy at %s: a "
+                                "move between cgroups no longer waits for an RCU grace period "
+                                "(--no-favordynmods leaves the mount alone)\n", where);
+                else if (f < 0 && sbx_log_level >= LOG_DEBUG)
+                        fprintf(stderr, "sbx serve: favordynmods stays off for the cgroup2 hierarchy%s%s: %s\n",
+                                where[0] ? " at " : "", where, strerror(-f));
         }
         server_set_pool(s, o->pool >= 0 ? (unsigned)o->pool : o->stdio ? 0 : 2);
         for (unsigned i = 0; i < o->n_image_pools; i++)

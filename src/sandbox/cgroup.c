@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include "base/limits.h"
 #include "base/log.h"
+#include "base/mountfd.h"
 #include "base/util.h"
 #include "sandbox/cgroup.h"
 
@@ -40,6 +41,64 @@ void cgroup_find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size)
                 }
         }
         fclose(f);
+}
+
+/* The first cgroup2 mount of /proc/self/mountinfo: its mount point and superblock options. */
+static int v2_mount(char *mnt, size_t mnt_size, char *super, size_t super_size) {
+        FILE *f = fopen("/proc/self/mountinfo", "re");
+        if (!f)
+                return -errno;
+        char line[4096];
+        int r = -ENOENT;
+        while (r < 0 && fgets(line, sizeof line, f)) {
+                char m[1024], fstype[64], opts[1024];
+                char *dash = strstr(line, " - ");
+                if (!dash || sscanf(line, "%*s %*s %*s %*s %1023s", m) != 1 ||
+                    sscanf(dash + 3, "%63s %*s %1023s", fstype, opts) != 2 || strcmp(fstype, "cgroup2") != 0)
+                        continue;
+                snprintf(mnt, mnt_size, "%s", m);
+                snprintf(super, super_size, "%s", opts);
+                r = 0;
+        }
+        fclose(f);
+        return r;
+}
+
+/* Whether word is one of list's words, separated by sep (a line's end ends the last). */
+static bool has_word(const char *list, const char *word, char sep) {
+        size_t n = strlen(word);
+        for (const char *p = list; (p = strstr(p, word)); p += n)
+                if ((p == list || p[-1] == sep) && (p[n] == 0 || p[n] == sep || p[n] == '\n'))
+                        return true;
+        return false;
+}
+
+int cgroup_favor_dynmods(char *where, size_t size) {
+        char super[1024];
+        int r = v2_mount(where, size, super, sizeof super);
+        if (r < 0)
+                return r;
+        if (has_word(super, "favordynmods", ','))
+                return 0;
+        _cleanup_close_ int fd = sys_fspick(AT_FDCWD, where, FSPICK_CLOEXEC | FSPICK_NO_AUTOMOUNT);
+        if (fd < 0)
+                return -errno;
+        /* A reconfigure sets exactly the flags it is given: every option the superblock has
+         * now goes again, and one this code does not know makes fsconfig refuse before
+         * anything changed. rw/ro and seclabel are not cgroup2's own. */
+        char *save = NULL;
+        for (char *t = strtok_r(super, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                if (strcmp(t, "rw") != 0 && strcmp(t, "ro") != 0 && strcmp(t, "seclabel") != 0 &&
+                    sys_fsconfig(fd, FSCONFIG_SET_FLAG, t, NULL, 0) < 0)
+                        return -errno;
+        if (sys_fsconfig(fd, FSCONFIG_SET_FLAG, "favordynmods", NULL, 0) < 0 ||
+            sys_fsconfig(fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0) < 0)
+                return errno == EINVAL ? -EOPNOTSUPP : -errno;
+        /* Outside the initial cgroup namespace the kernel takes the reconfigure and ignores it. */
+        char again[1024], mnt[1024];
+        if (v2_mount(mnt, sizeof mnt, again, sizeof again) < 0 || !has_word(again, "favordynmods", ','))
+                return -EOPNOTSUPP;
+        return 1;
 }
 
 void cgroup_own_v1_path(const char *controller, char *out, size_t size) {
@@ -124,19 +183,11 @@ static int open_v1_base(const char *mnt, const char *controller, const char *lea
 
 /* Whether the space-separated list (cgroup.controllers) names `word`: "cpu" must not
  * match "cpuset". */
-static bool has_word(const char *list, const char *word) {
-        size_t n = strlen(word);
-        for (const char *p = list; (p = strstr(p, word)); p += n)
-                if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ' || p[n] == '\n'))
-                        return true;
-        return false;
-}
-
 /* Enables a controller for the sandboxes below the v2 base. */
 static bool enable_v2(int fd, const char *ctl, const char *name) {
         char add[32];
         snprintf(add, sizeof add, "+%s", name);
-        return has_word(ctl, name) && write_file_at(fd, "cgroup.subtree_control", add) == 0;
+        return has_word(ctl, name, ' ') && write_file_at(fd, "cgroup.subtree_control", add) == 0;
 }
 
 /* This process's cgroup v2 path ("0::/path" in /proc/self/cgroup), "" if unknown or

@@ -49,6 +49,17 @@ typedef struct CgroupSandbox {
 void cgroup_find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size);
 /* This process's cgroup path in the v1 hierarchy with `controller`, "/" if unknown. */
 void cgroup_own_v1_path(const char *controller, char *out, size_t size);
+/* Turns on favordynmods on the host's cgroup2 hierarchy (a reconfigure of its superblock that
+ * keeps every other option). Why: moving a process between cgroups takes the kernel's
+ * cgroup_threadgroup_rwsem for writing, and unless favordynmods is on, the first such write
+ * after a quiet spell waits for an RCU grace period (~8 ms here; docs/BENCHMARKS.md): every
+ * pid 1 joining its v1 cgroups and every command's worker moved into its cgroup pays it. The
+ * lock is one for all hierarchies, so the v2 mount's option covers the v1 ones too; forks and
+ * exits cost a little more (the rwsem's read side is no longer per-CPU). Needs root in the
+ * initial cgroup namespace. Returns 1 when turned on now, 0 when it already was, -ENOENT
+ * without a cgroup2 mount, -EOPNOTSUPP when the kernel does not keep it (older than 6.0, or
+ * another cgroup namespace), or -errno; `where` gets the mount point. */
+int cgroup_favor_dynmods(char *where, size_t size);
 /* Finds the hierarchies and creates the daemon's base directories. Returns 0, -ENOTSUP when
  * there is no usable cgroup v2 hierarchy (sbx cannot contain commands then), or -errno. */
 int cgroup_root_open(CgroupRoot *r);

@@ -9,6 +9,8 @@
  * Every command moves its worker in and out of its cgroup, so an agent that runs a command
  * now and then would wait that long for each result, and every other client of the daemon
  * with it. The mover takes the wait instead; the caller hears of the result from the loop.
+ * (With favordynmods on, cgroup_favor_dynmods(), no move waits; the mover stays for hosts
+ * where it cannot be turned on.)
  *
  * A move that waits for its grace period holds the kernel's cgroup mutex meanwhile, so any
  * other write to cgroupfs (mkdir, rmdir, cgroup.kill) waits with it: the sandbox's kill on

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "base/util.h"
+#include "sandbox/cgroup.h"
 #include "sandbox/mover.h"
 #include "sandbox/podnet.h"
 #include "session/context.h"
@@ -443,6 +444,13 @@ int sbx_context_set_spawner(SbxContext *ctx, bool separate) {
                 return separate == !ctx->host.spawn_inline ? 0 : -EBUSY;
         ctx->host.spawn_inline = !separate;
         return 0;
+}
+
+int sbx_host_favor_cgroup_moves(char *where, size_t size) {
+        if (!where || size == 0)
+                return -EINVAL;
+        where[0] = 0;
+        return cgroup_favor_dynmods(where, size);
 }
 
 SbxMode sbx_context_mode(const SbxContext *ctx) { return ctx->host.process ? SBX_MODE_PROCESS : SBX_MODE_NAMESPACES; }
