@@ -5,10 +5,12 @@
 //   create     Sandbox.create() -> the first commands.run's result, with the daemon's pool
 //   streams    100 commands.run streaming at once from this process (10 sandboxes, 10 each: a
 //              session queues at most 16 starts and a sandbox runs at most 64 processes), while
-//              a raw client pings the daemon's socket every 5 ms: the ping's latency meanwhile
+//              a raw client pings the daemon's socket every 5 ms: the ping's latency meanwhile,
+//              from this process (whose own event loop the SDK keeps busy) and from a process
+//              of its own (what the daemon's loop makes a client wait)
 //   files      a 100 MiB file through files.write and files.read
 // Prints one JSON object; times in ms, percentiles interpolated between ranks.
-// Usage: node bench/e2b.mjs [--n N] [--creates N] [--sbx PATH]   (run from anywhere; needs
+// Usage: node bench/e2b.mjs [--n N] [--creates N] [--sbx PATH] [--only run,create,streams,files]   (run from anywhere; needs
 // tests/e2b/node_modules: cd tests/e2b && npm ci)
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -34,6 +36,7 @@ const opt = (name, def) => {
 };
 const n = Number(opt("--n", "300"));
 const creates = Number(opt("--creates", "40"));
+const only = opt("--only", "run,create,streams,files").split(",");
 const sbxBin = opt("--sbx", process.env.SBX_BIN || join(here, "..", "build", "src", "cli", "sbx"));
 
 
@@ -49,8 +52,8 @@ const out = { node: process.version, port };
 
 const phase = (name) => process.stderr.write(`e2b bench: ${name}\n`);
 // ---- run: E2B's SDK against sbx's own
+if (only.includes("run")) {
 phase("run");
-{
   const e = await E2B.create();
   const s = await Sbx.connect(sockPath);
   const runE2B = async () => {
@@ -82,8 +85,8 @@ phase("run");
 }
 
 // ---- create -> first result, with the pool (8 kept ready; refilled between)
+if (only.includes("create")) {
 phase("create");
-{
   const t = [];
   for (let i = 0; i < creates; i++) {
     await sleep(300); // the pool's refill: one sandbox made per step
@@ -98,8 +101,8 @@ phase("create");
 }
 
 // ---- 100 streams at once, and the daemon's ping meanwhile
+if (only.includes("streams")) {
 phase("streams");
-{
   const boxes = await Promise.all(Array.from({ length: 10 }, () => E2B.create({ timeoutMs: 600000 })));
   const sock = net.createConnection(sockPath);
   await new Promise((res, rej) => sock.once("connect", res).once("error", rej));
@@ -135,6 +138,31 @@ phase("streams");
       await sleep(5);
     }
   })();
+  // The same pings from a process of their own: this one's event loop is busy starting 100
+  // streams, which the pings above wait behind as well.
+  const apart = spawn(process.execPath, ["-e", `
+    const net = require("node:net");
+    const { performance } = require("node:perf_hooks");
+    const s = net.createConnection(process.argv[1]);
+    const t = []; let buf = "", t0 = 0, id = 0, stop = false;
+    const send = () => { t0 = performance.now(); s.write(JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "ping", params: {} }) + "\\n"); };
+    s.setEncoding("utf8");
+    s.on("connect", send);
+    s.on("data", (d) => {
+      buf += d;
+      if (!buf.includes("\\n")) return;
+      buf = "";
+      t.push(performance.now() - t0);
+      if (stop) { process.stdout.write(JSON.stringify(t)); process.exit(0); }
+      setTimeout(send, 5);
+    });
+    process.stdin.on("end", () => { stop = true; });
+    process.stdin.resume();
+  `, sockPath], { stdio: ["pipe", "pipe", "inherit"] });
+  let apartOut = "";
+  apart.stdout.on("data", (d) => { apartOut += d; });
+  const apartDone = new Promise((res) => apart.on("exit", res));
+  await sleep(50);
   const t0 = performance.now();
   let bytes = 0;
   const runs = Array.from({ length: 100 }, (_, i) =>
@@ -145,16 +173,20 @@ phase("streams");
   const wall = performance.now() - t0;
   done = true;
   await pinger;
+  apart.stdin.end();
+  await apartDone;
+  const apartPings = JSON.parse(apartOut || "[]");
   if (results.some((r) => r.exitCode !== 0)) throw new Error("a stream failed");
   out.streams = { streams: 100, wallMs: Math.round(wall), bytes, ping: stats(pings),
-                  pingOnceAllStreamed: steady.length ? stats(steady) : null };
+                  pingOnceAllStreamed: steady.length ? stats(steady) : null,
+                  pingFromAnotherProcess: apartPings.length ? stats(apartPings) : null };
   sock.destroy();
   await Promise.all(boxes.map((b) => b.kill()));
 }
 
 // ---- a 100 MiB file through files.write and files.read
+if (only.includes("files")) {
 phase("files");
-{
   const e = await E2B.create({ timeoutMs: 600000 });
   const size = 100 * 1024 * 1024;
   const data = Buffer.alloc(size);

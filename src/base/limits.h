@@ -62,6 +62,14 @@
  * CPU; more would only look like a limit. Under contention each sandbox's share (cpu.weight,
  * or cpu.shares in v1) is in proportion to its limit. */
 #define SBX_DEFAULT_CPU_PERCENT_OF_HOST 50U
+/* The weight of all sandboxes together against the processes beside the daemon's cgroup base
+ * (the daemon itself, the host's own work), as cgroup v2 cpu.weight (a nice-0 task is 100;
+ * cpu.shares 1024 in v1, scaled alike). Only under contention does it count: an idle host
+ * still gives the sandboxes every CPU their limits allow. Why: at the default 100, a hundred
+ * busy commands on a two-CPU host left the daemon's loop waiting for a CPU up to half a
+ * second (`ping` p99 190 ms while 100 streams started; docs/BENCHMARKS.md); at an eighth,
+ * the daemon, which spends little CPU but must answer at once, runs as soon as it wakes. */
+#define SBX_SANDBOXES_CPU_WEIGHT 12U
 /* The smallest limit: the kernel refuses a quota under 1 ms per period, and 1 ms of a
  * 100 ms period is 0.01 CPU. */
 #define SBX_MIN_CPU_MILLIS 10U

@@ -248,6 +248,22 @@ static int delegated_own(const char *mnt, char *dir, size_t size) {
         return 0;
 }
 
+/* The sandboxes together yield to what runs beside them (SBX_SANDBOXES_CPU_WEIGHT). A base
+ * that refuses keeps the default weight: slower answers under load, nothing worse. */
+static void set_base_weight(const CgroupRoot *r) {
+        char num[32];
+        int rr = 0;
+        if (r->v2_cpu) {
+                snprintf(num, sizeof num, "%u", SBX_SANDBOXES_CPU_WEIGHT);
+                rr = write_file_at(r->v2, "cpu.weight", num);
+        } else if (r->v1_cpu >= 0) {
+                snprintf(num, sizeof num, "%u", SBX_SANDBOXES_CPU_WEIGHT * 1024U / 100U);
+                rr = write_file_at(r->v1_cpu, "cpu.shares", num);
+        }
+        if (rr < 0)
+                log_debug("cgroup: the sandboxes' cpu weight stays the default: %s", strerror(-rr));
+}
+
 int cgroup_root_open(CgroupRoot *r) {
         char v2[1024], mem[1024], pids[1024], cpu[1024], leaf[64];
         *r = (CgroupRoot){ .v2 = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
@@ -301,6 +317,7 @@ int cgroup_root_open(CgroupRoot *r) {
                 int c = open_v1_base(cpu, "cpu", leaf);
                 r->v1_cpu = c >= 0 ? c : -1;
         }
+        set_base_weight(r);
         log_debug("cgroup: v2 %s memory=%s pids=%s cpu=%s", r->v2_path,
                   r->v2_memory ? "v2" : r->v1_memory >= 0 ? "v1" : "none",
                   r->v2_pids ? "v2" : r->v1_pids >= 0 ? "v1" : "none",

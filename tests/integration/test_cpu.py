@@ -93,6 +93,25 @@ def test_cpus_caps_busy_loops_and_spares_another_sandbox(stdio):
     assert stdio.result("sandbox.destroy", {"sandboxId": busy}) == {"ok": True}
 
 
+def test_sandboxes_together_yield_to_the_daemon(stdio):
+    """The daemon's base of sandboxes weighs an eighth of a nice-0 task (SBX_SANDBOXES_CPU_WEIGHT),
+    so a hundred busy commands cannot keep its loop from a CPU (the latency is bench/'s)."""
+    pid = stdio.proc.pid
+    sid = stdio.result("sandbox.create")["sandboxId"]
+    hier = cpu_config(pid, sid)[0]
+    if hier == "none":
+        pytest.skip("no cpu controller (v2 or v1) the daemon can use here")
+    if hier == "v2":
+        with open(os.path.join(CGROUP2, f"sbx-{pid}", "cpu.weight")) as f:
+            assert int(f.read()) == 12
+    else:
+        base = os.path.normpath(f"{_v1_mount('cpu')}{_v1_own_path('cpu', pid)}/sbx-{pid}")
+        with open(os.path.join(base, "cpu.shares")) as f:
+            assert int(f.read()) == 12 * 1024 // 100
+    # Each sandbox's own share below it is unchanged: in proportion to its limit.
+    assert stdio.result("run", {"sandboxId": sid, "command": "echo ok"})["stdout"] == "ok\n"
+
+
 def test_bad_cpus_refused(stdio):
     def fmt(v):
         return f"{v:.10g} CPU" + ("" if v == 1 else "s")
