@@ -70,6 +70,13 @@
  * second (`ping` p99 190 ms while 100 streams started; docs/BENCHMARKS.md); at an eighth,
  * the daemon, which spends little CPU but must answer at once, runs as soon as it wakes. */
 #define SBX_SANDBOXES_CPU_WEIGHT 12U
+/* After a kill, a run ends when its cgroup is empty, which cgroup.events tells; but the kernel
+ * tells a cgroup file's change at most once per 10 ms (CGROUP_FILE_NOTIFY_MIN_INTV), so a
+ * command killed within 10 ms of its worker moving in (a cancel right after the send) heard
+ * of its end up to 10 ms late: the file is read every SBX_KILL_LOOK_MS meanwhile, at most
+ * SBX_KILL_LOOKS times (past that the notification has come). */
+#define SBX_KILL_LOOK_MS 1U
+#define SBX_KILL_LOOKS 25U
 /* The smallest limit: the kernel refuses a quota under 1 ms per period, and 1 ms of a
  * 100 ms period is 0.01 CPU. */
 #define SBX_MIN_CPU_MILLIS 10U

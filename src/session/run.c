@@ -426,6 +426,20 @@ static void run_cgroup_event(Watch *w, uint32_t events) {
                 run_finish(r);
 }
 
+static void run_empty_look(Watch *w, uint32_t events) {
+        SbxRun *r = w->data;
+        uint64_t x;
+        (void)!read(r->timer_fd, &x, sizeof x);
+        if (cgroup_populated(r->cg) == 0) {
+                run_finish(r);
+                return;
+        }
+        if (++r->empty_looks < SBX_KILL_LOOKS)
+                (void)timerfd_arm_ms(r->timer_fd, SBX_KILL_LOOK_MS);
+        else
+                loop_del(r->s->core->loop, &r->timer_w);
+}
+
 /* Takes a run that has not been sent out of its session's queue (or current slot). */
 static void run_unqueue(SbxRun *r) {
         SbxSession *s = r->s;
@@ -495,8 +509,13 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         /* Finished from the loop, never here: the caller may be this run's own output
          * callback, with the run still on its stack. */
         if (r->cg_events < 0 || loop_add(l, &r->cg_w, r->cg_events, EPOLLPRI, run_cgroup_event, r) < 0 ||
-            cgroup_populated(r->cg) == 0)
+            cgroup_populated(r->cg) == 0) {
                 (void)loop_defer(l, run_finish_deferred, r);
+                return;
+        }
+        /* The notification may come late (SBX_KILL_LOOK_MS): the timer looks meanwhile. */
+        if (loop_add(l, &r->timer_w, r->timer_fd, EPOLLIN, run_empty_look, r) == 0)
+                (void)timerfd_arm_ms(r->timer_fd, SBX_KILL_LOOK_MS);
 }
 
 /* The timer comes back every SBX_PIDS_CHECK_MS while the run is watched, else at the deadline. */
