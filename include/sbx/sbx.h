@@ -314,6 +314,9 @@ SBX_API size_t sbx_sandbox_background_log(const SbxSandbox *sb, uint8_t *buf, si
 SBX_API unsigned sbx_sandbox_kill_background(SbxSandbox *sb);
 /* The sandbox's pid 1 as the host sees it (for tests and tools). */
 SBX_API int sbx_sandbox_init_pid(const SbxSandbox *sb);
+/* Whether the sandbox is gone (its pid 1 exited, or it is being freed): nothing runs in it
+ * any more, and what was queued was answered with that. */
+SBX_API bool sbx_sandbox_gone(const SbxSandbox *sb);
 
 /* What a sandbox uses, as its metrics record it. A figure the host cannot tell is 0. */
 typedef struct SbxMetricsSample {

@@ -269,6 +269,10 @@ static json_t *cell_failure(Cell *c, const SbxResult *res, bool reset) {
                 utf8_sanitize(msg);
                 return error_json("ContextUnavailable", msg);
         }
+        /* Not the cell's end: nothing more runs in that sandbox, and "as it was" would mislead. */
+        if (!c->ended && sbx_sandbox_gone(c->sb))
+                return error_json("SandboxGone", "the sandbox is gone (its pid 1 exited): the context went with it, "
+                                                 "and nothing more runs there");
         int code = res->exit_code;
         snprintf(msg, sizeof msg,
                  "the cell's process ended before the cell did (%s %d%s); the context is as it was before the cell",
@@ -763,7 +767,7 @@ const Method server_methods_code[] = {
           "IPython formats it), or why it did not end: TimeoutError (errorClass TIMEOUT), CancelledError "
           "(CANCELLED), CellDied (its process ended, e.g. os._exit or the OOM killer): after each of those the "
           "context is as it was before the cell; ContextReset (contextReset: true): the interpreter itself died "
-          "and a fresh one took over. warnings: what the context could not keep (threads of earlier cells). "
+          "and a fresh one took over; SandboxGone: the sandbox's pid 1 exited, the context with it. warnings: what the context could not keep (threads of earlier cells). "
           "Notifications with stream: `code.output` {requestId, seq, type: stdout|stderr|result|error, ...}. "
           "Cancel with `cancel` {requestId}." },
         { 0 } };

@@ -1269,6 +1269,8 @@ const char *sbx_sandbox_address(const SbxSandbox *sb) { return sb->pod_addr ? sb
 const SbxLimits *sbx_sandbox_limits(const SbxSandbox *sb) { return &sb->core.limits; }
 int sbx_sandbox_init_pid(const SbxSandbox *sb) { return sb->core.box.init_pid; }
 
+bool sbx_sandbox_gone(const SbxSandbox *sb) { return sb->core.dying; }
+
 int sbx_sandbox_sample(SbxSandbox *sb, SbxMetricsSample *ret) { return metrics_read(&sb->core, false, ret); }
 
 int sbx_sandbox_last_sample(const SbxSandbox *sb, SbxMetricsSample *ret) {

@@ -450,3 +450,28 @@ def test_a_reset_context_keeps_the_cwd_and_env_it_was_made_with(sb):
     assert ex.context_reset, ex
     ex = sb.run_code("import os\n('v' in dir(), os.getcwd(), os.environ.get('MADE'))", context=ctx)
     assert ex.text == "(False, '/tmp', 'with')", ex
+
+
+def test_a_cell_in_a_gone_sandbox_says_so_at_once(sb):
+    """pid 1 killed from outside: a cell is answered at once with SandboxGone, not with a
+    CellDied that says the context is as it was (nothing more runs there)."""
+    assert sb.run_code("x = 41").error is None
+    daemon = sb._client.pid
+    inits = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except (OSError, ValueError):
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm == "sbx-init" and int(stat[stat.rindex(")") + 2:].split()[1]) == daemon:
+            inits.append(int(d))
+    assert len(inits) == 1, inits
+    os.kill(inits[0], 9)
+    time.sleep(0.5)
+    t = time.monotonic()
+    ex = sb.run_code("x + 1", timeout=60)
+    assert time.monotonic() - t < 45  # answered, not timed out
+    assert ex.error is not None and ex.error.name == "SandboxGone", ex.error
+    assert "pid 1 exited" in ex.error.value
