@@ -190,6 +190,11 @@ SBX_API const char *sbx_error_class_name(SbxErrorClass c);
 
 /* The context: event loop, cgroup base, shared resources. Returns 0 or -errno. */
 SBX_API int sbx_context_new(SbxContext **ret);
+/* The same without the egress proxy: its sandboxes may not have network SBX_NETWORK_ALLOWLIST
+ * (refused with -EINVAL, the context's last error saying why), and a program that calls no
+ * sbx_context_new() links neither GnuTLS nor c-ares (with a static libsbx and --as-needed):
+ * what a one-shot tool such as `sbx run` starts faster without. */
+SBX_API int sbx_context_new_local(SbxContext **ret);
 /* Destroys every sandbox left, then the context. */
 SBX_API SbxContext *sbx_context_free(SbxContext *ctx);
 /* The epoll fd to wait on when embedding; call sbx_context_run_once(ctx, 0) when readable. */

@@ -598,7 +598,8 @@ int cmd_run(int argc, char **argv) {
         SbxContext *ctx = NULL;
         SbxSandbox *sb = NULL;
         SbxSession *s = NULL;
-        int r = sbx_context_new(&ctx);
+        /* No egress proxy (sbx run has no network allowlist): neither GnuTLS nor c-ares loads. */
+        int r = sbx_context_new_local(&ctx);
         /* One sandbox, then gone: a spawner's fork would only add to its time. */
         if (r >= 0)
                 (void)sbx_context_set_spawner(ctx, false);

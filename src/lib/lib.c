@@ -9,15 +9,5 @@
 
 int sbx_context_new(SbxContext **ret) {
         static const Room *const rooms[] = { &egress_room, &process_room };
-        SbxContext *ctx;
-        int r = context_new(&ctx);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < sizeof rooms / sizeof rooms[0]; i++)
-                if ((r = context_add_room(ctx, rooms[i])) < 0) {
-                        sbx_context_free(ctx);
-                        return r;
-                }
-        *ret = ctx;
-        return 0;
+        return context_new_with_rooms(rooms, sizeof rooms / sizeof rooms[0], ret);
 }

@@ -509,6 +509,20 @@ int context_add_room(SbxContext *ctx, const Room *room) {
         return 0;
 }
 
+int context_new_with_rooms(const Room *const *rooms, size_t n, SbxContext **ret) {
+        SbxContext *ctx;
+        int r = context_new(&ctx);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n; i++)
+                if ((r = context_add_room(ctx, rooms[i])) < 0) {
+                        sbx_context_free(ctx);
+                        return r;
+                }
+        *ret = ctx;
+        return 0;
+}
+
 unsigned sbx_context_park_idle(SbxContext *ctx, uint64_t idle_ms) { return sandbox_park_idle(&ctx->host, idle_ms); }
 
 int64_t sbx_context_fds_spare(SbxContext *ctx) { return sandbox_host_fds_spare(&ctx->host); }

@@ -14,6 +14,9 @@ int context_new(SbxContext **ret);
 /* Adds a room (kept, not copied: a static table) to be told of every sandbox made after.
  * Returns 0, or -ENOSPC past SBX_MAX_ROOMS. */
 int context_add_room(SbxContext *ctx, const Room *room);
+/* context_new() with rooms (a static table, in the order they are told), as the library's
+ * constructors hand it out. Returns 0 or -errno. */
+int context_new_with_rooms(const Room *const *rooms, size_t n, SbxContext **ret);
 /* What ctx's sandboxes share, where rooms keep their context-wide part. */
 struct SandboxHost *context_host(SbxContext *ctx);
 

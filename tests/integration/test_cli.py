@@ -418,3 +418,24 @@ def test_cgroup_parent_too_long_is_refused_not_cut(sbx):
     cp = sbx("echo hi", env=env, timeout=30)
     assert cp.returncode == 1 and cp.stdout == b"", describe(cp)
     assert b"cannot create sandbox" in cp.stderr, describe(cp)
+
+
+def _loads(binary):
+    """The shared libraries a program loads, by their sonames (ldd: the whole closure)."""
+    cp = subprocess.run(["ldd", binary], capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    return {line.split()[0].split("/")[-1].split(".so")[0] for line in cp.stdout.splitlines() if line.strip()}
+
+
+def test_each_program_loads_only_what_it_uses():
+    """sbx (the clients) loads no sandbox library; sbx-run, whose sandboxes have no egress proxy
+    (sbx_context_new_local), neither GnuTLS nor c-ares with what they bring; sbx-engine all."""
+    here = os.path.dirname(SBX_BIN)
+    run, engine = os.path.join(here, "sbx-run"), os.path.join(here, "sbx-engine")
+    if not (os.path.exists(run) and os.path.exists(engine)):
+        pytest.skip(f"sbx-run and sbx-engine are not beside {SBX_BIN} (an installed sbx keeps them in libexec)")
+    tls = {"libgnutls", "libcares", "libp11-kit", "libhogweed", "libgmp"}
+    assert not _loads(SBX_BIN) & (tls | {"libarchive", "libseccomp"})
+    assert not _loads(run) & tls, _loads(run)
+    assert {"libseccomp", "libarchive"} <= _loads(run)
+    assert tls <= _loads(engine)

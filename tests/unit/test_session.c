@@ -184,6 +184,32 @@ static int children_named(const char *comm) {
 }
 
 /* A context whose own process clones its pid 1s (sbx run's): no spawner, the same sandboxes. */
+/* sbx_context_new_local(): sandboxes as any other's, but a network allowlist (which needs the
+ * egress proxy it leaves out) refused with why, never made without its proxy. */
+static void test_context_local(void) {
+        SbxContext *c2 = NULL;
+        CHECK(sbx_context_new_local(&c2) == 0, "local: a context");
+        if (!c2)
+                return;
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        so.network = SBX_NETWORK_ALLOWLIST;
+        SbxSandbox *sb = NULL;
+        CHECK(sbx_sandbox_new(c2, &so, &sb) == -EINVAL && !sb &&
+                      strstr(sbx_context_last_error(c2), "needs the egress proxy"),
+              "local: allowlist refused (%s)", sbx_context_last_error(c2));
+        so.network = SBX_NETWORK_NONE;
+        SbxSession *s = NULL;
+        CHECK(sbx_sandbox_new(c2, &so, &sb) == 0 && sbx_session_get(sb, NULL, &s) == 0, "local: a sandbox (%s)",
+              sbx_context_last_error(c2));
+        if (s) {
+                SbxResult r = run(s, "echo local");
+                CHECK(out_is(&r, "local\n"), "local: it runs commands");
+                sbx_result_clear(&r);
+        }
+        sbx_context_free(c2);
+}
+
 static void test_spawner_in_caller(void) {
         SbxContext *c2 = NULL;
         CHECK(sbx_context_new(&c2) == 0, "in caller: a second context");
@@ -872,6 +898,7 @@ int main(void) {
         test_freed_before_spawned(cgdir);
         test_spawner_lost();
         test_spawner_in_caller();
+        test_context_local();
         end = now_ms() + 3000;
         while (count_subdirs(cgdir) > 0 && now_ms() < end)
                 sbx_context_run_once(ctx, 50);
