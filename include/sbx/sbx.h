@@ -277,6 +277,13 @@ SBX_API SbxMode sbx_context_mode(const SbxContext *ctx);
  * now, 0 when it already was, -ENOENT without cgroup2, -EOPNOTSUPP when the kernel does not
  * keep it (older than 6.0), -EPERM, or -errno. */
 SBX_API int sbx_host_favor_cgroup_moves(char *where, size_t size);
+/* The weight of all the context's sandboxes together against what runs beside them (the
+ * calling process included), as cgroup v2 cpu.weight: 1 to 10000, 100 weighing as one nice-0
+ * process (the kernel's default, kept until this is called). It counts only under contention:
+ * `sbx serve` sets 12 (SBX_SANDBOXES_CPU_WEIGHT), so that a hundred busy commands cannot keep
+ * its loop from a CPU. Returns 0, -EINVAL out of range, -ENOTSUP without a cpu controller the
+ * context can use, or -errno. */
+SBX_API int sbx_context_set_sandboxes_cpu_weight(SbxContext *ctx, unsigned weight);
 
 SBX_API void sbx_sandbox_options_init(SbxSandboxOptions *o);
 /* Creates a sandbox and returns at once; its pid 1 builds the root meanwhile. Runs may be

@@ -62,10 +62,12 @@
  * CPU; more would only look like a limit. Under contention each sandbox's share (cpu.weight,
  * or cpu.shares in v1) is in proportion to its limit. */
 #define SBX_DEFAULT_CPU_PERCENT_OF_HOST 50U
-/* The weight of all sandboxes together against the processes beside the daemon's cgroup base
- * (the daemon itself, the host's own work), as cgroup v2 cpu.weight (a nice-0 task is 100;
- * cpu.shares 1024 in v1, scaled alike). Only under contention does it count: an idle host
- * still gives the sandboxes every CPU their limits allow. Why: at the default 100, a hundred
+/* `sbx serve`'s weight of all sandboxes together against the processes beside the daemon's
+ * cgroup base (the daemon itself, the host's own work), as cgroup v2 cpu.weight (a nice-0 task
+ * is 100; cpu.shares 1024 in v1, scaled alike; --sandboxes-cpu-weight). Only under contention
+ * does it count: an idle host still gives the sandboxes every CPU their limits allow. A
+ * one-shot `sbx run`, whose process only waits, keeps the kernel's 100, so its command is not
+ * niced against the user's other work. Why: at the default 100, a hundred
  * busy commands on a two-CPU host left the daemon's loop waiting for a CPU up to half a
  * second (`ping` p99 190 ms while 100 streams started; docs/BENCHMARKS.md); at an eighth,
  * the daemon, which spends little CPU but must answer at once, runs as soon as it wakes. */

@@ -106,6 +106,11 @@ static void usage(FILE *f) {
                 "                       default favordynmods is turned on for it (once, host-wide),\n"
                 "                       or each move of a process between cgroups after a quiet\n"
                 "                       spell waits ~8 ms for the kernel (sbx-serve(1))\n"
+                "      --sandboxes-cpu-weight N\n"
+                "                       the weight of all sandboxes together against what runs\n"
+                "                       beside them, this daemon included, as cgroup v2 cpu.weight\n"
+                "                       (1 to 10000; 100 weighs as one process; default 12: under\n"
+                "                       contention the daemon answers first)\n"
                 "      --expiry-export-dir DIR  where sandboxes made with onExpiry \"export\" leave\n"
                 "                       their archive (DIR/<id>-<ms>.tar.zst) when they expire\n"
                 "      --image-store DIR  where imported images live (sbx image import; create's\n"
@@ -263,7 +268,7 @@ enum { OPT_CONFIG = 300, OPT_CHECK_CONFIG, OPT_MAX_SANDBOXES, OPT_EXPIRY_DIR, OP
        OPT_IMAGE_STORE, OPT_IMAGE_STORE_MAX, OPT_POD_CIDR, OPT_POD_BRIDGE, OPT_KUBE_NODE, OPT_KUBECONFIG,
        OPT_KUBE_NODE_IP, OPT_KUBE_LEASE, OPT_KUBE_LABEL, OPT_KUBE_GATEWAY, OPT_KUBE_NAMESPACE,
        OPT_KUBELET_CERT, OPT_KUBELET_KEY, OPT_KUBELET_CA, OPT_CONSOLE_TOKEN, OPT_CONSOLE_DIR,
-       OPT_METRICS_NO_SANDBOXES, OPT_PARK_AFTER, OPT_NO_FAVORDYNMODS };
+       OPT_METRICS_NO_SANDBOXES, OPT_PARK_AFTER, OPT_NO_FAVORDYNMODS, OPT_CPU_WEIGHT };
 
 /* A console token is sent in a cookie and a header: nothing that needs quoting there. */
 #define CONSOLE_TOKEN_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-"
@@ -301,6 +306,7 @@ static const struct option serve_opts[] = {
         { "max-sandboxes", required_argument, NULL, OPT_MAX_SANDBOXES },
         { "park-after", required_argument, NULL, OPT_PARK_AFTER },
         { "no-favordynmods", no_argument, NULL, OPT_NO_FAVORDYNMODS },
+        { "sandboxes-cpu-weight", required_argument, NULL, OPT_CPU_WEIGHT },
         { "image-store", required_argument, NULL, OPT_IMAGE_STORE },
         { "image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX },
         { "pod-cidr", required_argument, NULL, OPT_POD_CIDR },
@@ -339,6 +345,7 @@ typedef struct ServeOptions {
         unsigned long max_sandboxes; /* 0: derived by the server */
         long park_after;             /* ms; -1: SBX_PARK_AFTER_MS, 0: never */
         bool no_favordynmods;
+        long cpu_weight;             /* -1: SBX_SANDBOXES_CPU_WEIGHT */
         const char *expiry_dir;
         const char *image_store; /* NULL: the default one, if it can be had */
         const char *image_pools[SBX_MAX_IMAGE_POOLS]; /* --pool IMAGE=N: "IMAGE" */
@@ -565,6 +572,7 @@ static int serve_option(ServeOptions *o, int c) {
         case OPT_MAX_SANDBOXES: return max_sandboxes_arg(optarg, &o->max_sandboxes);
         case OPT_PARK_AFTER: return park_after_arg(optarg, &o->park_after);
         case OPT_NO_FAVORDYNMODS: o->no_favordynmods = true; return 0;
+        case OPT_CPU_WEIGHT: return serve_number("--sandboxes-cpu-weight", optarg, 1, 10000, &o->cpu_weight);
         case 'v': sbx_log_level = LOG_DEBUG; return 0;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -EINVAL;
@@ -984,18 +992,17 @@ static int serve_start(const ServeOptions *o) {
                 server_free(s);
                 return code;
         }
+        /* Before the pool's first create; said after "ready", which is the first line a
+         * supervisor or a script waits for. */
         bool disabled = o->mode && strcmp(o->mode, "disabled") == 0;
-        if (!o->no_favordynmods && !disabled && geteuid() == 0) {
-                char where[1024];
-                int f = sbx_host_favor_cgroup_moves(where, sizeof where);
-                if (f > 0)
-                        fprintf(stderr, "sbx serve: turned favordynmods on for the cgroup2 hierarchy at %s: a "
-                                "move between cgroups no longer waits for an RCU grace period "
-                                "(--no-favordynmods leaves the mount alone)\n", where);
-                else if (f < 0 && sbx_log_level >= LOG_DEBUG)
-                        fprintf(stderr, "sbx serve: favordynmods stays off for the cgroup2 hierarchy%s%s: %s\n",
-                                where[0] ? " at " : "", where, strerror(-f));
-        }
+        char dynmods_where[1024] = "";
+        int dynmods = !o->no_favordynmods && !disabled && geteuid() == 0
+                              ? sbx_host_favor_cgroup_moves(dynmods_where, sizeof dynmods_where)
+                              : 0;
+        int wr = sbx_context_set_sandboxes_cpu_weight(server_context(s), o->cpu_weight < 0 ? SBX_SANDBOXES_CPU_WEIGHT
+                                                                                           : (unsigned)o->cpu_weight);
+        if (wr < 0 && wr != -ENOTSUP)
+                fprintf(stderr, "sbx serve: the sandboxes' cpu weight stays the kernel's default: %s\n", strerror(-wr));
         server_set_pool(s, o->pool >= 0 ? (unsigned)o->pool : o->stdio ? 0 : 2);
         for (unsigned i = 0; i < o->n_image_pools; i++)
                 if (sbx_context_set_image_pool(server_context(s), o->image_pools[i], (unsigned)o->image_pool_n[i]) < 0) {
@@ -1031,6 +1038,13 @@ static int serve_start(const ServeOptions *o) {
                         o->afd >= 0 ? "serving the socket passed as fd 3," : "listening on", o->path ? o->path : "",
                         max, http);
         }
+        if (dynmods > 0)
+                fprintf(stderr, "sbx serve: turned favordynmods on for the cgroup2 hierarchy at %s: a move between "
+                        "cgroups no longer waits for an RCU grace period (--no-favordynmods leaves the mount "
+                        "alone)\n", dynmods_where);
+        else if (dynmods < 0 && sbx_log_level >= LOG_DEBUG)
+                fprintf(stderr, "sbx serve: favordynmods stays off for the cgroup2 hierarchy%s%s: %s\n",
+                        dynmods_where[0] ? " at " : "", dynmods_where, strerror(-dynmods));
         r = server_run(s);
         kube_gateway_free(gw);
         kube_node_free(kube);
@@ -1044,7 +1058,7 @@ static int serve_start(const ServeOptions *o) {
 int cmd_serve(int argc, char **argv) {
         _cleanup_(serve_options_done) ServeOptions o = {
                 .mode = "namespaces",
-                .pool = -1, .park_after = -1, .slots = -1, .system_slots = -1, .queue = -1, .deadline = -1, .lane = -1,
+                .pool = -1, .park_after = -1, .cpu_weight = -1, .slots = -1, .system_slots = -1, .queue = -1, .deadline = -1, .lane = -1,
                 .kube_lease = -1,
                 .afd = -1,
         };

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include "base/limits.h"
 #include "base/log.h"
 #include "base/mountfd.h"
@@ -80,7 +82,15 @@ int cgroup_favor_dynmods(char *where, size_t size) {
                 return r;
         if (has_word(super, "favordynmods", ','))
                 return 0;
-        _cleanup_close_ int fd = sys_fspick(AT_FDCWD, where, FSPICK_CLOEXEC | FSPICK_NO_AUTOMOUNT);
+        /* The very mount mountinfo named (a path with escapes in it is not found: nothing
+         * changes), and a cgroup2 one. */
+        _cleanup_close_ int dir = open(where, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        struct statfs st;
+        if (dir < 0 || fstatfs(dir, &st) < 0)
+                return -errno;
+        if (st.f_type != CGROUP2_SUPER_MAGIC)
+                return -ENOENT;
+        _cleanup_close_ int fd = sys_fspick(dir, "", FSPICK_CLOEXEC | FSPICK_EMPTY_PATH);
         if (fd < 0)
                 return -errno;
         /* A reconfigure sets exactly the flags it is given: every option the superblock has
@@ -248,20 +258,19 @@ static int delegated_own(const char *mnt, char *dir, size_t size) {
         return 0;
 }
 
-/* The sandboxes together yield to what runs beside them (SBX_SANDBOXES_CPU_WEIGHT). A base
- * that refuses keeps the default weight: slower answers under load, nothing worse. */
-static void set_base_weight(const CgroupRoot *r) {
+int cgroup_root_set_weight(const CgroupRoot *r, unsigned weight) {
         char num[32];
-        int rr = 0;
+        if (weight < 1 || weight > 10000)
+                return -EINVAL;
         if (r->v2_cpu) {
-                snprintf(num, sizeof num, "%u", SBX_SANDBOXES_CPU_WEIGHT);
-                rr = write_file_at(r->v2, "cpu.weight", num);
-        } else if (r->v1_cpu >= 0) {
-                snprintf(num, sizeof num, "%u", SBX_SANDBOXES_CPU_WEIGHT * 1024U / 100U);
-                rr = write_file_at(r->v1_cpu, "cpu.shares", num);
+                snprintf(num, sizeof num, "%u", weight);
+                return write_file_at(r->v2, "cpu.weight", num);
         }
-        if (rr < 0)
-                log_debug("cgroup: the sandboxes' cpu weight stays the default: %s", strerror(-rr));
+        if (r->v1_cpu < 0)
+                return -ENOTSUP;
+        /* v1: a nice-0 task is 1024 shares where v2 says 100; the kernel's floor is 2. */
+        snprintf(num, sizeof num, "%u", MAX(weight * 1024U / 100U, 2U));
+        return write_file_at(r->v1_cpu, "cpu.shares", num);
 }
 
 int cgroup_root_open(CgroupRoot *r) {
@@ -317,7 +326,6 @@ int cgroup_root_open(CgroupRoot *r) {
                 int c = open_v1_base(cpu, "cpu", leaf);
                 r->v1_cpu = c >= 0 ? c : -1;
         }
-        set_base_weight(r);
         log_debug("cgroup: v2 %s memory=%s pids=%s cpu=%s", r->v2_path,
                   r->v2_memory ? "v2" : r->v1_memory >= 0 ? "v1" : "none",
                   r->v2_pids ? "v2" : r->v1_pids >= 0 ? "v1" : "none",

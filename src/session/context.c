@@ -446,6 +446,14 @@ int sbx_context_set_spawner(SbxContext *ctx, bool separate) {
         return 0;
 }
 
+int sbx_context_set_sandboxes_cpu_weight(SbxContext *ctx, unsigned weight) {
+        if (weight < 1 || weight > 10000)
+                return -EINVAL;
+        ctx->host.cpu_weight = weight;
+        /* Made already: now; otherwise with the base, before the first sandbox. */
+        return ctx->host.shared_ready ? cgroup_root_set_weight(&ctx->host.shared.cg, weight) : 0;
+}
+
 int sbx_host_favor_cgroup_moves(char *where, size_t size) {
         if (!where || size == 0)
                 return -EINVAL;

@@ -772,6 +772,8 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
                         return r;
                 }
                 host->shared_ready = true;
+                if (host->cpu_weight && (r = cgroup_root_set_weight(&host->shared.cg, host->cpu_weight)) < 0)
+                        log_debug("the sandboxes' cpu weight stays the kernel's default: %s", strerror(-r));
         }
         if (!host->mover && (r = mover_new(host->loop, &host->mover)) < 0)
                 return r;

@@ -6,6 +6,7 @@ either (or the binary) is missing, every test here is skipped with the reason.
 The binary is $SBX_BIN, else <repo>/build/src/cli/sbx.
 """
 import contextlib
+import ctypes
 import json
 import threading
 import os
@@ -41,6 +42,61 @@ def _cgroup2_mounts():
     except OSError:
         pass
     return out
+
+
+# x86_64 and aarch64 share these numbers (the new mount API came after the unified table).
+SYS_FSCONFIG, SYS_FSPICK = 431, 433
+FSCONFIG_SET_FLAG, FSCONFIG_CMD_RECONFIGURE = 0, 7
+FSPICK_CLOEXEC, AT_FDCWD = 1, -100
+NOT_CGROUP2_OWN = {"rw", "ro", "seclabel"}
+
+
+def cgroup2_superblock():
+    """(mount point, superblock options) of the first cgroup2 mount, as mountinfo says."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            head, _, tail = line.partition(" - ")
+            fstype, _, opts = tail.split()[:3]
+            if fstype == "cgroup2":
+                return head.split()[4], opts.split(",")
+    return None, []
+
+
+def cgroup2_reconfigure(path, flags):
+    """Sets exactly `flags` on the cgroup2 superblock at path."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    fd = libc.syscall(SYS_FSPICK, AT_FDCWD, path.encode(), FSPICK_CLOEXEC)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    try:
+        for flag in flags:
+            r = libc.syscall(SYS_FSCONFIG, fd, FSCONFIG_SET_FLAG, flag.encode(), None, 0)
+            assert r == 0, f"{flag}: {os.strerror(ctypes.get_errno())}"
+        r = libc.syscall(SYS_FSCONFIG, fd, FSCONFIG_CMD_RECONFIGURE, None, None, 0)
+        assert r == 0, os.strerror(ctypes.get_errno())
+    finally:
+        os.close(fd)
+
+
+def own_flags(opts):
+    return [o for o in opts if o not in NOT_CGROUP2_OWN]
+
+
+def own_cgroup2_flags(opts):
+    return [o for o in opts if o not in NOT_CGROUP2_OWN]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_cgroup2_options_kept():
+    """Every root `sbx serve` and `sbx run` turns favordynmods on for the host's cgroup2 mount:
+    the suite puts the mount's options back as it found them."""
+    path, before = cgroup2_superblock() if os.geteuid() == 0 else (None, [])
+    yield
+    if path and sorted(cgroup2_superblock()[1]) != sorted(before):
+        try:
+            cgroup2_reconfigure(path, own_cgroup2_flags(before))
+        except AssertionError:
+            pass
 
 
 def _v1_mount(controller):

@@ -6,6 +6,7 @@ the host (and another sandbox's commands) their CPU.
 Usage is read from the sandbox's v2 cgroup, <cgroup2>/sbx-<server pid>/<sandboxId>: its
 cpu.stat counts usage_usec whatever hierarchy enforces the limit."""
 import os
+import signal
 import subprocess
 import time
 
@@ -108,8 +109,47 @@ def test_sandboxes_together_yield_to_the_daemon(stdio):
         base = os.path.normpath(f"{_v1_mount('cpu')}{_v1_own_path('cpu', pid)}/sbx-{pid}")
         with open(os.path.join(base, "cpu.shares")) as f:
             assert int(f.read()) == 12 * 1024 // 100
-    # Each sandbox's own share below it is unchanged: in proportion to its limit.
     assert stdio.result("run", {"sandboxId": sid, "command": "echo ok"})["stdout"] == "ok\n"
+
+
+def _base_weight(pid):
+    """The cpu weight of the sbx-<pid> base, as cgroup v2 says it (v1 shares scaled back)."""
+    v2 = os.path.join(CGROUP2, f"sbx-{pid}", "cpu.weight")
+    if os.path.exists(v2):
+        with open(v2) as f:
+            return int(f.read())
+    mnt, own = _v1_mount("cpu"), _v1_own_path("cpu", pid)
+    shares = os.path.normpath(f"{mnt}{own}/sbx-{pid}/cpu.shares") if mnt and own is not None else ""
+    if not os.path.exists(shares):
+        pytest.skip("no cpu controller (v2 or v1) the daemon can use here")
+    with open(shares) as f:
+        return int(f.read()) * 100 // 1024
+
+
+def test_sandboxes_cpu_weight_is_serves_to_set():
+    """--sandboxes-cpu-weight sets it, bad values are refused, and a one-shot sbx run keeps the
+    kernel's 100 (its command is not niced against the user's other work)."""
+    for bad in ("0", "10001", "x", "-5"):
+        cp = subprocess.run([SBX_BIN, "serve", "--stdio", "--sandboxes-cpu-weight", bad], capture_output=True,
+                            text=True, timeout=30, input="")
+        assert cp.returncode == 2 and "--sandboxes-cpu-weight" in cp.stderr, (bad, cp.stderr)
+    p = subprocess.Popen([SBX_BIN, "serve", "--stdio", "--sandboxes-cpu-weight", "250"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    with killing(p):
+        p.stdin.write('{"jsonrpc":"2.0","id":1,"method":"sandbox.create"}\n')
+        p.stdin.flush()
+        assert b"sandboxId" in read_line(p, timeout=30)
+        weight = _base_weight(p.pid)
+        p.stdin.close()  # the daemon's end: it removes what it made
+        p.wait(30)
+    assert weight in (249, 250)
+    run = sbx_popen("sleep 20")
+    with killing(run):
+        assert conftest.wait_until(lambda: os.path.isdir(os.path.join(CGROUP2, f"sbx-{run.pid}")), timeout=20)
+        weight = _base_weight(run.pid)
+        run.send_signal(signal.SIGINT)  # interrupted: sbx run removes its sandbox
+        run.wait(30)
+    assert weight == 100
 
 
 def test_bad_cpus_refused(stdio):
