@@ -66,7 +66,8 @@ static int v2_mount(char *mnt, size_t mnt_size, char *super, size_t super_size) 
         return r;
 }
 
-/* Whether word is one of list's words, separated by sep (a line's end ends the last). */
+/* Whether word is one of list's words, separated by sep (a line's end ends the last): in
+ * cgroup.controllers, "cpu" must not match "cpuset". */
 static bool has_word(const char *list, const char *word, char sep) {
         size_t n = strlen(word);
         for (const char *p = list; (p = strstr(p, word)); p += n)
@@ -191,8 +192,6 @@ static int open_v1_base(const char *mnt, const char *controller, const char *lea
         return open_dir_mkdir(path);
 }
 
-/* Whether the space-separated list (cgroup.controllers) names `word`: "cpu" must not
- * match "cpuset". */
 /* Enables a controller for the sandboxes below the v2 base. */
 static bool enable_v2(int fd, const char *ctl, const char *name) {
         char add[32];
