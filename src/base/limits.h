@@ -72,6 +72,8 @@
  * second (`ping` p99 190 ms while 100 streams started; docs/BENCHMARKS.md); at an eighth,
  * the daemon, which spends little CPU but must answer at once, runs as soon as it wakes. */
 #define SBX_SANDBOXES_CPU_WEIGHT 12U
+/* The kernel's range of cgroup v2 cpu.weight, which --sandboxes-cpu-weight takes. */
+#define SBX_MAX_CPU_WEIGHT 10000U
 /* After a kill, a run ends when its cgroup is empty, which cgroup.events tells; but the kernel
  * tells a cgroup file's change at most once per 10 ms (CGROUP_FILE_NOTIFY_MIN_INTV), so a
  * command killed within 10 ms of its worker moving in (a cancel right after the send) heard

@@ -572,7 +572,7 @@ static int serve_option(ServeOptions *o, int c) {
         case OPT_MAX_SANDBOXES: return max_sandboxes_arg(optarg, &o->max_sandboxes);
         case OPT_PARK_AFTER: return park_after_arg(optarg, &o->park_after);
         case OPT_NO_FAVORDYNMODS: o->no_favordynmods = true; return 0;
-        case OPT_CPU_WEIGHT: return serve_number("--sandboxes-cpu-weight", optarg, 1, 10000, &o->cpu_weight);
+        case OPT_CPU_WEIGHT: return serve_number("--sandboxes-cpu-weight", optarg, 1, SBX_MAX_CPU_WEIGHT, &o->cpu_weight);
         case 'v': sbx_log_level = LOG_DEBUG; return 0;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -EINVAL;

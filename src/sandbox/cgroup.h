@@ -64,8 +64,8 @@ int cgroup_favor_dynmods(char *where, size_t size);
  * there is no usable cgroup v2 hierarchy (sbx cannot contain commands then), or -errno. */
 int cgroup_root_open(CgroupRoot *r);
 /* The weight of the base's sandboxes together against what runs beside the base, as cgroup v2
- * cpu.weight (1 to 10000; v1 cpu.shares scaled alike). Returns 0, -EINVAL out of range,
- * -ENOTSUP without a cpu controller, or -errno. */
+ * cpu.weight (1 to SBX_MAX_CPU_WEIGHT, checked by the caller; v1 cpu.shares scaled alike).
+ * Returns 0, -ENOTSUP without a cpu controller, or -errno. */
 int cgroup_root_set_weight(const CgroupRoot *r, unsigned weight);
 /* Removes the base directories (they must be empty). */
 void cgroup_root_close(CgroupRoot *r);

@@ -447,7 +447,7 @@ int sbx_context_set_spawner(SbxContext *ctx, bool separate) {
 }
 
 int sbx_context_set_sandboxes_cpu_weight(SbxContext *ctx, unsigned weight) {
-        if (weight < 1 || weight > 10000)
+        if (weight < 1 || weight > SBX_MAX_CPU_WEIGHT)
                 return -EINVAL;
         ctx->host.cpu_weight = weight;
         /* Made already: now; otherwise with the base, before the first sandbox. */

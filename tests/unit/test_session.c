@@ -191,6 +191,10 @@ static void test_context_local(void) {
         CHECK(sbx_context_new_local(&c2) == 0, "local: a context");
         if (!c2)
                 return;
+        CHECK(sbx_context_set_sandboxes_cpu_weight(c2, 0) == -EINVAL &&
+                      sbx_context_set_sandboxes_cpu_weight(c2, SBX_MAX_CPU_WEIGHT + 1) == -EINVAL,
+              "cpu weight: out of range refused");
+        CHECK(sbx_context_set_sandboxes_cpu_weight(c2, 100) == 0, "cpu weight: taken before the first sandbox");
         SbxSandboxOptions so;
         sbx_sandbox_options_init(&so);
         so.network = SBX_NETWORK_ALLOWLIST;
@@ -206,6 +210,8 @@ static void test_context_local(void) {
                 SbxResult r = run(s, "echo local");
                 CHECK(out_is(&r, "local\n"), "local: it runs commands");
                 sbx_result_clear(&r);
+                int w = sbx_context_set_sandboxes_cpu_weight(c2, 100);
+                CHECK(w == 0 || w == -ENOTSUP, "cpu weight: set at once once made (%d)", w);
         }
         sbx_context_free(c2);
 }
