@@ -281,7 +281,14 @@ int cgroup_root_open(CgroupRoot *r) {
         cgroup_find_mounts(v2, mem, pids, cpu, sizeof v2);
         if (!v2[0])
                 return -ENOTSUP;
-        snprintf(leaf, sizeof leaf, "sbx-%d", (int)getpid());
+        /* One base per context: a process may hold several, and one freed removes its base.
+         * The pid first, for sweep_stale(). */
+        static unsigned opened;
+        unsigned nth = __atomic_fetch_add(&opened, 1, __ATOMIC_RELAXED);
+        if (nth == 0)
+                snprintf(leaf, sizeof leaf, "sbx-%d", (int)getpid());
+        else
+                snprintf(leaf, sizeof leaf, "sbx-%d-%u", (int)getpid(), nth);
         /* The v2 base sits at the hierarchy's root (a cgroup that holds processes, such as
          * ours under systemd, may not enable controllers for its children), or below a
          * delegated directory the caller names: what an unprivileged user needs. */

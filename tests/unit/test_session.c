@@ -70,6 +70,16 @@ static void spin_ms(int ms) {
                 sbx_context_run_once(ctx, 20);
 }
 
+/* Turns the loop until path has `want` subdirectories or 10 s passed (a loaded machine, or
+ * one under strace, takes its time to make a sandbox); the count it ends with. */
+static int wait_subdirs(const char *path, int want) {
+        uint64_t end = now_ms() + 10000;
+        int n;
+        while ((n = count_subdirs(path)) != want && now_ms() < end)
+                sbx_context_run_once(ctx, 20);
+        return n;
+}
+
 /* This process's children: how many, how many of them zombies, the pid of one named `comm`
  * (0 if none) and how many are (ret_named, if not NULL). */
 static int children(int *ret_zombies, const char *comm, pid_t *ret_pid, int *ret_named) {
@@ -159,9 +169,13 @@ static void test_spawner_lost(void) {
         CHECK(a && (sandbox_setup_state(a) > 0 ||
                     strstr(sbx_sandbox_setup_error(a) ? sbx_sandbox_setup_error(a) : "", "spawner") != NULL),
               "made, or failed for the spawner (%s)", a && sbx_sandbox_setup_error(a) ? sbx_sandbox_setup_error(a) : "");
-        /* Its death is heard from the loop: the next create after that starts another. */
-        spin_ms(200);
-        CHECK(sbx_sandbox_new(ctx, &so, &b) == 0, "a sandbox asked for after (%s)", sbx_context_last_error(ctx));
+        /* Its death is heard from the loop: the next create after that starts another. One
+         * before it is refused with -EAGAIN, "try again", and is tried again, as a client would. */
+        int rc;
+        end = now_ms() + 10000;
+        while ((rc = sbx_sandbox_new(ctx, &so, &b)) == -EAGAIN && now_ms() < end)
+                spin_ms(50);
+        CHECK(rc == 0, "a sandbox asked for after (%s)", sbx_context_last_error(ctx));
         SbxSession *s = NULL;
         CHECK(b && sbx_session_get(b, NULL, &s) == 0, "its session");
         if (s) {
@@ -216,6 +230,42 @@ static void test_context_local(void) {
         sbx_context_free(c2);
 }
 
+/* Two contexts in one process: each has its own cgroup base, so freeing one (which removes
+ * its base) leaves the other's sandboxes a place to be made. */
+static void test_context_bases(const char *cgdir) {
+        SbxContext *c2 = NULL;
+        CHECK(sbx_context_new(&c2) == 0, "bases: a second context");
+        if (!c2)
+                return;
+        SbxSandboxOptions so;
+        sbx_sandbox_options_init(&so);
+        SbxSandbox *sb = NULL;
+        SbxSession *s = NULL;
+        CHECK(sbx_sandbox_new(c2, &so, &sb) == 0 && sbx_session_get(sb, NULL, &s) == 0, "bases: its sandbox (%s)",
+              sbx_context_last_error(c2));
+        if (s) {
+                SbxResult r = run(s, "echo two");
+                CHECK(out_is(&r, "two\n"), "bases: it runs commands");
+                sbx_result_clear(&r);
+        }
+        CHECK(count_subdirs(cgdir) == 0, "bases: its cgroups are not in the first context's base (%d)",
+              count_subdirs(cgdir));
+        sbx_sandbox_free(sb);
+        sbx_context_free(c2);
+        CHECK(access(cgdir, F_OK) == 0, "bases: the first context's base outlives the second");
+        sb = NULL;
+        s = NULL;
+        CHECK(sbx_sandbox_new(ctx, &so, &sb) == 0 && sbx_session_get(sb, NULL, &s) == 0,
+              "bases: the first context still makes sandboxes (%s)", sbx_context_last_error(ctx));
+        if (s) {
+                SbxResult r = run(s, "echo one");
+                CHECK(out_is(&r, "one\n"), "bases: ... that run commands (exit %d, %.*s)", r.exit_code,
+                      (int)r.stderr_len, (const char *)r.stderr_data);
+                sbx_result_clear(&r);
+        }
+        sbx_sandbox_free(sb);
+}
+
 static void test_spawner_in_caller(void) {
         SbxContext *c2 = NULL;
         CHECK(sbx_context_new(&c2) == 0, "in caller: a second context");
@@ -257,50 +307,58 @@ static void test_spawner_in_caller(void) {
 
 static void test_pool(const char *cgdir) {
         sbx_context_set_pool(ctx, 1);
-        spin_ms(500);
-        CHECK(count_subdirs(cgdir) == 1, "pool: one sandbox prepared");
+        CHECK(wait_subdirs(cgdir, 1) == 1, "pool: one sandbox prepared");
         SbxSandboxOptions so;
         sbx_sandbox_options_init(&so);
         SbxSandbox *a = NULL, *b = NULL;
         SbxSession *s = NULL;
         CHECK(sbx_sandbox_new(ctx, &so, &a) == 0 && sbx_session_get(a, NULL, &s) == 0, "pool: default sandbox taken");
         SbxResult r = run(s, "echo pooled; x=1");
-        CHECK(out_is(&r, "pooled\n"), "pool: the taken sandbox runs commands");
+        CHECK(out_is(&r, "pooled\n"), "pool: the taken sandbox runs commands (exit %d, %.*s)", r.exit_code,
+              (int)r.stderr_len, (const char *)r.stderr_data);
         sbx_result_clear(&r);
-        spin_ms(500);
-        CHECK(count_subdirs(cgdir) == 2, "pool: refilled after a take");
+        CHECK(wait_subdirs(cgdir, 2) == 2, "pool: refilled after a take");
         so.limits.pids = 99;
         CHECK(sbx_sandbox_new(ctx, &so, &b) == 0, "pool: non-default options create a fresh sandbox");
         CHECK(b && sbx_sandbox_limits(b)->pids == 99, "pool: ... with those options");
-        /* Its cgroups come with the spawner's answer, from the loop. */
-        uint64_t made = now_ms() + 3000;
-        while (count_subdirs(cgdir) < 3 && now_ms() < made)
-                sbx_context_run_once(ctx, 50);
+        /* Its cgroups come with the spawner's answer, from the loop; a pool that made one more
+         * would show as a fourth. */
+        wait_subdirs(cgdir, 3);
         spin_ms(100);
         CHECK(count_subdirs(cgdir) == 3, "pool: left untouched by a non-default create");
         sbx_sandbox_free(b);
         sbx_sandbox_free(a);
         sbx_context_set_pool(ctx, 0);
-        uint64_t end = now_ms() + 3000;
-        while (count_subdirs(cgdir) > 0 && now_ms() < end)
-                sbx_context_run_once(ctx, 50);
-        CHECK(count_subdirs(cgdir) == 0, "pool: emptied when turned off");
+        CHECK(wait_subdirs(cgdir, 0) == 0, "pool: emptied when turned off");
 }
 
 /* A pooled sandbox whose pid 1 dies (OOM killer, a kill from outside) is freed, and the pool
  * is made whole again. */
 static void test_pool_refill_after_death(const char *cgdir) {
         sbx_context_set_pool(ctx, 1);
-        uint64_t end = now_ms() + 5000;
-        while (count_subdirs(cgdir) != 1 && now_ms() < end)
-                sbx_context_run_once(ctx, 50);
+        /* The sandbox's cgroup exists before its pid 1 is cloned into it: a kill before that
+         * would kill nothing, so wait until the cgroup holds a process. */
         char first[256] = "", path[512];
-        DIR *d = opendir(cgdir);
-        for (struct dirent *de; d && (de = readdir(d));)
-                if (de->d_type == DT_DIR && de->d_name[0] != '.')
-                        snprintf(first, sizeof first, "%s", de->d_name);
-        if (d)
-                closedir(d);
+        DIR *d;
+        uint64_t end = now_ms() + 5000;
+        for (bool populated = false; !populated && now_ms() < end;) {
+                sbx_context_run_once(ctx, 50);
+                first[0] = 0;
+                d = opendir(cgdir);
+                for (struct dirent *de; d && (de = readdir(d));)
+                        if (de->d_type == DT_DIR && de->d_name[0] != '.')
+                                snprintf(first, sizeof first, "%s", de->d_name);
+                if (d)
+                        closedir(d);
+                snprintf(path, sizeof path, "%s/%s/cgroup.events", cgdir, first);
+                char ev[256] = "";
+                int fd = first[0] ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+                ssize_t k = fd >= 0 ? read(fd, ev, sizeof ev - 1) : -1;
+                if (fd >= 0)
+                        close(fd);
+                ev[k > 0 ? k : 0] = 0;
+                populated = strstr(ev, "populated 1") != NULL;
+        }
         snprintf(path, sizeof path, "%s/%s/cgroup.kill", cgdir, first);
         FILE *f = first[0] ? fopen(path, "we") : NULL;
         bool killed = f && fputs("1", f) >= 0;
@@ -905,6 +963,10 @@ int main(void) {
         test_spawner_lost();
         test_spawner_in_caller();
         test_context_local();
+        end = now_ms() + 3000;
+        while (count_subdirs(cgdir) > 0 && now_ms() < end)
+                sbx_context_run_once(ctx, 50);
+        test_context_bases(cgdir);
         end = now_ms() + 3000;
         while (count_subdirs(cgdir) > 0 && now_ms() < end)
                 sbx_context_run_once(ctx, 50);
