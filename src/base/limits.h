@@ -220,6 +220,9 @@
 /* Largest read per call; bigger files are read in chunks with offset and length. The data
  * is held whole in the daemon and sent as one base64 JSON string. */
 #define SBX_MAX_FILE_READ_BYTES (4U * 1024 * 1024)
+/* files.write's `dataFd`: the most bytes one memfd sent with a request may hold (read whole
+ * into the daemon, as a request line's data would be). */
+#define SBX_MAX_FILE_FD_BYTES (8U * 1024 * 1024)
 /* Entries one list returns at most (each is a JSON object in one answer). */
 #define SBX_MAX_LIST_ENTRIES 20000U
 /* Levels one list descends at most (a recursive list goes this deep). A list runs in the
@@ -386,6 +389,9 @@
 /* Longest request line a connection accepts unless the client raises it (limits.rpcBytes):
  * a request is framed whole in memory. Inherited from codepod. */
 #define SBX_DEFAULT_RPC_BYTES (8U * 1024 * 1024)
+/* fds a client sent (SCM_RIGHTS) that a connection holds until the request they came with is
+ * handled; more are closed at once. Each request takes at most one. */
+#define SBX_CONN_FDS 8U
 /* Sandboxes one server holds at once (forks included) is a setting, `sbx serve
  * --max-sandboxes N`; past it, WORKER_UNAVAILABLE. This is the most the flag takes: the
  * server's tables stay small and ids stay far from any overflow. As root each sandbox also

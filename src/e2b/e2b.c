@@ -412,6 +412,7 @@ static E2bReq *req_of(E2b *g, HttpReq *r) {
                 q->g = g;
                 q->r = r;
                 q->keepalive_fd = -1;
+                q->data_fd = -1;
                 http_set_user(r, q);
         }
         return q;

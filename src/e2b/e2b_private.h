@@ -71,6 +71,7 @@ typedef struct E2bReq {
         bool request_in;   /* the request is whole: answer once the last part is committed */
         bool reading;      /* GET /files: a files.read is out */
         uint64_t read_off; /* GET /files: where the next files.read starts */
+        int data_fd;       /* /files: the memfd the bytes go through to and from the server */
         int body_error;
 } E2bReq;
 

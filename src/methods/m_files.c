@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* Handlers for the files API (files.*): paths as the sandbox sees them, data as base64. */
+/* Handlers for the files API (files.*): paths as the sandbox sees them, data as base64, or
+ * on the Unix socket in a memfd sent with the request. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "base/limits.h"
 #include "base/macro.h"
 #include "base/text.h"
+#include "base/util.h"
+#include "server/conn.h"
 #include "server/handler.h"
 #include "methods/methods.h"
 
@@ -55,13 +61,49 @@ static int ok_or_fail(int rr, const char *path, json_t **ret, RpcError *e) {
         return 0;
 }
 
+/* The memfd a request sent for its bytes (`dataFd`, `toFd`), checked to be one: a file of
+ * shmem (a memfd, or a tmpfs file), the only ones F_GET_SEALS answers, is sure never to make
+ * the loop wait where a FUSE file or a pipe could. Returns the fd or -1 with e set. */
+static int request_memfd(Req *r, const char *key, RpcError *e) {
+        int fd = conn_take_fd(r->conn);
+        if (fd < 0)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "%s: no fd came with this request (send a memfd with the "
+                                "request's line, SCM_RIGHTS on the Unix socket)", key);
+        if (fcntl(fd, F_GET_SEALS) < 0) {
+                close(fd);
+                return rpc_fail(e, RPC_INVALID_PARAMS, "%s: the fd sent is not a memfd (memfd_create)", key);
+        }
+        return fd;
+}
+
+/* files.read's answer into a memfd: its bytes from offset 0, its size theirs. */
+static int put_in_memfd(Req *r, const uint8_t *data, size_t n, RpcError *e) {
+        _cleanup_close_ int fd = request_memfd(r, "toFd", e);
+        if (fd < 0)
+                return -1;
+        for (size_t done = 0; done < n;) {
+                ssize_t k = pwrite(fd, data + done, n - done, (off_t)done);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "toFd: cannot write the memfd: %s",
+                                        k < 0 ? strerror(errno) : "no room");
+                done += (size_t)k;
+        }
+        if (ftruncate(fd, (off_t)n) < 0)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "toFd: cannot size the memfd: %s", strerror(errno));
+        return 0;
+}
+
 static int m_files_read(Req *r, json_t **ret, RpcError *e) {
         const char *path;
         uint64_t off = 0, len = 0, size;
         uint8_t *data;
         size_t n;
+        bool to_fd = false;
         if (param_path(r, "path", &path, e) < 0 || param_u64(r->params, "offset", false, UINT64_MAX >> 1, &off, e) < 0 ||
-            param_u64(r->params, "length", false, UINT64_MAX >> 1, &len, e) < 0)
+            param_u64(r->params, "length", false, UINT64_MAX >> 1, &len, e) < 0 ||
+            param_bool(r->params, "toFd", &to_fd, e) < 0)
                 return -1;
         int rr = sbx_file_read(r->sb->sb, path, off, len, &data, &n, &size);
         if (rr == -EFBIG)
@@ -69,6 +111,15 @@ static int m_files_read(Req *r, json_t **ret, RpcError *e) {
                                 "offset and length (at most %u bytes each)", path, SBX_MAX_FILE_READ_BYTES);
         if (rr < 0)
                 return files_fail(e, rr, path);
+        if (to_fd) {
+                rr = put_in_memfd(r, data, n, e);
+                free(data);
+                if (rr < 0)
+                        return -1;
+                *ret = json_pack("{s:I, s:I, s:I}", "size", (json_int_t)size, "offset", (json_int_t)MIN(off, size),
+                                 "length", (json_int_t)n);
+                return 0;
+        }
         size_t blen;
         char *b = b64_encode(data, n, &blen);
         free(data);
@@ -87,12 +138,54 @@ static bool has_param(const Req *r, const char *key) {
         return v && !json_is_null(v);
 }
 
-/* The decoded `data` param into *ret (malloc'd; NULL when absent and not required). */
+/* The bytes of the memfd a request sent (`dataFd`), read whole into *ret (malloc'd). */
+static int data_from_memfd(Req *r, uint8_t **ret, size_t *ret_len, RpcError *e) {
+        _cleanup_close_ int fd = request_memfd(r, "dataFd", e);
+        struct stat st;
+        if (fd < 0)
+                return -1;
+        if (fstat(fd, &st) < 0)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "dataFd: %s", strerror(errno));
+        if ((uint64_t)st.st_size > SBX_MAX_FILE_FD_BYTES)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "dataFd: the memfd holds %lld bytes, more than the %u one "
+                                "request may carry (send an upload in parts)", (long long)st.st_size, SBX_MAX_FILE_FD_BYTES);
+        size_t n = (size_t)st.st_size;
+        _cleanup_free_ uint8_t *buf = malloc(n ? n : 1);
+        if (!buf)
+                return rpc_fail(e, RPC_INTERNAL_ERROR, "out of memory");
+        size_t done = 0;
+        /* The sender may shrink it meanwhile: what it holds at the end of the reads is taken. */
+        while (done < n) {
+                ssize_t k = pread(fd, buf + done, n - done, (off_t)done);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "dataFd: cannot read the memfd: %s", strerror(errno));
+                if (k == 0)
+                        break;
+                done += (size_t)k;
+        }
+        *ret = TAKE_PTR(buf);
+        *ret_len = done;
+        return 0;
+}
+
+/* The decoded `data` param into *ret (malloc'd; NULL when absent and not required), or the
+ * bytes of the memfd sent with the request when `dataFd` is true. */
 static int param_data(Req *r, bool required, uint8_t **ret, size_t *ret_len, RpcError *e) {
         const char *b64 = NULL;
         size_t b64_len = 0;
+        bool from_fd = false;
         *ret = NULL;
         *ret_len = 0;
+        if (param_bool(r->params, "dataFd", &from_fd, e) < 0)
+                return -1;
+        if (from_fd) {
+                if (has_param(r, "data"))
+                        return rpc_fail(e, RPC_INVALID_PARAMS, "data and dataFd do not go together: the bytes are in "
+                                        "one or the other");
+                return data_from_memfd(r, ret, ret_len, e);
+        }
         if (param_string(r->params, "data", required, &b64, &b64_len, e) < 0)
                 return -1;
         if (b64 && !(*ret = b64_decode(b64, b64_len, ret_len)))
@@ -314,10 +407,15 @@ static int m_files_rename(Req *r, json_t **ret, RpcError *e) {
 #define PARAM_PATH { "path", P_STRING, true, "as the sandbox sees it; relative: from /home/user" }
 static const Param p_files_read[] = { PARAM_SANDBOX_ID, PARAM_PATH,
         { "offset", P_INT, false, "first byte (default 0)" },
-        { "length", P_INT, false, "bytes at most (default: the rest, which must be at most 4 MiB)" }, { 0 } };
+        { "length", P_INT, false, "bytes at most (default: the rest, which must be at most 4 MiB)" },
+        { "toFd", P_BOOL, false, "on the Unix socket: the bytes go into the memfd sent with this request "
+          "(SCM_RIGHTS with the request's line), from its offset 0, its size set to theirs; the answer has no data" },
+        { 0 } };
 static const Param p_files_write[] = { PARAM_SANDBOX_ID, PARAM_PATH,
-        { "data", P_STRING, false, "base64 bytes (required but with upload \"abort\"); at most what fits the "
+        { "data", P_STRING, false, "base64 bytes (required but with upload \"abort\" or dataFd); at most what fits the "
           "request line limit (the Python SDK sends 4 MiB parts)" },
+        { "dataFd", P_BOOL, false, "on the Unix socket, instead of data: the bytes are those of the memfd sent with "
+          "this request (SCM_RIGHTS with the request's line), from offset 0 to its size, at most 8 MiB" },
         { "mode", P_INT, false, "permission bits (default 0644); with an upload, on \"begin\"" },
         { "append", P_BOOL, false, "append instead of replacing atomically: a failed append leaves the file as it "
           "was, but a series of appends is not all or nothing (an upload is)" },
@@ -337,6 +435,7 @@ static const Param p_files_rename[] = { PARAM_SANDBOX_ID, { "from", P_STRING, tr
         { "to", P_STRING, true, "new path (replaced if it exists)" }, { 0 } };
 /* files.write's doc gives the number. */
 _Static_assert(SBX_MAX_UPLOADS == 16, "update files.write's doc");
+_Static_assert(SBX_MAX_FILE_FD_BYTES == 8U * 1024 * 1024, "update files.write's doc");
 #define FILE_INFO "{name, path, type: file|dir|symlink|other, size, mode, mtime, target?}"
 
 const Method server_methods_files[] = {

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The daemon's JSON-RPC client in its own loop (client.h), for the doors: E2B's, the Kubernetes node's. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include "base/limits.h"
 #include "base/log.h"
@@ -19,12 +21,22 @@ typedef struct Call {
         void *ud;
 } Call;
 
+/* An fd to go with a request line: sent with the line's first byte, in a write that ends with
+ * the line (the server gives fds to the line holding the last byte read with them). */
+typedef struct OutFd {
+        struct OutFd *next;
+        uint64_t start, end; /* the line's offsets in what this client writes */
+        int fd;
+} OutFd;
+
 struct RpcClient {
         Loop *loop;
         int fd;
         Watch w;
         Framer fr;
         ByteQueue in, out; /* in: read, not yet framed (a pause stops the framing) */
+        OutFd *fds, **fds_tail;
+        uint64_t pushed, written; /* bytes queued in out, and written, since the start */
         RpcNotifyFn notify;
         void *ud;
         uint64_t next_id;
@@ -119,11 +131,41 @@ static void frame(RpcClient *c) {
         }
 }
 
+/* Writes what is queued up to the next line that carries an fd, or that line with its fd. */
+static ssize_t write_some(RpcClient *c) {
+        size_t len = bq_pending(&c->out);
+        OutFd *f = c->fds;
+        if (!f || f->start > c->written)
+                return write(c->fd, bq_head(&c->out), f ? MIN(len, f->start - c->written) : len);
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        memset(&cm, 0, sizeof cm);
+        struct iovec iov = { (void *)bq_head(&c->out), MIN(len, f->end - c->written) };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &f->fd, sizeof(int));
+        ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        if (n > 0) {
+                /* Gone with the line's first bytes. */
+                c->fds = f->next;
+                if (!c->fds)
+                        c->fds_tail = &c->fds;
+                close(f->fd);
+                free(f);
+        }
+        return n;
+}
+
 static void on_event(Watch *w, uint32_t events) {
         RpcClient *c = w->data;
         if (events & EPOLLOUT) {
                 while (bq_pending(&c->out)) {
-                        ssize_t n = write(c->fd, bq_head(&c->out), bq_pending(&c->out));
+                        ssize_t n = write_some(c);
                         if (n < 0 && errno == EINTR)
                                 continue;
                         if (n < 0 && errno == EAGAIN)
@@ -133,6 +175,7 @@ static void on_event(Watch *w, uint32_t events) {
                                 return;
                         }
                         bq_consume(&c->out, (size_t)n);
+                        c->written += (uint64_t)n;
                 }
         }
         if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->paused) {
@@ -160,6 +203,7 @@ int rpc_client_new(Loop *loop, int fd, RpcNotifyFn notify, void *ud, RpcClient *
         c->notify = notify;
         c->ud = ud;
         c->tail = &c->calls;
+        c->fds_tail = &c->fds;
         framer_init(&c->fr, SBX_E2B_RPC_LINE_BYTES);
         int r = fd_set_nonblock(fd, true);
         if (r < 0 || (r = loop_add(loop, &c->w, fd, EPOLLIN, on_event, c)) < 0) {
@@ -181,6 +225,12 @@ RpcClient *rpc_client_free(RpcClient *c) {
                 c->calls = k->next;
                 free(k);
         }
+        while (c->fds) {
+                OutFd *f = c->fds;
+                c->fds = f->next;
+                close(f->fd);
+                free(f);
+        }
         framer_done(&c->fr);
         bq_done(&c->in);
         bq_done(&c->out);
@@ -190,8 +240,19 @@ RpcClient *rpc_client_free(RpcClient *c) {
 }
 
 int rpc_client_call(RpcClient *c, const char *method, json_t *params, RpcAnswerFn fn, void *ud) {
+        return rpc_client_call_fd(c, method, params, -1, fn, ud);
+}
+
+int rpc_client_call_fd(RpcClient *c, const char *method, json_t *params, int fd, RpcAnswerFn fn, void *ud) {
         Call *k = calloc(1, sizeof *k);
-        if (!k) {
+        _cleanup_free_ OutFd *f = NULL;
+        if (k && fd >= 0 && (f = calloc(1, sizeof *f)) && (f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+                free(k);
+                json_decref(params);
+                return negerrno();
+        }
+        if (!k || (fd >= 0 && !f)) {
+                free(k);
                 json_decref(params);
                 return -ENOMEM;
         }
@@ -202,6 +263,8 @@ int rpc_client_call(RpcClient *c, const char *method, json_t *params, RpcAnswerF
         c->tail = &k->next;
         if (c->gone) {
                 json_decref(params);
+                if (f)
+                        close(f->fd);
                 if (!c->failing_due && loop_defer(c->loop, fail_all, c) == 0)
                         c->failing_due = true;
                 return 0;
@@ -212,8 +275,17 @@ int rpc_client_call(RpcClient *c, const char *method, json_t *params, RpcAnswerF
         free(line);
         if (r < 0) {
                 free(take_call(c, k->id));
+                if (f)
+                        close(f->fd);
                 return -ENOMEM;
         }
+        if (f) {
+                f->start = c->pushed;
+                f->end = c->pushed + len;
+                *c->fds_tail = f;
+                c->fds_tail = &TAKE_PTR(f)->next;
+        }
+        c->pushed += len;
         update_events(c);
         return 0;
 }

@@ -25,6 +25,10 @@ RpcClient *rpc_client_free(RpcClient *c);
 /* Sends method(params) (params stolen; NULL: {}). fn(ud, ...) is called once, never from
  * inside this call. Returns 0 or -ENOMEM. */
 int rpc_client_call(RpcClient *c, const char *method, json_t *params, RpcAnswerFn fn, void *ud);
+/* The same with fd (borrowed: a duplicate is held until sent) sent along with the request's
+ * line (SCM_RIGHTS), as files.write's dataFd and files.read's toFd want. The fd's contents are
+ * the server's to read or write until the call is answered. Returns 0, -ENOMEM or -EMFILE. */
+int rpc_client_call_fd(RpcClient *c, const char *method, json_t *params, int fd, RpcAnswerFn fn, void *ud);
 /* Calls whose ud is ud are answered to nobody (their requester went away). */
 void rpc_client_forget(RpcClient *c, void *ud);
 /* Stops reading the server's lines (and lets the server's own back-pressure hold what it

@@ -157,6 +157,54 @@ static void remove_tree(int parent, const char *name, int depth) {
         (void)unlinkat(parent, name, AT_REMOVEDIR);
 }
 
+/* This process's pid namespace, the one its pids and /proc are of: 0 for the host's (the
+ * initial one, whose inode number the kernel fixes: PROC_PID_INIT_INO). */
+static unsigned long long pid_ns(void) {
+        struct stat st;
+        if (stat("/proc/self/ns/pid", &st) < 0 || st.st_ino == 0xEFFFFFFCU)
+                return 0;
+        return (unsigned long long)st.st_ino;
+}
+
+/* A base's name: "sbx-PID", then "-nsINO" when PID is of a pid namespace other than the host's
+ * (`unshare -p sbx serve`), then "-N" for a process's contexts after its first. */
+static void base_name(char *buf, size_t size, unsigned nth) {
+        unsigned long long ns = pid_ns();
+        int n = snprintf(buf, size, "sbx-%d", (int)getpid());
+        if (ns && n > 0 && (size_t)n < size)
+                n += snprintf(buf + n, size - (size_t)n, "-ns%llu", ns);
+        if (nth && n > 0 && (size_t)n < size)
+                snprintf(buf + n, size - (size_t)n, "-%u", nth);
+}
+
+/* Whether name is a base of a daemon that is gone: one of this pid namespace (another's pids
+ * cannot be looked up here: a daemon in its own would take every host daemon's base for
+ * stale) whose process is not this one and does not exist. */
+static bool base_stale(const char *name) {
+        int pid, k = 0;
+        if (sscanf(name, "sbx-%d%n", &pid, &k) != 1 || pid <= 0 || pid == getpid())
+                return false;
+        const char *rest = name + k;
+        unsigned long long ns = 0;
+        if (strncmp(rest, "-ns", 3) == 0) {
+                char *end;
+                errno = 0;
+                ns = strtoull(rest + 3, &end, 10);
+                if (errno || end == rest + 3 || ns == 0)
+                        return false;
+                rest = end;
+        }
+        if (ns != pid_ns())
+                return false;
+        if (*rest == '-')
+                rest += 1 + strspn(rest + 1, "0123456789");
+        if (*rest)
+                return false; /* not a name base_name() makes */
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/%d", pid);
+        return access(proc, F_OK) < 0 && errno == ENOENT;
+}
+
 /* A daemon killed with SIGKILL cannot remove its cgroups (its sandboxes died with it, through
  * their pid namespaces). The next daemon removes base directories whose daemon is gone. */
 static void sweep_stale(const char *dir) {
@@ -167,15 +215,9 @@ static void sweep_stale(const char *dir) {
                 return;
         }
         struct dirent *de;
-        while ((de = readdir(d))) {
-                int pid;
-                char proc[64];
-                if (de->d_type != DT_DIR || sscanf(de->d_name, "sbx-%d", &pid) != 1 || pid <= 0)
-                        continue;
-                snprintf(proc, sizeof proc, "/proc/%d", pid);
-                if (pid != getpid() && access(proc, F_OK) < 0 && errno == ENOENT)
+        while ((de = readdir(d)))
+                if (de->d_type == DT_DIR && base_stale(de->d_name))
                         remove_tree(dirfd(d), de->d_name, 0);
-        }
         closedir(d);
 }
 
@@ -281,14 +323,9 @@ int cgroup_root_open(CgroupRoot *r) {
         cgroup_find_mounts(v2, mem, pids, cpu, sizeof v2);
         if (!v2[0])
                 return -ENOTSUP;
-        /* One base per context: a process may hold several, and one freed removes its base.
-         * The pid first, for sweep_stale(). */
+        /* One base per context: a process may hold several, and one freed removes its base. */
         static unsigned opened;
-        unsigned nth = __atomic_fetch_add(&opened, 1, __ATOMIC_RELAXED);
-        if (nth == 0)
-                snprintf(leaf, sizeof leaf, "sbx-%d", (int)getpid());
-        else
-                snprintf(leaf, sizeof leaf, "sbx-%d-%u", (int)getpid(), nth);
+        base_name(leaf, sizeof leaf, __atomic_fetch_add(&opened, 1, __ATOMIC_RELAXED));
         /* The v2 base sits at the hierarchy's root (a cgroup that holds processes, such as
          * ours under systemd, may not enable controllers for its children), or below a
          * delegated directory the caller names: what an unprivileged user needs. */

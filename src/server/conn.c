@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include "base/limits.h"
 #include "base/log.h"
 #include "base/queue.h"
@@ -30,6 +31,19 @@ struct Conn {
         ByteQueue out;
         ByteQueue in; /* read but not yet framed: held while the client is paused, or until
                          its next turn (one request per turn of the loop) */
+        /* fds the client sent, oldest first, each with the stream offset of the last byte read
+         * with it: the kernel hands a sender's fds over with the first bytes of what it sent
+         * with them and ends that read there, so they belong to the line holding that byte. */
+        struct {
+                uint64_t pos;
+                int fd;
+        } fds[SBX_CONN_FDS];
+        unsigned n_fds;
+        uint64_t rx;       /* bytes read from the client */
+        uint64_t framed;   /* bytes the framer took */
+        uint64_t line_end; /* offset of the newline of the line being framed */
+        bool in_line;      /* ops->line runs: conn_take_fd() may answer */
+        bool not_socket;   /* rfd is a pipe: no fds come with its bytes */
 };
 
 static size_t out_pending(const Conn *c) { return bq_pending(&c->out); }
@@ -126,10 +140,34 @@ void conn_notify(Conn *c, const char *method, json_t *params) {
         conn_send(c, line, n);
 }
 
+/* Closes the fds of lines already framed that their requests did not take. */
+static void drop_fds_upto(Conn *c, uint64_t end) {
+        unsigned k = 0;
+        for (unsigned i = 0; i < c->n_fds; i++)
+                if (c->fds[i].pos <= end)
+                        close(c->fds[i].fd);
+                else
+                        c->fds[k++] = c->fds[i];
+        c->n_fds = k;
+}
+
+int conn_take_fd(Conn *c) {
+        if (!c->in_line || c->n_fds == 0 || c->fds[0].pos > c->line_end)
+                return -ENOENT;
+        int fd = c->fds[0].fd;
+        memmove(&c->fds[0], &c->fds[1], (c->n_fds - 1) * sizeof c->fds[0]);
+        c->n_fds--;
+        return fd;
+}
+
 static bool frame(void *ud, const char *line, size_t len, bool too_large) {
         Conn *c = ud;
-        if (!c->closing)
+        if (!c->closing) {
+                c->in_line = true;
                 c->list->ops->line(c->list->data, c, line, len, too_large);
+                c->in_line = false;
+        }
+        drop_fds_upto(c, c->line_end);
         /* One request per turn: a client that sends many at once (20 creates in one write)
          * must not keep every other client waiting behind all of them. */
         return false;
@@ -143,10 +181,21 @@ static void take_turn(Conn *c) {
         update_read(c);
 }
 
+/* The framer over data, which starts at stream offset c->framed: it frames one line at most
+ * (frame() stops it), the one ending at data's first newline. */
+static long feed_framer(Conn *c, const uint8_t *data, size_t len) {
+        const uint8_t *nl = memchr(data, '\n', len);
+        c->line_end = nl ? c->framed + (uint64_t)(nl - data) : UINT64_MAX;
+        long used = framer_feed(&c->framer, data, len, frame, c);
+        if (used > 0)
+                c->framed += (uint64_t)used;
+        return used;
+}
+
 /* Frames bytes; what the paused client's requests did not get to stays in c->in.
  * Returns false if the connection must close. */
 static bool feed(Conn *c, const uint8_t *data, size_t len) {
-        long used = framer_feed(&c->framer, data, len, frame, c);
+        long used = feed_framer(c, data, len);
         if (used < 0)
                 return false;
         if ((size_t)used < len && !c->closing && bq_push(&c->in, data + used, len - (size_t)used) < 0)
@@ -159,7 +208,7 @@ static void resume_input(void *data) {
         c->turn_pending = false;
         size_t n = bq_pending(&c->in);
         if (!c->paused && !c->closing && c->holds == 0 && n > 0) {
-                long used = framer_feed(&c->framer, bq_head(&c->in), n, frame, c);
+                long used = feed_framer(c, bq_head(&c->in), n);
                 if (used < 0) {
                         conn_close(c);
                         return;
@@ -169,12 +218,46 @@ static void resume_input(void *data) {
         take_turn(c);
 }
 
+/* Reads from the client, and from a socket the fds sent along (kept, up to SBX_CONN_FDS). */
+static ssize_t receive(Conn *c, uint8_t *buf, size_t size) {
+        if (c->not_socket)
+                return read(c->rfd, buf, size);
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * SBX_CONN_FDS)];
+        } cm;
+        struct iovec iov = { buf, size };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t n = recvmsg(c->rfd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == ENOTSOCK) {
+                c->not_socket = true; /* stdio's pipes: plain reads from now on */
+                return read(c->rfd, buf, size);
+        }
+        for (struct cmsghdr *h = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; h; h = CMSG_NXTHDR(&mh, h)) {
+                if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+                        continue;
+                size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t i = 0; i < k; i++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
+                        /* fds with no byte to go with are nobody's. */
+                        if (c->n_fds < SBX_CONN_FDS && n > 0)
+                                c->fds[c->n_fds++] = (typeof(c->fds[0])){ .pos = c->rx + (uint64_t)n - 1, .fd = fd };
+                        else
+                                close(fd);
+                }
+        }
+        return n;
+}
+
 static void read_event(Watch *w, uint32_t events) {
         Conn *c = w->data;
         uint8_t buf[65536];
         /* Nothing more is read while requests already read wait for their turn. */
         for (int i = 0; i < 16 && !c->closing && !c->paused && c->holds == 0 && bq_pending(&c->in) == 0; i++) {
-                ssize_t n = read(c->rfd, buf, sizeof buf);
+                ssize_t n = receive(c, buf, sizeof buf);
+                if (n > 0)
+                        c->rx += (uint64_t)n;
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == EAGAIN)
@@ -259,6 +342,7 @@ void conn_close(Conn *c) {
                 close(c->rfd);
                 close(c->wfd);
         }
+        drop_fds_upto(c, UINT64_MAX);
         framer_done(&c->framer);
         bq_done(&c->out);
         bq_done(&c->in);

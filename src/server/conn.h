@@ -71,6 +71,11 @@ bool conn_is_stdio(const Conn *c);
 size_t conn_line_max(const Conn *c);
 void conn_set_line_max(Conn *c, size_t max);
 
+/* An fd the client sent (SCM_RIGHTS, on a Unix socket) with the request being handled, the
+ * caller's to close; -ENOENT when it sent none. Only from ops->line: the fds a request did not
+ * take are closed once it returns. */
+int conn_take_fd(Conn *c);
+
 /* Queues a line (takes ownership of the malloc'd buffer; NULL is ignored). */
 void conn_send(Conn *c, char *line, size_t len);
 /* Handles no more of c's requests until as many releases (hold false) as holds: for a

@@ -318,6 +318,11 @@ void dispatch_print_protocol(FILE *f) {
                 "Each request is one line `{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"run\",\"params\":{...}}`; each\n"
                 "answer one line with the same id. Requests are handled concurrently: answers may come\n"
                 "out of order. Runs in one session execute one at a time, in order.\n\n"
+                "On the Unix socket a request may carry a file descriptor (SCM_RIGHTS): a memfd whose bytes\n"
+                "are a file's, for `files.write` (`dataFd`) and `files.read` (`toFd`), instead of base64 in\n"
+                "the line. Send it with the request's line alone (one sendmsg from the line's first byte):\n"
+                "the server gives an fd to the line it arrived within. fds a request does not take are\n"
+                "closed once it is handled; a connection holds at most %u not yet taken.\n\n"
                 "## Routing\n\n"
                 "Every per-sandbox method takes an optional `sandboxId`. Missing or null: the connection's\n"
                 "root sandbox (made by `create`). A non-string: -32602 `sandboxId must be a string`. An id\n"
@@ -367,7 +372,8 @@ void dispatch_print_protocol(FILE *f) {
                 "| -32003 | `POOL_SHUTTING_DOWN: ...`: the server is shutting down |\n"
                 "| 1 | sandbox or file error: `ERRNO: message` |\n\n"
                 "## Methods\n\n",
-                SBX_OUTPUT_QUEUE_HIGH_BYTES >> 20, SBX_OUTPUT_QUEUE_LOW_BYTES >> 20, SBX_MAX_QUEUED_RUNS, SBX_MAX_SESSIONS);
+                SBX_CONN_FDS, SBX_OUTPUT_QUEUE_HIGH_BYTES >> 20, SBX_OUTPUT_QUEUE_LOW_BYTES >> 20, SBX_MAX_QUEUED_RUNS,
+                SBX_MAX_SESSIONS);
         for (const Method *const *t = tables; t && *t; t++)
                 for (const Method *m = *t; m->name; m++) {
                         fprintf(f, "### `%s`\n\n%s\n\n", m->name, m->doc);
