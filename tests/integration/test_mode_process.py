@@ -312,7 +312,9 @@ def test_a_daemon_that_dies_takes_its_sandboxes_processes_along(daemon, tmp_path
     try:
         sid2, root2 = sandbox(nxt)
         assert wait_until(lambda: not os.path.exists(own), timeout=20), os.listdir(os.path.dirname(own))
-        assert not any(n.startswith(".gone-") for n in os.listdir(os.path.dirname(own)))
+        # Renamed out of the way at once, removed in the background after.
+        assert wait_until(lambda: not any(n.startswith(".gone-") for n in os.listdir(os.path.dirname(own))),
+                          timeout=20), os.listdir(os.path.dirname(own))
         assert run(nxt, sid2, "echo still here > f && cat f")["stdout"] == "still here\n"
         assert os.path.isdir(root2)
     finally:
