@@ -9,12 +9,17 @@
 //              from this process (whose own event loop the SDK keeps busy) and from a process
 //              of its own (what the daemon's loop makes a client wait)
 //   files      a 100 MiB file through files.write and files.read
+//   parts      where a commands.run's time goes, interleaved: E2B's SDK; the same Start call by
+//              hand through fetch (what the SDK sends) and through node:http; sbx's process.start
+//              + process.stream and run over the socket; and fetch and node:http against a
+//              trivial node HTTP server of its own (the clients' own floor on this machine)
 // Prints one JSON object; times in ms, percentiles interpolated between ranks.
-// Usage: node bench/e2b.mjs [--n N] [--creates N] [--sbx PATH] [--only run,create,streams,files]   (run from anywhere; needs
+// Usage: node bench/e2b.mjs [--n N] [--creates N] [--sbx PATH] [--only run,create,streams,files,parts]   (run from anywhere; needs
 // tests/e2b/node_modules: cd tests/e2b && npm ci)
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -36,7 +41,7 @@ const opt = (name, def) => {
 };
 const n = Number(opt("--n", "300"));
 const creates = Number(opt("--creates", "40"));
-const only = opt("--only", "run,create,streams,files").split(",");
+const only = opt("--only", "run,create,streams,files,parts").split(",");
 const sbxBin = opt("--sbx", process.env.SBX_BIN || join(here, "..", "build", "src", "cli", "sbx"));
 
 
@@ -182,6 +187,90 @@ phase("streams");
                   pingFromAnotherProcess: apartPings.length ? stats(apartPings) : null };
   sock.destroy();
   await Promise.all(boxes.map((b) => b.kill()));
+}
+
+// ---- where a commands.run's time goes
+if (only.includes("parts")) {
+phase("parts");
+  const url = process.env.E2B_API_URL;
+  const e = await E2B.create();
+  const made = await (await fetch(`${url}/sandboxes`, {
+    method: "POST", headers: { "X-API-KEY": "e2b_bench", "Content-Type": "application/json" },
+    body: JSON.stringify({ templateID: "base" }) })).json();
+  // What the SDK sends for commands.run("echo hi"): one Connect envelope.
+  const msg = Buffer.from(JSON.stringify({ process: { cmd: "/bin/bash", args: ["-l", "-c", "echo hi"], envs: {} },
+                                           stdin: false }));
+  const env = Buffer.alloc(5 + msg.length);
+  env.writeUInt32BE(msg.length, 1);
+  msg.copy(env, 5);
+  const hdr = { "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1",
+                "X-Access-Token": made.envdAccessToken, "E2b-Sandbox-Id": made.sandboxID };
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const viaHttp = (port, path, body) => new Promise((res, rej) => {
+    const rq = http.request({ host: "127.0.0.1", port, path, method: body ? "POST" : "GET", agent,
+                              headers: body ? { ...hdr, "Content-Length": body.length } : {} }, (r) => {
+      const chunks = [];
+      r.on("data", (c) => chunks.push(c));
+      r.on("end", () => res(Buffer.concat(chunks)));
+    });
+    rq.on("error", rej);
+    rq.end(body);
+  });
+  const viaFetch = async (u, body) => Buffer.from(await (await fetch(u, body ? { method: "POST", headers: hdr, body }
+                                                                              : {})).arrayBuffer());
+  const doorPort = Number(new URL(url).port);
+  const trivialPort = 20000 + Math.floor(Math.random() * 20000);
+  const trivial = spawn(process.execPath, ["-e", `require("node:http").createServer((q, r) => { q.resume();
+    q.on("end", () => { r.writeHead(200, { "content-type": "application/json" }); r.end('{"ok":true}'); }); })
+    .listen(${trivialPort}, "127.0.0.1", () => process.stdout.write("up"));`], { stdio: ["ignore", "pipe", "inherit"] });
+  await new Promise((res) => trivial.stdout.once("data", res));
+  // sbx's own wire, raw: a process and a run.
+  const sock = net.createConnection(sockPath);
+  await new Promise((res, rej) => sock.once("connect", res).once("error", rej));
+  let buf = "", id = 0;
+  const waiting = new Map();
+  sock.setEncoding("utf8");
+  sock.on("data", (d) => {
+    buf += d;
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const m = JSON.parse(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+      if (m.id !== undefined) { waiting.get(m.id)?.(m); waiting.delete(m.id); }
+    }
+  });
+  const call = (method, params) => new Promise((res) => {
+    const k = ++id;
+    waiting.set(k, res);
+    sock.write(JSON.stringify({ jsonrpc: "2.0", id: k, method, params }) + "\n");
+  });
+  const rsid = (await call("sandbox.create", {})).result.sandboxId;
+  const ok = (b) => { if (!b.includes("aGkK")) throw new Error("Start: " + b.toString()); };
+  const fns = {
+    e2bSdk: async () => { const r = await e.commands.run("echo hi"); if (r.stdout !== "hi\n") throw new Error("run"); },
+    startFetch: async () => ok(await viaFetch(`${url}/process.Process/Start`, env)),
+    startHttp: async () => ok(await viaHttp(doorPort, "/process.Process/Start", env)),
+    sbxProcess: async () => {
+      const st = await call("process.start", { sandboxId: rsid, command: "echo hi", stdin: false });
+      await call("process.stream", { sandboxId: rsid, processId: st.result.processId });
+    },
+    sbxRun: async () => { await call("run", { sandboxId: rsid, command: "echo hi" }); },
+    floorFetch: async () => { await viaFetch(`http://127.0.0.1:${trivialPort}/`); },
+    floorHttp: async () => { await viaHttp(trivialPort, "/"); },
+  };
+  const times = Object.fromEntries(Object.keys(fns).map((k) => [k, []]));
+  for (let i = 0; i < 20 + Math.min(n, 200); i++) {
+    for (const [k, f] of Object.entries(fns)) {
+      const t0 = performance.now();
+      await f();
+      if (i >= 20) times[k].push(performance.now() - t0);
+      await sleep(20);
+    }
+  }
+  out.parts = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, stats(v)]));
+  trivial.kill();
+  sock.destroy();
+  await e.kill();
 }
 
 // ---- a 100 MiB file through files.write and files.read
