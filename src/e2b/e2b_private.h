@@ -44,6 +44,13 @@ struct E2b {
 };
 
 /* One HTTP request while the door works on it (http_user of its HttpReq). */
+/* An ended part's last bytes, waiting for the files.write before them (envd.c). */
+typedef struct E2bHeld {
+        size_t part; /* its index in E2bReq.parts */
+        uint8_t *data;
+        size_t len;
+} E2bHeld;
+
 typedef struct E2bReq {
         E2b *g;
         HttpReq *r;
@@ -68,6 +75,8 @@ typedef struct E2bReq {
         uint8_t *part;    /* what came of the current file since its last part went */
         size_t part_len, part_cap;
         size_t busy_part;  /* 1 + the index of the part whose files.write is out; 0: none */
+        E2bHeld *held;     /* ended parts' last bytes, in order, sent before the current part's */
+        size_t n_held;
         bool request_in;   /* the request is whole: answer once the last part is committed */
         bool reading;      /* GET /files: a files.read is out */
         uint64_t read_off; /* GET /files: where the next files.read starts */

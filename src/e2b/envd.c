@@ -922,9 +922,12 @@ static void read_answer(void *ud, json_t *result, json_t *error) {
                 q->streaming = false;
                 return;
         }
-        /* The next piece is read while the client takes this one: at most two held. */
+        /* The next piece is read while the client takes this one: at most two held. A slow
+         * client's request holds no memfd pages meanwhile. */
         if (http_stream_queued(q->r) <= SBX_E2B_READ_BYTES)
                 read_next(q);
+        else if (ftruncate(q->data_fd, 0) < 0)
+                log_debug("e2b: cannot empty a download's memfd: %s", strerror(errno));
 }
 
 static void read_next(E2bReq *q) {
@@ -934,11 +937,14 @@ static void read_next(E2bReq *q) {
         if (fd < 0)
                 return file_error(q, NULL);
         q->reading = true;
-        (void)rpc_client_call_fd(q->g->rpc, "files.read",
-                                 json_pack("{s:s, s:s, s:I, s:I, s:b}", "sandboxId", q->box->id, "path",
-                                           json_string_value(json_object_get(q->in, "path")), "offset",
-                                           (json_int_t)q->read_off, "length", (json_int_t)SBX_E2B_READ_BYTES, "toFd", 1),
-                                 fd, read_answer, q);
+        if (rpc_client_call_fd(q->g->rpc, "files.read",
+                               json_pack("{s:s, s:s, s:I, s:I, s:b}", "sandboxId", q->box->id, "path",
+                                         json_string_value(json_object_get(q->in, "path")), "offset",
+                                         (json_int_t)q->read_off, "length", (json_int_t)SBX_E2B_READ_BYTES, "toFd", 1),
+                               fd, read_answer, q) < 0) {
+                q->reading = false;
+                file_error(q, NULL);
+        }
 }
 
 /* Uploads: each file part into an sbx upload (begin, append..., commit), one files.write out
@@ -974,39 +980,77 @@ static int put_part(int fd, const uint8_t *d, size_t n) {
         return ftruncate(fd, (off_t)n) < 0 ? negerrno() : 0;
 }
 
+/* One files.write of part i's bytes d (through the request's memfd): its upload's first,
+ * next or last step, or the whole file when it ended before a first step went. */
+static void send_part(E2bReq *q, size_t i, const uint8_t *d, size_t n, bool ended) {
+        json_t *cur = json_array_get(q->parts, i);
+        int fd = data_memfd(q);
+        if (fd < 0 || put_part(fd, d, n) < 0) {
+                q->body_error = 503;
+                json_object_set_new(cur, "error", json_string(fd < 0 ? "cannot make a memfd for the file's bytes"
+                                                                     : "cannot hold the file's bytes"));
+                return;
+        }
+        const char *uid = json_string_value(json_object_get(cur, "uploadId"));
+        json_t *p = json_pack("{s:s, s:s, s:b}", "sandboxId", q->box->id, "path",
+                              json_string_value(json_object_get(cur, "path")), "dataFd", 1);
+        const char *kind = !uid ? (ended ? NULL : "begin") : ended ? "commit" : "append";
+        if (kind)
+                json_object_set_new(p, "upload", json_string(kind));
+        if (uid)
+                json_object_set_new(p, "uploadId", json_string(uid));
+        if (ended)
+                json_object_set_new(cur, "committed", json_true());
+        q->busy_part = i + 1;
+        if (rpc_client_call_fd(q->g->rpc, "files.write", p, fd, upload_answer, q) < 0) {
+                q->busy_part = 0;
+                q->body_error = 503;
+                json_object_set_new(cur, "error", json_string("the door cannot reach the server (out of fds or memory)"));
+        }
+}
+
+/* A part that ended while another's files.write was out keeps its last bytes here until
+ * that one is answered: they go next, before any of a later part's. */
+static int hold_tail(E2bReq *q, size_t i) {
+        E2bHeld *h = reallocarray(q->held, q->n_held + 1, sizeof *q->held);
+        if (!h)
+                return -ENOMEM;
+        q->held = h;
+        h[q->n_held++] = (E2bHeld){ .part = i, .data = TAKE_PTR(q->part), .len = q->part_len };
+        q->part_len = q->part_cap = 0;
+        return 0;
+}
+
 static void upload_step(E2bReq *q) {
         if (q->busy_part) {
-                /* One part is written while the next one fills: past a full one, wait. */
-                if (q->part_len >= SBX_E2B_UPLOAD_PART_BYTES)
+                /* One part is written while the next one fills: past a full one, or while ended
+                 * parts wait, wait. */
+                if (q->part_len >= SBX_E2B_UPLOAD_PART_BYTES || q->n_held)
                         http_pause_body(q->r);
                 return;
+        }
+        while (q->n_held) {
+                E2bHeld h = q->held[0];
+                memmove(q->held, q->held + 1, --q->n_held * sizeof *q->held);
+                _cleanup_free_ uint8_t *data = h.data;
+                json_t *part = json_array_get(q->parts, h.part);
+                if (!json_object_get(part, "error") && !q->body_error) {
+                        send_part(q, h.part, data, h.len, true);
+                        if (q->busy_part)
+                                return;
+                }
         }
         size_t i = json_array_size(q->parts);
         json_t *cur = json_array_get(q->parts, i - 1);
         bool done = !cur || json_object_get(cur, "error") || json_is_true(json_object_get(cur, "committed"));
         bool ended = cur && json_is_true(json_object_get(cur, "ended"));
         if (!done && !q->body_error && (ended || q->part_len >= SBX_E2B_UPLOAD_PART_BYTES)) {
-                int fd = data_memfd(q);
-                if (fd < 0 || put_part(fd, q->part, q->part_len) < 0) {
-                        q->body_error = 503;
-                        json_object_set_new(cur, "error", json_string(fd < 0 ? "cannot make a memfd for the file's "
-                                                                      "bytes" : "cannot hold the file's bytes"));
-                        return upload_step(q);
-                }
+                size_t n = q->part_len;
                 q->part_len = 0;
-                const char *uid = json_string_value(json_object_get(cur, "uploadId"));
-                json_t *p = json_pack("{s:s, s:s, s:b}", "sandboxId", q->box->id, "path",
-                                      json_string_value(json_object_get(cur, "path")), "dataFd", 1);
-                const char *kind = !uid ? (ended ? NULL : "begin") : ended ? "commit" : "append";
-                if (kind)
-                        json_object_set_new(p, "upload", json_string(kind));
-                if (uid)
-                        json_object_set_new(p, "uploadId", json_string(uid));
-                if (ended)
-                        json_object_set_new(cur, "committed", json_true());
-                q->busy_part = i;
-                (void)rpc_client_call_fd(q->g->rpc, "files.write", p, fd, upload_answer, q);
-                return;
+                send_part(q, i - 1, q->part, n, ended);
+                if (q->busy_part)
+                        return;
+                return upload_step(q);
         }
         if (q->request_in)
                 return upload_done(q);
@@ -1042,9 +1086,13 @@ static int form_piece(void *ud, const char *name, const char *filename, const ui
                                            strcmp(json_string_value(json_object_get(cur, "name")) ?: "", filename)));
         if (fresh) {
                 if (cur) {
-                        /* The part before is whole: it goes out (and is committed) first. */
+                        /* The part before is whole: it goes out (and is committed) first, now or,
+                         * while another files.write is out, once that one is answered. */
                         json_object_set_new(cur, "ended", json_true());
                         upload_step(q);
+                        if (!json_object_get(cur, "error") && !json_is_true(json_object_get(cur, "committed")) &&
+                            !q->body_error && hold_tail(q, json_array_size(q->parts) - 1) < 0)
+                                q->body_error = 503;
                 }
                 const char *given = json_string_value(json_object_get(q->in, "path"));
                 _cleanup_free_ char *path = file_path(q, given ? given : filename);
@@ -1221,5 +1269,8 @@ void envd_finished(E2bReq *q) {
         free(q->watch_root);
         json_decref(q->parts);
         free(q->part);
+        for (size_t i = 0; i < q->n_held; i++)
+                free(q->held[i].data);
+        free(q->held);
         q->data_fd = safe_close(q->data_fd);
 }

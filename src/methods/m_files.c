@@ -2,7 +2,6 @@
 /* Handlers for the files API (files.*): paths as the sandbox sees them, data as base64, or
  * on the Unix socket in a memfd sent with the request. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -61,18 +60,16 @@ static int ok_or_fail(int rr, const char *path, json_t **ret, RpcError *e) {
         return 0;
 }
 
-/* The memfd a request sent for its bytes (`dataFd`, `toFd`), checked to be one: a file of
- * shmem (a memfd, or a tmpfs file), the only ones F_GET_SEALS answers, is sure never to make
- * the loop wait where a FUSE file or a pipe could. Returns the fd or -1 with e set. */
+/* The memfd a request sent for its bytes (`dataFd`, `toFd`): the connection keeps only files of
+ * shmem (a memfd, or a tmpfs file), the only ones F_GET_SEALS answers, sure never to make the
+ * loop wait where a FUSE file or a pipe could. Returns the fd or -1 with e set. */
 static int request_memfd(Req *r, const char *key, RpcError *e) {
         int fd = conn_take_fd(r->conn);
+        if (fd == -EINVAL)
+                return rpc_fail(e, RPC_INVALID_PARAMS, "%s: the fd sent is not a memfd (memfd_create)", key);
         if (fd < 0)
                 return rpc_fail(e, RPC_INVALID_PARAMS, "%s: no fd came with this request (send a memfd with the "
                                 "request's line, SCM_RIGHTS on the Unix socket)", key);
-        if (fcntl(fd, F_GET_SEALS) < 0) {
-                close(fd);
-                return rpc_fail(e, RPC_INVALID_PARAMS, "%s: the fd sent is not a memfd (memfd_create)", key);
-        }
         return fd;
 }
 

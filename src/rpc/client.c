@@ -150,15 +150,19 @@ static ssize_t write_some(RpcClient *c) {
         h->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(h), &f->fd, sizeof(int));
         ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-        if (n > 0) {
-                /* Gone with the line's first bytes. */
+        bool refused = n < 0 && errno != EAGAIN && errno != EINTR;
+        if (n > 0 || refused) {
+                /* Gone with the line's first bytes; or one the kernel would not pass on
+                 * (ETOOMANYREFS: the uid's fds in flight) goes no further, and its line goes
+                 * without it: the server answers that call that no fd came, the connection
+                 * stays. */
                 c->fds = f->next;
                 if (!c->fds)
                         c->fds_tail = &c->fds;
                 close(f->fd);
                 free(f);
         }
-        return n;
+        return refused ? write(c->fd, iov.iov_base, iov.iov_len) : n;
 }
 
 /* Writes what is queued until the socket is full. Returns false once the server is gone. */

@@ -145,7 +145,7 @@ static void drop_fds_upto(Conn *c, uint64_t end) {
         unsigned k = 0;
         for (unsigned i = 0; i < c->n_fds; i++)
                 if (c->fds[i].pos <= end)
-                        close(c->fds[i].fd);
+                        safe_close(c->fds[i].fd);
                 else
                         c->fds[k++] = c->fds[i];
         c->n_fds = k;
@@ -240,10 +240,15 @@ static ssize_t receive(Conn *c, uint8_t *buf, size_t size) {
                 for (size_t i = 0; i < k; i++) {
                         int fd;
                         memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
-                        /* fds with no byte to go with are nobody's. */
-                        if (c->n_fds < SBX_CONN_FDS && n > 0)
-                                c->fds[c->n_fds++] = (typeof(c->fds[0])){ .pos = c->rx + (uint64_t)n - 1, .fd = fd };
-                        else
+                        /* fds with no byte to go with are nobody's. Only shmem files (memfds:
+                         * what F_GET_SEALS answers for) are kept, and the place of anything else
+                         * (-EINVAL), so a request can say what came: a socket kept here could be
+                         * the client's own end, and its connection would never see an end. */
+                        bool memfd = fcntl(fd, F_GET_SEALS) >= 0, keep = c->n_fds < SBX_CONN_FDS && n > 0;
+                        if (keep)
+                                c->fds[c->n_fds++] = (typeof(c->fds[0])){ .pos = c->rx + (uint64_t)n - 1,
+                                                                          .fd = memfd ? fd : -EINVAL };
+                        if (!keep || !memfd)
                                 close(fd);
                 }
         }

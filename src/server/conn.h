@@ -71,9 +71,10 @@ bool conn_is_stdio(const Conn *c);
 size_t conn_line_max(const Conn *c);
 void conn_set_line_max(Conn *c, size_t max);
 
-/* An fd the client sent (SCM_RIGHTS, on a Unix socket) with the request being handled, the
- * caller's to close; -ENOENT when it sent none. Only from ops->line: the fds a request did not
- * take are closed once it returns. */
+/* A memfd the client sent (SCM_RIGHTS, on a Unix socket) with the request being handled, the
+ * caller's to close; -ENOENT when it sent none, -EINVAL when what it sent was not a memfd (a
+ * file of shmem; anything else is closed as it arrives). Only from ops->line: the fds a request
+ * did not take are closed once it returns. */
 int conn_take_fd(Conn *c);
 
 /* Queues a line (takes ownership of the malloc'd buffer; NULL is ignored). */

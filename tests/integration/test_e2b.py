@@ -550,3 +550,35 @@ def test_a_polled_watcher_keeps_at_most_its_bound(daemon):
         assert len(total) == 4096, len(total)  # 5001 happened
     finally:
         http(daemon, "DELETE", f"/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": KEY})
+
+
+def multipart(files):
+    """A multipart/form-data body of (name, bytes) file parts, and its Content-Type."""
+    boundary = "sbx-test-boundary-7d1f"
+    out = b""
+    for name, data in files:
+        out += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n").encode() + data + b"\r\n"
+    return out + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+@pytest.mark.parametrize("sizes", [
+    pytest.param([(4 << 20) + 100 * 1024, 1000], id="first-just-past-a-part"),
+    pytest.param([(4 << 20) + 3, 7, 5, (4 << 20) + 9, 0, 11], id="several-ending-within-one-read"),
+    pytest.param([9 << 20, 3 << 20], id="several-parts-each"),
+])
+def test_files_form_of_several_files_writes_every_byte(daemon, sizes):
+    # A file of a form that ends while the part before it is still being written keeps its last
+    # bytes apart until that write is answered: each file gets exactly its own bytes.
+    sb = create(daemon)
+    files = [(f"/tmp/f{i}.bin", os.urandom(n)) for i, n in enumerate(sizes)]
+    body, ct = multipart(files)
+    auth = {"E2b-Sandbox-Id": sb["sandboxID"], "X-Access-Token": sb["envdAccessToken"]}
+    st, _, out = http(daemon, "POST", "/files", body, {**auth, "Content-Type": ct}, timeout=120)
+    assert st == 200, out
+    assert [e["path"] for e in json.loads(out)] == [p for p, _ in files]
+    for path, data in files:
+        st, _, got = http(daemon, "GET", f"/files?path={path}", headers=auth, timeout=120)
+        assert st == 200 and len(got) == len(data) and got == data, (path, st, len(got), len(data))
+    st, _, _ = http(daemon, "DELETE", f"/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": KEY})
+    assert st in (200, 204)

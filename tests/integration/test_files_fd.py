@@ -223,3 +223,28 @@ def test_stdio_has_no_fds():
     finally:
         p.stdin.close()
         p.wait(15)
+
+
+def test_a_socket_sent_along_is_not_kept(server, sb):
+    # A client that sends its own end of the connection and goes away: kept, that fd would hold
+    # the connection open for ever (and the sandboxes it made). Only memfds are kept.
+    peer, sid = sb
+    before = peer.result("health")["sandboxes"]
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(server.path)
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"sandbox.create"}\n')
+    got = b""
+    while b"\n" not in got:
+        got += s.recv(4096)
+    assert b'"sandboxId"' in got, got
+    assert wait_until(lambda: peer.result("health")["sandboxes"] == before + 1)
+    socket.send_fds(s, [b"{"], [s.fileno()])
+    s.close()
+    assert wait_until(lambda: peer.result("health")["sandboxes"] == before, timeout=20), \
+        "the connection outlived its client"
+    # Not a memfd, with a whole request: refused as such.
+    r, w = os.pipe()
+    ans = peer.wait(send_with_fds(peer, "files.read", {"sandboxId": sid, "path": "/etc/hostname", "toFd": True}, [r]))
+    assert "not a memfd" in ans["error"]["message"], ans
+    os.close(r)
+    os.close(w)
