@@ -56,6 +56,30 @@ process.env.E2B_API_KEY = "e2b_bench";
 const out = { node: process.version, port };
 
 const phase = (name) => process.stderr.write(`e2b bench: ${name}\n`);
+
+// A raw JSON-RPC client on the daemon's socket: call(method, params) resolves to the answer.
+async function rawClient(path) {
+  const sock = net.createConnection(path);
+  await new Promise((res, rej) => sock.once("connect", res).once("error", rej));
+  let buf = "", id = 0;
+  const waiting = new Map();
+  sock.setEncoding("utf8");
+  sock.on("data", (d) => {
+    buf += d;
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const m = JSON.parse(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+      if (m.id !== undefined) { waiting.get(m.id)?.(m); waiting.delete(m.id); }
+    }
+  });
+  const call = (method, params = {}) => new Promise((res) => {
+    const k = ++id;
+    waiting.set(k, res);
+    sock.write(JSON.stringify({ jsonrpc: "2.0", id: k, method, params }) + "\n");
+  });
+  return { sock, call };
+}
 // ---- run: E2B's SDK against sbx's own
 if (only.includes("run")) {
 phase("run");
@@ -109,27 +133,8 @@ phase("create");
 if (only.includes("streams")) {
 phase("streams");
   const boxes = await Promise.all(Array.from({ length: 10 }, () => E2B.create({ timeoutMs: 600000 })));
-  const sock = net.createConnection(sockPath);
-  await new Promise((res, rej) => sock.once("connect", res).once("error", rej));
-  let buf = "";
-  const waiting = new Map();
-  sock.setEncoding("utf8");
-  sock.on("data", (d) => {
-    buf += d;
-    let nl;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const m = JSON.parse(buf.slice(0, nl));
-      buf = buf.slice(nl + 1);
-      waiting.get(m.id)?.(m);
-      waiting.delete(m.id);
-    }
-  });
-  let id = 0;
-  const ping = () => new Promise((res) => {
-    const k = ++id;
-    waiting.set(k, res);
-    sock.write(JSON.stringify({ jsonrpc: "2.0", id: k, method: "ping", params: {} }) + "\n");
-  });
+  const { sock, call } = await rawClient(sockPath);
+  const ping = () => call("ping");
   let done = false;
   let started = 0;
   const pings = [];
@@ -225,25 +230,7 @@ phase("parts");
     .listen(${trivialPort}, "127.0.0.1", () => process.stdout.write("up"));`], { stdio: ["ignore", "pipe", "inherit"] });
   await new Promise((res) => trivial.stdout.once("data", res));
   // sbx's own wire, raw: a process and a run.
-  const sock = net.createConnection(sockPath);
-  await new Promise((res, rej) => sock.once("connect", res).once("error", rej));
-  let buf = "", id = 0;
-  const waiting = new Map();
-  sock.setEncoding("utf8");
-  sock.on("data", (d) => {
-    buf += d;
-    let nl;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const m = JSON.parse(buf.slice(0, nl));
-      buf = buf.slice(nl + 1);
-      if (m.id !== undefined) { waiting.get(m.id)?.(m); waiting.delete(m.id); }
-    }
-  });
-  const call = (method, params) => new Promise((res) => {
-    const k = ++id;
-    waiting.set(k, res);
-    sock.write(JSON.stringify({ jsonrpc: "2.0", id: k, method, params }) + "\n");
-  });
+  const { sock, call } = await rawClient(sockPath);
   const rsid = (await call("sandbox.create", {})).result.sandboxId;
   const ok = (b) => { if (!b.includes("aGkK")) throw new Error("Start: " + b.toString()); };
   const fns = {

@@ -524,6 +524,30 @@ class Peer:
         return ans["error"]
 
 
+def serve_stdio(*args, env=None, argv=None):
+    """A `sbx serve --stdio` with extra flags and environment (or argv as given, e.g. under
+    unshare), as a Peer with its process as .proc; close_stdio() ends it."""
+    proc = subprocess.Popen(argv or [SBX_BIN, "serve", "--stdio", *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    SPAWNED.append(proc.pid)
+    peer = Peer(proc.stdout, proc.stdin)
+    peer.proc = proc
+    return peer
+
+
+def close_stdio(peer, check=True):
+    """Ends a serve_stdio() daemon by closing its stdin: a clean shutdown, whose exit status is
+    non-zero under the sanitizers when the daemon leaked (checked unless check is false)."""
+    peer.proc.stdin.close()
+    try:
+        peer.proc.wait(15)
+    except subprocess.TimeoutExpired:
+        peer.proc.kill()
+        peer.proc.wait()
+    if check:
+        assert peer.proc.returncode == 0, peer.proc.stderr.read()
+
+
 def free_port():
     """A TCP port of 127.0.0.1 free now (another process may take it before it is used)."""
     s = socket.socket()

@@ -9,7 +9,8 @@ import tempfile
 import pytest
 
 from conftest import (killing, CGROUP2, SBX_BIN, SPAWNED, describe, finish, mount_set,
-                      read_line, sbx_cgroup_dirs, sbx_popen, sbx_processes, sbx_related_mounts, wait_until)
+                      read_line, sbx_cgroup_dirs, sbx_popen, sbx_processes, sbx_related_mounts, wait_until,
+                      close_stdio, serve_stdio)
 
 
 def _assert_clean(pids, mounts_before):
@@ -170,30 +171,12 @@ def test_rootfs_must_be_absolute(sbx):
 # ------------------------------------------------------------------ daemons side by side
 
 
-def _stdio_daemon(argv):
-    from conftest import Peer
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    SPAWNED.append(p.pid)
-    peer = Peer(p.stdout, p.stdin)
-    peer.proc = p
-    return peer
-
-
-def _stop(peer):
-    peer.proc.stdin.close()
-    try:
-        peer.proc.wait(15)
-    except subprocess.TimeoutExpired:
-        peer.proc.kill()
-        peer.proc.wait()
-
-
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="unshare -p needs root")
 def test_a_daemon_in_another_pid_namespace_sweeps_no_live_cgroup_base():
     # A daemon removes the cgroup bases of daemons that are gone, named by their pids. One in a
     # pid namespace of its own sees none of the host's pids: it must not take a live host
     # daemon's base (here idle, so empty and removable) for a dead one's.
-    host = _stdio_daemon([SBX_BIN, "serve", "--stdio"])
+    host = serve_stdio()
     other = None
     try:
         sid = host.result("sandbox.create")["sandboxId"]
@@ -201,7 +184,7 @@ def test_a_daemon_in_another_pid_namespace_sweeps_no_live_cgroup_base():
         host.result("sandbox.destroy", {"sandboxId": sid})
         assert wait_until(lambda: os.path.isdir(base) and not [e for e in os.scandir(base) if e.is_dir()],
                           timeout=20), base
-        other = _stdio_daemon(["unshare", "-pf", "--mount-proc", SBX_BIN, "serve", "--stdio"])
+        other = serve_stdio(argv=["unshare", "-pf", "--mount-proc", SBX_BIN, "serve", "--stdio"])
         osid = other.result("sandbox.create")["sandboxId"]
         assert other.result("run", {"sandboxId": osid, "command": "echo there"})["stdout"] == "there\n"
         assert os.path.isdir(base), "a live daemon's cgroup base was swept by a daemon of another pid namespace"
@@ -212,5 +195,5 @@ def test_a_daemon_in_another_pid_namespace_sweeps_no_live_cgroup_base():
         assert host.result("run", {"sandboxId": sid, "command": "echo here"})["stdout"] == "here\n"
     finally:
         if other:
-            _stop(other)
-        _stop(host)
+            close_stdio(other, check=False)  # unshare's status
+        close_stdio(host)

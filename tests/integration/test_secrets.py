@@ -11,32 +11,15 @@ import subprocess
 
 import pytest
 
-from conftest import SBX_BIN, Peer
+from conftest import SBX_BIN, close_stdio, serve_stdio
 from test_rpc import SPAWNED
 
 SECRET = "abcdefXYZ-s3cr3t-value-42"
 SECRETS = {"API_TOKEN": SECRET, "DB_PASS": {"value": "hunter2-but-longer", "mode": "env"}}
 
 
-def serve(*args, env=None):
-    """A `sbx serve --stdio` with extra flags and environment; the caller closes it."""
-    proc = subprocess.Popen([SBX_BIN, "serve", "--stdio", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)
-    SPAWNED.append(proc.pid)
-    peer = Peer(proc.stdout, proc.stdin)
-    peer.proc = proc
-    return peer
-
-
-def close(peer):
-    peer.proc.stdin.close()
-    try:
-        peer.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        peer.proc.kill()
-        peer.proc.wait()
-    # stdin's end is a clean shutdown (non-zero under the sanitizers when the daemon leaked).
-    assert peer.proc.returncode == 0, peer.proc.stderr.read()
+serve = serve_stdio
+close = close_stdio
 
 
 @pytest.fixture
