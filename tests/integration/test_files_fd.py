@@ -4,16 +4,12 @@
 import base64
 import json
 import os
-import shutil
-import signal
 import socket
-import subprocess
-import tempfile
-import time
 
 import pytest
 
-from conftest import SPAWNED, Peer, connect_peer, wait_until
+from conftest import close_stdio, connect_peer, serve_stdio, wait_until
+from test_rpc import server  # noqa: F401 (a fixture: `sbx serve --socket` with no pool)
 
 SBX = os.environ.get("SBX_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "src", "cli", "sbx"))
 
@@ -21,28 +17,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here"),
     pytest.mark.skipif(not os.path.exists(SBX), reason=f"{SBX} not built"),
 ]
-
-
-@pytest.fixture
-def server():
-    d = tempfile.mkdtemp(prefix="sbx-fd-")
-    path = os.path.join(d, "sbx.sock")
-    proc = subprocess.Popen([SBX, "serve", "--socket", path, "--pool", "0"], stderr=subprocess.PIPE)
-    SPAWNED.append(proc.pid)
-    for _ in range(500):
-        if os.path.exists(path):
-            break
-        time.sleep(0.01)
-    proc.path = path
-    yield proc
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 0, proc.stderr.read()
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def send_with_fds(peer, method, params, fds):
@@ -211,18 +185,14 @@ def test_an_fd_goes_with_its_own_request_only(server, sb):
 
 
 def test_stdio_has_no_fds():
-    p = subprocess.Popen([SBX, "serve", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
-    SPAWNED.append(p.pid)
-    peer = Peer(p.stdout, p.stdin)
+    peer = serve_stdio()
     try:
         sid = peer.result("sandbox.create")["sandboxId"]
         err = peer.error("files.write", {"sandboxId": sid, "path": "/tmp/f", "dataFd": True})
         assert "no fd came with this request" in err["message"], err
         assert peer.result("files.write", {"sandboxId": sid, "path": "/tmp/f", "data": "aGk="}) == {"ok": True}
     finally:
-        p.stdin.close()
-        p.wait(15)
+        close_stdio(peer)
 
 
 def test_a_socket_sent_along_is_not_kept(server, sb):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SPAWNED, Peer
+from conftest import Peer, close_stdio, serve_stdio
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -38,22 +38,11 @@ TAC_OUT = "2\n1\n"
 
 
 def spawn(*extra):
-    proc = subprocess.Popen([SBX, "serve", "--stdio", *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    SPAWNED.append(proc.pid)
-    peer = Peer(proc.stdout, proc.stdin)
-    peer.proc = proc
-    return peer
+    return serve_stdio(*extra)
 
 
 def close(peer):
-    if peer.proc.poll() is None:
-        peer.proc.stdin.close()
-        try:
-            peer.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            peer.proc.kill()
-            peer.proc.wait()
+    close_stdio(peer, check=False)
 
 
 @pytest.fixture(scope="module")
