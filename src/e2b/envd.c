@@ -1002,7 +1002,7 @@ static void send_part(E2bReq *q, size_t i, const uint8_t *d, size_t n, bool ende
         if (ended)
                 json_object_set_new(cur, "committed", json_true());
         q->busy_part = i + 1;
-        if (rpc_client_call_fd(q->g->rpc, "files.write", p, fd, upload_answer, q) < 0) {
+        if (rpc_client_call_fd(q->own, "files.write", p, fd, upload_answer, q) < 0) {
                 q->busy_part = 0;
                 q->body_error = 503;
                 json_object_set_new(cur, "error", json_string("the door cannot reach the server (out of fds or memory)"));
@@ -1048,9 +1048,12 @@ static void upload_step(E2bReq *q) {
                 size_t n = q->part_len;
                 q->part_len = 0;
                 send_part(q, i - 1, q->part, n, ended);
-                if (q->busy_part)
-                        return;
-                return upload_step(q);
+                if (!q->busy_part)
+                        return upload_step(q);
+                /* The next part fills while this one is written. */
+                if (!ended && !q->n_held)
+                        http_resume_body(q->r);
+                return;
         }
         if (q->request_in)
                 return upload_done(q);
@@ -1118,6 +1121,15 @@ static int form_piece(void *ud, const char *name, const char *filename, const ui
 static void upload_done(E2bReq *q) {
         json_t *out = json_array(), *p;
         size_t i;
+        /* A failure of the door's own (memory for the bytes) is on no part: still a failure. */
+        bool said = false;
+        json_array_foreach(q->parts, i, p)
+                said = said || json_object_get(p, "error");
+        if (q->body_error && !said) {
+                json_decref(out);
+                return e2b_reply_rest_error(q, (unsigned)q->body_error, "the door could not hold the files' bytes "
+                                            "(out of memory)");
+        }
         json_array_foreach(q->parts, i, p) {
                 const char *err = json_string_value(json_object_get(p, "error"));
                 if (err) {
@@ -1184,6 +1196,14 @@ int envd_head(E2bReq *q) {
                 return 415;
         if (ce && strcmp(ce, "identity") != 0)
                 return 415; /* gzip uploads: not served (the SDK sends them only when asked) */
+        /* The uploads go on a connection of the request's own: what the request leaves unfinished
+         * (its client gone, a part refused) ends with it, as the server ends a closed
+         * connection's uploads, and does not count against the sandbox's open uploads after. */
+        int fd, r = q->g->connect(q->g->connect_data, &fd);
+        if (r == 0)
+                r = rpc_client_new(q->g->loop, fd, NULL, q, &q->own);
+        if (r < 0)
+                return 503;
         q->parts = json_array();
         /* The query's path, if any: every part goes there. */
         const char *path = http_query(q->r, "path");

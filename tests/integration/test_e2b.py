@@ -582,3 +582,31 @@ def test_files_form_of_several_files_writes_every_byte(daemon, sizes):
         assert st == 200 and len(got) == len(data) and got == data, (path, st, len(got), len(data))
     st, _, _ = http(daemon, "DELETE", f"/sandboxes/{sb['sandboxID']}", headers={"X-API-KEY": KEY})
     assert st in (200, 204)
+
+
+def test_files_uploads_left_unfinished_end_with_their_request(daemon):
+    # A client that goes away in the middle of a large file leaves an upload begun: it ends
+    # with the request, so that more of them than a sandbox may hold open (16) leave room for
+    # the next one.
+    sb = create(daemon)
+    auth = {"E2b-Sandbox-Id": sb["sandboxID"], "X-Access-Token": sb["envdAccessToken"]}
+    head = (f"POST /files?path=/tmp/cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nE2b-Sandbox-Id: {sb['sandboxID']}\r\n"
+            f"X-Access-Token: {sb['envdAccessToken']}\r\nContent-Type: application/octet-stream\r\n"
+            f"Content-Length: {12 << 20}\r\n\r\n").encode()
+    chunk = os.urandom(1 << 20)
+    for _ in range(17):
+        s = socket.create_connection(("127.0.0.1", daemon.port))
+        s.sendall(head)
+        for _ in range(6):
+            s.sendall(chunk)
+        time.sleep(0.05)  # the first part's files.write goes out
+        s.close()
+    data = os.urandom((4 << 20) + 5)
+    st, _, out = http(daemon, "POST", "/files?path=/tmp/after.bin", data,
+                      {**auth, "Content-Type": "application/octet-stream"}, timeout=120)
+    assert st == 200, out
+    st, _, got = http(daemon, "GET", "/files?path=/tmp/after.bin", headers=auth, timeout=120)
+    assert st == 200 and got == data
+    # None of the cut ones was put in place.
+    st, _, _ = http(daemon, "GET", "/files?path=/tmp/cut.bin", headers=auth)
+    assert st == 404
