@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/pidfd.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -266,4 +267,17 @@ void close_all_but(const int *keep, size_t n) {
                 lo = (unsigned)k[i] + 1;
         }
         (void)close_range(lo, ~0U, 0);
+}
+
+void msg_attach_fds(struct msghdr *mh, char *buf, const int *fds, size_t n) {
+        if (!n)
+                return;
+        memset(buf, 0, CMSG_SPACE(sizeof(int) * n));
+        mh->msg_control = buf;
+        mh->msg_controllen = CMSG_SPACE(sizeof(int) * n);
+        struct cmsghdr *c = CMSG_FIRSTHDR(mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
 }

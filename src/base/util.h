@@ -27,6 +27,10 @@ bool pidfd_is_dead(int pidfd);
 /* Closes every fd above 2 but those listed (at most 16; -1 entries are ignored): for a child
  * about to become something else, holding only what it names. No allocation. */
 void close_all_but(const int *keep, size_t n);
+/* Puts n fds (none: no control message) into mh as SCM_RIGHTS, in buf (at least
+ * CMSG_SPACE(sizeof(int) * n) bytes, aligned for a cmsghdr). */
+struct msghdr;
+void msg_attach_fds(struct msghdr *mh, char *buf, const int *fds, size_t n);
 int write_all(int fd, const void *buf, size_t len);
 /* Writes the string to dirfd/path (O_WRONLY, no create): for cgroup and proc files.
  * Returns 0 or -errno. */

@@ -141,14 +141,9 @@ static ssize_t write_some(RpcClient *c) {
                 struct cmsghdr align;
                 char buf[CMSG_SPACE(sizeof(int))];
         } cm;
-        memset(&cm, 0, sizeof cm);
         struct iovec iov = { (void *)bq_head(&c->out), MIN(len, f->end - c->written) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
-        struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-        h->cmsg_level = SOL_SOCKET;
-        h->cmsg_type = SCM_RIGHTS;
-        h->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(h), &f->fd, sizeof(int));
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        msg_attach_fds(&mh, cm.buf, &f->fd, 1);
         ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
         bool refused = n < 0 && errno != EAGAIN && errno != EINTR;
         if (n > 0 || refused) {

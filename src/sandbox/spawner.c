@@ -80,19 +80,6 @@ typedef struct SpawnWire {
         char text[256];
 } SpawnWire;
 
-/* Puts n fds (none: no control message) into mh, in buf (CMSG_SPACE of at least n ints). */
-static void attach_fds(struct msghdr *mh, char *buf, const int *fds, size_t n) {
-        if (!n)
-                return;
-        mh->msg_control = buf;
-        mh->msg_controllen = CMSG_SPACE(sizeof(int) * n);
-        struct cmsghdr *c = CMSG_FIRSTHDR(mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * n);
-        memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
-}
-
 /* ---------------------------------------------------------------- the daemon's side */
 
 typedef struct Packer {
@@ -195,7 +182,7 @@ int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint
         } cm;
         struct iovec iov = { buf, p.len };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        attach_fds(&mh, cm.buf, fds, nfds);
+        msg_attach_fds(&mh, cm.buf, fds, nfds);
         if (sp->inline_fd >= 0) {
                 /* Done here and now: the answers wait on sp->fd as the spawner's would, so
                  * there must be room for them first (a caller that asks for hundreds of
@@ -415,7 +402,7 @@ static void send_wire(int sock, bool in_caller, SpawnWire *w, const int rfds[RFD
                 }
         struct iovec iov = { (void *)w, sizeof *w };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        attach_fds(&mh, cm.buf, fds, n);
+        msg_attach_fds(&mh, cm.buf, fds, n);
         while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0) {
                 /* In the caller, the answer goes to its own other end, whose room was checked
                  * (spawner_request()): waiting would be for ever, and exiting the caller's. */

@@ -184,7 +184,8 @@ static void take_turn(Conn *c) {
 /* The framer over data, which starts at stream offset c->framed: it frames one line at most
  * (frame() stops it), the one ending at data's first newline. */
 static long feed_framer(Conn *c, const uint8_t *data, size_t len) {
-        const uint8_t *nl = memchr(data, '\n', len);
+        /* Only a connection holding fds needs to know where the line ends (a scan more). */
+        const uint8_t *nl = c->n_fds ? memchr(data, '\n', len) : NULL;
         c->line_end = nl ? c->framed + (uint64_t)(nl - data) : UINT64_MAX;
         long used = framer_feed(&c->framer, data, len, frame, c);
         if (used > 0)
