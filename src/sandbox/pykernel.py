@@ -760,6 +760,7 @@ def spawn(held, retry=True):
                 os.close(go_w)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGURG, signal.SIG_DFL)
             # Idle, a worker goes with its holder: it holds nothing the holder does not.
             # Once it has a cell it must outlive it (it becomes the holder): see worker().
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -798,8 +799,9 @@ def reap():
 
 def hold():
     """The holder's turn: a worker forked and announced, waited for. A cell that runs past
-    SPARE_AFTER gets a spare, forked from this same state and announced too (the daemon
-    contains it while the cell runs): if the cell is killed or its process dies, the spare
+    SPARE_AFTER, or is killed before that (the daemon's SIGURG), gets a spare, forked from this
+    same state and announced too (the daemon contains it while the cell runs): if the cell is
+    killed or its process dies, the spare
     takes the next cell at once; if it ends, the daemon kills the spare with this holder.
     node (JavaScript) holds its own state, which a spare could not restore: none there.
     Returns when the worker died with no spare to follow it."""
@@ -807,6 +809,9 @@ def hold():
     global started_w
     # The holder reaps its children itself: nothing a cell did to SIGCHLD may stop that.
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    # The daemon's word that it killed the worker (SIGURG): the spare is forked at once, while
+    # the worker's copy of the context is torn down, which takes as long as a fork.
+    signal.signal(signal.SIGURG, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
     held = other_threads()
     started_r, started_w = os.pipe()
@@ -857,9 +862,14 @@ def hold():
                 began = time.monotonic()
             if wake_r in ready:
                 try:
-                    os.read(wake_r, 4096)
+                    woke = os.read(wake_r, 4096)
                 except BlockingIOError:
-                    pass
+                    woke = b""
+                if signal.SIGURG in woke and not spared:
+                    spared = True
+                    spare, spare_go = spawn(held, retry=False)
+                    if spare is not None:
+                        announce_worker(spare)
     finally:
         # Also in a worker unwinding to become the holder (BecameHolder): the old holder's
         # pipes are not its own any more.

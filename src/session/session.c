@@ -21,6 +21,7 @@
  * done. What the shells do is reported to the
  * owner of the session's runs through SessionHooks. */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -588,7 +589,16 @@ bool session_awaiting_worker(const SbxSession *s) {
         return s->state == SS_WAIT_READY || s->state == SS_CONTAINING || s->state == SS_LEAVING;
 }
 
-void session_mark_killing(SbxSession *s) { s->state = SS_KILLING; }
+/* A Python holder with no spare yet forks one at once when told of the kill (SIGURG, which
+ * it catches while it holds, and which is ignored by default): the killed worker takes as
+ * long to tear down its copy of the context as a fork takes to make one, so the next cell's
+ * worker is made while the old one dies instead of after. bash holders are not told: a
+ * session's own `trap ... URG` would run. */
+void session_mark_killing(SbxSession *s) {
+        s->state = SS_KILLING;
+        if (s->shell == SBX_SHELL_PYTHON && s->spare_pidfd < 0 && s->holder_pidfd >= 0)
+                (void)pidfd_send_signal(s->holder_pidfd, SIGURG, NULL, 0);
+}
 
 bool session_leaving(const SbxSession *s) { return s->state == SS_LEAVING; }
 

@@ -475,3 +475,65 @@ def test_a_cell_in_a_gone_sandbox_says_so_at_once(sb):
     assert time.monotonic() - t < 45  # answered, not timed out
     assert ex.error is not None and ex.error.name == "SandboxGone", ex.error
     assert "pid 1 exited" in ex.error.value
+
+
+def _spawned(sock, timeout):
+    """The next SPAWNED from a kernel on `sock`, as its worker's pidfd; None if none came."""
+    import array
+    import select
+    import socket
+    hdr = struct.Struct("@IIiIIIIQ")
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([sock], [], [], left)[0]:
+            return None
+        fds = array.array("i")
+        msg, anc, _, _ = sock.recvmsg(hdr.size, socket.CMSG_SPACE(4 * fds.itemsize))
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        if len(msg) == hdr.size and hdr.unpack(msg)[0] == 6 and fds:  # WIRE_SPAWNED
+            return fds[0]
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
+    """The daemon SIGURGs a Python holder when it kills its worker: the holder forks the spare
+    then, not SPARE_AFTER into a cell that has begun (here none has: without the word, no spare
+    ever comes), so that the next cell's worker is made while the killed one is torn down. The
+    kernel is run bare on the host, speaking the session wire on a socketpair."""
+    import signal
+    import socket
+    import subprocess
+    script = Path(__file__).resolve().parents[2] / "src" / "sandbox" / "pykernel.py"
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    p = subprocess.Popen(["/usr/bin/python3", "-I", str(script), str(theirs.fileno())],
+                         pass_fds=[theirs.fileno()], cwd=tmp_path, stdin=subprocess.DEVNULL)
+    theirs.close()
+    pidfds = []
+    try:
+        ours.settimeout(60)
+        assert struct.unpack_from("@I", ours.recv(64))[0] == 1  # WIRE_HELLO
+        worker = _spawned(ours, 60)
+        assert worker is not None, "the holder announced no worker"
+        pidfds.append(worker)
+        assert _spawned(ours, 0.5) is None, "a spare came with no cell and no kill"
+        os.kill(p.pid, signal.SIGURG)
+        spare = _spawned(ours, 30)
+        assert spare is not None, "told of a kill, the holder forked no spare"
+        pidfds.append(spare)
+        assert spare != worker
+        os.kill(p.pid, signal.SIGURG)
+        assert _spawned(ours, 0.5) is None, "a second word made a second spare"
+    finally:
+        p.kill()
+        p.wait()
+        ours.close()
+        for fd in pidfds:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
+            os.close(fd)
