@@ -3,6 +3,8 @@
 #pragma once
 
 int cmd_run(int argc, char **argv);
+/* sbx: becomes sbx-engine with argv (main.c); returns only on failure, said on stderr. */
+int cli_exec_engine(char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);

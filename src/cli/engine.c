@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The programs sbx becomes for the commands that make sandboxes (main.c): sbx-engine (serve,
- * audit: libsbx, the server and every library they need) and, built from this same file with
- * SBX_ENGINE_RUN, sbx-run (run: libsbx alone, without the HTTP server and client libraries
- * the daemon links, whose loading was half of a one-shot run's time). Run alone, each takes
+/* sbx-engine, the program sbx becomes (main.c) for serve and audit (libsbx, the server and
+ * every library they need: GnuTLS, c-ares, libmicrohttpd, libcurl, libarchive), and for a run
+ * with --import, --export or --image (libarchive, which sbx does not load). Run alone, it takes
  * sbx's arguments. */
 #include <stdio.h>
 #include <string.h>
@@ -13,11 +12,7 @@ static const struct {
         const char *name;
         int (*fn)(int argc, char **argv);
 } commands[] = {
-#ifdef SBX_ENGINE_RUN
-        { "run", cmd_run },
-#else
-        { "serve", cmd_serve }, { "audit", cmd_audit },
-#endif
+        { "run", cmd_run }, { "serve", cmd_serve }, { "audit", cmd_audit },
 };
 
 int main(int argc, char **argv) {

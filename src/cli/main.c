@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The sbx binary: dispatches to one subcommand per file. It is the light half: the commands
- * that are clients of a daemon (and --help, --version) run here, linked with libc, jansson and
- * nettle alone, so they start like a small tool; those that make sandboxes or serve are
- * sbx-run's (run) and sbx-engine's (serve, audit), which this binary becomes (execv, same pid
- * and argv) when one of them is asked for. */
+ * that are clients of a daemon (and --help, --version) and `run` run here, linked with libc,
+ * jansson, nettle and (for run's sandboxes) libseccomp alone, so they start like a small tool;
+ * serve and audit, and a run with --import, --export or --image (libarchive), are
+ * sbx-engine's, which this binary becomes (execv, same pid and argv) when one is asked for. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,34 +16,11 @@ static const struct {
         const char *name;
         int (*fn)(int argc, char **argv);
 } commands[] = {
-        { "run", NULL },      { "serve", NULL },      { "export", cmd_export }, { "import", cmd_import },
+        { "run", cmd_run },   { "serve", NULL },      { "export", cmd_export }, { "import", cmd_import },
         { "ls", cmd_ls },     { "exec", cmd_exec },   { "ps", cmd_ps },         { "logs", cmd_logs },
         { "kill", cmd_kill }, { "shell", cmd_shell }, { "mcp", cmd_mcp },
         { "audit", NULL },    { "create", cmd_create }, { "rm", cmd_rm },       { "image", cmd_image },
 };
-
-/* Becomes the program of argv[1] (sbx-run for run, else sbx-engine) with the same argv: beside
- * this binary (a build tree), in ../libexec/sbx from it (an install moved as a whole: a package
- * unpacked elsewhere), else where the install put it. Returns only on failure, said on stderr. */
-static int exec_engine(char **argv) {
-        const char *prog = strcmp(argv[1], "run") == 0 ? "sbx-run" : "sbx-engine";
-        char self[PATH_MAX], path[PATH_MAX + 32];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n > 0) {
-                self[n] = 0;
-                char *slash = strrchr(self, '/');
-                static const char *const near[] = { "", "../libexec/sbx/" };
-                for (size_t i = 0; slash && i < ELEMENTSOF(near); i++) {
-                        snprintf(path, sizeof path, "%.*s/%s%s", (int)(slash - self), self, near[i], prog);
-                        if (access(path, X_OK) == 0)
-                                execv(path, argv);
-                }
-        }
-        snprintf(path, sizeof path, "%s/%s", SBX_LIBEXECDIR, prog);
-        execv(path, argv);
-        fprintf(stderr, "sbx: cannot start %s (the half of sbx that makes sandboxes): %s\n", path, strerror(errno));
-        return 127;
-}
 
 static void usage(FILE *f) {
         fprintf(f,
@@ -97,7 +74,7 @@ int main(int argc, char **argv) {
                 if (strcmp(cmd, commands[i].name) != 0)
                         continue;
                 if (!commands[i].fn)
-                        return exec_engine(argv);
+                        return cli_exec_engine(argv);
                 /* getopt names its program in its messages: "sbx exec: unrecognized option". */
                 char name[64];
                 snprintf(name, sizeof name, "sbx %s", cmd);
