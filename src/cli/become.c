@@ -28,6 +28,7 @@ int cli_exec_engine(char **argv) {
         }
         snprintf(path, sizeof path, "%s/%s", SBX_LIBEXECDIR, prog);
         execv(path, argv);
-        fprintf(stderr, "sbx: cannot start %s (the half of sbx that serves): %s\n", path, strerror(errno));
+        fprintf(stderr, "sbx: cannot start %s (serve, audit, and run with --import, --export or --image): %s\n", path,
+                strerror(errno));
         return 127;
 }

@@ -726,8 +726,9 @@ class BecameHolder(Exception):
     """Unwinds a worker whose cell ended to the holder's loop: it is the holder now."""
 
 
-# A cell that has run this long gets a spare worker (see hold()).
-SPARE_AFTER = 0.01
+# A cell that has run this long gets a spare worker (see hold()); a tunable, for the tests
+# of the daemon's word (SIGURG) that must tell that spare from this one.
+SPARE_AFTER = float(os.environ.pop("SBX_PYKERNEL_SPARE_AFTER", "0.01"))
 # The holder's wake-up: SIGCHLD writes to it (signal.set_wakeup_fd), so that one select()
 # waits for the worker's word, its end and the spare's time at once.
 wake_r = wake_w = -1
@@ -814,6 +815,13 @@ def hold():
     signal.signal(signal.SIGURG, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
     held = other_threads()
+    # A word left from the last worker (killed as it died on its own) is not about this one.
+    while True:
+        try:
+            if not os.read(wake_r, 4096):
+                break
+        except (BlockingIOError, InterruptedError):
+            break
     started_r, started_w = os.pipe()
     spare_go = -1
     try:
@@ -865,7 +873,9 @@ def hold():
                     woke = os.read(wake_r, 4096)
                 except BlockingIOError:
                     woke = b""
-                if signal.SIGURG in woke and not spared:
+                # Only about a cell that began: one sent before the worker died on its own
+                # would fork a spare for a worker with no cell, which the daemon refuses.
+                if signal.SIGURG in woke and not spared and began is not None:
                     spared = True
                     spare, spare_go = spawn(held, retry=False)
                     if spare is not None:

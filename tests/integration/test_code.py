@@ -500,31 +500,43 @@ def _spawned(sock, timeout):
 
 
 def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
-    """The daemon SIGURGs a Python holder when it kills its worker: the holder forks the spare
-    then, not SPARE_AFTER into a cell that has begun (here none has: without the word, no spare
-    ever comes), so that the next cell's worker is made while the killed one is torn down. The
-    kernel is run bare on the host, speaking the session wire on a socketpair."""
+    """The daemon SIGURGs a Python holder when it kills its worker's cell: the holder forks the
+    spare then, not SPARE_AFTER into the cell (here an hour), so that the next cell's worker is
+    made while the killed one is torn down. A word while no cell runs (sent as the worker died
+    on its own) forks nothing. The kernel is run bare on the host, speaking the session wire
+    on a socketpair."""
+    import array
     import signal
     import socket
     import subprocess
     script = Path(__file__).resolve().parents[2] / "src" / "sandbox" / "pykernel.py"
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    env = dict(os.environ, SBX_PYKERNEL_SPARE_AFTER="3600")
     p = subprocess.Popen(["/usr/bin/python3", "-I", str(script), str(theirs.fileno())],
-                         pass_fds=[theirs.fileno()], cwd=tmp_path, stdin=subprocess.DEVNULL)
+                         pass_fds=[theirs.fileno()], cwd=tmp_path, stdin=subprocess.DEVNULL, env=env)
     theirs.close()
-    pidfds = []
+    pidfds, pipes = [], []
     try:
         ours.settimeout(60)
         assert struct.unpack_from("@I", ours.recv(64))[0] == 1  # WIRE_HELLO
         worker = _spawned(ours, 60)
         assert worker is not None, "the holder announced no worker"
         pidfds.append(worker)
-        assert _spawned(ours, 0.5) is None, "a spare came with no cell and no kill"
+        os.kill(p.pid, signal.SIGURG)
+        assert _spawned(ours, 0.5) is None, "a spare for a worker with no cell"
+        # A cell that sleeps: WIRE_RUN, its code, the events pipe and stdout/stderr (F_EVENTS).
+        code = b"import time; time.sleep(60)"
+        hdr = struct.Struct("@IIiIIIIQ").pack(3, 1, 0, 0, 0, len(code), 64, 7)
+        events_r, events_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pipes += [events_r, events_w, out_r, out_w]
+        ours.sendmsg([hdr + code], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                     array.array("i", [events_w, out_w, out_w]))])
+        assert _spawned(ours, 1.0) is None, "a spare before an hour (SBX_PYKERNEL_SPARE_AFTER)"
         os.kill(p.pid, signal.SIGURG)
         spare = _spawned(ours, 30)
         assert spare is not None, "told of a kill, the holder forked no spare"
         pidfds.append(spare)
-        assert spare != worker
         os.kill(p.pid, signal.SIGURG)
         assert _spawned(ours, 0.5) is None, "a second word made a second spare"
     finally:
@@ -536,4 +548,6 @@ def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
             except OSError:
                 pass
+            os.close(fd)
+        for fd in pipes:
             os.close(fd)
