@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "base/limits.h"
 #include "base/log.h"
 #include "base/queue.h"
@@ -589,6 +590,31 @@ static int run_all(SbxContext *ctx, SbxSession *s, const RunArgs *a, int argc, c
         return last;
 }
 
+/* The answer is out (every byte of output written, the exit code known): the sandbox's
+ * removal (its processes' end, its cgroups' and mounts' removal: 1.2 ms here, a fifth of a
+ * one-shot run) is not on the caller's way. A child does it, detached, with nothing of the
+ * caller's: not its stdout or stderr, which a caller reading them to their end would wait on,
+ * nor its terminal. pid 1 dies as this process exits (PR_SET_PDEATHSIG), and the child, not
+ * its parent, waits for its cgroups to empty and removes them, its sandboxes' and the base
+ * sbx-PID named after this process, within SBX_DESTROY_TIMEOUT_MS. Without a fork, here. */
+static void free_after_exit(SbxContext *ctx) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid != 0) {
+                if (pid < 0)
+                        sbx_context_free(ctx);
+                return;
+        }
+        (void)setsid();
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null >= 0)
+                for (int fd = 0; fd <= 2; fd++)
+                        (void)dup2(null, fd);
+        sbx_context_free(ctx);
+        _exit(0);
+}
+
 int cmd_run(int argc, char **argv) {
         _cleanup_free_ const char **env = calloc((size_t)argc + 1, sizeof *env);
         if (!env)
@@ -667,6 +693,6 @@ int cmd_run(int argc, char **argv) {
                         r = e;
         }
 #endif
-        sbx_context_free(ctx);
+        free_after_exit(ctx);
         return r < 0 ? 1 : code;
 }

@@ -170,7 +170,7 @@ static void job_event(Watch *w, uint32_t events) {
         (void)events;
 }
 
-int mover_new(Loop *l, Mover **ret) {
+int mover_new(Loop *l, bool process, Mover **ret) {
         Mover *m = calloc(1, sizeof *m);
         if (!m)
                 return -ENOMEM;
@@ -178,7 +178,7 @@ int mover_new(Loop *l, Mover **ret) {
         m->sock = -1;
         m->job = (Job){ .pid = -1, .pidfd = -1, .result = -1 };
         int sv[2];
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0) {
+        if (process && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0) {
                 int r = job_start(&m->job, serve, &sv[1], &sv[1], 1);
                 close(sv[1]);
                 m->sock = sv[0];

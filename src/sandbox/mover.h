@@ -34,10 +34,11 @@ typedef struct Mover Mover;
 /* r: 0 when the pid was written into every cgroup, else the first -errno. */
 typedef void (*MoveDoneFn)(void *ud, int r);
 
-/* Starts the mover process. When it cannot start, or dies later, moves are done in the
- * daemon itself (as blocking writes), answered from the loop all the same. Returns 0 or
- * -errno (out of memory only). */
-int mover_new(Loop *l, Mover **ret);
+/* Starts the mover process (unless !process: a short-lived caller that would only pay for
+ * its fork). Without it, when it cannot start, or once it died, moves are done in the daemon
+ * itself (as blocking writes), answered from the loop all the same. Returns 0 or -errno (out
+ * of memory only). */
+int mover_new(Loop *l, bool process, Mover **ret);
 /* Kills the process; pending requests are dropped without a callback. NULL is fine. */
 void mover_free(Mover *m);
 /* Moves pid (as the daemon sees it) into each cgroup of dirs[] in order (cgroup dir fds),

@@ -14,6 +14,9 @@ from conftest import (killing, CGROUP2, SBX_BIN, SPAWNED, describe, finish, moun
 
 
 def _assert_clean(pids, mounts_before):
+    # `sbx run` answers first and removes its sandbox after, in a detached child (run.c,
+    # free_after_exit()), within SBX_DESTROY_TIMEOUT_MS (2 s) a sandbox.
+    wait_until(lambda: not sbx_cgroup_dirs(pids) and not sbx_processes(pids), timeout=10)
     assert not sbx_cgroup_dirs(pids), sbx_cgroup_dirs(pids)
     assert not sbx_processes(pids), sbx_processes(pids)
     new = mount_set() - mounts_before
@@ -42,20 +45,26 @@ def test_no_sbx_processes_by_cmdline_after_run(sbx):
     # Processes carrying the sandbox's names, whatever cgroup they are in, and that are
     # descendants of nothing we know: none may belong to the run that just ended.
     pid = SPAWNED[-1]
-    leftovers = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read()
-            with open(f"/proc/{d}/cgroup") as f:
-                cg = f.read()
-        except OSError:
-            continue
-        if (b"sbx_session" in cmd or cmd.split(b"\0")[0] == b"sbx-init") and f"/sbx-{pid}/" in cg:
-            leftovers.append((d, cmd))
-    assert not leftovers
+
+    def leftovers():
+        found = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read()
+                with open(f"/proc/{d}/cgroup") as f:
+                    cg = f.read()
+            except OSError:
+                continue
+            if (b"sbx_session" in cmd or cmd.split(b"\0")[0] == b"sbx-init") and f"/sbx-{pid}/" in cg:
+                found.append((d, cmd))
+        return found
+
+    # Removed after the answer, by a detached child of sbx run (run.c, free_after_exit()).
+    wait_until(lambda: not leftovers(), timeout=10)
+    assert not leftovers()
 
 
 def test_while_running_host_sees_no_sandbox_mounts():
@@ -87,6 +96,7 @@ def test_while_running_cgroups_exist_and_are_removed_after():
     assert os.path.join(CGROUP2, f"sbx-{p.pid}") in during
     cmds = b"\n".join(c for _, c in procs)
     assert b"sbx-init" in cmds and b"sbx_session" in cmds and b"sleep 30" in cmds
+    wait_until(lambda: not sbx_cgroup_dirs([p.pid]) and not sbx_processes([p.pid]), timeout=10)
     assert not sbx_cgroup_dirs([p.pid])
     assert not sbx_processes([p.pid])
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Delegation
+from conftest import Delegation, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SBX = os.environ.get("SBX_BIN", str(REPO / "build" / "src" / "cli" / "sbx"))
@@ -109,6 +109,8 @@ def test_rootless_leftovers_never_wedge_the_session(delegated):
 def test_rootless_leaves_nothing(delegated):
     cp = run_rootless(delegated, "sleep 300 &", "echo ok")
     assert cp.returncode == 0 and cp.stdout == b"ok\n", cp.stderr
+    # Removed after the answer, by a detached child of sbx run (run.c, free_after_exit()).
+    wait_until(lambda: not [p for p in delegated.dir.iterdir() if p.is_dir()], timeout=10)
     assert [p.name for p in delegated.dir.iterdir() if p.is_dir()] == []
     assert (delegated.dir / "cgroup.procs").read_text() == ""
 

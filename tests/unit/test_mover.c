@@ -72,7 +72,7 @@ int main(void) {
         }
         Loop *l = NULL;
         Mover *m = NULL;
-        CHECK(loop_new(&l) == 0 && mover_new(l, &m) == 0, "loop and mover");
+        CHECK(loop_new(&l) == 0 && mover_new(l, true, &m) == 0, "loop and mover");
         CHECK(mover_running(m) && mover_pid(m) > 0, "the mover process runs (pid %d)", (int)mover_pid(m));
 
         Answer x = { 0 };
@@ -112,6 +112,19 @@ int main(void) {
         CHECK(mover_move(m, child, &a, 1, on_moved, &late) > 0 && late.calls == 0, "a move after it");
         spin(l, &late, 3000);
         CHECK(late.calls == 1 && late.r == 0 && in_cgroup(child, "a"), "is done in the daemon");
+
+        /* A caller that asks for no process (sbx run) moves in itself from the start. */
+        Mover *inl = NULL;
+        CHECK(mover_new(l, false, &inl) == 0 && !mover_running(inl) && mover_pid(inl) == -1, "no mover process asked");
+        Answer own = { 0 };
+        CHECK(mover_move(inl, child, &b, 1, on_moved, &own) > 0 && own.calls == 0, "a move without it");
+        spin(l, &own, 3000);
+        CHECK(own.calls == 1 && own.r == 0 && in_cgroup(child, "b"), "is done here, answered from the loop");
+        Answer back = { 0 };
+        CHECK(mover_move(inl, child, &a, 1, on_moved, &back) > 0, "and back");
+        spin(l, &back, 3000);
+        CHECK(back.calls == 1 && back.r == 0 && in_cgroup(child, "a"), "into a again");
+        mover_free(inl);
 
         CHECK(cgroup_only_pid(a, child) == 1 && cgroup_only_pid(a, child + 1) == 0 && cgroup_only_pid(b, child) == 0,
               "cgroup_only_pid: yes for the one process there, no for another pid or an empty cgroup");
