@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base/limits.h"
@@ -597,31 +599,42 @@ static int run_all(SbxContext *ctx, SbxSession *s, const RunArgs *a, int argc, c
  * nor its terminal. pid 1 dies as this process exits (PR_SET_PDEATHSIG), and the child, not
  * its parent, waits for its cgroups to empty and removes them, its sandboxes' and the base
  * sbx-PID named after this process, within SBX_DESTROY_TIMEOUT_MS. This process then ends at
- * once with code (_exit: what it still holds is the child's to free, not a leak). Without a
- * fork, the removal is done here and code returned; so too under AddressSanitizer, whose leak
- * check at exit would not be heard from a detached child (test.sh runs the suite under it to
- * check that the removal frees everything). */
-static int free_after_exit(SbxContext *ctx, int code) {
-        fflush(stdout);
-        fflush(stderr);
-#if defined(__SANITIZE_ADDRESS__)
-        pid_t pid = -1;
-#else
-        pid_t pid = fork();
-#endif
-        if (pid > 0)
-                _exit(code);
-        if (pid < 0) {
-                sbx_context_free(ctx);
-                return code;
-        }
+ * once with code (_exit: what it still holds is the child's to free, not a leak).
+ *
+ * The child shares this process's memory (CLONE_VM, a stack of its own): a fork's copy of the
+ * page tables, and this process's exit tearing its own down, were most of what was left
+ * between the answer and the exit (0.4 ms of 0.5 here). That is safe because this process
+ * does nothing after the clone but the exit_group system call: no write to the memory they
+ * share. The child runs on this process's thread area, as the only thread left using it.
+ * Without a clone, the removal is done here and code returned; so too under
+ * AddressSanitizer, whose leak check at exit would not be heard from a detached child
+ * (test.sh runs the suite under it to check that the removal frees everything). */
+#if !defined(__SANITIZE_ADDRESS__)
+static int free_detached(void *arg) {
         (void)setsid();
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (null >= 0)
                 for (int fd = 0; fd <= 2; fd++)
                         (void)dup2(null, fd);
+        sbx_context_free(arg);
+        return 0;
+}
+#endif
+
+static int free_after_exit(SbxContext *ctx, int code) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = -1;
+#if !defined(__SANITIZE_ADDRESS__)
+        size_t size = 1 << 20;
+        void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack != MAP_FAILED)
+                pid = clone(free_detached, (char *)stack + size, CLONE_VM | SIGCHLD, ctx);
+#endif
+        if (pid > 0)
+                _exit(code);
         sbx_context_free(ctx);
-        _exit(0);
+        return code;
 }
 
 int cmd_run(int argc, char **argv) {
