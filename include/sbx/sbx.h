@@ -262,11 +262,16 @@ SBX_API int sbx_context_set_mode(SbxContext *ctx, SbxMode mode);
  * its first sandbox (separate, the default: the calling process never clones, and its pid 1s
  * are copies of that small process, not of a caller grown large), or the calling process
  * itself, within sbx_sandbox_new() (for a short-lived process with one sandbox, which the
- * spawner's fork would only slow; it then also writes its processes' cgroup moves itself,
- * without the mover process, which it would pay for too). Either way the caller is every
- * pid 1's parent. Before the first sandbox: 0, or -EBUSY once one was made with the other
- * choice. */
+ * spawner's fork would only slow). Either way the caller is every pid 1's parent. Before the
+ * first sandbox: 0, or -EBUSY once one was made with the other choice. */
 SBX_API int sbx_context_set_spawner(SbxContext *ctx, bool separate);
+/* Who writes the sandboxes' processes into their cgroups (each command's worker, in and out):
+ * the mover, a small process forked with the first sandbox (separate, the default: a move that
+ * waits for the kernel's RCU grace period, 4-16 ms on some hosts, never holds the caller's
+ * loop), or the calling process itself, as blocking writes (for a short-lived process whose
+ * moves do not wait: favordynmods on, sbx_host_favor_cgroup_moves(); sbx run). Before the
+ * first sandbox: 0, or -EBUSY once one was made with the other choice. */
+SBX_API int sbx_context_set_mover(SbxContext *ctx, bool separate);
 SBX_API SbxMode sbx_context_mode(const SbxContext *ctx);
 /* Makes moves of processes between cgroups cheap on this host: turns favordynmods on for the
  * host's cgroup2 hierarchy, keeping its other options. Without it the kernel makes the first

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <dirent.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -592,47 +593,78 @@ static int run_all(SbxContext *ctx, SbxSession *s, const RunArgs *a, int argc, c
         return last;
 }
 
-/* The answer is out (every byte of output written, the exit code known): the sandbox's
- * removal (its processes' end, its cgroups' and mounts' removal: 1.2 ms here, a fifth of a
- * one-shot run) is not on the caller's way. A child does it, detached, with nothing of the
- * caller's: not its stdout or stderr, which a caller reading them to their end would wait on,
- * nor its terminal. pid 1 dies as this process exits (PR_SET_PDEATHSIG), and the child, not
- * its parent, waits for its cgroups to empty and removes them, its sandboxes' and the base
- * sbx-PID named after this process, within SBX_DESTROY_TIMEOUT_MS. This process then ends at
- * once with code (_exit: what it still holds is the child's to free, not a leak).
- *
- * The child shares this process's memory (CLONE_VM, a stack of its own): a fork's copy of the
- * page tables, and this process's exit tearing its own down, were most of what was left
- * between the answer and the exit (0.4 ms of 0.5 here). That is safe because this process
- * does nothing after the clone but the exit_group system call: no write to the memory they
- * share. The child runs on this process's thread area, as the only thread left using it.
- * Without a clone, the removal is done here and code returned; so too under
- * AddressSanitizer, whose leak check at exit would not be heard from a detached child
- * (test.sh runs the suite under it to check that the removal frees everything). */
-#if !defined(__SANITIZE_ADDRESS__)
+/* A run removes its sandbox after its exit (free_after_exit()) when it is sbx (sbx-engine's
+ * runs, with --image, --import or --export, hold the image store's lock or an archive's memory
+ * until then) and not under AddressSanitizer, whose leak check at exit would not be heard from
+ * a detached child (test.sh runs the suite under it to check that the removal frees
+ * everything). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RUN_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RUN_ASAN 1
+#endif
+#endif
+#if defined(SBX_RUN_LIGHT) && !defined(RUN_ASAN)
+#define RUN_DETACHED 1
+#endif
+
+#ifdef RUN_DETACHED
+/* The detached child: nothing of the caller's (stdio on /dev/null, a session of its own, the
+ * fds the caller passed closed: sbx's own are all close-on-exec, what came through an exec is
+ * not) and the signals the run blocked for its cancel unblocked. */
 static int free_detached(void *arg) {
         (void)setsid();
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-        if (null >= 0)
-                for (int fd = 0; fd <= 2; fd++)
-                        (void)dup2(null, fd);
+        for (int fd = 0; fd <= 2; fd++)
+                if (null < 0 || dup2(null, fd) < 0)
+                        (void)close(fd);
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                int fd = atoi(de->d_name), flags;
+                if (fd > 2 && fd != dirfd(d) && (flags = fcntl(fd, F_GETFD)) >= 0 && !(flags & FD_CLOEXEC))
+                        (void)close(fd);
+        }
+        if (d)
+                closedir(d);
+        sigset_t none;
+        sigemptyset(&none);
+        (void)sigprocmask(SIG_SETMASK, &none, NULL);
         sbx_context_free(arg);
         return 0;
 }
 #endif
 
+/* The answer is out (every byte of output written, the exit code known): the sandbox's
+ * removal (its processes' end, its cgroups' and mounts' removal: 1.2 ms here, a fifth of a
+ * one-shot run) is not on the caller's way. A child does it, detached (free_detached()).
+ * pid 1 dies as this process exits (PR_SET_PDEATHSIG), and the child, not its parent, waits
+ * for its cgroups to empty and removes them, its sandboxes' and the base sbx-PID named after
+ * this process, within SBX_DESTROY_TIMEOUT_MS. This process then ends at once with code
+ * (_exit: what it still holds is the child's to free, not a leak).
+ *
+ * The child shares this process's memory (CLONE_VM, a stack of its own with a guard page): a
+ * fork's copy of the page tables, and this process's exit tearing its own down, were most of
+ * what was left between the answer and the exit (0.4 ms of 0.5 here). This process does
+ * nothing after the clone but the exit_group system call; the child runs on its thread area,
+ * as the only thread left using it, whose tid word (the parent's) the kernel zeroes as the
+ * parent exits: nothing the removal calls reads it (no threads, no recursive or robust mutex).
+ *
+ * Done here instead, and code returned: without RUN_DETACHED, without a clone, and when this
+ * process is pid 1 of its pid namespace (`unshare -fp sbx run`), whose exit kills every
+ * process of the namespace, the child too. */
 static int free_after_exit(SbxContext *ctx, int code) {
         fflush(stdout);
         fflush(stderr);
-        pid_t pid = -1;
-#if !defined(__SANITIZE_ADDRESS__)
-        size_t size = 1 << 20;
-        void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-        if (stack != MAP_FAILED)
-                pid = clone(free_detached, (char *)stack + size, CLONE_VM | SIGCHLD, ctx);
-#endif
-        if (pid > 0)
+#ifdef RUN_DETACHED
+        const size_t guard = 4096, size = (1 << 20) + guard;
+        void *stack = getpid() == 1 ? MAP_FAILED
+                                    : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack != MAP_FAILED && mprotect(stack, guard, PROT_NONE) == 0 &&
+            clone(free_detached, (char *)stack + size, CLONE_VM | SIGCHLD, ctx) > 0)
                 _exit(code);
+#endif
         sbx_context_free(ctx);
         return code;
 }
@@ -671,10 +703,12 @@ int cmd_run(int argc, char **argv) {
         /* One sandbox, then gone: a spawner's fork would only add to its time. */
         if (r >= 0)
                 (void)sbx_context_set_spawner(ctx, false);
-        /* Its pid 1's join and its first command's move would each wait for a grace period. */
+        /* Its pid 1's join and its first command's move would each wait for a grace period.
+         * Once they do not, its moves are written here, not by a mover process it would fork. */
         if (r >= 0 && geteuid() == 0 && !a.no_favordynmods) {
                 char where[1024];
-                (void)sbx_host_favor_cgroup_moves(where, sizeof where);
+                if (sbx_host_favor_cgroup_moves(where, sizeof where) >= 0)
+                        (void)sbx_context_set_mover(ctx, false);
         }
 #ifndef SBX_RUN_LIGHT
         if (r >= 0 && a.so.image) {

@@ -446,6 +446,13 @@ int sbx_context_set_spawner(SbxContext *ctx, bool separate) {
         return 0;
 }
 
+int sbx_context_set_mover(SbxContext *ctx, bool separate) {
+        if (ctx->host.mover)
+                return separate == !ctx->host.move_inline ? 0 : -EBUSY;
+        ctx->host.move_inline = !separate;
+        return 0;
+}
+
 int sbx_context_set_sandboxes_cpu_weight(SbxContext *ctx, unsigned weight) {
         if (weight < 1 || weight > SBX_MAX_CPU_WEIGHT)
                 return -EINVAL;

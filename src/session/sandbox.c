@@ -775,7 +775,7 @@ static int sandbox_create(SandboxHost *host, const SbxSandboxOptions *o, OciImag
                 if (host->cpu_weight && (r = cgroup_root_set_weight(&host->shared.cg, host->cpu_weight)) < 0)
                         log_debug("the sandboxes' cpu weight stays the kernel's default: %s", strerror(-r));
         }
-        if (!host->mover && (r = mover_new(host->loop, !host->spawn_inline, &host->mover)) < 0)
+        if (!host->mover && (r = mover_new(host->loop, !host->move_inline, &host->mover)) < 0)
                 return r;
         host->yard.mover = host->mover;
         if (o->network == SBX_NETWORK_POD && !host->podnet) {

@@ -35,6 +35,7 @@ typedef struct SandboxHost {
         unsigned n_changes_pool;
         bool process; /* SBX_MODE_PROCESS: shared is made (and stays) in process mode */
         bool spawn_inline; /* sbx_context_set_spawner(ctx, false): no spawner process */
+        bool move_inline;  /* sbx_context_set_mover(ctx, false): no mover process */
         unsigned cpu_weight; /* sbx_context_set_sandboxes_cpu_weight(); 0: the kernel's default */
         int devnull;
         CorpseYard yard;

@@ -5,6 +5,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -207,3 +208,29 @@ def test_a_daemon_in_another_pid_namespace_sweeps_no_live_cgroup_base():
         if other:
             close_stdio(other, check=False)  # unshare's status
         close_stdio(host)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="unshare -p needs root")
+def test_a_run_that_is_pid_1_of_its_namespace_removes_its_sandbox_before_it_exits():
+    # sbx run answers first and removes its sandbox after, in a detached child: but the exit of
+    # a pid namespace's first process kills every process in it, that child too. As pid 1 it
+    # removes everything itself before it exits.
+    before = set(os.listdir(CGROUP2))
+    p = subprocess.Popen(["unshare", "-pf", "--mount-proc", SBX_BIN, "run", "--", "echo in-ns"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ns, own = None, os.stat("/proc/self/ns/pid").st_ino
+    for _ in range(2000):  # until unshare made its namespace
+        try:
+            ino = os.stat(f"/proc/{p.pid}/ns/pid_for_children").st_ino
+        except OSError:
+            break
+        if ino != own:
+            ns = ino
+            break
+        time.sleep(0.001)
+    o, e = p.communicate(timeout=60)
+    assert p.returncode == 0 and o == b"in-ns\n", (p.returncode, o, e)
+    assert ns is not None
+    assert f"sbx-1-ns{ns}" not in before
+    # Nothing to wait for: the run removed its base before its exit, and nothing else would.
+    assert not os.path.exists(os.path.join(CGROUP2, f"sbx-1-ns{ns}")), sorted(set(os.listdir(CGROUP2)) - before)

@@ -272,7 +272,8 @@ static void test_spawner_in_caller(void) {
         if (!c2)
                 return;
         CHECK(sbx_context_set_spawner(c2, false) == 0, "in caller: chosen before any sandbox");
-        int spawners = children_named("sbx-spawner");
+        CHECK(sbx_context_set_mover(c2, false) == 0, "in caller: its moves too");
+        int spawners = children_named("sbx-spawner"), movers = children_named("sbx-mover");
         SbxSandboxOptions so;
         sbx_sandbox_options_init(&so);
         SbxSandbox *sb = NULL;
@@ -298,6 +299,9 @@ static void test_spawner_in_caller(void) {
         CHECK(c && sscanf(c + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)getpid(),
               "in caller: its pid 1 is this process's child (%d)", ppid);
         CHECK(children_named("sbx-spawner") == spawners, "in caller: no spawner of its own");
+        CHECK(children_named("sbx-mover") == movers, "in caller: no mover of its own");
+        CHECK(sbx_context_set_mover(c2, true) == -EBUSY && sbx_context_set_mover(c2, false) == 0,
+              "in caller: the mover's choice is fixed too");
         CHECK(sbx_context_set_spawner(c2, true) == -EBUSY, "in caller: the choice is fixed after the first sandbox");
         CHECK(sbx_context_set_spawner(c2, false) == 0, "in caller: ... and may be said again");
         sbx_sandbox_free(sb);
