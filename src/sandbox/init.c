@@ -126,13 +126,56 @@ int identity_drop(unsigned uid, unsigned gid) {
  * directory (set once by setup_plain_or_exit()). */
 static const char *session_home = "/home/user";
 
+/* A shell started before pid 1's network namespace and id maps exist (prestart_session())
+ * waits on early for one message: a byte with the namespace's fd (none when the sandbox shares
+ * the host's network), sent once both are there. It joins the namespace (with the
+ * capabilities over the sandbox's user namespace it still has; an fd, as pid 1 is not
+ * dumpable and a pidfd of it would need CAP_SYS_PTRACE over the host) and makes a cgroup
+ * namespace of its own, rooted where pid 1's is: it is in the same cgroups. Returns 0 or
+ * -errno; _exit()s when pid 1 closed its end without a word (its setup failed). */
+static int join_early(const InitConfig *c, int early) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        char b;
+        struct iovec iov = { &b, 1 };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t n;
+        while ((n = recvmsg(early, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+                ;
+        if (n != 1)
+                _exit(1);
+        close(early);
+        _cleanup_close_ int net = -1;
+        struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
+        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS && cmh->cmsg_len == CMSG_LEN(sizeof(int)))
+                memcpy(&net, CMSG_DATA(cmh), sizeof net);
+        if (!c->network && (net < 0 || setns(net, CLONE_NEWNET) < 0))
+                return net < 0 ? -EBADF : negerrno();
+        return unshare(CLONE_NEWCGROUP) < 0 ? negerrno() : 0;
+}
+
+/* Tells the shell started early that pid 1's network namespace and id maps are there, with
+ * the namespace (join_early()). Returns 0 or -errno. */
+static int tell_early(const InitConfig *c, int early) {
+        char b = 'x', buf[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = { &b, 1 };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        _cleanup_close_ int net = c->network ? -1 : open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (!c->network && net < 0)
+                return negerrno();
+        msg_attach_fds(&mh, buf, &net, net >= 0 ? 1 : 0);
+        return sendmsg(early, &mh, MSG_NOSIGNAL) == 1 ? 0 : negerrno();
+}
+
 /* In a forked child: becomes a session shell, bash running the sbx_session builtin on sock,
  * or, when script >= 0 (a sealed memfd of sandbox/pykernel.py), the host's python3 running
  * that script, which speaks the same protocol on sock. go >= 0: a shell started during setup
  * (prestart_session(), bash only), whose cwd is still the host's root; it takes its own
  * seccomp filter (pid 1 has none yet) and the builtin waits on go before it moves to
- * session_home and speaks. Never returns. */
-_noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int script, bool javascript) {
+ * session_home and speaks; early >= 0: see join_early(). Never returns. */
+_noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int early, int script, bool javascript) {
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
@@ -147,12 +190,16 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int scr
         int s = fcntl(sock, F_DUPFD, 10);
         int b = fcntl(script >= 0 ? script : c->builtin_fd, F_DUPFD, 10);
         int g = go >= 0 ? fcntl(go, F_DUPFD, 10) : -1;
+        int e = early >= 0 ? fcntl(early, F_DUPFD, 10) : -1;
         int nul = open("/dev/null", O_RDWR);
-        if (s < 0 || b < 0 || nul < 0 || (go >= 0 && g < 0) || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 ||
-            dup2(nul, 2) < 0 || dup2(s, INIT_SESSION_FD) < 0 || dup2(b, INIT_BUILTIN_FD) < 0 ||
-            (g >= 0 && dup2(g, INIT_GO_FD) < 0))
+        if (s < 0 || b < 0 || nul < 0 || (go >= 0 && g < 0) || (early >= 0 && e < 0) || dup2(nul, 0) < 0 ||
+            dup2(nul, 1) < 0 || dup2(nul, 2) < 0 || dup2(s, INIT_SESSION_FD) < 0 || dup2(b, INIT_BUILTIN_FD) < 0 ||
+            (g >= 0 && dup2(g, INIT_GO_FD) < 0) || (e >= 0 && dup2(e, INIT_EARLY_FD) < 0))
                 _exit(126);
-        close_range(g >= 0 ? INIT_GO_FD + 1 : INIT_BUILTIN_FD + 1, ~0U, 0);
+        /* The early pipe's end is above the go pipe's: an early shell has both. */
+        close_range(e >= 0 ? INIT_EARLY_FD + 1 : g >= 0 ? INIT_GO_FD + 1 : INIT_BUILTIN_FD + 1, ~0U, 0);
+        if (e >= 0 && join_early(c, INIT_EARLY_FD) < 0)
+                _exit(126);
         /* Started during setup it stays in "/", the host's: pid 1's pivot_root moves every
          * process whose root or cwd is the old root into the new one. */
         if (chdir(g >= 0 ? "/" : session_home) < 0)
@@ -194,36 +241,50 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int scr
 static void spawn_session(const InitConfig *c, int sock, int script, bool javascript) {
         pid_t p = fork();
         if (p == 0)
-                exec_shell(c, sock, -1, script, javascript);
+                exec_shell(c, sock, -1, -1, script, javascript);
         close(sock);
         if (script >= 0)
                 close(script);
 }
 
-/* Starts the default session's shell now, while pid 1 builds the root: bash's exec, dynamic
- * linking, locale and builtin load (about as long as the root takes) then overlap it. Until
- * pid 1 writes to the returned pipe, the shell's root is the host's tree (pid 1's pivot_root
- * moves it to the sandbox's), so what runs before must be nothing a client chose: the shell's
- * environment is the fixed default one (sandbox.c decides, before anything is made), its
- * argv is fixed, it is already the sandbox user with no capability under the commands'
- * seccomp filter, and it reads no command and sends nothing until the byte comes. Returns the
+/* Starts the default session's shell first thing, before pid 1 makes its network namespace
+ * and builds the root: bash's exec, dynamic linking, locale and builtin load (about as long as
+ * the root takes) then overlap both, and the namespace (0.8 ms here) the shell's own setup.
+ * It joins the namespace and takes its ids once pid 1 writes to *ret_early (join_early()).
+ * Until pid 1 writes to the returned pipe, the shell's root is the host's tree (pid 1's
+ * pivot_root moves it to the sandbox's), so what runs before must be nothing a client chose:
+ * the shell's environment is the fixed default one (sandbox.c decides, before anything is
+ * made), its argv is fixed, it is already the sandbox user with no capability under the
+ * commands' seccomp filter, and it reads no command and sends nothing until the byte comes.
+ * Until its exec it is as undumpable as pid 1 (a copy of the same memory). Returns the go
  * pipe's write end, or -errno. */
-static int prestart_session(const InitConfig *c) {
-        int go[2];
+static int prestart_session(const InitConfig *c, int *ret_early) {
+        int go[2], early[2];
         if (pipe2(go, O_CLOEXEC) < 0)
                 return negerrno();
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, early) < 0) {
+                int r = negerrno();
+                close(go[0]);
+                close(go[1]);
+                return r;
+        }
         pid_t p = fork();
         if (p == 0) {
+                (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
                 close(go[1]);
-                exec_shell(c, c->session_fd, go[0], -1, false);
+                close(early[1]);
+                exec_shell(c, c->session_fd, go[0], early[0], -1, false);
         }
         close(go[0]);
+        close(early[0]);
         close(c->session_fd); /* the shell's, not pid 1's */
         if (p < 0) {
                 int r = negerrno();
                 close(go[1]);
+                close(early[1]);
                 return r;
         }
+        *ret_early = early[1];
         return go[1];
 }
 
@@ -333,9 +394,9 @@ static void wait_for_id_maps(int sync_fd) {
 /* Keeps only the control socket (returned, as a new CLOEXEC fd), the builtin, the default
  * session's socket when there is one and, in process mode, the cgroup.kill fd; everything else the daemon had open (other sandboxes' sockets,
  * client connections) must not survive here. stdin, stdout and stderr become /dev/null. */
-static int keep_only_ctl(const InitConfig *c) {
+static int keep_only_ctl(const InitConfig *c, int go) {
         int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);
-        int keep[4] = { ctl, c->builtin_fd, c->kill_fd, c->session_fd };
+        int keep[5] = { ctl, c->builtin_fd, c->kill_fd, c->session_fd, go };
         close_all_but(keep, ELEMENTSOF(keep));
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (nul >= 0) {
@@ -380,8 +441,8 @@ static int confine(const InitConfig *c) {
  * mount namespaces from clone3 on. It makes its network namespace (not the daemon's clone3:
  * making one, loopback and its sysctl tables, is the costliest part of a clone, and here it
  * runs in pid 1's time, not in the daemon's loop; owned by the sandbox's user namespace
- * either way), brings loopback up and names the host, so a shell started during setup
- * (prestart_session()) inherits all three. Returns 0 or -errno with err. */
+ * either way), brings loopback up and names the host; the shell started before it
+ * (prestart_session()) joins the namespace once pid 1 says so. Returns 0 or -errno with err. */
 static int setup_early(const InitConfig *c, char *err, size_t errlen) {
         int r = 0;
         if (!c->network && unshare(CLONE_NEWNET) < 0) {
@@ -399,12 +460,10 @@ static int setup_early(const InitConfig *c, char *err, size_t errlen) {
 
 /* Takes its identity, builds the root, makes the proxy's socket and confines itself, after
  * setup_early() (whose result is early, its words err); on failure tells the daemon why on ctl
- * and exits. With a default session's socket it starts that shell once in the sandbox's
- * cgroups and namespaces, before the root: *ret_go gets the pipe that lets it go (else -1).
- * Returns the snapshot store's fd, or -1, and the proxy's socket in *ret_proxy (-1 when
- * none). */
-static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[static 400], int *ret_proxy, int *ret_go) {
-        int snap = -1, proxy = -1, go = -1;
+ * and exits (the default session's shell, started before, reads the end of go). Returns the
+ * snapshot store's fd, or -1, and the proxy's socket in *ret_proxy (-1 when none). */
+static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[static 400], int *ret_proxy) {
+        int snap = -1, proxy = -1;
         int r = early;
         if (r >= 0 && c->ns_root && (r = become_ns_root()) < 0)
                 snprintf(err, 400, "take the namespace's root: %s", strerror(-r));
@@ -416,8 +475,6 @@ static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[stati
                 r = negerrno();
                 snprintf(err, 400, "cgroup namespace: %s", strerror(-r));
         }
-        if (r >= 0 && c->session_fd >= 0 && (r = go = prestart_session(c)) < 0)
-                snprintf(err, 400, "start the default session's shell: %s", strerror(-r));
         if (r >= 0)
                 r = mount_build_root(&c->mount, &snap, err, 400);
         struct stat wst;
@@ -438,7 +495,6 @@ static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[stati
                 _exit(1); /* the shell started early reads the end of its pipe */
         }
         *ret_proxy = proxy;
-        *ret_go = go;
         return snap;
 }
 
@@ -525,23 +581,35 @@ void init_main(const InitConfig *config) {
         (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
         char err[400] = "";
         int early = join_v1(c, err, sizeof err);
+        /* In all of the sandbox's cgroups (clone3 and join_v1()), and before anything else. */
+        int go = -1, early_go = -1;
+        if (early >= 0 && !c->plain && c->session_fd >= 0) {
+                if ((early = go = prestart_session(c, &early_go)) < 0)
+                        snprintf(err, sizeof err, "start the default session's shell: %s", strerror(-early));
+                ic.session_fd = -1;
+        }
         if (early >= 0 && !c->plain)
                 early = setup_early(c, err, sizeof err);
         wait_for_id_maps(c->userns_sync_fd);
+        if (early_go >= 0) {
+                if (early >= 0)
+                        (void)tell_early(c, early_go);
+                close(early_go);
+        }
         /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
          * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. Only after
          * the id maps are written: a non-dumpable process's /proc files belong to root,
          * and an unprivileged parent could no longer write them. */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        int ctl = keep_only_ctl(c);
+        int ctl = keep_only_ctl(c, go);
         sigset_t mask;
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);
         if (c->plain)
                 sigaddset(&mask, SIGTERM);
         sigprocmask(SIG_BLOCK, &mask, NULL);
-        int root = -1, proxy = -1, go = -1;
-        int snap = c->plain ? setup_plain_or_exit(&ic, ctl, &root) : setup_or_exit(c, ctl, early, err, &proxy, &go);
+        int root = -1, proxy = -1;
+        int snap = c->plain ? setup_plain_or_exit(&ic, ctl, &root) : setup_or_exit(c, ctl, early, err, &proxy);
         if (!c->plain)
                 root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 
