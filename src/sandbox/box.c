@@ -79,12 +79,13 @@ int box_shared_init(BoxShared *s, bool process, bool spawn_inline) {
                 r = negerrno();
                 goto fail;
         }
-        if ((r = cgroup_root_open(&s->cg)) < 0)
+        /* A context of one sandbox (sbx run) sweeps stale bases on its way out instead, after
+         * its answer (box_shared_done()). */
+        if ((r = cgroup_root_open(&s->cg, !spawn_inline)) < 0)
                 goto fail;
         s->cg_open = true;
         s->builtin_fd = sealed_memfd("sbx-session.so", sbx_bashext, sbx_bashext_len);
-        s->pykernel_fd = sealed_memfd("sbx-pykernel.py", sbx_pykernel, sbx_pykernel_len);
-        if ((r = s->builtin_fd) < 0 || (r = s->pykernel_fd) < 0 || (r = seccomp_build(&s->seccomp)) < 0)
+        if ((r = s->builtin_fd) < 0 || (r = seccomp_build(&s->seccomp)) < 0)
                 goto fail;
         /* Last: the spawner is this process as it is now, before any sandbox. */
         if ((r = start_spawner(s)) < 0)
@@ -96,10 +97,18 @@ fail:
         return r;
 }
 
+int box_pykernel_fd(BoxShared *s) {
+        if (s->pykernel_fd < 0)
+                s->pykernel_fd = sealed_memfd("sbx-pykernel.py", sbx_pykernel, sbx_pykernel_len);
+        return s->pykernel_fd;
+}
+
 void box_shared_done(BoxShared *s) {
         spawner_stop(&s->spawner);
         free(s->slots);
         s->slots = NULL;
+        if (s->cg_open && s->spawn_inline)
+                cgroup_root_sweep(&s->cg);
         if (s->cg_open)
                 cgroup_root_close(&s->cg);
         s->cg_open = false;

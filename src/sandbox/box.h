@@ -27,7 +27,7 @@ typedef struct BoxShared {
          * ptrace's rights over them): 1 yes, 0 no, -1 not tried yet (box_park()). */
         int getfd_ok;
         int builtin_fd;            /* sealed memfd with the bash builtin */
-        int pykernel_fd;           /* sealed memfd with the Python kernel (pykernel.py) */
+        int pykernel_fd;           /* sealed memfd with the Python kernel, or -1 (box_pykernel_fd()) */
         struct sock_fprog seccomp; /* filter bytes, owned */
         char staging[256];         /* host directory each sandbox builds its root on */
         uid_t user_uid;            /* rootless: the sandbox's user as the host sees it */
@@ -107,6 +107,9 @@ typedef struct Box {
  * 0 or -errno (-ENOTSUP: no cgroup v2; -EPERM: process mode's base directory belongs to
  * another user). */
 int box_shared_init(BoxShared *s, bool process, bool spawn_inline);
+/* The sealed memfd of the Python kernel (pykernel.py), made at the first call: a context
+ * without code sessions (every `sbx run`) never writes it. Returns the fd (s's) or -errno. */
+int box_pykernel_fd(BoxShared *s);
 void box_shared_done(BoxShared *s);
 
 /* Creates the sandbox and returns at once: its cgroups and control socket exist, its pid 1 is
@@ -139,7 +142,7 @@ int box_count_processes(const Box *b);
 int box_ready(Box *b, char *err, size_t errlen);
 /* Asks init for a session shell on `sock` (the shell's end of a session socketpair; the
  * caller keeps its own copy): bash, or python3 running `script` (a memfd, e.g.
- * BoxShared.pykernel_fd; -1 for bash), told to drive node when javascript. Returns 0 or
+ * box_pykernel_fd(); -1 for bash), told to drive node when javascript. Returns 0 or
  * -errno. */
 int box_spawn_session(Box *b, int sock, int script, bool javascript);
 /* Asks init to report the end of process pid (a pid of the sandbox). Returns 0 or -errno. */

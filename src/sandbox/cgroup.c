@@ -207,8 +207,7 @@ static bool base_stale(const char *name) {
 
 /* A daemon killed with SIGKILL cannot remove its cgroups (its sandboxes died with it, through
  * their pid namespaces). The next daemon removes base directories whose daemon is gone. */
-static void sweep_stale(const char *dir) {
-        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+static void sweep_stale_fd(int fd) {
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
         if (!d) {
                 safe_close(fd);
@@ -221,6 +220,17 @@ static void sweep_stale(const char *dir) {
         closedir(d);
 }
 
+static void sweep_stale(const char *dir) {
+        sweep_stale_fd(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+
+void cgroup_root_sweep(const CgroupRoot *r) {
+        const int bases[] = { r->v2, r->v1_memory, r->v1_pids, r->v1_cpu };
+        for (size_t i = 0; i < ELEMENTSOF(bases); i++)
+                if (bases[i] >= 0)
+                        sweep_stale_fd(openat(bases[i], "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+
 static int open_dir_mkdir(const char *path) {
         if (mkdir(path, 0755) < 0 && errno != EEXIST)
                 return negerrno();
@@ -228,13 +238,14 @@ static int open_dir_mkdir(const char *path) {
         return fd < 0 ? negerrno() : fd;
 }
 
-static int open_v1_base(const char *mnt, const char *controller, const char *leaf) {
+static int open_v1_base(const char *mnt, const char *controller, const char *leaf, bool sweep) {
         char own[1024], path[2048];
         if (!mnt[0])
                 return -ENOENT;
         cgroup_own_v1_path(controller, own, sizeof own);
         snprintf(path, sizeof path, "%s%s", mnt, strcmp(own, "/") == 0 ? "" : own);
-        sweep_stale(path);
+        if (sweep)
+                sweep_stale(path);
         snprintf(path, sizeof path, "%s%s/%s", mnt, strcmp(own, "/") == 0 ? "" : own, leaf);
         return open_dir_mkdir(path);
 }
@@ -317,7 +328,7 @@ int cgroup_root_set_weight(const CgroupRoot *r, unsigned weight) {
         return write_file_at(r->v1_cpu, "cpu.shares", num);
 }
 
-int cgroup_root_open(CgroupRoot *r) {
+int cgroup_root_open(CgroupRoot *r, bool sweep) {
         char v2[1024], mem[1024], pids[1024], cpu[1024], leaf[64];
         *r = (CgroupRoot){ .v2 = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
         cgroup_find_mounts(v2, mem, pids, cpu, sizeof v2);
@@ -341,7 +352,8 @@ int cgroup_root_open(CgroupRoot *r) {
         } else if (parent && *parent) {
                 snprintf(v2, sizeof v2, "%s", parent);
         }
-        sweep_stale(v2);
+        if (sweep)
+                sweep_stale(v2);
         if (strlen(v2) + 1 + strlen(leaf) >= sizeof r->v2_path)
                 return -ENAMETOOLONG;
         snprintf(r->v2_path, sizeof r->v2_path, "%.*s/%s", (int)(sizeof r->v2_path - sizeof leaf - 1), v2, leaf);
@@ -359,17 +371,17 @@ int cgroup_root_open(CgroupRoot *r) {
                 r->v2_cpu = enable_v2(fd, ctl, "cpu");
         }
         if (!r->v2_memory) {
-                int m = open_v1_base(mem, "memory", leaf);
+                int m = open_v1_base(mem, "memory", leaf, sweep);
                 r->v1_memory = m >= 0 ? m : -1;
                 if (m >= 0)
                         (void)write_file_at(m, "memory.use_hierarchy", "1");
         }
         if (!r->v2_pids) {
-                int p = open_v1_base(pids, "pids", leaf);
+                int p = open_v1_base(pids, "pids", leaf, sweep);
                 r->v1_pids = p >= 0 ? p : -1;
         }
         if (!r->v2_cpu) {
-                int c = open_v1_base(cpu, "cpu", leaf);
+                int c = open_v1_base(cpu, "cpu", leaf, sweep);
                 r->v1_cpu = c >= 0 ? c : -1;
         }
         log_debug("cgroup: v2 %s memory=%s pids=%s cpu=%s", r->v2_path,

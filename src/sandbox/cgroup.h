@@ -60,9 +60,12 @@ void cgroup_own_v1_path(const char *controller, char *out, size_t size);
  * without a cgroup2 mount, -EOPNOTSUPP when the kernel does not keep it (older than 6.0, or
  * another cgroup namespace), or -errno; `where` gets the mount point. */
 int cgroup_favor_dynmods(char *where, size_t size);
-/* Finds the hierarchies and creates the daemon's base directories. Returns 0, -ENOTSUP when
- * there is no usable cgroup v2 hierarchy (sbx cannot contain commands then), or -errno. */
-int cgroup_root_open(CgroupRoot *r);
+/* Finds the hierarchies and creates the daemon's base directories, after removing those of
+ * daemons that are gone when sweep (else cgroup_root_sweep() does, later). Returns 0, -ENOTSUP
+ * when there is no usable cgroup v2 hierarchy (sbx cannot contain commands then), or -errno. */
+int cgroup_root_open(CgroupRoot *r, bool sweep);
+/* Removes the base directories of daemons that are gone beside r's, in each hierarchy r uses. */
+void cgroup_root_sweep(const CgroupRoot *r);
 /* The weight of the base's sandboxes together against what runs beside the base, as cgroup v2
  * cpu.weight (1 to SBX_MAX_CPU_WEIGHT, checked by the caller; v1 cpu.shares scaled alike).
  * Returns 0, -ENOTSUP without a cpu controller, or -errno. */

@@ -20,7 +20,7 @@ typedef struct SandboxCore {
         SbxLimits limits;
         uint64_t timeout_ms;   /* default per-run timeout */
         int devnull;           /* the context's, stdin of runs without input */
-        int pykernel_fd;       /* the context's memfd of the Python kernel (box.h) */
+        BoxShared *shared;     /* the context's, for the Python kernel's memfd (box_pykernel_fd()) */
         uint64_t next_cmd;     /* names command cgroups c1, c2, ... */
         uint64_t run_order;    /* the last caller run's place in the sandbox-wide order */
         /* Caller runs whose order is above this wait: an operation (fork, snapshot...)

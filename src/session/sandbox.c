@@ -523,7 +523,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->default_sock = -1;
         sb->core.loop = host->loop;
         sb->core.devnull = host->devnull;
-        sb->core.pykernel_fd = host->shared.pykernel_fd;
+        sb->core.shared = &host->shared;
         sb->core.mover = host->mover;
         sb->core.rooms = &host->rooms;
         host->n_sandboxes++;

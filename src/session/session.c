@@ -514,8 +514,11 @@ int session_start_shell(SbxSession *s) {
         int r = session_socketpair(sv);
         if (r < 0)
                 return r;
-        r = box_spawn_session(&s->core->box, sv[1], s->shell != SBX_SHELL_BASH ? s->core->pykernel_fd : -1,
-                              s->shell == SBX_SHELL_JAVASCRIPT);
+        int script = -1;
+        if (s->shell != SBX_SHELL_BASH && (script = box_pykernel_fd(s->core->shared)) < 0)
+                r = script;
+        else
+                r = box_spawn_session(&s->core->box, sv[1], script, s->shell == SBX_SHELL_JAVASCRIPT);
         close(sv[1]);
         if ((r == -EPIPE || r == -ECONNRESET) && !s->core->dying) {
                 /* pid 1 is gone, its setup failed: what it said and its end come from the

@@ -200,7 +200,8 @@ def test_sigint_while_idle_between_commands_is_125():
 
 def test_sigkill_of_sbx_kills_the_sandbox_and_next_run_sweeps_its_cgroups(sbx):
     # sbx cannot clean up after SIGKILL, but the sandbox's processes must not outlive it
-    # (init has PDEATHSIG), and the next sbx removes the dead one's cgroup directories.
+    # (init has PDEATHSIG), and the next sbx removes the dead one's cgroup directories (after
+    # its answer, as it removes its own).
     p = sbx_popen("setsid sleep 313 & echo started; sleep 313")
     with killing(p):
         assert read_line(p) == b"started\n"
@@ -215,7 +216,7 @@ def test_sigkill_of_sbx_kills_the_sandbox_and_next_run_sweeps_its_cgroups(sbx):
         assert gone, sbx_processes([p.pid])
         cp = sbx("true")
         assert cp.returncode == 0, describe(cp)
-        assert not sbx_cgroup_dirs([p.pid])
+        assert wait_until(lambda: not sbx_cgroup_dirs([p.pid]), timeout=10), sbx_cgroup_dirs([p.pid])
     finally:
         for d in sbx_cgroup_dirs([p.pid]):
             remove_cgroup_tree(d)
