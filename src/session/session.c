@@ -58,14 +58,9 @@ static pid_t pidfd_pid(int fd) {
         return p && sscanf(p + 5, "%d", &pid) == 1 && pid > 0 ? (pid_t)pid : 0;
 }
 
-/* A field of /proc/<pid>/status ("PPid:", "NSpid:"): its last number, 0 if unknown. NSpid's
- * last is the pid in the sandbox's own pid namespace. */
-static pid_t status_field(pid_t pid, const char *key) {
-        char path[64], text[2048];
-        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
-        if (n <= 0)
-                return 0;
+/* A field of a /proc/<pid>/status text ("PPid:", "NSpid:"): its last number, 0 if unknown.
+ * NSpid's last is the pid in the sandbox's own pid namespace. */
+static pid_t status_field(const char *text, const char *key) {
         const char *p = strstr(text, key);
         if (!p)
                 return 0;
@@ -81,6 +76,17 @@ static pid_t status_field(pid_t pid, const char *key) {
                 q = next;
         }
         return v > 0 ? (pid_t)v : 0;
+}
+
+/* The parent and the pid in the sandbox's namespace of pid, from one read of its status (the
+ * kernel formats the whole file for each read: one per worker, not one per field). 0s when it
+ * is gone. */
+static void status_ids(pid_t pid, pid_t *ret_ppid, pid_t *ret_nspid) {
+        char path[64], text[2048];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
+        *ret_ppid = n > 0 ? status_field(text, "PPid:") : 0;
+        *ret_nspid = n > 0 ? status_field(text, "NSpid:") : 0;
 }
 
 static void forget_worker(SbxSession *s) {
@@ -105,9 +111,9 @@ static void spare_drop(SbxSession *s) {
 }
 
 /* The holder forked a spare while the command runs: contained now, off the way of anything. */
-static void on_spare(SbxSession *s, int fd, pid_t pid) {
+static void on_spare(SbxSession *s, int fd, pid_t pid, pid_t nspid) {
         SandboxCore *core = s->core;
-        s->spare_nspid = status_field(pid, "NSpid:");
+        s->spare_nspid = nspid;
         log_debug("session %s: spare %d", s->name, (int)pid);
         s->spare_pidfd = fd;
         s->spare_pid = pid;
@@ -175,11 +181,13 @@ static bool spare_promote(SbxSession *s) {
  * long before the next one comes. */
 static void on_spawned(SbxSession *s, int fd) {
         SandboxCore *core = s->core;
-        pid_t pid = pidfd_pid(fd);
+        pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0;
+        if (pid)
+                status_ids(pid, &ppid, &nspid);
         /* Only a live child of the holder: the holder's word names the process the daemon then
          * moves, sends commands to, or kills, and code can run in the holder (a Python thread a
          * cell started lives on in it). */
-        if (!pid || pidfd_is_dead(fd) || status_field(pid, "PPid:") != s->holder_pid || pid == core->box.init_pid) {
+        if (!pid || pidfd_is_dead(fd) || ppid != s->holder_pid || pid == core->box.init_pid) {
                 close(fd);
                 return;
         }
@@ -193,7 +201,7 @@ static void on_spawned(SbxSession *s, int fd) {
          * context's holder does, as soon as it sees its worker gone): the spare that takes its
          * place, not a worker to kill. */
         if ((s->state == SS_RUNNING || s->state == SS_KILLING) && pid && s->spare_pidfd < 0 && !s->spare_promoted) {
-                on_spare(s, fd, pid);
+                on_spare(s, fd, pid, nspid);
                 return;
         }
         if (s->state != SS_WAIT_READY || !pid) {
@@ -207,7 +215,7 @@ static void on_spawned(SbxSession *s, int fd) {
         forget_worker(s);
         s->worker_pidfd = fd;
         s->spawned_pid = pid;
-        s->spawned_nspid = status_field(pid, "NSpid:");
+        s->spawned_nspid = nspid;
         snprintf(s->cg_name, sizeof s->cg_name, "c%llu", (unsigned long long)++core->next_cmd);
         int dir = cgroup_child_create(&core->box.cg, s->cg_name);
         int dirs[2] = { dir, core->box.cg.v1_pids_cmds };
