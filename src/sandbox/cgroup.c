@@ -207,7 +207,9 @@ static bool base_stale(const char *name) {
 
 /* A daemon killed with SIGKILL cannot remove its cgroups (its sandboxes died with it, through
  * their pid namespaces). The next daemon removes base directories whose daemon is gone. */
-static void sweep_stale_fd(int fd) {
+/* skip: a base not to touch (a context's own, swept from a child of its process whose pid
+ * is not the base's), or NULL. */
+static void sweep_stale_fd(int fd, const char *skip) {
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
         if (!d) {
                 safe_close(fd);
@@ -215,20 +217,22 @@ static void sweep_stale_fd(int fd) {
         }
         struct dirent *de;
         while ((de = readdir(d)))
-                if (de->d_type == DT_DIR && base_stale(de->d_name))
+                if (de->d_type == DT_DIR && (!skip || strcmp(de->d_name, skip) != 0) && base_stale(de->d_name))
                         remove_tree(dirfd(d), de->d_name, 0);
         closedir(d);
 }
 
 static void sweep_stale(const char *dir) {
-        sweep_stale_fd(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        sweep_stale_fd(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), NULL);
 }
 
 void cgroup_root_sweep(const CgroupRoot *r) {
         const int bases[] = { r->v2, r->v1_memory, r->v1_pids, r->v1_cpu };
+        /* Every base of r has the same name, the v2 one's last component. */
+        const char *own = strrchr(r->v2_path, '/');
         for (size_t i = 0; i < ELEMENTSOF(bases); i++)
                 if (bases[i] >= 0)
-                        sweep_stale_fd(openat(bases[i], "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+                        sweep_stale_fd(openat(bases[i], "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC), own ? own + 1 : NULL);
 }
 
 static int open_dir_mkdir(const char *path) {

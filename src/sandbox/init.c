@@ -153,6 +153,12 @@ static int join_early(const InitConfig *c, int early) {
                 memcpy(&net, CMSG_DATA(cmh), sizeof net);
         if (!c->network && (net < 0 || setns(net, CLONE_NEWNET) < 0))
                 return net < 0 ? -EBADF : negerrno();
+        /* pid 1's priority: the spawner lowers it, by pid, without a cpu controller
+         * (SBX_CPU_FALLBACK_NICE), before the word; this shell was forked before that. */
+        errno = 0;
+        int nice = getpriority(PRIO_PROCESS, (id_t)getppid());
+        if (!errno && setpriority(PRIO_PROCESS, 0, nice) < 0)
+                return negerrno();
         return unshare(CLONE_NEWCGROUP) < 0 ? negerrno() : 0;
 }
 
@@ -583,6 +589,14 @@ void init_main(const InitConfig *config) {
          * to the loop below, which kills them (init_exit()). */
         (void)prctl(PR_SET_PDEATHSIG, c->plain ? SIGTERM : SIGKILL, 0, 0, 0);
         (void)prctl(PR_SET_NAME, "sbx-init", 0, 0, 0);
+        /* Blocked before the first fork: the end of a shell started during setup stays pending
+         * for the signalfd below, not dropped (SIGCHLD's default) with its zombie unreaped. */
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        if (c->plain)
+                sigaddset(&mask, SIGTERM);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
         char err[400] = "";
         int early = join_v1(c, err, sizeof err);
         /* In all of the sandbox's cgroups (clone3 and join_v1()), and before anything else. */
@@ -596,8 +610,9 @@ void init_main(const InitConfig *config) {
                 early = setup_early(c, err, sizeof err);
         wait_for_id_maps(c->userns_sync_fd);
         if (early_go >= 0) {
-                if (early >= 0)
-                        (void)tell_early(c, early_go);
+                if (early >= 0 && (early = tell_early(c, early_go)) < 0)
+                        snprintf(err, sizeof err, "let the default session's shell join the network namespace: %s",
+                                 strerror(-early));
                 close(early_go);
         }
         /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
@@ -606,12 +621,6 @@ void init_main(const InitConfig *config) {
          * and an unprivileged parent could no longer write them. */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         int ctl = keep_only_ctl(c, go);
-        sigset_t mask;
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGCHLD);
-        if (c->plain)
-                sigaddset(&mask, SIGTERM);
-        sigprocmask(SIG_BLOCK, &mask, NULL);
         int root = -1, proxy = -1;
         int snap = c->plain ? setup_plain_or_exit(&ic, ctl, &root) : setup_or_exit(c, ctl, early, err, &proxy);
         if (!c->plain)

@@ -221,6 +221,27 @@ def test_rootless_without_cpu_controller_falls_back_to_nice():
         d.remove()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root")
+def test_as_root_without_cpu_controller_the_first_shell_is_niced_too():
+    """As root with no cpu controller (the v1 cpu hierarchy unmounted in a mount namespace of the
+    test's own, where cgroup v2 has none to give), pid 1 is niced to 10 by pid after its clone;
+    the default session's shell, forked by pid 1 first thing, takes pid 1's priority once pid 1
+    lets it go on, so the commands run at 10 too."""
+    import shutil
+    cpu = "/sys/fs/cgroup/cpu"
+    if not shutil.which("unshare") or not os.path.ismount(cpu):
+        pytest.skip("no v1 cpu hierarchy to hide here")
+    with open(os.path.join(CGROUP2, "cgroup.controllers")) as f:
+        if "cpu" in f.read().split():
+            pytest.skip("cgroup v2 has the cpu controller here")
+    cp = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                         f'umount {cpu} && exec "$0" run -- nice nice', SBX_BIN],
+                        capture_output=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    lines = cp.stdout.split()
+    assert lines[0] == b"10" and lines[1] == b"10", cp.stdout
+
+
 def test_sdk_passes_cpus():
     """The SDK's limits mapping takes cpus (a float) as it is."""
     import sys
