@@ -411,6 +411,30 @@ def test_export_import_commands_against_a_socket_server(tmp_path):
         srv.wait(10)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="hides the installed sbx-engine in a mount namespace of its own")
+def test_without_sbx_engine_what_needs_it_fails_with_127_and_says_why(tmp_path):
+    """sbx becomes sbx-engine for serve, audit and a run with --image, --import or --export. A
+    sbx with none beside it, in ../libexec/sbx from it or where it was installed (hidden here)
+    exits 127 with the path it tried, and what needs no engine still works."""
+    import shutil
+    if not shutil.which("unshare"):
+        pytest.skip("unshare (util-linux) missing")
+    lone = tmp_path / "bin" / "sbx"
+    lone.parent.mkdir()
+    shutil.copy2(SBX_BIN, lone)
+    hide = " ".join(f"mount -t tmpfs sbx-test {d} &&" for d in ("/usr/local/libexec", "/usr/libexec")
+                    if os.path.isdir(d))
+    for args, engine in ((["serve", "--stdio"], True), (["run", "--image", "x", "--", "true"], True),
+                         (["run", "--", "echo without an engine"], False)):
+        cp = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", f'{hide} exec "$0" "$@"',
+                             str(lone), *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        if engine:
+            assert cp.returncode == 127, (args, cp.returncode, cp.stderr)
+            assert b"sbx: cannot start " in cp.stderr and b"sbx-engine" in cp.stderr, cp.stderr
+        else:
+            assert cp.returncode == 0 and cp.stdout == b"without an engine\n", (cp.returncode, cp.stderr)
+
+
 def test_cgroup_parent_too_long_is_refused_not_cut(sbx):
     # A delegated cgroup directory whose path does not fit is an error, never a shortened path
     # that would name some other directory.
