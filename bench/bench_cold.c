@@ -290,7 +290,7 @@ static void connect_with_sandbox(Client *c) {
  * (timed into bash). A gap of 5 ms leaves the session's next worker ready and idle; a gap of
  * 200 ms is an agent's pace, its model's time between commands: moves between cgroups then
  * come after a quiet spell, when the kernel's cgroup lock waits for an RCU grace period (see
- * src/sandbox/mover.h). */
+ * src/cgroup/mover.h). */
 static void socket_warm(Samples *run, Samples *bash, unsigned gap_ms, unsigned warmup, unsigned *bad) {
         char *bash_hi[] = { "/bin/bash", "-c", "echo hi", NULL };
         Client c;

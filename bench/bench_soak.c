@@ -34,7 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "common.h"
-#include "sandbox/cgroup.h"
+#include "cgroup/cgroup.h"
 #include "sbx/sbx.h"
 
 const char bench_prog[] = "sbx-bench-soak";
@@ -70,7 +70,7 @@ typedef struct Probe {
 
 /* The directories below which sbx makes this process's cgroups: <cgroup2>/sbx-<pid> (or below
  * $SBX_CGROUP_PARENT), and for v1 memory, pids and cpu <mount><own path>/sbx-<pid>; found as
- * src/sandbox/cgroup.c (whose mount lookups this uses) finds them. */
+ * src/cgroup/cgroup.c (whose mount lookups this uses) finds them. */
 static char bases[4][2048];
 static size_t n_bases;
 /* Our v2 base as /proc/PID/cgroup spells it ("/sbx-<pid>"), "" if unknown. */

@@ -27,8 +27,10 @@ import sys
 LAYERS = [
     ("base", [], "the loop, buffers, queues, jobs, the redactor, text and fd helpers, the new mount "
      "API's calls, every limit"),
-    ("sandbox", ["base"], "one sandbox as the kernel sees it: clone3, pid 1, the private root, "
-     "cgroups and their mover, seccomp, Landlock"),
+    ("cgroup", ["base"], "cgroups: the daemon's bases in v2 and v1, a sandbox's cgroups with "
+     "their limits, counters, parking and removal, and the mover that puts processes in them"),
+    ("sandbox", ["cgroup"], "one sandbox as the kernel sees it: the spawner and its program, "
+     "clone3, pid 1, the private root, seccomp, Landlock"),
     ("bashext", ["base"], "the session loop inside bash (a loadable builtin): holder, worker, "
      "state dump and restore"),
     ("fs", ["base"], "the jailed files API, tree walks, copies and layers, the change watch, "

@@ -718,6 +718,9 @@
 /* ... and how long a create waits for the spawner to take it before its setup's own
  * SBX_CREATE_TIMEOUT_MS starts: a spawner that took none in that long is stuck. */
 #define SBX_SPAWN_WAIT_MS 60000
+/* The longest seccomp filter the daemon hands its spawner's program: the kernel's own bound
+ * (BPF_MAXINSNS); sbx's filter is far shorter. */
+#define SBX_SECCOMP_MAX_INSNS 4096U
 
 /* Time destroying a sandbox waits for its processes to die after cgroup.kill. Past it the
  * daemon goes on (it must not hang on a process stuck in the kernel) and warns that the

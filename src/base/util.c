@@ -281,3 +281,20 @@ void msg_attach_fds(struct msghdr *mh, char *buf, const int *fds, size_t n) {
         c->cmsg_len = CMSG_LEN(sizeof(int) * n);
         memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
 }
+
+size_t msg_take_fds(struct msghdr *mh, int *fds, size_t max) {
+        size_t k = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                        continue;
+                for (size_t j = 0; j < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); j++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(c) + j * sizeof(int), sizeof(int));
+                        if (k < max)
+                                fds[k++] = fd;
+                        else
+                                close(fd);
+                }
+        }
+        return k;
+}

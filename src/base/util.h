@@ -23,7 +23,6 @@ void pidfd_sigkill(int pidfd);
 void pidfd_kill_reap(int pidfd);
 /* True once the process behind the pidfd has exited (the pidfd polls readable); never waits. */
 bool pidfd_is_dead(int pidfd);
-/* Writes all of buf to a blocking fd, retrying on EINTR. Returns 0 or -errno. */
 /* Closes every fd above 2 but those listed (at most 16; -1 entries are ignored): for a child
  * about to become something else, holding only what it names. No allocation. */
 void close_all_but(const int *keep, size_t n);
@@ -31,6 +30,10 @@ void close_all_but(const int *keep, size_t n);
  * CMSG_SPACE(sizeof(int) * n) bytes, aligned for a cmsghdr). */
 struct msghdr;
 void msg_attach_fds(struct msghdr *mh, char *buf, const int *fds, size_t n);
+/* The fds that came with a message received into mh, from every SCM_RIGHTS part, in order:
+ * the first max go to fds (the caller's), the rest are closed. Returns how many went to fds. */
+size_t msg_take_fds(struct msghdr *mh, int *fds, size_t max);
+/* Writes all of buf to a blocking fd, retrying on EINTR. Returns 0 or -errno. */
 int write_all(int fd, const void *buf, size_t len);
 /* Writes the string to dirfd/path (O_WRONLY, no create): for cgroup and proc files.
  * Returns 0 or -errno. */

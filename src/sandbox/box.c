@@ -355,19 +355,10 @@ int box_ready(Box *b, char *err, size_t errlen) {
                 n = recvmsg(b->ctl_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return 0;
-        int fd = -1, snap = -1, net = -1, proxy = -1;
-        struct cmsghdr *cmh = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS) {
-                size_t k = (cmh->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                if (k >= 1)
-                        memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
-                if (k >= 2)
-                        memcpy(&snap, CMSG_DATA(cmh) + sizeof fd, sizeof snap);
-                if (k >= 3)
-                        memcpy(&net, CMSG_DATA(cmh) + 2 * sizeof fd, sizeof net);
-                if (k >= 4)
-                        memcpy(&proxy, CMSG_DATA(cmh) + 3 * sizeof fd, sizeof proxy);
-        }
+        int got[4] = { -1, -1, -1, -1 };
+        if (n > 0)
+                (void)msg_take_fds(&mh, got, ELEMENTSOF(got));
+        int fd = got[0], snap = got[1], net = got[2], proxy = got[3];
         struct stat wst;
         if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
                 snprintf(err, errlen, "sandbox init exited during setup");

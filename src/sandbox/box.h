@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <linux/filter.h>
-#include "sandbox/cgroup.h"
+#include "cgroup/cgroup.h"
 #include "sandbox/spawner.h"
 #include "sandbox/landlock.h"
 

@@ -126,6 +126,11 @@ int identity_drop(unsigned uid, unsigned gid) {
  * directory (set once by setup_plain_or_exit()). */
 static const char *session_home = "/home/user";
 
+/* The CPUs pid 1 may run on, as it was cloned; the shell started early (prestart_session()),
+ * a copy of pid 1's memory, goes back to them in join_early(). */
+static cpu_set_t early_cpus;
+static bool early_cpus_set;
+
 /* A shell started before pid 1's network namespace and id maps exist (prestart_session())
  * waits on early for one message: a byte with the namespace's fd (none when the sandbox shares
  * the host's network), sent once both are there. It joins the namespace (with the
@@ -148,13 +153,15 @@ static int join_early(const InitConfig *c, int early) {
                 _exit(1);
         close(early);
         _cleanup_close_ int net = -1;
-        struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
-        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS && cmh->cmsg_len == CMSG_LEN(sizeof(int)))
-                memcpy(&net, CMSG_DATA(cmh), sizeof net);
+        (void)msg_take_fds(&mh, &net, 1);
         if (!c->network && (net < 0 || setns(net, CLONE_NEWNET) < 0))
                 return net < 0 ? -EBADF : negerrno();
         /* pid 1's priority: the spawner lowers it, by pid, without a cpu controller
          * (SBX_CPU_FALLBACK_NICE), before the word; this shell was forked before that. */
+        /* pid 1 put it on the other CPUs (prestart_session()) before it spoke: back on all of
+         * them before anything of the sandbox's runs. */
+        if (early_cpus_set && sched_setaffinity(0, sizeof early_cpus, &early_cpus) < 0)
+                return negerrno();
         errno = 0;
         int nice = getpriority(PRIO_PROCESS, (id_t)getppid());
         if (!errno && setpriority(PRIO_PROCESS, 0, nice) < 0)
@@ -274,6 +281,7 @@ static int prestart_session(const InitConfig *c, int *ret_early) {
                 close(go[1]);
                 return r;
         }
+        early_cpus_set = sched_getaffinity(0, sizeof early_cpus, &early_cpus) == 0;
         pid_t p = fork();
         if (p == 0) {
                 (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -284,10 +292,20 @@ static int prestart_session(const InitConfig *c, int *ret_early) {
         close(go[0]);
         close(early[0]);
         close(c->session_fd); /* the shell's, not pid 1's */
-        /* The shell first, until it waits on early: pid 1 is about to spend 0.8 ms on its network
-         * namespace without a pause, and a new process queued behind it on its CPU started only
-         * after that, or later, in most runs here (0.4-1.5 ms after the fork; 0.15 with this). */
-        (void)sched_yield();
+        /* The shell on another CPU than pid 1's, which is about to spend 0.7 ms on its network
+         * namespace and then its root without a pause. A new process starts on its parent's
+         * CPU when the others are busy (the daemon and the spawner were, a moment before), and
+         * the kernel moves no task that ran less than 0.5 ms ago (sched_migration_cost) to a
+         * CPU that went idle since: the shell waited behind pid 1 for 1.2 ms here, past its
+         * network namespace, and its bash then took the same CPU as pid 1's root. The shell
+         * goes back to every CPU of pid 1's once pid 1 spoke (join_early()). Alone on one CPU,
+         * pid 1 yields to it instead. */
+        cpu_set_t other = early_cpus;
+        int cpu = sched_getcpu();
+        if (early_cpus_set && cpu >= 0 && cpu < CPU_SETSIZE)
+                CPU_CLR(cpu, &other);
+        if (p > 0 && (!early_cpus_set || CPU_COUNT(&other) == 0 || sched_setaffinity(p, sizeof other, &other) < 0))
+                (void)sched_yield();
         if (p < 0) {
                 int r = negerrno();
                 close(go[1]);
@@ -563,13 +581,9 @@ static void handle_ctl(const InitConfig *c, int ctl) {
                 init_exit(c); /* daemon gone or sandbox destroyed: take everything down */
         if (n < 0)
                 return;
-        int fd = -1, script = -1;
-        struct cmsghdr *cmh = CMSG_FIRSTHDR(&mh);
-        if (cmh && cmh->cmsg_level == SOL_SOCKET && cmh->cmsg_type == SCM_RIGHTS) {
-                memcpy(&fd, CMSG_DATA(cmh), sizeof fd);
-                if (cmh->cmsg_len >= CMSG_LEN(sizeof(int) * 2))
-                        memcpy(&script, CMSG_DATA(cmh) + sizeof fd, sizeof script);
-        }
+        int got[2] = { -1, -1 };
+        (void)msg_take_fds(&mh, got, ELEMENTSOF(got));
+        int fd = got[0], script = got[1];
         if (fd >= 0 && (size_t)n >= sizeof m.type && m.type == INIT_SPAWN) {
                 spawn_session(c, fd, script, m.status == 1);
                 return;
@@ -615,10 +629,10 @@ void init_main(const InitConfig *config) {
                                  strerror(-early));
                 close(early_go);
         }
-        /* pid 1 is a fork of the daemon: its memory is a copy of the daemon's. Nothing in
-         * the sandbox may read it (ptrace, /proc/1/mem), nor its command line. Only after
-         * the id maps are written: a non-dumpable process's /proc files belong to root,
-         * and an unprivileged parent could no longer write them. */
+        /* pid 1 is a copy of the spawner (or of the daemon, which cloned it itself): its
+         * memory is theirs. Nothing in the sandbox may read it (ptrace, /proc/1/mem), nor its
+         * command line. Only after the id maps are written: a non-dumpable process's /proc
+         * files belong to root, and an unprivileged parent could no longer write them. */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         int ctl = keep_only_ctl(c, go);
         int root = -1, proxy = -1;

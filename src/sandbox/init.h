@@ -59,7 +59,7 @@ typedef struct InitConfig {
         /* cgroup.procs of the sandbox's v1 memory, pids and cpu cgroups, opened for writing
          * by the daemon (the kernel checks the opener's credentials), or -1: pid 1 joins
          * them itself, first thing, so that the daemon's loop never waits on the kernel's
-         * cgroup lock for it (see sandbox/mover.h). */
+         * cgroup lock for it (see cgroup/mover.h). */
         int v1_procs[3];
         bool ns_root;         /* uid 0 is mapped (root daemon): pid 1 takes it before setup */
         char **env;           /* environment of session shells */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The spawner (see spawner.h): requests in, clones out, in order. */
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
@@ -18,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "base/limits.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "sandbox/spawner.h"
 
@@ -245,11 +247,7 @@ int spawner_reply(Spawner *sp, SpawnReply *ret) {
          * any, its pid and name kept, for what it made to be found (box_spawn_recover()). */
         bool truncated = n > 0 && (mh.msg_flags & MSG_CTRUNC);
         int got[RFD_COUNT];
-        size_t ngot = 0;
-        struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && ngot < RFD_COUNT; k++)
-                        memcpy(&got[ngot++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+        size_t ngot = n > 0 ? msg_take_fds(&mh, got, RFD_COUNT) : 0;
         int fds[RFD_COUNT];
         size_t used = 0;
         if (truncated) {
@@ -375,7 +373,7 @@ static void close_fds(int *fds, size_t n) {
 }
 
 /* pid 1's fds into its cgroups: the v1 ones' cgroup.procs (it joins them itself, first thing,
- * so that no one waits on the kernel's cgroup lock for it: see sandbox/mover.h), the v2 init
+ * so that no one waits on the kernel's cgroup lock for it: see cgroup/mover.h), the v2 init
  * cgroup it is cloned into, and process mode's cgroup.kill. */
 static int open_cgroup_fds(const CgroupSandbox *cg, bool kill, int v1_procs[3], int *init_cg, int *kill_fd) {
         const int v1[3] = { cg->v1_memory, cg->v1_pids, cg->v1_cpu };
@@ -616,23 +614,201 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
                 if (n <= 0)
                         _exit(0); /* the daemon closed its end: nothing more to make */
                 int got[FD_COUNT];
-                size_t ngot = 0;
-                for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                                for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-                                        int fd;
-                                        memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-                                        if (ngot < FD_COUNT)
-                                                got[ngot++] = fd;
-                                        else
-                                                close(fd);
-                                }
+                size_t ngot = msg_take_fds(&mh, got, FD_COUNT);
                 handle_request(env, buf, n, got, ngot, mh.msg_flags);
         }
 }
 
-int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
-        *sp = (Spawner){ .fd = -1, .inline_fd = -1, .pid = -1, .pidfd = -1, .next_seq = 1, .root = cg };
+/* ---------------------------------------------------------------- its own program */
+
+/* What the daemon sends the spawner's own program first, before any request: what a fork of
+ * the daemon would have had in memory. Its fds come with it (SCM_RIGHTS), in the order of
+ * SFD_*, each present when its bit of fdmask is; then filter_len instructions of the seccomp
+ * filter. */
+enum { SFD_BUILTIN, SFD_SHARED, SFD_V2, SFD_V1_MEMORY, SFD_V1_PIDS, SFD_V1_CPU, SFD_COUNT };
+
+typedef struct SpawnSetup {
+        uint32_t magic, fdmask;
+        int32_t log_level;
+        uint32_t filter_len;
+        CgroupRoot cg; /* its fds are those that come with the message */
+} SpawnSetup;
+
+/* The fd the spawner's program finds its socket at. */
+#define SPAWNER_SOCK_FD 3
+
+/* The program's argument: a build of sbx-engine talks only to a sbx-spawner that lays out
+ * every message as it does. */
+static void spawner_abi(char *out, size_t size) {
+        snprintf(out, size, "sbx-spawner-abi:%s:%zu:%zu:%zu:%zu:%zu", SBX_VERSION, sizeof(SpawnHead), sizeof(SpawnWire),
+                 sizeof(SpawnSetup), sizeof(InitConfig), sizeof(CgroupRoot));
+}
+
+int spawner_program(char *out, size_t size) {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0)
+                return -ENOENT;
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        if (!slash || (size_t)snprintf(out, size, "%.*s/sbx-spawner", (int)(slash - self), self) >= size)
+                return -ENAMETOOLONG;
+        return access(out, X_OK) < 0 ? negerrno() : 0;
+}
+
+static int send_setup(int sock, int builtin_fd, int shared_fd, const struct sock_fprog *seccomp, const CgroupRoot *cg) {
+        SpawnSetup su = { .magic = SPAWN_MAGIC, .log_level = sbx_log_level, .filter_len = seccomp->len, .cg = *cg };
+        const int all[SFD_COUNT] = { builtin_fd, shared_fd, cg->v2, cg->v1_memory, cg->v1_pids, cg->v1_cpu };
+        int fds[SFD_COUNT];
+        size_t n = 0;
+        for (size_t i = 0; i < SFD_COUNT; i++)
+                if (all[i] >= 0) {
+                        su.fdmask |= 1u << i;
+                        fds[n++] = all[i];
+                }
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * SFD_COUNT)];
+        } cm;
+        struct iovec iov[2] = { { &su, sizeof su }, { seccomp->filter, seccomp->len * sizeof *seccomp->filter } };
+        struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+        msg_attach_fds(&mh, cm.buf, fds, n);
+        return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? negerrno() : 0;
+}
+
+/* The spawner as a program of its own (sbx-spawner, exec'd by spawner_start()): each pid 1 is
+ * a copy of a small static process instead of the daemon with every library it loaded (265
+ * mappings, 1.7 MiB of heap that pid 1 shares copy-on-write and faults on), which made the
+ * clone and everything pid 1 then wrote slower. */
+int spawner_program_main(int argc, char **argv) {
+        char abi[192];
+        spawner_abi(abi, sizeof abi);
+        if (argc != 2 || strcmp(argv[1], abi) != 0) {
+                fprintf(stderr, "sbx-spawner: a part of sbx-engine, started only by the sbx-engine of its own build (%s)\n",
+                        abi);
+                return 2;
+        }
+        (void)fcntl(SPAWNER_SOCK_FD, F_SETFD, FD_CLOEXEC);
+        SpawnSetup su;
+        struct sock_filter filter[SBX_SECCOMP_MAX_INSNS];
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * SFD_COUNT)];
+        } cm;
+        struct iovec iov[2] = { { &su, sizeof su }, { filter, sizeof filter } };
+        struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t n;
+        while ((n = recvmsg(SPAWNER_SOCK_FD, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+                ;
+        int got[SFD_COUNT], fds[SFD_COUNT];
+        size_t ngot = n > 0 ? msg_take_fds(&mh, got, SFD_COUNT) : 0, used = 0;
+        for (size_t i = 0; i < SFD_COUNT; i++)
+                fds[i] = n >= (ssize_t)sizeof su && (su.fdmask & (1u << i)) && used < ngot ? got[used++] : -1;
+        if (n < (ssize_t)sizeof su || su.magic != SPAWN_MAGIC || used != ngot || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+            su.filter_len > SBX_SECCOMP_MAX_INSNS || (size_t)n != sizeof su + su.filter_len * sizeof *filter ||
+            fds[SFD_SHARED] < 0 || fds[SFD_V2] < 0) {
+                fprintf(stderr, "sbx-spawner: no setup from sbx-engine\n");
+                return 2;
+        }
+        SpawnShared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED, fds[SFD_SHARED], 0);
+        if (shared == MAP_FAILED) {
+                fprintf(stderr, "sbx-spawner: mmap: %m\n");
+                return 1;
+        }
+        close(fds[SFD_SHARED]);
+        sbx_log_level = su.log_level;
+        CgroupRoot root = su.cg;
+        root.v2 = fds[SFD_V2];
+        root.v1_memory = fds[SFD_V1_MEMORY];
+        root.v1_pids = fds[SFD_V1_PIDS];
+        root.v1_cpu = fds[SFD_V1_CPU];
+        root.v2_path[sizeof root.v2_path - 1] = 0;
+        struct sock_fprog prog = { .len = (unsigned short)su.filter_len, .filter = filter };
+        SpawnerEnv env = { .sock = SPAWNER_SOCK_FD, .builtin_fd = fds[SFD_BUILTIN], .seccomp = &prog, .cg = &root,
+                           .shared = shared };
+        spawner_main(&env);
+}
+
+/* Starts sbx-spawner at exe: its socket, the page the kernel writes each pid 1's pid to, and
+ * the setup message, then the program itself, which the caller waits for (CLONE_VFORK) until
+ * it has exec'd or failed to. */
+static int start_program(Spawner *sp, const char *exe, int builtin_fd, const struct sock_fprog *seccomp,
+                         CgroupRoot *cg) {
+        char abi[192];
+        spawner_abi(abi, sizeof abi);
+        if (seccomp->len > SBX_SECCOMP_MAX_INSNS)
+                return -E2BIG;
+        _cleanup_close_ int mfd = memfd_create("sbx-spawn-shared", MFD_CLOEXEC);
+        if (mfd < 0 || ftruncate(mfd, sizeof(SpawnShared)) < 0)
+                return negerrno();
+        SpawnShared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+        if (shared == MAP_FAILED)
+                return negerrno();
+        int sv[2] = { -1, -1 }, r = 0;
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+                r = negerrno();
+                goto fail;
+        }
+        int q = (int)SBX_SPAWN_QUEUE_BYTES;
+        if (setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &q, sizeof q) < 0)
+                (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &q, sizeof q);
+        /* Queued before the program runs: it reads it first. */
+        if ((r = send_setup(sv[0], builtin_fd, mfd, seccomp, cg)) < 0)
+                goto fail;
+        pid_t parent = getpid();
+        int pidfd = -1;
+        shared->pid = 0;
+        struct clone_args ca = { .flags = CLONE_PIDFD | CLONE_VFORK, .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                                 .exit_signal = SIGCHLD };
+        long pid = syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid < 0) {
+                r = negerrno();
+                goto fail;
+        }
+        if (pid == 0) {
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                if (getppid() != parent)
+                        _exit(0);
+                /* Its socket at a known number, kept across the exec (every other fd of the
+                 * daemon's is O_CLOEXEC); stdin and stdout, which may be the daemon's RPC
+                 * channel (serve --stdio), are /dev/null to it; stderr stays the daemon's. */
+                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+                if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(sv[1], SPAWNER_SOCK_FD) < 0 ||
+                    fcntl(SPAWNER_SOCK_FD, F_SETFD, 0) < 0) {
+                        shared->pid = -errno;
+                        _exit(127);
+                }
+                char *const args[] = { (char *)"sbx-spawner", abi, NULL };
+                char *const envp[] = { NULL };
+                execve(exe, args, envp);
+                shared->pid = -errno;
+                _exit(127);
+        }
+        close(sv[1]);
+        sv[1] = -1;
+        /* The child has exec'd or exited by now (CLONE_VFORK). */
+        if (shared->pid < 0) {
+                r = shared->pid;
+                pidfd_kill_reap(pidfd);
+                close(pidfd);
+                goto fail;
+        }
+        sp->fd = sv[0];
+        sp->pid = (pid_t)pid;
+        sp->pidfd = pidfd;
+        sp->shared = shared;
+        return 0;
+fail:
+        safe_close(sv[0]);
+        safe_close(sv[1]);
+        munmap(shared, sizeof *shared);
+        return r;
+}
+
+/* Forks the spawner from the caller: where its program is not found beside the caller's own
+ * (a program of the C API, not sbx-engine). */
+static int start_fork(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
+
         SpawnShared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (shared == MAP_FAILED)
                 return negerrno();
@@ -678,6 +854,20 @@ int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp,
         sp->pidfd = pidfd;
         sp->shared = shared;
         return 0;
+}
+
+int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
+        *sp = (Spawner){ .fd = -1, .inline_fd = -1, .pid = -1, .pidfd = -1, .next_seq = 1, .root = cg };
+        char exe[PATH_MAX];
+        int r = spawner_program(exe, sizeof exe);
+        if (r == 0) {
+                r = start_program(sp, exe, builtin_fd, seccomp, cg);
+                if (r == 0)
+                        return 0;
+                log_warn("cannot start %s (%s): the sandboxes' pid 1 are cloned from a fork of this process", exe,
+                         strerror(-r));
+        }
+        return start_fork(sp, builtin_fd, seccomp, cg);
 }
 
 int spawner_start_inline(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {

@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
-#include "sandbox/cgroup.h"
+#include "cgroup/cgroup.h"
 #include "sandbox/init.h"
 
 /* A page the spawner shares with the daemon: the request it is cloning for, and the pid the
@@ -82,10 +82,18 @@ typedef struct SpawnReply {
 /* An answer with nothing in it (no pid, every fd -1), for seq. */
 void spawn_reply_init(SpawnReply *r, uint64_t seq);
 
-/* Forks the spawner from the calling process, which is its parent and the parent of every
- * pid 1 it makes. builtin_fd, seccomp and cg (whose base directories it makes cgroups in) are
- * the caller's, which the spawner keeps copies of. Returns 0 or -errno. */
+/* Starts the spawner, a child of the calling process, which is also the parent of every pid 1
+ * it makes: sbx-spawner, the program beside the caller's own (spawner_program()), exec'd and
+ * sent what it needs first; where there is none, a fork of the caller. builtin_fd, seccomp and
+ * cg (whose base directories it makes cgroups in) are the caller's, which the spawner keeps
+ * copies of. Returns 0 or -errno. */
 int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg);
+/* The path of sbx-spawner beside the calling program (sbx-engine's, in the build tree or where
+ * both are installed) in out; -ENOENT (or another -errno) when there is none to run. */
+int spawner_program(char *out, size_t size);
+/* sbx-spawner's main(): takes the setup on fd 3 and answers requests until the daemon closes
+ * its end. Returns (2) only when it was not started by its own build's sbx-engine. */
+int spawner_program_main(int argc, char **argv);
 /* The same without a process: each request is done by the caller in spawner_request(), which
  * is then pid 1's parent, and its answers come on sp->fd as a spawner's would. For a short-lived
  * process with one sandbox (sbx run), which a spawner's fork would only slow. */

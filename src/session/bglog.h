@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include "base/buf.h"
 #include "base/loop.h"
-#include "sandbox/cgroup.h"
+#include "cgroup/cgroup.h"
 
 typedef struct BgPipe BgPipe;
 typedef struct BgCgroup BgCgroup;

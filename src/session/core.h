@@ -41,7 +41,7 @@ typedef struct SandboxCore {
         /* What its output is redacted with (a reference of the sandbox's own; NULL: nothing
          * to redact). Runs, processes and the background log each keep streams on it. */
         struct Redactor *redact;
-        /* The context's cgroup mover (sandbox/mover.h): every move of a worker in or out of
+        /* The context's cgroup mover (cgroup/mover.h): every move of a worker in or out of
          * its command's cgroup goes through it, never a blocking write in the loop. */
         struct Mover *mover;
         uint64_t held_fds; /* fds held for it beyond its idle cost (sandbox_fds_take) */

@@ -4,8 +4,8 @@
 #include "base/limits.h"
 #include "base/list.h"
 #include "base/util.h"
-#include "sandbox/cgroup.h"
-#include "sandbox/mover.h"
+#include "cgroup/cgroup.h"
+#include "cgroup/mover.h"
 #include "session/corpse.h"
 
 struct Corpse {

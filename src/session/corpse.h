@@ -10,7 +10,7 @@ typedef struct Corpse Corpse;
 typedef struct CorpseYard {
         Loop *loop;
         BoxShared *shared;
-        struct Mover *mover; /* writes the cgroup.kill of each corpse (sandbox/mover.h) */
+        struct Mover *mover; /* writes the cgroup.kill of each corpse (cgroup/mover.h) */
         Corpse *corpses;
         /* Parked boxes killed but not finished yet, holding no fd, oldest first: taken on
          * while fewer than SBX_CORPSES_ACTIVE corpses are. */

@@ -4,7 +4,7 @@
 #include "base/limits.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "sandbox/cgroup.h"
+#include "cgroup/cgroup.h"
 #include "session/freeze.h"
 
 void freeze_init(Freeze *f) { *f = (Freeze){ .cg = -1, .ev = -1, .timer = -1 }; }

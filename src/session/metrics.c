@@ -8,7 +8,7 @@
 #include <sys/statfs.h>
 #include "base/limits.h"
 #include "base/util.h"
-#include "sandbox/cgroup.h"
+#include "cgroup/cgroup.h"
 #include "session/core.h"
 #include "session/metrics.h"
 

@@ -17,7 +17,7 @@
 #include "base/util.h"
 #include "oci/oci.h"
 #include "sandbox/mount.h"
-#include "sandbox/mover.h"
+#include "cgroup/mover.h"
 #include "sandbox/podnet.h"
 #include "session/freeze.h"
 #include "session/internal.h"

@@ -27,7 +27,7 @@ typedef struct SandboxHost {
         Loop *loop;
         BoxShared shared;
         bool shared_ready;
-        struct Mover *mover; /* sandbox/mover.h: made with `shared` */
+        struct Mover *mover; /* cgroup/mover.h: made with `shared` */
         /* fanotify groups of forks in layers (image.c) no sandbox uses now, marks flushed:
          * closing one waits for an SRCU grace period (ms), so the loop keeps them for the
          * next sandbox instead; closed with the context. */

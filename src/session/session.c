@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include "base/log.h"
 #include "base/util.h"
-#include "sandbox/mover.h"
+#include "cgroup/mover.h"
 #include "session/session.h"
 
 static void holder_event(Watch *w, uint32_t events);

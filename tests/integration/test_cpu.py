@@ -242,6 +242,43 @@ def test_as_root_without_cpu_controller_the_first_shell_is_niced_too():
     assert lines[0] == b"10" and lines[1] == b"10", cp.stdout
 
 
+def allowed_cpus(text):
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Cpus_allowed_list:")]
+
+
+@pytest.mark.parametrize("cpus", [None, "0"])
+def test_the_first_shell_and_its_commands_run_on_every_cpu_of_the_caller(cpus):
+    """pid 1 starts the default session's shell on the other CPUs than its own, so that it does
+    not wait behind pid 1's setup, and the shell goes back to all of them before it runs
+    anything: the command, its shell (the holder) and pid 1 may use every CPU the caller may
+    (all of the machine's; or the one taskset left it, where pid 1 only yields)."""
+    import shutil
+    prefix = []
+    if cpus is not None:
+        if not shutil.which("taskset"):
+            pytest.skip("taskset (util-linux) missing")
+        prefix = ["taskset", "-c", cpus]
+    cmd = "grep -h Cpus_allowed_list /proc/self/status /proc/$PPID/status /proc/1/status"
+    for _ in range(3):
+        host = subprocess.run([*prefix, "grep", "Cpus_allowed_list", "/proc/self/status"], capture_output=True,
+                              text=True, timeout=30)
+        cp = subprocess.run([*prefix, SBX_BIN, "run", "--", cmd], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0, cp.stderr
+        want = allowed_cpus(host.stdout)
+        assert len(want) == 1, host.stdout
+        assert allowed_cpus(cp.stdout) == want * 3, (cp.stdout, want)
+
+
+@pytest.mark.skipif(HOST_CPUS < 2, reason="one CPU: nothing to place the shell away from")
+def test_a_daemons_sandbox_shell_runs_on_every_cpu(stdio):
+    sid = stdio.result("sandbox.create")["sandboxId"]
+    r = stdio.result("run", {"sandboxId": sid,
+                             "command": "grep -h Cpus_allowed_list /proc/self/status /proc/$PPID/status"})
+    with open(f"/proc/{stdio.proc.pid}/status") as f:
+        want = allowed_cpus(f.read())
+    assert allowed_cpus(r["stdout"]) == want * 2, r
+
+
 def test_sdk_passes_cpus():
     """The SDK's limits mapping takes cpus (a float) as it is."""
     import sys

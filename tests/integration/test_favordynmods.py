@@ -1,4 +1,4 @@
-"""favordynmods on the host's cgroup2 hierarchy (cgroup_favor_dynmods() in src/sandbox/cgroup.c).
+"""favordynmods on the host's cgroup2 hierarchy (cgroup_favor_dynmods() in src/cgroup/cgroup.c).
 
 Without it the first move of a process between cgroups after a quiet spell waits for an RCU
 grace period (docs/BENCHMARKS.md); `sbx serve` and `sbx run` turn it on as root, keeping every

@@ -28,11 +28,11 @@ def kill_stopped(pid):
 
 
 class Daemon:
-    def __init__(self, *args):
+    def __init__(self, *args, program=SBX, stderr=subprocess.DEVNULL):
         self.dir = tempfile.mkdtemp(prefix="sbx-spawner-")
         self.path = os.path.join(self.dir, "sbx.sock")
-        self.proc = subprocess.Popen([SBX, "serve", "--socket", self.path, "--pool", "0", *args],
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([program, "serve", "--socket", self.path, "--pool", "0", *args],
+                                     stderr=stderr)
         SPAWNED.append(self.proc.pid)
         assert wait_until(lambda: os.path.exists(self.path), timeout=10)
         self.peers = []
@@ -90,6 +90,73 @@ def test_every_pid1_is_the_daemons_child_made_by_one_spawner():
         assert len(sockets) == 1, sockets
     finally:
         d.stop()
+
+
+def mapped_files(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return {line.split()[5] for line in f if len(line.split()) > 5}
+
+
+def test_pid1_is_a_copy_of_the_small_spawner_program_not_of_the_daemon():
+    """sbx-engine execs sbx-spawner (beside it) to clone every pid 1: the pid 1 a create makes
+    maps none of the daemon's libraries (GnuTLS, libcurl, libarchive), only sbx-spawner and
+    what a sanitizer's build loads."""
+    d = Daemon()
+    try:
+        p = d.peer()
+        sid = p.result("sandbox.create", {})["sandboxId"]
+        assert p.result("run", {"sandboxId": sid, "command": "echo $((6 * 7))"})["stdout"] == "42\n"
+        engine = os.readlink(f"/proc/{d.proc.pid}/exe")
+        assert os.path.basename(engine) == "sbx-engine", engine
+        spawner = d.spawner()
+        assert os.readlink(f"/proc/{spawner}/exe") == os.path.join(os.path.dirname(engine), "sbx-spawner")
+        inits = [pid for pid, comm, _ in d.children() if comm == "sbx-init"]
+        assert len(inits) == 1, d.children()
+        for pid in (spawner, inits[0]):
+            files = mapped_files(pid)
+            assert os.path.join(os.path.dirname(engine), "sbx-spawner") in files, files
+            assert engine not in files, files
+            heavy = [f for f in files if any(k in f for k in ("libgnutls", "libcurl", "libarchive", "libmicrohttpd"))]
+            assert not heavy, heavy
+            # Its environment is none of the daemon's.
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                assert f.read() == b"", pid
+    finally:
+        d.stop()
+
+
+def test_without_sbx_spawner_beside_it_the_daemon_forks_its_spawner(tmp_path):
+    """A sbx-engine with no sbx-spawner beside it (a copy alone in a directory) still makes
+    sandboxes: its spawner is a fork of itself, as a program of the C API's is."""
+    engine = os.path.join(os.path.dirname(os.path.realpath(SBX)), "sbx-engine")
+    if not os.path.exists(engine):
+        pytest.skip(f"sbx-engine is not beside {SBX} (an installed sbx keeps it in libexec)")
+    alone = tmp_path / "sbx-engine"
+    alone.write_bytes(open(engine, "rb").read())
+    alone.chmod(0o755)
+    d = Daemon(program=str(alone))
+    try:
+        p = d.peer()
+        sid = p.result("sandbox.create", {})["sandboxId"]
+        assert p.result("run", {"sandboxId": sid, "command": "echo $((6 * 7))"})["stdout"] == "42\n"
+        spawner = d.spawner()
+        assert os.readlink(f"/proc/{spawner}/exe") == str(alone)
+        assert str(alone) in mapped_files(spawner)
+    finally:
+        d.stop()
+
+
+def test_sbx_spawner_run_by_hand_refuses_and_says_what_it_is():
+    here = os.path.dirname(os.path.realpath(SBX))
+    for prog in (os.path.join(here, "sbx-spawner"), os.path.join(here, "..", "libexec", "sbx", "sbx-spawner")):
+        if os.path.exists(prog):
+            break
+    else:
+        pytest.skip(f"no sbx-spawner beside {SBX}")
+    for args in ([], ["sbx-spawner-abi:0.0:1:2:3:4:5"]):
+        cp = subprocess.run([prog, *args], capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+        assert cp.returncode == 2, cp
+        assert b"started only by the sbx-engine of its own build" in cp.stderr, cp.stderr
 
 
 def test_a_full_spawner_queue_refuses_with_a_retry_and_nothing_is_left():

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The cgroup mover (src/sandbox/mover.h): moves are answered from the loop, in order, with
+/* The cgroup mover (src/cgroup/mover.h): moves are answered from the loop, in order, with
  * the kernel's result; a cancelled request is never answered; without the process, moves are
  * done in the daemon and still answered from the loop. Needs root and cgroup v2. */
 #include <errno.h>
@@ -13,8 +13,8 @@
 #include "base/loop.h"
 #include "base/macro.h"
 #include "base/util.h"
-#include "sandbox/cgroup.h"
-#include "sandbox/mover.h"
+#include "cgroup/cgroup.h"
+#include "cgroup/mover.h"
 #include "tap.h"
 
 typedef struct Answer {

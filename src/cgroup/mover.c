@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "base/macro.h"
 #include "base/util.h"
-#include "sandbox/mover.h"
+#include "cgroup/mover.h"
 
 typedef struct MoverMsg {
         int64_t id;
@@ -78,11 +78,7 @@ static int serve(void *arg, char *err, size_t errlen) {
                 if (n <= 0)
                         return 0;
                 int fds[MOVER_MAX_DIRS];
-                size_t k = 0;
-                for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                                for (size_t j = 0; j < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && k < MOVER_MAX_DIRS; j++)
-                                        memcpy(&fds[k++], CMSG_DATA(c) + j * sizeof(int), sizeof(int));
+                size_t k = msg_take_fds(&mh, fds, MOVER_MAX_DIRS);
                 int r = n == (ssize_t)sizeof m && k == m.n ? move_all(m.pid, fds, k) : -EBADMSG;
                 for (size_t j = 0; j < k; j++)
                         close(fds[j]);

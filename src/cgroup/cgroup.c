@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "base/mountfd.h"
 #include "base/util.h"
-#include "sandbox/cgroup.h"
+#include "cgroup/cgroup.h"
 
 /* A line of /proc/self/mountinfo: its mount point, filesystem type and superblock options
  * (buffers of MOUNTINFO_FIELD bytes, fstype of 64). False for a line that is not one. */
