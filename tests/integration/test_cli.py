@@ -462,7 +462,7 @@ def test_each_program_loads_only_what_it_uses(sbx):
     """sbx (the clients and run, whose sandboxes have no egress proxy: sbx_context_new_local)
     loads neither GnuTLS nor c-ares with what they bring, nor libarchive; sbx-engine all. Built
     without a sanitizer, sbx is linked whole (static-pie, src/cli/meson.build): it loads
-    nothing at all, and still runs a sandbox."""
+    nothing at all, and still runs a sandbox; so is sbx-spawner, which loads none of them."""
     here = os.path.dirname(SBX_BIN)
     engine = os.path.join(here, "sbx-engine")
     if not os.path.exists(engine):
@@ -476,3 +476,10 @@ def test_each_program_loads_only_what_it_uses(sbx):
         cp = sbx("echo linked whole", timeout=60)
         assert cp.returncode == 0 and cp.stdout == b"linked whole\n", describe(cp)
     assert tls | {"libarchive"} <= _loads(engine)
+    # sbx-spawner, which every pid 1 of the daemon's is a copy of: the sandbox layer alone.
+    spawner = os.path.join(here, "sbx-spawner")
+    assert os.path.exists(spawner), spawner
+    if os.environ.get("SBX_SANITIZED"):
+        assert not _loads(spawner) & (tls | {"libarchive", "libjansson", "libcurl-gnutls"}), _loads(spawner)
+    else:
+        assert _needed(spawner) == set(), _needed(spawner)
