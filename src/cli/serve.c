@@ -830,6 +830,12 @@ static int serve_listen(Server *s, const ServeOptions *o) {
                                 o->path);
                         return 1;
                 }
+                /* epoll takes no regular file and no /dev/null (EPERM): say what stdin must be. */
+                if (o->stdio && r == -EPERM) {
+                        fprintf(stderr, "sbx serve --stdio: stdin must be a pipe, a socket or a terminal (the "
+                                "client's end), not a file or /dev/null\n");
+                        return 1;
+                }
                 return r < 0 ? serve_failed(o, r) : 0;
         }
         if ((r = server_listen_fd(s, o->afd, o->path)) < 0) {

@@ -483,3 +483,23 @@ def test_each_program_loads_only_what_it_uses(sbx):
         assert not _loads(spawner) & (tls | {"libarchive", "libjansson", "libcurl-gnutls"}), _loads(spawner)
     else:
         assert _needed(spawner) == set(), _needed(spawner)
+
+
+def test_serve_stdio_with_a_file_or_dev_null_for_stdin_says_what_it_needs(tmp_path):
+    """epoll takes no regular file and no /dev/null: serve --stdio says that stdin must be a
+    pipe, a socket or a terminal (it said "Operation not permitted"); with a pipe in and a file
+    out it answers."""
+    req = tmp_path / "req.json"
+    req.write_text('{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+    for stdin in (open(os.devnull, "rb"), open(req, "rb")):
+        with stdin:
+            cp = subprocess.run([SBX_BIN, "serve", "--stdio"], stdin=stdin, capture_output=True, timeout=30)
+        assert cp.returncode == 1, cp
+        assert cp.stderr == (b"sbx serve --stdio: stdin must be a pipe, a socket or a terminal (the client's end), "
+                             b"not a file or /dev/null\n"), cp.stderr
+    out_file = tmp_path / "out.json"
+    with open(out_file, "wb") as f:
+        cp = subprocess.run([SBX_BIN, "serve", "--stdio"], input=req.read_bytes(), stdout=f, stderr=subprocess.PIPE,
+                            timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    assert out_file.read_bytes() == b'{"jsonrpc":"2.0","id":1,"result":{"pong":true}}\n'
