@@ -42,15 +42,8 @@ static void send_ready(int fd, int status, const char *text, int root, int snap,
          * being non-dumpable only it may open it without CAP_SYS_PTRACE over the daemon. */
         int net = status == 0 ? open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
         if (status == 0 && root >= 0 && snap >= 0 && net >= 0) {
-                int fds[4] = { root, snap, net, proxy };
-                size_t n = proxy >= 0 ? 4 : 3;
-                mh.msg_control = cm.buf;
-                mh.msg_controllen = CMSG_SPACE(n * sizeof(int));
-                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(n * sizeof(int));
-                memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+                const int fds[4] = { root, snap, net, proxy };
+                msg_attach_fds(&mh, cm.buf, fds, proxy >= 0 ? 4 : 3);
         }
         if (keep && mh.msg_control) {
                 m.keep_root = root;
@@ -172,13 +165,17 @@ static int join_early(const InitConfig *c, int early) {
 /* Tells the shell started early that pid 1's network namespace and id maps are there, with
  * the namespace (join_early()). Returns 0 or -errno. */
 static int tell_early(const InitConfig *c, int early) {
-        char b = 'x', buf[CMSG_SPACE(sizeof(int))];
+        char b = 'x';
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
         struct iovec iov = { &b, 1 };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         _cleanup_close_ int net = c->network ? -1 : open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
         if (!c->network && net < 0)
                 return negerrno();
-        msg_attach_fds(&mh, buf, &net, net >= 0 ? 1 : 0);
+        msg_attach_fds(&mh, cm.buf, &net, net >= 0 ? 1 : 0);
         return sendmsg(early, &mh, MSG_NOSIGNAL) == 1 ? 0 : negerrno();
 }
 
