@@ -721,6 +721,10 @@
 /* The longest seccomp filter the daemon hands its spawner's program: the kernel's own bound
  * (BPF_MAXINSNS); sbx's filter is far shorter. */
 #define SBX_SECCOMP_MAX_INSNS 4096U
+/* How long a daemon waits for its spawner's program to take its setup (a static program's
+ * exec, a few ms at worst here); past it, or when the program exits, the spawner is a fork of
+ * the daemon instead. */
+#define SBX_SPAWNER_START_MS 2000
 
 /* Time destroying a sandbox waits for its processes to die after cgroup.kill. Past it the
  * daemon goes on (it must not hang on a process stuck in the kernel) and warns that the

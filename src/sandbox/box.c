@@ -212,6 +212,11 @@ static int request_init(BoxShared *s, const BoxConfig *c, Box *b, const int sv[2
                 /* A spawner that died and is not yet heard to have (spawn_event()): the next
                  * create, once it is, starts another. */
                 if (r == -EPIPE || r == -ECONNRESET) {
+                        /* Asked nothing yet, it has no answer anyone waits for, and the loop
+                         * does not watch it (it watches from the first request on): stopped
+                         * here, the next create starts another. */
+                        if (s->spawner.next_seq == 1)
+                                spawner_stop(&s->spawner);
                         r = -EAGAIN;
                         snprintf(err, errlen, "the sandbox spawner exited and is being replaced; try again");
                 } else if (r == -EAGAIN)

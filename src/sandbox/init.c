@@ -124,6 +124,39 @@ static const char *session_home = "/home/user";
 static cpu_set_t early_cpus;
 static bool early_cpus_set;
 
+/* This process's CPU mask as it was set (Cpus_allowed in /proc/self/status, hexadecimal words
+ * of 32 bits, the highest first): sched_getaffinity() gives only its CPUs online now, and a
+ * shell given that back would never run on a CPU that comes online later. */
+static bool read_allowed_cpus(cpu_set_t *ret) {
+        char buf[4096];
+        _cleanup_close_ int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+        if (n <= 0)
+                return false;
+        buf[n] = 0;
+        const char *p = strstr(buf, "\nCpus_allowed:");
+        if (!p)
+                return false;
+        p += strlen("\nCpus_allowed:");
+        p += strspn(p, " \t");
+        size_t len = strcspn(p, "\n");
+        CPU_ZERO(ret);
+        int cpu = 0;
+        /* From the last hexadecimal digit (CPUs 0-3) back to the first. */
+        for (size_t i = len; i-- > 0;) {
+                char c = p[i];
+                if (c == ',')
+                        continue;
+                int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+                if (v < 0)
+                        return false;
+                for (int b = 0; b < 4; b++, cpu++)
+                        if ((v >> b) & 1 && cpu < CPU_SETSIZE)
+                                CPU_SET(cpu, ret);
+        }
+        return CPU_COUNT(ret) > 0;
+}
+
 /* A shell started before pid 1's network namespace and id maps exist (prestart_session())
  * waits on early for one message: a byte with the namespace's fd (none when the sandbox shares
  * the host's network), sent once both are there. It joins the namespace (with the
@@ -149,12 +182,12 @@ static int join_early(const InitConfig *c, int early) {
         (void)msg_take_fds(&mh, &net, 1);
         if (!c->network && (net < 0 || setns(net, CLONE_NEWNET) < 0))
                 return net < 0 ? -EBADF : negerrno();
+        /* pid 1 put it on the other CPUs (prestart_session()) before it spoke: back on all of
+         * them before anything of the sandbox's runs (a failure leaves it on fewer, not broken). */
+        if (early_cpus_set)
+                (void)sched_setaffinity(0, sizeof early_cpus, &early_cpus);
         /* pid 1's priority: the spawner lowers it, by pid, without a cpu controller
          * (SBX_CPU_FALLBACK_NICE), before the word; this shell was forked before that. */
-        /* pid 1 put it on the other CPUs (prestart_session()) before it spoke: back on all of
-         * them before anything of the sandbox's runs. */
-        if (early_cpus_set && sched_setaffinity(0, sizeof early_cpus, &early_cpus) < 0)
-                return negerrno();
         errno = 0;
         int nice = getpriority(PRIO_PROCESS, (id_t)getppid());
         if (!errno && setpriority(PRIO_PROCESS, 0, nice) < 0)
@@ -278,7 +311,7 @@ static int prestart_session(const InitConfig *c, int *ret_early) {
                 close(go[1]);
                 return r;
         }
-        early_cpus_set = sched_getaffinity(0, sizeof early_cpus, &early_cpus) == 0;
+        early_cpus_set = read_allowed_cpus(&early_cpus);
         pid_t p = fork();
         if (p == 0) {
                 (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -297,11 +330,13 @@ static int prestart_session(const InitConfig *c, int *ret_early) {
          * network namespace, and its bash then took the same CPU as pid 1's root. The shell
          * goes back to every CPU of pid 1's once pid 1 spoke (join_early()). Alone on one CPU,
          * pid 1 yields to it instead. */
-        cpu_set_t other = early_cpus;
+        cpu_set_t other;
         int cpu = sched_getcpu();
-        if (early_cpus_set && cpu >= 0 && cpu < CPU_SETSIZE)
+        if (!early_cpus_set || sched_getaffinity(0, sizeof other, &other) < 0)
+                CPU_ZERO(&other);
+        if (cpu >= 0 && cpu < CPU_SETSIZE)
                 CPU_CLR(cpu, &other);
-        if (p > 0 && (!early_cpus_set || CPU_COUNT(&other) == 0 || sched_setaffinity(p, sizeof other, &other) < 0))
+        if (p > 0 && (CPU_COUNT(&other) == 0 || sched_setaffinity(p, sizeof other, &other) < 0))
                 (void)sched_yield();
         if (p < 0) {
                 int r = negerrno();
@@ -313,8 +348,8 @@ static int prestart_session(const InitConfig *c, int *ret_early) {
         return go[1];
 }
 
-/* Overwrites this process's argument area (inherited from the daemon) with "sbx-init",
- * so /proc/1/cmdline, which everyone in the sandbox can read, says nothing of the daemon.
+/* Overwrites this process's argument area (inherited from the spawner, or the daemon) with
+ * "sbx-init", so /proc/1/cmdline, which everyone in the sandbox can read, says nothing of them.
  * PR_SET_MM would be cleaner but needs CONFIG_CHECKPOINT_RESTORE. */
 static void hide_cmdline(void) {
         char stat[4096];

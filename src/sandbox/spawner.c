@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "sandbox/spawner.h"
+#include "spawner_abi.h"
 
 #define SPAWN_MAGIC 0x53505731u /* "SPW1" */
 /* Room a request done in the caller needs in its socket for its two answers, with the
@@ -73,6 +74,8 @@ typedef struct SpawnHead {
  * exists (so that a spawner dying right after the clone leaves no pid 1 the daemon does not
  * know), then DONE with the status and the cgroups' fds. */
 enum { SPAWN_CLONED = 1, SPAWN_DONE = 2 };
+/* ... and before any, the spawner's program says once that it took its setup. */
+enum { SPAWN_READY = 3 };
 
 typedef struct SpawnWire {
         uint64_t seq;
@@ -637,11 +640,12 @@ typedef struct SpawnSetup {
 /* The fd the spawner's program finds its socket at. */
 #define SPAWNER_SOCK_FD 3
 
-/* The program's argument: a build of sbx-engine talks only to a sbx-spawner that lays out
- * every message as it does. */
+/* The program's argument: a build of sbx-engine talks only to the sbx-spawner built from the
+ * same sources of the layers the spawner and pid 1 run (SBX_SPAWNER_SOURCES, a hash of them:
+ * src/sandbox/meson.build), so that neither misreads the other's messages and pid 1 is the
+ * code the daemon was built with. */
 static void spawner_abi(char *out, size_t size) {
-        snprintf(out, size, "sbx-spawner-abi:%s:%zu:%zu:%zu:%zu:%zu", SBX_VERSION, sizeof(SpawnHead), sizeof(SpawnWire),
-                 sizeof(SpawnSetup), sizeof(InitConfig), sizeof(CgroupRoot));
+        snprintf(out, size, "sbx-spawner-abi:%s:%s", SBX_VERSION, SBX_SPAWNER_SOURCES);
 }
 
 int spawner_program(char *out, size_t size) {
@@ -681,7 +685,7 @@ static int send_setup(int sock, int builtin_fd, int shared_fd, const struct sock
  * mappings, 1.7 MiB of heap that pid 1 shares copy-on-write and faults on), which made the
  * clone and everything pid 1 then wrote slower. */
 int spawner_program_main(int argc, char **argv) {
-        char abi[192];
+        char abi[256];
         spawner_abi(abi, sizeof abi);
         if (argc != 2 || strcmp(argv[1], abi) != 0) {
                 fprintf(stderr, "sbx-spawner: a part of sbx-engine, started only by the sbx-engine of its own build (%s)\n",
@@ -726,15 +730,48 @@ int spawner_program_main(int argc, char **argv) {
         struct sock_fprog prog = { .len = (unsigned short)su.filter_len, .filter = filter };
         SpawnerEnv env = { .sock = SPAWNER_SOCK_FD, .builtin_fd = fds[SFD_BUILTIN], .seccomp = &prog, .cg = &root,
                            .shared = shared };
+        SpawnWire ready = { .stage = SPAWN_READY };
+        if (send(SPAWNER_SOCK_FD, &ready, sizeof ready, MSG_NOSIGNAL) != (ssize_t)sizeof ready)
+                return 1;
         spawner_main(&env);
 }
 
+/* The sanitizers' options of the daemon, for the spawner's otherwise empty environment: an
+ * ASan build's spawner and pid 1s report as the daemon does. */
+static void sanitizer_env(char **envp, size_t max) {
+        static const char *const names[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS" };
+        size_t n = 0;
+        for (size_t i = 0; i < ELEMENTSOF(names) && n + 1 < max; i++) {
+                char *v = getenv(names[i]);
+                if (v)
+                        envp[n++] = v - strlen(names[i]) - 1; /* NAME=value, as environ holds it */
+        }
+        envp[n] = NULL;
+}
+
+/* Waits (bounded: SBX_SPAWNER_START_MS) for the program's word that it took its setup. */
+static int await_ready(int sock) {
+        struct pollfd p = { .fd = sock, .events = POLLIN };
+        int k;
+        while ((k = poll(&p, 1, SBX_SPAWNER_START_MS)) < 0 && errno == EINTR)
+                ;
+        if (k <= 0)
+                return k < 0 ? negerrno() : -ETIMEDOUT;
+        SpawnWire w;
+        ssize_t n = recv(sock, &w, sizeof w, MSG_DONTWAIT);
+        /* An end (or a reset: it exited with the setup unread) instead of the word. */
+        if (n < 0 && errno != ECONNRESET)
+                return negerrno();
+        return n == (ssize_t)sizeof w && w.stage == SPAWN_READY ? 0 : -EPROTO;
+}
+
 /* Starts sbx-spawner at exe: its socket, the page the kernel writes each pid 1's pid to, and
- * the setup message, then the program itself, which the caller waits for (CLONE_VFORK) until
- * it has exec'd or failed to. */
+ * the setup message, then the program itself, which the caller waits for until it has taken
+ * its setup (CLONE_VFORK until its exec, then its word): a program that cannot run, or is not
+ * of this build (it exits), is found out here, and the caller forks instead. */
 static int start_program(Spawner *sp, const char *exe, int builtin_fd, const struct sock_fprog *seccomp,
                          CgroupRoot *cg) {
-        char abi[192];
+        char abi[256];
         spawner_abi(abi, sizeof abi);
         if (seccomp->len > SBX_SECCOMP_MAX_INSNS)
                 return -E2BIG;
@@ -757,6 +794,8 @@ static int start_program(Spawner *sp, const char *exe, int builtin_fd, const str
                 goto fail;
         pid_t parent = getpid();
         int pidfd = -1;
+        char *envp[4];
+        sanitizer_env(envp, ELEMENTSOF(envp));
         shared->pid = 0;
         struct clone_args ca = { .flags = CLONE_PIDFD | CLONE_VFORK, .pidfd = (uint64_t)(uintptr_t)&pidfd,
                                  .exit_signal = SIGCHLD };
@@ -769,17 +808,18 @@ static int start_program(Spawner *sp, const char *exe, int builtin_fd, const str
                 (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
                 if (getppid() != parent)
                         _exit(0);
-                /* Its socket at a known number, kept across the exec (every other fd of the
-                 * daemon's is O_CLOEXEC); stdin and stdout, which may be the daemon's RPC
-                 * channel (serve --stdio), are /dev/null to it; stderr stays the daemon's. */
-                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-                if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(sv[1], SPAWNER_SOCK_FD) < 0 ||
-                    fcntl(SPAWNER_SOCK_FD, F_SETFD, 0) < 0) {
+                /* Its socket at a known number and nothing else of the daemon's (fds it
+                 * inherited without O_CLOEXEC included: this is the child's own table); stdin
+                 * and stdout, which may be the daemon's RPC channel (serve --stdio), are
+                 * /dev/null to it; stderr stays the daemon's. */
+                int sock = fcntl(sv[1], F_DUPFD, SPAWNER_SOCK_FD + 1);
+                int null = open("/dev/null", O_RDWR);
+                if (sock < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(sock, SPAWNER_SOCK_FD) < 0) {
                         shared->pid = -errno;
                         _exit(127);
                 }
+                close_range(SPAWNER_SOCK_FD + 1, ~0U, 0);
                 char *const args[] = { (char *)"sbx-spawner", abi, NULL };
-                char *const envp[] = { NULL };
                 execve(exe, args, envp);
                 shared->pid = -errno;
                 _exit(127);
@@ -787,8 +827,8 @@ static int start_program(Spawner *sp, const char *exe, int builtin_fd, const str
         close(sv[1]);
         sv[1] = -1;
         /* The child has exec'd or exited by now (CLONE_VFORK). */
-        if (shared->pid < 0) {
-                r = shared->pid;
+        r = shared->pid < 0 ? shared->pid : await_ready(sv[0]);
+        if (r < 0) {
                 pidfd_kill_reap(pidfd);
                 close(pidfd);
                 goto fail;
@@ -806,9 +846,8 @@ fail:
 }
 
 /* Forks the spawner from the caller: where its program is not found beside the caller's own
- * (a program of the C API, not sbx-engine). */
+ * (a program of the C API, not sbx-engine), or did not start. */
 static int start_fork(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
-
         SpawnShared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (shared == MAP_FAILED)
                 return negerrno();
@@ -865,7 +904,9 @@ int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp,
                 if (r == 0)
                         return 0;
                 log_warn("cannot start %s (%s): the sandboxes' pid 1 are cloned from a fork of this process", exe,
-                         strerror(-r));
+                         r == -EPROTO      ? "it exited without taking its setup: not of this build?"
+                         : r == -ETIMEDOUT ? "it did not take its setup in time"
+                                           : strerror(-r));
         }
         return start_fork(sp, builtin_fd, seccomp, cg);
 }

@@ -91,8 +91,9 @@ int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp,
 /* The path of sbx-spawner beside the calling program (sbx-engine's, in the build tree or where
  * both are installed) in out; -ENOENT (or another -errno) when there is none to run. */
 int spawner_program(char *out, size_t size);
-/* sbx-spawner's main(): takes the setup on fd 3 and answers requests until the daemon closes
- * its end. Returns (2) only when it was not started by its own build's sbx-engine. */
+/* sbx-spawner's main(): takes the setup on fd 3, says so, and answers requests until the
+ * daemon closes its end. Returns only when it cannot: 2 when not started by its own build's
+ * sbx-engine (or with no setup), 1 on a system error. */
 int spawner_program_main(int argc, char **argv);
 /* The same without a process: each request is done by the caller in spawner_request(), which
  * is then pid 1's parent, and its answers come on sp->fd as a spawner's would. For a short-lived

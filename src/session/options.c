@@ -159,7 +159,7 @@ static const char *const trust_env[] = {
 
 /* The session shells' environment: the fixed defaults (and an allowlist sandbox's proxy, and
  * a sandbox with proxy secrets' trust store), then the context's entries (sbx_context_set_env()), then the caller's (a name given again
- * replaces the one before). That is all: pid 1 is a fork of the daemon, but it starts every
+ * replaces the one before). That is all: pid 1 is a copy of the spawner (or of the daemon), but it starts every
  * shell with execve() and exactly this list, so nothing else of the daemon's own environment
  * reaches a sandbox. */
 char **options_build_env(const char *const *base, const char *const *extra, bool proxy, bool trust) {

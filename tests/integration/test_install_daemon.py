@@ -720,7 +720,8 @@ def test_deb_packages_hold_what_they_should(debs):
     for lib in ("libjansson4", "libseccomp2", "libarchive13", "libnettle8"):
         assert lib in depends, depends
     files = deb_files(debs["sbx"])
-    want = {"/usr/bin/sbx", "/usr/share/bash-completion/completions/sbx",
+    want = {"/usr/bin/sbx", "/usr/libexec/sbx/sbx-engine", "/usr/libexec/sbx/sbx-spawner",
+            "/usr/share/bash-completion/completions/sbx",
             "/lib/systemd/system/sbx.service", "/lib/systemd/system/sbx.socket",
             "/usr/share/man/man1/sbx.1.gz", "/usr/share/sbx/console/index.html",
             "/usr/share/sbx/console/console.js", "/usr/share/sbx/console/console.css"} | {

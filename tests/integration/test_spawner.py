@@ -28,11 +28,11 @@ def kill_stopped(pid):
 
 
 class Daemon:
-    def __init__(self, *args, program=SBX, stderr=subprocess.DEVNULL):
+    def __init__(self, *args, program=SBX, stderr=subprocess.DEVNULL, pass_fds=()):
         self.dir = tempfile.mkdtemp(prefix="sbx-spawner-")
         self.path = os.path.join(self.dir, "sbx.sock")
         self.proc = subprocess.Popen([program, "serve", "--socket", self.path, "--pool", "0", *args],
-                                     stderr=stderr)
+                                     stderr=stderr, pass_fds=pass_fds)
         SPAWNED.append(self.proc.pid)
         assert wait_until(lambda: os.path.exists(self.path), timeout=10)
         self.peers = []
@@ -125,16 +125,47 @@ def test_pid1_is_a_copy_of_the_small_spawner_program_not_of_the_daemon():
         d.stop()
 
 
-def test_without_sbx_spawner_beside_it_the_daemon_forks_its_spawner(tmp_path):
-    """A sbx-engine with no sbx-spawner beside it (a copy alone in a directory) still makes
-    sandboxes: its spawner is a fork of itself, as a program of the C API's is."""
+def test_an_fd_the_daemon_inherited_reaches_neither_the_spawner_nor_pid1():
+    """What the daemon's caller left open without O_CLOEXEC (here a pipe's write end) is not
+    carried into sbx-spawner, nor into the pid 1s cloned from it (the daemon keeps its own: that
+    is its caller's business)."""
+    r, w = os.pipe()
+    d = Daemon(pass_fds=(w,))
+    os.close(w)
+    try:
+        p = d.peer()
+        sid = p.result("sandbox.create", {})["sandboxId"]
+        assert p.result("run", {"sandboxId": sid, "command": "ls /proc/1/fd | wc -l"})["stdout"].strip().isdigit()
+        pipe = os.readlink(f"/proc/self/fd/{r}")
+        inits = [pid for pid, comm, _ in d.children() if comm == "sbx-init"]
+        for pid in [d.spawner(), *inits]:
+            held = [os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")]
+            assert pipe not in held, (pid, held)
+        # The daemon itself still holds it (it is the daemon's caller's business).
+        held = [os.readlink(f"/proc/{d.proc.pid}/fd/{f}") for f in os.listdir(f"/proc/{d.proc.pid}/fd")]
+        assert pipe in held, held
+    finally:
+        d.stop()
+        os.close(r)
+
+
+@pytest.mark.parametrize("beside", [None, "exit 2", "exec sleep 3600"])
+def test_without_a_working_sbx_spawner_beside_it_the_daemon_forks_its_spawner(tmp_path, beside):
+    """A sbx-engine with no sbx-spawner beside it (a copy alone in a directory), or with one
+    that exits at once (another build's refuses its setup) or never takes its setup, still makes
+    sandboxes: its spawner is a fork of itself, as a program of the C API's is, and says why."""
     engine = os.path.join(os.path.dirname(os.path.realpath(SBX)), "sbx-engine")
     if not os.path.exists(engine):
         pytest.skip(f"sbx-engine is not beside {SBX} (an installed sbx keeps it in libexec)")
     alone = tmp_path / "sbx-engine"
-    alone.write_bytes(open(engine, "rb").read())
+    with open(engine, "rb") as f:
+        alone.write_bytes(f.read())
     alone.chmod(0o755)
-    d = Daemon(program=str(alone))
+    if beside:
+        fake = tmp_path / "sbx-spawner"
+        fake.write_text(f"#!/bin/sh\n{beside}\n")
+        fake.chmod(0o755)
+    d = Daemon(program=str(alone), stderr=subprocess.PIPE)
     try:
         p = d.peer()
         sid = p.result("sandbox.create", {})["sandboxId"]
@@ -142,8 +173,15 @@ def test_without_sbx_spawner_beside_it_the_daemon_forks_its_spawner(tmp_path):
         spawner = d.spawner()
         assert os.readlink(f"/proc/{spawner}/exe") == str(alone)
         assert str(alone) in mapped_files(spawner)
+        # No fake left behind: it was killed and reaped.
+        assert not [pid for pid, comm, _ in d.children() if comm in ("sh", "sleep")], d.children()
     finally:
         d.stop()
+    said = d.proc.stderr.read().decode()
+    if beside:
+        why = "it exited without taking its setup: not of this build?" if beside == "exit 2" else \
+            "it did not take its setup in time"
+        assert f"cannot start {fake} ({why}): the sandboxes' pid 1 are cloned from a fork" in said, said
 
 
 def test_sbx_spawner_run_by_hand_refuses_and_says_what_it_is():
