@@ -736,6 +736,18 @@ int spawner_program_main(int argc, char **argv) {
         spawner_main(&env);
 }
 
+/* The requests' socketpair (flags besides SOCK_SEQPACKET | SOCK_CLOEXEC), its end sv[sender]
+ * able to queue SBX_SPAWN_QUEUE_BYTES of them (past the ordinary limit only as root). Returns
+ * 0 or -errno. */
+static int request_socketpair(int sv[2], int flags, int sender) {
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | flags, 0, sv) < 0)
+                return negerrno();
+        int q = (int)SBX_SPAWN_QUEUE_BYTES;
+        if (setsockopt(sv[sender], SOL_SOCKET, SO_SNDBUFFORCE, &q, sizeof q) < 0)
+                (void)setsockopt(sv[sender], SOL_SOCKET, SO_SNDBUF, &q, sizeof q);
+        return 0;
+}
+
 /* The sanitizers' options of the daemon, for the spawner's otherwise empty environment: an
  * ASan build's spawner and pid 1s report as the daemon does. */
 static void sanitizer_env(char **envp, size_t max) {
@@ -781,14 +793,9 @@ static int start_program(Spawner *sp, const char *exe, int builtin_fd, const str
         SpawnShared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
         if (shared == MAP_FAILED)
                 return negerrno();
-        int sv[2] = { -1, -1 }, r = 0;
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-                r = negerrno();
+        int sv[2] = { -1, -1 }, r;
+        if ((r = request_socketpair(sv, 0, 0)) < 0)
                 goto fail;
-        }
-        int q = (int)SBX_SPAWN_QUEUE_BYTES;
-        if (setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &q, sizeof q) < 0)
-                (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &q, sizeof q);
         /* Queued before the program runs: it reads it first. */
         if ((r = send_setup(sv[0], builtin_fd, mfd, seccomp, cg)) < 0)
                 goto fail;
@@ -852,22 +859,17 @@ static int start_fork(Spawner *sp, int builtin_fd, const struct sock_fprog *secc
         if (shared == MAP_FAILED)
                 return negerrno();
         int sv[2];
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-                int r = negerrno();
+        int r = request_socketpair(sv, 0, 0);
+        if (r < 0) {
                 munmap(shared, sizeof *shared);
                 return r;
         }
-        /* Requests wait in the socket: as many as SBX_SPAWN_QUEUE_BYTES holds (past the
-         * ordinary limit only as root). */
-        int q = (int)SBX_SPAWN_QUEUE_BYTES;
-        if (setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &q, sizeof q) < 0)
-                (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &q, sizeof q);
         pid_t parent = getpid();
         int pidfd = -1;
         struct clone_args ca = { .flags = CLONE_PIDFD, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD };
         long pid = syscall(SYS_clone3, &ca, sizeof ca);
         if (pid < 0) {
-                int r = negerrno();
+                r = negerrno();
                 close(sv[0]);
                 close(sv[1]);
                 munmap(shared, sizeof *shared);
@@ -920,15 +922,12 @@ int spawner_start_inline(Spawner *sp, int builtin_fd, const struct sock_fprog *s
                 return negerrno();
         }
         int sv[2];
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0) {
-                int r = negerrno();
+        int r = request_socketpair(sv, SOCK_NONBLOCK, 1);
+        if (r < 0) {
                 munmap(sp->shared, sizeof *sp->shared);
                 sp->shared = NULL;
                 return r;
         }
-        int q = (int)SBX_SPAWN_QUEUE_BYTES;
-        if (setsockopt(sv[1], SOL_SOCKET, SO_SNDBUFFORCE, &q, sizeof q) < 0)
-                (void)setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &q, sizeof q);
         sp->fd = sv[0];
         sp->inline_fd = sv[1];
         return 0;
