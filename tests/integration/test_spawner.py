@@ -198,6 +198,35 @@ def test_sbx_spawner_run_by_hand_refuses_and_says_what_it_is():
         assert b"started only by the sbx-engine of its own build" in cp.stderr, cp.stderr
 
 
+@pytest.mark.parametrize("setup", [b"", b"x" * 40, b"\0" * 4096])
+def test_sbx_spawner_with_its_argument_but_a_bad_setup_refuses(setup):
+    """The right argument (read from a daemon's spawner) but no setup, a short one or one that
+    is not the daemon's on fd 3: it says so and exits 2, making nothing."""
+    import socket
+    d = Daemon()
+    try:
+        p = d.peer()
+        p.result("sandbox.create", {})
+        spawner = d.spawner()
+        prog = os.readlink(f"/proc/{spawner}/exe")
+        with open(f"/proc/{spawner}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        if os.path.basename(prog) != "sbx-spawner":
+            pytest.skip(f"the daemon's spawner is {prog}")
+    finally:
+        d.stop()
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        if setup:
+            a.send(setup)
+        else:
+            a.shutdown(socket.SHUT_WR)
+        cp = subprocess.run([prog, argv[1].decode()], capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
+                            pass_fds=(b.fileno(),), preexec_fn=lambda: os.dup2(b.fileno(), 3))
+    assert cp.returncode == 2, cp
+    assert cp.stderr == b"sbx-spawner: no setup from sbx-engine\n", cp.stderr
+
+
 def test_a_full_spawner_queue_refuses_with_a_retry_and_nothing_is_left():
     d = Daemon()
     try:
