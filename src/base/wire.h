@@ -36,6 +36,12 @@ enum {
         WIRE_MOVED = 8,    /* daemon -> the new holder, after its DONE: it is out of the
                               command's cgroup, so the worker it forks now is too. What is left
                               in that cgroup is then exactly what the command left running. */
+        WIRE_RETIRE = 9,   /* daemon -> the idle worker of a bash session about to be parked: it
+                              exits without running anything, its holder says RETIRED and forks
+                              no worker until FORK (a parked sandbox keeps one shell, not two) */
+        WIRE_RETIRED = 10, /* holder -> daemon: its idle worker exited on RETIRE (it said so on
+                              a pipe only that worker had, before it took any command) */
+        WIRE_FORK = 11,    /* daemon -> a holder after its RETIRED: fork the next worker */
 };
 
 typedef struct WireHdr {

@@ -53,6 +53,10 @@
  * close-on-exec, so programs a command runs never inherit them. */
 #define SOCK_FD 1001
 #define NULL_FD 1002
+/* The idle worker's end of a pipe to its holder: the worker writes 'R' on it when it exits
+ * on WIRE_RETIRE, and closes it before it takes a command, so that nothing a command runs
+ * can make the holder believe its worker retired. */
+#define RETIRE_FD 1003
 
 static sigset_t command_mask;
 static uint8_t *msg;
@@ -70,7 +74,7 @@ static int send_hdr(uint32_t type, uint32_t seq, int32_t status, uint64_t nonce)
 }
 
 /* Receives one RUN message into msg; fds[] gets its three descriptors. Returns the message
- * length, or -1 when the daemon is gone. Malformed messages are dropped. */
+ * length, 0 on WIRE_RETIRE, or -1 when the daemon is gone. Malformed messages are dropped. */
 static ssize_t recv_run(int fds[WIRE_RUN_FDS]) {
         for (;;) {
                 union {
@@ -99,6 +103,8 @@ static ssize_t recv_run(int fds[WIRE_RUN_FDS]) {
                         }
                 }
                 WireHdr *h = (WireHdr *)msg;
+                if (nfds == 0 && (size_t)n == sizeof *h && h->type == WIRE_RETIRE)
+                        return 0;
                 if (nfds == WIRE_RUN_FDS && (size_t)n >= sizeof *h && h->type == WIRE_RUN &&
                     (uint64_t)h->cwd_len + h->env_len + h->cmd_len == (uint64_t)n - sizeof *h &&
                     !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
@@ -692,6 +698,13 @@ static void worker(void) {
         ssize_t n = recv_run(fds);
         if (n < 0)
                 _exit(0);
+        if (n == 0) {
+                /* Retired before it ran anything: the holder hears why it exits. */
+                if (write(RETIRE_FD, "R", 1) != 1)
+                        _exit(1);
+                _exit(0);
+        }
+        close(RETIRE_FD);
         WireHdr *h = (WireHdr *)msg;
         /* Kept off the message buffer, which the command could overwrite no more easily but
          * which a later RUN would reuse. */
@@ -739,6 +752,21 @@ static void await_moved(void) {
                 if (n <= 0)
                         _exit(0);
                 if ((size_t)n == sizeof h && h.type == WIRE_MOVED)
+                        return;
+        }
+}
+
+/* A holder whose worker retired forks the next one only when told (WIRE_FORK). Nothing else
+ * reads the socket now: there is no worker. */
+static void await_fork(void) {
+        WireHdr h;
+        for (;;) {
+                ssize_t n = recv(SOCK_FD, &h, sizeof h, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        _exit(0);
+                if ((size_t)n == sizeof h && h.type == WIRE_FORK)
                         return;
         }
 }
@@ -829,19 +857,36 @@ static int sbx_session_builtin(WORD_LIST *list) {
         if (send_hdr(WIRE_HELLO, 0, 0, 0) < 0)
                 _exit(0);
         for (;;) {
+                /* Without the pipe the worker cannot retire: it ignores no RETIRE, but its
+                 * holder then takes its exit for a death (DIED) and forks the next at once. */
+                int rp[2];
+                if (pipe2(rp, O_CLOEXEC | O_NONBLOCK) < 0)
+                        rp[0] = rp[1] = -1;
                 pid_t w = fork();
                 if (w < 0) {
+                        if (rp[0] >= 0) {
+                                close(rp[0]);
+                                close(rp[1]);
+                        }
                         /* Most likely the pids limit, with a fork bomb still dying. */
                         usleep(20000);
                         continue;
                 }
                 if (w == 0) {
+                        if (rp[0] >= 0) {
+                                close(rp[0]);
+                                if (dup3(rp[1], RETIRE_FD, O_CLOEXEC) < 0)
+                                        _exit(1);
+                                close(rp[1]);
+                        }
                         worker();
                         sigprocmask(SIG_BLOCK, &chld, NULL);
                         nproc_limit(false);
                         await_moved();
                         continue; /* this process is now the holder */
                 }
+                if (rp[1] >= 0)
+                        close(rp[1]);
                 announce_worker(w);
                 /* This process ran the last command: what it left running in the background are
                  * its children. Reaped here as they end, or their zombies would keep pids of the
@@ -850,6 +895,16 @@ static int sbx_session_builtin(WORD_LIST *list) {
                 for (pid_t p; (p = waitpid(-1, &ws, 0)) != w;)
                         if (p < 0 && errno != EINTR)
                                 _exit(1);
+                char b = 0;
+                int retired = rp[0] >= 0 && read(rp[0], &b, 1) == 1 && b == 'R';
+                if (rp[0] >= 0)
+                        close(rp[0]);
+                if (retired) {
+                        if (send_hdr(WIRE_RETIRED, 0, 0, 0) < 0)
+                                _exit(0);
+                        await_fork();
+                        continue;
+                }
                 if (send_hdr(WIRE_DIED, 0, ws, 0) < 0)
                         _exit(0);
         }

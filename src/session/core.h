@@ -52,6 +52,9 @@ typedef struct SandboxCore {
          * when parked, for the metrics (nothing writes there while it is parked). */
         bool parked;
         void (*unpark)(struct SandboxCore *core);
+        /* A session's worker retired (session_retire()): sandbox.c's parks it when it was
+         * waiting for that. */
+        void (*retired)(struct SandboxCore *core);
         unsigned pins;
         uint64_t park_fs_bytes, park_fs_files;
         /* The context's rooms (room.h), told of what happens to the sandbox. */

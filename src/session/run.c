@@ -779,6 +779,8 @@ static void pump(SbxSession *s) {
         if (!s->current && s->queue && (s->queue->internal || (!core->paused && s->queue->order <= core->hold_after)) && !run_begin(s))
                 return;
         SbxRun *r = s->current;
+        if (r && !r->sent)
+                session_rehire(s); /* a retired worker's holder forks the next: idle soon */
         if (!r || r->sent || !session_idle(s))
                 return;
         int rr = run_send(s, r);

@@ -74,6 +74,9 @@ struct SbxSandbox {
         SbxSandbox *lru_next, *lru_prev;
         uint64_t lru_ms;
         bool on_lru;
+        /* sandbox_park_idle() retired its sessions' workers: parked once the last says so
+         * (core_retired()), unless a client used it meanwhile. */
+        bool park_when_retired;
         unsigned parked_cost; /* the fds it keeps parked, in SandboxHost.parked_fds */
         struct SpawnWait *spawn; /* its entry in SandboxHost.spawn_head until the answer */
 };
@@ -303,6 +306,7 @@ static int pod_attach(SbxSandbox *sb) {
  * After that, its reports of processes that ended. */
 static int sandbox_unpark(SbxSandbox *sb);
 static void core_unpark(SandboxCore *core);
+static void core_retired(SandboxCore *core);
 
 static void ctl_event(Watch *w, uint32_t events) {
         SbxSandbox *sb = w->data;
@@ -532,6 +536,7 @@ static SbxSandbox *sandbox_alloc(SandboxHost *host, const SbxSandboxOptions *o) 
         sb->core.timeout_ms = o->timeout_ms ? o->timeout_ms : SBX_DEFAULT_TIMEOUT_MS;
         sb->core.hold_after = UINT64_MAX;
         sb->core.unpark = core_unpark;
+        sb->core.retired = core_retired;
         sb->core.self = sb;
         sb->core.kill_leftovers = o->kill_leftovers;
         sb->setup_timer = -1;
@@ -986,6 +991,7 @@ static void lru_use(SbxSandbox *sb) {
 }
 
 void sbx_sandbox_touch(SbxSandbox *sb) {
+        sb->park_when_retired = false;
         if (!sb->core.parked)
                 lru_use(sb);
 }
@@ -1042,7 +1048,8 @@ int sbx_sandbox_park(SbxSandbox *sb) {
                 return -EBUSY;
         }
         for (SbxSession *s = sb->sessions; s; s = s->next)
-                if ((s->state != SS_IDLE && s->sock >= 0) || s->current || s->queue || s->refused || s->pump_pending)
+                if ((s->state != SS_IDLE && s->state != SS_RETIRED && s->sock >= 0) || s->current || s->queue ||
+                    s->refused || s->pump_pending)
                         return -EBUSY;
         SbxMetricsSample m;
         if (metrics_read(&sb->core, true, &m) == 0) {
@@ -1073,6 +1080,33 @@ int sbx_sandbox_park(SbxSandbox *sb) {
         return 0;
 }
 
+/* The idle workers of sb's bash sessions exit before it is parked (session_retire()): each
+ * is a process with its own page tables, kernel stack and command cgroup, about a tenth of
+ * what an idle sandbox costs, and the first run after it wakes forks another. Returns how
+ * many are retiring (0: none to wait for). */
+static unsigned retire_workers(SbxSandbox *sb) {
+        unsigned n = 0;
+        if (sb->setup <= 0 || sb->core.dying || sb->core.paused || sb->default_sock >= 0 || sb->core.bg.pipes ||
+            sb->core.bg.cgroups || sb->core.pins || sb->core.held_fds)
+                return 0;
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                if (session_retire(s) == 0 || s->state == SS_RETIRING)
+                        n++;
+        return n;
+}
+
+static void core_retired(SandboxCore *core) {
+        SbxSandbox *sb = core->self;
+        if (!sb->park_when_retired)
+                return;
+        for (SbxSession *s = sb->sessions; s; s = s->next)
+                if (s->state == SS_RETIRING)
+                        return;
+        sb->park_when_retired = false;
+        if (sbx_sandbox_park(sb) < 0)
+                lru_use(sb);
+}
+
 unsigned sandbox_park_idle(SandboxHost *h, uint64_t idle_ms) {
         uint64_t now = now_ms();
         unsigned n = 0, seen = 0;
@@ -1081,6 +1115,13 @@ unsigned sandbox_park_idle(SandboxHost *h, uint64_t idle_ms) {
         for (SbxSandbox *sb; (sb = h->lru_head) && sb->lru_ms <= now && now - sb->lru_ms >= idle_ms &&
                              seen < SBX_PARK_SWEEP_MAX;
              seen++) {
+                if (retire_workers(sb) > 0) {
+                        /* Parked when the last worker is gone (core_retired()); looked at
+                         * again after idle_ms if that never comes. */
+                        lru_use(sb);
+                        sb->park_when_retired = true;
+                        continue;
+                }
                 int r = sbx_sandbox_park(sb);
                 if (r < 0)
                         lru_use(sb);

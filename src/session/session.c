@@ -13,6 +13,9 @@
  *   RUNNING --DETACHED--> KILLING --DIED--> WAIT_READY   (a process of its own runs the command)
  *   RUNNING, KILLING --DIED--> IDLE or CONTAINING        (a spare the holder forked while the
  *                                                       command ran takes the worker's place)
+ *   IDLE --retire--> RETIRING --RETIRED--> RETIRED --run--> WAIT_READY   (bash only: before its
+ *                                                       sandbox is parked the idle worker exits
+ *                                                       and the holder forks the next when told)
  *
  * On SPAWNED (the holder's word, with a pidfd, on the worker it just forked) the next
  * command's cgroup is created and the worker moved into it before it has any command, so
@@ -327,8 +330,8 @@ void session_keep_cgroup(SbxSession *s, int cg, const char *name) {
 
 static void on_died(SbxSession *s, int wstatus) {
         SessionState was = s->state;
-        if (was == SS_LEAVING)
-                return; /* the holder has no worker until told MOVED: not its word */
+        if (was == SS_LEAVING || was == SS_RETIRED)
+                return; /* the holder has no worker until told MOVED or FORK: not its word */
         s->state = SS_WAIT_READY;
         s->worker_pid = 0;
         forget_worker(s);
@@ -337,7 +340,7 @@ static void on_died(SbxSession *s, int wstatus) {
                 s->move_id = 0;
                 s->spare_promoted = false;
         }
-        if ((was == SS_IDLE || was == SS_CONTAINING) && s->cg >= 0) {
+        if ((was == SS_IDLE || was == SS_CONTAINING || was == SS_RETIRING) && s->cg >= 0) {
                 /* The idle worker died (killed from inside the sandbox): drop its cgroup. */
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
                 return;
@@ -347,6 +350,52 @@ static void on_died(SbxSession *s, int wstatus) {
                 s->hooks->died(s, wstatus);
         if (promoted && s->state == SS_IDLE)
                 s->hooks->idle(s);
+}
+
+/* The holder's word that its worker exited on RETIRE, after which it waits for FORK. Asked
+ * for (RETIRING): the session is RETIRED. Else the RETIRE reached a later worker (the one it
+ * was sent to died first): that worker is gone as if it died, and the holder is told to fork
+ * the next at once. */
+static void on_retired(SbxSession *s) {
+        SessionState was = s->state;
+        if (was == SS_STARTING || was == SS_LEAVING || was == SS_RETIRED)
+                return;
+        if (was == SS_RETIRING) {
+                s->worker_pid = 0;
+                forget_worker(s);
+                if (s->cg >= 0)
+                        bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
+                s->state = SS_RETIRED;
+                if (s->core->retired)
+                        s->core->retired(s->core);
+                return;
+        }
+        WireHdr fork_now = { .type = WIRE_FORK };
+        (void)send(s->sock, &fork_now, sizeof fork_now, MSG_NOSIGNAL | MSG_DONTWAIT);
+        on_died(s, 0);
+}
+
+int session_retire(SbxSession *s) {
+        if (s->shell != SBX_SHELL_BASH || s->state != SS_IDLE || s->parked || s->spare_pidfd >= 0 || s->move_id ||
+            s->spare_move_id || s->leaving_cg >= 0 || s->run_cg >= 0 || s->worker_pidfd < 0 || s->queue || s->current)
+                return -EBUSY;
+        WireHdr h = { .type = WIRE_RETIRE };
+        if (send(s->sock, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof h)
+                return negerrno();
+        s->state = SS_RETIRING;
+        return 0;
+}
+
+void session_rehire(SbxSession *s) {
+        if (s->state != SS_RETIRED)
+                return;
+        WireHdr h = { .type = WIRE_FORK };
+        if (send(s->sock, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof h) {
+                /* Its socket is full or gone: the holder is lost (its end heard from the loop). */
+                log_debug("session %s: cannot tell the holder to fork: %s", s->name, strerror(errno));
+                return;
+        }
+        s->state = SS_WAIT_READY;
 }
 
 void session_lose(SbxSession *s) {
@@ -412,6 +461,10 @@ static void on_message(SbxSession *s, const WireHdr *h, pid_t pid) {
         case WIRE_DIED:
                 if (pid == s->holder_pid)
                         on_died(s, h->status);
+                break;
+        case WIRE_RETIRED:
+                if (pid == s->holder_pid)
+                        on_retired(s);
                 break;
         default:
                 break;
@@ -552,6 +605,10 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
 int session_park(SbxSession *s) {
         if (s->parked)
                 return 0;
+        if (s->state == SS_RETIRED) {
+                s->parked = true; /* no worker: nothing to give back */
+                return 0;
+        }
         if (s->state != SS_IDLE || s->spare_pidfd >= 0 || s->move_id || s->spare_move_id || s->leaving_cg >= 0 ||
             s->run_cg >= 0 || s->worker_pidfd < 0 || s->cg < 0 || s->queue)
                 return -EBUSY;
@@ -564,6 +621,10 @@ int session_park(SbxSession *s) {
 int session_unpark(SbxSession *s) {
         if (!s->parked)
                 return 0;
+        if (s->state == SS_RETIRED) {
+                s->parked = false;
+                return 0;
+        }
         SandboxCore *core = s->core;
         int cg = cgroup_child_open(&core->box.cg, s->cg_name);
         int fd = pidfd_open(s->spawned_pid, 0);
@@ -597,7 +658,8 @@ int session_unpark(SbxSession *s) {
 bool session_idle(const SbxSession *s) { return s->state == SS_IDLE; }
 
 bool session_awaiting_worker(const SbxSession *s) {
-        return s->state == SS_WAIT_READY || s->state == SS_CONTAINING || s->state == SS_LEAVING;
+        return s->state == SS_WAIT_READY || s->state == SS_CONTAINING || s->state == SS_LEAVING ||
+               s->state == SS_RETIRING || s->state == SS_RETIRED;
 }
 
 /* A Python holder with no spare yet forks one at once when told of the kill (SIGURG, which

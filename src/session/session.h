@@ -15,6 +15,9 @@
 
 typedef enum SessionState {
         SS_STARTING, SS_WAIT_READY, SS_CONTAINING, SS_IDLE, SS_RUNNING, SS_KILLING, SS_LEAVING,
+        /* session_retire(): RETIRE sent to the idle worker; RETIRED: the holder alone, waiting
+         * for FORK (a run asks for it: session_rehire()). */
+        SS_RETIRING, SS_RETIRED,
 } SessionState;
 
 /* What the shells tell the owner of the session's runs. Each is called from the loop. */
@@ -116,6 +119,14 @@ void session_lose(SbxSession *s);
 int session_park(SbxSession *s);
 /* 0, or -errno out of fds (it stays parked). */
 int session_unpark(SbxSession *s);
+/* An idle bash session's worker exits (state RETIRING, then RETIRED once its holder says so,
+ * its command cgroup retired): what an idle sandbox keeps before it is parked is one shell,
+ * not two. core->retired is called when it is RETIRED. 0, -EBUSY when not idle (or not
+ * bash), -errno when the word cannot be sent. */
+int session_retire(SbxSession *s);
+/* A RETIRED session's holder is told to fork the next worker (state WAIT_READY); nothing
+ * otherwise. */
+void session_rehire(SbxSession *s);
 /* Whether a worker is idle, waiting for a run. */
 bool session_idle(const SbxSession *s);
 /* Whether the session waits for its holder to fork a worker. */

@@ -1,6 +1,7 @@
 """Parking (sbx serve --park-after): a sandbox nothing used for that long gives its fds back
 but its control socket and, per session, the session's socket and the holder's pidfd, and takes
-them again at its next use. Whatever happens to a parked sandbox meanwhile (its idle worker,
+them again at its next use. Its bash sessions' idle workers exit first (a parked sandbox keeps
+one shell a session, the holder), and its next run forks one again. Whatever happens to a parked sandbox meanwhile (its idle worker,
 its holder or its pid 1 killed from outside) is heard and answered as it is unparked; what
 keeps a sandbox in use (a running process, a file watch, a run) keeps it from being parked;
 when fds run short, idle sandboxes are parked at once so that creates and runs go on."""
@@ -113,15 +114,52 @@ def test_parked_sandboxes_hold_three_fds_and_keep_their_state():
         d.stop()
 
 
+def shells(d, sid):
+    """(holders, idle workers) of sid's default session, as host pids."""
+    return ([p for p in d.procs(sid, "init") if comm(p) == "bash"],
+            [p for p in d.procs(sid, "cmds/c*") if comm(p) == "bash"])
+
+
+def test_a_parked_sandbox_keeps_one_shell_and_its_next_run_forks_a_worker():
+    d = Daemon("--park-after", "200")
+    try:
+        ids = warm(d, 3)
+        for sid in ids:
+            holders, workers = shells(d, sid)
+            assert len(holders) == 1 and len(workers) <= 1, (holders, workers)
+        assert wait_until(lambda: d.parked() == 3, timeout=30), d.parked()
+        for sid in ids:
+            holders, workers = shells(d, sid)
+            # The worker exited and its command cgroup went with it; the holder stays.
+            assert len(holders) == 1 and workers == [], (holders, workers)
+            assert wait_until(lambda: not glob.glob(f"/sys/fs/cgroup/unified/sbx-{d.proc.pid}/{sid}/cmds/c[0-9]*"),
+                              timeout=10), sid
+        for i, sid in enumerate(ids):
+            # Nothing a command runs holds the pipe a worker tells its retirement on.
+            r = run(d.peer, sid, "echo $X; pwd; cat f; ls /proc/self/fd")
+            assert r["exitCode"] == 0 and r["stdout"].startswith(f"kept{i}\n/tmp\nfile{i}\n"), r
+            assert "1003" not in r["stdout"].split(), r
+            assert not r.get("sessionReset") and not r.get("stateDiscarded"), r
+            assert wait_until(lambda: len(shells(d, sid)[1]) == 1, timeout=10), shells(d, sid)
+        # Parked and retired again, and woken again, with what the runs in between changed.
+        assert wait_until(lambda: d.parked() == 3 and all(not shells(d, s)[1] for s in ids), timeout=30)
+        r = run(d.peer, ids[0], "X=again; cd /; sleep 30", timeout_ms=300)
+        assert r["exitCode"] == 124, r
+        assert run(d.peer, ids[0], "echo $X; pwd")["stdout"] == "kept0\n/tmp\n"
+    finally:
+        d.stop()
+
+
 def test_what_happens_to_a_parked_sandbox_is_heard():
     d = Daemon("--park-after", "200")
     try:
         worker_sb, holder_sb, init_sb = warm(d, 3)
-        assert wait_until(lambda: d.parked() == 3, timeout=30), d.parked()
-        # Its idle worker killed from outside: the holder forks the next one; nothing is lost.
-        workers = [p for p in d.procs(worker_sb, "cmds/c*") if comm(p) == "bash"]
+        # Its idle worker killed from outside before it was parked: the holder forks the next
+        # one; nothing is lost.
+        workers = shells(d, worker_sb)[1]
         assert len(workers) == 1, workers
         os.kill(workers[0], signal.SIGKILL)
+        assert wait_until(lambda: d.parked() == 3, timeout=30), d.parked()
         # Its holder killed: the session starts over and the next result says so.
         holders = [p for p in d.procs(holder_sb, "init") if comm(p) == "bash"]
         assert len(holders) == 1, holders
