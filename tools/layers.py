@@ -37,8 +37,10 @@ LAYERS = [
      "the export archive"),
     ("oci", ["base", "fs"], "OCI images: the store of layers and records, imports from layouts and "
      "archives (the job), unpacking an untrusted layer"),
-    ("session", ["sandbox", "oci"], "libsbx's core: the context and its pool, a sandbox's "
-     "lifecycle and options, sessions, runs, the background log, freezing, the corpse yard"),
+    ("options", ["sandbox"], "a sandbox's options as plain functions: their checks, defaults, "
+     "copies and the shells' environment; the accepted range of every limit"),
+    ("session", ["options", "oci"], "libsbx's core: the context and its pool, a sandbox's "
+     "lifecycle, sessions, runs, the background log, freezing, the corpse yard"),
     ("net", ["session"], "the network rooms: exposed ports, the egress proxy with its rules, "
      "resolver and TLS interception, and the byte pump both use"),
     ("process", ["session"], "processes: started alone or adopted from a run's leftovers, "

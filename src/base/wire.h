@@ -38,9 +38,11 @@ enum {
                               in that cgroup is then exactly what the command left running. */
         WIRE_RETIRE = 9,   /* daemon -> the idle worker of a bash session about to be parked: it
                               exits without running anything, its holder says RETIRED and forks
-                              no worker until FORK (a parked sandbox keeps one shell, not two) */
-        WIRE_RETIRED = 10, /* holder -> daemon: its idle worker exited on RETIRE (it said so on
-                              a pipe only that worker had, before it took any command) */
+                              no worker until FORK (a parked sandbox keeps one shell, not two);
+                              `status` as RUN's: a RETIRE read by a later worker is dropped */
+        WIRE_RETIRED = 10, /* holder -> daemon: its worker exited having said it retired (on a
+                              pipe to the holder); `status` its wait status. Asked for, the
+                              session is retired; else it counts as the worker's death */
         WIRE_FORK = 11,    /* daemon -> a holder after its RETIRED: fork the next worker */
 };
 

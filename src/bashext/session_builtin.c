@@ -53,10 +53,11 @@
  * close-on-exec, so programs a command runs never inherit them. */
 #define SOCK_FD 1001
 #define NULL_FD 1002
-/* The idle worker's end of a pipe to its holder: the worker writes 'R' on it when it exits
- * on WIRE_RETIRE, and closes it before it takes a command, so that nothing a command runs
- * can make the holder believe its worker retired. */
-#define RETIRE_FD 1003
+/* The idle worker's end of a pipe to its holder (the first free fd from here, so that no fd
+ * of the session's is taken): the worker writes 'R' on it when it exits on WIRE_RETIRE, and
+ * closes it before it takes a command. -1 when there is none. */
+#define RETIRE_FD_MIN 1003
+static int retire_fd = -1;
 
 static sigset_t command_mask;
 static uint8_t *msg;
@@ -103,11 +104,17 @@ static ssize_t recv_run(int fds[WIRE_RUN_FDS]) {
                         }
                 }
                 WireHdr *h = (WireHdr *)msg;
-                if (nfds == 0 && (size_t)n == sizeof *h && h->type == WIRE_RETIRE)
-                        return 0;
+                /* A RETIRE for an earlier worker (it died before it read it) is not this one's. */
+                if (nfds == 0 && (size_t)n == sizeof *h && h->type == WIRE_RETIRE) {
+                        if (h->status == 0 || h->status == (int32_t)getpid())
+                                return 0;
+                        continue;
+                }
+                /* A RUN for an earlier worker (it died before it read it; its run was told so)
+                 * is not this one's to run either. */
                 if (nfds == WIRE_RUN_FDS && (size_t)n >= sizeof *h && h->type == WIRE_RUN &&
                     (uint64_t)h->cwd_len + h->env_len + h->cmd_len == (uint64_t)n - sizeof *h &&
-                    !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+                    !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && (h->status == 0 || h->status == (int32_t)getpid()))
                         return n;
                 for (int i = 0; i < nfds; i++)
                         close(fds[i]);
@@ -700,11 +707,13 @@ static void worker(void) {
                 _exit(0);
         if (n == 0) {
                 /* Retired before it ran anything: the holder hears why it exits. */
-                if (write(RETIRE_FD, "R", 1) != 1)
+                if (retire_fd < 0 || write(retire_fd, "R", 1) != 1)
                         _exit(1);
                 _exit(0);
         }
-        close(RETIRE_FD);
+        if (retire_fd >= 0)
+                close(retire_fd);
+        retire_fd = -1;
         WireHdr *h = (WireHdr *)msg;
         /* Kept off the message buffer, which the command could overwrite no more easily but
          * which a later RUN would reuse. */
@@ -875,8 +884,7 @@ static int sbx_session_builtin(WORD_LIST *list) {
                 if (w == 0) {
                         if (rp[0] >= 0) {
                                 close(rp[0]);
-                                if (dup3(rp[1], RETIRE_FD, O_CLOEXEC) < 0)
-                                        _exit(1);
+                                retire_fd = fcntl(rp[1], F_DUPFD_CLOEXEC, RETIRE_FD_MIN);
                                 close(rp[1]);
                         }
                         worker();
@@ -900,7 +908,9 @@ static int sbx_session_builtin(WORD_LIST *list) {
                 if (rp[0] >= 0)
                         close(rp[0]);
                 if (retired) {
-                        if (send_hdr(WIRE_RETIRED, 0, 0, 0) < 0)
+                        /* With the wait status: a command that wrote the 'R' itself (through
+                         * /proc) and ended is heard as what it is, its end. */
+                        if (send_hdr(WIRE_RETIRED, 0, ws, 0) < 0)
                                 _exit(0);
                         await_fork();
                         continue;

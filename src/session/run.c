@@ -779,8 +779,12 @@ static void pump(SbxSession *s) {
         if (!s->current && s->queue && (s->queue->internal || (!core->paused && s->queue->order <= core->hold_after)) && !run_begin(s))
                 return;
         SbxRun *r = s->current;
-        if (r && !r->sent)
-                session_rehire(s); /* a retired worker's holder forks the next: idle soon */
+        if (r && !r->sent) {
+                /* A retired worker's holder forks the next: idle soon. One still retiring is
+                 * not waited for. */
+                session_rehire(s);
+                session_hurry_retire(s);
+        }
         if (!r || r->sent || !session_idle(s))
                 return;
         int rr = run_send(s, r);

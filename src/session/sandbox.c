@@ -22,7 +22,7 @@
 #include "session/freeze.h"
 #include "session/internal.h"
 #include "session/run.h"
-#include "session/options.h"
+#include "options/options.h"
 #include "session/sandbox.h"
 
 struct SbxSandbox {
@@ -1031,15 +1031,24 @@ static void core_unpark(SandboxCore *core) {
                          core->box.id);
 }
 
-int sbx_sandbox_park(SbxSandbox *sb) {
-        if (sb->core.parked)
-                return 0;
+/* 0 if sb could be parked but for its sessions' states, else why not: -EPERM never here
+ * (rootless, process mode), -EBUSY not now. */
+static int parkable(const SbxSandbox *sb) {
         if (sb->host->shared.getfd_ok == 0 || sb->core.box.process)
                 return -EPERM;
         if (sb->setup <= 0 || sb->core.dying || sb->core.paused || sb->pause_done || sb->observers || sb->core.pins ||
             sb->core.held_fds || sb->core.tree_busy || sb->core.hold_after != UINT64_MAX || sb->core.bg.pipes ||
             sb->core.bg.cgroups || sb->pod_job.pidfd >= 0 || sb->core.box.proxy_fd >= 0)
                 return -EBUSY;
+        return 0;
+}
+
+int sbx_sandbox_park(SbxSandbox *sb) {
+        if (sb->core.parked)
+                return 0;
+        int r = parkable(sb);
+        if (r < 0)
+                return r;
         if (sb->default_sock >= 0) {
                 /* Never used: its default session's shell, started with the root, is taken as
                  * its first run would, and is parked with the sandbox once it is idle. */
@@ -1060,7 +1069,7 @@ int sbx_sandbox_park(SbxSandbox *sb) {
          * sandbox's pid 1, a job) would keep it registered, and its events coming. */
         bool watched = sb->init_w.active;
         loop_del(sb->core.loop, &sb->init_w);
-        int r = box_park(&sb->host->shared, &sb->core.box);
+        r = box_park(&sb->host->shared, &sb->core.box);
         if (r < 0) {
                 if (watched)
                         (void)loop_add(sb->core.loop, &sb->init_w, sb->core.box.init_pidfd, EPOLLIN, init_event, sb);
@@ -1085,13 +1094,24 @@ int sbx_sandbox_park(SbxSandbox *sb) {
  * what an idle sandbox costs, and the first run after it wakes forks another. Returns how
  * many are retiring (0: none to wait for). */
 static unsigned retire_workers(SbxSandbox *sb) {
-        unsigned n = 0;
-        if (sb->setup <= 0 || sb->core.dying || sb->core.paused || sb->default_sock >= 0 || sb->core.bg.pipes ||
-            sb->core.bg.cgroups || sb->core.pins || sb->core.held_fds)
+        if (sb->core.parked || parkable(sb) < 0 || sb->default_sock >= 0)
                 return 0;
         for (SbxSession *s = sb->sessions; s; s = s->next)
-                if (session_retire(s) == 0 || s->state == SS_RETIRING)
+                if ((s->state != SS_IDLE && s->state != SS_RETIRED && s->state != SS_RETIRING && s->sock >= 0) ||
+                    s->current || s->queue || s->refused || s->pump_pending)
+                        return 0; /* not parked now anyway: its workers stay */
+        unsigned n = 0;
+        for (SbxSession *s = sb->sessions; s; s = s->next) {
+                /* Still retiring a sweep later: its worker does not read (stopped from inside,
+                 * say). Killed; its holder forks the next as after any death, and the word it
+                 * never read is dropped by that one (it names the dead worker). */
+                if (s->state == SS_RETIRING) {
+                        session_hurry_retire(s);
                         n++;
+                } else if (session_retire(s) == 0) {
+                        n++;
+                }
+        }
         return n;
 }
 

@@ -352,11 +352,12 @@ static void on_died(SbxSession *s, int wstatus) {
                 s->hooks->idle(s);
 }
 
-/* The holder's word that its worker exited on RETIRE, after which it waits for FORK. Asked
- * for (RETIRING): the session is RETIRED. Else the RETIRE reached a later worker (the one it
- * was sent to died first): that worker is gone as if it died, and the holder is told to fork
- * the next at once. */
-static void on_retired(SbxSession *s) {
+/* The holder's word that its worker exited having said it retired (wstatus: how it ended),
+ * after which the holder waits for FORK. Asked for (RETIRING): the session is RETIRED, and a
+ * run that came meanwhile has it fork the next worker at once. Else it was not a retirement
+ * (a command wrote the word through /proc and ended, or a RETIRE without its worker's pid
+ * reached a later one): a death, and the holder is told to fork the next at once. */
+static void on_retired(SbxSession *s, int wstatus) {
         SessionState was = s->state;
         if (was == SS_STARTING || was == SS_LEAVING || was == SS_RETIRED)
                 return;
@@ -366,24 +367,31 @@ static void on_retired(SbxSession *s) {
                 if (s->cg >= 0)
                         bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
                 s->state = SS_RETIRED;
-                if (s->core->retired)
+                if (s->current || s->queue)
+                        s->hooks->idle(s);
+                else if (s->core->retired)
                         s->core->retired(s->core);
                 return;
         }
         WireHdr fork_now = { .type = WIRE_FORK };
         (void)send(s->sock, &fork_now, sizeof fork_now, MSG_NOSIGNAL | MSG_DONTWAIT);
-        on_died(s, 0);
+        on_died(s, wstatus);
 }
 
 int session_retire(SbxSession *s) {
         if (s->shell != SBX_SHELL_BASH || s->state != SS_IDLE || s->parked || s->spare_pidfd >= 0 || s->move_id ||
             s->spare_move_id || s->leaving_cg >= 0 || s->run_cg >= 0 || s->worker_pidfd < 0 || s->queue || s->current)
                 return -EBUSY;
-        WireHdr h = { .type = WIRE_RETIRE };
+        WireHdr h = { .type = WIRE_RETIRE, .status = (int32_t)s->spawned_nspid };
         if (send(s->sock, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof h)
                 return negerrno();
         s->state = SS_RETIRING;
         return 0;
+}
+
+void session_hurry_retire(SbxSession *s) {
+        if (s->state == SS_RETIRING)
+                pidfd_sigkill(s->worker_pidfd);
 }
 
 void session_rehire(SbxSession *s) {
@@ -464,7 +472,7 @@ static void on_message(SbxSession *s, const WireHdr *h, pid_t pid) {
                 break;
         case WIRE_RETIRED:
                 if (pid == s->holder_pid)
-                        on_retired(s);
+                        on_retired(s, h->status);
                 break;
         default:
                 break;

@@ -127,6 +127,10 @@ int session_retire(SbxSession *s);
 /* A RETIRED session's holder is told to fork the next worker (state WAIT_READY); nothing
  * otherwise. */
 void session_rehire(SbxSession *s);
+/* A RETIRING session's worker is killed: its holder then says DIED (or RETIRED, had it read
+ * the word) and forks the next, as after any death. For a run that will not wait for a
+ * worker that does not read (stopped from inside the sandbox, say). */
+void session_hurry_retire(SbxSession *s);
 /* Whether a worker is idle, waiting for a run. */
 bool session_idle(const SbxSession *s);
 /* Whether the session waits for its holder to fork a worker. */

@@ -61,7 +61,10 @@ def test_sandbox_metrics_over_time(daemon):
     p = daemon.peer()
     sid = p.result("sandbox.create", {})["sandboxId"]
     p.result("run", {"sandboxId": sid, "command": "head -c 3000000 /dev/zero > /home/user/f; for i in $(seq 60000); do :; done"})
-    time.sleep(11)  # two samples at least (every 5 s) after the command, nothing running
+    # Idle from here: parked (after 5 s), its idle worker gone first (which takes a little CPU),
+    # then two samples at least (every 5 s), nothing running.
+    assert wait_until(lambda: p.result("health")["parked"] >= 1, 30, 0.2)
+    time.sleep(11)
     m = p.result("sandbox.metrics", {"sandboxId": sid})
     assert m["intervalMs"] == 5000 and m["memoryLimitBytes"] == 512 << 20 and m["fsLimitBytes"] == 256 << 20
     s = m["samples"]

@@ -12,7 +12,7 @@
 #include "base/util.h"
 #include "sandbox/landlock.h"
 #include "sandbox/mount.h"
-#include "session/options.h"
+#include "options/options.h"
 
 static const char *const default_env[] = {
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
