@@ -749,10 +749,12 @@ static void worker(void) {
         set_oom_score_adj("0"); /* holder again: back to the default */
 }
 
-/* A worker that became the holder forks the next worker only once the daemon has moved it out
- * of the command's cgroup (WIRE_MOVED), so that cgroup ends up holding only what the command
- * left running. Nothing else reads the socket now: there is no worker. */
-static void await_moved(void) {
+/* Waits for the daemon's word `type` on the socket, dropping anything else; exits when the
+ * daemon is gone. A holder waits so with no worker, so nothing else reads the socket: for
+ * WIRE_MOVED, a worker that became the holder, which forks the next worker only once the daemon
+ * has moved it out of the command's cgroup (so that cgroup ends up holding only what the
+ * command left running); for WIRE_FORK, a holder whose worker retired. */
+static void await_word(uint32_t type) {
         WireHdr h;
         for (;;) {
                 ssize_t n = recv(SOCK_FD, &h, sizeof h, 0);
@@ -760,22 +762,7 @@ static void await_moved(void) {
                         continue;
                 if (n <= 0)
                         _exit(0);
-                if ((size_t)n == sizeof h && h.type == WIRE_MOVED)
-                        return;
-        }
-}
-
-/* A holder whose worker retired forks the next one only when told (WIRE_FORK). Nothing else
- * reads the socket now: there is no worker. */
-static void await_fork(void) {
-        WireHdr h;
-        for (;;) {
-                ssize_t n = recv(SOCK_FD, &h, sizeof h, 0);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
-                        _exit(0);
-                if ((size_t)n == sizeof h && h.type == WIRE_FORK)
+                if ((size_t)n == sizeof h && h.type == type)
                         return;
         }
 }
@@ -890,7 +877,7 @@ static int sbx_session_builtin(WORD_LIST *list) {
                         worker();
                         sigprocmask(SIG_BLOCK, &chld, NULL);
                         nproc_limit(false);
-                        await_moved();
+                        await_word(WIRE_MOVED);
                         continue; /* this process is now the holder */
                 }
                 if (rp[1] >= 0)
@@ -912,7 +899,7 @@ static int sbx_session_builtin(WORD_LIST *list) {
                          * /proc) and ended is heard as what it is, its end. */
                         if (send_hdr(WIRE_RETIRED, 0, ws, 0) < 0)
                                 _exit(0);
-                        await_fork();
+                        await_word(WIRE_FORK);
                         continue;
                 }
                 if (send_hdr(WIRE_DIED, 0, ws, 0) < 0)
