@@ -198,6 +198,26 @@ def test_a_worker_that_never_reads_its_retirement_is_killed():
         d.stop()
 
 
+def test_a_retired_session_forks_snapshots_and_restores():
+    # A fork and a snapshot take the session's state through internal runs, which the holder of
+    # a parked sandbox (no worker) answers once it forked one again.
+    d = Daemon("--park-after", "200")
+    try:
+        forked, snapped = warm(d, 2)
+        assert wait_until(lambda: d.parked() == 2 and not shells(d, forked)[1] and not shells(d, snapped)[1],
+                          timeout=30)
+        child = d.peer.result("sandbox.fork", {"sandboxId": forked})["sandboxId"]
+        r = run(d.peer, child, "echo $X; pwd; cat f")
+        assert r["exitCode"] == 0 and r["stdout"] == "kept0\n/tmp\nfile0\n", r
+        snap = d.peer.result("snapshot.create", {"sandboxId": snapped})["id"]
+        assert run(d.peer, snapped, "X=changed; rm f")["exitCode"] == 0
+        d.peer.result("snapshot.restore", {"sandboxId": snapped, "id": snap})
+        r = run(d.peer, snapped, "echo $X; cat f")
+        assert r["exitCode"] == 0 and r["stdout"] == "kept1\nfile1\n", r
+    finally:
+        d.stop()
+
+
 def test_what_happens_to_a_parked_sandbox_is_heard():
     d = Daemon("--park-after", "1000")
     try:
