@@ -466,7 +466,7 @@ void registry_destroy(SrvSandbox *sb) {
                 loop_del(sb->loop, &sb->timer_w);
                 sb->timer = safe_close(sb->timer);
                 if (sb->timer_counted)
-                        sandbox_fds_give(sb->sb, 1);
+                        sandbox_fds_unkeep(sb->sb, 1);
         }
         /* Out of the tables first: nothing that freeing the box calls back can find it any
          * more. */
@@ -563,8 +563,9 @@ int registry_set_expiry(SrvSandbox *sb, Loop *loop, uint64_t lifetime_ms, uint64
                 }
                 sb->timer = fd;
                 sb->loop = loop;
-                /* Counted with what the sandbox holds beyond its idle cost, parked or not. */
-                sb->timer_counted = sb->sb && sandbox_fds_take(sb->sb, 1) == 0;
+                /* Counted with what the daemon holds beyond the sandboxes' idle costs, parked
+                 * or not: a sandbox with an expiry is parked as any other. */
+                sb->timer_counted = sb->sb && sandbox_fds_keep(sb->sb, 1) == 0;
         }
         if (expiry_due(sb, now, &due))
                 due = now; /* idle for longer than the new idle time already: at once, from the loop */

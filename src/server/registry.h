@@ -54,7 +54,7 @@ typedef struct SrvSandbox {
         bool export_on_expiry; /* onExpiry "export": the archive is written before the destroy */
         bool expiring;         /* that export is under way: the timer does not fire again */
         int timer;
-        bool timer_counted; /* its fd counted with the sandbox's held ones (sandbox_fds_take) */
+        bool timer_counted; /* its fd counted with the daemon's held ones (sandbox_fds_keep) */
         Watch timer_w;
         Loop *loop;
         /* Its network.denied events (audit_event_limited): a token bucket in thousandths of an

@@ -78,6 +78,7 @@ struct SbxSandbox {
          * (core_retired()), unless a client used it meanwhile. */
         bool park_when_retired;
         unsigned parked_cost; /* the fds it keeps parked, in SandboxHost.parked_fds */
+        unsigned kept_fds;    /* held for it parked or not (sandbox_fds_keep()), in SandboxHost.held_fds */
         struct SpawnWait *spawn; /* its entry in SandboxHost.spawn_head until the answer */
 };
 
@@ -1179,20 +1180,42 @@ void sandbox_unpin(SbxSandbox *sb) {
                 sb->core.pins--;
 }
 
-int sandbox_fds_take(SbxSandbox *sb, unsigned n) {
-        SandboxHost *h = sb->host;
-        if (sb->core.held_fds + n > SBX_MAX_SANDBOX_HELD_FDS)
-                return -EMFILE;
+/* n more fds held by the daemon, if its limit leaves room for them beyond every sandbox's
+ * idle cost and the reserve. */
+static int host_fds_hold(SandboxHost *h, unsigned n) {
         uint64_t keep = host_fds_estimate(h) - h->held_fds;
         if (h->nofile && h->held_fds + n + keep > h->nofile)
                 return -ENFILE;
-        sb->core.held_fds += n;
         h->held_fds += n;
         return 0;
 }
 
+int sandbox_fds_take(SbxSandbox *sb, unsigned n) {
+        if (sb->core.held_fds + n > SBX_MAX_SANDBOX_HELD_FDS)
+                return -EMFILE;
+        int r = host_fds_hold(sb->host, n);
+        if (r == 0)
+                sb->core.held_fds += n;
+        return r;
+}
+
 void sandbox_fds_give(SbxSandbox *sb, unsigned n) {
         sb->core.held_fds -= MIN(n, sb->core.held_fds);
+        sb->host->held_fds -= MIN(n, sb->host->held_fds);
+}
+
+int sandbox_fds_keep(SbxSandbox *sb, unsigned n) {
+        if (sb->kept_fds + n > SBX_MAX_SANDBOX_HELD_FDS)
+                return -EMFILE;
+        int r = host_fds_hold(sb->host, n);
+        if (r == 0)
+                sb->kept_fds += n;
+        return r;
+}
+
+void sandbox_fds_unkeep(SbxSandbox *sb, unsigned n) {
+        n = MIN(n, sb->kept_fds);
+        sb->kept_fds -= n;
         sb->host->held_fds -= MIN(n, sb->host->held_fds);
 }
 

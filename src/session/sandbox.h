@@ -165,3 +165,8 @@ int64_t sandbox_host_fds_spare(const SandboxHost *h);
 void sandbox_park_for(SandboxHost *h, const SbxSandbox *keep, int64_t want);
 void sandbox_unpin(SbxSandbox *sb);
 void sandbox_fds_give(SbxSandbox *sb, unsigned n);
+/* As sandbox_fds_take(), for fds the daemon holds for sb as long as it lives, parked or not
+ * (its expiry timer): counted against the daemon's limit, never keeping sb from being parked.
+ * sandbox_fds_unkeep() returns them. */
+int sandbox_fds_keep(SbxSandbox *sb, unsigned n);
+void sandbox_fds_unkeep(SbxSandbox *sb, unsigned n);

@@ -295,6 +295,23 @@ def test_parking_off():
         d.stop()
 
 
+def test_a_sandbox_with_an_expiry_is_parked_and_still_expires():
+    # Its expiry timer is the daemon's fd, held parked or not (E2B's SDK gives every sandbox a
+    # timeout): it is parked as any other, and destroyed when due, parked.
+    d = Daemon("--park-after", "200")
+    try:
+        long_lived = d.peer.result("sandbox.create", {"lifetimeMs": 600000, "idleTimeoutMs": 600000})["sandboxId"]
+        short = d.peer.result("sandbox.create", {"lifetimeMs": 10000})["sandboxId"]
+        for sid in (long_lived, short):
+            assert run(d.peer, sid, "X=1")["exitCode"] == 0
+        assert wait_until(lambda: d.parked() == 2, timeout=8), d.parked()  # before the short one's end
+        assert wait_until(lambda: d.peer.result("health")["sandboxes"] == 1, timeout=30)
+        assert d.parked() == 1
+        assert run(d.peer, long_lived, "echo $X")["stdout"] == "1\n"
+    finally:
+        d.stop()
+
+
 def test_a_sandbox_never_used_is_parked_too():
     d = Daemon("--park-after", "200")
     try:
