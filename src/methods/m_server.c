@@ -211,8 +211,8 @@ const Method server_methods_server[] = {
           "queuedBytes?, failing?, error?}, parked, limits: {maxSandboxes, maxSandboxesFrom, maxSessions, maxQueuedRuns, "
           "maxForks}}",
           "Server statistics, and the caps in force. parked: sandboxes idle past `sbx serve --park-after`, holding 3 of "
-          "the daemon's fds and one shell a session each (their idle workers exit) until used again. Lane counts are of requests holding or waiting for a slot; "
-          "p99ExecMs is the upper edge of a power-of-two bucket. audit (sbx serve --audit): events made, lines written, "
+          "the daemon's fds and one shell a session each (their idle workers exit) until used again. Lane counts are "
+          "of requests holding or waiting for a slot; p99ExecMs is the upper edge of a power-of-two bucket. audit (sbx serve --audit): events made, lines written, "
           "events dropped (queue full or writer gone) and failed (not written: a full disk); refusing: runs are refused "
           "(--audit-fail-closed). `maxSandboxes` is `sbx serve --max-sandboxes` or, without it, derived from the "
           "machine at start, `maxSandboxesFrom` saying which (`--max-sandboxes`, or the resource that bounds it: "

@@ -1044,6 +1044,17 @@ static int parkable(const SbxSandbox *sb) {
         return 0;
 }
 
+/* Whether every session of sb is at rest: nothing queued, no shell at work (a worker still
+ * retiring counts as at rest when `retiring`). */
+static bool sessions_at_rest(const SbxSandbox *sb, bool retiring) {
+        for (const SbxSession *s = sb->sessions; s; s = s->next)
+                if ((s->state != SS_IDLE && s->state != SS_RETIRED && !(retiring && s->state == SS_RETIRING) &&
+                     s->sock >= 0) ||
+                    s->current || s->queue || s->refused || s->pump_pending)
+                        return false;
+        return true;
+}
+
 int sbx_sandbox_park(SbxSandbox *sb) {
         if (sb->core.parked)
                 return 0;
@@ -1057,10 +1068,8 @@ int sbx_sandbox_park(SbxSandbox *sb) {
                 (void)sbx_session_get(sb, NULL, &s);
                 return -EBUSY;
         }
-        for (SbxSession *s = sb->sessions; s; s = s->next)
-                if ((s->state != SS_IDLE && s->state != SS_RETIRED && s->sock >= 0) || s->current || s->queue ||
-                    s->refused || s->pump_pending)
-                        return -EBUSY;
+        if (!sessions_at_rest(sb, false))
+                return -EBUSY;
         SbxMetricsSample m;
         if (metrics_read(&sb->core, true, &m) == 0) {
                 sb->core.park_fs_bytes = m.fs_bytes;
@@ -1095,12 +1104,9 @@ int sbx_sandbox_park(SbxSandbox *sb) {
  * what an idle sandbox costs, and the first run after it wakes forks another. Returns how
  * many are retiring (0: none to wait for). */
 static unsigned retire_workers(SbxSandbox *sb) {
-        if (sb->core.parked || parkable(sb) < 0 || sb->default_sock >= 0)
+        /* Not parked now anyway: its workers stay. */
+        if (sb->core.parked || parkable(sb) < 0 || sb->default_sock >= 0 || !sessions_at_rest(sb, true))
                 return 0;
-        for (SbxSession *s = sb->sessions; s; s = s->next)
-                if ((s->state != SS_IDLE && s->state != SS_RETIRED && s->state != SS_RETIRING && s->sock >= 0) ||
-                    s->current || s->queue || s->refused || s->pump_pending)
-                        return 0; /* not parked now anyway: its workers stay */
         unsigned n = 0;
         for (SbxSession *s = sb->sessions; s; s = s->next) {
                 /* Still retiring a sweep later: its worker does not read (stopped from inside,
