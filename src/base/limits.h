@@ -735,6 +735,9 @@
  * /etc, symlinks): a few KB are used; the bound only keeps a bug from growing it. */
 #define SBX_SKELETON_BYTES (4U * 1024 * 1024)
 #define SBX_SKELETON_INODES 4096U
+/* How often the spawner checks its shared skeleton against the host's /etc and system
+ * directories (between checks a sandbox's pid 1 finds a change itself). */
+#define SBX_SKELETON_CHECK_MS 1000U
 
 /* ---- exec policy (policy.allow, policy.deny; see sandbox/landlock.c) */
 

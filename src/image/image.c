@@ -1012,6 +1012,10 @@ static void op_start(Op *op) {
                 sandbox_observe(op->child, &op->child_obs, &child_ops);
                 break;
         case OP_SNAPSHOT:
+                if ((r = sandbox_snap_store(sb)) < 0) {
+                        op_fail(op, r, "cannot make the snapshot store: %s", strerror(-r));
+                        return;
+                }
                 snprintf(op->snap_id, sizeof op->snap_id, "s%llu", (unsigned long long)++op->st->next_snapshot);
                 break;
         case OP_EXPORT:

@@ -170,10 +170,11 @@ static int take_host_ids(BoxShared *s, Box *b, char *err, size_t errlen) {
  * cgroup.kill, the v1 cgroup.procs) and the pipe on which pid 1 waits for its id maps. */
 static InitConfig init_config(const BoxShared *s, const BoxConfig *c, int ctl_fd, const PlainConfig *plain) {
         return (InitConfig){
-                .mount = { .staging = s->staging, .rootfs = c->rootfs, .layers = c->layers, .network = c->network,
+                .mount = { .skeleton_fd = -1, .staging = s->staging, .rootfs = c->rootfs, .layers = c->layers, .network = c->network,
                            .fs_bytes = c->fs_bytes, .file_count = c->file_count,
                            .snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR,
                            .snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR,
+                           .snap_lazy = !s->rootless && !plain,
                            .uid = SBX_SANDBOX_UID, .gid = SBX_SANDBOX_GID,
                            .noexec_writable = c->policy && c->policy->allow && c->policy->allow[0],
                            .trust_pem = c->trust_pem },
@@ -238,6 +239,12 @@ int box_create(BoxShared *s, const BoxConfig *c, Box *b, char *err, size_t errle
         box_blank(b);
         b->spawning = true;
         b->process = s->process;
+        /* Root: the store is made when the first snapshot needs it (box_snap_store()), one
+         * superblock fewer for each sandbox that never takes one. Rootless, the daemon may
+         * make no tmpfs: pid 1 makes it at setup. */
+        b->snap_lazy = !s->process && !s->rootless;
+        b->snap_bytes = c->fs_bytes * SBX_SNAPSHOT_BUDGET_FACTOR;
+        b->snap_inodes = (c->file_count + 16) * SBX_SNAPSHOT_BUDGET_FACTOR;
         r = take_host_ids(s, b, err, errlen);
         if (r < 0)
                 return r;
@@ -363,14 +370,17 @@ int box_ready(Box *b, char *err, size_t errlen) {
         int got[4] = { -1, -1, -1, -1 };
         if (n > 0)
                 (void)msg_take_fds(&mh, got, ELEMENTSOF(got));
-        int fd = got[0], snap = got[1], net = got[2], proxy = got[3];
+        int fd = got[0], snap = b->snap_lazy ? -1 : got[1], net = got[b->snap_lazy ? 1 : 2],
+            proxy = got[b->snap_lazy ? 2 : 3];
+        if (b->snap_lazy)
+                safe_close(got[3]); /* never sent */
         struct stat wst;
         if (n != (ssize_t)sizeof m || m.type != INIT_READY) {
                 snprintf(err, errlen, "sandbox init exited during setup");
         } else if (m.status < 0) {
                 m.text[sizeof m.text - 1] = 0;
                 snprintf(err, errlen, "%s", m.text);
-        } else if (fd < 0 || snap < 0 || fstatat(fd, "tmp", &wst, 0) < 0) {
+        } else if (fd < 0 || (snap < 0 && !b->snap_lazy) || fstatat(fd, "tmp", &wst, 0) < 0) {
                 snprintf(err, errlen, "sandbox init sent no root");
         } else {
                 b->netns_fd = net;
@@ -463,9 +473,12 @@ int box_read_exit(Box *b, pid_t *ret_pid, int *ret_status) {
 int box_park(BoxShared *s, Box *b) {
         if (b->parked)
                 return 0;
-        if (!b->ready || b->process || b->keep_root < 0 || b->keep_snap < 0 || b->keep_net < 0 || b->init_pidfd < 0 ||
-            s->getfd_ok == 0)
+        if (!b->ready || b->process || b->keep_root < 0 || (b->keep_snap < 0 && !b->snap_lazy) || b->keep_net < 0 ||
+            b->init_pidfd < 0 || s->getfd_ok == 0)
                 return -EPERM;
+        /* A store the daemon made lives only in its fd: such a sandbox stays unparked. */
+        if (b->snap_lazy && b->snap_fd >= 0)
+                return -EBUSY;
         if (s->getfd_ok < 0) {
                 /* Tried once: as root the daemon may; rootless, pid 1 is not dumpable and is
                  * in a user namespace of its own, and it may not. Only a refusal counts. */
@@ -531,7 +544,7 @@ int box_unpark(Box *b) {
         }
         int root = -1, snap = -1, net = -1;
         int r = take_fd(pidfd, b->keep_root, &root);
-        if (r == 0)
+        if (r == 0 && b->keep_snap >= 0)
                 r = take_fd(pidfd, b->keep_snap, &snap);
         if (r == 0)
                 r = take_fd(pidfd, b->keep_net, &net);
@@ -652,4 +665,22 @@ void box_destroy(BoxShared *s, Box *b) {
         /* Its uid may be reused only once none of its processes is left. */
         if (!b->spawning)
                 slot_release(s, b);
+}
+
+int box_snap_store(Box *b) {
+        if (b->snap_fd >= 0)
+                return b->snap_fd;
+        if (!b->snap_lazy || !b->ready || b->parked)
+                return -ENOENT;
+        int fd = mount_snap_store(b->snap_bytes, b->snap_inodes);
+        if (fd < 0)
+                return fd;
+        /* The jobs that fill it act as the sandbox's user (tree_become()) with the file
+         * capabilities they keep; its root is the sandbox's root's, as pid 1's store was. */
+        if (fchownat(fd, "", b->host_base, b->host_base, AT_EMPTY_PATH) < 0) {
+                int r = negerrno();
+                close(fd);
+                return r;
+        }
+        return b->snap_fd = fd;
 }

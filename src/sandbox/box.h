@@ -69,7 +69,10 @@ typedef struct Box {
         uint64_t spawn_seq; /* the spawner's number for its pid 1's request */
         int ctl_fd;
         int root_fd;   /* O_PATH fd of the sandbox's / (from its pid 1) */
-        int snap_fd;   /* O_PATH fd of its snapshot store (see mount_build_root()) */
+        int snap_fd;   /* fd of its snapshot store (see mount_build_root()), -1 while it has none */
+        /* The daemon makes the store when first used (box_snap_store()), of this budget. */
+        bool snap_lazy;
+        uint64_t snap_bytes, snap_inodes;
         /* Its network namespace, for the sockets of exposed ports; -1 until ready. Pid 1
          * unshares it during setup (out of the daemon's clone3, which it would slow) and sends
          * it with its root: being non-dumpable, only pid 1 itself may open it without
@@ -166,6 +169,9 @@ int box_park(BoxShared *s, Box *b);
 /* Takes them again: 0, or -errno when pid 1 is gone (what could not be had stays -1: the
  * sandbox is dying). A no-op unless parked. */
 int box_unpark(Box *b);
+/* The sandbox's snapshot store, made now when the daemon makes it (Box.snap_lazy) and it has
+ * none yet: its fd (b's) or -errno (-ENOENT: none to be had, parked or not ready). */
+int box_snap_store(Box *b);
 /* A parked box killed without taking its fds again: pid 1 by its pid (the daemon's child, not
  * reaped yet); the caller has its cgroup's kill written. It stays parked. */
 void box_kill_parked(Box *b);

@@ -25,7 +25,8 @@
 
 /* Says how setup went; on success hands over `root`, an O_PATH fd of the new root, through
  * which the daemon's files API reaches the sandbox's filesystem, the snapshot store's, its
- * network namespace and, when there is one, the egress proxy's listening socket. With `keep`
+ * network namespace and, when there is one, the egress proxy's listening socket (in that order;
+ * no store when the daemon makes it itself, MountConfig.snap_lazy). With `keep`
  * pid 1 keeps its root, store and namespace open and says where, so that a daemon may give
  * its own copies back while the sandbox idles and take them again (the store, mounted
  * nowhere, lives only as long as an fd of it does); else they are closed here. */
@@ -41,9 +42,17 @@ static void send_ready(int fd, int status, const char *text, int root, int snap,
         /* Its network namespace, for the daemon's exposed ports: pid 1 made it (setup), and
          * being non-dumpable only it may open it without CAP_SYS_PTRACE over the daemon. */
         int net = status == 0 ? open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
-        if (status == 0 && root >= 0 && snap >= 0 && net >= 0) {
-                const int fds[4] = { root, snap, net, proxy };
-                msg_attach_fds(&mh, cm.buf, fds, proxy >= 0 ? 4 : 3);
+        /* No store with snap_lazy: the daemon makes it when first used. */
+        if (status == 0 && root >= 0 && net >= 0) {
+                int fds[4];
+                size_t n = 0;
+                fds[n++] = root;
+                if (snap >= 0)
+                        fds[n++] = snap;
+                fds[n++] = net;
+                if (proxy >= 0)
+                        fds[n++] = proxy;
+                msg_attach_fds(&mh, cm.buf, fds, n);
         }
         if (keep && mh.msg_control) {
                 m.keep_root = root;
@@ -451,12 +460,13 @@ static void wait_for_id_maps(int sync_fd) {
         close(sync_fd);
 }
 
-/* Keeps only the control socket (returned, as a new CLOEXEC fd), the builtin, the default
- * session's socket when there is one and, in process mode, the cgroup.kill fd; everything else the daemon had open (other sandboxes' sockets,
- * client connections) must not survive here. stdin, stdout and stderr become /dev/null. */
+/* Keeps only the control socket (returned, as a new CLOEXEC fd), the builtin, the shared
+ * skeleton (until the root is built), the default session's socket when there is one and, in
+ * process mode, the cgroup.kill fd; everything else the daemon had open (other sandboxes'
+ * sockets, client connections) must not survive here. stdin, stdout and stderr become /dev/null. */
 static int keep_only_ctl(const InitConfig *c, int go) {
         int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);
-        int keep[5] = { ctl, c->builtin_fd, c->kill_fd, c->session_fd, go };
+        int keep[6] = { ctl, c->builtin_fd, c->kill_fd, c->session_fd, go, c->plain ? -1 : c->mount.skeleton_fd };
         close_all_but(keep, ELEMENTSOF(keep));
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (nul >= 0) {
@@ -537,6 +547,10 @@ static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[stati
         }
         if (r >= 0)
                 r = mount_build_root(&c->mount, &snap, err, 400);
+        /* The shared skeleton's fd reaches no process of the sandbox: sessions start after
+         * this, and the default one's shell, forked before, drops it when it execs bash. */
+        if (c->mount.skeleton_fd >= 0)
+                close(c->mount.skeleton_fd);
         struct stat wst;
         if (r >= 0 && c->workdir && c->workdir[0] == '/' && stat(c->workdir, &wst) == 0 && S_ISDIR(wst.st_mode))
                 session_home = c->workdir;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* The sandbox root: a read-only skeleton tmpfs holding read-only binds of the host's system
- * directories, a generated /etc, a minimal /dev, a fresh /proc, and one size- and
- * inode-limited tmpfs that backs both /tmp and /home/user. Nothing else of the host is
- * reachable: the old root is detached after pivot_root. */
+/* The sandbox root: a read-only skeleton tmpfs (a clone of the shared one, or the sandbox's
+ * own) holding read-only binds of the host's system directories, a generated /etc, a minimal
+ * /dev, a fresh /proc, and one size- and inode-limited tmpfs that backs both /tmp and
+ * /home/user. Nothing else of the host is reachable: the old root is detached after
+ * pivot_root. */
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,10 +61,12 @@ static int write_text(const char *path, const char *text, mode_t mode) {
         return write_text_at(AT_FDCWD, path, text, mode);
 }
 
-/* Bind-mounts src onto dst (created as a file or directory to match) read-only. Missing
- * sources are skipped: returns 0, or -errno on a real failure (one the sandbox's ids may not
- * reach, too). */
-static int bind_ro(const char *src, const char *dst, unsigned long extra) {
+/* What the root holds at dst (beneath at) for the host's src: the same symlink, a directory
+ * or an empty file to bind src on, nothing for a missing src. shape_like() makes it; like()
+ * checks it: 1 when src is to be bound there, 0 when nothing is (a symlink, a missing src),
+ * -ESTALE when dst no longer matches (a shared skeleton made before the host changed), or
+ * -errno. */
+static int shape_like(int at, const char *src, const char *dst) {
         struct stat st;
         if (lstat(src, &st) < 0)
                 return errno == ENOENT || errno == ENOTDIR ? 0 : negerrno();
@@ -73,27 +76,58 @@ static int bind_ro(const char *src, const char *dst, unsigned long extra) {
                 if (n < 0)
                         return negerrno();
                 target[n] = 0;
-                return symlink(target, dst) < 0 ? negerrno() : 0;
+                return symlinkat(target, at, dst) < 0 ? negerrno() : 0;
         }
-        if (S_ISDIR(st.st_mode)) {
-                if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+        if (S_ISDIR(st.st_mode))
+                return mkdirat(at, dst, 0755) < 0 && errno != EEXIST ? negerrno() : 0;
+        int fd = openat(at, dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return negerrno();
+        close(fd);
+        return 0;
+}
+
+static int like(int at, const char *src, const char *dst) {
+        struct stat s, d;
+        bool have = fstatat(at, dst, &d, AT_SYMLINK_NOFOLLOW) == 0;
+        if (!have && errno != ENOENT)
+                return negerrno();
+        if (lstat(src, &s) < 0) {
+                if (errno != ENOENT && errno != ENOTDIR)
                         return negerrno();
-        } else {
-                int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-                if (fd < 0)
-                        return negerrno();
-                close(fd);
+                return have ? -ESTALE : 0;
         }
+        if (!have)
+                return -ESTALE;
+        if (S_ISLNK(s.st_mode)) {
+                char a[SBX_MAX_PATH_BYTES], b[SBX_MAX_PATH_BYTES];
+                ssize_t n = readlink(src, a, sizeof a), m = S_ISLNK(d.st_mode) ? readlinkat(at, dst, b, sizeof b) : -1;
+                return n >= 0 && n == m && memcmp(a, b, (size_t)n) == 0 ? 0 : -ESTALE;
+        }
+        if (S_ISDIR(s.st_mode))
+                return S_ISDIR(d.st_mode) ? 1 : -ESTALE;
+        return S_ISREG(d.st_mode) ? 1 : -ESTALE;
+}
+
+/* Bind-mounts src onto dst read-only, nosuid, nodev, its submounts included. */
+static int bind_tree(const char *src, const char *dst) {
         if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
                 return negerrno();
-        /* Read-only, nosuid, nodev for the whole tree, submounts included (a remount covers
-         * only the top mount); the remount remains for kernels without mount_setattr. */
+        /* For the whole tree, submounts included (a remount covers only the top mount); the
+         * remount remains for kernels without mount_setattr. */
         struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
         if (mount_setattr(AT_FDCWD, dst, AT_RECURSIVE, &attr, sizeof attr) == 0)
                 return 0;
-        if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra, NULL) < 0)
+        if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
                 return negerrno();
         return 0;
+}
+
+/* Binds src onto dst (relative to the root being built, the current directory) when like()
+ * says so. Returns 0 or -errno, -ESTALE as like(). */
+static int attach_like(const char *src, const char *dst) {
+        int r = like(AT_FDCWD, src, dst);
+        return r > 0 ? bind_tree(src, dst) : r;
 }
 
 /* The trust store of a sandbox with proxy secrets: the host's (or rootfs's) bundle with the
@@ -147,16 +181,30 @@ static int image_trust_store(const MountConfig *c, char *err, size_t errlen) {
         return make_trust_store(c, in, in >= 0 ? target : NULL, err, errlen);
 }
 
-static int make_etc(const MountConfig *c, char *err, size_t errlen) {
-        char src[SBX_MAX_PATH_BYTES], dst[SBX_MAX_PATH_BYTES];
+/* The host's (or rootfs's) entries the root binds: i-th of system_dirs, then of etc_binds. */
+#define N_HOST_ENTRIES (ELEMENTSOF(system_dirs) + ELEMENTSOF(etc_binds))
+static void host_entry(const MountConfig *c, size_t i, char src[static SBX_MAX_PATH_BYTES],
+                       char dst[static SBX_MAX_PATH_BYTES]) {
         const char *base = c->rootfs ? c->rootfs : "";
-        if (mkdir("etc", 0755) < 0)
+        bool sys = i < ELEMENTSOF(system_dirs);
+        const char *name = sys ? system_dirs[i] : etc_binds[i - ELEMENTSOF(system_dirs)];
+        snprintf(src, SBX_MAX_PATH_BYTES, "%s/%s%s", base, sys ? "" : "etc/", name);
+        snprintf(dst, SBX_MAX_PATH_BYTES, "%s%s", sys ? "" : "etc/", name);
+}
+
+/* The skeleton of a host-based root beneath at, all of it but what is mounted on it: the
+ * system directories' and /etc's mount points (or symlinks), the generated files of /etc (an
+ * empty resolv.conf, which a sandbox with network has the host's bound over), /dev's mount
+ * points and links, and the directories the rest goes on. */
+static int shape_dev(int at, bool mkdir_dev);
+static int shape_skeleton(const MountConfig *c, int at, char *err, size_t errlen) {
+        char src[SBX_MAX_PATH_BYTES], dst[SBX_MAX_PATH_BYTES];
+        if (mkdirat(at, "etc", 0755) < 0)
                 return fail(err, errlen, "mkdir /etc");
-        for (size_t i = 0; i < ELEMENTSOF(etc_binds); i++) {
-                snprintf(src, sizeof src, "%s/etc/%s", base, etc_binds[i]);
-                snprintf(dst, sizeof dst, "etc/%s", etc_binds[i]);
-                if (bind_ro(src, dst, 0) < 0)
-                        return fail(err, errlen, "bind %s", src);
+        for (size_t i = 0; i < N_HOST_ENTRIES; i++) {
+                host_entry(c, i, src, dst);
+                if (shape_like(at, src, dst) < 0)
+                        return fail(err, errlen, "make %s for %s", dst, src);
         }
         char passwd[512], group[512];
         snprintf(passwd, sizeof passwd,
@@ -164,20 +212,60 @@ static int make_etc(const MountConfig *c, char *err, size_t errlen) {
                  "user:x:%u:%u:user:/home/user:/bin/bash\n"
                  "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", c->uid, c->gid);
         snprintf(group, sizeof group, "root:x:0:\nuser:x:%u:\nnogroup:x:65534:\n", c->gid);
-        if (write_text("etc/passwd", passwd, 0644) < 0 || write_text("etc/group", group, 0644) < 0 ||
-            write_text("etc/hostname", "sandbox\n", 0644) < 0 ||
-            write_text("etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0644) < 0 ||
-            write_text("etc/nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n", 0644) < 0)
+        if (write_text_at(at, "etc/passwd", passwd, 0644) < 0 || write_text_at(at, "etc/group", group, 0644) < 0 ||
+            write_text_at(at, "etc/hostname", "sandbox\n", 0644) < 0 ||
+            write_text_at(at, "etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0644) < 0 ||
+            write_text_at(at, "etc/nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n", 0644) < 0 ||
+            write_text_at(at, "etc/resolv.conf", "", 0644) < 0)
                 return fail(err, errlen, "write /etc");
-        if (c->network) {
-                snprintf(src, sizeof src, "%s/etc/resolv.conf", base);
-                if (bind_ro(src, "etc/resolv.conf", 0) < 0)
-                        return fail(err, errlen, "bind resolv.conf");
-        } else if (write_text("etc/resolv.conf", "", 0644) < 0) {
-                return fail(err, errlen, "write resolv.conf");
+        if (shape_dev(at, true) < 0)
+                return fail(err, errlen, "make /dev");
+        if (mkdirat(at, "proc", 0555) < 0 || mkdirat(at, "tmp", 01777) < 0 || mkdirat(at, "home", 0755) < 0 ||
+            mkdirat(at, "home/user", 0755) < 0 || mkdirat(at, "root", 0700) < 0 || mkdirat(at, "run", 0755) < 0 ||
+            mkdirat(at, "var", 0755) < 0 || symlinkat("../tmp", at, "var/tmp") < 0)
+                return fail(err, errlen, "mkdir skeleton");
+        return 0;
+}
+
+/* The resolv.conf of the host (whatever its symlink points to there) or of the rootfs (opened
+ * beneath it, its symlinks resolved in it, not in the host's root: pid 1 is still there),
+ * bound over the skeleton's empty one when it is a regular file. */
+static int attach_resolv(const MountConfig *c) {
+        struct stat st;
+        if (!c->rootfs)
+                return stat("/etc/resolv.conf", &st) == 0 && S_ISREG(st.st_mode)
+                               ? bind_tree("/etc/resolv.conf", "etc/resolv.conf")
+                               : 0;
+        struct open_how how = { .flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+        _cleanup_close_ int root = open(c->rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        long fd = root < 0 ? -1 : syscall(SYS_openat2, root, "etc/resolv.conf", &how, sizeof how);
+        _cleanup_close_ int in = (int)fd;
+        char path[64];
+        if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode))
+                return 0;
+        snprintf(path, sizeof path, "/proc/self/fd/%d", in);
+        return bind_tree(path, "etc/resolv.conf");
+}
+
+/* Binds the host's (or rootfs's) parts onto the skeleton of the root being built (the current
+ * directory), and resolv.conf where the sandbox has the host's network. strict: -ESTALE (err
+ * not written) when the skeleton no longer matches the host (a shared one); else an entry that
+ * changed since this sandbox's own skeleton was shaped a moment ago is left as shaped. */
+static int attach_host(const MountConfig *c, bool strict, char *err, size_t errlen) {
+        char src[SBX_MAX_PATH_BYTES], dst[SBX_MAX_PATH_BYTES];
+        for (size_t i = 0; i < N_HOST_ENTRIES; i++) {
+                host_entry(c, i, src, dst);
+                int r = attach_like(src, dst);
+                if (r == -ESTALE && strict)
+                        return r;
+                if (r < 0 && r != -ESTALE) {
+                        errno = -r;
+                        return fail(err, errlen, "bind %s", src);
+                }
         }
-        snprintf(src, sizeof src, "%s/etc/ssl/certs/ca-certificates.crt", base);
-        return c->trust_pem ? host_trust_store(c, src, err, errlen) : 0;
+        if (c->network && attach_resolv(c) < 0)
+                return fail(err, errlen, "bind resolv.conf");
+        return 0;
 }
 
 /* Bind-mounts the host's file src over the file dst, read-only. */
@@ -188,22 +276,19 @@ static int bind_file(const char *src, const char *dst) {
         return 0;
 }
 
-/* mkdir_dev: make /dev itself (else it is there, a tmpfs of its own). */
-static int make_dev(bool mkdir_dev, char *err, size_t errlen) {
-        char src[64], dst[64];
-        if ((mkdir_dev && mkdir("dev", 0755) < 0) || mkdir("dev/pts", 0755) < 0 || mkdir("dev/shm", 01777) < 0)
-                return fail(err, errlen, "mkdir /dev");
+/* /dev's mount points and links beneath at; mkdir_dev: make /dev itself (else it is there, a
+ * tmpfs of its own). */
+static int shape_dev(int at, bool mkdir_dev) {
+        char dst[64];
+        if ((mkdir_dev && mkdirat(at, "dev", 0755) < 0) || mkdirat(at, "dev/pts", 0755) < 0 ||
+            mkdirat(at, "dev/shm", 01777) < 0)
+                return negerrno();
         for (size_t i = 0; i < ELEMENTSOF(dev_nodes); i++) {
-                snprintf(src, sizeof src, "/dev/%s", dev_nodes[i]);
                 snprintf(dst, sizeof dst, "dev/%s", dev_nodes[i]);
-                int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+                int fd = openat(at, dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
                 if (fd < 0)
-                        return fail(err, errlen, "create %s", dst);
+                        return negerrno();
                 close(fd);
-                if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
-                        return fail(err, errlen, "bind %s", src);
-                /* nosuid/noexec on a device node bind; the node stays usable. */
-                (void)mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC, NULL);
         }
         static const char *const links[][2] = {
                 { "/proc/self/fd", "dev/fd" }, { "/proc/self/fd/0", "dev/stdin" },
@@ -211,8 +296,23 @@ static int make_dev(bool mkdir_dev, char *err, size_t errlen) {
                 { "pts/ptmx", "dev/ptmx" },
         };
         for (size_t i = 0; i < ELEMENTSOF(links); i++)
-                if (symlink(links[i][0], links[i][1]) < 0)
-                        return fail(err, errlen, "symlink %s", links[i][1]);
+                if (symlinkat(links[i][0], at, links[i][1]) < 0)
+                        return negerrno();
+        return 0;
+}
+
+/* The host's device nodes bound on /dev's (of the root being built, the current directory),
+ * and a devpts of the sandbox's own. */
+static int attach_dev(char *err, size_t errlen) {
+        char src[64], dst[64];
+        for (size_t i = 0; i < ELEMENTSOF(dev_nodes); i++) {
+                snprintf(src, sizeof src, "/dev/%s", dev_nodes[i]);
+                snprintf(dst, sizeof dst, "dev/%s", dev_nodes[i]);
+                if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+                        return fail(err, errlen, "bind %s", src);
+                /* nosuid/noexec on a device node bind; the node stays usable. */
+                (void)mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC, NULL);
+        }
         if (mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
                   "newinstance,ptmxmode=0666,mode=0620") < 0)
                 return fail(err, errlen, "mount devpts");
@@ -244,8 +344,11 @@ static int mount_writable(const MountConfig *c, int *snap_fd, char *err, size_t 
                 return fail(err, errlen, "prepare writable tmpfs");
         if (graft(w, "tmp", "tmp") < 0 || graft(w, "home", "home/user") < 0 || graft(w, "shm", "dev/shm") < 0)
                 return fail(err, errlen, "bind writable dirs");
-        int s = tmpfs_detached("sbx-snap", "0700", c->snap_bytes, c->snap_inodes, false,
-                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        if (c->snap_lazy) {
+                *snap_fd = -1;
+                return 0;
+        }
+        int s = mount_snap_store(c->snap_bytes, c->snap_inodes);
         if (s < 0) {
                 errno = -s;
                 return fail(err, errlen, "snapshot store");
@@ -327,8 +430,12 @@ static int build_image_root(const MountConfig *c, int *snap_fd, char *err, size_
 
         if (mount("sbx-dev", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64") < 0)
                 return fail(err, errlen, "mount /dev");
-        if (make_dev(false, err, errlen) < 0)
-                return negerrno();
+        if ((r = shape_dev(AT_FDCWD, false)) < 0) {
+                errno = -r;
+                return fail(err, errlen, "make /dev");
+        }
+        if ((r = attach_dev(err, errlen)) < 0)
+                return r;
         if ((r = mount_writable(c, snap_fd, err, errlen)) < 0)
                 return r;
         if (c->network && (bind_file("/etc/resolv.conf", "etc/resolv.conf") < 0))
@@ -343,13 +450,85 @@ static int build_image_root(const MountConfig *c, int *snap_fd, char *err, size_
         return pivot_here(err, errlen);
 }
 
+int mount_snap_store(uint64_t bytes, uint64_t inodes) {
+        return tmpfs_detached("sbx-snap", "0700", bytes, inodes, false,
+                              MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+}
+
+/* A clone of the shared skeleton (see mount.h), read-only, on the staging directory. */
+static int take_skeleton(const MountConfig *c) {
+        _cleanup_close_ int t = sys_open_tree(c->skeleton_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+        struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                               MOUNT_ATTR_NOATIME,
+                                   .attr_clr = MOUNT_ATTR__ATIME };
+        if (t < 0 || sys_mount_setattr(t, "", AT_EMPTY_PATH, &attr) < 0 ||
+            sys_move_mount(t, "", AT_FDCWD, c->staging, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return negerrno();
+        return 0;
+}
+
+/* The root on a clone of the shared skeleton: only mounts, nothing written. -ESTALE (with
+ * nothing left mounted) when the host no longer matches it or no clone of it could be had. */
+static int build_on_skeleton(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
+        int r = take_skeleton(c);
+        if (r < 0)
+                return -ESTALE; /* nothing is mounted: the root gets a skeleton of its own */
+        if (chdir(c->staging) < 0)
+                return fail(err, errlen, "chdir %s", c->staging);
+        if ((r = attach_host(c, true, err, errlen)) == -ESTALE) {
+                if (chdir("/") < 0 || umount2(c->staging, MNT_DETACH) < 0)
+                        return fail(err, errlen, "take the stale skeleton off %s", c->staging);
+                return r;
+        }
+        if (r < 0 || (r = attach_dev(err, errlen)) < 0 || (r = mount_writable(c, snap_fd, err, errlen)) < 0)
+                return r;
+        return pivot_here(err, errlen);
+}
+
+bool mount_skeleton_fits(const MountConfig *c) {
+        return c->skeleton_fd >= 0 && !c->rootfs && !c->layers && !c->trust_pem && c->uid == c->skeleton_uid &&
+               c->gid == c->skeleton_gid;
+}
+
+int mount_skeleton_make(const MountConfig *c, char *err, size_t errlen) {
+        _cleanup_close_ int skel = tmpfs_detached("sbx-root", "0755", SBX_SKELETON_BYTES, SBX_SKELETON_INODES, false,
+                                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOATIME);
+        if (skel < 0) {
+                errno = -skel;
+                return fail(err, errlen, "skeleton tmpfs");
+        }
+        int r = shape_skeleton(c, skel, err, errlen);
+        if (r < 0)
+                return r;
+        /* Read-only for every mount of it, not only for the sandboxes' clones. */
+        _cleanup_close_ int fc = sys_fspick(skel, "", FSPICK_EMPTY_PATH | FSPICK_CLOEXEC);
+        if (fc < 0 || sys_fsconfig(fc, FSCONFIG_SET_FLAG, "ro", NULL, 0) < 0 ||
+            sys_fsconfig(fc, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0) < 0)
+                return fail(err, errlen, "make the skeleton read-only");
+        return TAKE_FD(skel);
+}
+
+int mount_skeleton_check(const MountConfig *c, int skel) {
+        char src[SBX_MAX_PATH_BYTES], dst[SBX_MAX_PATH_BYTES];
+        for (size_t i = 0; i < N_HOST_ENTRIES; i++) {
+                host_entry(c, i, src, dst);
+                int r = like(skel, src, dst);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errlen) {
-        char src[SBX_MAX_PATH_BYTES], opts[128];
+        char opts[128];
         /* Nothing mounted here may propagate back to the host. */
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return fail(err, errlen, "make / private");
         if (c->layers)
                 return build_image_root(c, snap_fd, err, errlen);
+        int r;
+        if (mount_skeleton_fits(c) && (r = build_on_skeleton(c, snap_fd, err, errlen)) != -ESTALE)
+                return r;
         snprintf(opts, sizeof opts, "mode=0755,size=%u,nr_inodes=%u", SBX_SKELETON_BYTES, SBX_SKELETON_INODES);
         /* noatime: a read on the root (the early default shell reads /etc while pid 1 still
          * builds) must not take the mount's write count for an atime update, or the
@@ -358,27 +537,22 @@ int mount_build_root(const MountConfig *c, int *snap_fd, char *err, size_t errle
                 return fail(err, errlen, "mount tmpfs on %s", c->staging);
         if (chdir(c->staging) < 0)
                 return fail(err, errlen, "chdir %s", c->staging);
-
         /* pid 1 is no host user (see init.c): a tree only its owner may enter is out of reach. */
         if (c->rootfs && access(c->rootfs, X_OK) < 0)
                 return fail(err, errlen, "rootfs %s is out of the sandbox's reach (its ids are host ids of its "
                                          "own: the directory and its parents need o+x)", c->rootfs);
-        const char *base = c->rootfs ? c->rootfs : "";
-        for (size_t i = 0; i < ELEMENTSOF(system_dirs); i++) {
-                snprintf(src, sizeof src, "%s/%s", base, system_dirs[i]);
-                if (bind_ro(src, system_dirs[i], 0) < 0)
-                        return fail(err, errlen, "bind %s", src);
-        }
-        int r = make_etc(c, err, errlen);
-        if (r < 0)
+        if ((r = shape_skeleton(c, AT_FDCWD, err, errlen)) < 0)
                 return r;
-        if (make_dev(true, err, errlen) < 0)
-                return negerrno();
-        if (mkdir("proc", 0555) < 0 || mkdir("tmp", 01777) < 0 || mkdir("home", 0755) < 0 ||
-            mkdir("home/user", 0755) < 0 || mkdir("root", 0700) < 0 || mkdir("run", 0755) < 0 ||
-            mkdir("var", 0755) < 0 || symlink("../tmp", "var/tmp") < 0)
-                return fail(err, errlen, "mkdir skeleton");
-        if ((r = mount_writable(c, snap_fd, err, errlen)) < 0 || (r = pivot_here(err, errlen)) < 0)
+        if ((r = attach_host(c, false, err, errlen)) < 0)
+                return r;
+        if (c->trust_pem) {
+                char src[SBX_MAX_PATH_BYTES];
+                snprintf(src, sizeof src, "%s/etc/ssl/certs/ca-certificates.crt", c->rootfs ? c->rootfs : "");
+                if ((r = host_trust_store(c, src, err, errlen)) < 0)
+                        return r;
+        }
+        if ((r = attach_dev(err, errlen)) < 0 || (r = mount_writable(c, snap_fd, err, errlen)) < 0 ||
+            (r = pivot_here(err, errlen)) < 0)
                 return r;
         if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME, NULL) < 0)
                 return fail(err, errlen, "remount / read-only");

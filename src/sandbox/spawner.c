@@ -48,6 +48,7 @@ enum {
         F_MAPS = 1u << 15,
         F_LOWER = 1u << 16,
         F_KILL = 1u << 17,
+        F_SNAP_LAZY = 1u << 18,
 };
 
 /* The fds a request carries, in this order, each present when its bit of fdmask is. */
@@ -110,12 +111,25 @@ static uint32_t put_list(Packer *p, const char *const *v) {
         return n;
 }
 
+/* The shared skeleton the roots of the spawner's clones are built on (mount_skeleton_make()):
+ * made at the first request it fits, checked against the host at most every
+ * SBX_SKELETON_CHECK_MS and made anew once the host changed (a sandbox's pid 1 checks it too,
+ * and builds a skeleton of its own when it no longer fits). A spawner that may not make a
+ * tmpfs (a rootless daemon's) stops trying. */
+typedef struct Skeleton {
+        int fd; /* -1: none yet */
+        unsigned uid, gid;
+        bool unavailable;
+        uint64_t checked_ms;
+} Skeleton;
+
 typedef struct SpawnerEnv {
         int sock, builtin_fd;
         bool in_caller; /* spawner_start_inline(): the calling process clones, as the parent */
         SpawnShared *shared;
         const struct sock_fprog *seccomp;
         CgroupRoot *cg;
+        Skeleton *skel; /* NULL: the roots are built on skeletons of their own (in the caller) */
 } SpawnerEnv;
 
 static void handle_request(const SpawnerEnv *env, char *buf, ssize_t n, int *got, size_t ngot, int msg_flags);
@@ -148,7 +162,8 @@ int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint
                    (m->rootfs ? F_ROOTFS : 0) | (ic->workdir ? F_WORKDIR : 0) | (m->trust_pem ? F_TRUST : 0) |
                    (m->layers ? F_LAYERS : 0) | (ic->env ? F_ENV : 0) | (pol && pol->allow ? F_ALLOW : 0) |
                    (pol && pol->deny ? F_DENY : 0) | (ids->rootless ? F_ROOTLESS : 0) | (ids->maps ? F_MAPS : 0) |
-                   (ids->lower_priority ? F_LOWER : 0) | (ids->kill_fd ? F_KILL : 0);
+                   (ids->lower_priority ? F_LOWER : 0) | (ids->kill_fd ? F_KILL : 0) |
+                   (m->snap_lazy ? F_SNAP_LAZY : 0);
         if (ic->plain) {
                 h->plain_uid = ic->plain->uid;
                 h->plain_gid = ic->plain->gid;
@@ -417,6 +432,39 @@ static void send_wire(int sock, bool in_caller, SpawnWire *w, const int rfds[RFD
         }
 }
 
+/* Points m at the shared skeleton, made or made anew first when needed. */
+static void skeleton_for(Skeleton *k, MountConfig *m) {
+        if (k->unavailable)
+                return;
+        uint64_t now = now_ms();
+        if (k->fd >= 0 && now - k->checked_ms >= SBX_SKELETON_CHECK_MS) {
+                k->checked_ms = now;
+                if (mount_skeleton_check(m, k->fd) < 0)
+                        k->fd = safe_close(k->fd); /* the sandboxes built on it keep theirs */
+        }
+        if (k->fd < 0) {
+                char err[256];
+                int fd = mount_skeleton_make(m, err, sizeof err);
+                /* Above stdio, which pid 1 replaces with /dev/null before it builds. */
+                if (fd >= 0 && fd <= 2) {
+                        int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+                        if (moved < 0)
+                                snprintf(err, sizeof err, "move its fd: %s", strerror(errno));
+                        close(fd);
+                        fd = moved >= 0 ? moved : -EMFILE;
+                }
+                if (fd < 0) {
+                        log_debug("spawner: no shared skeleton: %s", err);
+                        k->unavailable = fd == -EPERM || fd == -ENOSYS || fd == -ENODEV;
+                        return;
+                }
+                *k = (Skeleton){ .fd = fd, .uid = m->uid, .gid = m->gid, .checked_ms = now };
+        }
+        m->skeleton_fd = k->fd;
+        m->skeleton_uid = k->uid;
+        m->skeleton_gid = k->gid;
+}
+
 /* One request: the cgroups, the clone, its id maps, its go. w gets the answer, rfds the fds
  * that go with it (the pidfd and the cgroups'). */
 static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[FD_COUNT], SpawnWire *w,
@@ -425,9 +473,10 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         PlainConfig pc = { 0 };
         LandlockPolicy pol = { .connect_port = h->connect_port };
         InitConfig ic = {
-                .mount = { .fs_bytes = h->fs_bytes, .file_count = h->file_count, .snap_bytes = h->snap_bytes,
+                .mount = { .skeleton_fd = -1, .fs_bytes = h->fs_bytes, .file_count = h->file_count, .snap_bytes = h->snap_bytes,
                            .snap_inodes = h->snap_inodes, .uid = h->mount_uid, .gid = h->mount_gid,
-                           .network = h->flags & F_MOUNT_NETWORK, .noexec_writable = h->flags & F_NOEXEC_WRITABLE },
+                           .network = h->flags & F_MOUNT_NETWORK, .noexec_writable = h->flags & F_NOEXEC_WRITABLE,
+                           .snap_lazy = h->flags & F_SNAP_LAZY },
                 .ctl_fd = fds[FD_CTL], .builtin_fd = env->builtin_fd, .ns_root = h->flags & F_NS_ROOT,
                 .uid = h->uid, .gid = h->gid, .network = h->flags & F_NETWORK, .proxy_port = h->proxy_port,
                 .seccomp = env->seccomp, .rlimit_as = h->rlimit_as, .rlimit_nproc = h->rlimit_nproc,
@@ -465,6 +514,8 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
                 snprintf(w->text, sizeof w->text, "spawner: malformed request");
                 return;
         }
+        if (env->skel && !(h->flags & (F_PLAIN | F_ROOTFS | F_LAYERS | F_TRUST)))
+                skeleton_for(env->skel, &ic.mount);
         if (ctl_closed(fds[FD_CTL])) {
                 w->status = -ECANCELED;
                 snprintf(w->text, sizeof w->text, "the sandbox was destroyed before its pid 1 was made");
@@ -728,8 +779,9 @@ int spawner_program_main(int argc, char **argv) {
         root.v1_cpu = fds[SFD_V1_CPU];
         root.v2_path[sizeof root.v2_path - 1] = 0;
         struct sock_fprog prog = { .len = (unsigned short)su.filter_len, .filter = filter };
+        Skeleton skel = { .fd = -1 };
         SpawnerEnv env = { .sock = SPAWNER_SOCK_FD, .builtin_fd = fds[SFD_BUILTIN], .seccomp = &prog, .cg = &root,
-                           .shared = shared };
+                           .shared = shared, .skel = &skel };
         SpawnWire ready = { .stage = SPAWN_READY };
         if (send(SPAWNER_SOCK_FD, &ready, sizeof ready, MSG_NOSIGNAL) != (ssize_t)sizeof ready)
                 return 1;
@@ -885,8 +937,9 @@ static int start_fork(Spawner *sp, int builtin_fd, const struct sock_fprog *secc
                 int keep[6] = { sv[1], builtin_fd, cg->v2, cg->v1_memory, cg->v1_pids, cg->v1_cpu };
                 close_all_but(keep, ELEMENTSOF(keep));
                 CgroupRoot root = *cg;
+                Skeleton skel = { .fd = -1 };
                 SpawnerEnv env = { .sock = sv[1], .builtin_fd = builtin_fd, .seccomp = seccomp, .cg = &root,
-                                   .shared = shared };
+                                   .shared = shared, .skel = &skel };
                 spawner_main(&env);
         }
         close(sv[1]);

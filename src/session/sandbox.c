@@ -1287,6 +1287,8 @@ SandboxHost *sandbox_host(const SbxSandbox *sb) { return sb->host; }
 SandboxCore *sandbox_core(SbxSandbox *sb) { return &sb->core; }
 int sandbox_setup_state(const SbxSandbox *sb) { return sb->setup; }
 const Box *sandbox_box(const SbxSandbox *sb) { return &sb->core.box; }
+
+int sandbox_snap_store(SbxSandbox *sb) { return box_snap_store(&sb->core.box); }
 Loop *sandbox_loop(const SbxSandbox *sb) { return sb->core.loop; }
 uint64_t sandbox_timeout_ms(const SbxSandbox *sb) { return sb->core.timeout_ms; }
 uint64_t sandbox_run_order(const SbxSandbox *sb) { return sb->core.run_order; }

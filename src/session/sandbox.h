@@ -131,6 +131,9 @@ SandboxObserver *sandbox_observer_state(SbxSandbox *sb, const SandboxObserverOps
  * died first). A pid 1 that dies later leaves it 1: sandbox_dying() says so. */
 int sandbox_setup_state(const SbxSandbox *sb);
 const Box *sandbox_box(const SbxSandbox *sb);
+/* Its snapshot store, made now if the daemon makes it and it has none (box_snap_store()):
+ * its fd (the sandbox's) or -errno. */
+int sandbox_snap_store(SbxSandbox *sb);
 Loop *sandbox_loop(const SbxSandbox *sb);
 uint64_t sandbox_timeout_ms(const SbxSandbox *sb);
 /* The last caller run's place in the sandbox-wide order of requests. */

@@ -160,6 +160,41 @@ def test_rootfs_option_uses_the_given_tree(rootfs_dir):
     assert o == b"ID=sbx-test-rootfs\nok\n", (o, e)
 
 
+def _run_in_rootfs_networked(rootfs_dir, command):
+    p = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         'mount --bind /usr "$1/usr" && exec "$2" run --network --rootfs "$1" -- "$3"',
+         "sh", rootfs_dir, SBX_BIN, command],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    SPAWNED.append(p.pid)
+    o, e = p.communicate(timeout=30)
+    return p.returncode, o, e
+
+
+def test_rootfs_resolv_conf_is_the_trees_and_its_symlink_never_names_a_host_file(rootfs_dir):
+    # With the host's network the rootfs's resolv.conf is bound in; pid 1 opens it while its
+    # root is still the host's, so an absolute symlink must resolve in the tree, not the host.
+    fd, secret = tempfile.mkstemp(prefix="sbx-test-host-file-")
+    try:
+        os.write(fd, b"HOST-ONLY\n")
+        os.close(fd)
+        os.chmod(secret, 0o644)
+        os.symlink(secret, f"{rootfs_dir}/etc/resolv.conf")
+        rc, o, e = _run_in_rootfs_networked(rootfs_dir, "cat /etc/resolv.conf; echo end")
+        assert rc == 0, (o, e)
+        assert o == b"end\n", (o, e)
+        os.unlink(f"{rootfs_dir}/etc/resolv.conf")
+        os.makedirs(f"{rootfs_dir}/run")
+        with open(f"{rootfs_dir}/run/resolv.conf", "w") as f:
+            f.write("nameserver 192.0.2.53\n")
+        os.symlink("/run/resolv.conf", f"{rootfs_dir}/etc/resolv.conf")
+        rc, o, e = _run_in_rootfs_networked(rootfs_dir, "cat /etc/resolv.conf; echo end")
+        assert rc == 0, (o, e)
+        assert o == b"nameserver 192.0.2.53\nend\n", (o, e)
+    finally:
+        os.unlink(secret)
+
+
 def test_rootfs_out_of_the_sandboxs_reach_is_refused_with_the_reason(rootfs_dir):
     if os.geteuid() != 0:
         pytest.skip("rootless, the tree's owner is the sandbox's user")
