@@ -436,10 +436,57 @@ static int mkdirat_open(int dirfd, const char *name) {
         return fd;
 }
 
+/* The spare's directory of a kind (*spare_fd) renamed to name in base, else a new one. */
+static int take_or_make(int base, int *spare_fd, const char *spare_name, const char *name) {
+        if (spare_fd && *spare_fd >= 0) {
+                int fd = TAKE_FD(*spare_fd);
+                if (renameat(base, spare_name, base, name) == 0)
+                        return fd;
+                close(fd);
+                (void)unlinkat(base, spare_name, AT_REMOVEDIR);
+        }
+        return mkdirat_open(base, name);
+}
+
+/* The v1 bases a spare has directories in: those of the limits not set through v2. */
+static void spare_bases(const CgroupRoot *r, CgroupSpare *sp, int bases[3], int *fds[3]) {
+        bases[0] = r->v2_memory ? -1 : r->v1_memory;
+        bases[1] = r->v2_pids ? -1 : r->v1_pids;
+        bases[2] = r->v2_cpu ? -1 : r->v1_cpu;
+        fds[0] = &sp->v1_memory;
+        fds[1] = &sp->v1_pids;
+        fds[2] = &sp->v1_cpu;
+}
+
+int cgroup_spare_fill(const CgroupRoot *r, CgroupSpare *sp) {
+        int bases[3], *fds[3];
+        spare_bases(r, sp, bases, fds);
+        for (size_t i = 0; i < 3; i++)
+                if (bases[i] >= 0 && *fds[i] < 0) {
+                        int fd = mkdirat_open(bases[i], sp->name);
+                        if (fd < 0)
+                                return fd;
+                        *fds[i] = fd;
+                        return 1;
+                }
+        return 0;
+}
+
+void cgroup_spare_drop(const CgroupRoot *r, CgroupSpare *sp) {
+        int bases[3], *fds[3];
+        spare_bases(r, sp, bases, fds);
+        for (size_t i = 0; i < 3; i++)
+                if (*fds[i] >= 0) {
+                        *fds[i] = safe_close(*fds[i]);
+                        if (bases[i] >= 0)
+                                (void)unlinkat(bases[i], sp->name, AT_REMOVEDIR);
+                }
+}
+
 /* cpu.max (v2) or cpu.cfs_quota_us (v1): `millis` thousandths of a CPU in every
  * SBX_CPU_PERIOD_US, and a share of contended CPU in proportion to it (1 CPU: the default
  * weight, 100 in v2, 1024 shares in v1). */
-static int set_cpu(const CgroupRoot *r, CgroupSandbox *s, uint32_t millis) {
+static int set_cpu(const CgroupRoot *r, CgroupSandbox *s, uint32_t millis, CgroupSpare *spare) {
         char num[64];
         uint64_t quota = (uint64_t)millis * SBX_CPU_PERIOD_US / 1000;
         int rr;
@@ -452,7 +499,7 @@ static int set_cpu(const CgroupRoot *r, CgroupSandbox *s, uint32_t millis) {
         }
         if (r->v1_cpu < 0)
                 return 0;
-        s->v1_cpu = mkdirat_open(r->v1_cpu, s->name);
+        s->v1_cpu = take_or_make(r->v1_cpu, spare ? &spare->v1_cpu : NULL, spare ? spare->name : NULL, s->name);
         if (s->v1_cpu < 0)
                 return s->v1_cpu;
         snprintf(num, sizeof num, "%u", SBX_CPU_PERIOD_US);
@@ -500,7 +547,8 @@ static int make_cmds(const CgroupRoot *r, CgroupSandbox *s, const CgroupLimits *
         return 0;
 }
 
-int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSandbox *s) {
+int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l, CgroupSpare *spare,
+                          CgroupSandbox *s) {
         char num[32];
         int rr;
         *s = (CgroupSandbox){ .dir = -1, .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1, .v1_pids_cmds = -1, .root = r };
@@ -515,7 +563,8 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l
                                 goto fail;
                         (void)write_file_at(s->dir, "memory.swap.max", "0");
                 } else if (r->v1_memory >= 0) {
-                        s->v1_memory = mkdirat_open(r->v1_memory, name);
+                        s->v1_memory = take_or_make(r->v1_memory, spare ? &spare->v1_memory : NULL,
+                                                    spare ? spare->name : NULL, name);
                         if (s->v1_memory < 0) {
                                 rr = s->v1_memory;
                                 goto fail;
@@ -532,7 +581,8 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l
                         if ((rr = write_file_at(s->dir, "pids.max", num)) < 0)
                                 goto fail;
                 } else if (r->v1_pids >= 0) {
-                        s->v1_pids = mkdirat_open(r->v1_pids, name);
+                        s->v1_pids = take_or_make(r->v1_pids, spare ? &spare->v1_pids : NULL,
+                                                  spare ? spare->name : NULL, name);
                         if (s->v1_pids < 0) {
                                 rr = s->v1_pids;
                                 goto fail;
@@ -541,7 +591,7 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l
                                 goto fail;
                 }
         }
-        if (l->cpu_millis > 0 && (rr = set_cpu(r, s, l->cpu_millis)) < 0)
+        if (l->cpu_millis > 0 && (rr = set_cpu(r, s, l->cpu_millis, spare)) < 0)
                 goto fail;
         rr = mkdirat_open(s->dir, "init");
         if (rr < 0)

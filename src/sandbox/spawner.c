@@ -130,6 +130,8 @@ typedef struct SpawnerEnv {
         const struct sock_fprog *seccomp;
         CgroupRoot *cg;
         Skeleton *skel; /* NULL: the roots are built on skeletons of their own (in the caller) */
+        /* Cgroups made between requests for the next one (NULL: none, in the caller). */
+        CgroupSpare *spare;
 } SpawnerEnv;
 
 static void handle_request(const SpawnerEnv *env, char *buf, ssize_t n, int *got, size_t ngot, int msg_flags);
@@ -524,7 +526,7 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         CgroupLimits cl = { .memory_bytes = h->memory_bytes, .pids = h->pids, .cpu_millis = h->cpu_millis,
                             .pids_reserve = h->pids_reserve };
         CgroupSandbox cg;
-        int r = cgroup_sandbox_create(env->cg, h->cg_name, &cl, &cg);
+        int r = cgroup_sandbox_create(env->cg, h->cg_name, &cl, env->spare, &cg);
         if (r < 0) {
                 w->status = r;
                 snprintf(w->text, sizeof w->text, "cgroup: %s", strerror(-r));
@@ -665,11 +667,21 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
                 ssize_t n = recvmsg(env->sock, &mh, MSG_CMSG_CLOEXEC);
                 if (n < 0 && errno == EINTR)
                         continue;
-                if (n <= 0)
-                        _exit(0); /* the daemon closed its end: nothing more to make */
+                if (n <= 0) {
+                        /* The daemon closed its end: nothing more to make, and its bases
+                         * must be empty when it removes them. */
+                        if (env->spare)
+                                cgroup_spare_drop(env->cg, env->spare);
+                        _exit(0);
+                }
                 int got[FD_COUNT];
                 size_t ngot = msg_take_fds(&mh, got, FD_COUNT);
                 handle_request(env, buf, n, got, ngot, mh.msg_flags);
+                /* While no request waits, one directory at a time, so one that comes waits
+                 * for one mkdir at most. */
+                struct pollfd p = { .fd = env->sock, .events = POLLIN };
+                while (env->spare && poll(&p, 1, 0) == 0 && cgroup_spare_fill(env->cg, env->spare) > 0)
+                        ;
         }
 }
 
@@ -780,8 +792,9 @@ int spawner_program_main(int argc, char **argv) {
         root.v2_path[sizeof root.v2_path - 1] = 0;
         struct sock_fprog prog = { .len = (unsigned short)su.filter_len, .filter = filter };
         Skeleton skel = { .fd = -1 };
+        CgroupSpare spare = { .name = "spare", .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
         SpawnerEnv env = { .sock = SPAWNER_SOCK_FD, .builtin_fd = fds[SFD_BUILTIN], .seccomp = &prog, .cg = &root,
-                           .shared = shared, .skel = &skel };
+                           .shared = shared, .skel = &skel, .spare = &spare };
         SpawnWire ready = { .stage = SPAWN_READY };
         if (send(SPAWNER_SOCK_FD, &ready, sizeof ready, MSG_NOSIGNAL) != (ssize_t)sizeof ready)
                 return 1;
@@ -938,8 +951,9 @@ static int start_fork(Spawner *sp, int builtin_fd, const struct sock_fprog *secc
                 close_all_but(keep, ELEMENTSOF(keep));
                 CgroupRoot root = *cg;
                 Skeleton skel = { .fd = -1 };
+                CgroupSpare spare = { .name = "spare", .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
                 SpawnerEnv env = { .sock = sv[1], .builtin_fd = builtin_fd, .seccomp = seccomp, .cg = &root,
-                                   .shared = shared, .skel = &skel };
+                                   .shared = shared, .skel = &skel, .spare = &spare };
                 spawner_main(&env);
         }
         close(sv[1]);
