@@ -413,6 +413,11 @@ static void rmdir_base(int fd) {
 }
 
 void cgroup_root_close(CgroupRoot *r) {
+        /* A spawner killed before it removed its spares (cgroup_spare_drop()) left them. */
+        const int v1[] = { r->v1_memory, r->v1_pids, r->v1_cpu };
+        for (size_t i = 0; i < ELEMENTSOF(v1); i++)
+                if (v1[i] >= 0)
+                        (void)unlinkat(v1[i], CGROUP_SPARE_NAME, AT_REMOVEDIR);
         rmdir_base(r->v2);
         rmdir_base(r->v1_memory);
         rmdir_base(r->v1_pids);
@@ -436,14 +441,14 @@ static int mkdirat_open(int dirfd, const char *name) {
         return fd;
 }
 
-/* The spare's directory of a kind (*spare_fd) renamed to name in base, else a new one. */
-static int take_or_make(int base, int *spare_fd, const char *spare_name, const char *name) {
+/* The spare's directory of a kind renamed to name in base, else a new one. Opened again by
+ * its new name: where two controllers share a hierarchy the spare's fds of both kinds are one
+ * directory, which the other kind's rename may have given a sandbox already. */
+static int take_or_make(int base, int *spare_fd, const char *name) {
         if (spare_fd && *spare_fd >= 0) {
-                int fd = TAKE_FD(*spare_fd);
-                if (renameat(base, spare_name, base, name) == 0)
-                        return fd;
-                close(fd);
-                (void)unlinkat(base, spare_name, AT_REMOVEDIR);
+                *spare_fd = safe_close(*spare_fd);
+                if (renameat(base, CGROUP_SPARE_NAME, base, name) < 0)
+                        (void)unlinkat(base, CGROUP_SPARE_NAME, AT_REMOVEDIR);
         }
         return mkdirat_open(base, name);
 }
@@ -463,7 +468,7 @@ int cgroup_spare_fill(const CgroupRoot *r, CgroupSpare *sp) {
         spare_bases(r, sp, bases, fds);
         for (size_t i = 0; i < 3; i++)
                 if (bases[i] >= 0 && *fds[i] < 0) {
-                        int fd = mkdirat_open(bases[i], sp->name);
+                        int fd = mkdirat_open(bases[i], CGROUP_SPARE_NAME);
                         if (fd < 0)
                                 return fd;
                         *fds[i] = fd;
@@ -479,7 +484,7 @@ void cgroup_spare_drop(const CgroupRoot *r, CgroupSpare *sp) {
                 if (*fds[i] >= 0) {
                         *fds[i] = safe_close(*fds[i]);
                         if (bases[i] >= 0)
-                                (void)unlinkat(bases[i], sp->name, AT_REMOVEDIR);
+                                (void)unlinkat(bases[i], CGROUP_SPARE_NAME, AT_REMOVEDIR);
                 }
 }
 
@@ -499,7 +504,7 @@ static int set_cpu(const CgroupRoot *r, CgroupSandbox *s, uint32_t millis, Cgrou
         }
         if (r->v1_cpu < 0)
                 return 0;
-        s->v1_cpu = take_or_make(r->v1_cpu, spare ? &spare->v1_cpu : NULL, spare ? spare->name : NULL, s->name);
+        s->v1_cpu = take_or_make(r->v1_cpu, spare ? &spare->v1_cpu : NULL, s->name);
         if (s->v1_cpu < 0)
                 return s->v1_cpu;
         snprintf(num, sizeof num, "%u", SBX_CPU_PERIOD_US);
@@ -563,8 +568,7 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l
                                 goto fail;
                         (void)write_file_at(s->dir, "memory.swap.max", "0");
                 } else if (r->v1_memory >= 0) {
-                        s->v1_memory = take_or_make(r->v1_memory, spare ? &spare->v1_memory : NULL,
-                                                    spare ? spare->name : NULL, name);
+                        s->v1_memory = take_or_make(r->v1_memory, spare ? &spare->v1_memory : NULL, name);
                         if (s->v1_memory < 0) {
                                 rr = s->v1_memory;
                                 goto fail;
@@ -581,8 +585,7 @@ int cgroup_sandbox_create(CgroupRoot *r, const char *name, const CgroupLimits *l
                         if ((rr = write_file_at(s->dir, "pids.max", num)) < 0)
                                 goto fail;
                 } else if (r->v1_pids >= 0) {
-                        s->v1_pids = take_or_make(r->v1_pids, spare ? &spare->v1_pids : NULL,
-                                                  spare ? spare->name : NULL, name);
+                        s->v1_pids = take_or_make(r->v1_pids, spare ? &spare->v1_pids : NULL, name);
                         if (s->v1_pids < 0) {
                                 rr = s->v1_pids;
                                 goto fail;

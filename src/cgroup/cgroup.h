@@ -87,12 +87,12 @@ typedef struct CgroupLimits {
  * shrinker map by the superblocks the host ever held at once: 135-250 us here after 5,000
  * sandboxes, against 14 us for a rename). Each fd -1 while none of that kind is made. */
 typedef struct CgroupSpare {
-        char name[32];
         int v1_memory, v1_pids, v1_cpu;
 } CgroupSpare;
+#define CGROUP_SPARE_NAME "spare" /* no sandbox's: their names are 32 hex digits */
 
-/* Makes one missing directory of sp (named sp->name, set by the caller) in the hierarchies
- * r's limits use: 1 when it made one, 0 when none is missing, -errno. */
+/* Makes one missing directory of sp in the hierarchies r's limits use: 1 when it made one, 0
+ * when none is missing, -errno. */
 int cgroup_spare_fill(const CgroupRoot *r, CgroupSpare *sp);
 /* Removes what sp holds. */
 void cgroup_spare_drop(const CgroupRoot *r, CgroupSpare *sp);

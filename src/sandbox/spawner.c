@@ -792,7 +792,7 @@ int spawner_program_main(int argc, char **argv) {
         root.v2_path[sizeof root.v2_path - 1] = 0;
         struct sock_fprog prog = { .len = (unsigned short)su.filter_len, .filter = filter };
         Skeleton skel = { .fd = -1 };
-        CgroupSpare spare = { .name = "spare", .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
+        CgroupSpare spare = { .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
         SpawnerEnv env = { .sock = SPAWNER_SOCK_FD, .builtin_fd = fds[SFD_BUILTIN], .seccomp = &prog, .cg = &root,
                            .shared = shared, .skel = &skel, .spare = &spare };
         SpawnWire ready = { .stage = SPAWN_READY };
@@ -951,7 +951,7 @@ static int start_fork(Spawner *sp, int builtin_fd, const struct sock_fprog *secc
                 close_all_but(keep, ELEMENTSOF(keep));
                 CgroupRoot root = *cg;
                 Skeleton skel = { .fd = -1 };
-                CgroupSpare spare = { .name = "spare", .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
+                CgroupSpare spare = { .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
                 SpawnerEnv env = { .sock = sv[1], .builtin_fd = builtin_fd, .seccomp = seccomp, .cg = &root,
                                    .shared = shared, .skel = &skel, .spare = &spare };
                 spawner_main(&env);

@@ -85,8 +85,13 @@ void corpse_add(CorpseYard *y, const Box *b) {
         c->events = -1;
         /* Past the corpses finished at once, one that can be parked is (its fds given back
          * now: a thousand destroys by request, each woken first, would hold them all). */
-        if (y->active >= SBX_CORPSES_ACTIVE && !c->box.parked && c->box.ready && !c->box.process)
+        if (y->active >= SBX_CORPSES_ACTIVE && !c->box.parked && c->box.ready && !c->box.process) {
+                /* A snapshot store the daemon made lives only in its fd, which would keep
+                 * the box from parking: it goes with the sandbox anyway. */
+                if (c->box.snap_lazy)
+                        c->box.snap_fd = safe_close(c->box.snap_fd);
                 (void)box_park(y->shared, &c->box);
+        }
         if (c->box.parked && y->active >= SBX_CORPSES_ACTIVE) {
                 /* Dead now, finished later: everything of a parked box (never a process
                  * mode's) is in its pid namespace, and dies with pid 1. Its cgroup's kill comes
