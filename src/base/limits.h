@@ -738,6 +738,9 @@
 /* How often the spawner checks its shared skeleton against the host's /etc and system
  * directories (between checks a sandbox's pid 1 finds a change itself). */
 #define SBX_SKELETON_CHECK_MS 1000U
+/* How long the spawner waits for no request before it makes the next sandbox's cgroups
+ * (CgroupSpare): past a create's setup, which such work would slow on a host of few CPUs. */
+#define SBX_SPARE_QUIET_MS 5
 
 /* ---- exec policy (policy.allow, policy.deny; see sandbox/landlock.c) */
 

@@ -677,10 +677,12 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
                 int got[FD_COUNT];
                 size_t ngot = msg_take_fds(&mh, got, FD_COUNT);
                 handle_request(env, buf, n, got, ngot, mh.msg_flags);
-                /* While no request waits, one directory at a time, so one that comes waits
-                 * for one mkdir at most. */
+                /* Once no request came for SBX_SPARE_QUIET_MS (the sandbox just made is
+                 * through its setup: on few CPUs a mkdir now would slow it), one directory
+                 * at a time while none comes, so one that comes waits for one mkdir at most. */
                 struct pollfd p = { .fd = env->sock, .events = POLLIN };
-                while (env->spare && poll(&p, 1, 0) == 0 && cgroup_spare_fill(env->cg, env->spare) > 0)
+                for (int wait = SBX_SPARE_QUIET_MS;
+                     env->spare && poll(&p, 1, wait) == 0 && cgroup_spare_fill(env->cg, env->spare) > 0; wait = 0)
                         ;
         }
 }
