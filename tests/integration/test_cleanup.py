@@ -140,12 +140,13 @@ def rootfs_dir():
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _run_in_rootfs(rootfs_dir, command):
+def _run_in_rootfs(rootfs_dir, command, network=False):
     # /usr of the tree is a bind of the host's /usr, made in a private mount namespace so the
     # host never sees it; everything else comes from the tree.
+    net = "--network " if network else ""
     p = subprocess.Popen(
         ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         'mount --bind /usr "$1/usr" && exec "$2" run --rootfs "$1" -- "$3"',
+         f'mount --bind /usr "$1/usr" && exec "$2" run {net}--rootfs "$1" -- "$3"',
          "sh", rootfs_dir, SBX_BIN, command],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     SPAWNED.append(p.pid)  # unshare execs sh, which execs sbx: same pid
@@ -160,17 +161,6 @@ def test_rootfs_option_uses_the_given_tree(rootfs_dir):
     assert o == b"ID=sbx-test-rootfs\nok\n", (o, e)
 
 
-def _run_in_rootfs_networked(rootfs_dir, command):
-    p = subprocess.Popen(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         'mount --bind /usr "$1/usr" && exec "$2" run --network --rootfs "$1" -- "$3"',
-         "sh", rootfs_dir, SBX_BIN, command],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    SPAWNED.append(p.pid)
-    o, e = p.communicate(timeout=30)
-    return p.returncode, o, e
-
-
 def test_rootfs_resolv_conf_is_the_trees_and_its_symlink_never_names_a_host_file(rootfs_dir):
     # With the host's network the rootfs's resolv.conf is bound in; pid 1 opens it while its
     # root is still the host's, so an absolute symlink must resolve in the tree, not the host.
@@ -180,7 +170,7 @@ def test_rootfs_resolv_conf_is_the_trees_and_its_symlink_never_names_a_host_file
         os.close(fd)
         os.chmod(secret, 0o644)
         os.symlink(secret, f"{rootfs_dir}/etc/resolv.conf")
-        rc, o, e = _run_in_rootfs_networked(rootfs_dir, "cat /etc/resolv.conf; echo end")
+        rc, o, e = _run_in_rootfs(rootfs_dir, "cat /etc/resolv.conf; echo end", network=True)
         assert rc == 0, (o, e)
         assert o == b"end\n", (o, e)
         os.unlink(f"{rootfs_dir}/etc/resolv.conf")
@@ -188,7 +178,7 @@ def test_rootfs_resolv_conf_is_the_trees_and_its_symlink_never_names_a_host_file
         with open(f"{rootfs_dir}/run/resolv.conf", "w") as f:
             f.write("nameserver 192.0.2.53\n")
         os.symlink("/run/resolv.conf", f"{rootfs_dir}/etc/resolv.conf")
-        rc, o, e = _run_in_rootfs_networked(rootfs_dir, "cat /etc/resolv.conf; echo end")
+        rc, o, e = _run_in_rootfs(rootfs_dir, "cat /etc/resolv.conf; echo end", network=True)
         assert rc == 0, (o, e)
         assert o == b"nameserver 192.0.2.53\nend\n", (o, e)
     finally:
