@@ -238,12 +238,14 @@ static Mem mem_now(void) {
         return m;
 }
 
-/* Sandbox cgroup directories left under the daemon's sbx-<pid> (any hierarchy). */
+/* Sandbox cgroup directories left under the daemon's sbx-<pid> (any hierarchy); the spawner's
+ * spares (the next sandbox's, made ahead) are the daemon's own. */
 static long cgroups_left(void) {
-        char cmd[256];
+        char cmd[320];
         long n = -1;
         snprintf(cmd, sizeof cmd,
-                 "find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -path '*/sbx-%d/*' -prune 2>/dev/null | wc -l",
+                 "find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -path '*/sbx-%d/*' ! -name spare -prune "
+                 "2>/dev/null | wc -l",
                  (int)bench_srv.pid);
         FILE *p = popen(cmd, "r");
         if (p) {
