@@ -102,7 +102,8 @@ static void find_bases(void) {
                 }
 }
 
-/* Directories below dir (not dir itself), depth-first, at most 8 levels. */
+/* Directories below dir (not dir itself), depth-first, at most 8 levels; at the top, not the
+ * spawner's spares (the next sandbox's cgroups made ahead: the daemon's own, always there). */
 static long count_dirs(const char *dir, int depth) {
         DIR *d = opendir(dir);
         if (!d)
@@ -110,7 +111,8 @@ static long count_dirs(const char *dir, int depth) {
         long n = 0;
         struct dirent *de;
         while ((de = readdir(d))) {
-                if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+                    (depth == 0 && strcmp(de->d_name, "spare") == 0))
                         continue;
                 n++;
                 if (depth < 8) {
