@@ -741,6 +741,14 @@
 /* How long the spawner waits for no request before it makes the next sandbox's cgroups
  * (CgroupSpare): past a create's setup, which such work would slow on a host of few CPUs. */
 #define SBX_SPARE_QUIET_MS 5
+/* How much of its stack the spawner zeroes below its loop after each request (scrub_stack() in
+ * sandbox/spawner.c), so that nothing a request left there is in the next pid 1 or session
+ * shell: more than the deepest a request's frames go. */
+#define SBX_SPAWNER_SCRUB_BYTES (64U * 1024)
+/* The room in the command line of a spawner preloaded into bash for what a session shell that
+ * goes on as that bash shows as its own (the builtin's boot line and the session's home): a
+ * longer one is cut in /proc/PID/cmdline, not in the shell. */
+#define SBX_SPAWNER_CMDLINE_BYTES 256U
 
 /* ---- exec policy (policy.allow, policy.deny; see sandbox/landlock.c) */
 

@@ -221,6 +221,40 @@ static int tell_early(const InitConfig *c, int early) {
         return sendmsg(early, &mh, MSG_NOSIGNAL) == 1 ? 0 : negerrno();
 }
 
+static InitZygote *zygote;
+
+void init_use_zygote(InitZygote *z) { zygote = z; }
+
+/* A shell of this sandbox may go on as the spawner's bash (InitZygote): the host's bash is the
+ * one its root has, and no exec policy would have had a say in the exec. */
+static bool zygote_fits(const InitConfig *c) {
+        return zygote && !c->plain && !c->mount.rootfs && !c->mount.layers && !c->policy;
+}
+
+/* exec_shell()'s exec of the host's bash, without one: this process, a copy of pid 1 and so of
+ * the spawner's bash not yet started, goes on into that bash's main with argv and env, as the
+ * exec would have started it. What an exec does besides is done by exec_shell() (signals'
+ * dispositions and mask, fds; the name and dumpability, before the seccomp filter) and here:
+ * /proc/PID/cmdline shows these arguments, environ nothing (the spawner's would name the
+ * library). Its memory is pid 1's and the spawner's before it: neither holds anything of
+ * another sandbox (spawner.c, handle_request() and scrub_stack()). */
+_noreturn_ static void go_on_as_bash(char *const argv[INIT_ZYGOTE_ARGC], char **env) {
+        static char *none[] = { NULL };
+        InitZygote *z = zygote;
+        char *p = z->args;
+        for (int i = 0; i < INIT_ZYGOTE_ARGC; i++) {
+                z->argv[i] = argv[i];
+                size_t n = MIN(strlen(argv[i]) + 1, (size_t)(z->args_end - p));
+                memcpy(p, argv[i], n);
+                p += n;
+        }
+        memset(p, 0, (size_t)(z->args_end - p));
+        z->args_end[-1] = 0;
+        memset(z->env, 0, (size_t)(z->env_end - z->env));
+        environ = env ? env : none;
+        siglongjmp(z->back, 1);
+}
+
 /* In a forked child: becomes a session shell, bash running the sbx_session builtin on sock,
  * or, when script >= 0 (a sealed memfd of sandbox/pykernel.py), the host's python3 running
  * that script, which speaks the same protocol on sock. go >= 0: a shell started during setup
@@ -267,7 +301,12 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int ear
                 struct rlimit rl = { c->rlimit_as, c->rlimit_as };
                 (void)setrlimit(RLIMIT_AS, &rl);
         }
+        bool zyg = script < 0 && zygote_fits(c);
         if (identity_drop(c->uid, c->gid) < 0)
+                _exit(126);
+        /* As after an exec by the sandbox's user: dumpable (the change of ids made it not, and
+         * pid 1's copy was not), and named bash. */
+        if (zyg && (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0 || prctl(PR_SET_NAME, "bash", 0, 0, 0) < 0))
                 _exit(126);
         if (g >= 0 && c->seccomp && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, c->seccomp, 0, 0) < 0)
                 _exit(126);
@@ -285,6 +324,8 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int ear
         snprintf(boot_go, sizeof boot_go, "%s 5 %s", boot, session_home);
         char *argv[] = { (char *)"bash", (char *)"--norc", (char *)"--noprofile", (char *)"-c", g >= 0 ? boot_go : boot,
                          NULL };
+        if (zyg)
+                go_on_as_bash(argv, c->env);
         execve("/bin/bash", argv, c->env);
         _exit(127);
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <setjmp.h>
 #include <stdint.h>
 #include "base/macro.h"
 #include "sandbox/landlock.h"
@@ -87,6 +88,24 @@ typedef struct InitConfig {
 } InitConfig;
 
 _noreturn_ void init_main(const InitConfig *c);
+
+/* The spawner's program as a library preloaded into the host's bash and stopped before bash's
+ * main (sbx-spawner.so, src/cli/spawner_preload.c): every pid 1 is then a copy of a bash not
+ * yet started, and a session shell of a sandbox on the host's root, forked by pid 1, goes on
+ * into that bash's main instead of exec'ing one (exec_shell() in init.c): a fork and bash's own
+ * startup, without an exec and its dynamic linking (1.3 ms here, against 0.25). Set once by
+ * the spawner (init_use_zygote()); the areas are those of the spawner's execve, which the
+ * kernel shows as /proc/PID/cmdline and environ. */
+typedef struct InitZygote {
+        sigjmp_buf back; /* in the constructor, which then returns into bash's start */
+        char **argv;     /* bash's argv: INIT_ZYGOTE_ARGC entries and a NULL */
+        char *args, *args_end, *env, *env_end;
+} InitZygote;
+
+/* bash --norc --noprofile -c CMD, which is also how the spawner's bash is exec'd. */
+#define INIT_ZYGOTE_ARGC 5
+
+void init_use_zygote(InitZygote *z);
 
 /* Capabilities pid 1 keeps after setup: to give each session shell the sandbox user's ids
  * and to empty its bounding set. Nothing else: no mount, no chown, no kill, no ptrace. */

@@ -651,6 +651,16 @@ static void handle_request(const SpawnerEnv *env, char *buf, ssize_t n, int *got
         close_fds(rfds, RFD_COUNT);
 }
 
+/* Zeroes the stack below its caller's frame as deep as a request's frames went: each pid 1 is
+ * a copy of this process and, with the spawner preloaded into bash, so is each session shell's
+ * memory (init.c, go_on_as_bash()), which its user can read: what an earlier request's frames
+ * left there (another sandbox's cgroup name, its paths, its answer) must not be in it. */
+__attribute__((noinline)) static void scrub_stack(void) {
+        char pad[SBX_SPAWNER_SCRUB_BYTES];
+        explicit_bzero(pad, sizeof pad);
+        __asm__ volatile("" : : "r"(pad) : "memory");
+}
+
 _noreturn_ static void spawner_main(const SpawnerEnv *env) {
         (void)prctl(PR_SET_NAME, "sbx-spawner", 0, 0, 0);
         char *buf = malloc(SBX_SPAWN_MSG_MAX);
@@ -677,6 +687,7 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
                 int got[FD_COUNT];
                 size_t ngot = msg_take_fds(&mh, got, FD_COUNT);
                 handle_request(env, buf, n, got, ngot, mh.msg_flags);
+                scrub_stack();
                 /* Once no request came for SBX_SPARE_QUIET_MS (the sandbox just made is
                  * through its setup: on few CPUs a mkdir now would slow it), one directory
                  * at a time while none comes, so one that comes waits for one mkdir at most. */
@@ -749,6 +760,8 @@ static int send_setup(int sock, int builtin_fd, int shared_fd, const struct sock
  * a copy of a small static process instead of the daemon with every library it loaded (265
  * mappings, 1.7 MiB of heap that pid 1 shares copy-on-write and faults on), which made the
  * clone and everything pid 1 then wrote slower. */
+static int program_run(void);
+
 int spawner_program_main(int argc, char **argv) {
         char abi[256];
         spawner_abi(abi, sizeof abi);
@@ -757,6 +770,30 @@ int spawner_program_main(int argc, char **argv) {
                         abi);
                 return 2;
         }
+        return program_run();
+}
+
+int spawner_preload_main(const char *abi, InitZygote *z) {
+        char want[256];
+        spawner_abi(want, sizeof want);
+        if (strcmp(abi, want) != 0) {
+                fprintf(stderr, "sbx-spawner.so: a part of sbx-engine, started only by the sbx-engine of its own build (%s)\n",
+                        want);
+                return 2;
+        }
+        /* ps on the host shows sbx-spawner, not the bash command line it was exec'd with; its
+         * environment (the library's path, abi, which points into it) is nobody's to read. */
+        static char *none[] = { NULL };
+        memset(z->args, 0, (size_t)(z->args_end - z->args));
+        memcpy(z->args, "sbx-spawner", MIN(sizeof "sbx-spawner", (size_t)(z->args_end - z->args) - 1));
+        memset(z->env, 0, (size_t)(z->env_end - z->env));
+        environ = none;
+        init_use_zygote(z);
+        return program_run();
+}
+
+/* The program's body, once it knows it was started by its own build's sbx-engine. */
+static int program_run(void) {
         (void)fcntl(SPAWNER_SOCK_FD, F_SETFD, FD_CLOEXEC);
         SpawnSetup su;
         struct sock_filter filter[SBX_SECCOMP_MAX_INSNS];
@@ -848,10 +885,22 @@ static int await_ready(int sock) {
  * the setup message, then the program itself, which the caller waits for until it has taken
  * its setup (CLONE_VFORK until its exec, then its word): a program that cannot run, or is not
  * of this build (it exits), is found out here, and the caller forks instead. */
-static int start_program(Spawner *sp, const char *exe, int builtin_fd, const struct sock_fprog *seccomp,
+static int start_program(Spawner *sp, const char *exe, bool preload, int builtin_fd, const struct sock_fprog *seccomp,
                          CgroupRoot *cg) {
         char abi[256];
         spawner_abi(abi, sizeof abi);
+        /* Preloaded: bash --norc --noprofile -c CMD (INIT_ZYGOTE_ARGC), as a session shell
+         * is exec'd, with room in CMD for what a shell going on as this bash shows as its
+         * command line; CMD only runs when the library could not be loaded, and then exits. */
+        static char cmd[SBX_SPAWNER_CMDLINE_BYTES];
+        memset(cmd, ' ', sizeof cmd - 1);
+        memcpy(cmd, "exit 97;", 8);
+        char pre[PATH_MAX + 16], abi_env[sizeof abi + 32];
+        snprintf(pre, sizeof pre, "LD_PRELOAD=%s", exe);
+        snprintf(abi_env, sizeof abi_env, "%s=%s", SPAWNER_ABI_ENV, abi);
+        char *const bash_args[INIT_ZYGOTE_ARGC + 1] = { (char *)"bash", (char *)"--norc", (char *)"--noprofile",
+                                                        (char *)"-c", cmd, NULL };
+        char *const bash_env[] = { pre, abi_env, NULL };
         if (seccomp->len > SBX_SECCOMP_MAX_INSNS)
                 return -E2BIG;
         _cleanup_close_ int mfd = memfd_create("sbx-spawn-shared", MFD_CLOEXEC);
@@ -894,7 +943,10 @@ static int start_program(Spawner *sp, const char *exe, int builtin_fd, const str
                 }
                 close_range(SPAWNER_SOCK_FD + 1, ~0U, 0);
                 char *const args[] = { (char *)"sbx-spawner", abi, NULL };
-                execve(exe, args, envp);
+                if (preload)
+                        execve("/bin/bash", bash_args, bash_env);
+                else
+                        execve(exe, args, envp);
                 shared->pid = -errno;
                 _exit(127);
         }
@@ -966,12 +1018,37 @@ static int start_fork(Spawner *sp, int builtin_fd, const struct sock_fprog *secc
         return 0;
 }
 
+/* sbx-spawner.so beside the calling program, when bash can preload it (no space or colon in
+ * its path) and SBX_SPAWNER_PRELOAD is not 0; as spawner_program(). */
+static int spawner_library(char *out, size_t size) {
+        const char *want = getenv("SBX_SPAWNER_PRELOAD");
+        if (want && strcmp(want, "0") == 0)
+                return -ENOENT;
+        int r = spawner_program(out, size);
+        if (r < 0)
+                return r;
+        if (strlen(out) + 3 >= size)
+                return -ENAMETOOLONG;
+        strcat(out, ".so");
+        if (strpbrk(out, " :\t\n"))
+                return -EINVAL;
+        return access(out, R_OK) < 0 || access("/bin/bash", X_OK) < 0 ? negerrno() : 0;
+}
+
 int spawner_start(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg) {
         *sp = (Spawner){ .fd = -1, .inline_fd = -1, .pid = -1, .pidfd = -1, .next_seq = 1, .root = cg };
         char exe[PATH_MAX];
-        int r = spawner_program(exe, sizeof exe);
+        int r = spawner_library(exe, sizeof exe);
         if (r == 0) {
-                r = start_program(sp, exe, builtin_fd, seccomp, cg);
+                r = start_program(sp, exe, true, builtin_fd, seccomp, cg);
+                if (r == 0)
+                        return 0;
+                log_debug("cannot start the spawner preloaded into bash (%s): its program instead",
+                          r == -EPROTO ? "it exited without taking its setup" : strerror(-r));
+        }
+        r = spawner_program(exe, sizeof exe);
+        if (r == 0) {
+                r = start_program(sp, exe, false, builtin_fd, seccomp, cg);
                 if (r == 0)
                         return 0;
                 log_warn("cannot start %s (%s): the sandboxes' pid 1 are cloned from a fork of this process", exe,

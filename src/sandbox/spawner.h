@@ -99,6 +99,12 @@ int spawner_program_main(int argc, char **argv);
  * is then pid 1's parent, and its answers come on sp->fd as a spawner's would. For a short-lived
  * process with one sandbox (sbx run), which a spawner's fork would only slow. */
 int spawner_start_inline(Spawner *sp, int builtin_fd, const struct sock_fprog *seccomp, CgroupRoot *cg);
+/* spawner_program_main() preloaded into bash as sbx-spawner.so (src/cli/spawner_preload.c): abi is what the
+ * daemon put in its environment (SPAWNER_ABI_ENV), z where its pid 1s' session shells go on
+ * into bash (init.h). Its arguments and environment are wiped. */
+int spawner_preload_main(const char *abi, InitZygote *z);
+/* The variable that carries the build's abi to sbx-spawner.so, which does nothing without it. */
+#define SPAWNER_ABI_ENV "SBX_SPAWNER_ABI"
 /* Stops it: no request is taken after this, clones it made meanwhile are killed and reaped.
  * May block (bounded): only on the way out. */
 void spawner_stop(Spawner *sp);
