@@ -176,6 +176,24 @@ def test_two_sandboxes_share_the_image_not_their_writes(server, base_layer, tmp_
     assert server.result("image.inspect", {"image": "t:1"})["sandboxes"] == 2
 
 
+def test_an_image_sandbox_execs_the_images_bash(server, base_layer, tmp_path):
+    # A host-rooted sandbox's shell goes on as the spawner's bash (test_zygote.py); an image's
+    # has a bash of its own, which it must exec.
+    from test_zygote import SO, maps_text, shells_of
+    ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer], name="t:own")
+    server.result("image.import", {"path": str(tmp_path / "l")})
+    host = server.result("sandbox.create", {})["sandboxId"]
+    assert server.run(host, "true")["exitCode"] == 0
+    before = set(shells_of(server.proc.pid))
+    img = server.result("sandbox.create", {"image": "t:own"})["sandboxId"]
+    assert server.run(img, "echo $0")["stdout"] == "bash\n"
+    (shell,) = set(shells_of(server.proc.pid)) - before
+    assert "sbx-spawner.so" not in maps_text(shell)
+    assert not os.path.samefile(f"/proc/{shell}/exe", "/bin/bash")
+    if os.path.exists(SO):
+        assert all("sbx-spawner.so" in maps_text(s) for s in before)
+
+
 def test_fork_snapshot_export_of_an_image_sandbox(server, base_layer, tmp_path):
     ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer, second_layer()], name="t:2")
     server.result("image.import", {"path": str(tmp_path / "l")})

@@ -1,0 +1,198 @@
+"""A root daemon's spawner is preloaded into the host's bash and stopped before bash's main
+(sbx-spawner.so, src/cli/spawner_preload.c), and a session shell of a sandbox on the host's
+root goes on into that bash's main instead of exec'ing one (InitZygote, src/sandbox/init.h).
+That shell must be the one an exec would have made, down to its variables and command line;
+its memory, a copy of pid 1's and the spawner's, must hold nothing of another sandbox; and a
+sandbox whose bash is not the host's still execs its own."""
+import os
+import re
+import secrets
+import signal
+
+import pytest
+
+from conftest import SBX_BIN, close_stdio, serve_stdio
+
+SO = os.path.join(os.path.dirname(os.path.realpath(SBX_BIN)), "sbx-spawner.so")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="reads the sandboxes' processes from the host"),
+    pytest.mark.skipif(not os.path.exists(SO), reason="no sbx-spawner.so in this build (a sanitizer build)"),
+]
+
+# What a session shell is, from inside: its variables and options, its process's ids, limits,
+# signals and fds, its command line. Two runs: the first is the shell's first worker, the
+# second one the worker forked from the state the first left.
+STATE = ("set | grep -v -E '^(BASHPID|RANDOM|SRANDOM|SECONDS|EPOCH[A-Z]*|_|BASH_COMMAND|LINENO)='; shopt; shopt -o; "
+         "trap -p; ulimit -a; umask; alias; declare -F; "
+         "grep -E '^(Sig|Cap|NoNew|Seccomp|Umask|Groups|Uid|Gid)' /proc/$$/status; "
+         "ls -l /proc/$BASHPID/fd | tail -n +2 | awk '{print $9,$10,$11}' | sed 's/pipe:.*/pipe/'; "
+         "cat /proc/$$/comm /proc/$$/oom_score_adj; echo $$ $PPID; pwd; tr '\\0' ' ' < /proc/1/cmdline | sed 's/ *$//'; echo; "
+         "ps -o pid=,ppid=,user=,args= -p $$")
+
+
+def ppid_and_comm(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)
+    comm = rest[0].split("(", 1)[1]
+    return int(rest[1].split()[1]), comm
+
+
+def children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if ppid_and_comm(d)[0] == pid:
+                    out.append(int(d))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+def spawner_of(daemon_pid):
+    return [p for p in children(daemon_pid) if ppid_and_comm(p)[1] == "sbx-spawner"]
+
+
+def shells_of(daemon_pid):
+    """The session shells of a daemon's sandboxes: children of its pid 1s (CLONE_PARENT makes
+    the daemon their parent), which are sbx-init."""
+    return [s for p in children(daemon_pid) if ppid_and_comm(p)[1] == "sbx-init" for s in children(p)
+            if ppid_and_comm(s)[1] == "bash"]
+
+
+def maps_text(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+
+def memory_has(pid, needle: bytes):
+    """Whether needle is anywhere in pid's readable memory (read from the host, as root)."""
+    found = False
+    with open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps_text(pid).splitlines():
+            m = re.match(r"([0-9a-f]+)-([0-9a-f]+) (r)", line)
+            if not m or "[vvar" in line or "[vsyscall" in line:
+                continue
+            lo, hi = int(m.group(1), 16), int(m.group(2), 16)
+            try:
+                mem.seek(lo)
+                data = mem.read(hi - lo)
+            except OSError:
+                continue
+            if needle in data:
+                found = True
+    return found
+
+
+def box(peer, **opts):
+    return peer.result("sandbox.create", opts)["sandboxId"]
+
+
+def run(peer, sid, command):
+    r = peer.result("run", {"sandboxId": sid, "command": command})
+    assert r["exitCode"] == 0, r
+    return r["stdout"]
+
+
+def test_a_shell_goes_on_as_the_spawners_bash_and_is_the_shell_an_exec_made():
+    dumps = {}
+    for preload in ("1", "0"):
+        peer = serve_stdio("--pool", "0", env={**os.environ, "SBX_SPAWNER_PRELOAD": preload})
+        try:
+            sid = box(peer)
+            dumps[preload] = [run(peer, sid, STATE), run(peer, sid, "cd /tmp; X=1"), run(peer, sid, STATE)]
+            shells = shells_of(peer.proc.pid)
+            assert len(shells) == 1, shells
+            on_it = "sbx-spawner.so" in maps_text(shells[0])
+            assert on_it == (preload == "1"), maps_text(shells[0])
+            spawner = spawner_of(peer.proc.pid)
+            assert len(spawner) == 1
+            with open(f"/proc/{spawner[0]}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{spawner[0]}/environ", "rb") as f:
+                environ = f.read()
+            if preload == "1":
+                # ps on the host says what it is; its environment (the library's path) is gone.
+                assert cmdline.rstrip(b"\0") == b"sbx-spawner", cmdline
+                assert environ.strip(b"\0") == b"", environ
+                with open(f"/proc/{spawner[0]}/exe".replace("exe", "comm")) as f:
+                    assert f.read() == "sbx-spawner\n"
+        finally:
+            close_stdio(peer)
+    assert dumps["1"] == dumps["0"], (dumps["1"], dumps["0"])
+    first = dumps["1"][0]
+    # Not the spawner's: the sandbox's user, its host name, the builtin's command line.
+    assert "\nHOSTNAME=sandbox\n" in first and "\nUID=1000\n" in first and "\nPPID=1\n" in first, first
+    assert "LD_PRELOAD" not in first and "SBX_SPAWNER" not in first, first
+    assert re.search(r"\d+ +\d+ user +bash --norc --noprofile -c shopt -s expand_aliases; enable -f /proc/self/fd/4 "
+                     r"sbx_session && exec 4<&- && sbx_session 3 5 /home/user", first), first
+    # The second state is the first's shell after cd and X=1, whatever made it.
+    assert "\nX=1\n" in dumps["1"][2] and "\n/tmp\n" in dumps["1"][2]
+
+
+def test_a_shell_holds_nothing_of_another_sandbox():
+    peer = serve_stdio("--pool", "0")
+    try:
+        # A's environment goes to the spawner in A's request; its end is past all of B's.
+        token = "zygote-" + secrets.token_hex(16)
+        env = {f"PAD_{i}": "x" * 200 for i in range(40)}
+        env["ZZ_TOKEN"] = token
+        a = box(peer, env=env)
+        assert run(peer, a, "echo $ZZ_TOKEN") == token + "\n"
+        a_shells = set(shells_of(peer.proc.pid))
+        b = box(peer)
+        assert run(peer, b, "echo ${ZZ_TOKEN:-none}") == "none\n"
+        b_shells = set(shells_of(peer.proc.pid)) - a_shells
+        assert len(b_shells) == 1 and len(a_shells) == 1
+        (a_shell,), (b_shell,) = a_shells, b_shells
+        # The probe reads what it should: A's own shell has its token and its id.
+        assert memory_has(a_shell, token.encode())
+        assert memory_has(a_shell, a.encode())
+        # B's shell has neither, though its memory was the spawner's, which took A's request.
+        assert "sbx-spawner.so" in maps_text(b_shell)
+        assert not memory_has(b_shell, token.encode())
+        assert not memory_has(b_shell, a.encode())
+        # Nor does its pid 1, the spawner's copy it was forked from.
+        b_init = ppid_and_comm(b_shell)[0]
+        assert not memory_has(b_init, token.encode())
+        assert not memory_has(b_init, a.encode())
+    finally:
+        close_stdio(peer)
+
+
+def test_a_killed_shell_and_a_second_session_start_again_as_the_spawners_bash():
+    peer = serve_stdio("--pool", "0")
+    try:
+        sid = box(peer)
+        assert run(peer, sid, "echo $0 $BASH_VERSION") .startswith("bash 5")
+        (shell,) = shells_of(peer.proc.pid)
+        # A session started after setup (pid 1 confined: no capability but the ids', its
+        # seccomp filter) goes on as the spawner's bash too.
+        r = peer.result("run", {"sandboxId": sid, "command": "echo $$ $PPID; pwd", "session": "two"})
+        assert r["exitCode"] == 0 and r["stdout"].split("\n")[1] == "/home/user", r
+        shells = shells_of(peer.proc.pid)
+        assert len(shells) == 2 and all("sbx-spawner.so" in maps_text(s) for s in shells), shells
+        # The default session's shell killed: the session comes back, on the same bash.
+        os.kill(shell, signal.SIGKILL)
+        r = peer.result("run", {"sandboxId": sid, "command": "echo back"})
+        if r.get("exitCode") != 0:
+            r = peer.result("run", {"sandboxId": sid, "command": "echo back"})
+        assert r["exitCode"] == 0 and r["stdout"] == "back\n", r
+    finally:
+        close_stdio(peer)
+
+
+def test_a_sandbox_with_an_exec_policy_execs_its_shell():
+    # Landlock decides what may be executed: bash is, but only an exec asks it.
+    peer = serve_stdio("--pool", "0")
+    try:
+        r = peer.call("sandbox.create", {"policy": {"deny": ["/usr/bin/tac"]}})
+        if "error" in r:
+            pytest.skip(f"no exec policy here: {r['error']}")
+        sid = r["result"]["sandboxId"]
+        assert peer.result("run", {"sandboxId": sid, "command": "tac </dev/null"})["exitCode"] == 126
+        (shell,) = shells_of(peer.proc.pid)
+        assert "sbx-spawner.so" not in maps_text(shell)
+    finally:
+        close_stdio(peer)
