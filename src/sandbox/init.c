@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -226,9 +227,39 @@ static InitZygote *zygote;
 void init_use_zygote(InitZygote *z) { zygote = z; }
 
 /* A shell of this sandbox may go on as the spawner's bash (InitZygote): the host's bash is the
- * one its root has, and no exec policy would have had a say in the exec. */
+ * one its root has, and is still the file (with its libraries) that the spawner's bash was
+ * exec'd from; no exec policy would have had a say in the exec; and no RLIMIT_NPROC stands in
+ * for a pids cgroup (the kernel checks it after the change of ids at the next exec only). */
 static bool zygote_fits(const InitConfig *c) {
-        return zygote && !c->plain && !c->mount.rootfs && !c->mount.layers && !c->policy;
+        if (!zygote || c->plain || c->mount.rootfs || c->mount.layers || c->policy || c->rlimit_nproc ||
+            !zygote->nfiles)
+                return false;
+        for (size_t i = 0; i < zygote->nfiles; i++) {
+                struct stat st;
+                if (stat(zygote->files[i].path, &st) < 0 || st.st_dev != zygote->files[i].dev ||
+                    st.st_ino != zygote->files[i].ino)
+                        return false;
+        }
+        return true;
+}
+
+/* A copy of env in memory of its own (its strings point into the spawner's request). NULL
+ * when out of memory. */
+static char **copy_env(char **env) {
+        size_t n = 0, bytes = 0;
+        for (; env && env[n]; n++)
+                bytes += strlen(env[n]) + 1;
+        char **out = malloc((n + 1) * sizeof *out + bytes);
+        if (!out)
+                return NULL;
+        char *p = (char *)(out + n + 1);
+        for (size_t i = 0; i < n; i++) {
+                size_t len = strlen(env[i]) + 1;
+                out[i] = memcpy(p, env[i], len);
+                p += len;
+        }
+        out[n] = NULL;
+        return out;
 }
 
 /* exec_shell()'s exec of the host's bash, without one: this process, a copy of pid 1 and so of
@@ -238,9 +269,14 @@ static bool zygote_fits(const InitConfig *c) {
  * /proc/PID/cmdline shows these arguments, environ nothing (the spawner's would name the
  * library). Its memory is pid 1's and the spawner's before it: neither holds anything of
  * another sandbox (spawner.c, handle_request() and scrub_stack()). */
-_noreturn_ static void go_on_as_bash(char *const argv[INIT_ZYGOTE_ARGC], char **env) {
-        static char *none[] = { NULL };
+_noreturn_ static void go_on_as_bash(const InitConfig *c, char *const argv[INIT_ZYGOTE_ARGC]) {
         InitZygote *z = zygote;
+        /* The request held this sandbox's config: its host paths, its id, its cgroups' names. */
+        char **env = copy_env(c->env);
+        if (!env)
+                _exit(126);
+        if (c->request)
+                explicit_bzero(c->request, c->request_len);
         char *p = z->args;
         for (int i = 0; i < INIT_ZYGOTE_ARGC; i++) {
                 z->argv[i] = argv[i];
@@ -251,7 +287,7 @@ _noreturn_ static void go_on_as_bash(char *const argv[INIT_ZYGOTE_ARGC], char **
         memset(p, 0, (size_t)(z->args_end - p));
         z->args_end[-1] = 0;
         memset(z->env, 0, (size_t)(z->env_end - z->env));
-        environ = env ? env : none;
+        environ = env;
         siglongjmp(z->back, 1);
 }
 
@@ -325,7 +361,7 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int ear
         char *argv[] = { (char *)"bash", (char *)"--norc", (char *)"--noprofile", (char *)"-c", g >= 0 ? boot_go : boot,
                          NULL };
         if (zyg)
-                go_on_as_bash(argv, c->env);
+                go_on_as_bash(c, argv);
         execve("/bin/bash", argv, c->env);
         _exit(127);
 }
@@ -349,7 +385,8 @@ static void spawn_session(const InitConfig *c, int sock, int script, bool javasc
  * the shell's environment is the fixed default one (sandbox.c decides, before anything is
  * made), its argv is fixed, it is already the sandbox user with no capability under the
  * commands' seccomp filter, and it reads no command and sends nothing until the byte comes.
- * Until its exec it is as undumpable as pid 1 (a copy of the same memory). Returns the go
+ * Until its exec, or its ids' change where it goes on as the spawner's bash, it is as
+ * undumpable as pid 1 (a copy of the same memory). Returns the go
  * pipe's write end, or -errno. */
 static int prestart_session(const InitConfig *c, int *ret_early) {
         int go[2], early[2];
@@ -589,7 +626,8 @@ static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[stati
         if (r >= 0)
                 r = mount_build_root(&c->mount, &snap, err, 400);
         /* The shared skeleton's fd reaches no process of the sandbox: sessions start after
-         * this, and the default one's shell, forked before, drops it when it execs bash. */
+         * this, and the default one's shell, forked before, closes it before its bash starts
+         * (exec_shell()). */
         if (c->mount.skeleton_fd >= 0)
                 close(c->mount.skeleton_fd);
         struct stat wst;

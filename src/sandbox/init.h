@@ -85,9 +85,18 @@ typedef struct InitConfig {
          * sandbox whose shells get the fixed default environment, the host's bash and no exec
          * policy: that shell starts before the host's tree is out of sight. */
         int session_fd;
+        /* The spawner's request these strings point into (NULL when none): a shell that goes
+         * on as the spawner's bash wipes it, its environment copied out first. */
+        void *request;
+        size_t request_len;
 } InitConfig;
 
 _noreturn_ void init_main(const InitConfig *c);
+
+/* bash --norc --noprofile -c CMD, which is also how the spawner's bash is exec'd. */
+#define INIT_ZYGOTE_ARGC 5
+/* Files a spawner's bash may map besides sbx-spawner.so; more and its shells exec. */
+#define INIT_ZYGOTE_FILES 8
 
 /* The spawner's program as a library preloaded into the host's bash and stopped before bash's
  * main (sbx-spawner.so, src/cli/spawner_preload.c): every pid 1 is then a copy of a bash not
@@ -100,10 +109,16 @@ typedef struct InitZygote {
         sigjmp_buf back; /* in the constructor, which then returns into bash's start */
         char **argv;     /* bash's argv: INIT_ZYGOTE_ARGC entries and a NULL */
         char *args, *args_end, *env, *env_end;
+        /* The files mapped into it (bash, libc, libtinfo, the loader): a shell goes on as this
+         * bash only while each path still names the same file, which an upgrade replaces. */
+        size_t nfiles;
+        struct {
+                char path[256];
+                dev_t dev;
+                ino_t ino;
+        } files[INIT_ZYGOTE_FILES];
 } InitZygote;
 
-/* bash --norc --noprofile -c CMD, which is also how the spawner's bash is exec'd. */
-#define INIT_ZYGOTE_ARGC 5
 
 void init_use_zygote(InitZygote *z);
 

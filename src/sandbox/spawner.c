@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "base/limits.h"
@@ -483,6 +484,7 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
                 .uid = h->uid, .gid = h->gid, .network = h->flags & F_NETWORK, .proxy_port = h->proxy_port,
                 .seccomp = env->seccomp, .rlimit_as = h->rlimit_as, .rlimit_nproc = h->rlimit_nproc,
                 .kill_fd = -1, .v1_procs = { -1, -1, -1 }, .session_fd = fds[FD_SESSION],
+                .request = (void *)h, .request_len = sizeof *h + h->strings,
         };
         ic.mount.staging = take(&u);
         if (h->flags & F_ROOTFS)
@@ -773,6 +775,53 @@ int spawner_program_main(int argc, char **argv) {
         return program_run();
 }
 
+/* The files mapped into this process but sbx-spawner.so itself, by path and identity as mapped
+ * (/proc/self/maps), into z->files; none (nfiles 0: its shells exec) when one is gone or there
+ * are more than INIT_ZYGOTE_FILES. */
+static void zygote_files(InitZygote *z) {
+        z->nfiles = 0;
+        /* On the stack, which a shell drops before bash starts (spawner_preload.c); a FILE's
+         * buffer would stay in the heap it inherits. */
+        char maps[16384];
+        ssize_t n = read_file_at(AT_FDCWD, "/proc/self/maps", maps, sizeof maps);
+        if (n <= 0 || (size_t)n >= sizeof maps - 1)
+                return;
+        maps[n] = 0;
+        bool ok = true;
+        for (char *line = maps, *next; ok && *line; line = next) {
+                next = line + strcspn(line, "\n");
+                if (*next)
+                        *next++ = 0;
+                unsigned maj, min;
+                unsigned long long ino;
+                int at = 0;
+                if (sscanf(line, "%*s %*s %*s %x:%x %llu %n", &maj, &min, &ino, &at) != 3 || !at || line[at] != '/')
+                        continue;
+                char *path = line + at;
+                size_t len = strlen(path);
+                const char *self = "/sbx-spawner.so";
+                if ((len >= strlen(self) && strcmp(path + len - strlen(self), self) == 0) ||
+                    strncmp(path, "/memfd:", 7) == 0)
+                        continue;
+                bool seen = false;
+                for (size_t i = 0; i < z->nfiles && !seen; i++)
+                        seen = strcmp(z->files[i].path, path) == 0;
+                if (seen)
+                        continue;
+                if (z->nfiles == INIT_ZYGOTE_FILES || len >= sizeof z->files[0].path || strstr(path, " (deleted)")) {
+                        ok = false;
+                        break;
+                }
+                memcpy(z->files[z->nfiles].path, path, len + 1);
+                z->files[z->nfiles].dev = makedev(maj, min);
+                z->files[z->nfiles].ino = (ino_t)ino;
+                z->nfiles++;
+        }
+        explicit_bzero(maps, sizeof maps);
+        if (!ok)
+                z->nfiles = 0;
+}
+
 int spawner_preload_main(const char *abi, InitZygote *z) {
         char want[256];
         spawner_abi(want, sizeof want);
@@ -788,6 +837,9 @@ int spawner_preload_main(const char *abi, InitZygote *z) {
         memcpy(z->args, "sbx-spawner", MIN(sizeof "sbx-spawner", (size_t)(z->args_end - z->args) - 1));
         memset(z->env, 0, (size_t)(z->env_end - z->env));
         environ = none;
+        zygote_files(z);
+        if (!z->nfiles)
+                log_warn("sbx-spawner.so: cannot tell which files this bash was started from: session shells are exec'd");
         init_use_zygote(z);
         return program_run();
 }
@@ -1030,7 +1082,8 @@ static int spawner_library(char *out, size_t size) {
         if (strlen(out) + 3 >= size)
                 return -ENAMETOOLONG;
         strcat(out, ".so");
-        if (strpbrk(out, " :\t\n"))
+        /* What LD_PRELOAD splits on, and its $ORIGIN-like tokens. */
+        if (strpbrk(out, " :\t\n$"))
                 return -EINVAL;
         return access(out, R_OK) < 0 || access("/bin/bash", X_OK) < 0 ? negerrno() : 0;
 }

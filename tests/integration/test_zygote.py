@@ -7,11 +7,14 @@ sandbox whose bash is not the host's still execs its own."""
 import os
 import re
 import secrets
+import shutil
 import signal
+import subprocess
+import tempfile
 
 import pytest
 
-from conftest import SBX_BIN, close_stdio, serve_stdio
+from conftest import SBX_BIN, close_stdio, serve_stdio, wait_until
 
 SO = os.path.join(os.path.dirname(os.path.realpath(SBX_BIN)), "sbx-spawner.so")
 
@@ -54,11 +57,24 @@ def spawner_of(daemon_pid):
     return [p for p in children(daemon_pid) if ppid_and_comm(p)[1] == "sbx-spawner"]
 
 
-def shells_of(daemon_pid):
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def shells_of(daemon_pid, n=None):
     """The session shells of a daemon's sandboxes: children of its pid 1s (CLONE_PARENT makes
-    the daemon their parent), which are sbx-init."""
-    return [s for p in children(daemon_pid) if ppid_and_comm(p)[1] == "sbx-init" for s in children(p)
-            if ppid_and_comm(s)[1] == "bash"]
+    the daemon their parent), which are sbx-init. A worker that took over its session's state
+    is re-parented to pid 1 as the shell before it exits: with n, waits until there are n."""
+    def now():
+        return [s for p in children(daemon_pid) if ppid_and_comm(p)[1] == "sbx-init" for s in children(p)
+                if ppid_and_comm(s)[1] == "bash" and alive(s)]
+    if n is not None:
+        wait_until(lambda: len(now()) == n, timeout=5)
+    return now()
 
 
 def maps_text(pid):
@@ -102,7 +118,7 @@ def test_a_shell_goes_on_as_the_spawners_bash_and_is_the_shell_an_exec_made():
         try:
             sid = box(peer)
             dumps[preload] = [run(peer, sid, STATE), run(peer, sid, "cd /tmp; X=1"), run(peer, sid, STATE)]
-            shells = shells_of(peer.proc.pid)
+            shells = shells_of(peer.proc.pid, 1)
             assert len(shells) == 1, shells
             on_it = "sbx-spawner.so" in maps_text(shells[0])
             assert on_it == (preload == "1"), maps_text(shells[0])
@@ -140,19 +156,22 @@ def test_a_shell_holds_nothing_of_another_sandbox():
         env["ZZ_TOKEN"] = token
         a = box(peer, env=env)
         assert run(peer, a, "echo $ZZ_TOKEN") == token + "\n"
-        a_shells = set(shells_of(peer.proc.pid))
+        a_shells = set(shells_of(peer.proc.pid, 1))
         b = box(peer)
         assert run(peer, b, "echo ${ZZ_TOKEN:-none}") == "none\n"
-        b_shells = set(shells_of(peer.proc.pid)) - a_shells
+        b_shells = set(shells_of(peer.proc.pid, 2)) - a_shells
         assert len(b_shells) == 1 and len(a_shells) == 1
         (a_shell,), (b_shell,) = a_shells, b_shells
-        # The probe reads what it should: A's own shell has its token and its id.
+        # The probe reads what it should: A's own shell has its token.
         assert memory_has(a_shell, token.encode())
-        assert memory_has(a_shell, a.encode())
         # B's shell has neither, though its memory was the spawner's, which took A's request.
         assert "sbx-spawner.so" in maps_text(b_shell)
         assert not memory_has(b_shell, token.encode())
         assert not memory_has(b_shell, a.encode())
+        # Nor anything of its own setup: its request (its id, the host's cgroup base named
+        # after the daemon's pid) and the frames of the spawner and pid 1 are wiped.
+        assert not memory_has(b_shell, b.encode())
+        assert not memory_has(b_shell, f"sbx-{peer.proc.pid}".encode())
         # Nor does its pid 1, the spawner's copy it was forked from.
         b_init = ppid_and_comm(b_shell)[0]
         assert not memory_has(b_init, token.encode())
@@ -166,12 +185,12 @@ def test_a_killed_shell_and_a_second_session_start_again_as_the_spawners_bash():
     try:
         sid = box(peer)
         assert run(peer, sid, "echo $0 $BASH_VERSION") .startswith("bash 5")
-        (shell,) = shells_of(peer.proc.pid)
+        (shell,) = shells_of(peer.proc.pid, 1)
         # A session started after setup (pid 1 confined: no capability but the ids', its
         # seccomp filter) goes on as the spawner's bash too.
         r = peer.result("run", {"sandboxId": sid, "command": "echo $$ $PPID; pwd", "session": "two"})
         assert r["exitCode"] == 0 and r["stdout"].split("\n")[1] == "/home/user", r
-        shells = shells_of(peer.proc.pid)
+        shells = shells_of(peer.proc.pid, 2)
         assert len(shells) == 2 and all("sbx-spawner.so" in maps_text(s) for s in shells), shells
         # The default session's shell killed: the session comes back, on the same bash.
         os.kill(shell, signal.SIGKILL)
@@ -192,7 +211,33 @@ def test_a_sandbox_with_an_exec_policy_execs_its_shell():
             pytest.skip(f"no exec policy here: {r['error']}")
         sid = r["result"]["sandboxId"]
         assert peer.result("run", {"sandboxId": sid, "command": "tac </dev/null"})["exitCode"] == 126
-        (shell,) = shells_of(peer.proc.pid)
+        (shell,) = shells_of(peer.proc.pid, 1)
         assert "sbx-spawner.so" not in maps_text(shell)
     finally:
         close_stdio(peer)
+
+
+@pytest.mark.skipif(not shutil.which("nsenter") or not shutil.which("unshare"), reason="needs nsenter(1), unshare(1)")
+def test_a_bash_replaced_since_the_spawner_started_is_execed():
+    # An upgrade replaces /usr/bin/bash: the spawner's bash is then not the host's, and shells
+    # exec the new one. Replaced here by a bind mount in the daemon's own mount namespace.
+    d = tempfile.mkdtemp(prefix="sbx-test-bash-")
+    os.chmod(d, 0o755)
+    copy = os.path.join(d, "bash")
+    shutil.copy2("/usr/bin/bash", copy)
+    peer = serve_stdio(argv=["unshare", "-m", "--propagation", "private", SBX_BIN, "serve", "--stdio", "--pool", "0"])
+    try:
+        a = box(peer)
+        assert run(peer, a, "echo $0") == "bash\n"
+        (first,) = shells_of(peer.proc.pid, 1)
+        assert "sbx-spawner.so" in maps_text(first)
+        subprocess.run(["nsenter", "-t", str(peer.proc.pid), "-m", "mount", "--bind", copy, "/usr/bin/bash"],
+                       check=True)
+        b = box(peer)
+        assert run(peer, b, "echo $0") == "bash\n"
+        (second,) = set(shells_of(peer.proc.pid, 2)) - {first}
+        assert "sbx-spawner.so" not in maps_text(second)
+        assert os.path.samefile(f"/proc/{second}/exe", copy)
+    finally:
+        close_stdio(peer)
+        shutil.rmtree(d, ignore_errors=True)
