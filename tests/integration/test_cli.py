@@ -483,6 +483,10 @@ def test_each_program_loads_only_what_it_uses(sbx):
         assert not _loads(spawner) & (tls | {"libarchive", "libjansson", "libcurl-gnutls"}), _loads(spawner)
     else:
         assert _needed(spawner) == set(), _needed(spawner)
+        # sbx-spawner.so, the same preloaded into bash (test_zygote.py): libc alone, which bash
+        # has already.
+        preload = os.path.join(here, "sbx-spawner.so")
+        assert _needed(preload) == {"libc.so.6"}, _needed(preload)
 
 
 def test_serve_stdio_with_a_file_or_dev_null_for_stdin_says_what_it_needs(tmp_path):

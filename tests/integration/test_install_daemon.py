@@ -721,6 +721,7 @@ def test_deb_packages_hold_what_they_should(debs):
         assert lib in depends, depends
     files = deb_files(debs["sbx"])
     want = {"/usr/bin/sbx", "/usr/libexec/sbx/sbx-engine", "/usr/libexec/sbx/sbx-spawner",
+            "/usr/libexec/sbx/sbx-spawner.so",
             "/usr/share/bash-completion/completions/sbx",
             "/lib/systemd/system/sbx.service", "/lib/systemd/system/sbx.socket",
             "/usr/share/man/man1/sbx.1.gz", "/usr/share/sbx/console/index.html",
