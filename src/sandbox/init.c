@@ -275,8 +275,7 @@ _noreturn_ static void go_on_as_bash(const InitConfig *c, char *const argv[INIT_
         char **env = copy_env(c->env);
         if (!env)
                 _exit(126);
-        if (c->request)
-                explicit_bzero(c->request, c->request_len);
+        free(c->request);
         char *p = z->args;
         for (int i = 0; i < INIT_ZYGOTE_ARGC; i++) {
                 z->argv[i] = argv[i];

@@ -484,7 +484,7 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
                 .uid = h->uid, .gid = h->gid, .network = h->flags & F_NETWORK, .proxy_port = h->proxy_port,
                 .seccomp = env->seccomp, .rlimit_as = h->rlimit_as, .rlimit_nproc = h->rlimit_nproc,
                 .kill_fd = -1, .v1_procs = { -1, -1, -1 }, .session_fd = fds[FD_SESSION],
-                .request = (void *)h, .request_len = sizeof *h + h->strings,
+                .request = (void *)h, /* the malloc'd block it was received in */
         };
         ic.mount.staging = take(&u);
         if (h->flags & F_ROOTFS)
