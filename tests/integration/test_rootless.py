@@ -230,3 +230,23 @@ def test_rootless_image(delegated, tmp_path):
             p.wait(15)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_rootless_shell_goes_on_as_the_spawners_bash_unless_rlimit_nproc_stands_in(delegated):
+    # A rootless daemon's spawner is the host's bash with sbx-spawner.so too (test_zygote.py);
+    # its shells take the sandbox's ids inside a user namespace the daemon's user owns. Where no
+    # pids cgroup is delegated, RLIMIT_NPROC stands in, which the kernel checks after a change
+    # of ids only at the next exec: those shells exec.
+    from test_zygote import SO, maps_text, shells_of
+    if not os.path.exists(SO):
+        pytest.skip("no sbx-spawner.so in this build")
+    p, call = rootless_created(delegated)
+    try:
+        r = call("run", {"command": "echo $0 $UID $HOSTNAME; id -un; ulimit -u"})
+        out = r["result"]["stdout"].split("\n")
+        assert out[:2] == ["bash 1000 sandbox", "user"], r
+        (shell,) = shells_of(p.pid, 1)
+        assert ("sbx-spawner.so" in maps_text(shell)) == (out[2] == "unlimited"), (out, maps_text(shell))
+    finally:
+        p.stdin.close()
+        p.wait(15)
