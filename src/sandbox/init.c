@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -234,6 +235,11 @@ static bool zygote_fits(const InitConfig *c) {
         if (!zygote || c->plain || c->mount.rootfs || c->mount.layers || c->policy || c->rlimit_nproc ||
             !zygote->nfiles)
                 return false;
+        /* What the loader and libc read at a program's start, which a bash already started
+         * never would. */
+        for (char **e = c->env; e && *e; e++)
+                if (strncmp(*e, "LD_", 3) == 0 || strncmp(*e, "GLIBC_TUNABLES=", 15) == 0 || strncmp(*e, "MALLOC_", 7) == 0)
+                        return false;
         for (size_t i = 0; i < zygote->nfiles; i++) {
                 struct stat st;
                 if (stat(zygote->files[i].path, &st) < 0 || st.st_dev != zygote->files[i].dev ||
@@ -275,7 +281,8 @@ _noreturn_ static void go_on_as_bash(const InitConfig *c, char *const argv[INIT_
         char **env = copy_env(c->env);
         if (!env)
                 _exit(126);
-        free(c->request);
+        if (c->request)
+                munmap(c->request, c->request_len);
         char *p = z->args;
         for (int i = 0; i < INIT_ZYGOTE_ARGC; i++) {
                 z->argv[i] = argv[i];

@@ -85,10 +85,11 @@ typedef struct InitConfig {
          * sandbox whose shells get the fixed default environment, the host's bash and no exec
          * policy: that shell starts before the host's tree is out of sight. */
         int session_fd;
-        /* The spawner's request these strings point into, the block it malloc'd (NULL when
-         * none): a shell that goes on as the spawner's bash frees it (its pages go, being an
-         * mmap of their own), its environment copied out first. */
+        /* The spawner's mapping of request_len bytes these strings point into (NULL when
+         * none): a shell that goes on as the spawner's bash unmaps it, its environment copied
+         * out first. */
         void *request;
+        size_t request_len;
 } InitConfig;
 
 _noreturn_ void init_main(const InitConfig *c);

@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -136,6 +137,11 @@ typedef struct SpawnerEnv {
 } SpawnerEnv;
 
 static void handle_request(const SpawnerEnv *env, char *buf, ssize_t n, int *got, size_t ngot, int msg_flags);
+/* The spawner's requests arrive in this mapping of SBX_SPAWN_MSG_MAX bytes (spawner_main()),
+ * its own and not malloc's: a session shell that goes on as the spawner's bash unmaps its copy
+ * (InitConfig.request), where a free() would leave the bytes in the heap, or malloc's
+ * thresholds raised for the shell's whole life. */
+static char *request_map;
 
 int spawner_request(Spawner *sp, const InitConfig *ic, const SpawnIds *ids, uint64_t *ret_seq) {
         if (sp->fd < 0)
@@ -484,7 +490,8 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
                 .uid = h->uid, .gid = h->gid, .network = h->flags & F_NETWORK, .proxy_port = h->proxy_port,
                 .seccomp = env->seccomp, .rlimit_as = h->rlimit_as, .rlimit_nproc = h->rlimit_nproc,
                 .kill_fd = -1, .v1_procs = { -1, -1, -1 }, .session_fd = fds[FD_SESSION],
-                .request = (void *)h, /* the malloc'd block it was received in */
+                .request = (const char *)h == request_map ? request_map : NULL,
+                .request_len = SBX_SPAWN_MSG_MAX,
         };
         ic.mount.staging = take(&u);
         if (h->flags & F_ROOTFS)
@@ -663,11 +670,13 @@ __attribute__((noinline)) static void scrub_stack(void) {
         __asm__ volatile("" : : "r"(pad) : "memory");
 }
 
+
 _noreturn_ static void spawner_main(const SpawnerEnv *env) {
         (void)prctl(PR_SET_NAME, "sbx-spawner", 0, 0, 0);
-        char *buf = malloc(SBX_SPAWN_MSG_MAX);
-        if (!buf)
+        char *buf = mmap(NULL, SBX_SPAWN_MSG_MAX, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (buf == MAP_FAILED)
                 _exit(1);
+        request_map = buf;
         for (;;) {
                 union {
                         struct cmsghdr align;
@@ -782,9 +791,17 @@ static void zygote_files(InitZygote *z) {
         z->nfiles = 0;
         /* On the stack, which a shell drops before bash starts (spawner_preload.c); a FILE's
          * buffer would stay in the heap it inherits. */
-        char maps[16384];
-        ssize_t n = read_file_at(AT_FDCWD, "/proc/self/maps", maps, sizeof maps);
-        if (n <= 0 || (size_t)n >= sizeof maps - 1)
+        char maps[32768];
+        size_t n = 0;
+        int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        /* Each read() of it gives at most a page of whole lines: to its end, or not at all. */
+        ssize_t k = 0;
+        while (n < sizeof maps - 1 && (k = read(fd, maps + n, sizeof maps - 1 - n)) > 0)
+                n += (size_t)k;
+        close(fd);
+        if (k != 0 || n == 0)
                 return;
         maps[n] = 0;
         bool ok = true;
@@ -812,9 +829,18 @@ static void zygote_files(InitZygote *z) {
                         ok = false;
                         break;
                 }
+                /* Compared later with what stat() says of the path: its own view of the
+                 * device (which btrfs and overlayfs give apart from the mapping's), taken now
+                 * while the path still names the mapped file. */
+                struct stat st;
+                if (stat(path, &st) < 0 || st.st_ino != (ino_t)ino || (major(st.st_dev) != maj || minor(st.st_dev) != min)) {
+                        log_warn("sbx-spawner.so: %s is not the file this bash mapped: session shells are exec'd", path);
+                        ok = false;
+                        break;
+                }
                 memcpy(z->files[z->nfiles].path, path, len + 1);
-                z->files[z->nfiles].dev = makedev(maj, min);
-                z->files[z->nfiles].ino = (ino_t)ino;
+                z->files[z->nfiles].dev = st.st_dev;
+                z->files[z->nfiles].ino = st.st_ino;
                 z->nfiles++;
         }
         explicit_bzero(maps, sizeof maps);

@@ -241,3 +241,36 @@ def test_a_bash_replaced_since_the_spawner_started_is_execed():
     finally:
         close_stdio(peer)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_what_the_loader_reads_at_a_start_makes_the_shell_exec():
+    # An exec'd bash honours LD_PRELOAD (and GLIBC_TUNABLES, MALLOC_*) in the sandbox's
+    # environment; a bash already started cannot: those sandboxes' shells exec.
+    peer = serve_stdio("--pool", "0")
+    try:
+        plain = box(peer)
+        assert run(peer, plain, "true") == ""
+        before = set(shells_of(peer.proc.pid, 1))
+        sid = box(peer, env={"LD_PRELOAD": "libz.so.1"})
+        assert run(peer, sid, "echo $LD_PRELOAD") == "libz.so.1\n"
+        (shell,) = set(shells_of(peer.proc.pid, 2)) - before
+        maps = maps_text(shell)
+        assert "sbx-spawner.so" not in maps and "libz.so" in maps, maps
+    finally:
+        close_stdio(peer)
+
+
+def test_big_strings_freed_go_back_as_in_an_exec_made_shell():
+    # malloc's thresholds are bash's own: the spawner's request buffer is no block of malloc's
+    # (its free would have raised them, and a shell would keep what big strings it freed).
+    cmd = ("a=$(head -c 2000000 /dev/zero | tr '\\0' x); b=$(head -c 2000000 /dev/zero | tr '\\0' y); "
+           "unset a b; awk '/^RssAnon/ {print $2}' /proc/$BASHPID/status")
+    kib = {}
+    for preload in ("1", "0"):
+        peer = serve_stdio("--pool", "0", env={**os.environ, "SBX_SPAWNER_PRELOAD": preload})
+        try:
+            sid = box(peer)
+            kib[preload] = int(run(peer, sid, cmd))
+        finally:
+            close_stdio(peer)
+    assert kib["1"] < kib["0"] + 2048, kib
