@@ -179,19 +179,18 @@ def test_two_sandboxes_share_the_image_not_their_writes(server, base_layer, tmp_
 def test_an_image_sandbox_execs_the_images_bash(server, base_layer, tmp_path):
     # A host-rooted sandbox's shell goes on as the spawner's bash (test_zygote.py); an image's
     # has a bash of its own, which it must exec.
-    from test_zygote import SO, maps_text, shells_of
+    from test_zygote import SO, maps_text, shell_of
     ocitool.write_oci_layout(str(tmp_path / "l"), [base_layer], name="t:own")
     server.result("image.import", {"path": str(tmp_path / "l")})
     host = server.result("sandbox.create", {})["sandboxId"]
-    assert server.run(host, "true")["exitCode"] == 0
-    before = set(shells_of(server.proc.pid, 1))
+    host_shell = shell_of(server.proc.pid, host, int(server.run(host, "echo $$")["stdout"]))
     img = server.result("sandbox.create", {"image": "t:own"})["sandboxId"]
     assert server.run(img, "echo $0")["stdout"] == "bash\n"
-    (shell,) = set(shells_of(server.proc.pid, 2)) - before
-    assert "sbx-spawner.so" not in maps_text(shell)
-    assert not os.path.samefile(f"/proc/{shell}/exe", "/bin/bash")
+    img_shell = shell_of(server.proc.pid, img, int(server.run(img, "echo $$")["stdout"]))
+    assert "sbx-spawner.so" not in maps_text(img_shell)
+    assert not os.path.samefile(f"/proc/{img_shell}/exe", "/bin/bash")
     if os.path.exists(SO):
-        assert all("sbx-spawner.so" in maps_text(s) for s in before)
+        assert "sbx-spawner.so" in maps_text(host_shell)
 
 
 def test_fork_snapshot_export_of_an_image_sandbox(server, base_layer, tmp_path):

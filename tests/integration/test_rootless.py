@@ -237,15 +237,15 @@ def test_rootless_shell_goes_on_as_the_spawners_bash_unless_rlimit_nproc_stands_
     # its shells take the sandbox's ids inside a user namespace the daemon's user owns. Where no
     # pids cgroup is delegated, RLIMIT_NPROC stands in, which the kernel checks after a change
     # of ids only at the next exec: those shells exec.
-    from test_zygote import SO, maps_text, shells_of
+    from test_zygote import SO, maps_text, shell_of
     if not os.path.exists(SO):
         pytest.skip("no sbx-spawner.so in this build")
     p, call = rootless_created(delegated)
     try:
-        r = call("run", {"command": "echo $0 $UID $HOSTNAME; id -un; ulimit -u"})
+        r = call("run", {"command": "echo $0 $UID $HOSTNAME; id -un; ulimit -u; echo $$"})
         out = r["result"]["stdout"].split("\n")
         assert out[:2] == ["bash 1000 sandbox", "user"], r
-        (shell,) = shells_of(p.pid, 1)
+        shell = shell_of(p.pid, "", int(out[3]))  # its one sandbox
         assert ("sbx-spawner.so" in maps_text(shell)) == (out[2] == "unlimited"), (out, maps_text(shell))
     finally:
         p.stdin.close()

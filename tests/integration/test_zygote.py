@@ -57,24 +57,57 @@ def spawner_of(daemon_pid):
     return [p for p in children(daemon_pid) if ppid_and_comm(p)[1] == "sbx-spawner"]
 
 
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except OSError:
+def nspid(pid):
+    """pid's number in its innermost pid namespace."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    return None
+
+
+def descendants(pid):
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def shell_of(daemon_pid, sid, said_pid):
+    """The host pid of a session's shell in sandbox sid, from $$ as a run of it said it ($$ is
+    the worker that ran the command, which holds the session's state from then on): among the
+    processes below the daemon's pid 1s (CLONE_PARENT makes them its children) in the sandbox's
+    cgroups, which are named after it."""
+    found = []
+
+    def look():
+        for p in children(daemon_pid):
+            try:
+                if ppid_and_comm(p)[1] != "sbx-init":
+                    continue
+                for d in descendants(p):
+                    with open(f"/proc/{d}/cgroup") as f:
+                        mine = sid in f.read()
+                    if mine and ppid_and_comm(d)[1] == "bash" and nspid(d) == said_pid:
+                        found.append(d)
+                        return True
+            except (OSError, IndexError, ValueError):
+                continue
         return False
+    assert wait_until(look, timeout=5), said_pid
+    return found[0]
 
 
-def shells_of(daemon_pid, n=None):
-    """The session shells of a daemon's sandboxes: children of its pid 1s (CLONE_PARENT makes
-    the daemon their parent), which are sbx-init. A worker that took over its session's state
-    is re-parented to pid 1 as the shell before it exits: with n, waits until there are n."""
-    def now():
-        return [s for p in children(daemon_pid) if ppid_and_comm(p)[1] == "sbx-init" for s in children(p)
-                if ppid_and_comm(s)[1] == "bash" and alive(s)]
-    if n is not None:
-        wait_until(lambda: len(now()) == n, timeout=5)
-    return now()
+def shell(peer, sid, session=None):
+    """The host pid of a sandbox's session shell."""
+    p = {"sandboxId": sid, "command": "echo $$"}
+    if session:
+        p["session"] = session
+    r = peer.result("run", p)
+    assert r["exitCode"] == 0, r
+    return shell_of(peer.proc.pid, sid, int(r["stdout"]))
 
 
 def maps_text(pid):
@@ -118,10 +151,9 @@ def test_a_shell_goes_on_as_the_spawners_bash_and_is_the_shell_an_exec_made():
         try:
             sid = box(peer)
             dumps[preload] = [run(peer, sid, STATE), run(peer, sid, "cd /tmp; X=1"), run(peer, sid, STATE)]
-            shells = shells_of(peer.proc.pid, 1)
-            assert len(shells) == 1, shells
-            on_it = "sbx-spawner.so" in maps_text(shells[0])
-            assert on_it == (preload == "1"), maps_text(shells[0])
+            sh = shell(peer, sid)
+            on_it = "sbx-spawner.so" in maps_text(sh)
+            assert on_it == (preload == "1"), maps_text(sh)
             spawner = spawner_of(peer.proc.pid)
             assert len(spawner) == 1
             with open(f"/proc/{spawner[0]}/cmdline", "rb") as f:
@@ -156,12 +188,10 @@ def test_a_shell_holds_nothing_of_another_sandbox():
         env["ZZ_TOKEN"] = token
         a = box(peer, env=env)
         assert run(peer, a, "echo $ZZ_TOKEN") == token + "\n"
-        a_shells = set(shells_of(peer.proc.pid, 1))
+        a_shell = shell(peer, a)
         b = box(peer)
         assert run(peer, b, "echo ${ZZ_TOKEN:-none}") == "none\n"
-        b_shells = set(shells_of(peer.proc.pid, 2)) - a_shells
-        assert len(b_shells) == 1 and len(a_shells) == 1
-        (a_shell,), (b_shell,) = a_shells, b_shells
+        b_shell = shell(peer, b)
         # The probe reads what it should: A's own shell has its token.
         assert memory_has(a_shell, token.encode())
         # B's shell has neither, though its memory was the spawner's, which took A's request.
@@ -173,7 +203,9 @@ def test_a_shell_holds_nothing_of_another_sandbox():
         assert not memory_has(b_shell, b.encode())
         assert not memory_has(b_shell, f"sbx-{peer.proc.pid}".encode())
         # Nor does its pid 1, the spawner's copy it was forked from.
-        b_init = ppid_and_comm(b_shell)[0]
+        b_init = b_shell
+        while ppid_and_comm(b_init)[1] != "sbx-init":
+            b_init = ppid_and_comm(b_init)[0]
         assert not memory_has(b_init, token.encode())
         assert not memory_has(b_init, a.encode())
     finally:
@@ -185,15 +217,14 @@ def test_a_killed_shell_and_a_second_session_start_again_as_the_spawners_bash():
     try:
         sid = box(peer)
         assert run(peer, sid, "echo $0 $BASH_VERSION") .startswith("bash 5")
-        (shell,) = shells_of(peer.proc.pid, 1)
         # A session started after setup (pid 1 confined: no capability but the ids', its
         # seccomp filter) goes on as the spawner's bash too.
         r = peer.result("run", {"sandboxId": sid, "command": "echo $$ $PPID; pwd", "session": "two"})
         assert r["exitCode"] == 0 and r["stdout"].split("\n")[1] == "/home/user", r
-        shells = shells_of(peer.proc.pid, 2)
-        assert len(shells) == 2 and all("sbx-spawner.so" in maps_text(s) for s in shells), shells
+        shells = [shell(peer, sid), shell(peer, sid, "two")]
+        assert len(set(shells)) == 2 and all("sbx-spawner.so" in maps_text(s) for s in shells), shells
         # The default session's shell killed: the session comes back, on the same bash.
-        os.kill(shell, signal.SIGKILL)
+        os.kill(shells[0], signal.SIGKILL)
         r = peer.result("run", {"sandboxId": sid, "command": "echo back"})
         if r.get("exitCode") != 0:
             r = peer.result("run", {"sandboxId": sid, "command": "echo back"})
@@ -211,8 +242,7 @@ def test_a_sandbox_with_an_exec_policy_execs_its_shell():
             pytest.skip(f"no exec policy here: {r['error']}")
         sid = r["result"]["sandboxId"]
         assert peer.result("run", {"sandboxId": sid, "command": "tac </dev/null"})["exitCode"] == 126
-        (shell,) = shells_of(peer.proc.pid, 1)
-        assert "sbx-spawner.so" not in maps_text(shell)
+        assert "sbx-spawner.so" not in maps_text(shell(peer, sid))
     finally:
         close_stdio(peer)
 
@@ -229,13 +259,12 @@ def test_a_bash_replaced_since_the_spawner_started_is_execed():
     try:
         a = box(peer)
         assert run(peer, a, "echo $0") == "bash\n"
-        (first,) = shells_of(peer.proc.pid, 1)
-        assert "sbx-spawner.so" in maps_text(first)
+        assert "sbx-spawner.so" in maps_text(shell(peer, a))
         subprocess.run(["nsenter", "-t", str(peer.proc.pid), "-m", "mount", "--bind", copy, "/usr/bin/bash"],
                        check=True)
         b = box(peer)
         assert run(peer, b, "echo $0") == "bash\n"
-        (second,) = set(shells_of(peer.proc.pid, 2)) - {first}
+        second = shell(peer, b)
         assert "sbx-spawner.so" not in maps_text(second)
         assert os.path.samefile(f"/proc/{second}/exe", copy)
     finally:
@@ -248,13 +277,9 @@ def test_what_the_loader_reads_at_a_start_makes_the_shell_exec():
     # environment; a bash already started cannot: those sandboxes' shells exec.
     peer = serve_stdio("--pool", "0")
     try:
-        plain = box(peer)
-        assert run(peer, plain, "true") == ""
-        before = set(shells_of(peer.proc.pid, 1))
         sid = box(peer, env={"LD_PRELOAD": "libz.so.1"})
         assert run(peer, sid, "echo $LD_PRELOAD") == "libz.so.1\n"
-        (shell,) = set(shells_of(peer.proc.pid, 2)) - before
-        maps = maps_text(shell)
+        maps = maps_text(shell(peer, sid))
         assert "sbx-spawner.so" not in maps and "libz.so" in maps, maps
     finally:
         close_stdio(peer)
