@@ -17,7 +17,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "base/limits.h"
@@ -670,7 +669,6 @@ __attribute__((noinline)) static void scrub_stack(void) {
         __asm__ volatile("" : : "r"(pad) : "memory");
 }
 
-
 _noreturn_ static void spawner_main(const SpawnerEnv *env) {
         (void)prctl(PR_SET_NAME, "sbx-spawner", 0, 0, 0);
         char *buf = mmap(NULL, SBX_SPAWN_MSG_MAX, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -809,10 +807,9 @@ static void zygote_files(InitZygote *z) {
                 next = line + strcspn(line, "\n");
                 if (*next)
                         *next++ = 0;
-                unsigned maj, min;
                 unsigned long long ino;
                 int at = 0;
-                if (sscanf(line, "%*s %*s %*s %x:%x %llu %n", &maj, &min, &ino, &at) != 3 || !at || line[at] != '/')
+                if (sscanf(line, "%*s %*s %*s %*s %llu %n", &ino, &at) != 1 || !at || line[at] != '/')
                         continue;
                 char *path = line + at;
                 size_t len = strlen(path);
@@ -829,11 +826,11 @@ static void zygote_files(InitZygote *z) {
                         ok = false;
                         break;
                 }
-                /* Compared later with what stat() says of the path: its own view of the
-                 * device (which btrfs and overlayfs give apart from the mapping's), taken now
-                 * while the path still names the mapped file. */
+                /* Compared later with what stat() says of the path, so kept as stat() gives it
+                 * (btrfs and overlayfs show another device than the mapping's), taken now while
+                 * the path names the mapped file: same inode (a mapped file's cannot be reused). */
                 struct stat st;
-                if (stat(path, &st) < 0 || st.st_ino != (ino_t)ino || (major(st.st_dev) != maj || minor(st.st_dev) != min)) {
+                if (stat(path, &st) < 0 || st.st_ino != (ino_t)ino) {
                         log_warn("sbx-spawner.so: %s is not the file this bash mapped: session shells are exec'd", path);
                         ok = false;
                         break;
