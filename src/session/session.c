@@ -265,20 +265,27 @@ static void left(void *ud, int r);
 /* The worker is the new holder: out of the command's cgroup, old holder gone. It forks the
  * next worker once told (MOVED), so the cgroup keeps only what the command left. The move
  * out is the mover's (LEAVING until it answers). When the worker was alone in the cgroup the
- * command left nothing running, and its end is told at once: the result does not wait for
- * the move. Otherwise it is told after, when what remains in the cgroup is the leftovers. */
+ * command left nothing running, and its end is told at once, before the old holder's kill and
+ * the move are asked for: the answer's reader is woken while nothing else of the sandbox is
+ * runnable, not behind the old holder's exit and the mover. Otherwise it is told after the
+ * move, when what remains in the cgroup is the leftovers. */
 static void on_done(SbxSession *s, pid_t pid, int status) {
         SandboxCore *core = s->core;
-        spare_drop(s); /* its state is from before the command: gone with the old holder */
         bool clean = s->run_cg >= 0 && cgroup_only_pid(s->run_cg, pid) == 1;
         s->run_cg = -1;
         int old = TAKE_FD(s->holder_pidfd);
         loop_del(core->loop, &s->holder_w);
-        pidfd_sigkill(old);
-        safe_close(old);
         set_holder(s, pid);
         s->worker_pid = 0;
         forget_worker(s);
+        s->state = SS_LEAVING;
+        s->ended_status = status;
+        s->ended_told = clean;
+        if (clean)
+                s->hooks->ended(s, status, true);
+        spare_drop(s); /* its state is from before the command: gone with the old holder */
+        pidfd_sigkill(old);
+        safe_close(old);
         _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&core->box.cg); /* the mover keeps a dup */
         int dirs[2] = { init_cg, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
         int64_t id = init_cg < 0 ? init_cg : mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, left, s);
@@ -286,18 +293,10 @@ static void on_done(SbxSession *s, pid_t pid, int status) {
                 /* Out of memory for the request: moved here, the loop waiting. */
                 for (size_t i = 0; i < ELEMENTSOF(dirs) && dirs[i] >= 0; i++)
                         (void)cgroup_move(dirs[i], pid);
-                WireHdr moved = { .type = WIRE_MOVED };
-                (void)send(s->sock, &moved, sizeof moved, MSG_NOSIGNAL | MSG_DONTWAIT);
-                s->state = SS_WAIT_READY;
-                s->hooks->ended(s, status, false);
+                left(s, 0);
                 return;
         }
         s->move_id = id;
-        s->state = SS_LEAVING;
-        s->ended_status = status;
-        s->ended_told = clean;
-        if (clean)
-                s->hooks->ended(s, status, true);
 }
 
 static void left(void *ud, int r) {
