@@ -261,19 +261,23 @@ static void contained(void *ud, int r) {
 }
 
 static void left(void *ud, int r);
+static void leave(SbxSession *s);
+static void leave_deferred(void *data);
 
 /* The worker is the new holder: out of the command's cgroup, old holder gone. It forks the
  * next worker once told (MOVED), so the cgroup keeps only what the command left. The move
  * out is the mover's (LEAVING until it answers). When the worker was alone in the cgroup the
  * command left nothing running, and its end is told at once, before the old holder's kill and
- * the move are asked for: the answer's reader is woken while nothing else of the sandbox is
- * runnable, not behind the old holder's exit and the mover. Otherwise it is told after the
- * move, when what remains in the cgroup is the leftovers. */
+ * the move are asked for (leave(), deferred): the answer's reader is woken while nothing else
+ * of the sandbox is runnable, not behind the old holder's exit and the mover. Otherwise it is
+ * told after the move, when what remains in the cgroup is the leftovers. */
 static void on_done(SbxSession *s, pid_t pid, int status) {
         SandboxCore *core = s->core;
         bool clean = s->run_cg >= 0 && cgroup_only_pid(s->run_cg, pid) == 1;
         s->run_cg = -1;
-        int old = TAKE_FD(s->holder_pidfd);
+        pidfd_sigkill(s->old_holder_pidfd); /* never set here: LEAVING ends with leave() */
+        safe_close(s->old_holder_pidfd);
+        s->old_holder_pidfd = TAKE_FD(s->holder_pidfd);
         loop_del(core->loop, &s->holder_w);
         set_holder(s, pid);
         s->worker_pid = 0;
@@ -281,11 +285,24 @@ static void on_done(SbxSession *s, pid_t pid, int status) {
         s->state = SS_LEAVING;
         s->ended_status = status;
         s->ended_told = clean;
+        /* Deferred before the answer is given: a done callback that turns the loop itself
+         * (the C API lets it) runs leave() first, and the session does not wait for it. */
+        if (loop_defer(core->loop, leave_deferred, &s->old_holder_pidfd) < 0)
+                leave(s);
         if (clean)
                 s->hooks->ended(s, status, true);
-        spare_drop(s); /* its state is from before the command: gone with the old holder */
-        pidfd_sigkill(old);
-        safe_close(old);
+}
+
+/* After on_done(): the spare (its state is from before the command) and the old holder are
+ * killed, and the new holder is moved out of the command's cgroup. */
+static void leave(SbxSession *s) {
+        SandboxCore *core = s->core;
+        spare_drop(s);
+        pidfd_sigkill(s->old_holder_pidfd);
+        s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
+        if (s->state != SS_LEAVING || s->move_id)
+                return;
+        pid_t pid = s->holder_pid;
         _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&core->box.cg); /* the mover keeps a dup */
         int dirs[2] = { init_cg, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
         int64_t id = init_cg < 0 ? init_cg : mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, left, s);
@@ -297,6 +314,10 @@ static void on_done(SbxSession *s, pid_t pid, int status) {
                 return;
         }
         s->move_id = id;
+}
+
+static void leave_deferred(void *data) {
+        leave((SbxSession *)((char *)data - offsetof(SbxSession, old_holder_pidfd)));
 }
 
 static void left(void *ud, int r) {
@@ -534,6 +555,9 @@ static void holder_event(Watch *w, uint32_t events) {
 void session_close_shell(SbxSession *s) {
         Loop *l = s->core->loop;
         wake(s);
+        loop_cancel_defer(l, &s->old_holder_pidfd);
+        pidfd_sigkill(s->old_holder_pidfd);
+        s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
         loop_del(l, &s->sock_w);
         s->sock = safe_close(s->sock);
         loop_del(l, &s->holder_w);
@@ -606,7 +630,7 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->core = core;
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
-        s->spare_pidfd = s->spare_cg = -1;
+        s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = -1;
 }
 
 int session_park(SbxSession *s) {

@@ -66,6 +66,9 @@ struct SbxSession {
         int leaving_cg;     /* LEAVING after a clean end: the ended command's cgroup */
         char leaving_name[24];
         int ended_status;   /* LEAVING: the exit code, for an end told once moved */
+        /* LEAVING, from DONE until leave() (deferred, so that it comes after the answer):
+         * the holder from before the command, still to be killed */
+        int old_holder_pidfd;
         bool ended_told;    /* LEAVING: the owner has heard of the end */
         /* A spare worker: a holder may fork one more while a command runs (the Python
          * kernel does, once a cell has run 10 ms). It has the state from before the command,

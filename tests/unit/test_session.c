@@ -613,6 +613,39 @@ static void test_cancel_and_queue(SbxSession *s) {
         CHECK(many[14].done && many[14].res.exit_code == 0, "the rest of the queue still runs");
 }
 
+/* A done callback that runs the next command itself (sbx_session_run_sync() turns the loop
+ * from inside it): the session must not wait for what the daemon does after the answer (the
+ * old holder's kill, the move out of the command's cgroup), or the nested run would never be
+ * sent and would end in its timeout. */
+typedef struct Nested {
+        SbxSession *s;
+        bool done;
+        int rc;
+        SbxResult inner;
+} Nested;
+
+static void nested_done(void *ud, const SbxResult *r) {
+        Nested *n = ud;
+        (void)r;
+        SbxRunOptions o = { .command = "echo $((nested+1))", .timeout_ms = 5000 };
+        o.command_len = strlen(o.command);
+        n->rc = sbx_session_run_sync(n->s, &o, NULL, NULL, &n->inner);
+        n->done = true;
+}
+
+static void test_run_from_done(SbxSession *s) {
+        Nested n = { .s = s };
+        SbxRunOptions o = { .command = "nested=1", .command_len = 8 };
+        CHECK(sbx_session_run(s, &o, NULL, nested_done, &n, NULL) == 0, "run whose done callback runs another");
+        spin_until(&n.done, 10000);
+        CHECK(n.done && n.rc == 0, "the nested run returned (%d)", n.rc);
+        CHECK(n.inner.exit_code == 0 && n.inner.error_class == SBX_ERROR_NONE && out_is(&n.inner, "2\n"),
+              "a run made from a done callback runs at once, after the state of the run that ended (exit %d, class %d)",
+              n.inner.exit_code, (int)n.inner.error_class);
+        if (n.rc == 0)
+                sbx_result_clear(&n.inner);
+}
+
 static void test_background_pipe_cap(void) {
         SbxSandboxOptions so;
         sbx_sandbox_options_init(&so);
@@ -946,6 +979,7 @@ int main(void) {
         test_exit_paths(s);
         test_timeout(s);
         test_cancel_and_queue(s);
+        test_run_from_done(s);
         test_sessions(sb);
         test_background(sb, s);
         test_limits();
