@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The spawner (see spawner.h): requests in, clones out, in order. */
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <limits.h>
 #include <linux/sched.h>
 #include <poll.h>
@@ -771,6 +773,25 @@ static int send_setup(int sock, int builtin_fd, int shared_fd, const struct sock
  * clone and everything pid 1 then wrote slower. */
 static int program_run(void);
 
+/* This process is the host's bash, the library preloaded (spawner_preload_main()): every
+ * session shell a host-rooted sandbox starts is a fork of it that goes on into bash's main. */
+static bool is_zygote;
+
+/* What every such shell would otherwise load itself before it answers: the sbx_session builtin
+ * (its `enable -f` of the same memfd then finds it loaded: glibc knows a file by its device and
+ * inode) and the C.UTF-8 locale of the default environment (a locale object kept for ever, so
+ * that bash's setlocale() finds the data loaded; this process itself stays in "C"). Neither
+ * holds anything of a sandbox. Best effort: a shell loads what is missing as before. */
+static void zygote_preload(int builtin_fd) {
+        (void)newlocale(LC_ALL_MASK, "C.UTF-8", (locale_t)0);
+        if (builtin_fd < 0)
+                return;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", builtin_fd);
+        if (!dlopen(path, RTLD_LAZY))
+                log_debug("sbx-spawner.so: the session builtin is loaded by each shell: %s", dlerror());
+}
+
 int spawner_program_main(int argc, char **argv) {
         char abi[256];
         spawner_abi(abi, sizeof abi);
@@ -864,6 +885,7 @@ int spawner_preload_main(const char *abi, InitZygote *z) {
         if (!z->nfiles)
                 log_warn("sbx-spawner.so: cannot tell which files this bash was started from: session shells are exec'd");
         init_use_zygote(z);
+        is_zygote = z->nfiles > 0;
         return program_run();
 }
 
@@ -905,6 +927,8 @@ static int program_run(void) {
         root.v1_cpu = fds[SFD_V1_CPU];
         root.v2_path[sizeof root.v2_path - 1] = 0;
         struct sock_fprog prog = { .len = (unsigned short)su.filter_len, .filter = filter };
+        if (is_zygote)
+                zygote_preload(fds[SFD_BUILTIN]);
         Skeleton skel = { .fd = -1 };
         CgroupSpare spare = { .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
         SpawnerEnv env = { .sock = SPAWNER_SOCK_FD, .builtin_fd = fds[SFD_BUILTIN], .seccomp = &prog, .cg = &root,

@@ -233,6 +233,34 @@ def test_a_killed_shell_and_a_second_session_start_again_as_the_spawners_bash():
         close_stdio(peer)
 
 
+def test_the_builtin_and_the_locale_every_shell_loads_are_the_spawners():
+    """The spawner loads what each shell would load on its way to its first answer (the
+    sbx_session builtin, the default environment's C.UTF-8 locale) once: a shell's are the
+    spawner's mappings, inherited, not loaded again."""
+    peer = serve_stdio("--pool", "0")
+    try:
+        sid = box(peer)
+        # In the shell's own locale, set from LANG=C.UTF-8 by bash's start: one character.
+        assert run(peer, sid, "x=\u00e9; echo ${#x}; echo $LANG") == "1\nC.UTF-8\n"
+        spawner = spawner_of(peer.proc.pid)
+        assert len(spawner) == 1
+        theirs = maps_text(spawner[0])
+
+        def mapped(text, key):
+            return sorted(" ".join(line.split()[:1] + line.split()[3:5]) for line in text.splitlines() if key in line)
+
+        assert mapped(theirs, "sbx-session.so") and mapped(theirs, "/LC_CTYPE"), theirs
+        sh = shell(peer, sid)
+        mine = maps_text(sh)
+        assert mapped(mine, "sbx-session.so") == mapped(theirs, "sbx-session.so"), mine
+        assert mapped(mine, "/LC_CTYPE") == mapped(theirs, "/LC_CTYPE"), mine
+        # A sandbox with another LANG gets its own locale, not the one the spawner loaded.
+        other = box(peer, env={"LANG": "C"})
+        assert run(peer, other, "x=\u00e9; echo ${#x}; echo $LANG") == "2\nC\n"
+    finally:
+        close_stdio(peer)
+
+
 def test_a_sandbox_with_an_exec_policy_execs_its_shell():
     # Landlock decides what may be executed: bash is, but only an exec asks it.
     peer = serve_stdio("--pool", "0")
