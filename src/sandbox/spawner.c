@@ -2,7 +2,6 @@
 /* The spawner (see spawner.h): requests in, clones out, in order. */
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <locale.h>
 #include <limits.h>
 #include <linux/sched.h>
 #include <poll.h>
@@ -777,13 +776,15 @@ static int program_run(void);
  * session shell a host-rooted sandbox starts is a fork of it that goes on into bash's main. */
 static bool is_zygote;
 
-/* What every such shell would otherwise load itself before it answers: the sbx_session builtin
- * (its `enable -f` of the same memfd then finds it loaded: glibc knows a file by its device and
- * inode) and the C.UTF-8 locale of the default environment (a locale object kept for ever, so
- * that bash's setlocale() finds the data loaded; this process itself stays in "C"). Neither
- * holds anything of a sandbox. Best effort: a shell loads what is missing as before. */
+/* The sbx_session builtin, which every such shell would otherwise load itself before it
+ * answers, loaded once: a shell's `enable -f` of the same memfd finds it loaded (glibc knows a
+ * file by its device and inode), no mapping, no relocation. It holds nothing of a sandbox and
+ * runs nothing when loaded. Not the locale of the default environment, though a shell loads
+ * it too: glibc keeps what it read of the locale archive and the alias file for the process's
+ * life, which a shell would then inherit as the host saw them when the spawner started, not
+ * as its sandbox sees them (its /etc has no locale.alias). Best effort: a shell loads the
+ * builtin itself as before when this failed. */
 static void zygote_preload(int builtin_fd) {
-        (void)newlocale(LC_ALL_MASK, "C.UTF-8", (locale_t)0);
         if (builtin_fd < 0)
                 return;
         char path[64];
