@@ -336,9 +336,177 @@ def make_shell():
     cfg.InteractiveShell.xmode = "Context"
     os.environ.setdefault("IPYTHONDIR", os.path.join(os.environ.get("HOME") or "/tmp", ".ipython"))
     try:
-        return Shell.instance(config=cfg)
+        sh = Shell.instance(config=cfg)
     except Exception:
         return None
+    # What run_cell installs around each cell (get_ipython in builtins, the displayhook),
+    # installed for good: this process runs nothing but cells (run_plain relies on it).
+    sh.builtin_trap.__enter__()
+    sh.display_trap.__enter__()
+    return sh
+
+
+def transformers():
+    """The input transformers a user could change (run_plain knows the default ones only)."""
+    m = shell.input_transformer_manager
+    return (list(m.cleanup_transforms), list(m.line_transforms), list(m.token_transformers))
+
+
+default_transformers = None
+trait_all = None
+
+
+# What IPython would rewrite before Python sees the cell (IPython.core.inputtransformer2 and
+# the prefilter): an escape at a line's start (%magic, !shell, ?help, ,/; autocall), `= %` and
+# `= !` assignments, a `?` anywhere, a prompt pasted in (>>>, ..., In [n]:), and top-level
+# await (run by IPython's loop runner). Found in a string too, which only sends the cell the
+# long way.
+IPYTHON_SYNTAX = None
+
+
+def trait(obj, name):
+    """A trait's value as traitlets keeps it: a dict lookup, not TraitType.__get__."""
+    try:
+        return obj._trait_values[name]
+    except (AttributeError, KeyError):
+        return getattr(obj, name)
+
+
+def set_trait(obj, name, value):
+    """Sets a trait nobody observes without traitlets' validation and notification, which
+    touch pages of their own; one that is observed (a cell may add an observer) goes through
+    traitlets."""
+    try:
+        notifiers = obj._trait_notifiers
+        if not any(notifiers.get(name, {}).values()) and not any(notifiers.get(trait_all, {}).values()):
+            obj._trait_values[name] = value
+            return
+    except (AttributeError, TypeError):
+        pass
+    setattr(obj, name, value)
+
+
+def plain_cell(code):
+    """The cell as IPython's transform_cell would leave it, when that is sure to be the cell
+    itself plus a final newline; None when IPython must transform it."""
+    global IPYTHON_SYNTAX
+    if IPYTHON_SYNTAX is None:
+        import re
+        IPYTHON_SYNTAX = re.compile(r"(?m)^[ \t]*(?:[%!?,;/]|>>>|\.\.\.|In \[)|=[ \t]*[%!]|\?|\b(?:await|async)\b|-\*-")
+    # Leading blank lines and a common indent are removed by IPython (the line numbers move).
+    if code[:1] in (" ", "\t", "\n", "\r") or IPYTHON_SYNTAX.search(code):
+        return None
+    sh = shell
+    if (trait(sh, "ast_transformers") or trait(sh, "autocall") or sh.input_transformers_post
+            or sh.custom_exceptions or sh.trio_runner or sh.prefilter_manager._transformers
+            or transformers() != default_transformers):
+        return None
+    if "\n" not in code.rstrip("\n"):
+        # One line: IPython's prefilter may make it a magic (automagic `ls`, `pwd`, `pip`) or
+        # call a macro; a line that starts with the name of neither is left as it is.
+        head = code.lstrip().split(None, 1)[0] if code.strip() else ""
+        name = ""
+        for ch in head:
+            if not (ch.isalnum() or ch == "_"):
+                break
+            name += ch
+        magics = sh.magics_manager.magics
+        if not name or name in magics["line"] or name in magics["cell"]:
+            return None
+        obj = sh.user_ns.get(name)
+        if obj is not None and type(obj).__name__ in ("Macro", "IPyAutocall", "ExitAutocall"):
+            return None
+    return code if code.endswith("\n") else code + "\n"
+
+
+def run_plain(raw, cell):
+    """IPython's run_cell for a cell it would not transform, without the steps that cannot
+    change it: the transformers, the check for top-level await, a compile per statement,
+    traitlets' checks on the shell's own bookkeeping. Each step IPython takes touches pages of
+    the interpreter, and in the fork a cell runs in, every page touched first is a
+    copy-on-write fault (about 400 for run_cell, a few microseconds each here). What a cell
+    sees is IPython's: In, Out, _, _i, the execution count, the displayhook and its `;`,
+    tracebacks with the cell's lines, the events its callbacks hear (matplotlib's figures
+    shown after the cell). None when the cell does not parse: IPython shows that its way."""
+    sh = shell
+    count = trait(sh, "execution_count")
+    try:
+        tree = sh.compile.ast_parse(cell, filename="<cell>")
+    except Exception:
+        return None
+    events = sh.events.callbacks
+    if events["pre_execute"] == [sh._clear_warning_registry]:
+        sh.user_global_ns.pop("__warningregistry__", None)
+    else:
+        sh.events.trigger("pre_execute")
+    info = None
+    if events["pre_run_cell"] or events["post_run_cell"]:
+        from IPython.core.interactiveshell import ExecutionInfo
+        info = ExecutionInfo(raw, True, False, True, None)
+        sh.events.trigger("pre_run_cell", info)
+    store_inputs(sh.history_manager, count, cell, raw)
+    if sh.logger.log_active:
+        sh.logger.log(cell, raw)
+    name = sh.compile.cache(cell, count, raw_code=raw)
+    result = None
+    if info is not None:
+        from IPython.core.interactiveshell import ExecutionResult
+        result = ExecutionResult(info)
+        result.execution_count = count
+    ok = True
+    body = tree.body
+    parts = []
+    if body and isinstance(body[-1], ast.Expr):
+        if len(body) > 1:
+            parts.append((ast.Module(body[:-1], tree.type_ignores), "exec"))
+        parts.append((ast.Interactive(body[-1:]), "single"))
+    elif body:
+        parts.append((tree, "exec"))
+    sh.displayhook.exec_result = result
+    for mod, mode in parts:
+        # IPython's run_code, a coroutine that never awaits here (no top-level await): its
+        # handling of the cell's errors, SystemExit included, and its frame under the cell's.
+        coro = sh.run_code(sh.compile(mod, name, mode), result)
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            if stop.value:
+                ok = False
+                break
+        else:
+            coro.close()
+            raise RuntimeError("run_code awaited")
+    sh.displayhook.exec_result = None
+    set_trait(sh, "last_execution_succeeded", ok)
+    if trait(sh.history_manager, "db_log_output"):
+        sh.history_manager.store_output(count)
+    set_trait(sh, "execution_count", count + 1)
+    if events["post_execute"]:
+        sh.events.trigger("post_execute")
+    if result is not None:
+        set_trait(sh, "last_execution_result", result)
+        sh.events.trigger("post_run_cell", result)
+    return ok, count
+
+
+def store_inputs(hm, count, cell, raw):
+    """HistoryManager.store_inputs, its traits set as set_trait() does (the history database
+    is off: HistoryManager.enabled)."""
+    if trait(hm, "enabled") or hm._exit_re.match(raw.strip()):
+        hm.store_inputs(count, cell, raw)
+        return
+    source, source_raw = cell.rstrip("\n"), raw.rstrip("\n")
+    hm.input_hist_parsed.append(source)
+    hm.input_hist_raw.append(source_raw)
+    i, ii = trait(hm, "_i"), trait(hm, "_ii")
+    set_trait(hm, "_iii", ii)
+    set_trait(hm, "_ii", i)
+    i00 = trait(hm, "_i00")
+    set_trait(hm, "_i", i00)
+    set_trait(hm, "_i00", source_raw)
+    ns = {"_i": i00, "_ii": i, "_iii": ii, "_i%s" % count: source_raw}
+    shell.user_ns.update(ns)
+    shell.user_ns_hidden.update(ns)
 
 
 def run_cell(code):
@@ -346,6 +514,11 @@ def run_cell(code):
     global plain_count
     if shell is not None:
         count = shell.execution_count
+        cell = plain_cell(code) if PLAIN else None
+        if cell is not None:
+            done = run_plain(code, cell)
+            if done is not None:
+                return done
         result = shell.run_cell(code, store_history=True)
         return result.success, count
     count = plain_count
@@ -500,12 +673,34 @@ def js_reset(why):
 # ---------------------------------------------------------------- the worker
 
 def warm_up():
-    """While idle, a silent cell that changes nothing: a fork's first cell would otherwise
-    pay for the copy-on-write faults of every page the interpreter's path to a cell touches
-    (reference counts are writes), a few milliseconds on the way of the answer."""
+    """While idle, what a cell's way through run_plain() touches, changing nothing: a fork's
+    first cell would otherwise pay for the copy-on-write faults of every page the
+    interpreter's path to a cell writes (reference counts are writes), a few milliseconds on
+    the way of the answer. Skipped when a cell is already waiting: its own run takes those
+    faults anyway."""
+    import select
+    if select.select([sock], [], [], 0)[0]:
+        return
     try:
         if shell is not None:
-            shell.run_cell("pass", store_history=False, silent=True)
+            sh = shell
+            cell = plain_cell("pass")
+            if cell is not None:
+                tree = sh.compile.ast_parse(cell, filename="<cell>")
+                exec(compile(tree, "<cell>", "exec"), {})
+                # The same values written back: the pages of what a cell updates.
+                ns = sh.user_ns
+                for key in ("_i", "_ii", "_iii", "_"):
+                    if key in ns:
+                        ns[key] = ns[key]
+                hm = sh.history_manager
+                hm.input_hist_parsed.append("")
+                hm.input_hist_parsed.pop()
+                hm.input_hist_raw.append("")
+                hm.input_hist_raw.pop()
+                set_trait(sh, "execution_count", trait(sh, "execution_count"))
+            else:
+                sh.run_cell("pass", store_history=False, silent=True)
         json.dumps({"type": "end", "executionCount": 0})
     except Exception:
         pass
@@ -692,11 +887,22 @@ def other_threads():
 
 
 def main():
-    global sock, shell, js_mode, wake_r, wake_w
+    global sock, shell, js_mode, wake_r, wake_w, default_transformers, trait_all
     assert HDR.size == 40
     fd = int(sys.argv[1])
     os.dup2(fd, SOCK_FD, inheritable=False)
     os.close(fd)
+    # This script's lines, for tracebacks through its frames (IPython's formats every frame of
+    # a traceback, the one that caught a cell's error too): its file name, /proc/self/fd/4,
+    # names the script's memfd only until it is closed, a pipe of the holder's after that,
+    # which reading would block on. An entry without mtime is never checked or read again.
+    try:
+        import linecache
+        with open(sys.argv[0], encoding="utf-8") as f:
+            source = f.read()
+        linecache.cache[sys.argv[0]] = (len(source), None, source.splitlines(True), sys.argv[0])
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         os.close(4)  # the script's memfd
     except OSError:
@@ -711,6 +917,10 @@ def main():
         start_node()
     else:
         shell = make_shell()
+        if shell is not None:
+            import traitlets
+            trait_all = traitlets.All
+            default_transformers = transformers()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -729,6 +939,8 @@ class BecameHolder(Exception):
 # A cell that has run this long gets a spare worker (see hold()); a tunable, for the tests
 # of the daemon's word (SIGURG) that must tell that spare from this one.
 SPARE_AFTER = float(os.environ.pop("SBX_PYKERNEL_SPARE_AFTER", "0.01"))
+# "0": every cell through IPython's own run_cell (the tests compare the two ways).
+PLAIN = os.environ.pop("SBX_PYKERNEL_PLAIN", "1") != "0"
 # The holder's wake-up: SIGCHLD writes to it (signal.set_wakeup_fd), so that one select()
 # waits for the worker's word, its end and the spare's time at once.
 wake_r = wake_w = -1

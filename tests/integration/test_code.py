@@ -5,6 +5,7 @@ the context and becomes the context only when it ends, so a cell that is killed 
 cancel, its process dying) leaves every variable as it was before the cell.
 """
 import base64
+import json
 import os
 import struct
 import sys
@@ -551,3 +552,134 @@ def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
             os.close(fd)
         for fd in pipes:
             os.close(fd)
+
+
+PARITY_CELLS = [
+    "x = 5",
+    "x",
+    "x;",
+    "print(_, _i, _ii, _iii, len(In), sorted(Out))",
+    "a = 1\nraise ValueError('v')\nb = 2",
+    "print(a, 'b' in dir())",
+    "x = (",
+    "def g(n):\n    return n * 2\ng(21)",
+    "import inspect\nprint(inspect.getsource(g))",
+    "from __future__ import annotations",
+    "def h(v: not_defined_anywhere) -> None:\n    pass\nh.__annotations__",
+    "raise SystemExit(3)",
+    "pwd",
+    "%%capture c\ny = 2\nprint('hidden')",
+    "c.stdout",
+    "%xmode Context",
+    "y + x",
+    "class C:\n    def __repr__(self):\n        return 'C()'\n    def _repr_html_(self):\n        return '<b>c</b>'\nC()",
+    "display(1, 2)",
+    "get_ipython().execution_count",
+    "import warnings\nwarnings.warn('careful')",
+    "def f():\n    return 1/0\nf()",
+    "exit",
+    "for i in range(2):\n    i",
+    "  z = 1",
+    "print(z)",
+]
+
+
+def _kernel_cells(tmp_path, cells, plain):
+    """Runs cells one by one in sbx's Python kernel run bare on the host (the session wire on a
+    socketpair, as test_a_python_holder_told_of_a_kill_forks_its_spare_at_once does), playing
+    the daemon's part: RUN, the cell's events to their end, DONE, MOVED, the next SPAWNED.
+    Returns each cell's events and what it wrote to stdout/stderr."""
+    import array
+    import select
+    import signal
+    import socket
+    import subprocess
+    script = REPO / "src" / "sandbox" / "pykernel.py"
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, SBX_PYKERNEL_SPARE_AFTER="3600", SBX_PYKERNEL_PLAIN="1" if plain else "0",
+               HOME=str(home))
+    p = subprocess.Popen(["/usr/bin/python3", "-I", str(script), str(theirs.fileno())],
+                         pass_fds=[theirs.fileno()], cwd=home, stdin=subprocess.DEVNULL, env=env)
+    theirs.close()
+    hdr = struct.Struct("@IIiIIIIQ")
+    pidfds, runs = [], []
+    try:
+        ours.settimeout(60)
+        assert struct.unpack_from("@I", ours.recv(64))[0] == 1  # WIRE_HELLO
+        for seq, cell in enumerate(cells, 1):
+            worker = _spawned(ours, 60)
+            assert worker is not None, "no worker for cell %d" % seq
+            pidfds.append(worker)
+            code = cell.encode()
+            events_r, events_w = os.pipe()
+            out_r, out_w = os.pipe()
+            ours.sendmsg([hdr.pack(3, seq, 0, 0, 0, len(code), 64, 7) + code],
+                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [events_w, out_w, out_w]))])
+            os.close(events_w)
+            os.close(out_w)
+            data, out = b"", b""
+            deadline = time.monotonic() + 60
+            open_fds = [events_r, out_r]
+            while open_fds and time.monotonic() < deadline:
+                for fd in select.select(open_fds, [], [], 1)[0]:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        open_fds.remove(fd)
+                    elif fd == events_r:
+                        data += chunk
+                    else:
+                        out += chunk
+            os.close(events_r)
+            os.close(out_r)
+            assert not open_fds, "cell %d did not end: %r" % (seq, cell)
+            while True:  # its DONE (type 4), then the new holder is told it was moved out
+                msg = ours.recv(hdr.size)
+                if hdr.unpack(msg)[0] == 4:
+                    break
+            ours.send(hdr.pack(8, 0, 0, 0, 0, 0, 0, 0))  # WIRE_MOVED
+            runs.append(([json.loads(line) for line in data.decode().splitlines()], out.decode()))
+    finally:
+        p.kill()
+        p.wait()
+        ours.close()
+        for fd in pidfds:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
+            os.close(fd)
+    return runs
+
+
+@needs_ipython
+def test_plain_cells_see_what_ipythons_run_cell_gives(tmp_path):
+    """A cell IPython would not transform runs the short way (run_plain: no transformers, one
+    compile, the shell's bookkeeping without traitlets' checks, fewer pages touched in the
+    fork it runs in). What every cell gives must be what IPython's own run_cell gives, cell by
+    cell, in one context: values and their `;`, In/Out/_/_i, counts, errors and their
+    tracebacks, syntax errors, __future__ flags kept, magics and automagic (the long way),
+    rich results, display(), warnings, SystemExit."""
+    probe = "import sys\nsys._getframe(2).f_code.co_name"
+    plain = _kernel_cells(tmp_path, PARITY_CELLS + [probe], True)
+    ipython = _kernel_cells(tmp_path, PARITY_CELLS + [probe], False)
+    for cell, a, b in zip(PARITY_CELLS, plain, ipython):
+        assert a == b, "cell %r:\n  short way %r\n  run_cell  %r" % (cell, a, b)
+    # The short way was taken (run_code's caller is run_plain, not IPython's run_ast_nodes).
+    assert plain[-1][0][0]["data"]["text/plain"] == "'run_plain'", plain[-1]
+    assert ipython[-1][0][0]["data"]["text/plain"] == "'run_ast_nodes'", ipython[-1]
+    # And the cells did what they say (not two ways equally broken).
+    by_cell = dict(zip(PARITY_CELLS, plain))
+    assert by_cell["x"][0][0]["data"]["text/plain"] == "5"
+    assert by_cell["x;"][0] == [{"type": "end", "executionCount": 3}]
+    assert by_cell["a = 1\nraise ValueError('v')\nb = 2"][0][0]["name"] == "ValueError"
+    assert "1 False" in json.dumps(by_cell["print(a, 'b' in dir())"][0])
+    assert by_cell["x = ("][0][0]["name"] == "SyntaxError"
+    assert "def g(n):" in json.dumps(by_cell["import inspect\nprint(inspect.getsource(g))"][0])
+    assert "not_defined_anywhere" in json.dumps(by_cell["def h(v: not_defined_anywhere) -> None:\n    pass\nh.__annotations__"][0])
+    assert by_cell["y + x"][0][0]["data"]["text/plain"] == "7"
+    assert by_cell[next(c for c in PARITY_CELLS if c.startswith("class C"))][0][0]["data"] == {"text/plain": "C()", "text/html": "<b>c</b>"}
+    assert [e["type"] for e in by_cell["display(1, 2)"][0]] == ["display", "display", "end"]
+    tb = by_cell["def f():\n    return 1/0\nf()"][0][0]
+    assert tb["name"] == "ZeroDivisionError" and "return 1/0" in tb["traceback"], tb
