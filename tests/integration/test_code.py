@@ -683,3 +683,39 @@ def test_plain_cells_see_what_ipythons_run_cell_gives(tmp_path):
     assert [e["type"] for e in by_cell["display(1, 2)"][0]] == ["display", "display", "end"]
     tb = by_cell["def f():\n    return 1/0\nf()"][0][0]
     assert tb["name"] == "ZeroDivisionError" and "return 1/0" in tb["traceback"], tb
+
+
+@needs_ipython
+def test_the_context_holds_no_terminal_or_completer_until_a_cell_imports_one(sb):
+    """IPython's import brings prompt_toolkit (for IPython.embed(), a terminal's) and jedi (its
+    completer's), 11 MiB a context never uses and every cell's fork copies: kept out of the
+    context, yet a cell that imports either gets the real module."""
+    assert sb.run_code("import sys\n('prompt_toolkit' in sys.modules, 'jedi' in sys.modules)").text == "(False, False)"
+    if os.path.exists("/usr/lib/python3/dist-packages/jedi"):
+        assert sb.run_code("import jedi\njedi.Script('import os\\nos.pa').complete()[0].name").text == "'pardir'"
+    if os.path.exists("/usr/lib/python3/dist-packages/prompt_toolkit"):
+        assert sb.run_code("from IPython.terminal.embed import InteractiveShellEmbed\n"
+                           "InteractiveShellEmbed.__module__").text == "'IPython.terminal.embed'"
+    ex = sb.run_code("import IPython\nIPython.embed()")
+    assert ex.error.name == "RuntimeError" and "terminal" in ex.error.value, ex
+    assert sb.run_code("get_ipython().execution_count").text is not None
+
+
+def test_a_cell_that_left_nothing_hands_its_cgroup_to_the_next(sb):
+    """The kernel forks the next worker as soon as its cell ended (DONE with WIRE_F_FORKS),
+    without waiting to be moved out of the cell's cgroup: that worker, alone there once the
+    holder left, or moved into it once it emptied, runs the next cell in the same cgroup, with
+    no directory made. A cell that left a process behind gives up its cgroup to it, and the
+    next cell gets one of its own; the leftover is the sandbox's, as after any command."""
+    here = "print(open('/proc/self/cgroup').read().splitlines()[-1])"
+    seen = [sb.run_code(here).logs.stdout[0].strip() for _ in range(5)]
+    assert len(set(seen)) == 1 and seen[0].split("/")[-1].startswith("c"), seen
+    sb.run_code("import subprocess\nleft = subprocess.Popen(['sleep', '30'])")
+    after = sb.run_code(here).logs.stdout[0].strip()
+    assert after != seen[0], (seen, after)
+    ps = sb.commands.run("ps -eo args").stdout
+    assert "sleep 30" in ps, ps
+    again = [sb.run_code(here).logs.stdout[0].strip() for _ in range(3)]
+    assert len(set(again)) == 1 and again[0] == after, (after, again)
+    ps = sb.commands.run("ps -eo args").stdout
+    assert "sleep 30" in ps, ps
