@@ -36,7 +36,9 @@ enum {
         WIRE_MOVED = 8,    /* daemon -> the new holder, after its DONE: it is out of the
                               command's cgroup, so the worker it forks now is too. What is left
                               in that cgroup is then exactly what the command left running.
-                              Not sent after a DONE with WIRE_F_FORKS. */
+                              After a clean end (the worker was alone in the cgroup) it comes
+                              with the answer, before that move: the next worker may be born
+                              in the cgroup, which is then the next command's. */
         WIRE_RETIRE = 9,   /* daemon -> the idle worker of a bash session about to be parked: it
                               exits without running anything, its holder says RETIRED and forks
                               no worker until FORK (a parked sandbox keeps one shell, not two);
@@ -82,11 +84,6 @@ typedef struct WireHdr {
  * sandbox/pykernel.py); the cell's stdin is /dev/null. With WIRE_F_PERSIST_ENV, the cwd is
  * kept too: that is how a context gets its starting cwd and env. */
 #define WIRE_F_EVENTS 64u
-/* DONE flag: the new holder forks the next worker at once, without waiting for MOVED (the
- * Python kernel, whose fork is the longest step between two cells); its next SPAWNED names
- * that worker, which may be born in the ended command's cgroup. The daemon then tells that
- * worker from what the command left by its pidfd, and sends no MOVED. */
-#define WIRE_F_FORKS 128u
 
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */

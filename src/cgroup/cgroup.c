@@ -848,35 +848,6 @@ int cgroup_only_pid(int dirfd, pid_t pid) {
         return have == (size_t)w && memcmp(buf, want, (size_t)w) == 0;
 }
 
-int cgroup_only_pids(int dirfd, const pid_t *pids, size_t n) {
-        /* Every line counts, "0" too: a process of a pid namespace this one cannot see. */
-        char buf[256];
-        _cleanup_close_ int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negerrno();
-        size_t have = 0;
-        for (ssize_t k; (k = read(fd, buf + have, sizeof buf - 1 - have)) > 0;)
-                have += (size_t)k;
-        if (have == sizeof buf - 1)
-                return 0; /* more than n processes fit in it */
-        buf[have] = 0;
-        size_t lines = 0;
-        for (char *line = buf, *end; *line; line = end + 1) {
-                end = strchr(line, '\n');
-                if (!end)
-                        return 0;
-                *end = 0;
-                char *rest;
-                long v = strtol(line, &rest, 10);
-                bool found = false;
-                for (size_t i = 0; i < n && !*rest && rest != line; i++)
-                        found = found || v == (long)pids[i];
-                if (!found || ++lines > n)
-                        return 0;
-        }
-        return 1;
-}
-
 static int open_dir_at(int dirfd, const char *name) {
         int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         return fd < 0 ? negerrno() : fd;

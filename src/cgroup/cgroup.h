@@ -159,9 +159,6 @@ pid_t cgroup_first_pid(int dirfd);
 /* 1 when pid is the one process listed in the cgroup, 0 when not, or -errno (one read of
  * cgroup.procs). */
 int cgroup_only_pid(int dirfd, pid_t pid);
-/* 1 when every process listed in the cgroup is one of pids[0..n), 0 when not, or -errno (one
- * read of cgroup.procs, bounded: more lines than n is 0). */
-int cgroup_only_pids(int dirfd, const pid_t *pids, size_t n);
 /* SIGKILLs every process in the cgroup and its descendants, forks racing it included. */
 int cgroup_kill(int dirfd);
 /* 1 if the cgroup has processes, 0 if empty, -errno on failure. */

@@ -63,8 +63,8 @@ import traceback
 # base/wire.h, WireHdr: type, seq, status, cwd_len, env_len, cmd_len, flags, nonce (native
 # alignment: 4 bytes of padding before the nonce, 40 in all).
 HDR = struct.Struct("@IIiIIIIQ")
-WIRE_HELLO, WIRE_RUN, WIRE_DONE, WIRE_DIED, WIRE_SPAWNED = 1, 3, 4, 5, 6
-F_PERSIST_ENV, F_GETENV, F_DUMP, F_RESTORE, F_DETACH, F_EVENTS, F_FORKS = 1, 2, 4, 8, 16, 64, 128
+WIRE_HELLO, WIRE_RUN, WIRE_DONE, WIRE_DIED, WIRE_SPAWNED, WIRE_MOVED = 1, 3, 4, 5, 6, 8
+F_PERSIST_ENV, F_GETENV, F_DUMP, F_RESTORE, F_DETACH, F_EVENTS = 1, 2, 4, 8, 16, 64
 # Out of the way of fds a cell opens; close-on-exec, so no program a cell runs inherits them.
 SOCK_FD, NULL_FD, EVENTS_FD = 1001, 1002, 1003
 MAX_MSG = 1 << 24
@@ -177,8 +177,8 @@ plain_ns = {"__name__": "__main__", "__builtins__": builtins}
 plain_count = 1
 
 
-def send_hdr(kind, seq=0, status=0, nonce=0, flags=0):
-    sock.send(HDR.pack(kind, seq, status, 0, 0, 0, flags, nonce))
+def send_hdr(kind, seq=0, status=0, nonce=0):
+    sock.send(HDR.pack(kind, seq, status, 0, 0, 0, 0, nonce))
 
 
 def set_oom_score_adj(value):
@@ -870,13 +870,25 @@ def worker(held_threads, go=-1):
     for i in (0, 1, 2):
         os.dup2(NULL_FD, i)
     try:
-        # F_FORKS: this process, the holder from now on, forks the next worker at once,
-        # without waiting to be moved out of the cell's cgroup (WIRE_MOVED); the daemon tells
-        # that worker from what the cell left by the SPAWNED that names it.
-        send_hdr(WIRE_DONE, seq, status, nonce, F_FORKS)
+        send_hdr(WIRE_DONE, seq, status, nonce)
     except OSError:
         os._exit(status)
     set_oom_score_adj("0")
+
+
+def await_moved():
+    """The new holder forks its worker only once out of the cell's cgroup (WIRE_MOVED)."""
+    while True:
+        try:
+            data = sock.recv(HDR.size)
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        if len(data) == HDR.size and HDR.unpack(data)[0] == WIRE_MOVED:
+            return
 
 
 def announce_worker(pid):
@@ -965,7 +977,8 @@ def spawn(held, retry=True):
     the child: the worker's life, then BecameHolder once its cell ended.
 
     A spare reads nothing of the session socket until its holder writes on go (the worker
-    it stands in for died): a second reader would take messages meant for the worker."""
+    it stands in for died): a second reader would take messages meant for the worker, the
+    MOVED that a worker whose cell ended waits for."""
     go_r, go_w = os.pipe() if not retry else (-1, -1)
     while True:
         try:
@@ -989,6 +1002,7 @@ def spawn(held, retry=True):
             if os.getppid() == 1:
                 os._exit(0)
             worker(held, go_r)
+            await_moved()
             raise BecameHolder()
         if go_r >= 0:
             os.close(go_r)

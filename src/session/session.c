@@ -177,21 +177,6 @@ static bool spare_promote(SbxSession *s) {
         return true;
 }
 
-/* LEAVING: a DONE that said WIRE_F_FORKS found more than its worker in the command's
- * cgroup. With the next worker named (worker), the command left nothing if the cgroup holds
- * no one else than the holder and that worker: told now, as a clean end. Else left() tells
- * it, as after any command that left processes. */
-static void decide_clean(SbxSession *s, pid_t worker) {
-        pid_t ours[2] = { s->holder_pid, worker };
-        bool clean = s->done_cg >= 0 && cgroup_only_pids(s->done_cg, ours, 2) == 1;
-        s->clean_pending = false;
-        s->done_cg = safe_close(s->done_cg);
-        if (!clean || s->ended_told)
-                return;
-        s->ended_told = true;
-        s->hooks->ended(s, s->ended_status, true);
-}
-
 /* The worker the holder announced is contained, then idle. No message of the worker itself
  * is waited for: anything inside the sandbox can write to the session socket, and a flood
  * of forged messages must not be able to hide or stand in for it. The moves are the mover's
@@ -222,13 +207,11 @@ static void on_spawned(SbxSession *s, int fd) {
                 on_spare(s, fd, pid, nspid);
                 return;
         }
-        if (s->state == SS_LEAVING && s->forks_early) {
-                /* The new holder's next worker, forked as soon as it said DONE: taken once
-                 * the holder is out of the command's cgroup (left()). */
+        if (s->state == SS_LEAVING && s->moved_early) {
+                /* The new holder's next worker, forked once told MOVED at the command's clean
+                 * end: taken once the holder is out of the command's cgroup (left()). */
                 safe_close(s->early_fd);
                 s->early_fd = fd;
-                if (s->clean_pending)
-                        decide_clean(s, pid);
                 return;
         }
         if (s->state != SS_WAIT_READY || !pid) {
@@ -316,21 +299,15 @@ static void leave(SbxSession *s);
 static void leave_deferred(void *data);
 
 /* The worker is the new holder: out of the command's cgroup, old holder gone. It forks the
- * next worker once told (MOVED), so the cgroup keeps only what the command left; or at once
- * when its DONE says WIRE_F_FORKS (a Python kernel), and that worker, named by its SPAWNED,
- * is told from the leftovers (decide_clean(), on_spawned()). The move
+ * next worker once told (MOVED), so the cgroup keeps only what the command left. The move
  * out is the mover's (LEAVING until it answers). When the worker was alone in the cgroup the
  * command left nothing running, and its end is told at once, before the old holder's kill and
  * the move are asked for (leave(), deferred): the answer's reader is woken while nothing else
  * of the sandbox is runnable, not behind the old holder's exit and the mover. Otherwise it is
  * told after the move, when what remains in the cgroup is the leftovers. */
-static void on_done(SbxSession *s, pid_t pid, int status, uint32_t flags) {
+static void on_done(SbxSession *s, pid_t pid, int status) {
         SandboxCore *core = s->core;
         bool clean = s->run_cg >= 0 && cgroup_only_pid(s->run_cg, pid) == 1;
-        s->forks_early = flags & WIRE_F_FORKS;
-        /* The next worker may be in the cgroup already: known by its SPAWNED. */
-        s->clean_pending = !clean && s->forks_early && s->run_cg >= 0 &&
-                           (s->done_cg = fcntl(s->run_cg, F_DUPFD_CLOEXEC, 3)) >= 0;
         s->run_cg = -1;
         pidfd_sigkill(s->old_holder_pidfd); /* never set here: LEAVING ends with leave() */
         safe_close(s->old_holder_pidfd);
@@ -346,8 +323,19 @@ static void on_done(SbxSession *s, pid_t pid, int status, uint32_t flags) {
          * (the C API lets it) runs leave() first, and the session does not wait for it. */
         if (loop_defer(core->loop, leave_deferred, &s->old_holder_pidfd) < 0)
                 leave(s);
-        if (clean)
-                s->hooks->ended(s, status, true);
+        s->moved_early = false;
+        if (!clean)
+                return;
+        s->hooks->ended(s, status, true);
+        if (s->state != SS_LEAVING || s->holder_pid != pid)
+                return; /* the loop turned in the done callback: left() said MOVED */
+        /* Told to fork now, not after its move out: the fork (up to 1 ms for a Python
+         * context here, the longest step between two cells) runs while the answer is read
+         * and the holder moved. The cgroup had the worker alone: the next worker, if born
+         * there before the holder leaves, is all it holds once it has, and it is the next
+         * command's cgroup (on_spawned()). */
+        WireHdr moved = { .type = WIRE_MOVED };
+        s->moved_early = send(s->sock, &moved, sizeof moved, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof moved;
 }
 
 /* After on_done(): the spare (its state is from before the command) and the old holder are
@@ -384,19 +372,15 @@ static void left(void *ud, int r) {
                 return;
         if (r < 0)
                 log_warn("session %s: cannot move the holder out of its command's cgroup: %s", s->name, strerror(-r));
-        if (!s->forks_early) {
+        if (!s->moved_early) {
                 WireHdr moved = { .type = WIRE_MOVED };
                 (void)send(s->sock, &moved, sizeof moved, MSG_NOSIGNAL | MSG_DONTWAIT);
         }
-        /* An early fork's worker may be in it: the next command's cgroup (on_spawned()). */
-        if (s->leaving_cg >= 0 && !s->forks_early)
+        /* Told MOVED early, the next worker may be in it: the next command's cgroup then
+         * (on_spawned()). */
+        if (s->leaving_cg >= 0 && !s->moved_early)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->leaving_cg), s->leaving_name);
         s->state = SS_WAIT_READY;
-        /* Still pending: the next worker is not named yet, so what is in the cgroup is what
-         * the command left (a DONE that came late found the new worker there, and its SPAWNED
-         * came before now). */
-        s->clean_pending = false;
-        s->done_cg = safe_close(s->done_cg);
         if (!s->ended_told) {
                 s->ended_told = true;
                 s->hooks->ended(s, s->ended_status, false);
@@ -548,7 +532,7 @@ static void on_message(SbxSession *s, const WireHdr *h, pid_t pid) {
                 /* Stale (a worker we killed) or forged (written by the command itself) unless
                  * it comes from the worker and echoes the run's nonce. */
                 if (s->state == SS_RUNNING && pid == s->worker_pid && h->seq == s->sent_seq && h->nonce == s->sent_nonce)
-                        on_done(s, pid, h->status, h->flags);
+                        on_done(s, pid, h->status);
                 else
                         log_debug("session %s: DONE from %d refused: state %d worker %d seq %u/%u", s->name, (int)pid,
                                   (int)s->state, (int)s->worker_pid, h->seq, s->sent_seq);
@@ -626,8 +610,6 @@ void session_close_shell(SbxSession *s) {
         pidfd_sigkill(s->old_holder_pidfd);
         s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
         s->early_fd = safe_close(s->early_fd);
-        s->done_cg = safe_close(s->done_cg);
-        s->clean_pending = false;
         loop_del(l, &s->sock_w);
         s->sock = safe_close(s->sock);
         loop_del(l, &s->holder_w);
@@ -700,7 +682,7 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->core = core;
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
-        s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = s->early_fd = s->done_cg = -1;
+        s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = s->early_fd = -1;
 }
 
 int session_park(SbxSession *s) {

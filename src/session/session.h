@@ -70,16 +70,10 @@ struct SbxSession {
          * the holder from before the command, still to be killed */
         int old_holder_pidfd;
         bool ended_told;    /* LEAVING: the owner has heard of the end */
-        /* LEAVING, a Python kernel's: the new holder forks the next worker at once, without
-         * waiting for MOVED (its DONE said WIRE_F_FORKS); that worker may be born in the
-         * ended command's cgroup. */
-        bool forks_early;
-        /* Its DONE found more than the worker in the cgroup: whether the command left
-         * anything is known once the SPAWNED that follows names the worker born there.
-         * done_cg: that cgroup (a dup of the run's) until then. */
-        bool clean_pending;
-        int done_cg;
-        int early_fd;       /* forks_early: a SPAWNED heard while LEAVING, the worker's pidfd */
+        /* LEAVING after a clean end: MOVED was sent with the answer, before the holder's move
+         * out, so the next worker may be born in the ended command's cgroup. */
+        bool moved_early;
+        int early_fd;       /* moved_early: a SPAWNED heard while LEAVING, the worker's pidfd */
         /* A spare worker: a holder may fork one more while a command runs (the Python
          * kernel does, once a cell has run 10 ms). It has the state from before the command,
          * is contained in a cgroup of its own while the command runs, and takes the next

@@ -702,11 +702,12 @@ def test_the_context_holds_no_terminal_or_completer_until_a_cell_imports_one(sb)
 
 
 def test_a_cell_that_left_nothing_hands_its_cgroup_to_the_next(sb):
-    """The kernel forks the next worker as soon as its cell ended (DONE with WIRE_F_FORKS),
-    without waiting to be moved out of the cell's cgroup: that worker, alone there once the
-    holder left, or moved into it once it emptied, runs the next cell in the same cgroup, with
-    no directory made. A cell that left a process behind gives up its cgroup to it, and the
-    next cell gets one of its own; the leftover is the sandbox's, as after any command."""
+    """After a cell that left nothing, the daemon says MOVED with the answer, before the new
+    holder's move out of the cell's cgroup, and the holder forks the next worker at once: that
+    worker, alone there once the holder left, or moved into it once it emptied, runs the next
+    cell in the same cgroup, with no directory made. A cell that left a process behind gives
+    up its cgroup to it, and the next cell gets one of its own; the leftover is the sandbox's,
+    as after any command. The same for a bash session's commands."""
     here = "print(open('/proc/self/cgroup').read().splitlines()[-1])"
     seen = [sb.run_code(here).logs.stdout[0].strip() for _ in range(5)]
     assert len(set(seen)) == 1 and seen[0].split("/")[-1].startswith("c"), seen
@@ -719,3 +720,7 @@ def test_a_cell_that_left_nothing_hands_its_cgroup_to_the_next(sb):
     assert len(set(again)) == 1 and again[0] == after, (after, again)
     ps = sb.commands.run("ps -eo args").stdout
     assert "sleep 30" in ps, ps
+    shell = [sb.commands.run("tail -1 /proc/self/cgroup").stdout for _ in range(4)]
+    assert len(set(shell[1:])) == 1, shell
+    sb.commands.run("sleep 30 &")
+    assert sb.commands.run("tail -1 /proc/self/cgroup").stdout != shell[-1]

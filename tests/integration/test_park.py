@@ -121,11 +121,12 @@ def shells(d, sid):
 
 
 def idle_worker(d, sid):
-    """The idle worker of a sandbox warm() ran one command in: the first worker's cgroup, c1,
-    was that command's (its worker is the holder now, out of it once moved), the next one's is
-    c2. (Until the move, c1's shell and the old holder look the same as the pair to come.)"""
-    assert wait_until(lambda: len([p for p in d.procs(sid, "cmds/c2") if comm(p) == "bash"]) == 1, timeout=10)
-    return [p for p in d.procs(sid, "cmds/c2") if comm(p) == "bash"][0]
+    """The idle worker of a sandbox warm() ran one command in: the one shell in a command
+    cgroup once that command's worker, the holder now, is out of it and the old holder gone.
+    (The command left nothing, so its cgroup is the next worker's, which may be born there
+    before the holder leaves it.)"""
+    assert wait_until(lambda: [len(x) for x in shells(d, sid)] == [1, 1], timeout=10), shells(d, sid)
+    return shells(d, sid)[1][0]
 
 
 def test_a_parked_sandbox_keeps_one_shell_and_its_next_run_forks_a_worker():
