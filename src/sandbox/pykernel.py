@@ -947,11 +947,15 @@ def main():
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     send_hdr(WIRE_HELLO)
+    moved = False
     while True:
         try:
-            hold()
+            hold(moved)
+            moved = False
         except BecameHolder:
-            pass  # a worker (or a spare) whose cell ended: this process is the holder now
+            # A worker (or a spare) whose cell ended: this process is the holder now, told
+            # MOVED before it forks.
+            moved = True
 
 
 class BecameHolder(Exception):
@@ -1002,7 +1006,6 @@ def spawn(held, retry=True):
             if os.getppid() == 1:
                 os._exit(0)
             worker(held, go_r)
-            await_moved()
             raise BecameHolder()
         if go_r >= 0:
             os.close(go_r)
@@ -1032,8 +1035,11 @@ def reap():
         ended[pid] = ws
 
 
-def hold():
-    """The holder's turn: a worker forked and announced, waited for. A cell that runs past
+def hold(moved=False):
+    """The holder's turn: a worker forked and announced, waited for. moved: a worker whose
+    cell ended, which forks once told MOVED; what comes before the fork is done while that
+    word is on its way (the daemon sends it with the cell's answer), since in a process just
+    forked it is page faults, not work. A cell that runs past
     SPARE_AFTER, or is killed before that (the daemon's SIGURG), gets a spare, forked from this
     same state and announced too (the daemon contains it while the cell runs): if the cell is
     killed or its process dies, the spare
@@ -1059,6 +1065,8 @@ def hold():
     started_r, started_w = os.pipe()
     spare_go = -1
     try:
+        if moved:
+            await_moved()
         w, _ = spawn(held)
         announce_worker(w)
         spare, spared, began = None, js_mode, None
