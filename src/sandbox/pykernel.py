@@ -369,13 +369,16 @@ def make_ipython_shell():
 
 
 def transformers():
-    """The input transformers a user could change (run_plain knows the default ones only)."""
+    """The input transformers and prefilter checkers a user could change (run_plain knows the
+    default ones only)."""
     m = shell.input_transformer_manager
-    return (list(m.cleanup_transforms), list(m.line_transforms), list(m.token_transformers))
+    return (list(m.cleanup_transforms), list(m.line_transforms), list(m.token_transformers),
+            list(shell.prefilter_manager.checkers))
 
 
 default_transformers = None
 trait_all = None
+autocalled = ()  # what IPython's prefilter calls when a line names it: macros, autocallables
 
 
 # What IPython would rewrite before Python sees the cell (IPython.core.inputtransformer2 and
@@ -421,6 +424,7 @@ def plain_cell(code):
     sh = shell
     if (trait(sh, "ast_transformers") or trait(sh, "autocall") or sh.input_transformers_post
             or sh.custom_exceptions or sh.trio_runner or sh.prefilter_manager._transformers
+            or trait(sh, "ast_node_interactivity") != "last_expr"
             or transformers() != default_transformers):
         return None
     if "\n" not in code.rstrip("\n"):
@@ -436,7 +440,7 @@ def plain_cell(code):
         if not name or name in magics["line"] or name in magics["cell"]:
             return None
         obj = sh.user_ns.get(name)
-        if obj is not None and type(obj).__name__ in ("Macro", "IPyAutocall", "ExitAutocall"):
+        if obj is not None and isinstance(obj, autocalled):
             return None
     return code if code.endswith("\n") else code + "\n"
 
@@ -449,11 +453,30 @@ def run_plain(raw, cell):
     copy-on-write fault (about 400 for run_cell, a few microseconds each here). What a cell
     sees is IPython's: In, Out, _, _i, the execution count, the displayhook and its `;`,
     tracebacks with the cell's lines, the events its callbacks hear (matplotlib's figures
-    shown after the cell). None when the cell does not parse: IPython shows that its way."""
+    shown after the cell). None when the cell does not compile: IPython shows that its way."""
     sh = shell
     count = trait(sh, "execution_count")
+    # Compiled before anything is changed: code that parses but does not compile (a top-level
+    # return, a misplaced __future__ import, nesting past the recursion limit) goes the long
+    # way, and IPython says what is wrong its way. The name is the one compile.cache gives.
+    name = code_name(cell, count)
     try:
         tree = sh.compile.ast_parse(cell, filename="<cell>")
+        body = tree.body
+        parts = []
+        if body and isinstance(body[-1], ast.Expr):
+            if len(body) > 1:
+                parts.append(ast.Module(body[:-1], tree.type_ignores))
+            parts.append(ast.Interactive(body[-1:]))
+        elif body:
+            parts.append(tree)
+        flags = sh.compile.flags
+        try:
+            codes = [sh.compile(mod, name, "single" if isinstance(mod, ast.Interactive) else "exec")
+                     for mod in parts]
+        except Exception:
+            sh.compile.flags = flags  # a __future__ import of a part compiled before
+            raise
     except Exception:
         return None
     events = sh.events.callbacks
@@ -461,34 +484,22 @@ def run_plain(raw, cell):
         sh.user_global_ns.pop("__warningregistry__", None)
     else:
         sh.events.trigger("pre_execute")
-    info = None
-    if events["pre_run_cell"] or events["post_run_cell"]:
-        from IPython.core.interactiveshell import ExecutionInfo
-        info = ExecutionInfo(raw, True, False, True, None)
+    from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
+    info = ExecutionInfo(raw, True, False, True, None)
+    if events["pre_run_cell"]:
         sh.events.trigger("pre_run_cell", info)
     store_inputs(sh.history_manager, count, cell, raw)
     if sh.logger.log_active:
         sh.logger.log(cell, raw)
-    name = sh.compile.cache(cell, count, raw_code=raw)
-    result = None
-    if info is not None:
-        from IPython.core.interactiveshell import ExecutionResult
-        result = ExecutionResult(info)
-        result.execution_count = count
+    sh.compile.cache(cell, count, raw_code=raw)
+    result = ExecutionResult(info)
+    result.execution_count = count
     ok = True
-    body = tree.body
-    parts = []
-    if body and isinstance(body[-1], ast.Expr):
-        if len(body) > 1:
-            parts.append((ast.Module(body[:-1], tree.type_ignores), "exec"))
-        parts.append((ast.Interactive(body[-1:]), "single"))
-    elif body:
-        parts.append((tree, "exec"))
     sh.displayhook.exec_result = result
-    for mod, mode in parts:
+    for code_obj in codes:
         # IPython's run_code, a coroutine that never awaits here (no top-level await): its
         # handling of the cell's errors, SystemExit included, and its frame under the cell's.
-        coro = sh.run_code(sh.compile(mod, name, mode), result)
+        coro = sh.run_code(code_obj, result)
         try:
             coro.send(None)
         except StopIteration as stop:
@@ -505,10 +516,16 @@ def run_plain(raw, cell):
     set_trait(sh, "execution_count", count + 1)
     if events["post_execute"]:
         sh.events.trigger("post_execute")
-    if result is not None:
-        set_trait(sh, "last_execution_result", result)
+    set_trait(sh, "last_execution_result", result)
+    if events["post_run_cell"]:
         sh.events.trigger("post_run_cell", result)
     return ok, count
+
+
+def code_name(cell, count):
+    """The file name IPython's compile.cache gives the cell (tracebacks find its lines by it)."""
+    from IPython.core.compilerop import code_name as ipython_code_name
+    return ipython_code_name(cell, count)
 
 
 def store_inputs(hm, count, cell, raw):
@@ -531,18 +548,29 @@ def store_inputs(hm, count, cell, raw):
     shell.user_ns_hidden.update(ns)
 
 
+def run_ipython_cell(code):
+    count = trait(shell, "execution_count")
+    cell = plain_cell(code) if PLAIN else None
+    if cell is not None:
+        done = run_plain(code, cell)
+        if done is not None:
+            return done
+    result = shell.run_cell(code, store_history=True)
+    return result.success, count
+
+
 def run_cell(code):
     """Runs one cell; returns (ok, execution count)."""
     global plain_count
     if shell is not None:
-        count = shell.execution_count
-        cell = plain_cell(code) if PLAIN else None
-        if cell is not None:
-            done = run_plain(code, cell)
-            if done is not None:
-                return done
-        result = shell.run_cell(code, store_history=True)
-        return result.success, count
+        # IPython's display trap, entered for good at the start, sets its displayhook once:
+        # a cell that replaces sys.displayhook must not do so for the cells after it, as
+        # under IPython, whose trap puts its own back around each cell.
+        sys.displayhook = shell.displayhook
+        try:
+            return run_ipython_cell(code)
+        finally:
+            sys.displayhook = shell.displayhook
     count = plain_count
     plain_count += 1
     try:
@@ -909,7 +937,7 @@ def other_threads():
 
 
 def main():
-    global sock, shell, js_mode, wake_r, wake_w, default_transformers, trait_all
+    global sock, shell, js_mode, wake_r, wake_w, default_transformers, trait_all, autocalled
     assert HDR.size == 40
     fd = int(sys.argv[1])
     os.dup2(fd, SOCK_FD, inheritable=False)
@@ -941,7 +969,10 @@ def main():
         shell = make_shell()
         if shell is not None:
             import traitlets
+            from IPython.core.autocall import IPyAutocall
+            from IPython.core.macro import Macro
             trait_all = traitlets.All
+            autocalled = (Macro, IPyAutocall)
             default_transformers = transformers()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)

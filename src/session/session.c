@@ -209,7 +209,10 @@ static void on_spawned(SbxSession *s, int fd) {
         }
         if (s->state == SS_LEAVING && s->moved_early) {
                 /* The new holder's next worker, forked once told MOVED at the command's clean
-                 * end: taken once the holder is out of the command's cgroup (left()). */
+                 * end: taken once the holder is out of the command's cgroup (left()). One told
+                 * before it (a second SPAWNED, from code running in the holder) is killed: a
+                 * worker nobody sends a command to must not read the socket. */
+                pidfd_sigkill(s->early_fd);
                 safe_close(s->early_fd);
                 s->early_fd = fd;
                 return;
@@ -321,9 +324,9 @@ static void on_done(SbxSession *s, pid_t pid, int status) {
         s->ended_told = clean;
         /* Deferred before the answer is given: a done callback that turns the loop itself
          * (the C API lets it) runs leave() first, and the session does not wait for it. */
+        s->moved_early = false;
         if (loop_defer(core->loop, leave_deferred, &s->old_holder_pidfd) < 0)
                 leave(s);
-        s->moved_early = false;
         if (!clean)
                 return;
         s->hooks->ended(s, status, true);
@@ -609,6 +612,7 @@ void session_close_shell(SbxSession *s) {
         loop_cancel_defer(l, &s->old_holder_pidfd);
         pidfd_sigkill(s->old_holder_pidfd);
         s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
+        pidfd_sigkill(s->early_fd);
         s->early_fd = safe_close(s->early_fd);
         loop_del(l, &s->sock_w);
         s->sock = safe_close(s->sock);

@@ -581,6 +581,16 @@ PARITY_CELLS = [
     "for i in range(2):\n    i",
     "  z = 1",
     "print(z)",
+    "return 5",
+    "from os import sep\nfrom __future__ import annotations",
+    "%config InteractiveShell.ast_node_interactivity = 'all'",
+    "1\n2",
+    "%config InteractiveShell.ast_node_interactivity = 'last_expr'",
+    "import sys\nsys.displayhook = lambda v: print('mine', v)\n3",
+    "4",
+    "seen = []\nget_ipython().events.register('post_run_cell', lambda r: seen.append(r.execution_count))",
+    "seen",
+    "get_ipython().last_execution_result.execution_count",
 ]
 
 
@@ -683,6 +693,10 @@ def test_plain_cells_see_what_ipythons_run_cell_gives(tmp_path):
     assert [e["type"] for e in by_cell["display(1, 2)"][0]] == ["display", "display", "end"]
     tb = by_cell["def f():\n    return 1/0\nf()"][0][0]
     assert tb["name"] == "ZeroDivisionError" and "return 1/0" in tb["traceback"], tb
+    assert by_cell["return 5"][0][0]["name"] == "SyntaxError"
+    assert [e["type"] for e in by_cell["1\n2"][0]] == ["result", "result", "end"]
+    assert by_cell["4"][0][0]["data"]["text/plain"] == "4"
+    assert by_cell["seen"][0][0]["data"]["text/plain"] != "[]"
 
 
 @needs_ipython
