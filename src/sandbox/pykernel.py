@@ -51,6 +51,7 @@ import base64
 import builtins
 import ctypes
 import json
+import linecache
 import os
 import signal
 import socket
@@ -379,6 +380,7 @@ def transformers():
 default_transformers = None
 trait_all = None
 autocalled = ()  # what IPython's prefilter calls when a line names it: macros, autocallables
+ipython_types = {}  # what run_plain makes of IPython's, looked up once
 
 
 # What IPython would rewrite before Python sees the cell (IPython.core.inputtransformer2 and
@@ -484,15 +486,18 @@ def run_plain(raw, cell):
         sh.user_global_ns.pop("__warningregistry__", None)
     else:
         sh.events.trigger("pre_execute")
-    from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
-    info = ExecutionInfo(raw, True, False, True, None)
+    info = ipython_types["ExecutionInfo"](raw, True, False, True, None)
     if events["pre_run_cell"]:
         sh.events.trigger("pre_run_cell", info)
     store_inputs(sh.history_manager, count, cell, raw)
     if sh.logger.log_active:
         sh.logger.log(cell, raw)
-    sh.compile.cache(cell, count, raw_code=raw)
-    result = ExecutionResult(info)
+    # compile.cache, with the name computed above.
+    sh.compile._filename_map[name] = count
+    entry = (len(cell), time.time(), [line + "\n" for line in cell.splitlines()], name)
+    linecache.cache[name] = entry
+    linecache._ipython_cache[name] = entry
+    result = ipython_types["ExecutionResult"](info)
     result.execution_count = count
     ok = True
     sh.displayhook.exec_result = result
@@ -524,8 +529,7 @@ def run_plain(raw, cell):
 
 def code_name(cell, count):
     """The file name IPython's compile.cache gives the cell (tracebacks find its lines by it)."""
-    from IPython.core.compilerop import code_name as ipython_code_name
-    return ipython_code_name(cell, count)
+    return ipython_types["code_name"](cell, count)
 
 
 def store_inputs(hm, count, cell, raw):
@@ -970,9 +974,12 @@ def main():
         if shell is not None:
             import traitlets
             from IPython.core.autocall import IPyAutocall
+            from IPython.core.compilerop import code_name
+            from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
             from IPython.core.macro import Macro
             trait_all = traitlets.All
             autocalled = (Macro, IPyAutocall)
+            ipython_types.update(ExecutionInfo=ExecutionInfo, ExecutionResult=ExecutionResult, code_name=code_name)
             default_transformers = transformers()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
