@@ -182,14 +182,6 @@ def send_hdr(kind, seq=0, status=0, nonce=0):
     sock.send(HDR.pack(kind, seq, status, 0, 0, 0, 0, nonce))
 
 
-def set_oom_score_adj(value):
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write(value)
-    except OSError:
-        pass
-
-
 # ---------------------------------------------------------------- events
 
 def write_event(event):
@@ -811,9 +803,10 @@ def worker(held_threads, go=-1):
     """Takes one cell, runs it, reports. Returns when this process is to become the holder.
     A spare (go >= 0) first waits for its holder's go-ahead; its end means: not needed."""
     global events_fd, started_w
+    # The OOM killer's first choice is this process, not the holder: the daemon says so
+    # (oom_score_adj 500, and 0 once it is the holder), since nothing in the sandbox may write
+    # to /proc.
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    # When the sandbox runs out of memory the OOM killer must take a cell, not the holder.
-    set_oom_score_adj("500")
     warm_up()
     if go >= 0:
         while True:
@@ -905,7 +898,6 @@ def worker(held_threads, go=-1):
         send_hdr(WIRE_DONE, seq, status, nonce)
     except OSError:
         os._exit(status)
-    set_oom_score_adj("0")
 
 
 def await_moved():

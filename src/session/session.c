@@ -100,6 +100,20 @@ static void forget_worker(SbxSession *s) {
 static void contained(void *ud, int r);
 static void spare_contained(void *ud, int r);
 
+/* A code context's worker is the OOM killer's first choice (oom_score_adj 500), so that a cell
+ * that fills the sandbox's memory is what dies, not its holder, the context; a worker that
+ * became the holder goes back to 0. Written from here: nothing in the sandbox may write to
+ * /proc. Best effort (a rootless daemon may not write another process's either). */
+static void oom_prefer(SbxSession *s, pid_t pid, bool prefer) {
+        if (s->shell == SBX_SHELL_BASH || pid <= 0)
+                return;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd >= 0)
+                (void)!write(fd, prefer ? "500" : "0", prefer ? 3 : 1);
+}
+
 /* The spare goes: killed, its move cancelled, its cgroup retired (it ran nothing). */
 static void spare_drop(SbxSession *s) {
         if (s->spare_move_id && !s->spare_promoted)
@@ -120,6 +134,7 @@ static void on_spare(SbxSession *s, int fd, pid_t pid, pid_t nspid) {
         log_debug("session %s: spare %d", s->name, (int)pid);
         s->spare_pidfd = fd;
         s->spare_pid = pid;
+        oom_prefer(s, pid, true);
         snprintf(s->spare_cg_name, sizeof s->spare_cg_name, "c%llu", (unsigned long long)++core->next_cmd);
         int dir = cgroup_child_create(&core->box.cg, s->spare_cg_name);
         int dirs[2] = { dir, core->box.cg.v1_pids_cmds };
@@ -229,6 +244,7 @@ static void on_spawned(SbxSession *s, int fd) {
         s->worker_pidfd = fd;
         s->spawned_pid = pid;
         s->spawned_nspid = nspid;
+        oom_prefer(s, pid, true);
         int dir = -1;
         if (s->leaving_cg >= 0) {
                 int cg = TAKE_FD(s->leaving_cg);
@@ -348,6 +364,8 @@ static void leave(SbxSession *s) {
         spare_drop(s);
         pidfd_sigkill(s->old_holder_pidfd);
         s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
+        if (s->state == SS_LEAVING)
+                oom_prefer(s, s->holder_pid, false);
         if (s->state != SS_LEAVING || s->move_id)
                 return;
         pid_t pid = s->holder_pid;

@@ -738,3 +738,15 @@ def test_a_cell_that_left_nothing_hands_its_cgroup_to_the_next(sb):
     assert len(set(shell[1:])) == 1, shell
     sb.commands.run("sleep 30 &")
     assert sb.commands.run("tail -1 /proc/self/cgroup").stdout != shell[-1]
+
+
+def test_the_oom_killer_is_pointed_at_the_cell_not_the_context(sb):
+    """A cell's process is the OOM killer's first choice (oom_score_adj 500), its holder, the
+    context as it was, is not (0): the worker sets its own before it makes itself undumpable
+    (after that its /proc files are root's), and the daemon puts the holder back once a cell
+    ended (the holder cannot)."""
+    cell = ("import os\n"
+            "open('/proc/self/oom_score_adj').read().strip(), "
+            "open('/proc/%d/oom_score_adj' % os.getppid()).read().strip()")
+    for _ in range(3):
+        assert sb.run_code(cell).text == "('500', '0')"
