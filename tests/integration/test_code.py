@@ -500,6 +500,35 @@ def _spawned(sock, timeout):
             os.close(fd)
 
 
+def _bare_kernel(cwd, **env):
+    """sbx's Python kernel run bare on the host, speaking the session wire on a socketpair:
+    (the process, our end)."""
+    import socket
+    import subprocess
+    script = REPO / "src" / "sandbox" / "pykernel.py"
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    p = subprocess.Popen(["/usr/bin/python3", "-I", str(script), str(theirs.fileno())],
+                         pass_fds=[theirs.fileno()], cwd=cwd, stdin=subprocess.DEVNULL,
+                         env=dict(os.environ, **env))
+    theirs.close()
+    return p, ours
+
+
+def _bare_kernel_stop(p, ours, pidfds):
+    """Kills the kernel and every worker it announced (each later a holder: all of its
+    processes)."""
+    import signal
+    p.kill()
+    p.wait()
+    ours.close()
+    for fd in pidfds:
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        os.close(fd)
+
+
 def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
     """The daemon SIGURGs a Python holder when it kills its worker's cell: the holder forks the
     spare then, not SPARE_AFTER into the cell (here an hour), so that the next cell's worker is
@@ -509,13 +538,7 @@ def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
     import array
     import signal
     import socket
-    import subprocess
-    script = Path(__file__).resolve().parents[2] / "src" / "sandbox" / "pykernel.py"
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    env = dict(os.environ, SBX_PYKERNEL_SPARE_AFTER="3600")
-    p = subprocess.Popen(["/usr/bin/python3", "-I", str(script), str(theirs.fileno())],
-                         pass_fds=[theirs.fileno()], cwd=tmp_path, stdin=subprocess.DEVNULL, env=env)
-    theirs.close()
+    p, ours = _bare_kernel(tmp_path, SBX_PYKERNEL_SPARE_AFTER="3600")
     pidfds, pipes = [], []
     try:
         ours.settimeout(60)
@@ -541,15 +564,7 @@ def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
         os.kill(p.pid, signal.SIGURG)
         assert _spawned(ours, 0.5) is None, "a second word made a second spare"
     finally:
-        p.kill()
-        p.wait()
-        ours.close()
-        for fd in pidfds:
-            try:
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-            except OSError:
-                pass
-            os.close(fd)
+        _bare_kernel_stop(p, ours, pidfds)
         for fd in pipes:
             os.close(fd)
 
@@ -601,18 +616,11 @@ def _kernel_cells(tmp_path, cells, plain):
     Returns each cell's events and what it wrote to stdout/stderr."""
     import array
     import select
-    import signal
     import socket
-    import subprocess
-    script = REPO / "src" / "sandbox" / "pykernel.py"
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = dict(os.environ, SBX_PYKERNEL_SPARE_AFTER="3600", SBX_PYKERNEL_PLAIN="1" if plain else "0",
-               HOME=str(home))
-    p = subprocess.Popen(["/usr/bin/python3", "-I", str(script), str(theirs.fileno())],
-                         pass_fds=[theirs.fileno()], cwd=home, stdin=subprocess.DEVNULL, env=env)
-    theirs.close()
+    p, ours = _bare_kernel(home, SBX_PYKERNEL_SPARE_AFTER="3600", SBX_PYKERNEL_PLAIN="1" if plain else "0",
+                           HOME=str(home))
     hdr = struct.Struct("@IIiIIIIQ")
     pidfds, runs = [], []
     try:
@@ -651,15 +659,7 @@ def _kernel_cells(tmp_path, cells, plain):
             ours.send(hdr.pack(8, 0, 0, 0, 0, 0, 0, 0))  # WIRE_MOVED
             runs.append(([json.loads(line) for line in data.decode().splitlines()], out.decode()))
     finally:
-        p.kill()
-        p.wait()
-        ours.close()
-        for fd in pidfds:
-            try:
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-            except OSError:
-                pass
-            os.close(fd)
+        _bare_kernel_stop(p, ours, pidfds)
     return runs
 
 
