@@ -120,13 +120,32 @@ def shells(d, sid):
             [p for p in d.procs(sid, "cmds/c*") if comm(p) == "bash"])
 
 
+def status_field(pid, key):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def idle_worker(d, sid):
-    """The idle worker of a sandbox warm() ran one command in: the one shell in a command
-    cgroup once that command's worker, the holder now, is out of it and the old holder gone.
-    (The command left nothing, so its cgroup is the next worker's, which may be born there
-    before the holder leaves it.)"""
-    assert wait_until(lambda: [len(x) for x in shells(d, sid)] == [1, 1], timeout=10), shells(d, sid)
-    return shells(d, sid)[1][0]
+    """The idle worker of sid's default session: a command says which shell runs it (its
+    pid in the sandbox); that worker is the holder once the command ended, and the idle
+    worker is the one shell in a command cgroup whose parent it is. (A command that left
+    nothing hands its cgroup to the next worker, which may be born there while the holder
+    is still in it: by cgroups alone the two look alike.)"""
+    ran = int(run(d.peer, sid, "echo $BASHPID")["stdout"])
+
+    def find():
+        for p in shells(d, sid)[1]:
+            if status_field(status_field(p, "PPid"), "NSpid") == ran:
+                return p
+        return None
+    assert wait_until(lambda: find() is not None, timeout=10), shells(d, sid)
+    return find()
 
 
 def test_a_parked_sandbox_keeps_one_shell_and_its_next_run_forks_a_worker():
