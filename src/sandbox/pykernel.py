@@ -943,7 +943,6 @@ def main():
     # names the script's memfd only until it is closed, a pipe of the holder's after that,
     # which reading would block on. An entry without mtime is never checked or read again.
     try:
-        import linecache
         with open(sys.argv[0], encoding="utf-8") as f:
             source = f.read()
         linecache.cache[sys.argv[0]] = (len(source), None, source.splitlines(True), sys.argv[0])

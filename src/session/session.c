@@ -109,9 +109,16 @@ static void oom_prefer(SbxSession *s, pid_t pid, bool prefer) {
                 return;
         char path[64];
         snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd >= 0)
-                (void)!write(fd, prefer ? "500" : "0", prefer ? 3 : 1);
+        (void)write_file_at(AT_FDCWD, path, prefer ? "500" : "0");
+}
+
+/* The worker is in the next command's cgroup: the session is idle, and what the last command
+ * left, if it was to be killed, may die now (the worker is out of that cgroup). */
+static void worker_idle(SbxSession *s) {
+        s->worker_pid = s->spawned_pid;
+        s->state = SS_IDLE;
+        bglog_kill_doomed(&s->core->bg, s);
+        s->hooks->idle(s);
 }
 
 /* The spare goes: killed, its move cancelled, its cgroup retired (it ran nothing). */
@@ -256,10 +263,7 @@ static void on_spawned(SbxSession *s, int fd) {
                          * the holder was in the commands' share.) */
                         s->cg = cg;
                         memcpy(s->cg_name, s->leaving_name, sizeof s->cg_name);
-                        s->worker_pid = pid;
-                        s->state = SS_IDLE;
-                        bglog_kill_doomed(&core->bg, s);
-                        s->hooks->idle(s);
+                        worker_idle(s);
                         return;
                 }
                 if (cgroup_populated(cg) == 0) {
@@ -306,11 +310,7 @@ static void contained(void *ud, int r) {
                 s->state = SS_WAIT_READY;
                 return;
         }
-        s->worker_pid = s->spawned_pid;
-        s->state = SS_IDLE;
-        /* The worker is out of the last command's cgroup: what that left may die now. */
-        bglog_kill_doomed(&core->bg, s);
-        s->hooks->idle(s);
+        worker_idle(s);
 }
 
 static void left(void *ud, int r);
