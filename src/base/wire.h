@@ -47,6 +47,13 @@ enum {
                               pipe to the holder); `status` its wait status. Asked for, the
                               session is retired; else it counts as the worker's death */
         WIRE_FORK = 11,    /* daemon -> a holder after its RETIRED: fork the next worker */
+        WIRE_KEEP = 12,    /* daemon -> a worker whose DONE had WIRE_F_KEEPS, after a clean end:
+                              it stays the worker and forks a keeper, told with KEPT (else
+                              the daemon says MOVED, after its move out, as to any new holder) */
+        WIRE_KEPT = 13,    /* worker -> daemon, after KEEP: a pidfd of its child, the keeper,
+                              which holds the state the command left and is the holder from
+                              now on; the worker takes the next command, in the same cgroup
+                              once the keeper has been moved out of it */
 };
 
 typedef struct WireHdr {
@@ -84,6 +91,8 @@ typedef struct WireHdr {
  * sandbox/pykernel.py); the cell's stdin is /dev/null. With WIRE_F_PERSIST_ENV, the cwd is
  * kept too: that is how a context gets its starting cwd and env. */
 #define WIRE_F_EVENTS 64u
+/* DONE flag (the Python kernel's): the worker can stay the worker if told KEEP. */
+#define WIRE_F_KEEPS 128u
 
 #define WIRE_RUN_FDS 3
 /* Largest RUN message: header + cwd + env + command (limits.h bounds each). */

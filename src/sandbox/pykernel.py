@@ -65,7 +65,12 @@ import traceback
 # alignment: 4 bytes of padding before the nonce, 40 in all).
 HDR = struct.Struct("@IIiIIIIQ")
 WIRE_HELLO, WIRE_RUN, WIRE_DONE, WIRE_DIED, WIRE_SPAWNED, WIRE_MOVED = 1, 3, 4, 5, 6, 8
-F_PERSIST_ENV, F_GETENV, F_DUMP, F_RESTORE, F_DETACH, F_EVENTS = 1, 2, 4, 8, 16, 64
+WIRE_KEEP, WIRE_KEPT = 12, 13
+F_PERSIST_ENV, F_GETENV, F_DUMP, F_RESTORE, F_DETACH, F_EVENTS, F_KEEPS = 1, 2, 4, 8, 16, 64, 128
+# <linux/pidfd.h>: PIDFD_GET_INFO with struct pidfd_info's first version (64 bytes, exit_code
+# at 60), and its mask bit for the exit status of a process already reaped (Linux 6.15).
+PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
+PIDFD_INFO_EXIT = 8
 # Out of the way of fds a cell opens; close-on-exec, so no program a cell runs inherits them.
 SOCK_FD, NULL_FD, EVENTS_FD = 1001, 1002, 1003
 MAX_MSG = 1 << 24
@@ -178,8 +183,66 @@ plain_ns = {"__name__": "__main__", "__builtins__": builtins}
 plain_count = 1
 
 
-def send_hdr(kind, seq=0, status=0, nonce=0):
-    sock.send(HDR.pack(kind, seq, status, 0, 0, 0, 0, nonce))
+def send_hdr(kind, seq=0, status=0, nonce=0, flags=0):
+    sock.send(HDR.pack(kind, seq, status, 0, 0, 0, flags, nonce))
+
+
+def send_fd(kind, fd):
+    sock.sendmsg([HDR.pack(kind, 0, 0, 0, 0, 0, 0, 0)],
+                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+
+
+def pidfd_exit_status(fd, timeout):
+    """The wait status of the process of pidfd fd, which need not be a child: once its parent
+    has reaped it (the pidfd then hangs up), the kernel keeps it for the pidfd
+    (PIDFD_INFO_EXIT). None if that does not come within timeout seconds or this kernel
+    does not say."""
+    import fcntl
+    import select
+    poller = select.poll()
+    poller.register(fd, select.POLLHUP)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left < 0:
+            return None
+        try:
+            if poller.poll(left * 1000):
+                break
+        except InterruptedError:
+            continue
+    info = bytearray(64)
+    struct.pack_into("Q", info, 0, PIDFD_INFO_EXIT)
+    try:
+        fcntl.ioctl(fd, PIDFD_GET_INFO, info)
+    except OSError:
+        return None
+    if not struct.unpack_from("Q", info, 0)[0] & PIDFD_INFO_EXIT:
+        return None
+    return struct.unpack_from("i", info, 60)[0]
+
+
+def exit_status_told():
+    """Whether this kernel tells a reaped process's wait status through a pidfd, which a
+    keeper needs (hold()): it is not its worker's parent."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:
+        os._exit(7)
+    fd = -1
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        pass
+    os.waitpid(pid, 0)
+    if fd < 0:
+        return False
+    try:
+        return pidfd_exit_status(fd, 1.0) == 7 << 8
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------- events
@@ -722,10 +785,14 @@ def warm_up():
     """While idle, what a cell's way through run_plain() touches, changing nothing: a fork's
     first cell would otherwise pay for the copy-on-write faults of every page the
     interpreter's path to a cell writes (reference counts are writes), a few milliseconds on
-    the way of the answer. Skipped when a cell is already waiting: its own run takes those
-    faults anyway."""
+    the way of the answer. It stops when a cell comes: the cell's own run takes the faults
+    that are left."""
     import select
-    if select.select([sock], [], [], 0)[0]:
+
+    def cell_waits():
+        return select.select([sock], [], [], 0)[0]
+
+    if cell_waits():
         return
     try:
         if shell is not None:
@@ -733,12 +800,18 @@ def warm_up():
             cell = plain_cell("pass")
             if cell is not None:
                 tree = sh.compile.ast_parse(cell, filename="<cell>")
+                if cell_waits():
+                    return
                 exec(compile(tree, "<cell>", "exec"), {})
+                if cell_waits():
+                    return
                 # The same values written back: the pages of what a cell updates.
                 ns = sh.user_ns
                 for key in ("_i", "_ii", "_iii", "_"):
                     if key in ns:
                         ns[key] = ns[key]
+                if cell_waits():
+                    return
                 hm = sh.history_manager
                 hm.input_hist_parsed.append("")
                 hm.input_hist_parsed.pop()
@@ -747,6 +820,8 @@ def warm_up():
                 set_trait(sh, "execution_count", trait(sh, "execution_count"))
             else:
                 sh.run_cell("pass", store_history=False, silent=True)
+        if cell_waits():
+            return
         json.dumps({"type": "end", "executionCount": 0})
     except Exception:
         pass
@@ -800,7 +875,10 @@ def restore_env(saved):
 
 
 def worker(held_threads, go=-1):
-    """Takes one cell, runs it, reports. Returns when this process is to become the holder.
+    """Takes a cell, runs it, reports. Returns when this process is to become the holder:
+    True if it was told MOVED already. After a clean end the daemon may say KEEP instead:
+    a fork of this process becomes the holder (fork_keeper()) and this one takes the next
+    cell, its pages and caches warm, while the fork pays for its own first steps.
     A spare (go >= 0) first waits for its holder's go-ahead; its end means: not needed."""
     global events_fd, started_w
     # The OOM killer's first choice is this process, not the holder: the daemon says so
@@ -818,86 +896,162 @@ def worker(held_threads, go=-1):
         if not ahead:
             os._exit(0)
         os.close(go)
-    h, msg, fds = recv_run()
-    # With a cell, this process must outlive its holder (it becomes the holder when the
-    # cell ends); the holder learns the cell began (its spare's clock starts).
-    libc.prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
+    while True:
+        h, msg, fds = recv_run()
+        # With a cell, this process must outlive its holder (it becomes the holder when the
+        # cell ends); the holder learns the cell began (its spare's clock starts).
+        libc.prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)
+        try:
+            os.write(started_w, b"1")
+            os.close(started_w)
+        except OSError:
+            pass
+        started_w = -1
+        _, seq, _, cwd_len, env_len, cmd_len, flags, nonce = h
+        off = HDR.size
+        cwd = msg[off:off + cwd_len].decode("utf-8", "surrogateescape")
+        off += cwd_len
+        env = [e.decode("utf-8", "surrogateescape") for e in msg[off:off + env_len].split(b"\0") if e]
+        off += env_len
+        code = msg[off:off + cmd_len].decode("utf-8", "replace")
+        del msg
+        if flags & F_EVENTS:
+            events_fd = os.dup2(fds[0], EVENTS_FD, inheritable=False)
+            os.close(fds[0])
+            os.dup2(NULL_FD, 0)
+        else:
+            os.dup2(fds[0], 0)
+            os.close(fds[0])
+        for i in (1, 2):
+            os.dup2(fds[i], i)
+            os.close(fds[i])
+        status = 0
+        if flags & (F_DUMP | F_RESTORE | F_GETENV | F_DETACH) or not flags & F_EVENTS:
+            os.write(2, b"sbx: a Python context runs code cells only\n")
+            status = 1
+        else:
+            out, err = EventStream("stdout"), EventStream("stderr")
+            streams[:] = [out, err]
+            sys.stdout, sys.stderr = out, err
+            if held_threads:
+                emit({"type": "warning",
+                      "text": "this context held %d thread(s) started by earlier cells (%s); a cell runs in a fork "
+                              "of the context, where they do not run, and they are gone from now on"
+                              % (len(held_threads), ", ".join(held_threads))})
+            old_cwd = os.getcwd() if cwd else None
+            ok = True
+            if cwd:
+                try:
+                    os.chdir(cwd)
+                except OSError as e:
+                    emit({"type": "error", "name": type(e).__name__, "value": "cwd %s: %s" % (cwd, e.strerror),
+                          "traceback": ""})
+                    ok = False
+            saved = apply_env(env) if ok else []
+            count = None
+            if js_mode and ok:
+                ok, count = run_js(code, env, cwd, flags & F_PERSIST_ENV)
+            elif ok and code.strip():
+                ok, count = run_cell(code)
+            if flags & F_PERSIST_ENV:
+                saved = []
+            restore_env(saved)
+            if old_cwd and not flags & F_PERSIST_ENV:
+                try:
+                    if os.getcwd() == os.path.realpath(cwd):
+                        os.chdir(old_cwd)
+                except OSError:
+                    pass
+            out.flush()
+            err.flush()
+            emit({"type": "end", "executionCount": count})
+            status = 0 if ok else 1
+            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+            streams[:] = []
+        if events_fd >= 0:
+            os.close(events_fd)
+        events_fd = -1
+        for i in (0, 1, 2):
+            os.dup2(NULL_FD, i)
+        keeps = keeper_ok and not other_threads()
+        try:
+            send_hdr(WIRE_DONE, seq, status, nonce, F_KEEPS if keeps else 0)
+        except OSError:
+            os._exit(status)
+        if not keeps:
+            return False
+        # The keeper is forked before the daemon's word: it is nearly always KEEP, and the
+        # fork is the longest step between two cells. On MOVED the daemon kills the keeper
+        # it did not take, and this process becomes the holder.
+        if not await_word():
+            return True
+        fork_keeper()
+        held_threads = []
+        warm_up()
+
+
+def await_word():
+    """After an end told with F_KEEPS: True for KEEP (this process stays the worker), False
+    for MOVED (it becomes the holder, out of the cell's cgroup)."""
+    while True:
+        try:
+            data = sock.recv(HDR.size)
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        if len(data) == HDR.size:
+            kind = HDR.unpack(data)[0]
+            if kind in (WIRE_KEEP, WIRE_MOVED):
+                return kind == WIRE_KEEP
+
+
+class BecameKeeper(Exception):
+    """Unwinds the fork that fork_keeper() made to the holder's loop: (the worker's pid, the
+    read and write ends of its "a cell started" pipe)."""
+
+
+# The keepers this worker forked that it has not reaped yet (the daemon kills each once the
+# next cell ended clean, or with the context).
+keepers = []
+
+
+def fork_keeper():
+    """The daemon said KEEP: the state this cell left is kept by a fork, the holder from now
+    on, and this process stays the worker and reads the next RUN. The fork is this process's
+    child, so a cell's os.wait() for any child could see it (said in ARCHITECTURE); what it
+    forks itself it reaps itself. The pipe tells the keeper when this worker's next cell
+    starts (its spare's clock); the keeper's own workers and spares write it too."""
+    global started_w
+    me = os.getpid()
+    r, w = os.pipe()
+    while True:
+        try:
+            pid = os.fork()
+            break
+        except OSError:
+            time.sleep(0.02)  # most likely the pids limit, with something still dying
+    if pid == 0:
+        raise BecameKeeper(me, r, w)
+    os.close(r)
+    started_w = w
     try:
-        os.write(started_w, b"1")
-        os.close(started_w)
+        pfd = os.pidfd_open(pid)
+        send_fd(WIRE_KEPT, pfd)
+        os.close(pfd)
     except OSError:
-        pass
-    started_w = -1
-    _, seq, _, cwd_len, env_len, cmd_len, flags, nonce = h
-    off = HDR.size
-    cwd = msg[off:off + cwd_len].decode("utf-8", "surrogateescape")
-    off += cwd_len
-    env = [e.decode("utf-8", "surrogateescape") for e in msg[off:off + env_len].split(b"\0") if e]
-    off += env_len
-    code = msg[off:off + cmd_len].decode("utf-8", "replace")
-    del msg
-    if flags & F_EVENTS:
-        events_fd = os.dup2(fds[0], EVENTS_FD, inheritable=False)
-        os.close(fds[0])
-        os.dup2(NULL_FD, 0)
-    else:
-        os.dup2(fds[0], 0)
-        os.close(fds[0])
-    for i in (1, 2):
-        os.dup2(fds[i], i)
-        os.close(fds[i])
-    status = 0
-    if flags & (F_DUMP | F_RESTORE | F_GETENV | F_DETACH) or not flags & F_EVENTS:
-        os.write(2, b"sbx: a Python context runs code cells only\n")
-        status = 1
-    else:
-        out, err = EventStream("stdout"), EventStream("stderr")
-        streams[:] = [out, err]
-        sys.stdout, sys.stderr = out, err
-        if held_threads:
-            emit({"type": "warning",
-                  "text": "this context held %d thread(s) started by earlier cells (%s); a cell runs in a fork "
-                          "of the context, where they do not run, and they are gone from now on"
-                          % (len(held_threads), ", ".join(held_threads))})
-        old_cwd = os.getcwd() if cwd else None
-        ok = True
-        if cwd:
-            try:
-                os.chdir(cwd)
-            except OSError as e:
-                emit({"type": "error", "name": type(e).__name__, "value": "cwd %s: %s" % (cwd, e.strerror),
-                      "traceback": ""})
-                ok = False
-        saved = apply_env(env) if ok else []
-        count = None
-        if js_mode and ok:
-            ok, count = run_js(code, env, cwd, flags & F_PERSIST_ENV)
-        elif ok and code.strip():
-            ok, count = run_cell(code)
-        if flags & F_PERSIST_ENV:
-            saved = []
-        restore_env(saved)
-        if old_cwd and not flags & F_PERSIST_ENV:
-            try:
-                if os.getcwd() == os.path.realpath(cwd):
-                    os.chdir(old_cwd)
-            except OSError:
-                pass
-        out.flush()
-        err.flush()
-        emit({"type": "end", "executionCount": count})
-        status = 0 if ok else 1
-        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-        streams[:] = []
-    if events_fd >= 0:
-        os.close(events_fd)
-    events_fd = -1
-    for i in (0, 1, 2):
-        os.dup2(NULL_FD, i)
-    try:
-        send_hdr(WIRE_DONE, seq, status, nonce)
-    except OSError:
-        os._exit(status)
+        # The keeper is gone already, or the daemon: without a keeper the daemon took, this
+        # process must not run a cell, and it was told nothing as a holder would be.
+        os._exit(1)
+    for k in keepers[:]:
+        try:
+            if os.waitpid(k, os.WNOHANG)[0]:
+                keepers.remove(k)
+        except ChildProcessError:
+            keepers.remove(k)
+    keepers.append(pid)
 
 
 def await_moved():
@@ -933,7 +1087,7 @@ def other_threads():
 
 
 def main():
-    global sock, shell, js_mode, wake_r, wake_w, default_transformers, trait_all, autocalled
+    global sock, shell, js_mode, wake_r, wake_w, default_transformers, trait_all, autocalled, keeper_ok
     assert HDR.size == 40
     fd = int(sys.argv[1])
     os.dup2(fd, SOCK_FD, inheritable=False)
@@ -958,6 +1112,7 @@ def main():
     sock = socket.socket(fileno=SOCK_FD)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     js_mode = sys.argv[2:3] == ["javascript"]
+    keeper_ok = KEEP and not js_mode and exit_status_told()
     if js_mode:
         start_node()
     else:
@@ -976,15 +1131,18 @@ def main():
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     send_hdr(WIRE_HELLO)
-    moved = False
+    moved, adopted = False, None
     while True:
         try:
-            hold(moved)
-            moved = False
-        except BecameHolder:
+            hold(moved, adopted)
+            moved, adopted = False, None
+        except BecameHolder as e:
             # A worker (or a spare) whose cell ended: this process is the holder now, told
-            # MOVED before it forks.
-            moved = True
+            # MOVED before it forks (unless it was already: e.args[0]).
+            moved, adopted = not e.args[0], None
+        except BecameKeeper as e:
+            # The fork of a worker that stays one: the holder, of a worker that is not its child.
+            moved, adopted = False, e.args
 
 
 class BecameHolder(Exception):
@@ -996,6 +1154,10 @@ class BecameHolder(Exception):
 SPARE_AFTER = float(os.environ.pop("SBX_PYKERNEL_SPARE_AFTER", "0.01"))
 # "0": every cell through IPython's own run_cell (the tests compare the two ways).
 PLAIN = os.environ.pop("SBX_PYKERNEL_PLAIN", "1") != "0"
+# "0": a worker whose cell ended always becomes the holder (no keeper; the tests run both).
+KEEP = os.environ.pop("SBX_PYKERNEL_KEEP", "1") != "0"
+# Whether a worker may offer to stay one (F_KEEPS): set in main().
+keeper_ok = False
 # The holder's wake-up: SIGCHLD writes to it (signal.set_wakeup_fd), so that one select()
 # waits for the worker's word, its end and the spare's time at once.
 wake_r = wake_w = -1
@@ -1034,8 +1196,7 @@ def spawn(held, retry=True):
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() == 1:
                 os._exit(0)
-            worker(held, go_r)
-            raise BecameHolder()
+            raise BecameHolder(worker(held, go_r))
         if go_r >= 0:
             os.close(go_r)
         return pid, go_w
@@ -1064,11 +1225,14 @@ def reap():
         ended[pid] = ws
 
 
-def hold(moved=False):
+def hold(moved=False, adopted=None):
     """The holder's turn: a worker forked and announced, waited for. moved: a worker whose
     cell ended, which forks once told MOVED; what comes before the fork is done while that
     word is on its way (the daemon sends it with the cell's answer), since in a process just
-    forked it is page faults, not work. A cell that runs past
+    forked it is page faults, not work. adopted: a keeper's (fork_keeper()): its worker is
+    the process it was forked from, announced by that one, and not its child: its end is
+    heard on a pidfd, its wait status from the kernel once its parent (the sandbox's pid 1)
+    reaped it. A cell that runs past
     SPARE_AFTER, or is killed before that (the daemon's SIGURG), gets a spare, forked from this
     same state and announced too (the daemon contains it while the cell runs): if the cell is
     killed or its process dies, the spare
@@ -1091,16 +1255,38 @@ def hold(moved=False):
                 break
         except (BlockingIOError, InterruptedError):
             break
-    started_r, started_w = os.pipe()
-    spare_go = -1
+    spare_go = wfd = -1
+    if adopted:
+        w, started_r, started_w = adopted
+    else:
+        started_r, started_w = os.pipe()
     try:
-        if moved:
-            await_moved()
-        w, _ = spawn(held)
-        announce_worker(w)
+        if adopted:
+            try:
+                wfd = os.pidfd_open(w)
+            except OSError:
+                wfd = -1
+            if wfd < 0 or os.getppid() != w:
+                # Gone before it could be watched: its status is the kernel's, if it says.
+                st = pidfd_exit_status(wfd, 2.0) if wfd >= 0 else None
+                wfd = close_fd(wfd)
+                try:
+                    send_hdr(WIRE_DIED, 0, st if st is not None else signal.SIGKILL)
+                except OSError:
+                    os._exit(0)
+                return
+        else:
+            if moved:
+                await_moved()
+            w, _ = spawn(held)
+            announce_worker(w)
         spare, spared, began = None, js_mode, None
         while True:
             ended = reap()
+            if wfd >= 0 and select.select([wfd], [], [], 0)[0]:
+                st = pidfd_exit_status(wfd, 2.0)
+                ended[w] = st if st is not None else signal.SIGKILL
+                wfd = close_fd(wfd)
             if spare in ended:
                 spare = None
                 spare_go = close_fd(spare_go)
@@ -1135,7 +1321,7 @@ def hold(moved=False):
                     if spare is not None:
                         announce_worker(spare)
                     continue
-            ready, _, _ = select.select([started_r, wake_r], [], [], timeout)
+            ready, _, _ = select.select([started_r, wake_r] + ([wfd] if wfd >= 0 else []), [], [], timeout)
             if started_r in ready:
                 os.read(started_r, 64)
                 began = time.monotonic()
@@ -1154,7 +1340,7 @@ def hold(moved=False):
     finally:
         # Also in a worker unwinding to become the holder (BecameHolder): the old holder's
         # pipes are not its own any more.
-        for fd in (started_r, started_w, spare_go):
+        for fd in (started_r, started_w, spare_go, wfd):
             if fd >= 0:
                 try:
                     os.close(fd)

@@ -8,6 +8,9 @@
  *   STARTING --HELLO--> WAIT_READY --SPAWNED--> CONTAINING --moved--> IDLE --run--> RUNNING
  *   RUNNING --DONE--> LEAVING --moved--> WAIT_READY   (worker became the holder; old holder
  *                                                     is killed; the holder is told MOVED)
+ *   RUNNING --DONE--> LEAVING --KEPT--> CONTAINING --keeper moved--> IDLE   (a Python worker
+ *                                                     stays the worker after a clean end: its
+ *                                                     fork, the keeper, is the new holder)
  *   RUNNING --DIED--> WAIT_READY        (worker died on its own; holder forks a new one)
  *   RUNNING --timeout/cancel--> KILLING --DIED--> WAIT_READY
  *   RUNNING --DETACHED--> KILLING --DIED--> WAIT_READY   (a process of its own runs the command)
@@ -38,17 +41,21 @@
 
 static void holder_event(Watch *w, uint32_t events);
 
-static void set_holder(SbxSession *s, pid_t pid) {
+/* fd: a pidfd of pid, owned from now on (or -1: one is opened). */
+static void set_holder_fd(SbxSession *s, pid_t pid, int fd) {
         Loop *l = s->core->loop;
         loop_del(l, &s->holder_w);
         s->holder_pidfd = safe_close(s->holder_pidfd);
         s->holder_pid = pid;
-        int fd = pidfd_open(pid, 0);
+        if (fd < 0)
+                fd = pidfd_open(pid, 0);
         if (fd >= 0 && loop_add(l, &s->holder_w, fd, EPOLLIN, holder_event, s) == 0)
                 s->holder_pidfd = fd;
         else
                 safe_close(fd);
 }
+
+static void set_holder(SbxSession *s, pid_t pid) { set_holder_fd(s, pid, -1); }
 
 /* The pid a pidfd refers to, as the daemon sees it; 0 if unknown. */
 static pid_t pidfd_pid(int fd) {
@@ -324,7 +331,7 @@ static void leave_deferred(void *data);
  * the move are asked for (leave(), deferred): the answer's reader is woken while nothing else
  * of the sandbox is runnable, not behind the old holder's exit and the mover. Otherwise it is
  * told after the move, when what remains in the cgroup is the leftovers. */
-static void on_done(SbxSession *s, pid_t pid, int status) {
+static void on_done(SbxSession *s, pid_t pid, int status, uint32_t flags) {
         SandboxCore *core = s->core;
         bool clean = s->run_cg >= 0 && cgroup_only_pid(s->run_cg, pid) == 1;
         s->run_cg = -1;
@@ -341,13 +348,30 @@ static void on_done(SbxSession *s, pid_t pid, int status) {
         /* Deferred before the answer is given: a done callback that turns the loop itself
          * (the C API lets it) runs leave() first, and the session does not wait for it. */
         s->moved_early = false;
+        /* A Python worker whose cell ended clean stays the worker if it offered to: no move
+         * out, no fork in the way of the next cell but the keeper's, which the worker makes
+         * while the answer is read. */
+        s->keeping = clean && (flags & WIRE_F_KEEPS) && s->shell == SBX_SHELL_PYTHON;
+        s->leave_pending = true;
         if (loop_defer(core->loop, leave_deferred, &s->old_holder_pidfd) < 0)
                 leave(s);
         if (!clean)
                 return;
+        if (s->keeping) {
+                /* Told before the answer: the worker's fork of its keeper, the longest step
+                 * between two cells, then runs while the answer is read and the next cell
+                 * sent. Not told, it becomes the holder as any worker does (MOVED early,
+                 * below, and the move out, in leave()). */
+                WireHdr keep = { .type = WIRE_KEEP };
+                if (send(s->sock, &keep, sizeof keep, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof keep) {
+                        s->keeping = false;
+                        if (!s->leave_pending)
+                                leave(s);
+                }
+        }
         s->hooks->ended(s, status, true);
-        if (s->state != SS_LEAVING || s->holder_pid != pid)
-                return; /* the loop turned in the done callback: left() said MOVED */
+        if (s->state != SS_LEAVING || s->holder_pid != pid || s->keeping)
+                return; /* the loop turned in the done callback (left() said MOVED), or KEEP was said */
         /* Told to fork now, not after its move out: the fork (up to 1 ms for a Python
          * context here, the longest step between two cells) runs while the answer is read
          * and the holder moved. The cgroup had the worker alone: the next worker, if born
@@ -361,12 +385,13 @@ static void on_done(SbxSession *s, pid_t pid, int status) {
  * killed, and the new holder is moved out of the command's cgroup. */
 static void leave(SbxSession *s) {
         SandboxCore *core = s->core;
+        s->leave_pending = false;
         spare_drop(s);
         pidfd_sigkill(s->old_holder_pidfd);
         s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
-        if (s->state == SS_LEAVING)
+        if (s->state == SS_LEAVING && !s->keeping)
                 oom_prefer(s, s->holder_pid, false);
-        if (s->state != SS_LEAVING || s->move_id)
+        if (s->state != SS_LEAVING || s->move_id || s->keeping)
                 return;
         pid_t pid = s->holder_pid;
         _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&core->box.cg); /* the mover keeps a dup */
@@ -410,6 +435,79 @@ static void left(void *ud, int r) {
                 on_spawned(s, TAKE_FD(s->early_fd));
 }
 
+static void keeper_out(void *ud, int r);
+
+/* The worker stayed (KEEP) and says which child of it keeps the state the command left: that
+ * keeper is the holder from now on, and is moved out of the command's cgroup, which stays the
+ * worker's. Anything else said here (not a live child of the worker, no cgroup to keep) leaves
+ * a worker nobody can trust to be the holder: it is killed, and the session with it. */
+static void on_kept(SbxSession *s, int fd) {
+        SandboxCore *core = s->core;
+        pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0, wppid = 0, wnspid = 0;
+        if (pid)
+                status_ids(pid, &ppid, &nspid);
+        bool waited = s->state == SS_LEAVING && s->keeping;
+        if (!waited || !pid || pidfd_is_dead(fd) || ppid != s->holder_pid || s->leaving_cg < 0) {
+                if (waited) {
+                        log_warn("session %s: the worker's keeper %d is not one (parent %d): the context is lost", s->name,
+                                 (int)pid, (int)ppid);
+                        pidfd_sigkill(s->holder_pidfd);
+                }
+                log_debug("session %s: KEPT %d refused in state %d", s->name, (int)pid, (int)s->state);
+                pidfd_sigkill(fd);
+                close(fd);
+                return;
+        }
+        pid_t wpid = s->holder_pid;
+        status_ids(wpid, &wppid, &wnspid);
+        loop_del(core->loop, &s->holder_w);
+        forget_worker(s);
+        s->worker_pidfd = TAKE_FD(s->holder_pidfd);
+        s->spawned_pid = wpid;
+        s->spawned_nspid = wnspid;
+        s->keeping = false;
+        set_holder_fd(s, pid, fd);
+        oom_prefer(s, pid, false);
+        s->cg = TAKE_FD(s->leaving_cg);
+        memcpy(s->cg_name, s->leaving_name, sizeof s->cg_name);
+        s->awaiting_keeper = true;
+        s->state = SS_CONTAINING;
+        _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&core->box.cg); /* the mover keeps a dup */
+        int dirs[2] = { init_cg, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
+        int64_t id = init_cg < 0 ? init_cg : mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, keeper_out, s);
+        if (id < 0) {
+                /* Out of memory for the request: moved here, the loop waiting. */
+                int r = 0;
+                for (size_t i = 0; i < ELEMENTSOF(dirs) && dirs[i] >= 0; i++)
+                        if (cgroup_move(dirs[i], pid) < 0)
+                                r = -EIO;
+                keeper_out(s, init_cg < 0 ? init_cg : r);
+                return;
+        }
+        s->keeper_move_id = id;
+}
+
+/* The keeper is out of the worker's cgroup: the worker is idle there. A keeper that could not
+ * leave it must not be where the next command's kill reaches: the worker is killed instead,
+ * and the keeper, as any holder whose worker died, forks the next one (contained elsewhere). */
+static void keeper_out(void *ud, int r) {
+        SbxSession *s = ud;
+        s->keeper_move_id = 0;
+        if (!s->awaiting_keeper || s->state != SS_CONTAINING)
+                return; /* the worker died meanwhile */
+        s->awaiting_keeper = false;
+        if (r < 0) {
+                log_warn("session %s: cannot move the keeper out of its command's cgroup: %s", s->name, strerror(-r));
+                pidfd_sigkill(s->worker_pidfd);
+                s->worker_pid = 0;
+                forget_worker(s);
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
+                s->state = SS_WAIT_READY;
+                return;
+        }
+        worker_idle(s);
+}
+
 void session_keep_cgroup(SbxSession *s, int cg, const char *name) {
         if (s->state != SS_LEAVING) {
                 bglog_retire_cgroup(&s->core->bg, cg, name);
@@ -428,9 +526,11 @@ static void on_died(SbxSession *s, int wstatus) {
         s->worker_pid = 0;
         forget_worker(s);
         if (was == SS_CONTAINING) {
+                /* A keeper's move out goes on (move_id is 0 then): it is the holder. */
                 mover_cancel(s->core->mover, s->move_id);
                 s->move_id = 0;
                 s->spare_promoted = false;
+                s->awaiting_keeper = false;
         }
         if ((was == SS_IDLE || was == SS_CONTAINING || was == SS_RETIRING) && s->cg >= 0) {
                 /* The idle worker died (killed from inside the sandbox): drop its cgroup. */
@@ -553,7 +653,7 @@ static void on_message(SbxSession *s, const WireHdr *h, pid_t pid) {
                 /* Stale (a worker we killed) or forged (written by the command itself) unless
                  * it comes from the worker and echoes the run's nonce. */
                 if (s->state == SS_RUNNING && pid == s->worker_pid && h->seq == s->sent_seq && h->nonce == s->sent_nonce)
-                        on_done(s, pid, h->status);
+                        on_done(s, pid, h->status, h->flags);
                 else
                         log_debug("session %s: DONE from %d refused: state %d worker %d seq %u/%u", s->name, (int)pid,
                                   (int)s->state, (int)s->worker_pid, h->seq, s->sent_seq);
@@ -601,6 +701,12 @@ static void session_event(Watch *w, uint32_t events) {
                         on_spawned(s, fds[0]);
                         continue;
                 }
+                /* ... or, from the worker that stays after KEEP (the holder until then), its
+                 * keeper's. */
+                if (n == (ssize_t)sizeof h && h.type == WIRE_KEPT && pid > 0 && pid == s->holder_pid && n_fds == 1) {
+                        on_kept(s, fds[0]);
+                        continue;
+                }
                 /* The worker's word that a detached command runs: it counts once, from the
                  * worker, echoing the run. */
                 if (n == (ssize_t)sizeof h && h.type == WIRE_DETACHED && s->state == SS_RUNNING && pid > 0 &&
@@ -641,6 +747,9 @@ void session_close_shell(SbxSession *s) {
         forget_worker(s);
         mover_cancel(s->core->mover, s->move_id);
         s->move_id = 0;
+        mover_cancel(s->core->mover, s->keeper_move_id);
+        s->keeper_move_id = 0;
+        s->awaiting_keeper = s->keeping = s->leave_pending = false;
         s->spare_promoted = false;
         spare_drop(s);
         if (s->cg >= 0)
@@ -714,8 +823,8 @@ int session_park(SbxSession *s) {
                 s->parked = true; /* no worker: nothing to give back */
                 return 0;
         }
-        if (s->state != SS_IDLE || s->spare_pidfd >= 0 || s->move_id || s->spare_move_id || s->leaving_cg >= 0 ||
-            s->run_cg >= 0 || s->worker_pidfd < 0 || s->cg < 0 || s->queue)
+        if (s->state != SS_IDLE || s->spare_pidfd >= 0 || s->move_id || s->spare_move_id || s->keeper_move_id ||
+            s->leaving_cg >= 0 || s->run_cg >= 0 || s->worker_pidfd < 0 || s->cg < 0 || s->queue)
                 return -EBUSY;
         s->worker_pidfd = safe_close(s->worker_pidfd);
         s->cg = safe_close(s->cg);

@@ -74,6 +74,13 @@ struct SbxSession {
          * out, so the next worker may be born in the ended command's cgroup. */
         bool moved_early;
         int early_fd;       /* moved_early: a SPAWNED heard while LEAVING, the worker's pidfd */
+        /* LEAVING after a clean end of a Python worker that offered to stay (WIRE_F_KEEPS):
+         * told KEEP, it is not moved out; its KEPT makes its child, the keeper, the holder. */
+        bool keeping;
+        bool leave_pending;  /* leave() is deferred and has not run yet */
+        /* CONTAINING after KEPT: the worker is idle once its keeper is out of its cgroup. */
+        bool awaiting_keeper;
+        int64_t keeper_move_id;
         /* A spare worker: a holder may fork one more while a command runs (the Python
          * kernel does, once a cell has run 10 ms). It has the state from before the command,
          * is contained in a cgroup of its own while the command runs, and takes the next

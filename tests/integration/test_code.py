@@ -198,9 +198,25 @@ def test_memory_past_the_limit_keeps_the_context():
         assert sb.run_code("sum(keep)").text == "45"
 
 
+# A cell's code that finds the context's holder: the cell's own child when the worker stayed
+# after the last cell (its keeper), else the cell's parent.
+FIND_HOLDER = (
+    "import os\n"
+    "def _holder():\n"
+    "    me = str(os.getpid())\n"
+    "    for p in os.listdir('/proc'):\n"
+    "        try:\n"
+    "            f = open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()\n"
+    "        except (OSError, IndexError):\n"
+    "            continue\n"
+    "        if f[1] == me and f[0] != 'Z':\n"
+    "            return int(p)\n"
+    "    return os.getppid()\n")
+
+
 def test_holder_killed_is_a_reset(sb):
     sb.run_code("gone = 1")
-    ex = sb.run_code("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)")
+    ex = sb.run_code(FIND_HOLDER + "import signal\nos.kill(_holder(), signal.SIGKILL)\nimport time\ntime.sleep(5)")
     assert ex.context_reset
     assert ex.error.name == "ContextReset"
     ex = sb.run_code("'gone' in dir()")
@@ -447,7 +463,8 @@ def test_a_forged_spawned_cannot_make_the_daemon_kill_pid_1(sb):
 def test_a_reset_context_keeps_the_cwd_and_env_it_was_made_with(sb):
     ctx = sb.create_code_context(cwd="/tmp", envs={"MADE": "with"})
     sb.run_code("v = 1", context=ctx)
-    ex = sb.run_code("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)", context=ctx)
+    ex = sb.run_code(FIND_HOLDER + "import signal\nos.kill(_holder(), signal.SIGKILL)\nimport time\ntime.sleep(5)",
+                     context=ctx)
     assert ex.context_reset, ex
     ex = sb.run_code("import os\n('v' in dir(), os.getcwd(), os.environ.get('MADE'))", context=ctx)
     assert ex.text == "(False, '/tmp', 'with')", ex
@@ -742,11 +759,11 @@ def test_a_cell_that_left_nothing_hands_its_cgroup_to_the_next(sb):
 
 def test_the_oom_killer_is_pointed_at_the_cell_not_the_context(sb):
     """A cell's process is the OOM killer's first choice (oom_score_adj 500), its holder, the
-    context as it was, is not (0): the worker sets its own before it makes itself undumpable
-    (after that its /proc files are root's), and the daemon puts the holder back once a cell
-    ended (the holder cannot)."""
-    cell = ("import os\n"
+    context as it was, is not (0): the daemon writes both (nothing in the sandbox may), the
+    worker's when it is announced or stays, the holder's when it becomes one (a worker that
+    became the holder, or the keeper of one that stayed)."""
+    cell = (FIND_HOLDER +
             "open('/proc/self/oom_score_adj').read().strip(), "
-            "open('/proc/%d/oom_score_adj' % os.getppid()).read().strip()")
+            "open('/proc/%d/oom_score_adj' % _holder()).read().strip()")
     for _ in range(3):
         assert sb.run_code(cell).text == "('500', '0')"
