@@ -24,7 +24,7 @@ enum {
                            `status` the pid (in the sandbox) of the worker it is for, 0 if
                            unknown: a RUN read by another process is not its to run */
         WIRE_DONE = 4,  /* worker -> daemon: command ended, `status` is its exit code; the
-                           worker is now the session's holder */
+                           worker is now the session's holder (until its KEPT, if told KEEP) */
         WIRE_DIED = 5,  /* holder -> daemon: the worker died, `status` is its wait status */
         WIRE_SPAWNED = 6, /* holder -> daemon: a pidfd of the worker it just forked; only
                              that process's READY counts (its siblings, background jobs of

@@ -9,7 +9,10 @@ hands the daemon a pidfd of it (SPAWNED; the daemon moves it into the next cell'
 it is idle). The worker takes one cell, runs it, and when the cell ends *becomes the holder*:
 its memory is the new state. When the cell is killed (timeout, cancel) or its process dies
 (os._exit, the OOM killer), the old holder, untouched, forks a fresh worker: the context is
-exactly as it was before the cell.
+exactly as it was before the cell. After a cell that ended clean (nothing of it left running,
+no other thread in the worker) the roles turn (fork_keeper()): the worker stays the worker and
+its fork, the keeper, becomes the holder, so the next cell runs in a warm process and the
+after-fork steps are the keeper's; the keeper watches its worker on a pidfd (hold(adopted)).
 
 What that cannot keep, said plainly: threads. A fork has only the thread that called it, so
 threads an earlier cell started do not run in the next cell's process, and are gone once it

@@ -1,8 +1,9 @@
 """Code contexts (context.*, code.run) through the Python SDK against the real daemon.
 
-A Python context is a session whose shell is sbx's Python kernel: each cell runs in a fork of
-the context and becomes the context only when it ends, so a cell that is killed (timeout,
-cancel, its process dying) leaves every variable as it was before the cell.
+A Python context is a session whose shell is sbx's Python kernel: each cell runs in a process
+that a fork of the context stands behind (the worker forked from the holder, or, after a clean
+end, the worker itself with its fork as the keeper), so a cell that is killed (timeout, cancel,
+its process dying) leaves every variable as it was before the cell.
 """
 import base64
 import json
@@ -43,6 +44,31 @@ needs_libs = pytest.mark.skipif(not all(os.path.exists("/usr/lib/python3/dist-pa
 def sb_fixture():
     with Sandbox(binary=SBX_BIN, limits={"memoryBytes": 3 << 30}) as sb:
         yield sb
+
+
+def _exit_status_told():
+    """Whether this kernel keeps a reaped process's wait status for a pidfd (PIDFD_INFO_EXIT,
+    Linux 6.15): only then does a worker stay the worker after a clean end (the kernel's
+    exit_status_told(): its keeper is not its parent, and must learn how it ended)."""
+    import fcntl
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    fd = os.pidfd_open(pid)
+    os.waitpid(pid, 0)
+    info = bytearray(64)
+    struct.pack_into("Q", info, 0, 8)
+    try:
+        fcntl.ioctl(fd, (3 << 30) | (64 << 16) | (0xFF << 8) | 11, info)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return bool(struct.unpack_from("Q", info)[0] & 8) and struct.unpack_from("i", info, 60)[0] == 7 << 8
+
+
+needs_keepers = pytest.mark.skipif(not _exit_status_told(), reason="the kernel does not keep a reaped "
+                                   "process's status for a pidfd (Linux 6.15): workers never stay")
 
 
 def _png_size(b64):
@@ -755,6 +781,37 @@ def test_a_cell_that_left_nothing_hands_its_cgroup_to_the_next(sb):
     assert len(set(shell[1:])) == 1, shell
     sb.commands.run("sleep 30 &")
     assert sb.commands.run("tail -1 /proc/self/cgroup").stdout != shell[-1]
+
+
+@needs_keepers
+def test_a_worker_whose_cell_ended_clean_runs_the_next_cell(sb):
+    """After a clean end the worker stays, and its fork, the keeper, holds the state in case
+    the next cell is killed: cells share one process, so nothing a fork changes changes
+    between them (random's state, which Python reseeds in every child). A killed cell still
+    leaves the context as it was, the keeper's own worker taking the next cell; one that
+    exits is told with its own status, which the keeper learns from the kernel (it is not its
+    worker's parent); one that leaves a process behind makes its worker the holder, as
+    before, and the next clean end keeps the next worker."""
+    import random
+    pids = {sb.run_code("import os, random\nos.getpid()").text for _ in range(4)}
+    assert len(pids) == 1, pids
+    sb.run_code("random.seed(7)")
+    assert sb.run_code("random.random()").text == repr(random.Random(7).random())
+    sb.run_code("n = [1]")
+    ex = sb.run_code("n.append(2)\nwhile True:\n    pass", timeout=1)
+    assert ex.error is not None and ex.error.name == "TimeoutError", ex.error
+    assert sb.run_code("n").text == "[1]"
+    after = sb.run_code("os.getpid()").text
+    assert after not in pids
+    assert sb.run_code("os.getpid()").text == after
+    ex = sb.run_code("n.append(3)\nos._exit(5)")
+    assert ex.error.name == "CellDied" and ex.exit_code == 5, ex
+    assert sb.run_code("n").text == "[1]"
+    sb.run_code("import subprocess\nleft = subprocess.Popen(['sleep', '30'])")
+    here = [sb.run_code("n.append(4)\nos.getpid()").text for _ in range(3)]
+    assert len(set(here)) == 1, here
+    assert sb.run_code("n").text == "[1, 4, 4, 4]"
+    assert "sleep 30" in sb.commands.run("ps -eo args").stdout
 
 
 def test_the_oom_killer_is_pointed_at_the_cell_not_the_context(sb):
