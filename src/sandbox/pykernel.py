@@ -830,17 +830,27 @@ def warm_up():
         pass
 
 
+# Where RUN messages are read: an anonymous mapping made once, whose pages exist only where a
+# message was written (recvmsg() of MAX_MSG bytes maps and unmaps that much for every cell).
+run_buf = None
+
+
 def recv_run():
     """One RUN message and its three fds; exits when the daemon is gone."""
+    global run_buf
+    if run_buf is None:
+        import mmap
+        run_buf = mmap.mmap(-1, MAX_MSG)
     while True:
         try:
-            msg, anc, flags, _ = sock.recvmsg(MAX_MSG, socket.CMSG_SPACE(3 * 4), MSG_CMSG_CLOEXEC)
+            n, anc, flags, _ = sock.recvmsg_into([run_buf], socket.CMSG_SPACE(3 * 4), MSG_CMSG_CLOEXEC)
         except InterruptedError:
             continue
         except OSError:
             os._exit(0)
-        if not msg:
+        if not n:
             os._exit(0)
+        msg = run_buf[:n]
         fds = []
         for level, kind, data in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
