@@ -206,14 +206,14 @@ def pidfd_exit_status(fd, timeout):
     poller.register(fd, select.POLLHUP)
     deadline = time.monotonic() + timeout
     while True:
-        left = deadline - time.monotonic()
-        if left < 0:
-            return None
+        left = max(0.0, deadline - time.monotonic())
         try:
             if poller.poll(left * 1000):
                 break
         except InterruptedError:
             continue
+        if not left:
+            return None
     info = bytearray(64)
     struct.pack_into("Q", info, 0, PIDFD_INFO_EXIT)
     try:
@@ -986,7 +986,7 @@ def worker(held_threads, go=-1):
         events_fd = -1
         for i in (0, 1, 2):
             os.dup2(NULL_FD, i)
-        keeps = keeper_ok and not other_threads()
+        keeps = keeper_ok and one_thread()
         try:
             send_hdr(WIRE_DONE, seq, status, nonce, F_KEEPS if keeps else 0)
         except OSError:
@@ -1022,13 +1022,21 @@ def await_word():
 
 
 class BecameKeeper(Exception):
-    """Unwinds the fork that fork_keeper() made to the holder's loop: (the worker's pid, the
-    read and write ends of its "a cell started" pipe)."""
+    """Unwinds the fork that fork_keeper() made to the holder's loop: (a pidfd of the worker,
+    the read and write ends of its "a cell started" pipe)."""
 
 
-# The keepers this worker forked that it has not reaped yet (the daemon kills each once the
-# next cell ended clean, or with the context).
+# Pidfds of the keepers this worker forked that it has not reaped yet (the daemon kills each
+# once the next cell ended clean, or with the context): reaped by pidfd, never by a pid a
+# cell's own child could have by then.
 keepers = []
+
+
+def forget_keepers():
+    """In a fork: the keepers are its parent's, not its children."""
+    for fd in keepers:
+        close_fd(fd)
+    keepers.clear()
 
 
 def fork_keeper():
@@ -1036,9 +1044,15 @@ def fork_keeper():
     on, and this process stays the worker and reads the next RUN. The fork is this process's
     child, so a cell's os.wait() for any child could see it (said in ARCHITECTURE); what it
     forks itself it reaps itself. The pipe tells the keeper when this worker's next cell
-    starts (its spare's clock); the keeper's own workers and spares write it too."""
+    starts (its spare's clock); the keeper's own workers and spares write it too. The keeper
+    gets a pidfd of this process made before the fork: this process may have run its next
+    cell and ended before the keeper runs at all, and only a pidfd made before the end is
+    told how it ended."""
     global started_w
-    me = os.getpid()
+    try:
+        me = os.pidfd_open(os.getpid())
+    except OSError:
+        os._exit(1)
     r, w = os.pipe()
     while True:
         try:
@@ -1048,23 +1062,25 @@ def fork_keeper():
             time.sleep(0.02)  # most likely the pids limit, with something still dying
     if pid == 0:
         raise BecameKeeper(me, r, w)
+    os.close(me)
     os.close(r)
     started_w = w
     try:
         pfd = os.pidfd_open(pid)
         send_fd(WIRE_KEPT, pfd)
-        os.close(pfd)
     except OSError:
         # The keeper is gone already, or the daemon: without a keeper the daemon took, this
         # process must not run a cell, and it was told nothing as a holder would be.
         os._exit(1)
-    for k in keepers[:]:
+    for fd in keepers[:]:
         try:
-            if os.waitpid(k, os.WNOHANG)[0]:
-                keepers.remove(k)
-        except ChildProcessError:
-            keepers.remove(k)
-    keepers.append(pid)
+            if os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG) is None:
+                continue
+        except OSError:
+            pass
+        keepers.remove(fd)
+        close_fd(fd)
+    keepers.append(pfd)
 
 
 def await_moved():
@@ -1092,6 +1108,17 @@ def announce_worker(pid):
                      [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pfd]))])
     finally:
         os.close(pfd)
+
+
+def one_thread():
+    """Whether this process runs one thread, counting every kind: threading's, _thread's, one
+    just started that has no Python frame yet, a library's own. Only then does a worker offer
+    to stay: a fork of a process where another thread runs may hold its locks, and that
+    thread could speak on the socket in this process's name."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
 
 
 def other_threads():
@@ -1156,6 +1183,7 @@ def main():
         except BecameKeeper as e:
             # The fork of a worker that stays one: the holder, of a worker that is not its child.
             moved, adopted = False, e.args
+            forget_keepers()
 
 
 class BecameHolder(Exception):
@@ -1199,6 +1227,7 @@ def spawn(held, retry=True):
             time.sleep(0.02)  # most likely the pids limit, with a fork bomb still dying
             continue
         if pid == 0:
+            forget_keepers()
             if go_w >= 0:
                 os.close(go_w)
             signal.set_wakeup_fd(-1)
@@ -1269,37 +1298,34 @@ def hold(moved=False, adopted=None):
         except (BlockingIOError, InterruptedError):
             break
     spare_go = wfd = -1
+    keeper = False
     if adopted:
-        w, started_r, started_w = adopted
+        wfd, started_r, started_w = adopted
+        w = -1  # not a child: its end is heard on wfd, never from reap()
     else:
         started_r, started_w = os.pipe()
+    poller = select.poll()
     try:
         if adopted:
-            try:
-                wfd = os.pidfd_open(w)
-            except OSError:
-                wfd = -1
-            if wfd < 0 or os.getppid() != w:
-                # Gone before it could be watched: its status is the kernel's, if it says.
-                st = pidfd_exit_status(wfd, 2.0) if wfd >= 0 else None
-                wfd = close_fd(wfd)
-                try:
-                    send_hdr(WIRE_DIED, 0, st if st is not None else signal.SIGKILL)
-                except OSError:
-                    os._exit(0)
-                return
+            # Watched for its reaping (the pidfd hangs up), after which the kernel tells how it
+            # ended; its exit alone (readable) is not waited for.
+            poller.register(wfd, 0)
         else:
             if moved:
                 await_moved()
             w, _ = spawn(held)
             announce_worker(w)
-        spare, spared, began = None, js_mode, None
+        poller.register(started_r, select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
+        spare, spared, began, reaped = None, js_mode, None, False
         while True:
             ended = reap()
-            if wfd >= 0 and select.select([wfd], [], [], 0)[0]:
-                st = pidfd_exit_status(wfd, 2.0)
+            if reaped:
+                st = pidfd_exit_status(wfd, 0)
                 ended[w] = st if st is not None else signal.SIGKILL
+                poller.unregister(wfd)
                 wfd = close_fd(wfd)
+                reaped = False
             if spare in ended:
                 spare = None
                 spare_go = close_fd(spare_go)
@@ -1334,7 +1360,12 @@ def hold(moved=False, adopted=None):
                     if spare is not None:
                         announce_worker(spare)
                     continue
-            ready, _, _ = select.select([started_r, wake_r] + ([wfd] if wfd >= 0 else []), [], [], timeout)
+            try:
+                ready = dict(poller.poll(None if timeout is None else max(0, timeout) * 1000))
+            except InterruptedError:
+                continue
+            if wfd in ready:
+                reaped = True
             if started_r in ready:
                 os.read(started_r, 64)
                 began = time.monotonic()
@@ -1350,16 +1381,23 @@ def hold(moved=False, adopted=None):
                     spare, spare_go = spawn(held, retry=False)
                     if spare is not None:
                         announce_worker(spare)
+    except BecameKeeper:
+        # A keeper unwinding to its own holder's loop: the fds of this frame are the old
+        # holder's, inherited, but their numbers may be the keeper's pipe's by now (a cell
+        # can close fds): left open.
+        keeper = True
+        raise
     finally:
         # Also in a worker unwinding to become the holder (BecameHolder): the old holder's
         # pipes are not its own any more.
-        for fd in (started_r, started_w, spare_go, wfd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        started_w = -1
+        if not keeper:
+            for fd in (started_r, started_w, spare_go, wfd):
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            started_w = -1
 
 
 if __name__ == "__main__":

@@ -345,6 +345,7 @@ static void on_done(SbxSession *s, pid_t pid, int status, uint32_t flags) {
         s->state = SS_LEAVING;
         s->ended_status = status;
         s->ended_told = clean;
+        uint64_t end = ++s->ends;
         /* Deferred before the answer is given: a done callback that turns the loop itself
          * (the C API lets it) runs leave() first, and the session does not wait for it. */
         s->moved_early = false;
@@ -357,21 +358,25 @@ static void on_done(SbxSession *s, pid_t pid, int status, uint32_t flags) {
                 leave(s);
         if (!clean)
                 return;
+        bool said_keep = false;
         if (s->keeping) {
                 /* Told before the answer: the worker's fork of its keeper, the longest step
                  * between two cells, then runs while the answer is read and the next cell
                  * sent. Not told, it becomes the holder as any worker does (MOVED early,
                  * below, and the move out, in leave()). */
                 WireHdr keep = { .type = WIRE_KEEP };
-                if (send(s->sock, &keep, sizeof keep, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof keep) {
+                said_keep = send(s->sock, &keep, sizeof keep, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof keep;
+                if (!said_keep) {
                         s->keeping = false;
                         if (!s->leave_pending)
                                 leave(s);
                 }
         }
         s->hooks->ended(s, status, true);
-        if (s->state != SS_LEAVING || s->holder_pid != pid || s->keeping)
-                return; /* the loop turned in the done callback (left() said MOVED), or KEEP was said */
+        /* The loop turned in the done callback: left() said MOVED, or a later end (of the
+         * same worker, had it stayed) is the session's now. */
+        if (said_keep || s->state != SS_LEAVING || s->ends != end)
+                return;
         /* Told to fork now, not after its move out: the fork (up to 1 ms for a Python
          * context here, the longest step between two cells) runs while the answer is read
          * and the holder moved. The cgroup had the worker alone: the next worker, if born
@@ -447,14 +452,20 @@ static void on_kept(SbxSession *s, int fd) {
         if (pid)
                 status_ids(pid, &ppid, &nspid);
         bool waited = s->state == SS_LEAVING && s->keeping;
-        if (!waited || !pid || pidfd_is_dead(fd) || ppid != s->holder_pid || s->leaving_cg < 0) {
+        /* Only the sender's own live child, not pid 1: what is named is killed when refused,
+         * moved when taken, and code can run in a holder (a thread a cell started). */
+        bool child = pid && !pidfd_is_dead(fd) && ppid == s->holder_pid && pid != core->box.init_pid;
+        if (!waited || !child || s->leaving_cg < 0) {
                 if (waited) {
                         log_warn("session %s: the worker's keeper %d is not one (parent %d): the context is lost", s->name,
                                  (int)pid, (int)ppid);
                         pidfd_sigkill(s->holder_pidfd);
                 }
                 log_debug("session %s: KEPT %d refused in state %d", s->name, (int)pid, (int)s->state);
-                pidfd_sigkill(fd);
+                /* A keeper nobody takes must not stay (it would read the session socket as a
+                 * holder): killed if it is one, a fork of the sender. */
+                if (child)
+                        pidfd_sigkill(fd);
                 close(fd);
                 return;
         }
@@ -493,16 +504,24 @@ static void on_kept(SbxSession *s, int fd) {
 static void keeper_out(void *ud, int r) {
         SbxSession *s = ud;
         s->keeper_move_id = 0;
+        if (s->keeper_cg >= 0) {
+                /* The worker died while the keeper was moved: its cgroup goes now. */
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
+                if (r < 0) {
+                        log_warn("session %s: cannot move the keeper out of its command's cgroup: %s", s->name,
+                                 strerror(-r));
+                        session_lose(s);
+                }
+                return;
+        }
         if (!s->awaiting_keeper || s->state != SS_CONTAINING)
-                return; /* the worker died meanwhile */
+                return;
         s->awaiting_keeper = false;
         if (r < 0) {
+                /* It must not stay where the next command's kill, or a sweep of leftovers,
+                 * would reach it unannounced: the context is given up, and says so. */
                 log_warn("session %s: cannot move the keeper out of its command's cgroup: %s", s->name, strerror(-r));
-                pidfd_sigkill(s->worker_pidfd);
-                s->worker_pid = 0;
-                forget_worker(s);
-                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->cg), s->cg_name);
-                s->state = SS_WAIT_READY;
+                session_lose(s);
                 return;
         }
         worker_idle(s);
@@ -531,6 +550,13 @@ static void on_died(SbxSession *s, int wstatus) {
                 s->move_id = 0;
                 s->spare_promoted = false;
                 s->awaiting_keeper = false;
+        }
+        if (was == SS_CONTAINING && s->keeper_move_id && s->cg >= 0) {
+                /* Its keeper is still in that cgroup: retired once it is out (keeper_out()),
+                 * never swept with a holder in it. */
+                s->keeper_cg = TAKE_FD(s->cg);
+                memcpy(s->keeper_cg_name, s->cg_name, sizeof s->keeper_cg_name);
+                return;
         }
         if ((was == SS_IDLE || was == SS_CONTAINING || was == SS_RETIRING) && s->cg >= 0) {
                 /* The idle worker died (killed from inside the sandbox): drop its cgroup. */
@@ -703,7 +729,8 @@ static void session_event(Watch *w, uint32_t events) {
                 }
                 /* ... or, from the worker that stays after KEEP (the holder until then), its
                  * keeper's. */
-                if (n == (ssize_t)sizeof h && h.type == WIRE_KEPT && pid > 0 && pid == s->holder_pid && n_fds == 1) {
+                if (n == (ssize_t)sizeof h && h.type == WIRE_KEPT && s->shell == SBX_SHELL_PYTHON && pid > 0 &&
+                    pid == s->holder_pid && n_fds == 1) {
                         on_kept(s, fds[0]);
                         continue;
                 }
@@ -750,6 +777,8 @@ void session_close_shell(SbxSession *s) {
         mover_cancel(s->core->mover, s->keeper_move_id);
         s->keeper_move_id = 0;
         s->awaiting_keeper = s->keeping = s->leave_pending = false;
+        if (s->keeper_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
         s->spare_promoted = false;
         spare_drop(s);
         if (s->cg >= 0)
@@ -813,7 +842,7 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->core = core;
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
-        s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = s->early_fd = -1;
+        s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = s->early_fd = s->keeper_cg = -1;
 }
 
 int session_park(SbxSession *s) {

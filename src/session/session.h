@@ -81,6 +81,11 @@ struct SbxSession {
         /* CONTAINING after KEPT: the worker is idle once its keeper is out of its cgroup. */
         bool awaiting_keeper;
         int64_t keeper_move_id;
+        /* The cgroup of a worker that died while its keeper was being moved out of it:
+         * retired once the keeper is out. */
+        int keeper_cg;
+        char keeper_cg_name[24];
+        uint64_t ends;      /* DONEs taken: a done callback that turned the loop is told by it */
         /* A spare worker: a holder may fork one more while a command runs (the Python
          * kernel does, once a cell has run 10 ms). It has the state from before the command,
          * is contained in a cgroup of its own while the command runs, and takes the next

@@ -486,6 +486,28 @@ def test_a_forged_spawned_cannot_make_the_daemon_kill_pid_1(sb):
     assert sb.run_code("2 + 2").text == "4"
 
 
+@pytest.mark.parametrize("target", ["pid 1", "a bash session's process"])
+def test_a_forged_kept_cannot_make_the_daemon_kill_anything(sb, target):
+    """The same with KEPT (a worker's word naming its keeper), written by a thread that lives
+    on in the holder: refused, and what it names is left alone, pid 1 or any other process."""
+    pid = 1
+    if target != "pid 1":
+        pid = int(sb.commands.run("sleep 1000 >/dev/null 2>&1 & echo $!").stdout.split()[-1])
+    sb.run_code("import array, os, socket, struct, threading, time\n"
+                "def forge():\n"
+                "    time.sleep(0.5)\n"
+                "    s = socket.socket(fileno=os.dup(1001))\n"
+                "    fd = os.pidfd_open(%d)\n"
+                "    s.sendmsg([struct.pack('@IIiIIIIQ', 13, 0, 0, 0, 0, 0, 0, 0)],\n"
+                "              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [fd]))])\n"
+                "threading.Thread(target=forge, daemon=True).start()" % pid)
+    time.sleep(1.5)
+    assert sb.commands.run("echo sandbox alive").stdout == "sandbox alive\n"
+    if pid != 1:  # pid 1's end would be the sandbox's (above); the user may not signal it
+        assert sb.commands.run("kill -0 %d && echo there" % pid).stdout == "there\n"
+    assert sb.run_code("2 + 2").text == "4"
+
+
 def test_a_reset_context_keeps_the_cwd_and_env_it_was_made_with(sb):
     ctx = sb.create_code_context(cwd="/tmp", envs={"MADE": "with"})
     sb.run_code("v = 1", context=ctx)
