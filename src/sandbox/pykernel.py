@@ -993,9 +993,8 @@ def worker(held_threads, go=-1):
             os._exit(status)
         if not keeps:
             return False
-        # The keeper is forked before the daemon's word: it is nearly always KEEP, and the
-        # fork is the longest step between two cells. On MOVED the daemon kills the keeper
-        # it did not take, and this process becomes the holder.
+        # The daemon's word first: the cgroup must have held this process alone at DONE,
+        # which a fork made before it read DONE could spoil. MOVED: the holder, as before.
         if not await_word():
             return True
         fork_keeper()

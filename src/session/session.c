@@ -499,8 +499,8 @@ static void on_kept(SbxSession *s, int fd) {
 }
 
 /* The keeper is out of the worker's cgroup: the worker is idle there. A keeper that could not
- * leave it must not be where the next command's kill reaches: the worker is killed instead,
- * and the keeper, as any holder whose worker died, forks the next one (contained elsewhere). */
+ * leave it must not stay where the next command's kill, or a sweep of a retired cgroup,
+ * reaches it: the context is given up (the session's loss, told as such). */
 static void keeper_out(void *ud, int r) {
         SbxSession *s = ud;
         s->keeper_move_id = 0;
