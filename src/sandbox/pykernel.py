@@ -1002,9 +1002,9 @@ def worker(held_threads, go=-1):
         warm_up()
 
 
-def await_word():
-    """After an end told with F_KEEPS: True for KEEP (this process stays the worker), False
-    for MOVED (it becomes the holder, out of the cell's cgroup)."""
+def await_kind(kinds):
+    """The next of these words of the daemon (bare headers) on the socket; the others are
+    dropped. Exits when the daemon is gone."""
     while True:
         try:
             data = sock.recv(HDR.size)
@@ -1014,10 +1014,14 @@ def await_word():
             os._exit(0)
         if not data:
             os._exit(0)
-        if len(data) == HDR.size:
-            kind = HDR.unpack(data)[0]
-            if kind in (WIRE_KEEP, WIRE_MOVED):
-                return kind == WIRE_KEEP
+        if len(data) == HDR.size and HDR.unpack(data)[0] in kinds:
+            return HDR.unpack(data)[0]
+
+
+def await_word():
+    """After an end told with F_KEEPS: True for KEEP (this process stays the worker), False
+    for MOVED (it becomes the holder, out of the cell's cgroup)."""
+    return await_kind((WIRE_KEEP, WIRE_MOVED)) == WIRE_KEEP
 
 
 class BecameKeeper(Exception):
@@ -1084,17 +1088,7 @@ def fork_keeper():
 
 def await_moved():
     """The new holder forks its worker only once out of the cell's cgroup (WIRE_MOVED)."""
-    while True:
-        try:
-            data = sock.recv(HDR.size)
-        except InterruptedError:
-            continue
-        except OSError:
-            os._exit(0)
-        if not data:
-            os._exit(0)
-        if len(data) == HDR.size and HDR.unpack(data)[0] == WIRE_MOVED:
-            return
+    await_kind((WIRE_MOVED,))
 
 
 def announce_worker(pid):
