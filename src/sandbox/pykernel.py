@@ -1057,6 +1057,10 @@ def fork_keeper():
     except OSError:
         os._exit(1)
     r, w = os.pipe()
+    # The daemon's word that it killed this worker (SIGURG, to the holder) may come before the
+    # keeper has a handler for it (its after-fork steps take about a millisecond): born with
+    # it blocked, the keeper gets it once its handler is in place (hold()), not never.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
     while True:
         try:
             pid = os.fork()
@@ -1065,6 +1069,7 @@ def fork_keeper():
             time.sleep(0.02)  # most likely the pids limit, with something still dying
     if pid == 0:
         raise BecameKeeper(me, r, w)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(me)
     os.close(r)
     started_w = w
@@ -1282,6 +1287,7 @@ def hold(moved=False, adopted=None):
     # the worker's copy of the context is torn down, which takes as long as a fork.
     signal.signal(signal.SIGURG, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
     held = other_threads()
     # A word left from the last worker (killed as it died on its own) is not about this one.
     while True:
@@ -1310,11 +1316,13 @@ def hold(moved=False, adopted=None):
             announce_worker(w)
         poller.register(started_r, select.POLLIN)
         poller.register(wake_r, select.POLLIN)
-        spare, spared, began, reaped = None, js_mode, None, False
+        spare, spared, began, reaped, killed = None, js_mode, None, False, False
         while True:
             ended = reap()
             if reaped:
-                st = pidfd_exit_status(wfd, 0)
+                # Killed by the daemon (it said so): gone at its exit, the status does not
+                # count; else how it ended, once reaped.
+                st = None if killed else pidfd_exit_status(wfd, 0)
                 ended[w] = st if st is not None else signal.SIGKILL
                 poller.unregister(wfd)
                 wfd = close_fd(wfd)
@@ -1357,7 +1365,7 @@ def hold(moved=False, adopted=None):
                 ready = dict(poller.poll(None if timeout is None else max(0, timeout) * 1000))
             except InterruptedError:
                 continue
-            if wfd in ready:
+            if wfd in ready and (killed or ready[wfd] & select.POLLHUP):
                 reaped = True
             if started_r in ready:
                 os.read(started_r, 64)
@@ -1367,6 +1375,10 @@ def hold(moved=False, adopted=None):
                     woke = os.read(wake_r, 4096)
                 except BlockingIOError:
                     woke = b""
+                # The daemon killed the worker: a keeper need not wait for its reaping.
+                if signal.SIGURG in woke and wfd >= 0 and not killed:
+                    killed = True
+                    poller.modify(wfd, select.POLLIN)
                 # Only about a cell that began: one sent before the worker died on its own
                 # would fork a spare for a worker with no cell, which the daemon refuses.
                 if signal.SIGURG in woke and not spared and began is not None:

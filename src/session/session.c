@@ -905,14 +905,15 @@ bool session_awaiting_worker(const SbxSession *s) {
                s->state == SS_RETIRING || s->state == SS_RETIRED;
 }
 
-/* A Python holder with no spare yet forks one at once when told of the kill (SIGURG, which
- * it catches while it holds, and which is ignored by default): the killed worker takes as
- * long to tear down its copy of the context as a fork takes to make one, so the next cell's
- * worker is made while the old one dies instead of after. bash holders are not told: a
- * session's own `trap ... URG` would run. */
+/* A Python holder is told of the kill (SIGURG, which it catches while it holds, and which is
+ * ignored by default). With no spare yet it forks one at once: the killed worker takes as long
+ * to tear down its copy of the context as a fork takes to make one, so the next cell's worker
+ * is made while the old one dies instead of after. A keeper (not its worker's parent) then
+ * says DIED at its worker's exit instead of after pid 1 reaped it: a killed cell's status does
+ * not count. bash holders are not told: a session's own `trap ... URG` would run. */
 void session_mark_killing(SbxSession *s) {
         s->state = SS_KILLING;
-        if (s->shell == SBX_SHELL_PYTHON && s->spare_pidfd < 0 && s->holder_pidfd >= 0)
+        if (s->shell == SBX_SHELL_PYTHON && s->holder_pidfd >= 0)
                 (void)pidfd_send_signal(s->holder_pidfd, SIGURG, NULL, 0);
 }
 
