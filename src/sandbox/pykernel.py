@@ -1061,12 +1061,7 @@ def fork_keeper():
     # keeper has a handler for it (its after-fork steps take about a millisecond): born with
     # it blocked, the keeper gets it once its handler is in place (hold()), not never.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
-    while True:
-        try:
-            pid = os.fork()
-            break
-        except OSError:
-            time.sleep(0.02)  # most likely the pids limit, with something still dying
+    pid = fork()
     if pid == 0:
         raise BecameKeeper(me, r, w)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -1214,32 +1209,39 @@ def spawn(held, retry=True):
     it stands in for died): a second reader would take messages meant for the worker, the
     MOVED that a worker whose cell ended waits for."""
     go_r, go_w = os.pipe() if not retry else (-1, -1)
+    pid = fork(retry)
+    if pid is None:
+        os.close(go_r)
+        os.close(go_w)
+        return None, -1
+    if pid == 0:
+        forget_keepers()
+        if go_w >= 0:
+            os.close(go_w)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGURG, signal.SIG_DFL)
+        # Idle, a worker goes with its holder: it holds nothing the holder does not.
+        # Once it has a cell it must outlive it (it becomes the holder): see worker().
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:
+            os._exit(0)
+        raise BecameHolder(worker(held, go_r))
+    if go_r >= 0:
+        os.close(go_r)
+    return pid, go_w
+
+
+def fork(retry=True):
+    """os.fork(), tried again every 20 ms while it fails (most likely the pids limit, with a
+    fork bomb still dying), or None at once when retry is False."""
     while True:
         try:
-            pid = os.fork()
+            return os.fork()
         except OSError:
             if not retry:
-                os.close(go_r)
-                os.close(go_w)
-                return None, -1
-            time.sleep(0.02)  # most likely the pids limit, with a fork bomb still dying
-            continue
-        if pid == 0:
-            forget_keepers()
-            if go_w >= 0:
-                os.close(go_w)
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            signal.signal(signal.SIGURG, signal.SIG_DFL)
-            # Idle, a worker goes with its holder: it holds nothing the holder does not.
-            # Once it has a cell it must outlive it (it becomes the holder): see worker().
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() == 1:
-                os._exit(0)
-            raise BecameHolder(worker(held, go_r))
-        if go_r >= 0:
-            os.close(go_r)
-        return pid, go_w
+                return None
+            time.sleep(0.02)
 
 
 def close_fd(fd):
@@ -1287,7 +1289,6 @@ def hold(moved=False, adopted=None):
     # the worker's copy of the context is torn down, which takes as long as a fork.
     signal.signal(signal.SIGURG, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
     held = other_threads()
     # A word left from the last worker (killed as it died on its own) is not about this one.
     while True:
@@ -1296,6 +1297,9 @@ def hold(moved=False, adopted=None):
                 break
         except (BlockingIOError, InterruptedError):
             break
+    # A keeper's word that came while it started (fork_keeper()) is about its worker: let in
+    # after the drain.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
     spare_go = wfd = -1
     keeper = False
     if adopted:

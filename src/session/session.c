@@ -448,7 +448,7 @@ static void keeper_out(void *ud, int r);
  * a worker nobody can trust to be the holder: it is killed, and the session with it. */
 static void on_kept(SbxSession *s, int fd) {
         SandboxCore *core = s->core;
-        pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0, wppid = 0, wnspid = 0;
+        pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0;
         if (pid)
                 status_ids(pid, &ppid, &nspid);
         bool waited = s->state == SS_LEAVING && s->keeping;
@@ -469,13 +469,12 @@ static void on_kept(SbxSession *s, int fd) {
                 close(fd);
                 return;
         }
+        /* The worker it was: spawned_nspid, its address in the sandbox, is still its own. */
         pid_t wpid = s->holder_pid;
-        status_ids(wpid, &wppid, &wnspid);
         loop_del(core->loop, &s->holder_w);
         forget_worker(s);
         s->worker_pidfd = TAKE_FD(s->holder_pidfd);
         s->spawned_pid = wpid;
-        s->spawned_nspid = wnspid;
         s->keeping = false;
         set_holder_fd(s, pid, fd);
         oom_prefer(s, pid, false);

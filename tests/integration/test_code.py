@@ -634,6 +634,84 @@ def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
             os.close(fd)
 
 
+def _word(sock, timeout):
+    """The next message from a kernel on `sock`: (type, flags, fds), or None if none came."""
+    import array
+    import select
+    import socket
+    hdr = struct.Struct("@IIiIIIIQ")
+    if not select.select([sock], [], [], timeout)[0]:
+        return None
+    fds = array.array("i")
+    msg, anc, _, _ = sock.recvmsg(hdr.size, socket.CMSG_SPACE(4 * fds.itemsize))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    h = hdr.unpack(msg)
+    return h[0], h[6], list(fds)
+
+
+@needs_keepers
+def test_a_keeper_told_of_a_kill_while_it_starts_forks_its_spare(tmp_path):
+    """The daemon's SIGURG can reach a keeper still in its after-fork steps, before its handler
+    is in place: it is born with SIGURG blocked, so the word waits and it forks the spare,
+    announced before the killed worker's DIED (a word ignored meant no spare, DIED first and
+    a fresh worker after it). The first cell makes every later fork's first steps 0.3 s
+    longer, so the word surely comes during them. Bare kernel on a socketpair, the daemon's
+    part played here."""
+    import array
+    import signal
+    import socket
+    p, ours = _bare_kernel(tmp_path, SBX_PYKERNEL_SPARE_AFTER="3600")
+    hdr = struct.Struct("@IIiIIIIQ")
+    pidfds, pipes = [], []
+
+    def run(seq, code):
+        events_r, events_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pipes.extend([events_r, out_r])
+        ours.sendmsg([hdr.pack(3, seq, 0, 0, 0, len(code), 64, 7) + code],
+                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [events_w, out_w, out_w]))])
+        os.close(events_w)
+        os.close(out_w)
+
+    try:
+        ours.settimeout(60)
+        assert struct.unpack_from("@I", ours.recv(64))[0] == 1  # WIRE_HELLO
+        worker = _spawned(ours, 60)
+        assert worker is not None
+        pidfds.append(worker)
+        run(1, b"import os, time\nos.register_at_fork(after_in_child=lambda: time.sleep(0.3))")
+        done = _word(ours, 60)
+        assert done is not None and done[0] == 4 and done[1] & 128, done  # DONE, F_KEEPS
+        ours.send(hdr.pack(12, 0, 0, 0, 0, 0, 0, 0))  # WIRE_KEEP
+        kept = _word(ours, 60)
+        assert kept is not None and kept[0] == 13 and len(kept[2]) == 1, kept  # WIRE_KEPT
+        keeper = kept[2][0]
+        pidfds.append(keeper)
+        p.kill()  # the old holder, as the daemon kills it
+        p.wait()
+        # The word and the kill once the cell runs, as the daemon's: the keeper is still in
+        # its after-fork steps.
+        run(2, b"print('go')\nimport time; time.sleep(60)")
+        import select
+        assert select.select([pipes[-2]], [], [], 30)[0], "the cell never printed"
+        signal.pidfd_send_signal(keeper, signal.SIGURG)
+        signal.pidfd_send_signal(worker, signal.SIGKILL)
+        seen = []
+        while len(seen) < 2:
+            w = _word(ours, 30)
+            assert w is not None, ("the keeper said nothing more", seen)
+            pidfds.extend(w[2])
+            if w[0] in (5, 6):  # WIRE_DIED, WIRE_SPAWNED
+                seen.append(w[0])
+        assert seen == [6, 5], "told of the kill while it started, the keeper forked no spare first: %r" % seen
+    finally:
+        _bare_kernel_stop(p, ours, pidfds)
+        for fd in pipes:
+            os.close(fd)
+
+
 PARITY_CELLS = [
     "x = 5",
     "x",
