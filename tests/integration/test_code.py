@@ -543,25 +543,37 @@ def test_a_cell_in_a_gone_sandbox_says_so_at_once(sb):
     assert "pid 1 exited" in ex.error.value
 
 
-def _spawned(sock, timeout):
-    """The next SPAWNED from a kernel on `sock`, as its worker's pidfd; None if none came."""
+def _word(sock, timeout):
+    """The next message from a kernel on `sock`: (type, flags, fds), or None if none came."""
     import array
     import select
     import socket
     hdr = struct.Struct("@IIiIIIIQ")
+    if not select.select([sock], [], [], timeout)[0]:
+        return None
+    fds = array.array("i")
+    msg, anc, _, _ = sock.recvmsg(hdr.size, socket.CMSG_SPACE(4 * fds.itemsize))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    if len(msg) != hdr.size:
+        return 0, 0, list(fds)
+    h = hdr.unpack(msg)
+    return h[0], h[6], list(fds)
+
+
+def _spawned(sock, timeout):
+    """The next SPAWNED from a kernel on `sock`, as its worker's pidfd; None if none came."""
     deadline = time.monotonic() + timeout
     while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([sock], [], [], left)[0]:
+        w = _word(sock, max(0.0, deadline - time.monotonic()))
+        if w is None:
             return None
-        fds = array.array("i")
-        msg, anc, _, _ = sock.recvmsg(hdr.size, socket.CMSG_SPACE(4 * fds.itemsize))
-        for level, kind, data in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-        if len(msg) == hdr.size and hdr.unpack(msg)[0] == 6 and fds:  # WIRE_SPAWNED
-            return fds[0]
-        for fd in fds:
+        if w[0] == 6 and w[2]:  # WIRE_SPAWNED
+            for fd in w[2][1:]:
+                os.close(fd)
+            return w[2][0]
+        for fd in w[2]:
             os.close(fd)
 
 
@@ -632,23 +644,6 @@ def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
         _bare_kernel_stop(p, ours, pidfds)
         for fd in pipes:
             os.close(fd)
-
-
-def _word(sock, timeout):
-    """The next message from a kernel on `sock`: (type, flags, fds), or None if none came."""
-    import array
-    import select
-    import socket
-    hdr = struct.Struct("@IIiIIIIQ")
-    if not select.select([sock], [], [], timeout)[0]:
-        return None
-    fds = array.array("i")
-    msg, anc, _, _ = sock.recvmsg(hdr.size, socket.CMSG_SPACE(4 * fds.itemsize))
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-    h = hdr.unpack(msg)
-    return h[0], h[6], list(fds)
 
 
 @needs_keepers
