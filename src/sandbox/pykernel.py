@@ -53,6 +53,7 @@ import ast
 import base64
 import builtins
 import ctypes
+import errno
 import json
 import linecache
 import os
@@ -177,6 +178,33 @@ process.on("unhandledRejection", (e) => process.stderr.write("unhandled rejectio
 '''
 
 libc = ctypes.CDLL(None, use_errno=True)
+# fork(2) with the GIL held and none of Python's own steps around it (os.fork() runs the
+# at-fork hooks, the import lock, threading's and logging's locks made anew in the child):
+# only where no other thread runs, for the forks that keep a context or run its next cell.
+# What those steps write in either process (about 300 pages in the child) is a copy-on-write
+# fault each, on a guest where two processes' faults wait for each other. A cell's own
+# os.register_at_fork() hooks are not run for them either: the cells of a context run as in
+# one process, and no fork of sbx's is the cell's. C libraries' pthread_atfork() handlers
+# still run (glibc's fork() runs them).
+_raw_fork = ctypes.PyDLL(None, use_errno=True).fork
+_raw_fork.restype = ctypes.c_int
+_raw_fork.argtypes = []
+
+
+# Looked up here, once: a ctypes function's first use in a process is a dlsym() and objects made,
+# pages a keeper would write (nap()).
+c_signalfd = libc.signalfd
+c_poll = libc.poll
+
+
+def raw_fork():
+    pid = _raw_fork()
+    if pid < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return pid
+
+
 sock = None
 events_fd = -1
 shell = None  # the IPython shell, or None for plain Python
@@ -981,21 +1009,27 @@ def worker(held_threads, go=-1):
             status = 0 if ok else 1
             sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
             streams[:] = []
-        if events_fd >= 0:
-            os.close(events_fd)
-        events_fd = -1
-        for i in (0, 1, 2):
-            os.dup2(NULL_FD, i)
         keeps = keeper_ok and one_thread()
         try:
             send_hdr(WIRE_DONE, seq, status, nonce, F_KEEPS if keeps else 0)
         except OSError:
             os._exit(status)
-        if not keeps:
-            return False
         # The daemon's word first: the cgroup must have held this process alone at DONE,
         # which a fork made before it read DONE could spoil. MOVED: the holder, as before.
-        if not await_word():
+        # Waited for at once: this process sleeps while the daemon and the answer's reader
+        # run, and is woken where a CPU is free, not made to wait behind them where it ran.
+        word = await_word() if keeps else None
+        # The run's pipes let go only now: the daemon reads what is left in them when DONE
+        # comes, and closes them when this process ended alone, so their ends are not three
+        # more wake-ups of the daemon on the way of the answer.
+        if events_fd >= 0:
+            os.close(events_fd)
+        events_fd = -1
+        for i in (0, 1, 2):
+            os.dup2(NULL_FD, i)
+        if not keeps:
+            return False
+        if not word:
             return True
         fork_keeper()
         held_threads = []
@@ -1026,7 +1060,53 @@ def await_word():
 
 class BecameKeeper(Exception):
     """Unwinds the fork that fork_keeper() made to the holder's loop: (a pidfd of the worker,
-    the read and write ends of its "a cell started" pipe)."""
+    the read and write ends of its "a cell started" pipe, when the worker's cell started or
+    None)."""
+
+
+POLLIN = 1
+
+
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+
+# What a keeper's nap() polls, made by the worker before its fork: the keeper then writes one
+# page of it, not a page for each object poll() would make.
+nap_fds = None
+nap_sigs = None
+
+
+def nap(me, started_r):
+    """A keeper's first wait, right after its fork: until its worker's cell has run
+    SPARE_AFTER, the daemon's word of a kill (SIGURG, blocked: waiting for hold() to take it),
+    or the worker's end. Most keepers are killed in it, when the next cell ends clean; one
+    that is not does hold()'s steps only then. Every page either process writes after the
+    fork is a copy-on-write fault, and on this kind of guest two processes' faults wait for
+    each other: the worker runs the next cell meanwhile. Returns when the cell started
+    (time.monotonic()), or None."""
+    sfd = c_signalfd(-1, nap_sigs, os.O_CLOEXEC | os.O_NONBLOCK)
+    fds = nap_fds
+    fds[0].fd, fds[1].fd, fds[2].fd = sfd, me, started_r
+    began, timeout = None, -1
+    try:
+        while sfd >= 0:
+            n = c_poll(fds, 3, timeout)
+            if n < 0:
+                if ctypes.get_errno() == errno.EINTR:
+                    continue
+                break
+            if n == 0 or fds[0].revents or fds[1].revents:
+                break
+            if fds[2].revents:
+                os.read(started_r, 64)
+                if began is None:
+                    began = time.monotonic()
+                    timeout = max(1, int(SPARE_AFTER * 1000 + 0.999))
+    finally:
+        if sfd >= 0:
+            os.close(sfd)
+    return began
 
 
 # Pidfds of the keepers this worker forked that it has not reaped yet (the daemon kills each
@@ -1051,23 +1131,27 @@ def fork_keeper():
     gets a pidfd of this process made before the fork: this process may have run its next
     cell and ended before the keeper runs at all, and only a pidfd made before the end is
     told how it ended."""
-    global started_w
+    global started_w, nap_fds, nap_sigs
     try:
         me = os.pidfd_open(os.getpid())
     except OSError:
         os._exit(1)
     r, w = os.pipe()
+    if nap_fds is None:
+        nap_fds = (PollFd * 3)()
+        for f in nap_fds:
+            f.events = POLLIN
+        nap_sigs = (ctypes.c_uint64 * 16)()
+        nap_sigs[0] = 1 << (signal.SIGURG - 1)
     # The daemon's word that it killed this worker (SIGURG, to the holder) may come before the
     # keeper has a handler for it (its after-fork steps take about a millisecond): born with
     # it blocked, the keeper gets it once its handler is in place (hold()), not never.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
-    pid = fork()
+    pid = fork(how=raw_fork)
     if pid == 0:
-        raise BecameKeeper(me, r, w)
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    os.close(me)
-    os.close(r)
-    started_w = w
+        raise BecameKeeper(me, r, w, nap(me, r))
+    # Said first: the daemon moves the keeper out while this process does the rest, and each
+    # page it writes now is a copy-on-write fault.
     try:
         pfd = os.pidfd_open(pid)
         send_fd(WIRE_KEPT, pfd)
@@ -1075,6 +1159,10 @@ def fork_keeper():
         # The keeper is gone already, or the daemon: without a keeper the daemon took, this
         # process must not run a cell, and it was told nothing as a holder would be.
         os._exit(1)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    os.close(me)
+    os.close(r)
+    started_w = w
     for fd in keepers[:]:
         try:
             if os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG) is None:
@@ -1209,7 +1297,9 @@ def spawn(held, retry=True):
     it stands in for died): a second reader would take messages meant for the worker, the
     MOVED that a worker whose cell ended waits for."""
     go_r, go_w = os.pipe() if not retry else (-1, -1)
-    pid = fork(retry)
+    # Threads held (an earlier cell's): Python's own after-fork steps must tell the child they
+    # are gone, or it would wait for them at its exit.
+    pid = fork(retry, raw_fork if not held and one_thread() else os.fork)
     if pid is None:
         os.close(go_r)
         os.close(go_w)
@@ -1232,12 +1322,12 @@ def spawn(held, retry=True):
     return pid, go_w
 
 
-def fork(retry=True):
-    """os.fork(), tried again every 20 ms while it fails (most likely the pids limit, with a
-    fork bomb still dying), or None at once when retry is False."""
+def fork(retry=True, how=os.fork):
+    """os.fork() (or how), tried again every 20 ms while it fails (most likely the pids
+    limit, with a fork bomb still dying), or None at once when retry is False."""
     while True:
         try:
-            return os.fork()
+            return how()
         except OSError:
             if not retry:
                 return None
@@ -1302,8 +1392,9 @@ def hold(moved=False, adopted=None):
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
     spare_go = wfd = -1
     keeper = False
+    began = None
     if adopted:
-        wfd, started_r, started_w = adopted
+        wfd, started_r, started_w, began = adopted
         w = -1  # not a child: its end is heard on wfd, never from reap()
     else:
         started_r, started_w = os.pipe()
@@ -1320,7 +1411,7 @@ def hold(moved=False, adopted=None):
             announce_worker(w)
         poller.register(started_r, select.POLLIN)
         poller.register(wake_r, select.POLLIN)
-        spare, spared, began, reaped, killed = None, js_mode, None, False, False
+        spare, spared, reaped, killed = None, js_mode, False, False
         while True:
             ended = reap()
             if reaped:

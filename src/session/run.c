@@ -370,6 +370,14 @@ static void run_finish(SbxRun *r) {
         }
         run_close_io(r);
         leftover_adopt(r);
+        /* A worker that ended alone may still hold its ends (a Python kernel lets them go after
+         * its DONE): nothing else can write there, and what it wrote was drained above. */
+        if (r->ended_alone) {
+                loop_del(core->loop, &r->out_w);
+                loop_del(core->loop, &r->err_w);
+                r->out_fd = safe_close(r->out_fd);
+                r->err_fd = safe_close(r->err_fd);
+        }
         if (r->out_fd >= 0) {
                 loop_del(core->loop, &r->out_w);
                 bglog_adopt_pipe(&core->bg, TAKE_FD(r->out_fd));
@@ -810,6 +818,7 @@ static void hook_ended(SbxSession *s, int status, bool clean) {
          * retire; nothing in it is a leftover. */
         if (clean && r->cg >= 0)
                 session_keep_cgroup(s, TAKE_FD(r->cg), r->cg_name);
+        r->ended_alone = clean;
         r->exit_code = status;
         run_finish(r);
 }

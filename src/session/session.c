@@ -57,6 +57,12 @@ static void set_holder_fd(SbxSession *s, pid_t pid, int fd) {
 
 static void set_holder(SbxSession *s, pid_t pid) { set_holder_fd(s, pid, -1); }
 
+/* The holder before a worker that stayed, stopped until its keeper is announced (leave()). */
+static void stale_keeper_kill(SbxSession *s) {
+        pidfd_sigkill(s->stale_keeper_pidfd);
+        s->stale_keeper_pidfd = safe_close(s->stale_keeper_pidfd);
+}
+
 /* The pid a pidfd refers to, as the daemon sees it; 0 if unknown. */
 static pid_t pidfd_pid(int fd) {
         char path[64], info[512];
@@ -392,6 +398,17 @@ static void leave(SbxSession *s) {
         SandboxCore *core = s->core;
         s->leave_pending = false;
         spare_drop(s);
+        if (s->keeping && s->state == SS_LEAVING && s->old_holder_pidfd >= 0) {
+                /* Stopped now, killed once the worker's fork of its keeper is done (KEPT):
+                 * the old holder's exit tears down a copy of the whole context, half a
+                 * millisecond of CPU here, which would otherwise run beside that fork and
+                 * the answer's reader, both on the way of the next cell. Stopped, it can do
+                 * nothing meanwhile (it would fork from the state before this cell were the
+                 * worker to die). */
+                stale_keeper_kill(s);
+                (void)pidfd_send_signal(s->old_holder_pidfd, SIGSTOP, NULL, 0);
+                s->stale_keeper_pidfd = TAKE_FD(s->old_holder_pidfd);
+        }
         pidfd_sigkill(s->old_holder_pidfd);
         s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
         if (s->state == SS_LEAVING && !s->keeping)
@@ -448,6 +465,7 @@ static void keeper_out(void *ud, int r);
  * a worker nobody can trust to be the holder: it is killed, and the session with it. */
 static void on_kept(SbxSession *s, int fd) {
         SandboxCore *core = s->core;
+        stale_keeper_kill(s);
         pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0;
         if (pid)
                 status_ids(pid, &ppid, &nspid);
@@ -762,6 +780,7 @@ void session_close_shell(SbxSession *s) {
         loop_cancel_defer(l, &s->old_holder_pidfd);
         pidfd_sigkill(s->old_holder_pidfd);
         s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
+        stale_keeper_kill(s);
         pidfd_sigkill(s->early_fd);
         s->early_fd = safe_close(s->early_fd);
         loop_del(l, &s->sock_w);
@@ -841,7 +860,7 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->core = core;
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
-        s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = s->early_fd = s->keeper_cg = -1;
+        s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = s->stale_keeper_pidfd = s->early_fd = s->keeper_cg = -1;
 }
 
 int session_park(SbxSession *s) {

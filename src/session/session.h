@@ -69,6 +69,7 @@ struct SbxSession {
         /* LEAVING, from DONE until leave() (deferred, so that it comes after the answer):
          * the holder from before the command, still to be killed */
         int old_holder_pidfd;
+        int stale_keeper_pidfd; /* the old holder, stopped, when the worker stays: killed at KEPT */
         bool ended_told;    /* LEAVING: the owner has heard of the end */
         /* LEAVING after a clean end: MOVED was sent with the answer, before the holder's move
          * out, so the next worker may be born in the ended command's cgroup. */

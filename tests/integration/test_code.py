@@ -777,9 +777,16 @@ def _kernel_cells(tmp_path, cells, plain):
             os.close(out_w)
             data, out = b"", b""
             deadline = time.monotonic() + 60
-            open_fds = [events_r, out_r]
-            while open_fds and time.monotonic() < deadline:
+            # The pipes end once the worker has its word after DONE (type 4): the new holder is
+            # told it was moved out (the daemon reads what is in them at DONE).
+            open_fds = [events_r, out_r, ours]
+            while (events_r in open_fds or out_r in open_fds) and time.monotonic() < deadline:
                 for fd in select.select(open_fds, [], [], 1)[0]:
+                    if fd is ours:
+                        if hdr.unpack(ours.recv(hdr.size))[0] == 4:
+                            open_fds.remove(ours)
+                            ours.send(hdr.pack(8, 0, 0, 0, 0, 0, 0, 0))  # WIRE_MOVED
+                        continue
                     chunk = os.read(fd, 65536)
                     if not chunk:
                         open_fds.remove(fd)
@@ -789,12 +796,7 @@ def _kernel_cells(tmp_path, cells, plain):
                         out += chunk
             os.close(events_r)
             os.close(out_r)
-            assert not open_fds, "cell %d did not end: %r" % (seq, cell)
-            while True:  # its DONE (type 4), then the new holder is told it was moved out
-                msg = ours.recv(hdr.size)
-                if hdr.unpack(msg)[0] == 4:
-                    break
-            ours.send(hdr.pack(8, 0, 0, 0, 0, 0, 0, 0))  # WIRE_MOVED
+            assert open_fds == [], "cell %d did not end: %r" % (seq, cell)
             runs.append(([json.loads(line) for line in data.decode().splitlines()], out.decode()))
     finally:
         _bare_kernel_stop(p, ours, pidfds)
