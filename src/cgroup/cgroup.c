@@ -848,6 +848,30 @@ int cgroup_only_pid(int dirfd, pid_t pid) {
         return have == (size_t)w && memcmp(buf, want, (size_t)w) == 0;
 }
 
+int cgroup_only_pids(int dirfd, pid_t pid, pid_t also) {
+        if (also <= 0)
+                return cgroup_only_pid(dirfd, pid);
+        char buf[96];
+        _cleanup_close_ int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negerrno();
+        size_t have = 0;
+        for (ssize_t k; (k = read(fd, buf + have, sizeof buf - 1 - have)) > 0;)
+                if ((have += (size_t)k) == sizeof buf - 1)
+                        return 0; /* more than two pids' lines */
+        buf[have] = 0;
+        bool seen = false;
+        char *save = NULL;
+        for (char *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
+                long v = strtol(t, NULL, 10);
+                if (v == pid)
+                        seen = true;
+                else if (v != also)
+                        return 0;
+        }
+        return seen;
+}
+
 static int open_dir_at(int dirfd, const char *name) {
         int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         return fd < 0 ? negerrno() : fd;

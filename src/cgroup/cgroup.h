@@ -159,6 +159,9 @@ pid_t cgroup_first_pid(int dirfd);
 /* 1 when pid is the one process listed in the cgroup, 0 when not, or -errno (one read of
  * cgroup.procs). */
 int cgroup_only_pid(int dirfd, pid_t pid);
+/* 1 when pid is listed in the cgroup and nothing else is but maybe also (0: nothing else at
+ * all), 0 when not, or -errno. */
+int cgroup_only_pids(int dirfd, pid_t pid, pid_t also);
 /* SIGKILLs every process in the cgroup and its descendants, forks racing it included. */
 int cgroup_kill(int dirfd);
 /* 1 if the cgroup has processes, 0 if empty, -errno on failure. */

@@ -1149,16 +1149,12 @@ def fork_keeper():
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
     pid = fork(how=raw_fork)
     if pid == 0:
+        announce_keeper()
         raise BecameKeeper(me, r, w, nap(me, r))
-    # Said first: the daemon moves the keeper out while this process does the rest, and each
-    # page it writes now is a copy-on-write fault.
     try:
         pfd = os.pidfd_open(pid)
-        send_fd(WIRE_KEPT, pfd)
     except OSError:
-        # The keeper is gone already, or the daemon: without a keeper the daemon took, this
-        # process must not run a cell, and it was told nothing as a holder would be.
-        os._exit(1)
+        pfd = -1  # out of fds (a cell's doing): that keeper is left unreaped
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(me)
     os.close(r)
@@ -1171,7 +1167,25 @@ def fork_keeper():
             pass
         keepers.remove(fd)
         close_fd(fd)
-    keepers.append(pfd)
+    if pfd >= 0:
+        keepers.append(pfd)
+
+
+def announce_keeper():
+    """A keeper says it is one (KEPT, with a pidfd of itself), not its worker: the worker goes
+    on at once to its next cell, and the daemon, woken by this process, runs where this
+    process then sleeps (nap()), not where the worker runs. Without a keeper the daemon took,
+    the worker must not run a cell: it goes with this process, and the daemon, which hears of
+    its end, tells the context lost."""
+    try:
+        fd = os.pidfd_open(os.getpid())
+        send_fd(WIRE_KEPT, fd)
+        os.close(fd)
+    except OSError:
+        try:
+            os.kill(os.getppid(), signal.SIGKILL)
+        finally:
+            os._exit(1)
 
 
 def await_moved():

@@ -386,6 +386,9 @@ static void run_finish(SbxRun *r) {
                 loop_del(core->loop, &r->err_w);
                 bglog_adopt_pipe(&core->bg, TAKE_FD(r->err_fd));
         }
+        /* Its worker died with the keeper still in its cgroup: never swept with it in there. */
+        if (r->cg >= 0 && session_keeper_inside(s))
+                session_retire_after_keeper(s, TAKE_FD(r->cg), r->cg_name);
         if (r->cg >= 0 && r->kill_leftovers)
                 bglog_doom_cgroup(&core->bg, TAKE_FD(r->cg), r->cg_name, s);
         if (r->cg >= 0)
@@ -510,8 +513,8 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         }
         session_mark_killing(s);
         int n = cgroup_count_procs(r->cg);
-        r->killed_procs = n > 0 ? (uint32_t)n : 0;
-        (void)cgroup_kill(r->cg);
+        r->killed_procs = n > 0 ? (uint32_t)(n - (session_keeper_inside(s) && n > 1)) : 0;
+        session_kill_cgroup(s, r->cg);
         loop_del(l, &r->timer_w);
         r->cg_events = cgroup_events_open(r->cg);
         /* Finished from the loop, never here: the caller may be this run's own output

@@ -339,8 +339,12 @@ static void leave_deferred(void *data);
  * told after the move, when what remains in the cgroup is the leftovers. */
 static void on_done(SbxSession *s, pid_t pid, int status, uint32_t flags) {
         SandboxCore *core = s->core;
-        bool clean = s->run_cg >= 0 && cgroup_only_pid(s->run_cg, pid) == 1;
+        /* The keeper the cell started from may still be in its cgroup (its move out is on its
+         * way): not a leftover, and the old holder from now on. */
+        bool clean = s->run_cg >= 0 && cgroup_only_pids(s->run_cg, pid, s->keeper_move_id ? s->holder_pid : 0) == 1;
         s->run_cg = -1;
+        mover_cancel(core->mover, s->keeper_move_id);
+        s->keeper_move_id = 0;
         pidfd_sigkill(s->old_holder_pidfd); /* never set here: LEAVING ends with leave() */
         safe_close(s->old_holder_pidfd);
         s->old_holder_pidfd = TAKE_FD(s->holder_pidfd);
@@ -463,14 +467,16 @@ static void keeper_out(void *ud, int r);
  * keeper is the holder from now on, and is moved out of the command's cgroup, which stays the
  * worker's. Anything else said here (not a live child of the worker, no cgroup to keep) leaves
  * a worker nobody can trust to be the holder: it is killed, and the session with it. */
-static void on_kept(SbxSession *s, int fd) {
+static void on_kept(SbxSession *s, int fd, pid_t sender) {
         SandboxCore *core = s->core;
-        stale_keeper_kill(s);
         pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0;
         if (pid)
                 status_ids(pid, &ppid, &nspid);
-        bool waited = s->state == SS_LEAVING && s->keeping;
-        /* Only the sender's own live child, not pid 1: what is named is killed when refused,
+        /* Said by the worker told KEEP or by the keeper it names. */
+        bool waited = s->state == SS_LEAVING && s->keeping && (sender == s->holder_pid || sender == pid);
+        if (waited)
+                stale_keeper_kill(s);
+        /* Only the worker's own live child, not pid 1: what is named is killed when refused,
          * moved when taken, and code can run in a holder (a thread a cell started). */
         bool child = pid && !pidfd_is_dead(fd) && ppid == s->holder_pid && pid != core->box.init_pid;
         if (!waited || !child || s->leaving_cg < 0) {
@@ -481,8 +487,8 @@ static void on_kept(SbxSession *s, int fd) {
                 }
                 log_debug("session %s: KEPT %d refused in state %d", s->name, (int)pid, (int)s->state);
                 /* A keeper nobody takes must not stay (it would read the session socket as a
-                 * holder): killed if it is one, a fork of the sender. */
-                if (child)
+                 * holder): killed if it is one, said by the worker or by itself. */
+                if (child && (sender == s->holder_pid || sender == pid))
                         pidfd_sigkill(fd);
                 close(fd);
                 return;
@@ -498,8 +504,6 @@ static void on_kept(SbxSession *s, int fd) {
         oom_prefer(s, pid, false);
         s->cg = TAKE_FD(s->leaving_cg);
         memcpy(s->cg_name, s->leaving_name, sizeof s->cg_name);
-        s->awaiting_keeper = true;
-        s->state = SS_CONTAINING;
         _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&core->box.cg); /* the mover keeps a dup */
         int dirs[2] = { init_cg, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
         int64_t id = init_cg < 0 ? init_cg : mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, keeper_out, s);
@@ -509,39 +513,58 @@ static void on_kept(SbxSession *s, int fd) {
                 for (size_t i = 0; i < ELEMENTSOF(dirs) && dirs[i] >= 0; i++)
                         if (cgroup_move(dirs[i], pid) < 0)
                                 r = -EIO;
-                keeper_out(s, init_cg < 0 ? init_cg : r);
+                if (init_cg < 0 || r < 0) {
+                        log_warn("session %s: cannot move the keeper out of its command's cgroup: %s", s->name,
+                                 strerror(init_cg < 0 ? -init_cg : EIO));
+                        session_lose(s);
+                        return;
+                }
+                worker_idle(s);
                 return;
         }
+        /* The next cell goes at once, the keeper still in the worker's cgroup: what would kill
+         * that cgroup meanwhile waits for the move (session_kill_cgroup(), and the cgroup of
+         * a worker that died is retired after it, keeper_cg). */
         s->keeper_move_id = id;
+        worker_idle(s);
 }
 
-/* The keeper is out of the worker's cgroup: the worker is idle there. A keeper that could not
- * leave it must not stay where the next command's kill, or a sweep of a retired cgroup,
- * reaches it: the context is given up (the session's loss, told as such). */
+bool session_keeper_inside(const SbxSession *s) { return s->keeper_move_id != 0; }
+
+void session_kill_cgroup(SbxSession *s, int cg) {
+        if (!s->keeper_move_id) {
+                (void)cgroup_kill(cg);
+                return;
+        }
+        pidfd_sigkill(s->worker_pidfd);
+        if (s->keeper_kill_cg < 0)
+                s->keeper_kill_cg = fcntl(cg, F_DUPFD_CLOEXEC, 3);
+}
+
+void session_retire_after_keeper(SbxSession *s, int cg, const char *name) {
+        if (s->keeper_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
+        s->keeper_cg = cg;
+        snprintf(s->keeper_cg_name, sizeof s->keeper_cg_name, "%s", name);
+}
+
+/* The keeper is out of the worker's cgroup. What waited for that goes now: the kill of a
+ * cell's cgroup asked for meanwhile, the retirement of the cgroup of a worker that died. A
+ * keeper that could not leave it must not stay where the next command's kill, or a sweep of a
+ * retired cgroup, reaches it: the context is given up (the session's loss, told as such). */
 static void keeper_out(void *ud, int r) {
         SbxSession *s = ud;
         s->keeper_move_id = 0;
-        if (s->keeper_cg >= 0) {
-                /* The worker died while the keeper was moved: its cgroup goes now. */
-                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
-                if (r < 0) {
-                        log_warn("session %s: cannot move the keeper out of its command's cgroup: %s", s->name,
-                                 strerror(-r));
-                        session_lose(s);
-                }
-                return;
+        if (s->keeper_kill_cg >= 0) {
+                (void)cgroup_kill(s->keeper_kill_cg);
+                s->keeper_kill_cg = safe_close(s->keeper_kill_cg);
         }
-        if (!s->awaiting_keeper || s->state != SS_CONTAINING)
-                return;
-        s->awaiting_keeper = false;
+        if (s->keeper_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
         if (r < 0) {
-                /* It must not stay where the next command's kill, or a sweep of leftovers,
-                 * would reach it unannounced: the context is given up, and says so. */
                 log_warn("session %s: cannot move the keeper out of its command's cgroup: %s", s->name, strerror(-r));
                 session_lose(s);
-                return;
         }
-        worker_idle(s);
 }
 
 void session_keep_cgroup(SbxSession *s, int cg, const char *name) {
@@ -562,17 +585,14 @@ static void on_died(SbxSession *s, int wstatus) {
         s->worker_pid = 0;
         forget_worker(s);
         if (was == SS_CONTAINING) {
-                /* A keeper's move out goes on (move_id is 0 then): it is the holder. */
                 mover_cancel(s->core->mover, s->move_id);
                 s->move_id = 0;
                 s->spare_promoted = false;
-                s->awaiting_keeper = false;
         }
-        if (was == SS_CONTAINING && s->keeper_move_id && s->cg >= 0) {
-                /* Its keeper is still in that cgroup: retired once it is out (keeper_out()),
-                 * never swept with a holder in it. */
-                s->keeper_cg = TAKE_FD(s->cg);
-                memcpy(s->keeper_cg_name, s->cg_name, sizeof s->keeper_cg_name);
+        if (s->keeper_move_id && s->cg >= 0) {
+                /* Its keeper, the holder, is still in that cgroup: retired once it is out
+                 * (keeper_out()), never swept with a holder in it. */
+                session_retire_after_keeper(s, TAKE_FD(s->cg), s->cg_name);
                 return;
         }
         if ((was == SS_IDLE || was == SS_CONTAINING || was == SS_RETIRING) && s->cg >= 0) {
@@ -744,11 +764,11 @@ static void session_event(Watch *w, uint32_t events) {
                         on_spawned(s, fds[0]);
                         continue;
                 }
-                /* ... or, from the worker that stays after KEEP (the holder until then), its
-                 * keeper's. */
+                /* ... or the keeper of the worker that stays after KEEP (the holder until
+                 * then), from that worker or from the keeper itself (on_kept()). */
                 if (n == (ssize_t)sizeof h && h.type == WIRE_KEPT && s->shell == SBX_SHELL_PYTHON && pid > 0 &&
-                    pid == s->holder_pid && n_fds == 1) {
-                        on_kept(s, fds[0]);
+                    n_fds == 1) {
+                        on_kept(s, fds[0], pid);
                         continue;
                 }
                 /* The worker's word that a detached command runs: it counts once, from the
@@ -794,7 +814,8 @@ void session_close_shell(SbxSession *s) {
         s->move_id = 0;
         mover_cancel(s->core->mover, s->keeper_move_id);
         s->keeper_move_id = 0;
-        s->awaiting_keeper = s->keeping = s->leave_pending = false;
+        s->keeper_kill_cg = safe_close(s->keeper_kill_cg);
+        s->keeping = s->leave_pending = false;
         if (s->keeper_cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
         s->spare_promoted = false;
@@ -861,6 +882,7 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
         s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = s->stale_keeper_pidfd = s->early_fd = s->keeper_cg = -1;
+        s->keeper_kill_cg = -1;
 }
 
 int session_park(SbxSession *s) {

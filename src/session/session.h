@@ -80,11 +80,11 @@ struct SbxSession {
         bool keeping;
         bool leave_pending;  /* leave() is deferred and has not run yet */
         /* CONTAINING after KEPT: the worker is idle once its keeper is out of its cgroup. */
-        bool awaiting_keeper;
         int64_t keeper_move_id;
         /* The cgroup of a worker that died while its keeper was being moved out of it:
          * retired once the keeper is out. */
         int keeper_cg;
+        int keeper_kill_cg;     /* a cell's cgroup whose kill waits for the keeper's move out of it */
         char keeper_cg_name[24];
         uint64_t ends;      /* DONEs taken: a done callback that turned the loop is told by it */
         /* A spare worker: a holder may fork one more while a command runs (the Python
@@ -165,6 +165,15 @@ void session_mark_killing(SbxSession *s);
 /* The sent command ended (DONE) and its worker, the new holder, is being moved out of its
  * cgroup: the result follows. */
 bool session_leaving(const SbxSession *s);
+/* Whether the holder, a keeper just forked, is still in the worker's cgroup (its move out is
+ * on its way while the next cell may already run). */
+bool session_keeper_inside(const SbxSession *s);
+/* Kills what a running command's cgroup cg holds: at once, or, while the keeper is still in
+ * it, the worker now and the rest once the keeper is out. */
+void session_kill_cgroup(SbxSession *s, int cg);
+/* A finished command's cgroup (owned from now on) with the keeper still in it: retired once
+ * the keeper is out. */
+void session_retire_after_keeper(SbxSession *s, int cg, const char *name);
 /* From the ended hook of a clean end: the command's cgroup (dir fd, owned from now on, and
  * name), retired once the worker is out of it. */
 void session_keep_cgroup(SbxSession *s, int cg, const char *name);
