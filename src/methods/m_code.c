@@ -39,7 +39,7 @@ typedef struct Cell {
         SbxSandbox *sb;     /* outlives its runs */
         SrvSandbox *ssb;    /* so does the server's record of it (sbx_sandbox_free answers them first) */
         SbxSession *s;
-        uint64_t losses;    /* the session's losses when the cell was queued */
+        uint64_t losses;    /* the session's losses its context had seen when the cell was queued */
         bool setup;         /* context.create/restart: the context's first run, answered as such */
         json_t *results, *out, *err, *warnings, *error, *count;
         bool ended;         /* the kernel's `end` came: the cell ran to its end */
@@ -239,6 +239,10 @@ static json_t *cell_failure(Cell *c, const SbxResult *res, bool reset) {
                                                                      : "did not end (its process died)");
                 return error_json("ContextReset", msg);
         }
+        /* Not the cell's end: nothing more runs in that sandbox, and "as it was" would mislead. */
+        if (!c->ended && sbx_sandbox_gone(c->sb))
+                return error_json("SandboxGone", "the sandbox is gone (its pid 1 exited): the context went with it, "
+                                                 "and nothing more runs there");
         if (reset) {
                 snprintf(msg, sizeof msg,
                          "the context's interpreter died during the cell%s; a fresh one took over: every variable "
@@ -269,10 +273,6 @@ static json_t *cell_failure(Cell *c, const SbxResult *res, bool reset) {
                 utf8_sanitize(msg);
                 return error_json("ContextUnavailable", msg);
         }
-        /* Not the cell's end: nothing more runs in that sandbox, and "as it was" would mislead. */
-        if (!c->ended && sbx_sandbox_gone(c->sb))
-                return error_json("SandboxGone", "the sandbox is gone (its pid 1 exited): the context went with it, "
-                                                 "and nothing more runs there");
         int code = res->exit_code;
         snprintf(msg, sizeof msg,
                  "the cell's process ended before the cell did (%s %d%s); the context is as it was before the cell",
@@ -356,6 +356,24 @@ static void context_reapply(Cell *c) {
         handler_env_free(envl);
 }
 
+static json_t *cell_context(const Cell *c) {
+        return c->ssb && c->ssb->contexts ? json_object_get(c->ssb->contexts, c->id) : NULL;
+}
+
+/* Whether the context's interpreter was lost since its last cell ended (its cwd and env are
+ * then set again once, by the first cell that finds it so). */
+static bool context_lost_since(const Cell *c) {
+        json_t *seen = json_object_get(cell_context(c), "seenLosses");
+        return !json_is_integer(seen) || (uint64_t)json_integer_value(seen) != sbx_session_losses(c->s);
+}
+
+/* The context has seen the session's losses so far. */
+static void context_seen(const Cell *c) {
+        json_t *ctx = cell_context(c);
+        if (ctx)
+                (void)json_object_set_new(ctx, "seenLosses", json_integer((json_int_t)sbx_session_losses(c->s)));
+}
+
 static void cell_done(void *ud, const SbxResult *res) {
         Cell *c = ud;
         Pending *p = c->p;
@@ -393,8 +411,9 @@ static void cell_done(void *ud, const SbxResult *res) {
                         }
                 }
         }
-        if (!c->setup && sbx_session_losses(c->s) != c->losses)
+        if (!c->setup && sbx_session_losses(c->s) != c->losses && context_lost_since(c))
                 context_reapply(c);
+        context_seen(c);
         p->proc = NULL;
         pending_free(p);
         cell_free(c);
@@ -413,7 +432,11 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
         c->sb = r->sb->sb;
         c->ssb = r->sb;
         c->s = s;
-        c->losses = sbx_session_losses(s);
+        /* Counted from the context's last cell, not from now: a holder that died between
+         * cells lost the state too, and the next cell says so (contextReset) after the
+         * context's cwd and env are set again in the fresh interpreter. */
+        json_t *seen = setup || !r->sb->contexts ? NULL : json_object_get(json_object_get(r->sb->contexts, id), "seenLosses");
+        c->losses = json_is_integer(seen) ? (uint64_t)json_integer_value(seen) : sbx_session_losses(s);
         c->setup = setup;
         c->results = json_array();
         c->out = json_array();
@@ -431,6 +454,14 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
         if (!setup)
                 p->audit = audit_run_begin(r->core->audit, r->sb, r->conn, sbx_session_name(s), o->command, o->command_len);
         pending_run_session(&r->core->pending, p, s);
+        if (!setup && c->losses != sbx_session_losses(s)) {
+                json_t *w = json_string("the context's interpreter died after its last cell ended; this cell runs in a "
+                                        "fresh one, with the context's cwd and env: every earlier variable is gone");
+                if (w)
+                        (void)json_array_append_new(c->warnings, w);
+                context_reapply(c);
+                context_seen(c);
+        }
         int rr = lang != LANG_BASH ? sbx_session_run_code(s, o, cell_output, cell_done, c, &p->run)
                                    : sbx_session_run(s, o, cell_output, cell_done, c, &p->run);
         if (rr < 0) {

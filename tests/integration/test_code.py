@@ -250,6 +250,24 @@ def test_holder_killed_is_a_reset(sb):
     assert ex.error is None
 
 
+@needs_keepers
+def test_a_context_lost_while_idle_says_so_at_its_next_cell(sb):
+    """A context whose holder dies between cells (killed from a command of the sandbox here)
+    is lost as one that dies during a cell: its next cell says so (contextReset) and runs
+    with the context's own cwd and env again, never silently in a fresh interpreter."""
+    ctx = sb.create_code_context(cwd="/tmp", envs={"GREETING": "hello"})
+    w = sb.run_code("import os\nkept = 1\nos.getpid()", context=ctx).text
+    # After a clean end the holder is the worker's child, the keeper.
+    assert sb.commands.run("for p in $(ps -o pid= --ppid %s); do kill -9 $p; done" % w).exit_code == 0
+    time.sleep(0.5)
+    ex = sb.run_code("import os\n'kept' in dir(), os.getcwd(), os.environ.get('GREETING')", context=ctx)
+    assert ex.context_reset, ex
+    assert ex.text == "(False, '/tmp', 'hello')", ex
+    assert ex.error is None and ex.warnings and "died after its last cell" in ex.warnings[0], ex
+    ex = sb.run_code("1", context=ctx)
+    assert not ex.context_reset and ex.text == "1"
+
+
 def test_threads_are_said(sb):
     sb.run_code("import threading, time\nt = threading.Thread(target=time.sleep, args=(60,), name='sleeper', daemon=True)\n"
                 "t.start()")
@@ -909,6 +927,70 @@ def test_a_worker_whose_cell_ended_clean_runs_the_next_cell(sb):
     assert len(set(here)) == 1, here
     assert sb.run_code("n").text == "[1, 4, 4, 4]"
     assert "sleep 30" in sb.commands.run("ps -eo args").stdout
+
+
+def _mover_of(sb):
+    """The pid of the daemon's mover process (sbx-mover, a child of `sbx serve`)."""
+    daemon = sb._client.pid
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm, rest = st[st.index("(") + 1:st.rindex(")")], st[st.rindex(")") + 2:].split()
+        if comm == "sbx-mover" and int(rest[1]) == daemon:
+            return int(name)
+    return None
+
+
+@needs_keepers
+def test_a_cell_sent_while_its_keeper_is_moved_cannot_take_the_keeper_with_it():
+    """The next cell is sent as soon as the keeper of the state it starts from is announced,
+    while the keeper's move out of the worker's cgroup is on its way. A kill of that cgroup
+    meanwhile (here a timeout) must not reach the keeper: the worker dies at once and the
+    rest once the keeper is out. A worker that dies on its own meanwhile has its cgroup
+    retired once the keeper is out, not before. The daemon's mover is stopped to hold each
+    keeper in the cgroup, and let go a second later. Leftovers are killed in this sandbox, so
+    a cgroup retired too early would be swept with the keeper in it."""
+    import signal
+    with Sandbox(binary=SBX_BIN, leftovers="kill") as sb:
+        _keeper_kept_while_moved(sb)
+
+
+def _keeper_kept_while_moved(sb):
+    import signal
+    mover = _mover_of(sb)
+    assert mover, "no sbx-mover process under the daemon"
+
+    def hold_moves():
+        os.kill(mover, signal.SIGSTOP)
+        timer = threading.Timer(1.5, os.kill, (mover, signal.SIGCONT))
+        timer.start()
+        return timer
+
+    try:
+        sb.run_code("x = 41")
+        timer = hold_moves()
+        assert sb.run_code("x = 42").error is None  # its keeper stays in the worker's cgroup
+        began = time.monotonic()
+        ex = sb.run_code("x = 0\nimport time\ntime.sleep(30)", timeout=0.5)
+        assert ex.error is not None and ex.error.name == "TimeoutError", ex.error
+        # Its end waited for the keeper's move (the cgroup was not empty before).
+        assert time.monotonic() - began >= 1.0, time.monotonic() - began
+        timer.join()
+        assert sb.run_code("x").text == "42"
+        timer = hold_moves()
+        assert sb.run_code("x = 43").error is None
+        ex = sb.run_code("x = 0\nimport os\nos._exit(3)")
+        assert ex.error is not None and ex.error.name == "CellDied" and ex.exit_code == 3, ex
+        timer.join()
+        assert sb.run_code("x").text == "43"
+        assert sb.run_code("x + 1").text == "44"
+    finally:
+        os.kill(mover, signal.SIGCONT)
 
 
 def test_the_oom_killer_is_pointed_at_the_cell_not_the_context(sb):
