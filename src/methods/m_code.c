@@ -360,18 +360,26 @@ static json_t *cell_context(const Cell *c) {
         return c->ssb && c->ssb->contexts ? json_object_get(c->ssb->contexts, c->id) : NULL;
 }
 
-/* Whether the context's interpreter was lost since its last cell ended (its cwd and env are
- * then set again once, by the first cell that finds it so). */
-static bool context_lost_since(const Cell *c) {
-        json_t *seen = json_object_get(cell_context(c), "seenLosses");
-        return !json_is_integer(seen) || (uint64_t)json_integer_value(seen) != sbx_session_losses(c->s);
+/* What a context remembers of its session's losses (its holder died: the state is gone):
+ * seenLosses, how many its cells have told (contextReset); appliedLosses, after how many its
+ * cwd and env were set again. Both are the session's count when the context is (re)made. */
+static uint64_t context_count(const Cell *c, const char *key) {
+        json_t *v = json_object_get(cell_context(c), key);
+        return json_is_integer(v) ? (uint64_t)json_integer_value(v) : sbx_session_losses(c->s);
 }
 
-/* The context has seen the session's losses so far. */
-static void context_seen(const Cell *c) {
+static void context_set_count(const Cell *c, const char *key) {
         json_t *ctx = cell_context(c);
         if (ctx)
-                (void)json_object_set_new(ctx, "seenLosses", json_integer((json_int_t)sbx_session_losses(c->s)));
+                (void)json_object_set_new(ctx, key, json_integer((json_int_t)sbx_session_losses(c->s)));
+}
+
+/* The context's cwd and env set again, once per loss, before the cells queued from now on. */
+static void context_reapply_once(Cell *c) {
+        if (context_count(c, "appliedLosses") == sbx_session_losses(c->s))
+                return;
+        context_reapply(c);
+        context_set_count(c, "appliedLosses");
 }
 
 static void cell_done(void *ud, const SbxResult *res) {
@@ -411,9 +419,9 @@ static void cell_done(void *ud, const SbxResult *res) {
                         }
                 }
         }
-        if (!c->setup && sbx_session_losses(c->s) != c->losses && context_lost_since(c))
-                context_reapply(c);
-        context_seen(c);
+        if (!c->setup)
+                context_reapply_once(c);
+        context_set_count(c, "seenLosses");
         p->proc = NULL;
         pending_free(p);
         cell_free(c);
@@ -432,12 +440,18 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
         c->sb = r->sb->sb;
         c->ssb = r->sb;
         c->s = s;
-        /* Counted from the context's last cell, not from now: a holder that died between
-         * cells lost the state too, and the next cell says so (contextReset) after the
-         * context's cwd and env are set again in the fresh interpreter. */
-        json_t *seen = setup || !r->sb->contexts ? NULL : json_object_get(json_object_get(r->sb->contexts, id), "seenLosses");
-        c->losses = json_is_integer(seen) ? (uint64_t)json_integer_value(seen) : sbx_session_losses(s);
         c->setup = setup;
+        /* Counted from what the context's cells told, not from now: a holder that died
+         * between cells lost the state too, and the next cell says so (contextReset) after
+         * the context's cwd and env are set again in the fresh interpreter. A context made
+         * (or remade) now starts from the session's count. A bash context's session can be
+         * deleted and made again through the sessions API (its count starts again): it counts
+         * from now, and says a loss in its own way (sessionReset). */
+        if (setup) {
+                context_set_count(c, "seenLosses");
+                context_set_count(c, "appliedLosses");
+        }
+        c->losses = lang == LANG_BASH ? sbx_session_losses(s) : context_count(c, "seenLosses");
         c->results = json_array();
         c->out = json_array();
         c->err = json_array();
@@ -459,8 +473,7 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
                                         "fresh one, with the context's cwd and env: every earlier variable is gone");
                 if (w)
                         (void)json_array_append_new(c->warnings, w);
-                context_reapply(c);
-                context_seen(c);
+                context_reapply_once(c);
         }
         int rr = lang != LANG_BASH ? sbx_session_run_code(s, o, cell_output, cell_done, c, &p->run)
                                    : sbx_session_run(s, o, cell_output, cell_done, c, &p->run);

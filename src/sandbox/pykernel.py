@@ -864,12 +864,25 @@ run_buf = None
 
 
 def recv_run():
-    """One RUN message and its three fds; exits when the daemon is gone."""
-    global run_buf
+    """One RUN message and its three fds; exits when the daemon is gone, or when the keeper
+    this process forked last ends before the daemon sent a RUN (keeper_unheard)."""
+    global run_buf, keeper_unheard
     if run_buf is None:
         import mmap
         run_buf = mmap.mmap(-1, MAX_MSG)
     while True:
+        if keeper_unheard >= 0:
+            # The keeper announces itself; one that dies before it does (killed from outside,
+            # a handler a cell left running in it) would leave the daemon waiting for KEPT and
+            # this process for a RUN that never comes: this process goes, the holder until the
+            # daemon takes a keeper, and the daemon tells the context lost.
+            import select
+            try:
+                ready = select.select([sock, keeper_unheard], [], [])[0]
+            except InterruptedError:
+                continue
+            if sock not in ready:
+                os._exit(1)
         try:
             n, anc, flags, _ = sock.recvmsg_into([run_buf], socket.CMSG_SPACE(3 * 4), MSG_CMSG_CLOEXEC)
         except InterruptedError:
@@ -889,6 +902,7 @@ def recv_run():
             h = HDR.unpack_from(msg)
             # Addressed to another worker (one that died before reading it): not this one's.
             if h[0] == WIRE_RUN and HDR.size + h[3] + h[4] + h[5] == len(msg) and h[2] in (0, os.getpid()):
+                keeper_unheard = -1  # a RUN after KEEP: the daemon took the keeper
                 return h, msg, fds
         for fd in fds:
             os.close(fd)
@@ -1020,8 +1034,9 @@ def worker(held_threads, go=-1):
         # run, and is woken where a CPU is free, not made to wait behind them where it ran.
         word = await_word() if keeps else None
         # The run's pipes let go only now: the daemon reads what is left in them when DONE
-        # comes, and closes them when this process ended alone, so their ends are not three
-        # more wake-ups of the daemon on the way of the answer.
+        # comes (and keeps what is still open for the background log: a cell may have kept a
+        # copy of fd 1), so their ends are not three more wake-ups of the daemon on the way of
+        # the answer.
         if events_fd >= 0:
             os.close(events_fd)
         events_fd = -1
@@ -1109,6 +1124,8 @@ def nap(me, started_r):
     return began
 
 
+# A pidfd of the keeper this worker forked last, until the daemon's next RUN shows it took it.
+keeper_unheard = -1
 # Pidfds of the keepers this worker forked that it has not reaped yet (the daemon kills each
 # once the next cell ended clean, or with the context): reaped by pidfd, never by a pid a
 # cell's own child could have by then.
@@ -1117,9 +1134,11 @@ keepers = []
 
 def forget_keepers():
     """In a fork: the keepers are its parent's, not its children."""
+    global keeper_unheard
     for fd in keepers:
         close_fd(fd)
     keepers.clear()
+    keeper_unheard = -1
 
 
 def fork_keeper():
@@ -1131,7 +1150,7 @@ def fork_keeper():
     gets a pidfd of this process made before the fork: this process may have run its next
     cell and ended before the keeper runs at all, and only a pidfd made before the end is
     told how it ended."""
-    global started_w, nap_fds, nap_sigs
+    global started_w, nap_fds, nap_sigs, keeper_unheard
     try:
         me = os.pidfd_open(os.getpid())
     except OSError:
@@ -1154,7 +1173,11 @@ def fork_keeper():
     try:
         pfd = os.pidfd_open(pid)
     except OSError:
-        pfd = -1  # out of fds (a cell's doing): that keeper is left unreaped
+        # Out of fds (a cell's doing): the keeper could not be watched until the daemon takes
+        # it (recv_run()), nor reaped; nor can the next cell run without a keeper the daemon
+        # took, so this process goes (the holder until then: the context is told lost).
+        os._exit(1)
+    keeper_unheard = pfd
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(me)
     os.close(r)
@@ -1167,16 +1190,16 @@ def fork_keeper():
             pass
         keepers.remove(fd)
         close_fd(fd)
-    if pfd >= 0:
-        keepers.append(pfd)
+    keepers.append(pfd)
 
 
 def announce_keeper():
     """A keeper says it is one (KEPT, with a pidfd of itself), not its worker: the worker goes
     on at once to its next cell, and the daemon, woken by this process, runs where this
     process then sleeps (nap()), not where the worker runs. Without a keeper the daemon took,
-    the worker must not run a cell: it goes with this process, and the daemon, which hears of
-    its end, tells the context lost."""
+    the worker must not run a cell: it goes with this process (here, or in recv_run() when
+    this process dies first), and the daemon, which hears of its end, tells the context
+    lost."""
     try:
         fd = os.pidfd_open(os.getpid())
         send_fd(WIRE_KEPT, fd)

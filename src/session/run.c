@@ -370,14 +370,6 @@ static void run_finish(SbxRun *r) {
         }
         run_close_io(r);
         leftover_adopt(r);
-        /* A worker that ended alone may still hold its ends (a Python kernel lets them go after
-         * its DONE): nothing else can write there, and what it wrote was drained above. */
-        if (r->ended_alone) {
-                loop_del(core->loop, &r->out_w);
-                loop_del(core->loop, &r->err_w);
-                r->out_fd = safe_close(r->out_fd);
-                r->err_fd = safe_close(r->err_fd);
-        }
         if (r->out_fd >= 0) {
                 loop_del(core->loop, &r->out_w);
                 bglog_adopt_pipe(&core->bg, TAKE_FD(r->out_fd));
@@ -386,9 +378,6 @@ static void run_finish(SbxRun *r) {
                 loop_del(core->loop, &r->err_w);
                 bglog_adopt_pipe(&core->bg, TAKE_FD(r->err_fd));
         }
-        /* Its worker died with the keeper still in its cgroup: never swept with it in there. */
-        if (r->cg >= 0 && session_keeper_inside(s))
-                session_retire_after_keeper(s, TAKE_FD(r->cg), r->cg_name);
         if (r->cg >= 0 && r->kill_leftovers)
                 bglog_doom_cgroup(&core->bg, TAKE_FD(r->cg), r->cg_name, s);
         if (r->cg >= 0)
@@ -492,11 +481,12 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         Loop *l = s->core->loop;
         if (r->finished || r->killed)
                 return;
-        if (r->sent && s->current == r && session_leaving(s)) {
-                /* The command ended already (its DONE came); only the new holder's move out of
-                 * its cgroup is left, after which its result is told. A kill now would take the
-                 * holder, or leave it waiting for MOVED for ever: what the command left running
-                 * is killed instead, once the holder is out. Its result stands. */
+        if (r->sent && s->current == r && (session_leaving(s) || session_end_pending(s))) {
+                /* The command ended already (its DONE came, or its worker died); only a
+                 * holder's move out of its cgroup is left (the new holder's, or the keeper's),
+                 * after which its result is told. A kill now would take the holder, or leave it
+                 * waiting for MOVED for ever: what the command left running is killed instead,
+                 * once the holder is out. Its result stands. */
                 r->kill_leftovers = true;
                 loop_del(l, &r->timer_w);
                 return;
@@ -513,8 +503,9 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         }
         session_mark_killing(s);
         int n = cgroup_count_procs(r->cg);
-        r->killed_procs = n > 0 ? (uint32_t)(n - (session_keeper_inside(s) && n > 1)) : 0;
-        session_kill_cgroup(s, r->cg);
+        /* The keeper, still being moved out of it, is not the command's. */
+        r->killed_procs = n > 0 ? (uint32_t)(n - (session_keeper_in(s, r->cg_name) && n > 1)) : 0;
+        session_kill_cgroup(s, r->cg, r->cg_name);
         loop_del(l, &r->timer_w);
         r->cg_events = cgroup_events_open(r->cg);
         /* Finished from the loop, never here: the caller may be this run's own output
@@ -821,7 +812,6 @@ static void hook_ended(SbxSession *s, int status, bool clean) {
          * retire; nothing in it is a leftover. */
         if (clean && r->cg >= 0)
                 session_keep_cgroup(s, TAKE_FD(r->cg), r->cg_name);
-        r->ended_alone = clean;
         r->exit_code = status;
         run_finish(r);
 }

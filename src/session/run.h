@@ -41,7 +41,6 @@ struct SbxRun {
         bool died;           /* its shell died on its own (a signal), before it could end */
         bool session_reset;  /* the session's state was lost during or before it */
         bool kill_leftovers; /* its cgroup is killed when it ends: nothing it started survives */
-        bool ended_alone;    /* its worker ended alone in its cgroup: nothing else holds its pipes */
         uint64_t order;      /* sandbox-wide order of requests (caller runs only) */
         uint32_t wire_flags; /* WIRE_F_DUMP, WIRE_F_RESTORE or RUN_BARRIER */
         uint32_t killed_procs; /* in its cgroup when run_kill() killed it */

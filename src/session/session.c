@@ -8,9 +8,10 @@
  *   STARTING --HELLO--> WAIT_READY --SPAWNED--> CONTAINING --moved--> IDLE --run--> RUNNING
  *   RUNNING --DONE--> LEAVING --moved--> WAIT_READY   (worker became the holder; old holder
  *                                                     is killed; the holder is told MOVED)
- *   RUNNING --DONE--> LEAVING --KEPT--> CONTAINING --keeper moved--> IDLE   (a Python worker
- *                                                     stays the worker after a clean end: its
- *                                                     fork, the keeper, is the new holder)
+ *   RUNNING --DONE--> LEAVING --KEPT--> IDLE   (a Python worker stays the worker after a
+ *                                             clean end: its fork, the keeper, is the new
+ *                                             holder, moved out of the worker's cgroup while
+ *                                             the next cell may run already)
  *   RUNNING --DIED--> WAIT_READY        (worker died on its own; holder forks a new one)
  *   RUNNING --timeout/cancel--> KILLING --DIED--> WAIT_READY
  *   RUNNING --DETACHED--> KILLING --DIED--> WAIT_READY   (a process of its own runs the command)
@@ -134,6 +135,18 @@ static void worker_idle(SbxSession *s) {
         s->hooks->idle(s);
 }
 
+/* A spare's move under way, promoted or not. */
+static bool spare_moving(const SbxSession *s) { return s->spare_move_id || (s->spare_promoted && s->move_id); }
+
+/* The kill of a cell's cgroup that waited for the keeper's move out of it (session_kill_cgroup())
+ * and for the move of a spare the keeper forked there meanwhile: done once neither is left. */
+static void kill_after_keeper(SbxSession *s) {
+        if (s->keeper_kill_cg < 0 || s->keeper_move_id || spare_moving(s))
+                return;
+        (void)cgroup_kill(s->keeper_kill_cg);
+        s->keeper_kill_cg = safe_close(s->keeper_kill_cg);
+}
+
 /* The spare goes: killed, its move cancelled, its cgroup retired (it ran nothing). */
 static void spare_drop(SbxSession *s) {
         if (s->spare_move_id && !s->spare_promoted)
@@ -145,6 +158,7 @@ static void spare_drop(SbxSession *s) {
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->spare_cg), s->spare_cg_name);
         s->spare_pid = 0;
         s->spare_ready = false;
+        kill_after_keeper(s);
 }
 
 /* The holder forked a spare while the command runs: contained now, off the way of anything. */
@@ -175,6 +189,7 @@ static void spare_contained(void *ud, int r) {
                 /* It took the place of a worker that died while it was being moved. */
                 s->spare_promoted = false;
                 contained(ud, r);
+                kill_after_keeper(s);
                 return;
         }
         s->spare_move_id = 0;
@@ -183,6 +198,7 @@ static void spare_contained(void *ud, int r) {
                 return;
         }
         s->spare_ready = true;
+        kill_after_keeper(s);
 }
 
 /* The worker of the command died: a live spare becomes the worker. Returns true if it did. */
@@ -463,22 +479,23 @@ static void left(void *ud, int r) {
 
 static void keeper_out(void *ud, int r);
 
-/* The worker stayed (KEEP) and says which child of it keeps the state the command left: that
- * keeper is the holder from now on, and is moved out of the command's cgroup, which stays the
- * worker's. Anything else said here (not a live child of the worker, no cgroup to keep) leaves
- * a worker nobody can trust to be the holder: it is killed, and the session with it. */
+/* The worker stayed (KEEP), and the child of it that keeps the state the command left says so
+ * (or the worker names it): that keeper is the holder from now on, and is moved out of the
+ * command's cgroup, which stays the worker's; the worker is idle at once. Anything else the
+ * worker says here (not a live child of it, no cgroup to keep) leaves a worker nobody can
+ * trust to be the holder: it is killed, and the session with it. */
 static void on_kept(SbxSession *s, int fd, pid_t sender) {
         SandboxCore *core = s->core;
         pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0;
         if (pid)
                 status_ids(pid, &ppid, &nspid);
-        /* Said by the worker told KEEP or by the keeper it names. */
-        bool waited = s->state == SS_LEAVING && s->keeping && (sender == s->holder_pid || sender == pid);
-        if (waited)
-                stale_keeper_kill(s);
         /* Only the worker's own live child, not pid 1: what is named is killed when refused,
          * moved when taken, and code can run in a holder (a thread a cell started). */
         bool child = pid && !pidfd_is_dead(fd) && ppid == s->holder_pid && pid != core->box.init_pid;
+        /* Said by the worker told KEEP, or by its child the keeper, naming itself. */
+        bool waited = s->state == SS_LEAVING && s->keeping && (sender == s->holder_pid || (sender == pid && child));
+        if (waited)
+                stale_keeper_kill(s);
         if (!waited || !child || s->leaving_cg < 0) {
                 if (waited) {
                         log_warn("session %s: the worker's keeper %d is not one (parent %d): the context is lost", s->name,
@@ -522,48 +539,51 @@ static void on_kept(SbxSession *s, int fd, pid_t sender) {
                 worker_idle(s);
                 return;
         }
-        /* The next cell goes at once, the keeper still in the worker's cgroup: what would kill
-         * that cgroup meanwhile waits for the move (session_kill_cgroup(), and the cgroup of
-         * a worker that died is retired after it, keeper_cg). */
+        /* The next cell goes at once, the keeper still in the worker's cgroup: what would reach
+         * it there meanwhile waits for the move (keeper_out()). */
         s->keeper_move_id = id;
+        memcpy(s->keeper_in, s->cg_name, sizeof s->keeper_in);
         worker_idle(s);
 }
 
-bool session_keeper_inside(const SbxSession *s) { return s->keeper_move_id != 0; }
+bool session_keeper_in(const SbxSession *s, const char *name) {
+        return s->keeper_move_id && strcmp(s->keeper_in, name) == 0;
+}
 
-void session_kill_cgroup(SbxSession *s, int cg) {
-        if (!s->keeper_move_id) {
+bool session_end_pending(const SbxSession *s) { return s->died_deferred; }
+
+void session_kill_cgroup(SbxSession *s, int cg, const char *name) {
+        if (!session_keeper_in(s, name)) {
                 (void)cgroup_kill(cg);
                 return;
         }
         pidfd_sigkill(s->worker_pidfd);
         if (s->keeper_kill_cg < 0)
                 s->keeper_kill_cg = fcntl(cg, F_DUPFD_CLOEXEC, 3);
-}
-
-void session_retire_after_keeper(SbxSession *s, int cg, const char *name) {
-        if (s->keeper_cg >= 0)
-                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
-        s->keeper_cg = cg;
-        snprintf(s->keeper_cg_name, sizeof s->keeper_cg_name, "%s", name);
+        if (s->keeper_kill_cg < 0)
+                (void)cgroup_kill(cg); /* out of fds: the context rather than the kill */
 }
 
 /* The keeper is out of the worker's cgroup. What waited for that goes now: the kill of a
- * cell's cgroup asked for meanwhile, the retirement of the cgroup of a worker that died. A
- * keeper that could not leave it must not stay where the next command's kill, or a sweep of a
- * retired cgroup, reaches it: the context is given up (the session's loss, told as such). */
+ * cell's cgroup asked for meanwhile (once a spare forked there meanwhile is out too), the
+ * retirement of the cgroup of a worker that died idle, the end of a cell whose worker died
+ * (told now, so that what its cgroup holds is the cell's leftovers only). A keeper that could
+ * not leave it must not stay where the next command's kill, or a sweep of a retired cgroup,
+ * reaches it: the context is given up (the session's loss, told as such). */
 static void keeper_out(void *ud, int r) {
         SbxSession *s = ud;
         s->keeper_move_id = 0;
-        if (s->keeper_kill_cg >= 0) {
-                (void)cgroup_kill(s->keeper_kill_cg);
-                s->keeper_kill_cg = safe_close(s->keeper_kill_cg);
-        }
-        if (s->keeper_cg >= 0)
-                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
         if (r < 0) {
                 log_warn("session %s: cannot move the keeper out of its command's cgroup: %s", s->name, strerror(-r));
                 session_lose(s);
+                return;
+        }
+        kill_after_keeper(s);
+        if (s->keeper_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
+        if (s->died_deferred) {
+                s->died_deferred = false;
+                s->hooks->died(s, s->died_status);
         }
 }
 
@@ -588,11 +608,15 @@ static void on_died(SbxSession *s, int wstatus) {
                 mover_cancel(s->core->mover, s->move_id);
                 s->move_id = 0;
                 s->spare_promoted = false;
+                kill_after_keeper(s);
         }
-        if (s->keeper_move_id && s->cg >= 0) {
+        if (s->cg >= 0 && session_keeper_in(s, s->cg_name)) {
                 /* Its keeper, the holder, is still in that cgroup: retired once it is out
                  * (keeper_out()), never swept with a holder in it. */
-                session_retire_after_keeper(s, TAKE_FD(s->cg), s->cg_name);
+                if (s->keeper_cg >= 0)
+                        bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
+                s->keeper_cg = TAKE_FD(s->cg);
+                memcpy(s->keeper_cg_name, s->cg_name, sizeof s->keeper_cg_name);
                 return;
         }
         if ((was == SS_IDLE || was == SS_CONTAINING || was == SS_RETIRING) && s->cg >= 0) {
@@ -601,8 +625,14 @@ static void on_died(SbxSession *s, int wstatus) {
                 return;
         }
         bool promoted = (was == SS_RUNNING || was == SS_KILLING) && spare_promote(s);
-        if (was == SS_RUNNING)
+        if (was == SS_RUNNING && s->keeper_move_id) {
+                /* The keeper is still in the cell's cgroup: the cell's end is told once it is
+                 * out (keeper_out()), when what the cgroup holds is the cell's leftovers. */
+                s->died_deferred = true;
+                s->died_status = wstatus;
+        } else if (was == SS_RUNNING) {
                 s->hooks->died(s, wstatus);
+        }
         if (promoted && s->state == SS_IDLE)
                 s->hooks->idle(s);
 }
@@ -814,7 +844,11 @@ void session_close_shell(SbxSession *s) {
         s->move_id = 0;
         mover_cancel(s->core->mover, s->keeper_move_id);
         s->keeper_move_id = 0;
+        /* The holder goes: what waited for its move out goes now. */
+        if (s->keeper_kill_cg >= 0)
+                (void)cgroup_kill(s->keeper_kill_cg);
         s->keeper_kill_cg = safe_close(s->keeper_kill_cg);
+        s->died_deferred = false;
         s->keeping = s->leave_pending = false;
         if (s->keeper_cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);

@@ -79,13 +79,16 @@ struct SbxSession {
          * told KEEP, it is not moved out; its KEPT makes its child, the keeper, the holder. */
         bool keeping;
         bool leave_pending;  /* leave() is deferred and has not run yet */
-        /* CONTAINING after KEPT: the worker is idle once its keeper is out of its cgroup. */
+        /* After KEPT: the keeper's move out of the worker's cgroup (keeper_in, by name), while
+         * the worker is idle or runs the next cell already. What would reach the keeper
+         * there waits for the move (keeper_out()): */
         int64_t keeper_move_id;
-        /* The cgroup of a worker that died while its keeper was being moved out of it:
-         * retired once the keeper is out. */
-        int keeper_cg;
-        int keeper_kill_cg;     /* a cell's cgroup whose kill waits for the keeper's move out of it */
+        char keeper_in[24];
+        int keeper_cg;          /* the cgroup of a worker that died idle: retired then */
         char keeper_cg_name[24];
+        int keeper_kill_cg;     /* a cell's cgroup whose kill was asked for: killed then */
+        bool died_deferred;     /* the running cell's worker died: its end is told then */
+        int died_status;
         uint64_t ends;      /* DONEs taken: a done callback that turned the loop is told by it */
         /* A spare worker: a holder may fork one more while a command runs (the Python
          * kernel does, once a cell has run 10 ms). It has the state from before the command,
@@ -165,15 +168,14 @@ void session_mark_killing(SbxSession *s);
 /* The sent command ended (DONE) and its worker, the new holder, is being moved out of its
  * cgroup: the result follows. */
 bool session_leaving(const SbxSession *s);
-/* Whether the holder, a keeper just forked, is still in the worker's cgroup (its move out is
- * on its way while the next cell may already run). */
-bool session_keeper_inside(const SbxSession *s);
-/* Kills what a running command's cgroup cg holds: at once, or, while the keeper is still in
- * it, the worker now and the rest once the keeper is out. */
-void session_kill_cgroup(SbxSession *s, int cg);
-/* A finished command's cgroup (owned from now on) with the keeper still in it: retired once
- * the keeper is out. */
-void session_retire_after_keeper(SbxSession *s, int cg, const char *name);
+/* Whether the holder, a keeper just forked, is still in the command cgroup named name (its
+ * move out is on its way while the next cell may already run). */
+bool session_keeper_in(const SbxSession *s, const char *name);
+/* Kills what a running command's cgroup (cg, named name) holds: at once, or, while the keeper
+ * is still in it, the worker now and the rest once the keeper is out. */
+void session_kill_cgroup(SbxSession *s, int cg, const char *name);
+/* Whether the sent command's worker died and its end waits to be told (the keeper's move). */
+bool session_end_pending(const SbxSession *s);
 /* From the ended hook of a clean end: the command's cgroup (dir fd, owned from now on, and
  * name), retired once the worker is out of it. */
 void session_keep_cgroup(SbxSession *s, int cg, const char *name);

@@ -665,13 +665,12 @@ def test_a_python_holder_told_of_a_kill_forks_its_spare_at_once(tmp_path):
 
 
 @needs_keepers
-def test_a_keeper_told_of_a_kill_while_it_starts_forks_its_spare(tmp_path):
-    """The daemon's SIGURG can reach a keeper still in its after-fork steps, before its handler
-    is in place: it is born with SIGURG blocked, so the word waits and it forks the spare,
-    announced before the killed worker's DIED (a word ignored meant no spare, DIED first and
-    a fresh worker after it). The first cell makes every later fork's first steps 0.3 s
-    longer, so the word surely comes during them. Bare kernel on a socketpair, the daemon's
-    part played here."""
+def test_a_keeper_told_of_a_kill_forks_its_spare_first(tmp_path):
+    """The daemon's SIGURG reaches a keeper in its first steps or its nap (blocked since before
+    its fork, waited for on a signalfd): it forks the spare at once, announced before the
+    killed worker's DIED (a word not heard meant no spare, DIED first and a fresh worker after
+    it). The word comes as soon as the next cell printed, right after the keeper announced
+    itself. Bare kernel on a socketpair, the daemon's part played here."""
     import array
     import signal
     import socket
@@ -694,7 +693,7 @@ def test_a_keeper_told_of_a_kill_while_it_starts_forks_its_spare(tmp_path):
         worker = _spawned(ours, 60)
         assert worker is not None
         pidfds.append(worker)
-        run(1, b"import os, time\nos.register_at_fork(after_in_child=lambda: time.sleep(0.3))")
+        run(1, b"x = 1")
         done = _word(ours, 60)
         assert done is not None and done[0] == 4 and done[1] & 128, done  # DONE, F_KEEPS
         ours.send(hdr.pack(12, 0, 0, 0, 0, 0, 0, 0))  # WIRE_KEEP
@@ -704,8 +703,7 @@ def test_a_keeper_told_of_a_kill_while_it_starts_forks_its_spare(tmp_path):
         pidfds.append(keeper)
         p.kill()  # the old holder, as the daemon kills it
         p.wait()
-        # The word and the kill once the cell runs, as the daemon's: the keeper is still in
-        # its after-fork steps.
+        # The word and the kill once the cell runs, as the daemon's.
         run(2, b"print('go')\nimport time; time.sleep(60)")
         import select
         assert select.select([pipes[-2]], [], [], 30)[0], "the cell never printed"
@@ -718,7 +716,7 @@ def test_a_keeper_told_of_a_kill_while_it_starts_forks_its_spare(tmp_path):
             pidfds.extend(w[2])
             if w[0] in (5, 6):  # WIRE_DIED, WIRE_SPAWNED
                 seen.append(w[0])
-        assert seen == [6, 5], "told of the kill while it started, the keeper forked no spare first: %r" % seen
+        assert seen == [6, 5], "told of the kill, the keeper forked no spare first: %r" % seen
     finally:
         _bare_kernel_stop(p, ours, pidfds)
         for fd in pipes:
@@ -947,17 +945,38 @@ def _mover_of(sb):
 
 
 @needs_keepers
-def test_a_cell_sent_while_its_keeper_is_moved_cannot_take_the_keeper_with_it():
+@pytest.mark.parametrize("leftovers", [None, "kill"])
+def test_a_cell_sent_while_its_keeper_is_moved_cannot_take_the_keeper_with_it(leftovers):
     """The next cell is sent as soon as the keeper of the state it starts from is announced,
     while the keeper's move out of the worker's cgroup is on its way. A kill of that cgroup
     meanwhile (here a timeout) must not reach the keeper: the worker dies at once and the
-    rest once the keeper is out. A worker that dies on its own meanwhile has its cgroup
-    retired once the keeper is out, not before. The daemon's mover is stopped to hold each
-    keeper in the cgroup, and let go a second later. Leftovers are killed in this sandbox, so
-    a cgroup retired too early would be swept with the keeper in it."""
-    import signal
-    with Sandbox(binary=SBX_BIN, leftovers="kill") as sb:
+    rest once the keeper is out. A worker that dies on its own meanwhile is told once the
+    keeper is out, so that the keeper is neither taken for the cell's leftover (listed,
+    killable) nor swept with a retired cgroup (leftovers killed). A keeper lost meanwhile
+    ends the killed cell all the same. The daemon's mover is stopped to hold each keeper in
+    the cgroup, and let go a second later."""
+    with Sandbox(binary=SBX_BIN, leftovers=leftovers) as sb:
         _keeper_kept_while_moved(sb)
+
+
+def _host_pid(nspid):
+    """The host pid of the sandbox's process nspid (its python3), None if there is none."""
+    mine = os.readlink("/proc/self/ns/pid")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.readlink("/proc/%s/ns/pid" % name) == mine:
+                continue
+            with open("/proc/%s/status" % name) as f:
+                ns = [line.split()[-1] for line in f if line.startswith("NSpid:")]
+            with open("/proc/%s/comm" % name) as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if ns and int(ns[0]) == nspid and comm == "python3":
+            return int(name)
+    return None
 
 
 def _keeper_kept_while_moved(sb):
@@ -972,6 +991,9 @@ def _keeper_kept_while_moved(sb):
         return timer
 
     try:
+        # The bash session that lists processes below is made now: its first worker's move
+        # would otherwise wait for the mover too.
+        assert sb.commands.run("true").exit_code == 0
         sb.run_code("x = 41")
         timer = hold_moves()
         assert sb.run_code("x = 42").error is None  # its keeper stays in the worker's cgroup
@@ -987,10 +1009,83 @@ def _keeper_kept_while_moved(sb):
         ex = sb.run_code("x = 0\nimport os\nos._exit(3)")
         assert ex.error is not None and ex.error.name == "CellDied" and ex.exit_code == 3, ex
         timer.join()
+        assert [p for p in sb.commands.list() if p.origin == "leftover"] == []
+        sb.commands.kill_leftovers()
         assert sb.run_code("x").text == "43"
         assert sb.run_code("x + 1").text == "44"
+        # The keeper killed from outside while a killed cell waits for it to be moved: the
+        # context is lost, and the cell is answered all the same, its child process killed.
+        w = int(sb.run_code("import os\nos.getpid()").text)
+        timer = hold_moves()
+        assert sb.run_code("x = 45").error is None
+        kids = sb.commands.run("ps -o pid=,stat= --ppid %d" % w).stdout.split("\n")
+        keeper = [int(k.split()[0]) for k in kids if k.strip() and k.split()[1][0] not in "TZ"]
+        assert len(keeper) == 1, kids
+        answer = {}
+        cell = threading.Thread(target=lambda: answer.setdefault("ex", sb.run_code(
+            "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sleep(30)", timeout=0.5)))
+        cell.start()
+        time.sleep(0.8)  # timed out, its kill waiting for the keeper's move
+        host = _host_pid(keeper[0])
+        assert host, keeper
+        os.kill(host, signal.SIGKILL)
+        cell.join(30)
+        assert not cell.is_alive(), "the killed cell was never answered"
+        assert answer["ex"].context_reset, answer["ex"]
+        timer.join()
+        assert "sleep 300" not in sb.commands.run("ps -eo args").stdout
+        assert sb.run_code("'x' in dir()").text == "False"
     finally:
         os.kill(mover, signal.SIGCONT)
+
+
+@needs_keepers
+def test_a_keeper_that_dies_before_it_says_so_is_a_reset_not_a_hang(sb):
+    """A keeper that dies before it announces itself (KEPT; here a cell had the kernel's
+    announce make it exit) leaves a worker that must not run a cell without a keeper the
+    daemon took: the worker goes too, and the context is told lost at the next cell, not left
+    waiting for a KEPT that never comes (every cell a timeout)."""
+    sb.run_code("x = 1")
+    cell = ("import sys, os\n"
+            "f = sys._getframe()\n"
+            "while 'announce_keeper' not in f.f_globals:\n"
+            "    f = f.f_back\n"
+            "f.f_globals['announce_keeper'] = lambda: os._exit(1)\n"
+            "del f")
+    assert sb.run_code(cell).error is None
+    ex = sb.run_code("'x' in dir()", timeout=10)
+    assert ex.error is None and ex.text == "False" and ex.context_reset, ex
+    assert sb.run_code("y = 2\ny").text == "2"
+
+
+def test_a_copy_of_a_cells_stdout_stays_writable_in_later_cells(sb):
+    """A cell may keep a copy of its fd 1 in the context (os.dup): the run's pipe then outlives
+    the cell, and what later cells write there goes to the sandbox's background log, not to
+    a closed pipe (EPIPE)."""
+    assert sb.run_code("import os\nfd = os.dup(1)").error is None
+    for _ in range(2):
+        ex = sb.run_code("os.write(fd, b'later\\n')")
+        assert ex.error is None and ex.text == "6", ex
+
+
+def test_a_cells_at_fork_hooks_do_not_run_for_sbxs_own_forks(sb):
+    """Cells run as in one process: sbx's forks (a keeper after a clean end, the next worker
+    after a killed cell) run none of Python's at-fork hooks, a cell's os.register_at_fork()
+    ones included, while a cell's own os.fork() still runs them."""
+    sb.run_code("import os\nseen = []\n"
+                "os.register_at_fork(before=lambda: seen.append('before'), "
+                "after_in_parent=lambda: seen.append('parent'), "
+                "after_in_child=lambda: open('/tmp/at-fork-child', 'a').write('child\\n'))")
+    for _ in range(3):
+        assert sb.run_code("x = 1").error is None
+    ex = sb.run_code("seen.append('lost')\nwhile True:\n    pass", timeout=0.5)
+    assert ex.error is not None and ex.error.name == "TimeoutError", ex.error
+    assert sb.run_code("x = 2").error is None
+    assert sb.run_code("seen").text == "[]"
+    assert sb.commands.run("cat /tmp/at-fork-child 2>/dev/null | wc -l").stdout.strip() == "0"
+    ex = sb.run_code("pid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nseen")
+    assert ex.text == "['before', 'parent']", ex
+    assert sb.commands.run("cat /tmp/at-fork-child").stdout == "child\n"
 
 
 def test_the_oom_killer_is_pointed_at_the_cell_not_the_context(sb):
