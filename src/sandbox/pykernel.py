@@ -1104,6 +1104,13 @@ def nap(me, started_r):
     fds = nap_fds
     fds[0].fd, fds[1].fd, fds[2].fd = sfd, me, started_r
     began, timeout = None, -1
+    # A wake-up's steps, taken once now, when the worker is idle or forking: the pages they
+    # write are copied now, not when the worker's next cell starts and wakes this process.
+    c_poll(fds, 3, 0)
+    if fds[0].revents or fds[1].revents or fds[2].revents:
+        pass
+    spare_ms = max(1, int(SPARE_AFTER * 1000 + 0.999))
+    time.monotonic()
     try:
         while sfd >= 0:
             n = c_poll(fds, 3, timeout)
@@ -1117,7 +1124,7 @@ def nap(me, started_r):
                 os.read(started_r, 64)
                 if began is None:
                     began = time.monotonic()
-                    timeout = max(1, int(SPARE_AFTER * 1000 + 0.999))
+                    timeout = spare_ms
     finally:
         if sfd >= 0:
             os.close(sfd)
