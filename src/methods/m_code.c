@@ -342,18 +342,19 @@ static void reapplied(void *ud, const SbxResult *res) {
 
 /* A context whose interpreter died (the state was lost) gets its cwd and env again, as made,
  * before the cells queued after this one. */
-static void context_reapply(Cell *c) {
+static bool context_reapply(Cell *c) {
         json_t *ctx = c->ssb->contexts ? json_object_get(c->ssb->contexts, c->id) : NULL;
         SbxRunOptions o = { 0 };
         char *cd = NULL;
         const char **envl = NULL;
         RpcError e;
         if (!ctx || context_runs(c->lang, ctx, &o, &cd, &envl, &e) < 0)
-                return;
-        (void)(c->lang != LANG_BASH ? sbx_session_run_code(c->s, &o, NULL, reapplied, NULL, NULL)
-                                    : sbx_session_run(c->s, &o, NULL, reapplied, NULL, NULL));
+                return false;
+        int r = c->lang != LANG_BASH ? sbx_session_run_code(c->s, &o, NULL, reapplied, NULL, NULL)
+                                     : sbx_session_run(c->s, &o, NULL, reapplied, NULL, NULL);
         free(cd);
         handler_env_free(envl);
+        return r >= 0;
 }
 
 static json_t *cell_context(const Cell *c) {
@@ -378,8 +379,8 @@ static void context_set_count(const Cell *c, const char *key) {
 static void context_reapply_once(Cell *c) {
         if (context_count(c, "appliedLosses") == sbx_session_losses(c->s))
                 return;
-        context_reapply(c);
-        context_set_count(c, "appliedLosses");
+        if (context_reapply(c))
+                context_set_count(c, "appliedLosses");
 }
 
 static void cell_done(void *ud, const SbxResult *res) {
@@ -444,14 +445,12 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
         /* Counted from what the context's cells told, not from now: a holder that died
          * between cells lost the state too, and the next cell says so (contextReset) after
          * the context's cwd and env are set again in the fresh interpreter. A context made
-         * (or remade) now starts from the session's count. A bash context's session can be
-         * deleted and made again through the sessions API (its count starts again): it counts
-         * from now, and says a loss in its own way (sessionReset). */
+         * (or remade) now starts from the session's count. */
         if (setup) {
                 context_set_count(c, "seenLosses");
                 context_set_count(c, "appliedLosses");
         }
-        c->losses = lang == LANG_BASH ? sbx_session_losses(s) : context_count(c, "seenLosses");
+        c->losses = context_count(c, "seenLosses");
         c->results = json_array();
         c->out = json_array();
         c->err = json_array();
@@ -477,6 +476,9 @@ static int start_cell(Req *r, Lang lang, const char *id, SbxSession *s, const Sb
         }
         int rr = lang != LANG_BASH ? sbx_session_run_code(s, o, cell_output, cell_done, c, &p->run)
                                    : sbx_session_run(s, o, cell_output, cell_done, c, &p->run);
+        /* Told by this cell: the cells queued after it run in the same fresh interpreter. */
+        if (rr >= 0 && !setup && c->losses != sbx_session_losses(s))
+                context_set_count(c, "seenLosses");
         if (rr < 0) {
                 json_decref(p->audit);
                 p->audit = NULL;

@@ -877,11 +877,14 @@ def recv_run():
             # this process for a RUN that never comes: this process goes, the holder until the
             # daemon takes a keeper, and the daemon tells the context lost.
             import select
+            poller = select.poll()
+            poller.register(SOCK_FD, select.POLLIN)
+            poller.register(keeper_unheard, select.POLLIN)
             try:
-                ready = select.select([sock, keeper_unheard], [], [])[0]
+                ready = dict(poller.poll())
             except InterruptedError:
                 continue
-            if sock not in ready:
+            if SOCK_FD not in ready:
                 os._exit(1)
         try:
             n, anc, flags, _ = sock.recvmsg_into([run_buf], socket.CMSG_SPACE(3 * 4), MSG_CMSG_CLOEXEC)
