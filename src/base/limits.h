@@ -81,6 +81,12 @@
  * SBX_KILL_LOOKS times (past that the notification has come). */
 #define SBX_KILL_LOOK_MS 1U
 #define SBX_KILL_LOOKS 25U
+/* A Python cell's RUN may reach its worker before the worker has named the keeper of the state
+ * the cell starts from (its fork, a millisecond or so): a kill of the cell waits for that
+ * name, since killing the worker before it would lose the context. A worker that has not
+ * named it this long after the kill (its fork refused over and over at a full process limit)
+ * is killed anyway, and the context is told lost. */
+#define SBX_KEPT_WAIT_MS 2000U
 /* The smallest limit: the kernel refuses a quota under 1 ms per period, and 1 ms of a
  * 100 ms period is 0.01 CPU. */
 #define SBX_MIN_CPU_MILLIS 10U

@@ -298,3 +298,40 @@ size_t msg_take_fds(struct msghdr *mh, int *fds, size_t max) {
         }
         return k;
 }
+
+pid_t pidfd_pid(int fd) {
+        char path[64], info[512];
+        snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+        if (read_file_at(AT_FDCWD, path, info, sizeof info) <= 0)
+                return 0;
+        const char *p = strstr(info, "\nPid:");
+        int pid;
+        return p && sscanf(p + 5, "%d", &pid) == 1 && pid > 0 ? (pid_t)pid : 0;
+}
+
+/* The last number of a status line ("PPid:", "NSpid:"), 0 if there is none. */
+static pid_t status_field(const char *text, const char *key) {
+        const char *p = strstr(text, key);
+        if (!p)
+                return 0;
+        p += strlen(key);
+        const char *end = strchr(p, '\n');
+        long v = 0;
+        for (const char *q = p; *q && q != end;) {
+                char *next;
+                long x = strtol(q, &next, 10);
+                if (next == q)
+                        break;
+                v = x;
+                q = next;
+        }
+        return v > 0 ? (pid_t)v : 0;
+}
+
+void proc_status_ids(pid_t pid, pid_t *ret_ppid, pid_t *ret_nspid) {
+        char path[64], text[2048];
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
+        *ret_ppid = n > 0 ? status_field(text, "\nPPid:") : 0;
+        *ret_nspid = n > 0 ? status_field(text, "\nNSpid:") : 0;
+}

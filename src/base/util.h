@@ -44,6 +44,11 @@ int write_file_at(int dirfd, const char *path, const char *s);
  * it has nothing now, or -errno (a terminal master's -EIO: every slave is closed). */
 ssize_t read_ready(int fd, void *buf, size_t len);
 ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
+/* The pid the pidfd fd refers to, as this process sees it (its fdinfo); 0 if unknown. */
+pid_t pidfd_pid(int fd);
+/* The parent of host pid and its pid in its own pid namespace (NSpid's last), from one read of
+ * its /proc status (the kernel formats the whole file for each read); 0s when it is gone. */
+void proc_status_ids(pid_t pid, pid_t *ret_ppid, pid_t *ret_nspid);
 /* Fills out with 2*nbytes random hex digits and a NUL. Returns 0 or -errno. */
 int random_hex(char *out, size_t nbytes);
 /* True when s matches ^[A-Za-z_][A-Za-z0-9_]*$. */

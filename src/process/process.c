@@ -782,20 +782,9 @@ int sbx_process_start(SbxSession *s, const SbxProcessOptions *o, SbxProcessStart
 
 /* The sandbox pid of a host pid, from its NSpid line (the last entry is the innermost). */
 static pid_t ns_pid_of(pid_t host) {
-        char path[64], buf[2048];
-        snprintf(path, sizeof path, "/proc/%d/status", (int)host);
-        if (read_file_at(AT_FDCWD, path, buf, sizeof buf) <= 0)
-                return 0;
-        const char *l = strstr(buf, "\nNSpid:");
-        if (!l)
-                return 0;
-        l += 7;
-        const char *end = strchr(l, '\n');
-        const char *last = NULL;
-        for (const char *q = l; *q && (!end || q < end); q++)
-                if ((*q >= '0' && *q <= '9') && (q == l || q[-1] == ' ' || q[-1] == '\t'))
-                        last = q;
-        return last ? (pid_t)atoi(last) : 0;
+        pid_t ppid, nspid;
+        proc_status_ids(host, &ppid, &nspid);
+        return nspid;
 }
 
 static int process_adopt_leftover(SandboxCore *core, const char *command, size_t command_len, int out_fd, int err_fd, int cg,

@@ -296,11 +296,9 @@ pid_t box_spawner_lost(BoxShared *s, uint64_t *ret_seq) {
 
 /* Whether pid is the daemon's child, not reaped yet (so its pid is no other process's). */
 static bool is_our_child(pid_t pid) {
-        char path[64], text[2048];
-        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
-        const char *pp = n > 0 ? strstr(text, "\nPPid:") : NULL;
-        return pp && atoi(pp + 6) == (int)getpid();
+        pid_t ppid, nspid;
+        proc_status_ids(pid, &ppid, &nspid);
+        return ppid == getpid();
 }
 
 static bool is_our_init(pid_t pid);
@@ -515,19 +513,9 @@ static int take_fd(int pidfd, int num, int *ret) {
  * the daemon has not reaped cannot be another process's, unless something reaped it behind the
  * daemon's back (SIGCHLD ignored: the kernel does then). */
 static bool is_our_init(pid_t pid) {
-        char path[64], text[2048];
-        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
-        const char *pp = n > 0 ? strstr(text, "\nPPid:") : NULL, *ns = n > 0 ? strstr(text, "\nNSpid:") : NULL;
-        if (!pp || !ns)
-                return false;
-        const char *end = strchr(ns + 1, '\n');
-        const char *last = end ? end : ns + strlen(ns);
-        while (last > ns && (last[-1] == ' ' || last[-1] == '\t'))
-                last--;
-        while (last > ns && last[-1] >= '0' && last[-1] <= '9')
-                last--;
-        return atoi(pp + 6) == (int)getpid() && atoi(last) == 1;
+        pid_t ppid, nspid;
+        proc_status_ids(pid, &ppid, &nspid);
+        return ppid == getpid() && nspid == 1;
 }
 
 int box_unpark(Box *b) {

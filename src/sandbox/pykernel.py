@@ -864,28 +864,12 @@ run_buf = None
 
 
 def recv_run():
-    """One RUN message and its three fds; exits when the daemon is gone, or when the keeper
-    this process forked last ends before the daemon sent a RUN (keeper_unheard)."""
-    global run_buf, keeper_unheard
+    """One RUN message and its three fds; exits when the daemon is gone."""
+    global run_buf
     if run_buf is None:
         import mmap
         run_buf = mmap.mmap(-1, MAX_MSG)
     while True:
-        if keeper_unheard >= 0:
-            # The keeper announces itself; one that dies before it does (killed from outside,
-            # a handler a cell left running in it) would leave the daemon waiting for KEPT and
-            # this process for a RUN that never comes: this process goes, the holder until the
-            # daemon takes a keeper, and the daemon tells the context lost.
-            import select
-            poller = select.poll()
-            poller.register(SOCK_FD, select.POLLIN)
-            poller.register(keeper_unheard, select.POLLIN)
-            try:
-                ready = dict(poller.poll())
-            except InterruptedError:
-                continue
-            if SOCK_FD not in ready:
-                os._exit(1)
         try:
             n, anc, flags, _ = sock.recvmsg_into([run_buf], socket.CMSG_SPACE(3 * 4), MSG_CMSG_CLOEXEC)
         except InterruptedError:
@@ -905,7 +889,6 @@ def recv_run():
             h = HDR.unpack_from(msg)
             # Addressed to another worker (one that died before reading it): not this one's.
             if h[0] == WIRE_RUN and HDR.size + h[3] + h[4] + h[5] == len(msg) and h[2] in (0, os.getpid()):
-                keeper_unheard = -1  # a RUN after KEEP: the daemon took the keeper
                 return h, msg, fds
         for fd in fds:
             os.close(fd)
@@ -1134,8 +1117,6 @@ def nap(me, started_r):
     return began
 
 
-# A pidfd of the keeper this worker forked last, until the daemon's next RUN shows it took it.
-keeper_unheard = -1
 # Pidfds of the keepers this worker forked that it has not reaped yet (the daemon kills each
 # once the next cell ended clean, or with the context): reaped by pidfd, never by a pid a
 # cell's own child could have by then.
@@ -1144,11 +1125,9 @@ keepers = []
 
 def forget_keepers():
     """In a fork: the keepers are its parent's, not its children."""
-    global keeper_unheard
     for fd in keepers:
         close_fd(fd)
     keepers.clear()
-    keeper_unheard = -1
 
 
 def fork_keeper():
@@ -1160,7 +1139,7 @@ def fork_keeper():
     gets a pidfd of this process made before the fork: this process may have run its next
     cell and ended before the keeper runs at all, and only a pidfd made before the end is
     told how it ended."""
-    global started_w, nap_fds, nap_sigs, keeper_unheard
+    global started_w, nap_fds, nap_sigs
     try:
         me = os.pidfd_open(os.getpid())
     except OSError:
@@ -1178,16 +1157,17 @@ def fork_keeper():
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
     pid = fork(how=raw_fork)
     if pid == 0:
-        announce_keeper()
         raise BecameKeeper(me, r, w, nap(me, r))
+    # Named to the daemon (KEPT) before this process reads anything more: the next cell's RUN
+    # may be on the socket already, sent at the answer, and the daemon holds a kill of that
+    # cell until it knows the keeper. Out of fds (a cell's doing), or the socket gone: without
+    # a keeper the daemon took this process must not run a cell, and it goes (the holder until
+    # then: the context is told lost).
     try:
         pfd = os.pidfd_open(pid)
+        send_fd(WIRE_KEPT, pfd)
     except OSError:
-        # Out of fds (a cell's doing): the keeper could not be watched until the daemon takes
-        # it (recv_run()), nor reaped; nor can the next cell run without a keeper the daemon
-        # took, so this process goes (the holder until then: the context is told lost).
         os._exit(1)
-    keeper_unheard = pfd
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(me)
     os.close(r)
@@ -1201,24 +1181,6 @@ def fork_keeper():
         keepers.remove(fd)
         close_fd(fd)
     keepers.append(pfd)
-
-
-def announce_keeper():
-    """A keeper says it is one (KEPT, with a pidfd of itself), not its worker: the worker goes
-    on at once to its next cell, and the daemon, woken by this process, runs where this
-    process then sleeps (nap()), not where the worker runs. Without a keeper the daemon took,
-    the worker must not run a cell: it goes with this process (here, or in recv_run() when
-    this process dies first), and the daemon, which hears of its end, tells the context
-    lost."""
-    try:
-        fd = os.pidfd_open(os.getpid())
-        send_fd(WIRE_KEPT, fd)
-        os.close(fd)
-    except OSError:
-        try:
-            os.kill(os.getppid(), signal.SIGKILL)
-        finally:
-            os._exit(1)
 
 
 def await_moved():

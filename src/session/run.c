@@ -434,6 +434,11 @@ static void run_empty_look(Watch *w, uint32_t events) {
                 run_finish(r);
                 return;
         }
+        /* Nothing was killed yet (the worker names its keeper first): the looks start after. */
+        if (session_kill_waits(r->s)) {
+                (void)timerfd_arm_ms(r->timer_fd, SBX_KILL_LOOK_MS);
+                return;
+        }
         if (++r->empty_looks < SBX_KILL_LOOKS)
                 (void)timerfd_arm_ms(r->timer_fd, SBX_KILL_LOOK_MS);
         else
@@ -787,7 +792,7 @@ static void pump(SbxSession *s) {
                 session_rehire(s);
                 session_hurry_retire(s);
         }
-        if (!r || r->sent || !session_idle(s))
+        if (!r || r->sent || !session_can_send(s))
                 return;
         int rr = run_send(s, r);
         if (rr < 0) {

@@ -12,6 +12,9 @@
  *                                             clean end: its fork, the keeper, is the new
  *                                             holder, moved out of the worker's cgroup while
  *                                             the next cell may run already)
+ *   LEAVING --run--> RUNNING --KEPT--> RUNNING (the same, the next cell sent before the worker
+ *                                             named its keeper: it names it before it reads
+ *                                             the cell, and a kill of the cell waits for it)
  *   RUNNING --DIED--> WAIT_READY        (worker died on its own; holder forks a new one)
  *   RUNNING --timeout/cancel--> KILLING --DIED--> WAIT_READY
  *   RUNNING --DETACHED--> KILLING --DIED--> WAIT_READY   (a process of its own runs the command)
@@ -35,6 +38,7 @@
 #include <sys/pidfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include "base/limits.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "cgroup/mover.h"
@@ -62,48 +66,6 @@ static void set_holder(SbxSession *s, pid_t pid) { set_holder_fd(s, pid, -1); }
 static void stale_keeper_kill(SbxSession *s) {
         pidfd_sigkill(s->stale_keeper_pidfd);
         s->stale_keeper_pidfd = safe_close(s->stale_keeper_pidfd);
-}
-
-/* The pid a pidfd refers to, as the daemon sees it; 0 if unknown. */
-static pid_t pidfd_pid(int fd) {
-        char path[64], info[512];
-        snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
-        if (read_file_at(AT_FDCWD, path, info, sizeof info) <= 0)
-                return 0;
-        const char *p = strstr(info, "\nPid:");
-        int pid;
-        return p && sscanf(p + 5, "%d", &pid) == 1 && pid > 0 ? (pid_t)pid : 0;
-}
-
-/* A field of a /proc/<pid>/status text ("PPid:", "NSpid:"): its last number, 0 if unknown.
- * NSpid's last is the pid in the sandbox's own pid namespace. */
-static pid_t status_field(const char *text, const char *key) {
-        const char *p = strstr(text, key);
-        if (!p)
-                return 0;
-        p += strlen(key);
-        const char *end = strchr(p, '\n');
-        long v = 0;
-        for (const char *q = p; *q && q != end;) {
-                char *next;
-                long x = strtol(q, &next, 10);
-                if (next == q)
-                        break;
-                v = x;
-                q = next;
-        }
-        return v > 0 ? (pid_t)v : 0;
-}
-
-/* The parent and the pid in the sandbox's namespace of pid, from one read of its status (the
- * kernel formats the whole file for each read: one per worker, not one per field). 0s when it
- * is gone. */
-static void status_ids(pid_t pid, pid_t *ret_ppid, pid_t *ret_nspid) {
-        char path[64], text[2048];
-        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-        ssize_t n = read_file_at(AT_FDCWD, path, text, sizeof text);
-        *ret_ppid = n > 0 ? status_field(text, "PPid:") : 0;
-        *ret_nspid = n > 0 ? status_field(text, "NSpid:") : 0;
 }
 
 static void forget_worker(SbxSession *s) {
@@ -237,7 +199,7 @@ static void on_spawned(SbxSession *s, int fd) {
         SandboxCore *core = s->core;
         pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0;
         if (pid)
-                status_ids(pid, &ppid, &nspid);
+                proc_status_ids(pid, &ppid, &nspid);
         /* Only a live child of the holder: the holder's word names the process the daemon then
          * moves, sends commands to, or kills, and code can run in the holder (a Python thread a
          * cell started lives on in it). */
@@ -342,6 +304,12 @@ static void contained(void *ud, int r) {
         worker_idle(s);
 }
 
+/* A worker told KEEP once its leave() ran (the old holder stopped, the spare gone), its
+ * cgroup given back by the ended run. */
+static bool keeper_pending(const SbxSession *s) {
+        return s->state == SS_LEAVING && s->keeping && !s->leave_pending && s->leaving_cg >= 0 && s->holder_pidfd >= 0;
+}
+
 static void left(void *ud, int r);
 static void leave(SbxSession *s);
 static void leave_deferred(void *data);
@@ -433,8 +401,12 @@ static void leave(SbxSession *s) {
         s->old_holder_pidfd = safe_close(s->old_holder_pidfd);
         if (s->state == SS_LEAVING && !s->keeping)
                 oom_prefer(s, s->holder_pid, false);
-        if (s->state != SS_LEAVING || s->move_id || s->keeping)
+        if (s->state != SS_LEAVING || s->move_id || s->keeping) {
+                /* A cell that came before this ran goes now. */
+                if (keeper_pending(s) && (s->current || s->queue))
+                        s->hooks->idle(s);
                 return;
+        }
         pid_t pid = s->holder_pid;
         _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&core->box.cg); /* the mover keeps a dup */
         int dirs[2] = { init_cg, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
@@ -479,24 +451,28 @@ static void left(void *ud, int r) {
 
 static void keeper_out(void *ud, int r);
 
-/* The worker stayed (KEEP), and the child of it that keeps the state the command left says so
- * (or the worker names it): that keeper is the holder from now on, and is moved out of the
- * command's cgroup, which stays the worker's; the worker is idle at once. Anything else the
- * worker says here (not a live child of it, no cgroup to keep) leaves a worker nobody can
- * trust to be the holder: it is killed, and the session with it. */
+static void kill_waited(SbxSession *s);
+
+/* The worker stayed (KEEP) and names the child of it that keeps the state the command left:
+ * that keeper is the holder from now on, and is moved out of the command's cgroup, which
+ * stays the worker's; the worker is idle at once, or runs the next cell already
+ * (kept_pending), whose kill may have waited for this. Anything else the worker says here
+ * (not a live child of it, no cgroup to keep) leaves a worker nobody can trust to be the
+ * holder: it is killed, and the session with it. */
 static void on_kept(SbxSession *s, int fd, pid_t sender) {
         SandboxCore *core = s->core;
         pid_t pid = pidfd_pid(fd), ppid = 0, nspid = 0;
         if (pid)
-                status_ids(pid, &ppid, &nspid);
+                proc_status_ids(pid, &ppid, &nspid);
         /* Only the worker's own live child, not pid 1: what is named is killed when refused,
          * moved when taken, and code can run in a holder (a thread a cell started). */
         bool child = pid && !pidfd_is_dead(fd) && ppid == s->holder_pid && pid != core->box.init_pid;
-        /* Said by the worker told KEEP, or by its child the keeper, naming itself. */
-        bool waited = s->state == SS_LEAVING && s->keeping && (sender == s->holder_pid || (sender == pid && child));
+        /* Said by the worker told KEEP (the holder until then). */
+        bool pending = s->kept_pending;
+        bool waited = (s->state == SS_LEAVING || pending) && s->keeping && sender == s->holder_pid;
         if (waited)
                 stale_keeper_kill(s);
-        if (!waited || !child || s->leaving_cg < 0) {
+        if (!waited || !child || (s->leaving_cg < 0 && !pending)) {
                 if (waited) {
                         log_warn("session %s: the worker's keeper %d is not one (parent %d): the context is lost", s->name,
                                  (int)pid, (int)ppid);
@@ -504,8 +480,8 @@ static void on_kept(SbxSession *s, int fd, pid_t sender) {
                 }
                 log_debug("session %s: KEPT %d refused in state %d", s->name, (int)pid, (int)s->state);
                 /* A keeper nobody takes must not stay (it would read the session socket as a
-                 * holder): killed if it is one, said by the worker or by itself. */
-                if (child && (sender == s->holder_pid || sender == pid))
+                 * holder): killed if it is one. */
+                if (child && sender == s->holder_pid)
                         pidfd_sigkill(fd);
                 close(fd);
                 return;
@@ -517,10 +493,13 @@ static void on_kept(SbxSession *s, int fd, pid_t sender) {
         s->worker_pidfd = TAKE_FD(s->holder_pidfd);
         s->spawned_pid = wpid;
         s->keeping = false;
+        s->kept_pending = false;
         set_holder_fd(s, pid, fd);
         oom_prefer(s, pid, false);
-        s->cg = TAKE_FD(s->leaving_cg);
-        memcpy(s->cg_name, s->leaving_name, sizeof s->cg_name);
+        if (!pending) {
+                s->cg = TAKE_FD(s->leaving_cg);
+                memcpy(s->cg_name, s->leaving_name, sizeof s->cg_name);
+        }
         _cleanup_close_ int init_cg = cgroup_sandbox_open_init(&core->box.cg); /* the mover keeps a dup */
         int dirs[2] = { init_cg, core->box.cg.v1_pids_cmds >= 0 ? core->box.cg.v1_pids : -1 };
         int64_t id = init_cg < 0 ? init_cg : mover_move(core->mover, pid, dirs, dirs[1] >= 0 ? 2 : 1, keeper_out, s);
@@ -536,23 +515,66 @@ static void on_kept(SbxSession *s, int fd, pid_t sender) {
                         session_lose(s);
                         return;
                 }
-                worker_idle(s);
+                if (pending)
+                        kill_waited(s);
+                else
+                        worker_idle(s);
                 return;
         }
-        /* The next cell goes at once, the keeper still in the worker's cgroup: what would reach
-         * it there meanwhile waits for the move (keeper_out()). */
+        /* The next cell goes at once (or went), the keeper still in the worker's cgroup: what
+         * would reach it there meanwhile waits for the move (keeper_out()). */
         s->keeper_move_id = id;
         memcpy(s->keeper_in, s->cg_name, sizeof s->keeper_in);
-        worker_idle(s);
+        if (pending)
+                kill_waited(s);
+        else
+                worker_idle(s);
+}
+
+/* The kill of a cell sent before its worker named its keeper, asked for meanwhile: the worker
+ * named it (or is killed with it: the context is lost then). */
+static void kill_waited(SbxSession *s) {
+        if (s->kill_waits_urg) {
+                s->kill_waits_urg = false;
+                if (s->holder_pidfd >= 0)
+                        (void)pidfd_send_signal(s->holder_pidfd, SIGURG, NULL, 0);
+        }
+        if (s->kill_waits_cg >= 0) {
+                _cleanup_close_ int cg = TAKE_FD(s->kill_waits_cg);
+                session_kill_cgroup(s, cg, s->cg_name);
+        }
+}
+
+bool session_kill_waits(SbxSession *s) {
+        if (!s->kept_pending || s->kill_waits_cg < 0)
+                return false;
+        if (now_ns() - s->kill_waits_ns < SBX_KEPT_WAIT_MS * 1000000ULL)
+                return true;
+        log_warn("session %s: the worker did not name its keeper within %u ms of its cell's kill: the context is lost",
+                 s->name, SBX_KEPT_WAIT_MS);
+        (void)cgroup_kill(s->kill_waits_cg);
+        session_lose(s); /* told now, not after the killed cell's answer */
+        return false;
 }
 
 bool session_keeper_in(const SbxSession *s, const char *name) {
-        return s->keeper_move_id && strcmp(s->keeper_in, name) == 0;
+        return (s->keeper_move_id || s->kept_pending) && strcmp(s->keeper_in, name) == 0;
 }
 
 bool session_end_pending(const SbxSession *s) { return s->died_deferred; }
 
 void session_kill_cgroup(SbxSession *s, int cg, const char *name) {
+        if (s->kept_pending && strcmp(s->keeper_in, name) == 0) {
+                /* The worker has not named its keeper: killed now, it would take the context
+                 * with it. It names it before it reads the cell (on_kept(), kill_waited()). */
+                if (s->kill_waits_cg < 0) {
+                        s->kill_waits_cg = fcntl(cg, F_DUPFD_CLOEXEC, 3);
+                        s->kill_waits_ns = now_ns();
+                }
+                if (s->kill_waits_cg < 0)
+                        (void)cgroup_kill(cg); /* out of fds: the context rather than the kill */
+                return;
+        }
         if (!session_keeper_in(s, name)) {
                 (void)cgroup_kill(cg);
                 return;
@@ -849,7 +871,8 @@ void session_close_shell(SbxSession *s) {
                 (void)cgroup_kill(s->keeper_kill_cg);
         s->keeper_kill_cg = safe_close(s->keeper_kill_cg);
         s->died_deferred = false;
-        s->keeping = s->leave_pending = false;
+        s->keeping = s->leave_pending = s->kept_pending = s->kill_waits_urg = false;
+        s->kill_waits_cg = safe_close(s->kill_waits_cg);
         if (s->keeper_cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
         s->spare_promoted = false;
@@ -916,7 +939,7 @@ void session_init(SbxSession *s, SbxSandbox *sb, SandboxCore *core, const Sessio
         s->hooks = hooks;
         s->sock = s->holder_pidfd = s->cg = s->worker_pidfd = s->run_cg = s->leaving_cg = -1;
         s->spare_pidfd = s->spare_cg = s->old_holder_pidfd = s->stale_keeper_pidfd = s->early_fd = s->keeper_cg = -1;
-        s->keeper_kill_cg = -1;
+        s->keeper_kill_cg = s->kill_waits_cg = -1;
 }
 
 int session_park(SbxSession *s) {
@@ -974,6 +997,8 @@ int session_unpark(SbxSession *s) {
 
 bool session_idle(const SbxSession *s) { return s->state == SS_IDLE; }
 
+bool session_can_send(const SbxSession *s) { return s->state == SS_IDLE || keeper_pending(s); }
+
 bool session_awaiting_worker(const SbxSession *s) {
         return s->state == SS_WAIT_READY || s->state == SS_CONTAINING || s->state == SS_LEAVING ||
                s->state == SS_RETIRING || s->state == SS_RETIRED;
@@ -987,6 +1012,11 @@ bool session_awaiting_worker(const SbxSession *s) {
  * not count. bash holders are not told: a session's own `trap ... URG` would run. */
 void session_mark_killing(SbxSession *s) {
         s->state = SS_KILLING;
+        if (s->kept_pending) {
+                /* The holder is still the worker: its keeper is told once named. */
+                s->kill_waits_urg = true;
+                return;
+        }
         if (s->shell == SBX_SHELL_PYTHON && s->holder_pidfd >= 0)
                 (void)pidfd_send_signal(s->holder_pidfd, SIGURG, NULL, 0);
 }
@@ -995,7 +1025,8 @@ bool session_leaving(const SbxSession *s) { return s->state == SS_LEAVING; }
 
 int session_send_run(SbxSession *s, const WireHdr *h, const struct iovec parts[3], const int fds[3],
                      int *ret_cg, char *ret_cg_name) {
-        if (s->state != SS_IDLE)
+        bool pending = keeper_pending(s);
+        if (s->state != SS_IDLE && !pending)
                 return -EAGAIN;
         /* Addressed to the worker (its pid in the sandbox): a RUN that no worker took (its
          * worker died before reading it) must not run later in another. */
@@ -1016,6 +1047,18 @@ int session_send_run(SbxSession *s, const WireHdr *h, const struct iovec parts[3
                 return negerrno();
         s->sent_seq = h->seq;
         s->sent_nonce = h->nonce;
+        if (pending) {
+                /* The worker, still the holder here, runs it once it named its keeper, which
+                 * is in the cgroup until moved out (on_kept()). */
+                s->cg = TAKE_FD(s->leaving_cg);
+                memcpy(s->cg_name, s->leaving_name, sizeof s->cg_name);
+                memcpy(s->keeper_in, s->cg_name, sizeof s->keeper_in);
+                s->worker_pid = s->holder_pid;
+                s->kept_pending = true;
+                /* The answer was read and this cell sent: the old holder's exit now runs
+                 * while the worker forks, on the CPU the answer's reader and the loop left. */
+                stale_keeper_kill(s);
+        }
         s->run_cg = s->cg;
         *ret_cg = TAKE_FD(s->cg);
         memcpy(ret_cg_name, s->cg_name, sizeof s->cg_name);

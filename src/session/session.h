@@ -79,6 +79,14 @@ struct SbxSession {
          * told KEEP, it is not moved out; its KEPT makes its child, the keeper, the holder. */
         bool keeping;
         bool leave_pending;  /* leave() is deferred and has not run yet */
+        /* The next cell's RUN went to a worker told KEEP before its KEPT came (RUNNING or
+         * KILLING): the worker names its keeper before it reads the RUN, and a kill of that
+         * cell waits for the name (kill_waits_cg, a dup of the cell's cgroup, and
+         * kill_waits_urg, the holder's SIGURG), up to SBX_KEPT_WAIT_MS from kill_waits_ns. */
+        bool kept_pending;
+        bool kill_waits_urg;
+        int kill_waits_cg;
+        uint64_t kill_waits_ns;
         /* After KEPT: the keeper's move out of the worker's cgroup (keeper_in, by name), while
          * the worker is idle or runs the next cell already. What would reach the keeper
          * there waits for the move (keeper_out()): */
@@ -156,11 +164,18 @@ void session_rehire(SbxSession *s);
 void session_hurry_retire(SbxSession *s);
 /* Whether a worker is idle, waiting for a run. */
 bool session_idle(const SbxSession *s);
+/* Whether a RUN may be sent now: the worker is idle, or it is a Python worker told KEEP after
+ * a clean end, which names its keeper before it reads the RUN (kept_pending). */
+bool session_can_send(const SbxSession *s);
+/* Whether the kill of the running cell waits for its worker to name its keeper. After
+ * SBX_KEPT_WAIT_MS it no longer does: the worker and the cell's cgroup are killed, and the
+ * context is lost (the loss is heard from the loop). */
+bool session_kill_waits(SbxSession *s);
 /* Whether the session waits for its holder to fork a worker. */
 bool session_awaiting_worker(const SbxSession *s);
-/* Sends a RUN message with its three fds (stdin, stdout, stderr) to the idle worker, whose
- * cgroup goes to the caller (ret_cg, name in ret_cg_name[24]). Returns 0 (state RUNNING) or
- * -errno. */
+/* Sends a RUN message with its three fds (stdin, stdout, stderr) to the idle worker (see
+ * session_can_send()), whose cgroup goes to the caller (ret_cg, name in ret_cg_name[24]).
+ * Returns 0 (state RUNNING) or -errno. */
 int session_send_run(SbxSession *s, const WireHdr *h, const struct iovec parts[3], const int fds[3],
                      int *ret_cg, char *ret_cg_name);
 /* The sent command is being killed: its worker's DONE no longer counts. */
@@ -172,7 +187,8 @@ bool session_leaving(const SbxSession *s);
  * move out is on its way while the next cell may already run). */
 bool session_keeper_in(const SbxSession *s, const char *name);
 /* Kills what a running command's cgroup (cg, named name) holds: at once, or, while the keeper
- * is still in it, the worker now and the rest once the keeper is out. */
+ * is still in it, the worker now and the rest once the keeper is out; before the worker named
+ * its keeper, all of it once it has (session_kill_waits()). */
 void session_kill_cgroup(SbxSession *s, int cg, const char *name);
 /* Whether the sent command's worker died and its end waits to be told (the keeper's move). */
 bool session_end_pending(const SbxSession *s);

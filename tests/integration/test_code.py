@@ -1040,23 +1040,79 @@ def _keeper_kept_while_moved(sb):
 
 
 @needs_keepers
-def test_a_keeper_that_dies_before_it_says_so_is_a_reset_not_a_hang(sb):
-    """A keeper that dies before it announces itself (KEPT; here a cell had the kernel's
-    announce make it exit) leaves a worker that must not run a cell without a keeper the
-    daemon took: the worker goes too, and the context is told lost at the next cell, not left
-    waiting for a KEPT that never comes (every cell a timeout)."""
+def test_a_keeper_that_dies_at_once_is_a_reset_not_a_hang(sb):
+    """A keeper that dies right after its fork (here a cell had the kernel's keeper exit in
+    its first step), before or after its worker named it (KEPT), leaves a worker that must
+    not run on without it: the context is told lost at the next cell, not left waiting for
+    a keeper that never comes (every cell a timeout)."""
     sb.run_code("x = 1")
     cell = ("import sys, os\n"
             "f = sys._getframe()\n"
-            "while 'announce_keeper' not in f.f_globals:\n"
+            "while 'nap' not in f.f_globals:\n"
             "    f = f.f_back\n"
-            "f.f_globals['announce_keeper'] = lambda: os._exit(1)\n"
+            "f.f_globals['nap'] = lambda *args: os._exit(1)\n"
             "del f")
     assert sb.run_code(cell).error is None
+    # Sent before the loss was known, the cell is lost with the context, and says so; sent
+    # after, it runs in a fresh one, and says so too.
     ex = sb.run_code("'x' in dir()", timeout=10)
-    assert ex.error is None and ex.text == "False" and ex.context_reset, ex
+    assert ex.context_reset and (ex.error is None and ex.text == "False" or ex.error.name == "ContextReset"), ex
+    assert sb.run_code("'x' in dir()").text == "False"
     assert sb.run_code("y = 2\ny").text == "2"
 
+
+# A cell after which its worker names its keeper (KEPT) slow_kept seconds late, slow_kept being
+# a variable of the context: the next cell's RUN, sent with the answer, then reaches a worker
+# that has not named its keeper yet.
+SLOW_KEPT = ("import sys, time\n"
+             "f = sys._getframe()\n"
+             "while 'send_fd' not in f.f_globals:\n"
+             "    f = f.f_back\n"
+             "g = f.f_globals\n"
+             "def slow_send_fd(kind, fd, _send=g['send_fd'], _kept=g['WIRE_KEPT'], _ns=globals()):\n"
+             "    if kind == _kept:\n"
+             "        time.sleep(_ns.get('slow_kept', 0))\n"
+             "    _send(kind, fd)\n"
+             "g['send_fd'] = slow_send_fd\n"
+             "del f, g")
+
+
+@needs_keepers
+@pytest.mark.parametrize("how", ["timeout", "cancel"])
+def test_a_cell_killed_before_its_worker_names_its_keeper_keeps_the_context(sb, how):
+    """The next cell goes to a worker told to stay as soon as the last cell's answer is out,
+    before the worker has named the keeper of the state it starts from; the worker names it
+    before it reads the cell. A kill of that cell meanwhile (a timeout, a cancel) waits for
+    the name: killed before it, the worker would take the context with it."""
+    assert sb.run_code("data = [1, 2, 3]\n" + SLOW_KEPT).error is None
+    assert sb.run_code("x = 1\nslow_kept = 0.8").error is None  # its worker's KEPT is 0.8 s late
+    cell = "data.append(4)\nwhile True:\n    pass"
+    if how == "timeout":
+        ex = sb.run_code(cell, timeout=0.2)
+        assert ex.error is not None and ex.error.name == "TimeoutError", ex.error
+    else:
+        h = sb.start_code(cell, timeout=30)
+        time.sleep(0.2)
+        h.cancel()
+        ex = h.wait(30)
+        assert ex.error is not None and ex.error.name == "CancelledError", ex.error
+    ex = sb.run_code("slow_kept = 0\ndata, x")
+    assert ex.error is None and ex.text == "([1, 2, 3], 1)" and not ex.context_reset, ex
+
+
+@needs_keepers
+def test_a_worker_that_never_names_its_keeper_is_killed_with_the_cell(sb):
+    """A worker that does not name its keeper (here it sleeps 60 s first) does not make a
+    killed cell wait for ever: after SBX_KEPT_WAIT_MS (2 s) the worker is killed with the
+    cell, and the next cell is told the context was reset."""
+    assert sb.run_code("x = 1\n" + SLOW_KEPT).error is None
+    assert sb.run_code("slow_kept = 60").error is None
+    began = time.monotonic()
+    ex = sb.run_code("z = 3", timeout=0.2)
+    assert time.monotonic() - began < 30, "the kill waited for a KEPT that never came"
+    assert ex.error is not None and ex.error.name == "ContextReset" and ex.context_reset, ex
+    ex = sb.run_code("'x' in dir()")
+    assert ex.error is None and ex.text == "False", ex
 
 def test_a_copy_of_a_cells_stdout_stays_writable_in_later_cells(sb):
     """A cell may keep a copy of its fd 1 in the context (os.dup): the run's pipe then outlives
