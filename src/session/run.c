@@ -426,6 +426,8 @@ static void run_cgroup_event(Watch *w, uint32_t events) {
                 run_finish(r);
 }
 
+static void run_unstarve(SbxRun *r);
+
 static void run_empty_look(Watch *w, uint32_t events) {
         SbxRun *r = w->data;
         uint64_t x;
@@ -434,8 +436,15 @@ static void run_empty_look(Watch *w, uint32_t events) {
                 run_finish(r);
                 return;
         }
-        /* Nothing was killed yet (the worker names its keeper first): the looks start after. */
-        if (session_kill_waits(r->s)) {
+        /* Nothing was killed yet (the worker names its keeper first): the looks start after.
+         * A worker that takes this long is most likely refused its fork at the process limit,
+         * which what earlier commands left holds: they go, once, as for a run no worker took. */
+        uint64_t waited = 0;
+        if (session_kill_waits(r->s, &waited)) {
+                if (!r->kept_unstarved && waited >= SBX_KEPT_WAIT_MS / 2 * 1000000ULL) {
+                        r->kept_unstarved = true;
+                        run_unstarve(r);
+                }
                 (void)timerfd_arm_ms(r->timer_fd, SBX_KILL_LOOK_MS);
                 return;
         }
@@ -598,8 +607,9 @@ static void run_timer_event(Watch *w, uint32_t events) {
                 return;
         }
         /* The first look only takes the count: a run over in less than SBX_PIDS_CHECK_MS (most
-         * are) never reads it, and a limit still refusing forks shows on the next look. */
-        if (r->pids_watched && pids_refusing(r, false)) {
+         * are) never reads it, and a limit still refusing forks shows on the next look. Before
+         * the worker named its keeper, refusals are its fork's, not the cell's. */
+        if (r->pids_watched && !session_kept_pending(r->s) && pids_refusing(r, false)) {
                 run_pids_limit(r);
                 return;
         }

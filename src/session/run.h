@@ -45,6 +45,7 @@ struct SbxRun {
         uint32_t wire_flags; /* WIRE_F_DUMP, WIRE_F_RESTORE or RUN_BARRIER */
         uint32_t killed_procs; /* in its cgroup when run_kill() killed it */
         unsigned empty_looks; /* after the kill: cgroup.events read without its notification */
+        bool kept_unstarved;  /* the kill waited for KEPT half SBX_KEPT_WAIT_MS: leftovers killed */
         int exit_code;
         SbxErrorClass error_class;
         /* Redaction (a caller run of a sandbox that redacts): each stream's redactor state,

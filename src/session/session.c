@@ -531,8 +531,7 @@ static void on_kept(SbxSession *s, int fd, pid_t sender) {
                 worker_idle(s);
 }
 
-/* The kill of a cell sent before its worker named its keeper, asked for meanwhile: the worker
- * named it (or is killed with it: the context is lost then). */
+/* The kill of a cell asked for before its worker named its keeper, which it has now. */
 static void kill_waited(SbxSession *s) {
         if (s->kill_waits_urg) {
                 s->kill_waits_urg = false;
@@ -545,10 +544,15 @@ static void kill_waited(SbxSession *s) {
         }
 }
 
-bool session_kill_waits(SbxSession *s) {
+bool session_kept_pending(const SbxSession *s) { return s->kept_pending; }
+
+bool session_kill_waits(SbxSession *s, uint64_t *ret_waited_ns) {
         if (!s->kept_pending || s->kill_waits_cg < 0)
                 return false;
-        if (now_ns() - s->kill_waits_ns < SBX_KEPT_WAIT_MS * 1000000ULL)
+        uint64_t waited = now_ns() - s->kill_waits_ns;
+        if (ret_waited_ns)
+                *ret_waited_ns = waited;
+        if (waited < SBX_KEPT_WAIT_MS * 1000000ULL)
                 return true;
         log_warn("session %s: the worker did not name its keeper within %u ms of its cell's kill: the context is lost",
                  s->name, SBX_KEPT_WAIT_MS);
@@ -767,7 +771,8 @@ static void on_message(SbxSession *s, const WireHdr *h, pid_t pid) {
         case WIRE_DONE:
                 /* Stale (a worker we killed) or forged (written by the command itself) unless
                  * it comes from the worker and echoes the run's nonce. */
-                if (s->state == SS_RUNNING && pid == s->worker_pid && h->seq == s->sent_seq && h->nonce == s->sent_nonce)
+                if (s->state == SS_RUNNING && !s->kept_pending && pid == s->worker_pid && h->seq == s->sent_seq &&
+                    h->nonce == s->sent_nonce)
                         on_done(s, pid, h->status, h->flags);
                 else
                         log_debug("session %s: DONE from %d refused: state %d worker %d seq %u/%u", s->name, (int)pid,
@@ -872,6 +877,9 @@ void session_close_shell(SbxSession *s) {
         s->keeper_kill_cg = safe_close(s->keeper_kill_cg);
         s->died_deferred = false;
         s->keeping = s->leave_pending = s->kept_pending = s->kill_waits_urg = false;
+        /* A kill that waited for KEPT: the cell's run ends when its cgroup is empty. */
+        if (s->kill_waits_cg >= 0)
+                (void)cgroup_kill(s->kill_waits_cg);
         s->kill_waits_cg = safe_close(s->kill_waits_cg);
         if (s->keeper_cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);

@@ -167,10 +167,11 @@ bool session_idle(const SbxSession *s);
 /* Whether a RUN may be sent now: the worker is idle, or it is a Python worker told KEEP after
  * a clean end, which names its keeper before it reads the RUN (kept_pending). */
 bool session_can_send(const SbxSession *s);
-/* Whether the kill of the running cell waits for its worker to name its keeper. After
- * SBX_KEPT_WAIT_MS it no longer does: the worker and the cell's cgroup are killed, and the
- * context is lost (the loss is heard from the loop). */
-bool session_kill_waits(SbxSession *s);
+/* Whether the kill of the running cell waits for its worker to name its keeper (how long in
+ * ret_waited_ns). After SBX_KEPT_WAIT_MS it no longer does: the cell's cgroup is killed and
+ * the context lost, told now. */
+bool session_kill_waits(SbxSession *s, uint64_t *ret_waited_ns);
+bool session_kept_pending(const SbxSession *s); /* the running cell went before KEPT */
 /* Whether the session waits for its holder to fork a worker. */
 bool session_awaiting_worker(const SbxSession *s);
 /* Sends a RUN message with its three fds (stdin, stdout, stderr) to the idle worker (see
