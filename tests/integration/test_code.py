@@ -1101,6 +1101,29 @@ def test_a_cell_killed_before_its_worker_names_its_keeper_keeps_the_context(sb, 
 
 
 @needs_keepers
+def test_a_keeper_fork_refused_at_the_process_limit_keeps_the_context_of_a_killed_cell():
+    """A worker whose fork of its keeper is refused (what a shell command left running holds
+    the sandbox's process limit) retries it. The next cell, sent meanwhile, is killed at its
+    timeout; that kill waits for the keeper, and halfway through that wait what earlier
+    commands left is killed, as for a run no worker took: the fork then goes through and the
+    context is kept, not lost."""
+    with Sandbox(binary=SBX_BIN, limits={"pids": 48}) as sb:
+        assert sb.run_code("x = 1").error is None
+        # One sleep left running per command, until a command's fork is refused: the limit's
+        # share for commands is then held.
+        for _ in range(60):
+            cp = sb.commands.run("sleep 1000 2>/dev/null &", timeout=20)
+            if cp.error_class == "PIDS_LIMIT":
+                break
+        assert cp.error_class == "PIDS_LIMIT", cp
+        assert sb.run_code("y = 2").error is None  # its worker's keeper fork is refused
+        ex = sb.run_code("z = 3", timeout=0.3)
+        assert ex.error is not None and ex.error.name == "TimeoutError" and not ex.context_reset, ex
+        ex = sb.run_code("x + y")
+        assert ex.error is None and ex.text == "3" and not ex.context_reset, ex
+
+
+@needs_keepers
 def test_a_worker_that_never_names_its_keeper_is_killed_with_the_cell(sb):
     """A worker that does not name its keeper (here it sleeps 60 s first) does not make a
     killed cell wait for ever: after SBX_KEPT_WAIT_MS (2 s) the worker is killed with the
