@@ -29,6 +29,9 @@ LAYERS = [
      "API's calls, every limit"),
     ("cgroup", ["base"], "cgroups: the daemon's bases in v2 and v1, a sandbox's cgroups with "
      "their limits, counters, parking and removal, and the mover that puts processes in them"),
+    ("bglog", ["cgroup"], "what commands leave running: the pipes their background processes "
+     "write to, read into one bounded log per sandbox, and the command cgroups still holding "
+     "processes, swept once empty"),
     ("sandbox", ["cgroup"], "one sandbox as the kernel sees it: the spawner and its program, "
      "clone3, pid 1, the private root, seccomp, Landlock"),
     ("bashext", ["base"], "the session loop inside bash (a loadable builtin): holder, worker, "
@@ -39,8 +42,8 @@ LAYERS = [
      "archives (the job), unpacking an untrusted layer"),
     ("options", ["sandbox"], "a sandbox's options as plain functions: their checks, defaults, "
      "copies and the shells' environment; the accepted range of every limit"),
-    ("session", ["options", "oci"], "libsbx's core: the context and its pool, a sandbox's "
-     "lifecycle, sessions, runs, the background log, freezing, the corpse yard"),
+    ("session", ["options", "oci", "bglog"], "libsbx's core: the context and its pool, a sandbox's "
+     "lifecycle, sessions, runs, freezing, the corpse yard"),
     ("net", ["session"], "the network rooms: exposed ports, the egress proxy with its rules, "
      "resolver and TLS interception, and the byte pump both use"),
     ("process", ["session"], "processes: started alone or adopted from a run's leftovers, "

@@ -9,7 +9,7 @@
 #include "base/loop.h"
 #include "sandbox/box.h"
 #include "sbx/sbx.h"
-#include "session/bglog.h"
+#include "bglog/bglog.h"
 #include "session/metrics.h"
 #include "session/room.h"
 

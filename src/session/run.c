@@ -420,20 +420,28 @@ static void run_finish(SbxRun *r) {
 
 static void run_finish_deferred(void *data) { run_finish(data); }
 
+/* A killed run's cgroup is empty. One sent before its worker named its keeper, which then
+ * holds neither worker nor keeper, lost the context: said before the answer, which says so. */
+static void run_emptied(SbxRun *r) {
+        if (session_kept_pending(r->s))
+                session_lose(r->s);
+        run_finish(r);
+}
+
 static void run_cgroup_event(Watch *w, uint32_t events) {
         SbxRun *r = w->data;
         if (cgroup_events_populated(r->cg_events) == 0)
-                run_finish(r);
+                run_emptied(r);
 }
 
-static void run_unstarve(SbxRun *r);
+static void run_unstarve(SbxRun *r, const char *msg);
 
 static void run_empty_look(Watch *w, uint32_t events) {
         SbxRun *r = w->data;
         uint64_t x;
         (void)!read(r->timer_fd, &x, sizeof x);
         if (cgroup_populated(r->cg) == 0) {
-                run_finish(r);
+                run_emptied(r);
                 return;
         }
         /* Nothing was killed yet (the worker names its keeper first): the looks start after.
@@ -441,11 +449,19 @@ static void run_empty_look(Watch *w, uint32_t events) {
          * which what earlier commands left holds: they go, once, as for a run no worker took. */
         uint64_t waited = 0;
         if (session_kill_waits(r->s, &waited)) {
-                if (!r->kept_unstarved && waited >= SBX_KEPT_WAIT_MS / 2 * 1000000ULL) {
+                if (!r->kept_unstarved && waited >= SBX_KEPT_WAIT_MS / 2 * 1000000ULL && r->pids_watched &&
+                    pids_refusing(r, true)) {
                         r->kept_unstarved = true;
-                        run_unstarve(r);
+                        run_unstarve(r, "sbx: the context's worker could not fork (process limit reached); "
+                                        "background processes of earlier commands were killed\n");
                 }
-                (void)timerfd_arm_ms(r->timer_fd, SBX_KILL_LOOK_MS);
+                if (waited < SBX_KEPT_WAIT_MS * 1000000ULL) {
+                        (void)timerfd_arm_ms(r->timer_fd, SBX_KILL_LOOK_MS * 10);
+                        return;
+                }
+                /* Answered now; the kill is the session's, done once the keeper is named. */
+                session_take_killed_cgroup(r->s, TAKE_FD(r->cg));
+                run_finish(r);
                 return;
         }
         if (++r->empty_looks < SBX_KILL_LOOKS)
@@ -478,12 +494,10 @@ static void run_unqueue(SbxRun *r) {
  * sandbox's process limit is held by what earlier commands left running (a backgrounded
  * fork bomb). Those processes starve the session, so they go; otherwise it would stay
  * bricked. */
-static void run_unstarve(SbxRun *r) {
-        static const char msg[] = "sbx: no worker could start in time (process limit reached?); "
-                                  "background processes of earlier commands were killed\n";
+static void run_unstarve(SbxRun *r, const char *msg) {
         size_t before = r->err.len;
         if (rooms_kill_leftovers(r->s->core) > 0)
-                (void)buf_append(&r->err, msg, sizeof msg - 1);
+                (void)buf_append(&r->err, msg, strlen(msg));
         if (r->on_output && r->err.len > before)
                 r->on_output(r->ud, SBX_STDERR, r->err.data + before, r->err.len - before);
 }
@@ -510,7 +524,8 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         r->exit_code = why == SBX_ERROR_TIMEOUT ? SBX_EXIT_TIMEOUT : why == SBX_ERROR_CANCELLED ? SBX_EXIT_CANCELLED : 1;
         if (!r->sent) {
                 if (s->current == r && why == SBX_ERROR_TIMEOUT && session_awaiting_worker(s))
-                        run_unstarve(r);
+                        run_unstarve(r, "sbx: no worker could start in time (process limit reached?); "
+                                        "background processes of earlier commands were killed\n");
                 run_unqueue(r);
                 run_finish(r);
                 return;
@@ -524,8 +539,10 @@ static void run_kill(SbxRun *r, SbxErrorClass why) {
         r->cg_events = cgroup_events_open(r->cg);
         /* Finished from the loop, never here: the caller may be this run's own output
          * callback, with the run still on its stack. */
-        if (r->cg_events < 0 || loop_add(l, &r->cg_w, r->cg_events, EPOLLPRI, run_cgroup_event, r) < 0 ||
-            cgroup_populated(r->cg) == 0) {
+        bool unwatched = r->cg_events < 0 || loop_add(l, &r->cg_w, r->cg_events, EPOLLPRI, run_cgroup_event, r) < 0;
+        if (unwatched && session_kill_waits(s, NULL))
+                session_take_killed_cgroup(s, TAKE_FD(r->cg)); /* out of fds: answered now */
+        if (unwatched || cgroup_populated(r->cg) == 0) {
                 (void)loop_defer(l, run_finish_deferred, r);
                 return;
         }
@@ -608,8 +625,11 @@ static void run_timer_event(Watch *w, uint32_t events) {
         }
         /* The first look only takes the count: a run over in less than SBX_PIDS_CHECK_MS (most
          * are) never reads it, and a limit still refusing forks shows on the next look. Before
-         * the worker named its keeper, refusals are its fork's, not the cell's. */
-        if (r->pids_watched && !session_kept_pending(r->s) && pids_refusing(r, false)) {
+         * the worker named its keeper, refusals are its fork's, not the cell's: counted anew. */
+        if (session_kept_pending(r->s)) {
+                r->pids_counted = false;
+                r->pids_grew_ns = 0;
+        } else if (r->pids_watched && pids_refusing(r, false)) {
                 run_pids_limit(r);
                 return;
         }

@@ -538,27 +538,38 @@ static void kill_waited(SbxSession *s) {
                 if (s->holder_pidfd >= 0)
                         (void)pidfd_send_signal(s->holder_pidfd, SIGURG, NULL, 0);
         }
-        if (s->kill_waits_cg >= 0) {
-                _cleanup_close_ int cg = TAKE_FD(s->kill_waits_cg);
-                session_kill_cgroup(s, cg, s->cg_name);
+        if (s->kill_waits_cg < 0)
+                return;
+        int cg = TAKE_FD(s->kill_waits_cg);
+        session_kill_cgroup(s, cg, s->cg_name);
+        if (!s->kill_waits_owned) {
+                close(cg);
+                return;
         }
+        /* Its run was answered meanwhile: the cgroup is retired once the keeper is out. */
+        s->kill_waits_owned = false;
+        if (s->keeper_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
+        s->keeper_cg = cg;
+        memcpy(s->keeper_cg_name, s->cg_name, sizeof s->keeper_cg_name);
+        if (!s->keeper_move_id)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
 }
 
 bool session_kept_pending(const SbxSession *s) { return s->kept_pending; }
 
-bool session_kill_waits(SbxSession *s, uint64_t *ret_waited_ns) {
-        if (!s->kept_pending || s->kill_waits_cg < 0)
+bool session_kill_waits(const SbxSession *s, uint64_t *ret_waited_ns) {
+        if (!s->kept_pending || s->kill_waits_cg < 0 || s->kill_waits_owned)
                 return false;
-        uint64_t waited = now_ns() - s->kill_waits_ns;
         if (ret_waited_ns)
-                *ret_waited_ns = waited;
-        if (waited < SBX_KEPT_WAIT_MS * 1000000ULL)
-                return true;
-        log_warn("session %s: the worker did not name its keeper within %u ms of its cell's kill: the context is lost",
-                 s->name, SBX_KEPT_WAIT_MS);
-        (void)cgroup_kill(s->kill_waits_cg);
-        session_lose(s); /* told now, not after the killed cell's answer */
-        return false;
+                *ret_waited_ns = now_ns() - s->kill_waits_ns;
+        return true;
+}
+
+void session_take_killed_cgroup(SbxSession *s, int cg) {
+        safe_close(s->kill_waits_cg);
+        s->kill_waits_cg = cg;
+        s->kill_waits_owned = true;
 }
 
 bool session_keeper_in(const SbxSession *s, const char *name) {
@@ -877,9 +888,12 @@ void session_close_shell(SbxSession *s) {
         s->keeper_kill_cg = safe_close(s->keeper_kill_cg);
         s->died_deferred = false;
         s->keeping = s->leave_pending = s->kept_pending = s->kill_waits_urg = false;
-        /* A kill that waited for KEPT: the cell's run ends when its cgroup is empty. */
+        /* A kill that waited for KEPT: done now (the cell's run ends when its cgroup is empty). */
         if (s->kill_waits_cg >= 0)
                 (void)cgroup_kill(s->kill_waits_cg);
+        if (s->kill_waits_owned && s->kill_waits_cg >= 0)
+                bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->kill_waits_cg), s->cg_name);
+        s->kill_waits_owned = false;
         s->kill_waits_cg = safe_close(s->kill_waits_cg);
         if (s->keeper_cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);

@@ -85,6 +85,7 @@ struct SbxSession {
          * kill_waits_urg, the holder's SIGURG), up to SBX_KEPT_WAIT_MS from kill_waits_ns. */
         bool kept_pending;
         bool kill_waits_urg;
+        bool kill_waits_owned; /* the run gave kill_waits_cg up (session_take_killed_cgroup()) */
         int kill_waits_cg;
         uint64_t kill_waits_ns;
         /* After KEPT: the keeper's move out of the worker's cgroup (keeper_in, by name), while
@@ -168,9 +169,11 @@ bool session_idle(const SbxSession *s);
  * a clean end, which names its keeper before it reads the RUN (kept_pending). */
 bool session_can_send(const SbxSession *s);
 /* Whether the kill of the running cell waits for its worker to name its keeper (how long in
- * ret_waited_ns). After SBX_KEPT_WAIT_MS it no longer does: the cell's cgroup is killed and
- * the context lost, told now. */
-bool session_kill_waits(SbxSession *s, uint64_t *ret_waited_ns);
+ * ret_waited_ns). */
+bool session_kill_waits(const SbxSession *s, uint64_t *ret_waited_ns);
+/* A run that will not wait longer for that (SBX_KEPT_WAIT_MS) gives its cgroup (cg, owned from
+ * now on) to the session, which kills it once the keeper is named, or with the session. */
+void session_take_killed_cgroup(SbxSession *s, int cg);
 bool session_kept_pending(const SbxSession *s); /* the running cell went before KEPT */
 /* Whether the session waits for its holder to fork a worker. */
 bool session_awaiting_worker(const SbxSession *s);

@@ -1124,27 +1124,19 @@ def test_a_keeper_fork_refused_at_the_process_limit_keeps_the_context_of_a_kille
 
 
 @needs_keepers
-def test_a_worker_that_never_names_its_keeper_is_killed_with_the_cell(sb):
-    """A worker that does not name its keeper (here it sleeps 60 s first) does not make a
-    killed cell wait for ever: after SBX_KEPT_WAIT_MS (2 s) the worker is killed with the
-    cell, and the next cell is told the context was reset."""
+def test_a_killed_cell_whose_worker_is_slow_to_name_its_keeper_is_answered_and_the_context_kept(sb):
+    """A worker that takes long to name its keeper (here it sleeps 8 s first) does not hold a
+    killed cell's answer past SBX_KEPT_WAIT_MS (2 s): the cell is answered as killed then, and
+    the kill itself is done once the keeper is named, so the context is kept (the next cell
+    waits for that)."""
     assert sb.run_code("x = 1\n" + SLOW_KEPT).error is None
-    assert sb.run_code("slow_kept = 60").error is None
+    assert sb.run_code("slow_kept = 8").error is None
     began = time.monotonic()
     ex = sb.run_code("z = 3", timeout=0.2)
-    assert time.monotonic() - began < 30, "the kill waited for a KEPT that never came"
-    assert ex.error is not None and ex.error.name == "ContextReset" and ex.context_reset, ex
-    ex = sb.run_code("'x' in dir()")
-    assert ex.error is None and ex.text == "False", ex
-
-def test_a_copy_of_a_cells_stdout_stays_writable_in_later_cells(sb):
-    """A cell may keep a copy of its fd 1 in the context (os.dup): the run's pipe then outlives
-    the cell, and what later cells write there goes to the sandbox's background log, not to
-    a closed pipe (EPIPE)."""
-    assert sb.run_code("import os\nfd = os.dup(1)").error is None
-    for _ in range(2):
-        ex = sb.run_code("os.write(fd, b'later\\n')")
-        assert ex.error is None and ex.text == "6", ex
+    assert time.monotonic() - began < 7.5, "the answer waited for the worker's KEPT"
+    assert ex.error is not None and ex.error.name == "TimeoutError" and not ex.context_reset, ex
+    ex = sb.run_code("slow_kept = 0\n('z' in dir(), x)", timeout=30)
+    assert ex.error is None and ex.text == "(False, 1)" and not ex.context_reset, ex
 
 
 def test_a_cells_at_fork_hooks_do_not_run_for_sbxs_own_forks(sb):

@@ -10,7 +10,7 @@
 #include "base/list.h"
 #include "base/redact.h"
 #include "base/util.h"
-#include "session/bglog.h"
+#include "bglog/bglog.h"
 
 /* How often emptied cgroups are looked for while any is left. */
 #define BG_SWEEP_MS 1000
