@@ -340,10 +340,14 @@ static void reapplied(void *ud, const SbxResult *res) {
                          res->exit_code);
 }
 
+static json_t *cell_context(const Cell *c) {
+        return c->ssb && c->ssb->contexts ? json_object_get(c->ssb->contexts, c->id) : NULL;
+}
+
 /* A context whose interpreter died (the state was lost) gets its cwd and env again, as made,
  * before the cells queued after this one. */
 static bool context_reapply(Cell *c) {
-        json_t *ctx = c->ssb->contexts ? json_object_get(c->ssb->contexts, c->id) : NULL;
+        json_t *ctx = cell_context(c);
         SbxRunOptions o = { 0 };
         char *cd = NULL;
         const char **envl = NULL;
@@ -355,10 +359,6 @@ static bool context_reapply(Cell *c) {
         free(cd);
         handler_env_free(envl);
         return r >= 0;
-}
-
-static json_t *cell_context(const Cell *c) {
-        return c->ssb && c->ssb->contexts ? json_object_get(c->ssb->contexts, c->id) : NULL;
 }
 
 /* What a context remembers of its session's losses (its holder died: the state is gone):
