@@ -747,6 +747,10 @@
 /* How long the spawner waits for no request before it makes the next sandbox's cgroups
  * (CgroupSpare): past a create's setup, which such work would slow on a host of few CPUs. */
 #define SBX_SPARE_QUIET_MS 5
+/* How long without a request before it makes the next sandbox's network namespace (NetSpare
+ * in sandbox/spawner.c), about 1 ms of work that a create arriving meanwhile would wait for:
+ * longer than the gap between the creates of a burst. */
+#define SBX_SPARE_NET_QUIET_MS 15U
 /* How much of its stack the spawner zeroes below its loop after each request (scrub_stack() in
  * sandbox/spawner.c), so that nothing a request left there is in the next pid 1 or session
  * shell: more than the deepest a request's frames go. */

@@ -69,7 +69,7 @@ static void send_ready(int fd, int status, const char *text, int root, int snap,
         }
 }
 
-static int loopback_up(void) {
+int init_loopback_up(void) {
         _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (s < 0)
                 return negerrno();
@@ -170,7 +170,8 @@ static bool read_allowed_cpus(cpu_set_t *ret) {
 
 /* A shell started before pid 1's network namespace and id maps exist (prestart_session())
  * waits on early for one message: a byte with the namespace's fd (none when the sandbox shares
- * the host's network), sent once both are there. It joins the namespace (with the
+ * the host's network or pid 1 was cloned into its namespace, which the shell then is in
+ * already), sent once both are there. It joins the namespace (with the
  * capabilities over the sandbox's user namespace it still has; an fd, as pid 1 is not
  * dumpable and a pidfd of it would need CAP_SYS_PTRACE over the host) and makes a cgroup
  * namespace of its own, rooted where pid 1's is: it is in the same cgroups. Returns 0 or
@@ -191,7 +192,7 @@ static int join_early(const InitConfig *c, int early) {
         close(early);
         _cleanup_close_ int net = -1;
         (void)msg_take_fds(&mh, &net, 1);
-        if (!c->network && (net < 0 || setns(net, CLONE_NEWNET) < 0))
+        if (!c->network && !c->net_born && (net < 0 || setns(net, CLONE_NEWNET) < 0))
                 return net < 0 ? -EBADF : negerrno();
         /* pid 1 put it on the other CPUs (prestart_session()) before it spoke: back on all of
          * them before anything of the sandbox's runs (a failure leaves it on fewer, not broken). */
@@ -216,8 +217,9 @@ static int tell_early(const InitConfig *c, int early) {
         } cm;
         struct iovec iov = { &b, 1 };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        _cleanup_close_ int net = c->network ? -1 : open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-        if (!c->network && net < 0)
+        bool join = !c->network && !c->net_born;
+        _cleanup_close_ int net = join ? open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
+        if (join && net < 0)
                 return negerrno();
         msg_attach_fds(&mh, cm.buf, &net, net >= 0 ? 1 : 0);
         return sendmsg(early, &mh, MSG_NOSIGNAL) == 1 ? 0 : negerrno();
@@ -592,18 +594,21 @@ static int confine(const InitConfig *c) {
 
 /* What pid 1 can do before the daemon has written its id maps, overlapping the daemon's
  * work: it has every capability over its new user, uts and
- * mount namespaces from clone3 on. It makes its network namespace (not the daemon's clone3:
- * making one, loopback and its sysctl tables, is the costliest part of a clone, and here it
- * runs in pid 1's time, not in the daemon's loop; owned by the sandbox's user namespace
- * either way), brings loopback up and names the host; the shell started before it
- * (prestart_session()) joins the namespace once pid 1 says so. Returns 0 or -errno with err. */
+ * mount namespaces from clone3 on. Unless it was cloned into one the spawner made ahead
+ * (InitConfig.net_born), it makes its network namespace (not the daemon's clone3: making one,
+ * loopback and its sysctl tables, is the costliest part of a clone, and here it runs in pid
+ * 1's time, not in the daemon's loop; owned by the sandbox's user namespace either way) and
+ * brings loopback up; then it names the host. The shell started before it
+ * (prestart_session()) joins a namespace made here once pid 1 says so. Returns 0 or -errno
+ * with err. */
 static int setup_early(const InitConfig *c, char *err, size_t errlen) {
         int r = 0;
-        if (!c->network && unshare(CLONE_NEWNET) < 0) {
+        bool make = !c->network && !c->net_born;
+        if (make && unshare(CLONE_NEWNET) < 0) {
                 r = negerrno();
                 snprintf(err, errlen, "network namespace: %s", strerror(-r));
         }
-        if (r >= 0 && !c->network && (r = loopback_up()) < 0)
+        if (r >= 0 && make && (r = init_loopback_up()) < 0)
                 snprintf(err, errlen, "loopback up: %s", strerror(-r));
         if (r >= 0 && sethostname("sandbox", 7) < 0) {
                 r = negerrno();

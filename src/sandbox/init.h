@@ -68,6 +68,9 @@ typedef struct InitConfig {
                                  (an image's WorkingDir); else /home/user */
         unsigned uid, gid;    /* identity commands run as */
         bool network;
+        /* Cloned into its network namespace, one the spawner made ahead (spawner.c, NetSpare)
+         * with loopback up: pid 1 makes none, and the shell started early joins none. */
+        bool net_born;
         uint16_t proxy_port;  /* not 0: listen on 127.0.0.1:proxy_port, handed over with READY */
         const struct sock_fprog *seccomp; /* filter of pid 1 after setup, and so of everything
                                            * it starts; NULL for none */
@@ -130,6 +133,9 @@ void init_use_zygote(InitZygote *z);
 /* Drops every capability, sets the ids and no_new_privs (the seccomp filter is inherited
  * from pid 1). Returns 0 or -errno. Used between fork and exec: no allocation. */
 int identity_drop(unsigned uid, unsigned gid);
+
+/* Brings up "lo" of the calling process's network namespace. Returns 0 or -errno. */
+int init_loopback_up(void);
 
 /* Builds the seccomp filter applied to every command (see seccomp.c). The program is
  * malloc'd and owned by the caller. Returns 0 or -errno. */

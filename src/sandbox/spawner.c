@@ -125,6 +125,21 @@ typedef struct Skeleton {
         uint64_t checked_ms;
 } Skeleton;
 
+/* The next sandbox's network namespace, made by the spawner between requests (a root
+ * spawner's only: it needs CAP_SYS_ADMIN over the host's user namespace) with loopback up.
+ * Making one is the costliest step of a create here (0.8 ms of pid 1's time: loopback's
+ * registration and the per-namespace sysctl tables); a pid 1 cloned into a spare starts
+ * without it. The spare belongs to the host's user namespace, not the sandbox's: pid 1
+ * could not join it (setns needs CAP_SYS_ADMIN over its owner), so the spawner enters it just
+ * for the clone3 and goes back (host: its own namespace, where a sandbox with the host's
+ * network is cloned). A sandbox's processes hold no capability either way; its kernel memory
+ * is charged to the spawner's memory cgroup, not the sandbox's (its size is fixed; what the
+ * sandbox's sockets and connections take is charged to the sandbox). */
+typedef struct NetSpare {
+        int host, spare; /* -1: none */
+        bool unavailable; /* not root over the host's namespaces, or the first try failed */
+} NetSpare;
+
 typedef struct SpawnerEnv {
         int sock, builtin_fd;
         bool in_caller; /* spawner_start_inline(): the calling process clones, as the parent */
@@ -134,6 +149,7 @@ typedef struct SpawnerEnv {
         Skeleton *skel; /* NULL: the roots are built on skeletons of their own (in the caller) */
         /* Cgroups made between requests for the next one (NULL: none, in the caller). */
         CgroupSpare *spare;
+        NetSpare *net; /* NULL: none, in the caller */
 } SpawnerEnv;
 
 static void handle_request(const SpawnerEnv *env, char *buf, ssize_t n, int *got, size_t ngot, int msg_flags);
@@ -474,6 +490,53 @@ static void skeleton_for(Skeleton *k, MountConfig *m) {
         m->skeleton_gid = k->gid;
 }
 
+/* Makes the spare network namespace when there is none (NetSpare). Returns 1 when it made
+ * one, 0 when there was nothing to make, or -errno, after which it makes none again. */
+static int net_spare_fill(NetSpare *n) {
+        if (!n || n->unavailable || n->spare >= 0)
+                return 0;
+        if ((n->host < 0 && (n->host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) ||
+            unshare(CLONE_NEWNET) < 0) {
+                n->unavailable = true;
+                return negerrno();
+        }
+        int r = init_loopback_up();
+        int fd = r < 0 ? -1 : open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (r >= 0 && fd < 0)
+                r = negerrno();
+        /* Back in its own namespace, or no more clones: a sandbox with the host's network
+         * would be cloned into this one (the daemon starts another spawner). */
+        if (setns(n->host, CLONE_NEWNET) < 0)
+                _exit(1);
+        if (r < 0) {
+                n->unavailable = true;
+                return r;
+        }
+        n->spare = fd;
+        return 1;
+}
+
+/* Enters the spare network namespace for a clone that wants one of its own (a sandbox with
+ * the host's network, or in process mode, is cloned in the spawner's). Returns true when
+ * entered: net_spare_leave() then, right after the clone3. */
+static bool net_spare_enter(NetSpare *n, uint32_t flags) {
+        if (!n || n->spare < 0 || (flags & (F_PLAIN | F_NETWORK)))
+                return false;
+        if (setns(n->spare, CLONE_NEWNET) < 0) {
+                n->spare = safe_close(n->spare);
+                return false;
+        }
+        return true;
+}
+
+/* Back in the spawner's own network namespace after a clone3 in the spare's, which is then
+ * the clone's alone (a failed clone3's too: it may have been half set up). */
+static void net_spare_leave(NetSpare *n) {
+        if (setns(n->host, CLONE_NEWNET) < 0)
+                _exit(1);
+        n->spare = safe_close(n->spare);
+}
+
 /* One request: the cgroups, the clone, its id maps, its go. w gets the answer, rfds the fds
  * that go with it (the pidfd and the cgroups'). */
 static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[FD_COUNT], SpawnWire *w,
@@ -562,6 +625,7 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         __atomic_store_n(&env->shared->pid, 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&env->shared->seq, h->seq, __ATOMIC_SEQ_CST);
         uint64_t ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER;
+        ic.net_born = net_spare_enter(env->net, h->flags);
         struct clone_args ca = {
                 /* CLONE_PARENT: the daemon is pid 1's parent, as if it had cloned it.
                  * CLONE_NEWNET: pid 1 unshares it (namespaces mode). */
@@ -577,6 +641,10 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         long pid = syscall(SYS_clone3, &ca, sizeof ca);
         if (pid == 0) {
                 close(env->sock);
+                if (env->net) {
+                        safe_close(env->net->host);
+                        safe_close(env->net->spare);
+                }
                 close(sync[1]);
                 munmap(env->shared, sizeof *env->shared);
                 /* A copy of the caller, not of a spawner holding nothing: only pid 1's own
@@ -589,6 +657,8 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
                 }
                 init_main(&ic);
         }
+        if (ic.net_born)
+                net_spare_leave(env->net);
         close(sync[0]);
         close_fds(ic.v1_procs, ELEMENTSOF(ic.v1_procs));
         safe_close(ic.kill_fd);
@@ -700,11 +770,26 @@ _noreturn_ static void spawner_main(const SpawnerEnv *env) {
                 scrub_stack();
                 /* Once no request came for SBX_SPARE_QUIET_MS (the sandbox just made is
                  * through its setup: on few CPUs a mkdir now would slow it), one directory
-                 * at a time while none comes, so one that comes waits for one mkdir at most. */
+                 * at a time while none comes, so one that comes waits for one mkdir at most;
+                 * the network namespace, 1 ms of work, only after SBX_SPARE_NET_QUIET_MS:
+                 * not between the creates of a burst, where the next one would wait for it. */
                 struct pollfd p = { .fd = env->sock, .events = POLLIN };
-                for (int wait = SBX_SPARE_QUIET_MS;
-                     env->spare && poll(&p, 1, wait) == 0 && cgroup_spare_fill(env->cg, env->spare) > 0; wait = 0)
-                        ;
+                uint64_t since = now_ms();
+                for (int wait = SBX_SPARE_QUIET_MS; poll(&p, 1, wait) == 0;) {
+                        if (env->spare && cgroup_spare_fill(env->cg, env->spare) > 0) {
+                                wait = 0;
+                                continue;
+                        }
+                        if (!env->net || env->net->unavailable || env->net->spare >= 0)
+                                break;
+                        uint64_t quiet = now_ms() - since;
+                        if (quiet < SBX_SPARE_NET_QUIET_MS) {
+                                wait = (int)(SBX_SPARE_NET_QUIET_MS - quiet);
+                                continue;
+                        }
+                        (void)net_spare_fill(env->net);
+                        break;
+                }
         }
 }
 
@@ -932,8 +1017,9 @@ static int program_run(void) {
                 zygote_preload(fds[SFD_BUILTIN]);
         Skeleton skel = { .fd = -1 };
         CgroupSpare spare = { .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
+        NetSpare net = { .host = -1, .spare = -1 };
         SpawnerEnv env = { .sock = SPAWNER_SOCK_FD, .builtin_fd = fds[SFD_BUILTIN], .seccomp = &prog, .cg = &root,
-                           .shared = shared, .skel = &skel, .spare = &spare };
+                           .shared = shared, .skel = &skel, .spare = &spare, .net = &net };
         SpawnWire ready = { .stage = SPAWN_READY };
         if (send(SPAWNER_SOCK_FD, &ready, sizeof ready, MSG_NOSIGNAL) != (ssize_t)sizeof ready)
                 return 1;
@@ -1106,8 +1192,9 @@ static int start_fork(Spawner *sp, int builtin_fd, const struct sock_fprog *secc
                 CgroupRoot root = *cg;
                 Skeleton skel = { .fd = -1 };
                 CgroupSpare spare = { .v1_memory = -1, .v1_pids = -1, .v1_cpu = -1 };
+                NetSpare net = { .host = -1, .spare = -1 };
                 SpawnerEnv env = { .sock = sv[1], .builtin_fd = builtin_fd, .seccomp = seccomp, .cg = &root,
-                                   .shared = shared, .skel = &skel, .spare = &spare };
+                                   .shared = shared, .skel = &skel, .spare = &spare, .net = &net };
                 spawner_main(&env);
         }
         close(sv[1]);

@@ -1,0 +1,115 @@
+"""Network namespaces made ahead (sandbox/spawner.c, NetSpare): once no create came for
+SBX_SPARE_NET_QUIET_MS, a root daemon's spawner makes the next sandbox's network namespace with
+loopback up and holds it by an fd; the next sandbox that wants one of its own is cloned into it.
+The spawner itself stays in the host's namespace (a sandbox with the host's network is cloned
+there), no namespace is given twice, and no fd of one reaches a sandbox."""
+import os
+
+import pytest
+
+from conftest import wait_until
+from test_park import Daemon, run
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a root daemon's spawner makes them")
+
+HOST_NET = os.readlink("/proc/self/ns/net")
+
+
+def spawner_of(pid):
+    """The daemon's sbx-spawner: its child of that name."""
+    for child in os.listdir("/proc"):
+        if not child.isdigit():
+            continue
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, rest = stat.split(" (", 1)[1].rsplit(") ", 1)
+        if name == "sbx-spawner" and int(rest.split()[1]) == pid:
+            return int(child)
+    return None
+
+
+def net_fds(pid):
+    """The network namespaces pid holds an fd of (not the one it is in)."""
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("net:["):
+            held.add(target)
+    return held
+
+
+def spare_of(spawner):
+    """The spare the spawner holds, or None (its own namespace's fd aside)."""
+    held = net_fds(spawner) - {HOST_NET}
+    assert len(held) <= 1, held
+    return held.pop() if held else None
+
+
+def test_the_next_sandbox_is_cloned_into_the_namespace_made_ahead():
+    d = Daemon()
+    try:
+        first = d.peer.result("sandbox.create", {})["sandboxId"]
+        spawner = spawner_of(d.proc.pid)
+        assert spawner, "no sbx-spawner child of the daemon"
+        assert wait_until(lambda: spare_of(spawner), timeout=10), net_fds(spawner)
+        spare = spare_of(spawner)
+        # The spawner went back to its own namespace after making it.
+        assert os.readlink(f"/proc/{spawner}/ns/net") == HOST_NET
+        second = d.peer.result("sandbox.create", {})["sandboxId"]
+        probe = ("readlink /proc/self/ns/net; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "
+                 "python3 -c 'import socket\n"
+                 "for fam, host in ((socket.AF_INET, \"127.0.0.1\"), (socket.AF_INET6, \"::1\")):\n"
+                 "    s = socket.socket(fam); s.bind((host, 8080)); s.listen()\n"
+                 "    c = socket.create_connection((host, 8080)); a, _ = s.accept()\n"
+                 "    c.sendall(b\"x\"); print(host, a.recv(1).decode())'")
+        r = run(d.peer, second, probe)
+        assert r["exitCode"] == 0, r
+        # Its own namespace is the spare; only loopback in it, up for both families; the
+        # same port bound in the first sandbox's namespace at the same time.
+        assert r["stdout"] == f"{spare}\nlo\n127.0.0.1 x\n::1 x\n", r
+        r1 = run(d.peer, first, probe)
+        assert r1["exitCode"] == 0 and r1["stdout"].split("\n", 1)[1] == "lo\n127.0.0.1 x\n::1 x\n", r1
+        assert r1["stdout"].split("\n")[0] not in (spare, HOST_NET), r1
+        # Given once: the spawner holds it no longer, and makes another for the next.
+        assert spare_of(spawner) != spare
+        assert wait_until(lambda: spare_of(spawner), timeout=10)
+        assert spare_of(spawner) != spare
+        third = d.peer.result("sandbox.create", {})["sandboxId"]
+        r3 = run(d.peer, third, "readlink /proc/self/ns/net")
+        assert r3["stdout"].strip() not in (spare, HOST_NET, r1["stdout"].split("\n")[0]), r3
+        # pid 1 holds no namespace's fd but its own (kept for the daemon): not the host's,
+        # not the spare it was cloned into while the spawner held it.
+        for sid in (first, second, third):
+            pids = d.procs(sid, "init")
+            assert pids, sid
+            for pid in pids:
+                assert net_fds(pid) <= {os.readlink(f"/proc/{pid}/ns/net")}, (sid, pid, net_fds(pid))
+        for sid in (first, second, third):
+            d.peer.result("sandbox.destroy", {"sandboxId": sid})
+    finally:
+        d.stop()
+
+
+def test_a_sandbox_with_the_hosts_network_is_not_cloned_into_the_spare():
+    d = Daemon()
+    try:
+        first = d.peer.result("sandbox.create", {})["sandboxId"]
+        spawner = spawner_of(d.proc.pid)
+        assert wait_until(lambda: spare_of(spawner), timeout=10)
+        spare = spare_of(spawner)
+        host = d.peer.result("sandbox.create", {"network": "host"})["sandboxId"]
+        assert run(d.peer, host, "readlink /proc/self/ns/net")["stdout"] == HOST_NET + "\n"
+        # Kept for the next sandbox that wants a namespace of its own.
+        assert spare_of(spawner) == spare
+        own = d.peer.result("sandbox.create", {})["sandboxId"]
+        assert run(d.peer, own, "readlink /proc/self/ns/net")["stdout"] == spare + "\n"
+        for sid in (first, host, own):
+            d.peer.result("sandbox.destroy", {"sandboxId": sid})
+    finally:
+        d.stop()
