@@ -1,5 +1,8 @@
 """What a command inside the sandbox can see and do."""
+import errno
+import json
 import os
+import shlex
 import socket
 import subprocess
 import threading
@@ -249,6 +252,40 @@ def test_no_capabilities_no_new_privs_seccomp(sbx):
         assert fields[cap] == {"0000000000000000"}, (cap, fields)
     assert fields["NoNewPrivs"] == {"1"}
     assert fields["Seccomp"] == {"2"}
+
+
+# x86_64 numbers, and arguments with which each call would fail with another errno than
+# EPERM (or succeed) for an unprivileged process without the filter: a bad fd, a NULL
+# pointer. Under the filter every one is EPERM before the kernel looks at them; clone3 ENOSYS.
+SECCOMP_PROBES = {
+    "keyctl": (250, [0, 0]), "add_key": (248, [0, 0, 0, 0, 0]), "request_key": (249, [0, 0, 0, 0]),
+    "io_uring_setup": (425, [1, 0]), "io_uring_enter": (426, [-1, 0, 0, 0, 0, 0]),
+    "io_uring_register": (427, [-1, 0, 0, 0]), "perf_event_open": (298, [0, 0, -1, -1, 0]),
+    "setns": (308, [-1, 0]), "name_to_handle_at": (303, [-1, 0, 0, 0, 0]),
+    "fsconfig": (431, [-1, 0, 0, 0, 0]), "mount_setattr": (442, [-1, 0, 0, 0, 0]),
+    "move_mount": (429, [-1, 0, -1, 0, 0]), "open_tree": (428, [-1, 0, 0]), "fspick": (433, [-1, 0, 0]),
+    "quotactl": (179, [0, 0, 0, 0]), "userfaultfd": (323, [1]), "clone3": (435, [0, 0]),
+    "clone_newuser": (56, [0x10000000 | 17, 0, 0, 0, 0]),
+}
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86_64 syscall numbers")
+def test_the_filter_refuses_each_call_it_names(sbx):
+    probe = ("import ctypes, json\n"
+             "l = ctypes.CDLL(None, use_errno=True)\n"
+             "l.syscall.restype = ctypes.c_long\n"
+             f"probes = {SECCOMP_PROBES!r}\n"
+             "out = {}\n"
+             "for name, (nr, args) in probes.items():\n"
+             "    ctypes.set_errno(0)\n"
+             "    r = l.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n"
+             "    out[name] = (r, ctypes.get_errno())\n"
+             "print(json.dumps(out))\n")
+    cp = sbx(f"python3 -c {shlex.quote(probe)}")
+    assert cp.returncode == 0, describe(cp)
+    got = json.loads(out(cp))
+    want = {name: [-1, errno.ENOSYS if name == "clone3" else errno.EPERM] for name in SECCOMP_PROBES}
+    assert got == want, got
 
 
 def test_setuid_binaries_do_not_give_root(sbx):
