@@ -4,6 +4,7 @@ loopback up and holds it by an fd; the next sandbox that wants one of its own is
 The spawner itself stays in the host's namespace (a sandbox with the host's network is cloned
 there), no namespace is given twice, and no fd of one reaches a sandbox."""
 import os
+import socket
 
 import pytest
 
@@ -73,6 +74,21 @@ def test_the_next_sandbox_is_cloned_into_the_namespace_made_ahead():
         # Its own namespace is the spare; only loopback in it, up for both families; the
         # same port bound in the first sandbox's namespace at the same time.
         assert r["stdout"] == f"{spare}\nlo\n127.0.0.1 x\n::1 x\n", r
+        # Its ports reach the host's loopback: the socket maker enters a namespace the daemon's
+        # user owns.
+        server = ("python3 -c 'import socket\n"
+                  "s = socket.socket(); s.bind((\"127.0.0.1\", 8000)); s.listen()\n"
+                  "while True:\n"
+                  "    c, _ = s.accept(); c.sendall(b\"from the spare\"); c.close()' &\n"
+                  "for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000))' "
+                  "2>/dev/null && break; sleep 0.05; done")
+        assert run(d.peer, second, server)["exitCode"] == 0
+        hp = d.peer.result("port.expose", {"sandboxId": second, "port": 8000})["port"]
+        with socket.create_connection(("127.0.0.1", hp), timeout=10) as c:
+            got = b""
+            while chunk := c.recv(64):
+                got += chunk
+        assert got == b"from the spare", got
         r1 = run(d.peer, first, probe)
         assert r1["exitCode"] == 0 and r1["stdout"].split("\n", 1)[1] == "lo\n127.0.0.1 x\n::1 x\n", r1
         assert r1["stdout"].split("\n")[0] not in (spare, HOST_NET), r1
