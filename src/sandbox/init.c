@@ -86,6 +86,7 @@ int init_loopback_up(void) {
  * accepts on it and connects outward from its own namespace, with no process in between.
  * No SO_REUSEPORT, so no process of the sandbox can bind the port beside it. Returns the
  * fd or -errno. */
+_Static_assert(SBX_EGRESS_PROXY_PORT >= 1024, "pid 1 may hold no capability over its network namespace");
 static int proxy_listen(uint16_t port) {
         _cleanup_close_ int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -597,8 +598,10 @@ static int confine(const InitConfig *c) {
  * mount namespaces from clone3 on. Unless it was cloned into one the spawner made ahead
  * (InitConfig.net_born), it makes its network namespace (not the daemon's clone3: making one,
  * loopback and its sysctl tables, is the costliest part of a clone, and here it runs in pid
- * 1's time, not in the daemon's loop; owned by the sandbox's user namespace either way) and
- * brings loopback up; then it names the host. The shell started before it
+ * 1's time, not in the daemon's loop; owned by the sandbox's user namespace) and brings
+ * loopback up; then it names the host. A spare belongs to the host's user namespace instead,
+ * where pid 1 holds no capability: nothing here or later in pid 1 may need one over its
+ * network namespace (the egress proxy's port is above the privileged ones, asserted below). The shell started before it
  * (prestart_session()) joins a namespace made here once pid 1 says so. Returns 0 or -errno
  * with err. */
 static int setup_early(const InitConfig *c, char *err, size_t errlen) {

@@ -490,26 +490,46 @@ static void skeleton_for(Skeleton *k, MountConfig *m) {
         m->skeleton_gid = k->gid;
 }
 
+/* Back in the spawner's own network namespace (NetSpare.host), or no more clones: a sandbox
+ * with the host's network would be cloned into the one it is in (the daemon starts another
+ * spawner). Tried twice: it can fail only for want of memory. */
+static void net_spare_home(const NetSpare *n) {
+        if (setns(n->host, CLONE_NEWNET) < 0 && setns(n->host, CLONE_NEWNET) < 0)
+                _exit(1);
+}
+
 /* Makes the spare network namespace when there is none (NetSpare). Returns 1 when it made
  * one, 0 when there was nothing to make, or -errno, after which it makes none again. */
 static int net_spare_fill(NetSpare *n) {
         if (!n || n->unavailable || n->spare >= 0)
                 return 0;
-        if ((n->host < 0 && (n->host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) ||
-            unshare(CLONE_NEWNET) < 0) {
+        /* Only host root: the daemon's other parts (the socket maker of exposed ports, which
+         * joins the owner of a rootless sandbox's network namespace) count on a namespace of
+         * the host's user namespace being entered by root alone. */
+        if (geteuid() != 0) {
                 n->unavailable = true;
-                return negerrno();
+                return -EPERM;
         }
-        int r = init_loopback_up();
+        int r = 0;
+        if (n->host < 0 && (n->host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0)
+                r = negerrno();
+        else if (unshare(CLONE_NEWNET) < 0)
+                r = negerrno();
+        if (r < 0) {
+                /* Short of memory, fds or namespaces (user.max_net_namespaces) passes; not
+                 * being allowed does not. */
+                if (r == -EPERM || r == -EACCES || r == -EINVAL || r == -ENOSYS)
+                        n->unavailable = true;
+                log_debug("spawner: no network namespace made ahead: %s", strerror(-r));
+                return r;
+        }
+        r = init_loopback_up();
         int fd = r < 0 ? -1 : open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
         if (r >= 0 && fd < 0)
                 r = negerrno();
-        /* Back in its own namespace, or no more clones: a sandbox with the host's network
-         * would be cloned into this one (the daemon starts another spawner). */
-        if (setns(n->host, CLONE_NEWNET) < 0)
-                _exit(1);
+        net_spare_home(n);
         if (r < 0) {
-                n->unavailable = true;
+                log_debug("spawner: the network namespace made ahead: %s", strerror(-r));
                 return r;
         }
         n->spare = fd;
@@ -520,7 +540,7 @@ static int net_spare_fill(NetSpare *n) {
  * the host's network, or in process mode, is cloned in the spawner's). Returns true when
  * entered: net_spare_leave() then, right after the clone3. */
 static bool net_spare_enter(NetSpare *n, uint32_t flags) {
-        if (!n || n->spare < 0 || (flags & (F_PLAIN | F_NETWORK)))
+        if (!n || n->spare < 0 || (flags & (F_PLAIN | F_NETWORK | F_ROOTLESS)))
                 return false;
         if (setns(n->spare, CLONE_NEWNET) < 0) {
                 n->spare = safe_close(n->spare);
@@ -532,8 +552,7 @@ static bool net_spare_enter(NetSpare *n, uint32_t flags) {
 /* Back in the spawner's own network namespace after a clone3 in the spare's, which is then
  * the clone's alone (a failed clone3's too: it may have been half set up). */
 static void net_spare_leave(NetSpare *n) {
-        if (setns(n->host, CLONE_NEWNET) < 0)
-                _exit(1);
+        net_spare_home(n);
         n->spare = safe_close(n->spare);
 }
 
@@ -628,7 +647,8 @@ static void spawn_one(const SpawnerEnv *env, const SpawnHead *h, const int fds[F
         ic.net_born = net_spare_enter(env->net, h->flags);
         struct clone_args ca = {
                 /* CLONE_PARENT: the daemon is pid 1's parent, as if it had cloned it.
-                 * CLONE_NEWNET: pid 1 unshares it (namespaces mode). */
+                 * No CLONE_NEWNET: pid 1 is born in the spare (net_spare_enter()) or
+                 * unshares one itself (namespaces mode). */
                 .flags = (env->in_caller ? 0 : CLONE_PARENT) | CLONE_PIDFD | CLONE_INTO_CGROUP |
                          CLONE_PARENT_SETTID | (h->flags & F_PLAIN ? 0 : ns),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,

@@ -265,7 +265,9 @@ SECCOMP_PROBES = {
     "fsconfig": (431, [-1, 0, 0, 0, 0]), "mount_setattr": (442, [-1, 0, 0, 0, 0]),
     "move_mount": (429, [-1, 0, -1, 0, 0]), "open_tree": (428, [-1, 0, 0]), "fspick": (433, [-1, 0, 0]),
     "quotactl": (179, [0, 0, 0, 0]), "userfaultfd": (323, [1]), "clone3": (435, [0, 0]),
-    "clone_newuser": (56, [0x10000000 | 17, 0, 0, 0, 0]),
+    "unshare_newuser": (272, [0x10000000]), "mount": (165, [0, 0, 0, 0, 0]), "umount2": (166, [0, 0]),
+    "open_by_handle_at": (304, [-1, 0, 0]), "bpf": (321, [0, 0, 0]), "fanotify_init": (300, [0x200, 0]),
+    "lookup_dcookie": (212, [0, 0, 0]),
 }
 
 

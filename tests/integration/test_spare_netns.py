@@ -3,6 +3,7 @@ SBX_SPARE_NET_QUIET_MS, a root daemon's spawner makes the next sandbox's network
 loopback up and holds it by an fd; the next sandbox that wants one of its own is cloned into it.
 The spawner itself stays in the host's namespace (a sandbox with the host's network is cloned
 there), no namespace is given twice, and no fd of one reaches a sandbox."""
+import glob
 import os
 import socket
 
@@ -45,6 +46,18 @@ def net_fds(pid):
     return held
 
 
+def sandbox_pids(d, sid):
+    """Every process of the sandbox: pid 1, its session shells, their workers."""
+    pids = set()
+    for f in glob.glob(f"/sys/fs/cgroup/**/sbx-{d.proc.pid}/{sid}/**/cgroup.procs", recursive=True):
+        try:
+            with open(f) as fh:
+                pids |= {int(x) for x in fh.read().split()}
+        except OSError:
+            pass
+    return pids
+
+
 def spare_of(spawner):
     """The spare the spawner holds, or None (its own namespace's fd aside)."""
     held = net_fds(spawner) - {HOST_NET}
@@ -63,6 +76,11 @@ def test_the_next_sandbox_is_cloned_into_the_namespace_made_ahead():
         # The spawner went back to its own namespace after making it.
         assert os.readlink(f"/proc/{spawner}/ns/net") == HOST_NET
         second = d.peer.result("sandbox.create", {})["sandboxId"]
+        # Back in its own namespace after the clone: a sandbox with the host's network made at
+        # once (no new spare within 15 ms) is the host's.
+        assert os.readlink(f"/proc/{spawner}/ns/net") == HOST_NET
+        host = d.peer.result("sandbox.create", {"network": "host"})["sandboxId"]
+        assert run(d.peer, host, "readlink /proc/self/ns/net")["stdout"] == HOST_NET + "\n"
         probe = ("readlink /proc/self/ns/net; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "
                  "python3 -c 'import socket\n"
                  "for fam, host in ((socket.AF_INET, \"127.0.0.1\"), (socket.AF_INET6, \"::1\")):\n"
@@ -72,7 +90,8 @@ def test_the_next_sandbox_is_cloned_into_the_namespace_made_ahead():
         r = run(d.peer, second, probe)
         assert r["exitCode"] == 0, r
         # Its own namespace is the spare; only loopback in it, up for both families; the
-        # same port bound in the first sandbox's namespace at the same time.
+        # same port bound in the first sandbox's namespace too, while the second's server
+        # (below) holds 8000 of its own.
         assert r["stdout"] == f"{spare}\nlo\n127.0.0.1 x\n::1 x\n", r
         # Its ports reach the host's loopback: the socket maker enters a namespace the daemon's
         # user owns.
@@ -99,14 +118,14 @@ def test_the_next_sandbox_is_cloned_into_the_namespace_made_ahead():
         third = d.peer.result("sandbox.create", {})["sandboxId"]
         r3 = run(d.peer, third, "readlink /proc/self/ns/net")
         assert r3["stdout"].strip() not in (spare, HOST_NET, r1["stdout"].split("\n")[0]), r3
-        # pid 1 holds no namespace's fd but its own (kept for the daemon): not the host's,
-        # not the spare it was cloned into while the spawner held it.
+        # No process of a sandbox holds a namespace's fd but its own (pid 1 keeps one for the
+        # daemon): not the host's, not the spare the spawner held when it was cloned.
         for sid in (first, second, third):
-            pids = d.procs(sid, "init")
-            assert pids, sid
+            pids = sandbox_pids(d, sid)
+            assert len(pids) >= 2, (sid, pids)
             for pid in pids:
                 assert net_fds(pid) <= {os.readlink(f"/proc/{pid}/ns/net")}, (sid, pid, net_fds(pid))
-        for sid in (first, second, third):
+        for sid in (first, second, third, host):
             d.peer.result("sandbox.destroy", {"sandboxId": sid})
     finally:
         d.stop()
