@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/capability.h>
+#include <linux/nsfs.h>
 #include <linux/seccomp.h>
 #include "base/limits.h"
 #include "base/util.h"
@@ -169,32 +170,19 @@ static bool read_allowed_cpus(cpu_set_t *ret) {
         return CPU_COUNT(ret) > 0;
 }
 
-/* A shell started before pid 1's network namespace and id maps exist (prestart_session())
- * waits on early for one message: a byte with the namespace's fd (none when the sandbox shares
- * the host's network or pid 1 was cloned into its namespace, which the shell then is in
- * already), sent once both are there. It joins the namespace (with the
- * capabilities over the sandbox's user namespace it still has; an fd, as pid 1 is not
- * dumpable and a pidfd of it would need CAP_SYS_PTRACE over the host) and makes a cgroup
- * namespace of its own, rooted where pid 1's is: it is in the same cgroups. Returns 0 or
- * -errno; _exit()s when pid 1 closed its end without a word (its setup failed). */
-static int join_early(const InitConfig *c, int early) {
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
-        } cm;
+/* A shell started before its sandbox's id maps exist (prestart_session()) waits on early for
+ * one byte, sent once they are there and, unless the shell made the network namespace itself
+ * (early_make_net()), pid 1 is in the sandbox's. It then makes a cgroup namespace of its own,
+ * rooted where pid 1's is: it is in the same cgroups. Returns 0 or -errno; _exit()s when pid 1
+ * closed its end without a word (its setup failed). */
+static int join_early(int early) {
         char b;
-        struct iovec iov = { &b, 1 };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
         ssize_t n;
-        while ((n = recvmsg(early, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+        while ((n = recv(early, &b, 1, 0)) < 0 && errno == EINTR)
                 ;
         if (n != 1)
                 _exit(1);
         close(early);
-        _cleanup_close_ int net = -1;
-        (void)msg_take_fds(&mh, &net, 1);
-        if (!c->network && !c->net_born && (net < 0 || setns(net, CLONE_NEWNET) < 0))
-                return net < 0 ? -EBADF : negerrno();
         /* pid 1 put it on the other CPUs (prestart_session()) before it spoke: back on all of
          * them before anything of the sandbox's runs (a failure leaves it on fewer, not broken). */
         if (early_cpus_set)
@@ -208,22 +196,68 @@ static int join_early(const InitConfig *c, int early) {
         return unshare(CLONE_NEWCGROUP) < 0 ? negerrno() : 0;
 }
 
-/* Tells the shell started early that pid 1's network namespace and id maps are there, with
- * the namespace (join_early()). Returns 0 or -errno. */
-static int tell_early(const InitConfig *c, int early) {
-        char b = 'x';
+/* Whether the shell started early makes the sandbox's network namespace (early_make_net()):
+ * when the sandbox has one of its own that pid 1 was not cloned into. */
+static bool early_makes_net(const InitConfig *c) { return !c->network && !c->net_born; }
+
+/* In the shell started early, first thing: makes the sandbox's network namespace (with the
+ * capabilities over the sandbox's user namespace it has from clone3 on, as pid 1), brings
+ * loopback up, and sends pid 1 on early an int32, 0 or -errno, with an fd of it
+ * (take_early_net()). Making one is 0.8 ms here, the costliest step of a sandbox: here it
+ * runs beside pid 1's root, on another CPU, not before it. */
+static void early_make_net(int early) {
+        int r = unshare(CLONE_NEWNET) < 0 ? negerrno() : init_loopback_up();
+        int net = r < 0 ? -1 : open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (r >= 0 && net < 0)
+                r = negerrno();
+        int32_t word = r < 0 ? r : 0;
         union {
                 struct cmsghdr align;
                 char buf[CMSG_SPACE(sizeof(int))];
         } cm;
-        struct iovec iov = { &b, 1 };
+        struct iovec iov = { &word, sizeof word };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        bool join = !c->network && !c->net_born;
-        _cleanup_close_ int net = join ? open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
-        if (join && net < 0)
-                return negerrno();
         msg_attach_fds(&mh, cm.buf, &net, net >= 0 ? 1 : 0);
-        return sendmsg(early, &mh, MSG_NOSIGNAL) == 1 ? 0 : negerrno();
+        (void)sendmsg(early, &mh, MSG_NOSIGNAL);
+        safe_close(net);
+}
+
+/* pid 1, after its root: takes the network namespace the shell started early made
+ * (early_make_net()) and enters it, before the proxy's socket, READY and any other session.
+ * Checked, though nothing a client chose has run in that shell yet: a network namespace, owned
+ * by pid 1's own user namespace, not the one pid 1 is in. Returns 0 or -errno. */
+static int take_early_net(int early) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm;
+        int32_t word = 0;
+        struct iovec iov = { &word, sizeof word };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
+        ssize_t n;
+        while ((n = recvmsg(early, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+                ;
+        _cleanup_close_ int net = -1;
+        if (n > 0)
+                (void)msg_take_fds(&mh, &net, 1);
+        if (n != (ssize_t)sizeof word)
+                return n < 0 ? negerrno() : -EPIPE;
+        if (word < 0)
+                return word;
+        struct stat own_user, own_net, want, owner;
+        _cleanup_close_ int user = net < 0 ? -1 : ioctl(net, NS_GET_USERNS);
+        if (net < 0 || ioctl(net, NS_GET_NSTYPE) != CLONE_NEWNET || user < 0 || fstat(user, &owner) < 0 ||
+            fstat(net, &want) < 0 || stat("/proc/self/ns/user", &own_user) < 0 ||
+            stat("/proc/self/ns/net", &own_net) < 0 || owner.st_ino != own_user.st_ino ||
+            owner.st_dev != own_user.st_dev || (want.st_ino == own_net.st_ino && want.st_dev == own_net.st_dev))
+                return -EBADF;
+        return setns(net, CLONE_NEWNET) < 0 ? negerrno() : 0;
+}
+
+/* Tells the shell started early that its id maps are there (join_early()). Returns 0 or
+ * -errno. */
+static int tell_early(int early) {
+        return send(early, "x", 1, MSG_NOSIGNAL) == 1 ? 0 : negerrno();
 }
 
 static InitZygote *zygote;
@@ -329,7 +363,7 @@ _noreturn_ static void exec_shell(const InitConfig *c, int sock, int go, int ear
                 _exit(126);
         /* The early pipe's end is above the go pipe's: an early shell has both. */
         close_range(e >= 0 ? INIT_EARLY_FD + 1 : g >= 0 ? INIT_GO_FD + 1 : INIT_BUILTIN_FD + 1, ~0U, 0);
-        if (e >= 0 && join_early(c, INIT_EARLY_FD) < 0)
+        if (e >= 0 && join_early(INIT_EARLY_FD) < 0)
                 _exit(126);
         /* Started during setup it stays in "/", the host's: pid 1's pivot_root moves every
          * process whose root or cwd is the old root into the new one. */
@@ -385,10 +419,11 @@ static void spawn_session(const InitConfig *c, int sock, int script, bool javasc
                 close(script);
 }
 
-/* Starts the default session's shell first thing, before pid 1 makes its network namespace
- * and builds the root: bash's exec, dynamic linking, locale and builtin load (about as long as
- * the root takes) then overlap both, and the namespace (0.8 ms here) the shell's own setup.
- * It joins the namespace and takes its ids once pid 1 writes to *ret_early (join_early()).
+/* Starts the default session's shell first thing, before pid 1 builds the root. The shell
+ * makes the sandbox's network namespace (early_make_net(): 0.8 ms here, then beside the root
+ * on another CPU) unless pid 1 was cloned into one, and sends it to pid 1 on *ret_early; then
+ * bash's start (exec'd: its dynamic linking, locale and builtin load) overlaps the root too.
+ * It takes its ids once pid 1 writes to *ret_early (join_early()).
  * Until pid 1 writes to the returned pipe, the shell's root is the host's tree (pid 1's
  * pivot_root moves it to the sandbox's), so what runs before must be nothing a client chose:
  * the shell's environment is the fixed default one (sandbox.c decides, before anything is
@@ -413,13 +448,15 @@ static int prestart_session(const InitConfig *c, int *ret_early) {
                 (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
                 close(go[1]);
                 close(early[1]);
+                if (early_makes_net(c))
+                        early_make_net(early[0]);
                 exec_shell(c, c->session_fd, go[0], early[0], -1, false);
         }
         close(go[0]);
         close(early[0]);
         close(c->session_fd); /* the shell's, not pid 1's */
-        /* The shell on another CPU than pid 1's, which is about to spend 0.7 ms on its network
-         * namespace and then its root without a pause. A new process starts on its parent's
+        /* The shell on another CPU than pid 1's, which is about to spend 1 ms on the root
+         * without a pause, while the shell makes the network namespace. A new process starts on its parent's
          * CPU when the others are busy (the daemon and the spawner were, a moment before), and
          * the kernel moves no task that ran less than 0.5 ms ago (sched_migration_cost) to a
          * CPU that went idle since: the shell waited behind pid 1 for 1.2 ms here, past its
@@ -548,12 +585,14 @@ static void wait_for_id_maps(int sync_fd) {
 }
 
 /* Keeps only the control socket (returned, as a new CLOEXEC fd), the builtin, the shared
- * skeleton (until the root is built), the default session's socket when there is one and, in
- * process mode, the cgroup.kill fd; everything else the daemon had open (other sandboxes'
- * sockets, client connections) must not survive here. stdin, stdout and stderr become /dev/null. */
-static int keep_only_ctl(const InitConfig *c, int go) {
+ * skeleton (until the root is built), the default session's socket or its early shell's go
+ * pipe and socket when there are and, in process mode, the cgroup.kill fd; everything else the
+ * daemon had open (other sandboxes' sockets, client connections) must not survive here. stdin,
+ * stdout and stderr become /dev/null. */
+static int keep_only_ctl(const InitConfig *c, int go, int early) {
         int ctl = fcntl(c->ctl_fd, F_DUPFD_CLOEXEC, 3);
-        int keep[6] = { ctl, c->builtin_fd, c->kill_fd, c->session_fd, go, c->plain ? -1 : c->mount.skeleton_fd };
+        int keep[7] = { ctl, c->builtin_fd, c->kill_fd, c->session_fd, go, early,
+                        c->plain ? -1 : c->mount.skeleton_fd };
         close_all_but(keep, ELEMENTSOF(keep));
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (nul >= 0) {
@@ -594,19 +633,18 @@ static int confine(const InitConfig *c) {
 }
 
 /* What pid 1 can do before the daemon has written its id maps, overlapping the daemon's
- * work: it has every capability over its new user, uts and
- * mount namespaces from clone3 on. Unless it was cloned into one the spawner made ahead
- * (InitConfig.net_born), it makes its network namespace (not the daemon's clone3: making one,
- * loopback and its sysctl tables, is the costliest part of a clone, and here it runs in pid
- * 1's time, not in the daemon's loop; owned by the sandbox's user namespace) and brings
- * loopback up; then it names the host. A spare belongs to the host's user namespace instead,
- * where pid 1 holds no capability: nothing here or later in pid 1 may need one over its
- * network namespace (the egress proxy's port is above the privileged ones, asserted below). The shell started before it
- * (prestart_session()) joins a namespace made here once pid 1 says so. Returns 0 or -errno
+ * work: it has every capability over its new user, uts and mount namespaces from clone3 on.
+ * It names the host and, when the sandbox has a network namespace of its own that nobody else
+ * makes (not one the spawner made ahead, InitConfig.net_born, nor the shell started early,
+ * early_make_net(): shell_net), makes it and brings loopback up (not the daemon's clone3:
+ * making one, loopback and its sysctl tables, is the costliest part of a clone). Such a
+ * namespace is owned by the sandbox's user namespace; a spare belongs to the host's instead,
+ * where pid 1 holds no capability: nothing in pid 1 may need one over its network namespace
+ * (the egress proxy's port is above the privileged ones, asserted below). Returns 0 or -errno
  * with err. */
-static int setup_early(const InitConfig *c, char *err, size_t errlen) {
+static int setup_early(const InitConfig *c, bool shell_net, char *err, size_t errlen) {
         int r = 0;
-        bool make = !c->network && !c->net_born;
+        bool make = early_makes_net(c) && !shell_net;
         if (make && unshare(CLONE_NEWNET) < 0) {
                 r = negerrno();
                 snprintf(err, errlen, "network namespace: %s", strerror(-r));
@@ -620,11 +658,14 @@ static int setup_early(const InitConfig *c, char *err, size_t errlen) {
         return r;
 }
 
-/* Takes its identity, builds the root, makes the proxy's socket and confines itself, after
- * setup_early() (whose result is early, its words err); on failure tells the daemon why on ctl
- * and exits (the default session's shell, started before, reads the end of go). Returns the
- * snapshot store's fd, or -1, and the proxy's socket in *ret_proxy (-1 when none). */
-static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[static 400], int *ret_proxy) {
+/* Takes its identity, builds the root, enters the network namespace the shell started early
+ * made (net_from >= 0: its socket, closed here), makes the proxy's socket and confines itself,
+ * after setup_early() (whose result is early, its words err); on failure tells the daemon why
+ * on ctl and exits (the default session's shell, started before, reads the end of go).
+ * Returns the snapshot store's fd, or -1, and the proxy's socket in *ret_proxy (-1 when
+ * none). */
+static int setup_or_exit(const InitConfig *c, int ctl, int early, int net_from, char err[static 400],
+                         int *ret_proxy) {
         int snap = -1, proxy = -1;
         int r = early;
         if (r >= 0 && c->ns_root && (r = become_ns_root()) < 0)
@@ -649,6 +690,15 @@ static int setup_or_exit(const InitConfig *c, int ctl, int early, char err[stati
                 session_home = c->workdir;
         /* Only now: the config's strings (the rootfs path) may point into that memory. */
         hide_cmdline();
+        if (net_from >= 0) {
+                int n = r >= 0 ? take_early_net(net_from) : 0;
+                if (n < 0) {
+                        r = n;
+                        snprintf(err, 400, "network namespace (made by the default session's shell): %s",
+                                 n == -EPIPE ? "the shell ended first" : strerror(-n));
+                }
+                close(net_from);
+        }
         if (r >= 0 && c->proxy_port && (r = proxy = proxy_listen(c->proxy_port)) < 0)
                 snprintf(err, 400, "egress proxy socket on 127.0.0.1:%u: %s", c->proxy_port, strerror(-r));
         if (r >= 0 && (r = confine(c)) < 0)
@@ -759,23 +809,26 @@ void init_main(const InitConfig *config) {
                         snprintf(err, sizeof err, "start the default session's shell: %s", strerror(-early));
                 ic.session_fd = -1;
         }
+        /* The shell started early makes the network namespace meanwhile (early_make_net()). */
+        bool shell_net = early_go >= 0 && early_makes_net(c);
         if (early >= 0 && !c->plain)
-                early = setup_early(c, err, sizeof err);
+                early = setup_early(c, shell_net, err, sizeof err);
         wait_for_id_maps(c->userns_sync_fd);
         if (early_go >= 0) {
-                if (early >= 0 && (early = tell_early(c, early_go)) < 0)
-                        snprintf(err, sizeof err, "let the default session's shell join the network namespace: %s",
+                if (early >= 0 && (early = tell_early(early_go)) < 0)
+                        snprintf(err, sizeof err, "tell the default session's shell its id maps are there: %s",
                                  strerror(-early));
-                close(early_go);
+                if (!shell_net)
+                        early_go = safe_close(early_go);
         }
         /* pid 1 is a copy of the spawner (or of the daemon, which cloned it itself): its
          * memory is theirs. Nothing in the sandbox may read it (ptrace, /proc/1/mem), nor its
          * command line. Only after the id maps are written: a non-dumpable process's /proc
          * files belong to root, and an unprivileged parent could no longer write them. */
         (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        int ctl = keep_only_ctl(c, go);
+        int ctl = keep_only_ctl(c, go, early_go);
         int root = -1, proxy = -1;
-        int snap = c->plain ? setup_plain_or_exit(&ic, ctl, &root) : setup_or_exit(c, ctl, early, err, &proxy);
+        int snap = c->plain ? setup_plain_or_exit(&ic, ctl, &root) : setup_or_exit(c, ctl, early, early_go, err, &proxy);
         if (!c->plain)
                 root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 

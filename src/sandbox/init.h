@@ -21,10 +21,10 @@
  * on which pid 1 writes one byte once the root is built and closes without one if it never
  * will be. The shell waits on it before it says anything (see init.c, prestart_session()). */
 #define INIT_GO_FD 5
-/* ... and, until it execs, this: its end of a socket on which pid 1 sends one byte, with its
- * network namespace's fd, once the namespace and its id maps are there (the shell joins the
- * first and needs the second to take its user's ids), and which it closes without a word if
- * its setup failed. */
+/* ... and, until it execs, this: its end of a socket on which pid 1 sends one byte once its id
+ * maps are there (the shell needs them to take its user's ids), and which it closes without a
+ * word if its setup failed. The shell sent pid 1 the network namespace it made on it first
+ * (init.c, early_make_net()). */
 #define INIT_EARLY_FD 6
 
 /* Control messages on the SOCK_SEQPACKET socket between the daemon and init. */

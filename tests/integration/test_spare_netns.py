@@ -148,3 +148,33 @@ def test_a_sandbox_with_the_hosts_network_is_not_cloned_into_the_spare():
             d.peer.result("sandbox.destroy", {"sandboxId": sid})
     finally:
         d.stop()
+
+
+def test_a_sandbox_made_in_a_burst_has_one_namespace_of_its_own_for_every_process():
+    # Creates back to back get no spare: the default session's shell makes the namespace
+    # while pid 1 builds the root, and pid 1 enters it before anything else starts.
+    d = Daemon()
+    try:
+        sids = [d.peer.result("sandbox.create", {})["sandboxId"] for _ in range(3)]
+        seen = set()
+        for sid in sids:
+            got = set()
+            for session in ("default", "other"):
+                r = d.peer.result("run", {"sandboxId": sid, "session": session, "command":
+                                          "readlink /proc/self/ns/net; stat -c %U /proc/sys/net/ipv4/ip_forward; "
+                                          "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"})
+                assert r["exitCode"] == 0, r
+                net, owner, devs = r["stdout"].split("\n", 2)
+                assert devs == "lo\n", r
+                got.add((net, owner))
+            pids = sandbox_pids(d, sid)
+            got |= {(os.readlink(f"/proc/{pid}/ns/net"), None) for pid in pids}
+            nets = {n for n, _ in got}
+            # One namespace for pid 1, both sessions' shells and their commands; not the
+            # host's, not another sandbox's.
+            assert len(nets) == 1 and HOST_NET not in nets and not nets & seen, (sid, got)
+            seen |= nets
+        for sid in sids:
+            d.peer.result("sandbox.destroy", {"sandboxId": sid})
+    finally:
+        d.stop()
