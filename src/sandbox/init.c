@@ -42,7 +42,8 @@ static void send_ready(int fd, int status, const char *text, int root, int snap,
         } cm;
         struct iovec iov = { &m, sizeof m };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        /* Its network namespace, for the daemon's exposed ports: pid 1 made it (setup), and
+        /* Its network namespace, for the daemon's exposed ports: pid 1 is in it (made by the
+         * spawner, the shell started early or pid 1 itself), and
          * being non-dumpable only it may open it without CAP_SYS_PTRACE over the daemon. */
         int net = status == 0 ? open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
         /* No store with snap_lazy: the daemon makes it when first used. */
@@ -204,8 +205,9 @@ static bool early_makes_net(const InitConfig *c) { return !c->network && !c->net
  * capabilities over the sandbox's user namespace it has from clone3 on, as pid 1), brings
  * loopback up, and sends pid 1 on early an int32, 0 or -errno, with an fd of it
  * (take_early_net()). Making one is 0.8 ms here, the costliest step of a sandbox: here it
- * runs beside pid 1's root, on another CPU, not before it. */
-static void early_make_net(int early) {
+ * runs beside pid 1's root, on another CPU, not before it. Returns 0 or -errno, and then the
+ * shell must go no further: it is still in pid 1's namespace, the host's. */
+static int early_make_net(int early) {
         int r = unshare(CLONE_NEWNET) < 0 ? negerrno() : init_loopback_up();
         int net = r < 0 ? -1 : open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
         if (r >= 0 && net < 0)
@@ -218,8 +220,10 @@ static void early_make_net(int early) {
         struct iovec iov = { &word, sizeof word };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         msg_attach_fds(&mh, cm.buf, &net, net >= 0 ? 1 : 0);
-        (void)sendmsg(early, &mh, MSG_NOSIGNAL);
+        if (sendmsg(early, &mh, MSG_NOSIGNAL) < 0 && r >= 0)
+                r = negerrno();
         safe_close(net);
+        return r;
 }
 
 /* pid 1, after its root: takes the network namespace the shell started early made
@@ -235,7 +239,11 @@ static int take_early_net(int early) {
         struct iovec iov = { &word, sizeof word };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf };
         ssize_t n;
-        while ((n = recvmsg(early, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+        bool reset = false;
+        /* A shell that ended with pid 1's byte unread leaves ECONNRESET, said once, before
+         * what it sent (as box_ready() knows). */
+        while ((n = recvmsg(early, &mh, MSG_CMSG_CLOEXEC)) < 0 &&
+               (errno == EINTR || (errno == ECONNRESET && !reset && (reset = true))))
                 ;
         _cleanup_close_ int net = -1;
         if (n > 0)
@@ -428,7 +436,9 @@ static void spawn_session(const InitConfig *c, int sock, int script, bool javasc
  * pivot_root moves it to the sandbox's), so what runs before must be nothing a client chose:
  * the shell's environment is the fixed default one (sandbox.c decides, before anything is
  * made), its argv is fixed, it is already the sandbox user with no capability under the
- * commands' seccomp filter, and it reads no command and sends nothing until the byte comes.
+ * commands' seccomp filter before bash starts (the namespace, made before, is its only
+ * step with capabilities), and it reads no command and says nothing to the daemon until the
+ * byte comes.
  * Until its exec, or its ids' change where it goes on as the spawner's bash, it is as
  * undumpable as pid 1 (a copy of the same memory). Returns the go
  * pipe's write end, or -errno. */
@@ -448,8 +458,8 @@ static int prestart_session(const InitConfig *c, int *ret_early) {
                 (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
                 close(go[1]);
                 close(early[1]);
-                if (early_makes_net(c))
-                        early_make_net(early[0]);
+                if (early_makes_net(c) && early_make_net(early[0]) < 0)
+                        _exit(126);
                 exec_shell(c, c->session_fd, go[0], early[0], -1, false);
         }
         close(go[0]);
