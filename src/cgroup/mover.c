@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include "base/job.h"
 #include "base/log.h"
@@ -64,6 +65,10 @@ static int serve(void *arg, char *err, size_t errlen) {
         (void)err;
         (void)errlen;
         (void)prctl(PR_SET_NAME, "sbx-mover", 0, 0, 0);
+        /* For tests only: a pause after each answer, which holds the mover between two moves
+         * (test_code.py's keeper tests); at most 10 s. */
+        const char *gap = getenv("SBX_MOVER_ANSWER_GAP_MS");
+        unsigned long gap_ms = gap ? MIN(strtoul(gap, NULL, 10), 10000UL) : 0;
         for (;;) {
                 MoverMsg m;
                 union {
@@ -85,6 +90,11 @@ static int serve(void *arg, char *err, size_t errlen) {
                 MoverMsg a = { .id = m.id, .pid = r };
                 if (send(sock, &a, sizeof a, MSG_NOSIGNAL) < 0)
                         return 0;
+                if (gap_ms) {
+                        struct timespec ts = { .tv_sec = (time_t)(gap_ms / 1000), .tv_nsec = (long)(gap_ms % 1000) * 1000000 };
+                        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                                ;
+                }
         }
 }
 

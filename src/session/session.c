@@ -285,10 +285,24 @@ static void on_spawned(SbxSession *s, int fd) {
         s->state = SS_CONTAINING;
 }
 
+/* The end of a cell whose worker died while its keeper was on its way out of the cell's
+ * cgroup (died_deferred), told once nothing of the session's is left there: the keeper
+ * (keeper_move_id) and what the keeper forked there before it left, its next worker or a
+ * spare (move_id: asked for after the keeper's move, so answered after it). Told earlier,
+ * the cgroup still held that worker, which leftover_adopt() took for the cell's leftover. */
+static void died_tell(SbxSession *s) {
+        if (!s->died_deferred || s->keeper_move_id || s->move_id)
+                return;
+        s->died_deferred = false;
+        s->hooks->died(s, s->died_status);
+}
+
 static void contained(void *ud, int r) {
         SbxSession *s = ud;
         SandboxCore *core = s->core;
         s->move_id = 0;
+        /* Before the worker is idle: the next cell goes only after the died one's end. */
+        died_tell(s);
         if (s->state != SS_CONTAINING)
                 return;
         if (r < 0) {
@@ -618,10 +632,7 @@ static void keeper_out(void *ud, int r) {
         kill_after_keeper(s);
         if (s->keeper_cg >= 0)
                 bglog_retire_cgroup(&s->core->bg, TAKE_FD(s->keeper_cg), s->keeper_cg_name);
-        if (s->died_deferred) {
-                s->died_deferred = false;
-                s->hooks->died(s, s->died_status);
-        }
+        died_tell(s);
 }
 
 void session_keep_cgroup(SbxSession *s, int cg, const char *name) {
@@ -646,6 +657,7 @@ static void on_died(SbxSession *s, int wstatus) {
                 s->move_id = 0;
                 s->spare_promoted = false;
                 kill_after_keeper(s);
+                died_tell(s);
         }
         if (s->cg >= 0 && session_keeper_in(s, s->cg_name)) {
                 /* Its keeper, the holder, is still in that cgroup: retired once it is out
@@ -662,9 +674,10 @@ static void on_died(SbxSession *s, int wstatus) {
                 return;
         }
         bool promoted = (was == SS_RUNNING || was == SS_KILLING) && spare_promote(s);
-        if (was == SS_RUNNING && s->keeper_move_id) {
-                /* The keeper is still in the cell's cgroup: the cell's end is told once it is
-                 * out (keeper_out()), when what the cgroup holds is the cell's leftovers. */
+        if (was == SS_RUNNING && (s->keeper_move_id || (promoted && s->move_id))) {
+                /* The keeper, or a spare it forked, is still in the cell's cgroup: the cell's
+                 * end is told once both are out (died_tell()), when what the cgroup holds is the
+                 * cell's leftovers. */
                 s->died_deferred = true;
                 s->died_status = wstatus;
         } else if (was == SS_RUNNING) {

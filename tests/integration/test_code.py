@@ -959,6 +959,35 @@ def test_a_cell_sent_while_its_keeper_is_moved_cannot_take_the_keeper_with_it(le
         _keeper_kept_while_moved(sb)
 
 
+@needs_keepers
+def test_a_cell_whose_worker_exits_while_its_keeper_is_moved_leaves_no_leftover(monkeypatch):
+    """The worker of a cell exits on its own while the previous cell's keeper is still in the
+    worker's cgroup (the mover held). The keeper, told of the exit, forks the next worker
+    there before its move out; the cell's end is told only once that worker is moved out too,
+    so nothing of the session's is taken for the cell's leftover. The mover pauses 300 ms after
+    each answer (SBX_MOVER_ANSWER_GAP_MS), between the keeper's move and the next worker's."""
+    import signal
+    monkeypatch.setenv("SBX_MOVER_ANSWER_GAP_MS", "300")
+    with Sandbox(binary=SBX_BIN) as sb:
+        mover = _mover_of(sb)
+        assert mover, "no sbx-mover process under the daemon"
+        assert sb.commands.run("true").exit_code == 0
+        assert sb.run_code("x = 41").error is None
+        time.sleep(0.7)  # the moves of that cell are through, pauses included
+        os.kill(mover, signal.SIGSTOP)
+        timer = threading.Timer(1.0, os.kill, (mover, signal.SIGCONT))
+        timer.start()
+        try:
+            assert sb.run_code("x = 43").error is None  # its keeper stays in the worker's cgroup
+            ex = sb.run_code("x = 0\nimport os\nos._exit(3)")
+            assert ex.error is not None and ex.error.name == "CellDied" and ex.exit_code == 3, ex
+        finally:
+            timer.join()
+            os.kill(mover, signal.SIGCONT)
+        assert [p for p in sb.commands.list() if p.origin == "leftover"] == []
+        assert sb.run_code("x").text == "43"
+
+
 def _host_pid(nspid):
     """The host pid of the sandbox's process nspid (its python3), None if there is none."""
     mine = os.readlink("/proc/self/ns/pid")
