@@ -430,7 +430,8 @@ static void spawn_session(const InitConfig *c, int sock, int script, bool javasc
 /* Starts the default session's shell first thing, before pid 1 builds the root. The shell
  * makes the sandbox's network namespace (early_make_net(): 0.8 ms here, then beside the root
  * on another CPU) unless pid 1 was cloned into one, and sends it to pid 1 on *ret_early; then
- * bash's start (exec'd: its dynamic linking, locale and builtin load) overlaps the root too.
+ * bash's start (going on as the spawner's bash, or exec'd: its linking, locale and builtin
+ * load) overlaps the root too.
  * It takes its ids once pid 1 writes to *ret_early (join_early()).
  * Until pid 1 writes to the returned pipe, the shell's root is the host's tree (pid 1's
  * pivot_root moves it to the sandbox's), so what runs before must be nothing a client chose:
@@ -466,13 +467,13 @@ static int prestart_session(const InitConfig *c, int *ret_early) {
         close(early[0]);
         close(c->session_fd); /* the shell's, not pid 1's */
         /* The shell on another CPU than pid 1's, which is about to spend 1 ms on the root
-         * without a pause, while the shell makes the network namespace. A new process starts on its parent's
-         * CPU when the others are busy (the daemon and the spawner were, a moment before), and
-         * the kernel moves no task that ran less than 0.5 ms ago (sched_migration_cost) to a
-         * CPU that went idle since: the shell waited behind pid 1 for 1.2 ms here, past its
-         * network namespace, and its bash then took the same CPU as pid 1's root. The shell
-         * goes back to every CPU of pid 1's once pid 1 spoke (join_early()). Alone on one CPU,
-         * pid 1 yields to it instead. */
+         * without a pause, while the shell makes the network namespace. A new process starts
+         * on its parent's CPU when the others are busy (the daemon and the spawner were, a
+         * moment before), and the kernel moves no task that ran less than 0.5 ms ago
+         * (sched_migration_cost) to a CPU that went idle since: the shell once waited behind
+         * pid 1 for 1.2 ms here, and its bash then took the same CPU as pid 1's root. The
+         * shell goes back to every CPU of pid 1's once pid 1 spoke (join_early()). Alone on
+         * one CPU, pid 1 yields to it instead. */
         cpu_set_t other;
         int cpu = sched_getcpu();
         if (!early_cpus_set || sched_getaffinity(0, sizeof other, &other) < 0)
