@@ -137,7 +137,7 @@ typedef struct Skeleton {
  * sandbox's sockets and connections take is charged to the sandbox). */
 typedef struct NetSpare {
         int host, spare; /* -1: none */
-        bool unavailable; /* not root over the host's namespaces, or the first try failed */
+        bool unavailable; /* not host root, or not allowed to make one: tried no more */
 } NetSpare;
 
 typedef struct SpawnerEnv {
@@ -499,7 +499,8 @@ static void net_spare_home(const NetSpare *n) {
 }
 
 /* Makes the spare network namespace when there is none (NetSpare). Returns 1 when it made
- * one, 0 when there was nothing to make, or -errno, after which it makes none again. */
+ * one, 0 when there was nothing to make, or -errno (tried again after the next request, but
+ * when it was not allowed). */
 static int net_spare_fill(NetSpare *n) {
         if (!n || n->unavailable || n->spare >= 0)
                 return 0;
